@@ -13,7 +13,9 @@
 #include <iostream>
 #include <map>
 
+#include "bench_command.hpp"
 #include "generator.hpp"
+#include "metrics.hpp"
 #include "model.hpp"
 #include "recipe.hpp"
 #include "text_files.hpp"
@@ -192,13 +194,7 @@ int cmd_plugins(bool as_json) {
 }
 
 int cmd_corpus_model(const std::string& input, const std::string& out_dir, const rudder::CorpusModelOptions& options) {
-    std::vector<std::string> sentences;
-    const std::string name = fs::path(input).filename().string();
-    if (name.find(".csv") != std::string::npos) {
-        for (auto& r : rudder::read_e2e_csv(input)) sentences.push_back(std::move(r.ref));
-    } else {
-        sentences = rudder::read_lines(input);
-    }
+    const std::vector<std::string> sentences = rudder::read_texts(input);
     rudder::write_corpus_model(sentences, out_dir, options);
     const rudder::Model model = rudder::load_model(out_dir, std::nullopt);
     std::cout << "wrote corpus model " << out_dir << ": "
@@ -232,7 +228,8 @@ int cmd_train(const std::string& config_path, int64_t stop_after, bool overwrite
     return kExitOk;
 }
 
-int cmd_score(const std::string& file, const std::string& teacher_name, bool as_json, int64_t batch_size) {
+int cmd_score(const std::string& file, const std::string& teacher_name, const std::string& against, bool as_json,
+              int64_t batch_size) {
     fs::path dir;
     try {
         dir = rudder::resolve_model(teacher_name, fs::current_path(), rudder::default_model_path());
@@ -241,17 +238,25 @@ int cmd_score(const std::string& file, const std::string& teacher_name, bool as_
                                  "\n(train a teacher with `rudder train examples/train/teacher.json`, or pass --teacher DIR)");
     }
     const rudder::train::TeacherModel teacher = rudder::train::load_teacher(dir);
-    const auto report = rudder::train::score_texts(teacher, rudder::train::read_texts(file), batch_size);
+    const std::vector<std::string> texts = rudder::read_texts(file);
+    const auto report = rudder::train::score_texts(teacher, texts, batch_size);
+    std::optional<rudder::OverlapReport> overlap;
+    if (!against.empty()) overlap = rudder::text_overlap(texts, rudder::read_texts(against));
     if (as_json) {
-        std::cout << json{{"perplexity", report.perplexity()},
-                          {"mean_nll", report.mean_nll()},
-                          {"texts", report.texts},
-                          {"tokens", report.tokens},
-                          {"unknown_tokens", report.unknown_tokens},
-                          {"skipped_too_long", report.skipped_too_long},
-                          {"teacher", dir.string()}}
-                         .dump()
-                  << "\n";
+        json out = {{"perplexity", report.perplexity()},
+                    {"mean_nll", report.mean_nll()},
+                    {"texts", report.texts},
+                    {"tokens", report.tokens},
+                    {"unknown_tokens", report.unknown_tokens},
+                    {"skipped_too_long", report.skipped_too_long},
+                    {"teacher", dir.string()}};
+        if (overlap) {
+            out["distinct_texts"] = overlap->distinct;
+            out["copies"] = overlap->copies;
+            out["copy_share"] = overlap->copy_share();
+            out["against"] = against;
+        }
+        std::cout << out.dump() << "\n";
         return kExitOk;
     }
     std::printf("perplexity %.3f over %lld texts (%lld tokens including one end token per text; mean NLL %.4f nats)\n",
@@ -262,6 +267,13 @@ int cmd_score(const std::string& file, const std::string& teacher_name, bool as_
         std::printf("not scored: %lld texts longer than the teacher's max_length\n",
                     static_cast<long long>(report.skipped_too_long));
     std::printf("teacher: %s\n", dir.string().c_str());
+    if (overlap) {
+        std::printf("distinct texts: %lld of %lld\n", static_cast<long long>(overlap->distinct),
+                    static_cast<long long>(overlap->texts));
+        std::printf("verbatim copies of a text in %s: %lld of %lld (%.1f%%)\n", against.c_str(),
+                    static_cast<long long>(overlap->copies), static_cast<long long>(overlap->texts),
+                    100.0 * overlap->copy_share());
+    }
     return kExitOk;
 }
 
@@ -331,12 +343,32 @@ int main(int argc, char** argv) {
     std::string score_file, teacher_name = "e2e-teacher";
     int64_t score_batch = 64;
     auto* score = app.add_subcommand("score", "Perplexity of texts under a teacher language model");
-    score->add_option("file", score_file, "JSON Lines with a \"text\" field (rudder generate's output), or one text per line")
+    score->add_option("file", score_file,
+                      "JSON Lines with a \"text\" field (rudder generate's output), E2E CSV (its refs), or one text per line")
         ->required()
         ->check(CLI::ExistingFile);
     score->add_option("--teacher", teacher_name, "Teacher model: a bundled name or a directory (default e2e-teacher)");
     score->add_option("--batch-size", score_batch, "Texts scored together")->check(CLI::Range(1, 4096));
+    std::string score_against;
+    score->add_option("--against", score_against,
+                      "Also count texts that copy a text of this file verbatim (E2E CSV, JSON Lines or lines)")
+        ->check(CLI::ExistingFile);
     score->add_flag("--json", as_json, "Machine-readable output");
+
+    rudder::cli::BenchOptions bench_options;
+    auto* bench = app.add_subcommand("bench", "Sampling throughput (samples/s) of models at several batch sizes");
+    bench->add_option("-m,--model", bench_options.models, "Models: bundled names or directories (default: "
+                                                           "e2e-continuous e2e-discrete)");
+    bench->add_option("-b,--batch-sizes", bench_options.batch_sizes, "Batch sizes (default 1 16 64)")
+        ->check(CLI::Range(1, 4096))
+        ->delimiter(',');
+    bench->add_option("--steps", bench_options.steps, "Reverse steps per sample (default 200)")
+        ->check(CLI::Range(1, 100000));
+    bench->add_option("--min-samples", bench_options.min_samples, "Samples per measurement, at least (default 16)")
+        ->check(CLI::Range(1, 100000));
+    bench->add_option("--threads", bench_options.threads, "LibTorch threads (default: LibTorch's choice)")
+        ->check(CLI::Range(1, 256));
+    bench->add_flag("--json", bench_options.as_json, "Machine-readable output");
 
     try {
         app.parse(argc, argv);
@@ -356,7 +388,8 @@ int main(int argc, char** argv) {
         if (models->parsed()) return cmd_models();
         if (corpus->parsed()) return cmd_corpus_model(corpus_input, corpus_out, corpus_options);
         if (train->parsed()) return cmd_train(train_config, stop_after, overwrite, quiet);
-        if (score->parsed()) return cmd_score(score_file, teacher_name, as_json, score_batch);
+        if (score->parsed()) return cmd_score(score_file, teacher_name, score_against, as_json, score_batch);
+        if (bench->parsed()) return rudder::cli::run_bench(bench_options);
     } catch (const rudder::RecipeError& e) {
         print_recipe_error(recipe_path, e);
         return kExitInvalid;

@@ -34,6 +34,8 @@ public:
     virtual Family family() const = 0;
     virtual int64_t vocab_size() const = 0;
     virtual int64_t embed_dim() const = 0;  // 0 for the discrete family
+    // The most positions denoise() accepts (a network's learned positions); 0 = any.
+    virtual int64_t max_length() const { return 0; }
     // Continuous family: the token embedding table [V, D] on the device. Undefined for discrete.
     virtual at::Tensor embedding() const { return {}; }
     // Whether denoise() uses `conditions` (models trained with a condition, e.g. an E2E meaning representation).

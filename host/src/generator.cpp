@@ -59,6 +59,9 @@ private:
 
 namespace {
 
+// Positions per sequence when neither the recipe nor the model says: E2E's texts are at most 75 words.
+constexpr int64_t kDefaultMaxLength = 64;
+
 c10::Device parse_device(const std::string& name) {
     const c10::Device device(name);
     if (device.is_cuda() && !at::hasCUDA())
@@ -133,6 +136,15 @@ Generator::Generator(Recipe recipe, plugins::Registry& registry, const std::vect
         }
     }
 
+    if (model_ok) {
+        const int64_t longest = model_.denoiser->max_length();
+        if (recipe_.max_length == 0) {
+            recipe_.max_length = longest > 0 ? longest : kDefaultMaxLength;
+        } else if (longest > 0 && recipe_.max_length > longest && !reported("/max_length")) {
+            issues.push_back({"/max_length", "model '" + model_.name + "' handles at most " + std::to_string(longest) +
+                                                 " positions; asked for " + std::to_string(recipe_.max_length)});
+        }
+    }
     if (model_ok && !reported("/sampler/name")) {
         const bool continuous = model_.family == Family::continuous;
         std::string& name = recipe_.sampler.name;

@@ -66,7 +66,7 @@ struct Recipe {
     uint64_t seed = 0;
     int64_t samples = 1;
     int64_t batch_size = 16;        // samples denoised together
-    int64_t max_length = 64;        // L: positions per sequence
+    int64_t max_length = 0;         // L: positions per sequence; 0 = the model's longest (64 if it has none)
     std::string device = "cpu";     // cpu | cuda | cuda:<index>
     GuidanceSpec guidance;
     std::vector<ControllerSpec> controllers;

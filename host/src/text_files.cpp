@@ -1,5 +1,6 @@
 #include "text_files.hpp"
 
+#include <nlohmann/json.hpp>
 #include <zlib.h>
 
 #include <memory>
@@ -91,6 +92,41 @@ std::vector<E2ERecord> read_e2e_csv(const std::filesystem::path& file) {
         out.push_back({std::move(rows[r][0]), std::move(rows[r][1])});
     }
     return out;
+}
+
+std::vector<std::string> read_texts(const std::filesystem::path& file) {
+    if (file.filename().string().find(".csv") != std::string::npos) {
+        std::vector<std::string> refs;
+        for (auto& record : read_e2e_csv(file)) refs.push_back(std::move(record.ref));
+        return refs;
+    }
+    const std::vector<std::string> lines = read_lines(file);
+    auto blank = [](const std::string& line) { return line.find_first_not_of(" \t\r") == std::string::npos; };
+    bool jsonl = false;
+    for (const auto& line : lines) {
+        if (blank(line)) continue;
+        jsonl = line[line.find_first_not_of(" \t")] == '{';
+        break;
+    }
+    std::vector<std::string> texts;
+    for (size_t i = 0; i < lines.size(); ++i) {
+        if (blank(lines[i])) continue;
+        if (!jsonl) {
+            texts.push_back(lines[i]);
+            continue;
+        }
+        const std::string where = file.string() + ":" + std::to_string(i + 1) + ": ";
+        nlohmann::json record;
+        try {
+            record = nlohmann::json::parse(lines[i]);
+        } catch (const nlohmann::json::exception& e) {
+            throw std::runtime_error(where + "not valid JSON (the file's first line made it JSON Lines): " + e.what());
+        }
+        if (!record.is_object() || !record.contains("text") || !record.at("text").is_string())
+            throw std::runtime_error(where + "expected an object with a \"text\" string");
+        texts.push_back(record.at("text").get<std::string>());
+    }
+    return texts;
 }
 
 }  // namespace rudder

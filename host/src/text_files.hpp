@@ -21,4 +21,10 @@ struct E2ERecord {
 // std::runtime_error naming the file and record on a malformed file.
 std::vector<E2ERecord> read_e2e_csv(const std::filesystem::path& file);
 
+// The texts of a file, by what it holds: the `ref` column of E2E CSV when the name contains ".csv" (plain or .gz);
+// JSON Lines with a "text" string field (as `rudder generate` writes) when the first non-blank line starts with
+// '{'; otherwise one text per non-blank line. Throws std::runtime_error naming the file and line on a malformed
+// JSON line.
+std::vector<std::string> read_texts(const std::filesystem::path& file);
+
 }  // namespace rudder

@@ -50,6 +50,18 @@ PY
     grep -q "^perplexity [0-9.]* over 2 texts (12 tokens including one end token per text" <<<"$out" || fail "$out"
     grep -q "^unknown words scored as <unk>: 1$" <<<"$out" || fail "$out"
     ;;
+  score_against)
+    # Memorisation: texts that copy a reference text word for word (spacing aside) are counted, from E2E CSV.
+    train -q || fail "train exit $?"
+    printf '%s\n' "Aromi serves French food ." "Aromi serves French food." "Aromi serves Chinese food and wine." > "$work/texts.txt"
+    out=$("$rudder" score "$work/texts.txt" --teacher "$work/model" --against "$work/train.csv") || fail "score exit $?"
+    grep -q "^distinct texts: 2 of 3$" <<<"$out" || fail "$out"
+    grep -q "^verbatim copies of a text in .*train.csv: 2 of 3 (66.7%)$" <<<"$out" || fail "$out"
+    json=$("$rudder" score "$work/train.csv" --teacher "$work/model" --against "$work/train.csv" --json) || fail "exit $?"
+    grep -q '"copies":30,"copy_share":1.0' <<<"$json" || fail "the training refs scored against themselves: $json"
+    err=$("$rudder" score "$work/texts.txt" --teacher "$work/model" --against "$work/none.csv" 2>&1); code=$?
+    [ $code -eq 2 ] || fail "expected exit 2 for a missing --against file, got $code: $err"
+    ;;
   train_bad_config)
     cat > "$work/bad.json" <<'JSON'
 { "kind": "teacher", "data": {"train": "train.csv"}, "network": {}, "training": {"steps": 10, "lr": "fast"}, "out": "m" }
@@ -85,6 +97,15 @@ JSON
 JSON
     out=$("$rudder" generate -q "$work/recipe.json") || fail "generate exit $?"
     [ "$(grep -c '"controls":{"length":{"satisfied":true,"score":5.0},"span":{"satisfied":true,"score":1.0}}' <<<"$out")" -eq 2 ] || fail "$out"
+    # Without max_length a recipe gets the network's 12 learned positions (64 would fail in the network); more
+    # than 12 is refused up front.
+    sed 's/, "max_length": 12//' "$work/recipe.json" > "$work/no_length.json"
+    out=$("$rudder" generate -q "$work/no_length.json" -n 1) || fail "generate without max_length: exit $?"
+    grep -q '"length":{"satisfied":true' <<<"$out" || fail "$out"
+    sed 's/"max_length": 12/"max_length": 20/' "$work/recipe.json" > "$work/too_long.json"
+    err=$("$rudder" validate "$work/too_long.json" 2>&1); code=$?
+    [ $code -eq 2 ] || fail "expected exit 2, got $code: $err"
+    grep -q "/max_length: model 'denoiser' handles at most 12 positions; asked for 20" <<<"$err" || fail "$err"
     train 2>"$work/err" || fail "teacher train exit $?: $(cat "$work/err")"
     sed 's/"model": "denoiser"/"model": "model"/' "$work/recipe.json" > "$work/teacher_recipe.json"
     err=$("$rudder" validate "$work/teacher_recipe.json" 2>&1); code=$?

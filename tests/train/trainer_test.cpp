@@ -323,18 +323,21 @@ TEST_F(MicroTraining, DenoiserKindsTrainDeterministicallyIntoTransformerModels) 
     }
 }
 
-TEST(ReadTexts, JsonLinesOrPlainLines) {
+TEST(ReadTexts, JsonLinesE2ECsvOrPlainLines) {
     ScratchDir dir;
     const auto jsonl = dir.path() / "samples.jsonl";
     std::ofstream(jsonl) << "{\"index\":0,\"text\":\"The Eagle is a pub.\"}\n\n{\"text\":\"\"}\n";
-    EXPECT_EQ(train::read_texts(jsonl), (std::vector<std::string>{"The Eagle is a pub.", ""}));
+    EXPECT_EQ(read_texts(jsonl), (std::vector<std::string>{"The Eagle is a pub.", ""}));
     const auto plain = dir.path() / "texts.txt";
     std::ofstream(plain) << "The Eagle is a pub.\n  \nAromi serves food.\n";
-    EXPECT_EQ(train::read_texts(plain), (std::vector<std::string>{"The Eagle is a pub.", "Aromi serves food."}));
+    EXPECT_EQ(read_texts(plain), (std::vector<std::string>{"The Eagle is a pub.", "Aromi serves food."}));
+    const auto csv = dir.path() / "refs.csv";  // E2E CSV by name: the ref column
+    std::ofstream(csv) << "mr,ref\n\"name[Aromi], food[Thai]\",\"Aromi serves Thai food, \"\"cheap\"\".\"\n";
+    EXPECT_EQ(read_texts(csv), (std::vector<std::string>{"Aromi serves Thai food, \"cheap\"."}));
     const auto bad = dir.path() / "bad.jsonl";
     std::ofstream(bad) << "{\"text\":\"ok\"}\n{\"txt\":\"no\"}\n";
     try {
-        train::read_texts(bad);
+        read_texts(bad);
         FAIL() << "expected std::runtime_error";
     } catch (const std::runtime_error& e) {
         EXPECT_NE(std::string(e.what()).find("bad.jsonl:2: expected an object with a \"text\" string"), std::string::npos)

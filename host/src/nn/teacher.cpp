@@ -8,7 +8,6 @@
 
 #include "model.hpp"
 #include "safetensors.hpp"
-#include "text_files.hpp"
 #include "train/config.hpp"
 #include "train/networks.hpp"
 #include "train/score.hpp"
@@ -241,36 +240,6 @@ PerplexityReport score_texts(const TeacherModel& teacher, const std::vector<std:
         report.nll += network.text_nll(tokens).sum().item<double>();
     }
     return report;
-}
-
-std::vector<std::string> read_texts(const fs::path& file) {
-    const std::vector<std::string> lines = read_lines(file);
-    auto blank = [](const std::string& line) { return line.find_first_not_of(" \t\r") == std::string::npos; };
-    bool jsonl = false;
-    for (const auto& line : lines) {
-        if (blank(line)) continue;
-        jsonl = line[line.find_first_not_of(" \t")] == '{';
-        break;
-    }
-    std::vector<std::string> texts;
-    for (size_t i = 0; i < lines.size(); ++i) {
-        if (blank(lines[i])) continue;
-        if (!jsonl) {
-            texts.push_back(lines[i]);
-            continue;
-        }
-        const std::string where = file.string() + ":" + std::to_string(i + 1) + ": ";
-        json record;
-        try {
-            record = json::parse(lines[i]);
-        } catch (const json::exception& e) {
-            throw std::runtime_error(where + "not valid JSON (the file's first line made it JSON Lines): " + e.what());
-        }
-        if (!record.is_object() || !record.contains("text") || !record.at("text").is_string())
-            throw std::runtime_error(where + "expected an object with a \"text\" string");
-        texts.push_back(record.at("text").get<std::string>());
-    }
-    return texts;
 }
 
 }  // namespace rudder::train

@@ -71,6 +71,8 @@ int64_t TransformerDenoiser::vocab_size() const { return network_->denoiser_conf
 
 int64_t TransformerDenoiser::embed_dim() const { return continuous_ ? continuous_->embed_dim() : 0; }
 
+int64_t TransformerDenoiser::max_length() const { return network_->denoiser_config().max_length; }
+
 at::Tensor TransformerDenoiser::embedding() const {
     return continuous_ ? continuous_->embedding().detach() : at::Tensor();
 }

@@ -48,6 +48,7 @@ public:
     Family family() const override;
     int64_t vocab_size() const override;
     int64_t embed_dim() const override;
+    int64_t max_length() const override;  // the network's learned positions
     // Continuous: the learned embedding table [V, D] (detached). Discrete: undefined.
     at::Tensor embedding() const override;
     bool conditional() const override;

@@ -42,9 +42,4 @@ struct PerplexityReport {
 PerplexityReport score_texts(const TeacherModel& teacher, const std::vector<std::string>& texts,
                              int64_t batch_size = 64);
 
-// The texts of a file: JSON Lines with a "text" string field (as `rudder generate` writes) when the first
-// non-blank line starts with '{', otherwise one text per non-blank line. Throws std::runtime_error naming the
-// file and line on a malformed JSON line.
-std::vector<std::string> read_texts(const std::filesystem::path& file);
-
 }  // namespace rudder::train

@@ -1,0 +1,92 @@
+#include "bench_command.hpp"
+
+#include <ATen/Parallel.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "generator.hpp"
+
+namespace rudder::cli {
+namespace {
+
+using json = nlohmann::json;
+
+struct Measurement {
+    std::string model, family;
+    int64_t batch_size = 0, samples = 0, steps = 0, denoiser_calls = 0;
+    double seconds = 0;
+    double samples_per_second() const { return static_cast<double>(samples) / seconds; }
+    // Wall time of one reverse step of one batch.
+    double ms_per_step() const {
+        const int64_t batches = (samples + batch_size - 1) / batch_size;
+        return 1e3 * seconds / static_cast<double>(batches * steps);
+    }
+};
+
+Generator make_generator(const std::string& model, int64_t batch_size, int64_t samples, int64_t steps,
+                         plugins::Registry& registry) {
+    const json recipe = {{"model", model},
+                         {"sampler", {{"steps", steps}}},
+                         {"samples", samples},
+                         {"batch_size", batch_size},
+                         {"seed", 0}};
+    return Generator(parse_recipe(recipe.dump(), std::filesystem::current_path()), registry);
+}
+
+}  // namespace
+
+int run_bench(const BenchOptions& options) {
+    if (options.threads > 0) at::set_num_threads(options.threads);
+    plugins::Registry registry(plugins::Registry::default_search_path());
+    std::vector<Measurement> rows;
+    if (!options.as_json)
+        std::printf("%-16s %-10s %6s %8s %10s %10s %12s\n", "model", "family", "batch", "samples", "seconds",
+                    "samples/s", "ms/step");
+    for (const auto& model : options.models) {
+        // One short untimed run first: the first call into a network pays one-time setup (allocator, kernels).
+        make_generator(model, 1, 1, 2, registry).generate();
+        for (const int64_t batch : options.batch_sizes) {
+            const int64_t samples = (std::max(batch, options.min_samples) + batch - 1) / batch * batch;
+            Generator generator = make_generator(model, batch, samples, options.steps, registry);
+            const auto start = std::chrono::steady_clock::now();
+            generator.generate();
+            Measurement m;
+            m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            m.model = generator.model().name;
+            m.family = family_name(generator.model().family);
+            m.batch_size = batch;
+            m.samples = samples;
+            m.steps = options.steps;
+            m.denoiser_calls = generator.stats().denoiser_calls;
+            if (!options.as_json)
+                std::printf("%-16s %-10s %6lld %8lld %10.2f %10.2f %12.2f\n", m.model.c_str(), m.family.c_str(),
+                            static_cast<long long>(batch), static_cast<long long>(samples), m.seconds,
+                            m.samples_per_second(), m.ms_per_step());
+            std::fflush(stdout);
+            rows.push_back(m);
+        }
+    }
+    if (options.as_json) {
+        json out = {{"threads", at::get_num_threads()}, {"steps", options.steps}, {"results", json::array()}};
+        for (const auto& m : rows)
+            out["results"].push_back({{"model", m.model},
+                                      {"family", m.family},
+                                      {"batch_size", m.batch_size},
+                                      {"samples", m.samples},
+                                      {"seconds", m.seconds},
+                                      {"samples_per_second", m.samples_per_second()},
+                                      {"ms_per_step", m.ms_per_step()},
+                                      {"denoiser_calls", m.denoiser_calls}});
+        std::cout << out.dump(2) << "\n";
+    } else {
+        std::printf("(%lld reverse steps per sample, %d LibTorch threads, unconditional, no controllers)\n",
+                    static_cast<long long>(options.steps), at::get_num_threads());
+    }
+    return 0;
+}
+
+}  // namespace rudder::cli
