@@ -2,8 +2,9 @@
 BUILD ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
+SANITIZE_BUILD ?= build-sanitize
 
-.PHONY: all deps configure build demo test bench clean
+.PHONY: all deps configure build demo test test-sanitize bench clean
 
 all: build
 
@@ -22,8 +23,18 @@ demo: build
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
 
+# Every test again under AddressSanitizer + UndefinedBehaviorSanitizer (clang), plus a short deterministic run of
+# each libFuzzer target over its seed corpus. -O1 keeps the instrumented build and its tests reasonably fast.
+test-sanitize: deps
+	@CC=clang CXX=clang++ cmake -S . -B $(SANITIZE_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" \
+	  -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DRUDDER_SANITIZE=address,undefined -DRUDDER_FUZZ=ON -DRUDDER_BUILD_BENCH=OFF \
+	  > $(SANITIZE_BUILD).configure.log 2>&1 || (cat $(SANITIZE_BUILD).configure.log; exit 1)
+	cmake --build $(SANITIZE_BUILD) -j$(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --test-dir $(SANITIZE_BUILD) --output-on-failure -j$(JOBS)
+
 bench: build
 	$(BUILD)/bin/rudder_bench --benchmark_counters_tabular=true
 
 clean:
-	rm -rf $(BUILD) $(BUILD).configure.log
+	rm -rf $(BUILD) $(BUILD).configure.log $(SANITIZE_BUILD) $(SANITIZE_BUILD).configure.log

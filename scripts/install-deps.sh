@@ -6,6 +6,7 @@ packages=(
   libtorch-dev libopenblas0-pthread   # LibTorch; without OpenBLAS it falls back to reference BLAS (~30x slower)
   libboost-dev libboost-filesystem-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libdlpack-dev zlib1g-dev
   libgtest-dev libbenchmark-dev python3   # python3: JSON checks in the CLI tests
+  clang libclang-rt-14-dev                # make test-sanitize: ASan/UBSan build and the libFuzzer targets
 )
 missing=()
 for p in "${packages[@]}"; do

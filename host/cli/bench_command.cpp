@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "compute_threads.hpp"
 #include "generator.hpp"
 
 namespace rudder::cli {
@@ -40,7 +41,7 @@ Generator make_generator(const std::string& model, int64_t batch_size, int64_t s
 }  // namespace
 
 int run_bench(const BenchOptions& options) {
-    if (options.threads > 0) at::set_num_threads(options.threads);
+    if (options.threads > 0) set_compute_threads(options.threads);
     plugins::Registry registry(plugins::Registry::default_search_path());
     std::vector<Measurement> rows;
     if (!options.as_json)

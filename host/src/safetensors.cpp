@@ -195,12 +195,16 @@ void save_safetensors(const fs::path& file, const std::vector<std::pair<std::str
 }
 
 SafeTensors load_safetensors(const fs::path& file) {
-    if (!host_is_little_endian()) fail(file, "this machine is big-endian; safetensors data is little-endian");
     std::error_code ec;
     const uint64_t file_size = fs::file_size(file, ec);
     if (ec) fail(file, "cannot read: " + ec.message());
     std::ifstream in(file, std::ios::binary);
     if (!in) fail(file, "cannot open for reading");
+    return read_safetensors(in, file_size, file);
+}
+
+SafeTensors read_safetensors(std::istream& in, uint64_t file_size, const fs::path& file) {
+    if (!host_is_little_endian()) fail(file, "this machine is big-endian; safetensors data is little-endian");
     if (file_size < 8) fail(file, "truncated: " + std::to_string(file_size) + " bytes, shorter than the 8-byte header length");
 
     unsigned char length[8];

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <istream>
 #include <map>
 #include <string>
 #include <utility>
@@ -45,5 +46,7 @@ void save_safetensors(const std::filesystem::path& file, const std::vector<std::
 // an unknown dtype, a shape whose size disagrees with its data_offsets, offsets outside the data area, ranges that
 // overlap or leave gaps, and BOOL bytes other than 0 and 1.
 SafeTensors load_safetensors(const std::filesystem::path& file);
+// The same for `size` bytes from `in` (the fuzz tests read from memory); `file` names the source in messages.
+SafeTensors read_safetensors(std::istream& in, uint64_t size, const std::filesystem::path& file);
 
 }  // namespace rudder

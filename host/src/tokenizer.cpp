@@ -94,7 +94,10 @@ WordTokenizer WordTokenizer::build(const std::vector<std::string>& lines, int64_
 WordTokenizer WordTokenizer::load(const std::string& vocab_path) {
     std::ifstream in(vocab_path, std::ios::binary);
     if (!in) throw std::runtime_error("cannot open vocabulary file '" + vocab_path + "'");
+    return read(in, vocab_path);
+}
 
+WordTokenizer WordTokenizer::read(std::istream& in, const std::string& vocab_path) {
     const std::string specials[] = {kPad, kUnk, kMask};
     std::vector<std::string> tokens;
     std::unordered_map<std::string, int64_t> first_line;

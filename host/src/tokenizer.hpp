@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <istream>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -41,6 +42,8 @@ public:
     // One token per line; the first three lines must be <pad>, <unk>, <mask>. Throws std::runtime_error naming
     // the file and line on a bad file.
     static WordTokenizer load(const std::string& vocab_path);
+    // The same from a stream; `vocab_path` names the source in messages.
+    static WordTokenizer read(std::istream& in, const std::string& vocab_path);
     void save(const std::string& vocab_path) const;
 
     // Splits text into words and punctuation (no lookup): "shop." -> {"shop", "."}.

@@ -13,6 +13,7 @@
 #include <random>
 #include <sstream>
 
+#include "compute_threads.hpp"
 #include "model.hpp"
 #include "safetensors.hpp"
 #include "text_files.hpp"
@@ -478,7 +479,7 @@ void Trainer::write_model(const TrainResult& result) {
 }
 
 TrainResult Trainer::run() {
-    at::set_num_threads(static_cast<int>(c_.threads));
+    set_compute_threads(static_cast<int>(c_.threads));
     conditional_ = is_denoiser_kind(c_.kind);
     prepare_out_dir();
     const std::optional<json> state = find_checkpoint();
