@@ -68,6 +68,28 @@ RUDDER_PLUGIN_PATH=$work/pc "$work/pc/c_host" "$source/examples/c_plugin/recipe.
 check_output "pkg-config build" "$work/pc_run.txt"
 cmp -s "$work/cmake_run.txt" "$work/pc_run.txt" || fail "the two builds generated different samples"
 
+# docs/writing-a-controller.md, followed as written: its code blocks are the files of examples/cpp_controllers, and
+# the two C++ plugins build against the installed SDK and steer generation (keyword: a gradient; at weight 0 only
+# 1 of these 16 samples mentions "Indian").
+python3 - "$source" <<'PY' || fail "docs/writing-a-controller.md and examples/cpp_controllers differ"
+import pathlib, re, sys
+root = pathlib.Path(sys.argv[1])
+blocks = re.findall(r'<!-- (\S+) -->\n```\w*\n(.*?)```', (root / "docs/writing-a-controller.md").read_text(), re.S)
+assert len(blocks) == 3, blocks
+for path, body in blocks:
+    assert (root / path).read_text() == body, path + " differs from its copy in the doc"
+PY
+cmake_build "$source/examples/cpp_controllers" "$work/cpp"
+cat > "$work/keyword.json" <<'JSON'
+{ "model": "e2e-corpus", "family": "discrete", "sampler": {"steps": 100}, "seed": 1, "samples": 16, "max_length": 40,
+  "controllers": [ { "plugin": "keyword", "weight": 10, "params": { "word": "Indian" } },
+                   { "plugin": "prefer_words", "weight": 0, "params": { "words": ["expensive"] } } ] }
+JSON
+RUDDER_PLUGIN_PATH=$work/cpp/plugins "$prefix/bin/rudder" generate --format text "$work/keyword.json" \
+  > "$work/keyword.txt" 2>&1 || fail "keyword: $(cat "$work/keyword.txt")"
+met=$(sed -n 's/^  keyword: \([0-9]*\)\/16 satisfied$/\1/p' "$work/keyword.txt")
+[ -n "$met" ] && [ "$met" -ge 8 ] || fail "keyword guidance met ${met:-?}/16 (expected at least 8): $(cat "$work/keyword.txt")"
+
 # The installed CLI runs the out-of-tree plugin too, with the same results.
 RUDDER_PLUGIN_PATH=$work/plugin "$prefix/bin/rudder" generate --quiet --format text "$source/examples/c_plugin/recipe.json" \
   > "$work/cli_run.txt" 2>&1 || fail "installed CLI generate: $(cat "$work/cli_run.txt")"
