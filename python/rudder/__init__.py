@@ -301,5 +301,7 @@ class Generator:
         self.close()
 
     def __del__(self) -> None:
-        if getattr(self, "_handle", None) is not None:
+        try:
             self.close()
+        except Exception:  # at interpreter exit the module's globals may already be gone
+            pass

@@ -203,8 +203,9 @@ typedef struct rudder_results rudder_results; /* opaque: the samples of one rudd
  * seed and sample count give the same results, on any thread. On success *out receives results the caller owns
  * (free with rudder_results_free). On failure *out is NULL and the status is RUDDER_ERR_CANCELLED,
  * RUDDER_ERR_GENERATION_FAILED, RUDDER_ERR_BUSY, RUDDER_ERR_INVALID_ARGUMENT or RUDDER_ERR_OUT_OF_MEMORY; the
- * message is in rudder_generator_last_error(gen) and rudder_last_error(). The generator stays usable after any
- * failure. Any thread; one call per generator at a time. */
+ * message is in rudder_last_error() and, except for RUDDER_ERR_BUSY (the generator belongs to the call in
+ * progress), in rudder_generator_last_error(gen). The generator stays usable after any failure. Any thread; one
+ * call per generator at a time. */
 RUDDER_API rudder_status rudder_generate(rudder_generator* gen, const rudder_generate_options* options,
                                          rudder_results** out);
 
