@@ -113,8 +113,8 @@ typedef void (*rudder_log_fn)(int32_t level, const char* message, void* user_dat
 RUDDER_API rudder_status rudder_set_log(rudder_log_fn fn, void* user_data, int32_t min_level);
 
 /* Keeps memory that freed tensors leave inside the process instead of returning it to the OS (glibc mallopt).
- * Every reverse step allocates several [batch, length, vocabulary] tensors, and on a virtual machine fetching them
- * back from the OS costs more than the step: generation is several times faster with this on. It changes the
+ * Every reverse step allocates several [batch, length, vocabulary] tensors, and on a virtual machine fetching large
+ * ones back from the OS page by page can cost more than the step itself (docs/design.md). It changes the
  * whole process's allocator, so it is the application's choice; the rudder CLI turns it on. Returns 1 if set, 0
  * where the C library has no such setting. Call it early, from any one thread. */
 RUDDER_API int32_t rudder_keep_freed_memory_in_process(void);
