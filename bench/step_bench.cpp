@@ -8,23 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "corpus_models.hpp"
 #include "generator.hpp"
-#include "text_files.hpp"
 
 namespace {
 
 constexpr int kSteps = 10;
-
-// A corpus model of the first `n` bundled sentences, written once per size.
-std::string corpus_model(int64_t n) {
-    const std::string bundled = RUDDER_BENCH_MODEL;
-    std::vector<std::string> lines = rudder::read_lines(bundled + "/sentences.txt");
-    if (n >= static_cast<int64_t>(lines.size())) return bundled;
-    lines.resize(static_cast<size_t>(n));
-    const auto dir = std::filesystem::temp_directory_path() / ("rudder-bench-corpus-" + std::to_string(n));
-    rudder::write_corpus_model(lines, dir);
-    return dir.string();
-}
 
 void reverse_step(benchmark::State& state) {
     const bool continuous = state.range(0) == 1;
@@ -33,7 +22,7 @@ void reverse_step(benchmark::State& state) {
     for (int64_t i = 0; i < controllers; ++i)
         list += std::string(i ? "," : "") + R"({"plugin": ")" + RUDDER_BENCH_NOOP + R"("})";
     // The discrete cache is off so that every step runs the denoiser, as the continuous family always does.
-    const std::string recipe = R"({"model": ")" + corpus_model(corpus) + R"(", "family": ")" +
+    const std::string recipe = R"({"model": ")" + rudder::bench::corpus_model(corpus) + R"(", "family": ")" +
                                (continuous ? "continuous" : "discrete") + R"(", "sampler": {"name": ")" +
                                (continuous ? "ddim" : "analytic") + R"(", "steps": )" + std::to_string(kSteps) +
                                (continuous ? "" : R"(, "cache": false)") +

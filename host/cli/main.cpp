@@ -38,27 +38,6 @@ void print_recipe_error(const std::string& file, const rudder::RecipeError& e) {
         std::cerr << "  " << (issue.pointer.empty() ? "(recipe)" : issue.pointer) << ": " << issue.message << "\n";
 }
 
-json sample_json(const rudder::SampleResult& s) {
-    json controls = json::object();
-    for (const auto& c : s.controls) {
-        json v = json::object();
-        v["satisfied"] = c.verdict.satisfied < 0 ? json(nullptr) : json(c.verdict.satisfied == 1);
-        if (c.verdict.has_score) v["score"] = c.verdict.score;
-        if (!c.verdict.detail.empty()) {
-            try {
-                v["detail"] = json::parse(c.verdict.detail);
-            } catch (const json::exception&) {
-                v["detail"] = c.verdict.detail;
-            }
-        }
-        controls[c.label] = v;
-    }
-    return json{{"index", s.index},
-                {"text", s.text},
-                {"tokens", std::vector<int64_t>(s.tokens.begin(), s.tokens.begin() + s.n_tokens)},
-                {"controls", controls}};
-}
-
 // Progress on stderr: a line rewritten in place on a terminal, a line per 10% otherwise (logs, CI).
 class ProgressPrinter {
 public:
@@ -123,7 +102,7 @@ int cmd_generate(const std::string& recipe_path, const std::string& out_path, st
     const auto start = std::chrono::steady_clock::now();
     ProgressPrinter printer(quiet);
     generator.generate(std::ref(printer), [&](const rudder::SampleResult& s) {
-        out << (as_text ? sample_text_line(s) : sample_json(s).dump()) << "\n" << std::flush;
+        out << (as_text ? sample_text_line(s) : rudder::sample_json(s).dump()) << "\n" << std::flush;
         for (const auto& c : s.controls) {
             if (!tally.count(c.label)) order.push_back(c.label);
             auto& t = tally[c.label];

@@ -98,6 +98,28 @@ int64_t content_length(const std::vector<int64_t>& ids, int64_t pad) {
 
 }  // namespace
 
+nlohmann::json sample_json(const SampleResult& s) {
+    using json = nlohmann::json;
+    json controls = json::object();
+    for (const auto& c : s.controls) {
+        json v = json::object();
+        v["satisfied"] = c.verdict.satisfied < 0 ? json(nullptr) : json(c.verdict.satisfied == 1);
+        if (c.verdict.has_score) v["score"] = c.verdict.score;
+        if (!c.verdict.detail.empty()) {
+            try {
+                v["detail"] = json::parse(c.verdict.detail);
+            } catch (const json::exception&) {
+                v["detail"] = c.verdict.detail;
+            }
+        }
+        controls[c.label] = v;
+    }
+    return json{{"index", s.index},
+                {"text", s.text},
+                {"tokens", std::vector<int64_t>(s.tokens.begin(), s.tokens.begin() + s.n_tokens)},
+                {"controls", controls}};
+}
+
 bool keep_freed_memory_in_process() {
 #if defined(__GLIBC__)
     // Fixed thresholds (1 GiB) stop glibc from serving large blocks with mmap and from trimming the heap.
@@ -186,9 +208,18 @@ Generator::Generator(Recipe recipe, plugins::Registry& registry, const std::vect
 
 Generator::~Generator() = default;
 
-std::vector<SampleResult> Generator::generate(const ProgressCallback& progress, const SampleCallback& on_sample) {
-    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(recipe_.seed);
-    const int64_t total = recipe_.samples, per_batch = std::min(recipe_.batch_size, recipe_.samples);
+std::string Generator::decode(const int64_t* row, int64_t* n_tokens) const {
+    const std::vector<int64_t> ids(row, row + recipe_.max_length);
+    *n_tokens = content_length(ids, model_.tokenizer->pad_id());
+    return model_.tokenizer->decode(ids.data(), *n_tokens);
+}
+
+std::vector<SampleResult> Generator::generate(const ProgressCallback& progress, const SampleCallback& on_sample,
+                                              const RunOverrides& overrides) {
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(overrides.seed.value_or(recipe_.seed));
+    const int64_t total = overrides.samples.value_or(recipe_.samples);
+    if (total < 1) throw std::invalid_argument("samples must be at least 1, got " + std::to_string(total));
+    const int64_t per_batch = std::min(recipe_.batch_size, total);
     const int64_t batches = (total + per_batch - 1) / per_batch;
     const auto& tok = *model_.tokenizer;
     std::vector<SampleResult> results;
@@ -210,9 +241,17 @@ std::vector<SampleResult> Generator::generate(const ProgressCallback& progress, 
         shape.device = device_;
         composer_->begin(shape, services_.get());
 
-        auto tick = [&](int64_t step, double t) {
-            if (progress && !progress(Progress{b, batches, step, recipe_.sampler.steps, t, b * per_batch, total}))
-                throw Cancelled();
+        auto tick = [&](int64_t step, double t, const std::function<at::Tensor()>& best_tokens) {
+            if (!progress) return;
+            Progress p{b, batches, step, recipe_.sampler.steps, t, b * per_batch, total, {}};
+            p.current_texts = [&] {
+                const at::Tensor rows = best_tokens().to(at::kCPU).contiguous();
+                std::vector<std::string> texts;
+                int64_t n = 0;
+                for (int64_t i = 0; i < rows.size(0); ++i) texts.push_back(decode(rows[i].data_ptr<int64_t>(), &n));
+                return texts;
+            };
+            if (!progress(p)) throw Cancelled();
         };
         const at::Tensor tokens = (model_.family == Family::continuous ? run_continuous(batch, gen, tick)
                                                                        : run_discrete(batch, gen, tick))
@@ -223,8 +262,7 @@ std::vector<SampleResult> Generator::generate(const ProgressCallback& progress, 
             r.index = b * per_batch + i;
             const int64_t* row = tokens[i].data_ptr<int64_t>();
             r.tokens.assign(row, row + recipe_.max_length);
-            r.n_tokens = content_length(r.tokens, tok.pad_id());
-            r.text = tok.decode(r.tokens.data(), r.n_tokens);
+            r.text = decode(row, &r.n_tokens);
             for (size_t k = 0; k < composer_->size(); ++k) {
                 auto& inst = composer_->instance(k);
                 r.controls.push_back({inst.label(), inst.evaluate(r.index, r.tokens, r.n_tokens, r.text)});
@@ -252,7 +290,7 @@ at::Tensor Generator::estimate_x0(const at::Tensor& adjusted, const at::Tensor& 
     return interpolated;
 }
 
-at::Tensor Generator::run_continuous(int64_t batch, at::Generator& gen, const std::function<void(int64_t, double)>& tick) {
+at::Tensor Generator::run_continuous(int64_t batch, at::Generator& gen, const StepTick& tick) {
     const int64_t L = recipe_.max_length;
     const at::Tensor E = model_.denoiser->embedding();
     const ContinuousSampler sampler(model_.schedule, continuous_kind(recipe_.sampler.name), recipe_.sampler.steps,
@@ -327,7 +365,8 @@ at::Tensor Generator::run_continuous(int64_t batch, at::Generator& gen, const st
             x = at::where(fixed_mask, noised, x);
         }
         last = std::move(combined);
-        tick(i + 1, t_next);
+        // The current best guess: the most likely token of the controlled clean-token distribution.
+        tick(i + 1, t_next, [&] { return adjusted.argmax(-1); });
     }
     // Round to the nearest embedding (Diffusion-LM's decoding), within the last step's hard constraints.
     const at::Tensor dist = x.pow(2).sum(-1, true) - 2 * at::matmul(x, E.t()) + E.pow(2).sum(-1);
@@ -336,7 +375,7 @@ at::Tensor Generator::run_continuous(int64_t batch, at::Generator& gen, const st
     return rounded.argmax(-1);
 }
 
-at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const std::function<void(int64_t, double)>& tick) {
+at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const StepTick& tick) {
     const int64_t L = recipe_.max_length, mask_id = model_.tokenizer->mask_id();
     const DiscreteSampler sampler(model_.mask_schedule, discrete_kind(recipe_.sampler.name), recipe_.sampler.steps);
     const bool always_fresh = !recipe_.sampler.cache || composer_->needs_fresh_logits();
@@ -384,7 +423,8 @@ at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const std:
         const at::Tensor next = sampler.step(tokens, adjusted, i, mask_id, gen);
         if (!next.equal(tokens)) stale = true;
         tokens = next;
-        tick(i + 1, sampler.t_next(i));
+        // The current best guess: committed tokens, and the most likely token where still masked.
+        tick(i + 1, sampler.t_next(i), [&] { return at::where(tokens.eq(mask_id), adjusted.argmax(-1), tokens); });
     }
     stats_.steps += sampler.steps();
     return tokens;

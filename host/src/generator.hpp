@@ -3,10 +3,13 @@
 
 #include <rudder/plugins/plugins.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -29,16 +32,30 @@ struct SampleResult {
     std::vector<Control> controls;
 };
 
+// A sample as one JSON object: {"index", "text", "tokens" (before the first pad), "controls": {label: {"satisfied":
+// true|false|null, "score"?, "detail"?}}}. A line of `rudder generate`'s JSON Lines, and rudder_results_json().
+nlohmann::json sample_json(const SampleResult& sample);
+
 struct Progress {
     int64_t batch = 0, batches = 0;  // batch being denoised (0-based) and how many
     int64_t step = 0, steps = 0;     // reverse steps done in this batch
     double t = 1.0;
     int64_t samples_done = 0, samples_total = 0;
+    // The batch's current best guess, decoded: one text per sample of the batch (the argmax of the controlled
+    // clean-token distribution; committed tokens stay). Decoding costs, so it runs only when called; valid only
+    // during the callback.
+    std::function<std::vector<std::string>()> current_texts;
 };
 // Called after every reverse step; return false to cancel the run (generate() then throws Cancelled).
 using ProgressCallback = std::function<bool(const Progress&)>;
 // Called once per finished sample, in order, so callers can stream results.
 using SampleCallback = std::function<void(const SampleResult&)>;
+
+// Per-call changes to the recipe, so one generator (model and controllers loaded once) serves many runs.
+struct RunOverrides {
+    std::optional<int64_t> samples;
+    std::optional<uint64_t> seed;
+};
 
 class Cancelled : public std::runtime_error {
 public:
@@ -68,7 +85,8 @@ public:
               std::vector<RecipeIssue> earlier_issues = {});
     ~Generator();
 
-    std::vector<SampleResult> generate(const ProgressCallback& progress = {}, const SampleCallback& on_sample = {});
+    std::vector<SampleResult> generate(const ProgressCallback& progress = {}, const SampleCallback& on_sample = {},
+                                       const RunOverrides& overrides = {});
 
     const Recipe& recipe() const { return recipe_; }
     const Model& model() const { return model_; }
@@ -76,8 +94,11 @@ public:
 
 private:
     class Services;
-    at::Tensor run_continuous(int64_t batch, at::Generator& gen, const std::function<void(int64_t, double)>& tick);
-    at::Tensor run_discrete(int64_t batch, at::Generator& gen, const std::function<void(int64_t, double)>& tick);
+    // Called by the reverse loops after each step with the step count, t, and how to get the current best tokens.
+    using StepTick = std::function<void(int64_t, double, const std::function<at::Tensor()>&)>;
+    at::Tensor run_continuous(int64_t batch, at::Generator& gen, const StepTick& tick);
+    at::Tensor run_discrete(int64_t batch, at::Generator& gen, const StepTick& tick);
+    std::string decode(const int64_t* row, int64_t* n_tokens) const;
     at::Tensor estimate_x0(const at::Tensor& adjusted, const at::Tensor& logp, const at::Tensor& model_x0,
                            double t) const;
 

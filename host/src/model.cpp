@@ -1,5 +1,7 @@
 #include "model.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -75,9 +77,12 @@ std::shared_ptr<const Tokenizer> load_tokenizer(const json& config, const fs::pa
 
 std::vector<fs::path> default_model_path() {
     std::vector<fs::path> out = plugins::split_path_list(std::getenv("RUDDER_MODEL_PATH"));
-    const fs::path bundled = plugins::executable_dir() / ".." / "share" / "rudder" / "models";
+    const fs::path bundled = plugins::bundled_model_dir();
     std::error_code ec;
-    if (fs::is_directory(bundled, ec)) out.push_back(fs::weakly_canonical(bundled, ec));
+    if (fs::is_directory(bundled, ec))
+        out.push_back(fs::weakly_canonical(bundled, ec));
+    else
+        spdlog::debug("no bundled models: {} is not a folder", bundled.string());
     return out;
 }
 

@@ -37,7 +37,7 @@ struct Model {
 };
 
 // Folders searched for bundled models by name: $RUDDER_MODEL_PATH (':'-separated), then
-// <exe dir>/../share/rudder/models (the build tree and an installed prefix both have it).
+// <prefix>/<datadir>/rudder/models (plugins::bundled_model_dir(); the build tree and an installed prefix both have it).
 std::vector<std::filesystem::path> default_model_path();
 
 // The names of the models found in `search_path` (folders holding a config.json).

@@ -8,6 +8,9 @@
 
 #include <cstddef>
 #include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <system_error>
@@ -108,6 +111,21 @@ std::string check_controller(const rudder_controller_desc* desc, uint32_t index)
     return {};
 }
 
+// One Library object per loaded image, process-wide. Loading a file that is already loaded gives the same image (and
+// the same plugin descriptor), and its controllers that are not THREAD_SAFE must share one call mutex however many
+// registries loaded it: each generator of the C API has its own registry, and generators run on different threads.
+std::shared_ptr<Library> shared_library_object(boost::dll::shared_library shared, const std::filesystem::path& path,
+                                               const rudder_plugin* plugin) {
+    static std::mutex mutex;
+    static std::map<const rudder_plugin*, std::weak_ptr<Library>> loaded;
+    std::lock_guard<std::mutex> lock(mutex);
+    std::weak_ptr<Library>& slot = loaded[plugin];
+    if (std::shared_ptr<Library> existing = slot.lock()) return existing;  // `shared` closes: the image stays loaded
+    auto library = std::make_shared<Library>(std::move(shared), path, plugin);
+    slot = library;
+    return library;
+}
+
 std::vector<ControllerType> load_checked(const std::filesystem::path& path) {
     std::error_code fs_error;
     const auto status = std::filesystem::status(path, fs_error);
@@ -168,7 +186,7 @@ std::vector<ControllerType> load_checked(const std::filesystem::path& path) {
             throw LoadError(path, "offers controller id '" + std::string(plugin->controllers[i]->id) + "' twice");
     }
 
-    auto library = std::make_shared<Library>(std::move(shared), path, plugin);
+    const std::shared_ptr<Library> library = shared_library_object(std::move(shared), path, plugin);
     std::vector<ControllerType> types;
     types.reserve(plugin->controller_count);
     for (uint32_t i = 0; i < plugin->controller_count; ++i)

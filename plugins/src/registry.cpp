@@ -55,8 +55,8 @@ Registry::Registry(std::vector<fs::path> search_path) : search_path_(std::move(s
 std::vector<fs::path> Registry::default_search_path() {
     std::vector<fs::path> dirs = split_path_list(std::getenv("RUDDER_PLUGIN_PATH"));
     std::error_code error;
-    const fs::path beside_exe = fs::canonical(executable_dir() / ".." / "lib" / "rudder" / "plugins", error);
-    if (!error && fs::is_directory(beside_exe, error)) dirs.push_back(beside_exe);
+    const fs::path bundled = fs::canonical(bundled_plugin_dir(), error);
+    if (!error && fs::is_directory(bundled, error)) dirs.push_back(bundled);
     return dirs;
 }
 

@@ -335,12 +335,12 @@ TEST(ControllerInstance, RunInfoDeviceIsTheCpu) {
     EXPECT_THAT(detail_of(probe), HasSubstr(" device=" + std::to_string(kDLCPU) + ":0;"));
 }
 
-TEST(ControllerInstance, CallsIntoANonThreadSafeLibraryAreSerialised) {
-    // "good" fails a step that overlaps another step of its library; each step lingers 2 ms.
-    const ControllerType type = fixture_type("good");
+// Steps one instance of each type on its own thread at once; returns each thread's error ("" if none). "good" fails
+// a step that overlaps another step of its library; each step lingers 2 ms.
+std::vector<std::string> step_concurrently(const std::vector<ControllerType>& types) {
     std::vector<std::unique_ptr<ControllerInstance>> instances;
-    for (int k = 0; k < 2; ++k) {
-        instances.push_back(std::make_unique<ControllerInstance>(type, "{\"sleep_ms\":2}", "g" + std::to_string(k)));
+    for (size_t k = 0; k < types.size(); ++k) {
+        instances.push_back(std::make_unique<ControllerInstance>(types[k], "{\"sleep_ms\":2}", "g" + std::to_string(k)));
         instances.back()->begin(discrete_shape(), nullptr);
     }
     std::vector<std::string> errors(instances.size());
@@ -354,7 +354,18 @@ TEST(ControllerInstance, CallsIntoANonThreadSafeLibraryAreSerialised) {
             }
         });
     for (auto& thread : threads) thread.join();
-    for (const auto& error : errors) EXPECT_EQ(error, "");
+    return errors;
+}
+
+TEST(ControllerInstance, CallsIntoANonThreadSafeLibraryAreSerialised) {
+    const ControllerType type = fixture_type("good");
+    for (const auto& error : step_concurrently({type, type})) EXPECT_EQ(error, "");
+}
+
+TEST(ControllerInstance, CallsAreSerialisedAcrossSeparateLoadsOfALibrary) {
+    // Every generator of the C API has its own registry, so one library is loaded once per generator.
+    const ControllerType first = fixture_type("good"), second = fixture_type("good");
+    for (const auto& error : step_concurrently({first, second})) EXPECT_EQ(error, "");
 }
 
 bool is_loaded(const std::filesystem::path& file) {

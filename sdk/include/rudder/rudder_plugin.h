@@ -68,6 +68,9 @@ extern "C" {
 /* ---------------------------------------------------------------------------------------------------------
  * Status codes and enums. Values are fixed forever within a major version.
  * ------------------------------------------------------------------------------------------------------- */
+/* Guarded because the embedding API's header (rudder.h) defines the same type and values: both may be included. */
+#ifndef RUDDER_STATUS_DEFINED
+#define RUDDER_STATUS_DEFINED
 typedef int32_t rudder_status;
 enum {
     RUDDER_OK = 0,
@@ -78,6 +81,7 @@ enum {
     RUDDER_ERR_CANCELLED = 5,        /* the run was cancelled */
     RUDDER_ERR_OUT_OF_MEMORY = 6
 };
+#endif
 
 typedef int32_t rudder_family;
 enum {

@@ -62,9 +62,9 @@ public:
     // `search_path`: directories scanned in order for plugin libraries (*.so).
     explicit Registry(std::vector<std::filesystem::path> search_path);
 
-    // The default search path: $RUDDER_PLUGIN_PATH (':'-separated) first, then the plugin folder next to the
-    // running executable (<exe dir>/../lib/rudder/plugins), which is where the build and `cmake --install`
-    // put the first-party plugins.
+    // The default search path: $RUDDER_PLUGIN_PATH (':'-separated) first, then <prefix>/<libdir>/rudder/plugins
+    // (bundled_plugin_dir(): found from the CLI's executable or from librudder.so), which is where the build and
+    // `cmake --install` put the first-party plugins.
     static std::vector<std::filesystem::path> default_search_path();
 
     const std::vector<std::filesystem::path>& search_path() const { return search_path_; }

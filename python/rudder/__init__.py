@@ -1,0 +1,307 @@
+"""Rudder from Python: controlled text generation with diffusion language models.
+
+A thin ctypes binding over the C embedding API (rudder.h in librudder.so); nothing to compile.
+
+    import rudder
+
+    gen = rudder.Generator("examples/recipes/length_span_discrete.json")
+    for sample in gen.generate(samples=4, seed=1, on_step=lambda p: print(p.step, p.texts[0]), step_texts=True):
+        print(sample.text, sample.controls["length"].satisfied)
+
+librudder.so is found through $RUDDER_LIBRARY, then next to this package as `cmake --install` lays it out
+(<prefix>/<libdir>/rudder/python/rudder -> <prefix>/<libdir>/librudder.so), then the system's library path.
+Generators on different Python threads run at the same time (ctypes releases the GIL during a call).
+"""
+
+import ctypes
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Union
+
+__all__ = ["Generator", "Sample", "Verdict", "Progress", "Error", "Cancelled", "InvalidRecipe", "library_version"]
+
+# Status codes (rudder.h).
+OK = 0
+ERR_INVALID_ARGUMENT = 1
+ERR_CANCELLED = 5
+ERR_INVALID_RECIPE = 100
+ERR_GENERATION_FAILED = 101
+ERR_BUSY = 102
+
+
+class Error(Exception):
+    """A failed call: `status` is the C API's code, the message is its text."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class InvalidRecipe(Error):
+    """The recipe, its model or a controller's params are invalid; the message lists each problem's JSON pointer."""
+
+
+class Cancelled(Error):
+    """The step callback asked to stop. The generator stays usable."""
+
+
+def _error(status: int, message: str) -> Error:
+    kind = {ERR_INVALID_RECIPE: InvalidRecipe, ERR_CANCELLED: Cancelled}.get(status, Error)
+    return kind(status, message)
+
+
+# ----- the C declarations ---------------------------------------------------------------------------------------
+
+
+class _Options(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("model", ctypes.c_char_p), ("model_path", ctypes.c_char_p),
+                ("plugin_path", ctypes.c_char_p), ("base_dir", ctypes.c_char_p)]
+
+
+class _Progress(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("batch", ctypes.c_int64), ("batches", ctypes.c_int64),
+                ("step", ctypes.c_int64), ("steps", ctypes.c_int64), ("t", ctypes.c_double),
+                ("samples_done", ctypes.c_int64), ("samples_total", ctypes.c_int64),
+                ("texts", ctypes.POINTER(ctypes.c_char_p)), ("n_texts", ctypes.c_int64)]
+
+
+_PROGRESS_FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(_Progress), ctypes.c_void_p)
+_LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_int32, ctypes.c_char_p, ctypes.c_void_p)
+
+
+class _GenerateOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("samples", ctypes.c_int64), ("override_seed", ctypes.c_int32),
+                ("seed", ctypes.c_uint64), ("on_progress", _PROGRESS_FN), ("user_data", ctypes.c_void_p),
+                ("progress_text", ctypes.c_int32)]
+
+
+class _VerdictInfo(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("label", ctypes.c_char_p), ("satisfied", ctypes.c_int32),
+                ("has_score", ctypes.c_int32), ("score", ctypes.c_double), ("detail", ctypes.c_char_p)]
+
+
+def _find_library() -> str:
+    explicit = os.environ.get("RUDDER_LIBRARY")
+    if explicit:
+        return explicit
+    installed = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "librudder.so")
+    if os.path.exists(installed):
+        return os.path.normpath(installed)
+    return "librudder.so"  # the system's library path (ldconfig, LD_LIBRARY_PATH)
+
+
+def _load() -> ctypes.CDLL:
+    lib = ctypes.CDLL(_find_library())
+    p, c_char_p, c_size_t, c_int32 = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int32
+    signatures = {
+        "rudder_version": ([], c_char_p),
+        "rudder_status_name": ([c_int32], c_char_p),
+        "rudder_last_error": ([], c_char_p),
+        "rudder_set_log": ([_LOG_FN, p, c_int32], c_int32),
+        "rudder_keep_freed_memory_in_process": ([], c_int32),
+        "rudder_default_options": ([], _Options),
+        "rudder_generator_create": ([c_char_p, ctypes.POINTER(_Options), ctypes.POINTER(p)], c_int32),
+        "rudder_generator_create_from_file": ([c_char_p, ctypes.POINTER(_Options), ctypes.POINTER(p)], c_int32),
+        "rudder_generator_free": ([p], None),
+        "rudder_generator_last_error": ([p], c_char_p),
+        "rudder_default_generate_options": ([], _GenerateOptions),
+        "rudder_generate": ([p, ctypes.POINTER(_GenerateOptions), ctypes.POINTER(p)], c_int32),
+        "rudder_results_count": ([p], c_size_t),
+        "rudder_results_text": ([p, c_size_t], c_char_p),
+        "rudder_results_tokens": ([p, c_size_t, ctypes.POINTER(c_size_t)], ctypes.POINTER(ctypes.c_int64)),
+        "rudder_results_verdict_count": ([p], c_size_t),
+        "rudder_results_verdict": ([p, c_size_t, c_size_t], ctypes.POINTER(_VerdictInfo)),
+        "rudder_results_free": ([p], None),
+    }
+    for name, (argtypes, restype) in signatures.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, restype
+    return lib
+
+
+_lib = _load()
+
+
+def _text(raw: Optional[bytes]) -> str:
+    return raw.decode("utf-8", errors="replace") if raw is not None else ""
+
+
+def library_version() -> str:
+    """librudder.so's version, e.g. "0.1.0"."""
+    return _text(_lib.rudder_version())
+
+
+def keep_freed_memory_in_process() -> bool:
+    """Keeps freed tensor memory in the process (glibc): several times faster generation; see rudder.h."""
+    return _lib.rudder_keep_freed_memory_in_process() == 1
+
+
+_log_callback = None  # kept alive while the C library may call it
+
+
+def set_log(callback: Optional[Callable[[int, str], None]], min_level: int = 2) -> None:
+    """Sends Rudder's log messages at `min_level` and above (0 debug, 1 info, 2 warn, 3 error) to
+    callback(level, message), or to stderr with None. The callback may run on any thread."""
+    global _log_callback
+    wrapped = _LOG_FN(lambda level, message, _: callback(level, _text(message))) if callback else _LOG_FN()
+    status = _lib.rudder_set_log(wrapped, None, min_level)
+    _log_callback = wrapped
+    if status != OK:
+        raise _error(status, _text(_lib.rudder_last_error()))
+
+
+# ----- results ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    """One controller's verdict on one sample: satisfied is True, False or None (the controller cannot tell)."""
+    satisfied: Optional[bool]
+    score: Optional[float]
+    detail: Any = None  # the JSON the controller added, parsed
+
+
+@dataclass
+class Sample:
+    index: int
+    text: str
+    tokens: List[int]
+    controls: Dict[str, Verdict] = field(default_factory=dict)  # by controller label, in recipe order
+
+
+@dataclass
+class Progress:
+    """After each reverse step: step counts per batch, the diffusion time t (1 = noise, 0 = clean), and with
+    step_texts=True the current best guess of each sample of the batch."""
+    batch: int
+    batches: int
+    step: int
+    steps: int
+    t: float
+    samples_done: int
+    samples_total: int
+    texts: List[str]
+
+
+def _verdict(info: _VerdictInfo) -> Verdict:
+    detail = _text(info.detail)
+    try:
+        parsed = json.loads(detail) if detail else None
+    except ValueError:
+        parsed = detail
+    return Verdict(satisfied=None if info.satisfied < 0 else info.satisfied == 1,
+                   score=info.score if info.has_score else None, detail=parsed)
+
+
+def _samples(res: ctypes.c_void_p) -> List[Sample]:
+    out = []
+    for i in range(_lib.rudder_results_count(res)):
+        n = ctypes.c_size_t(0)
+        ids = _lib.rudder_results_tokens(res, i, ctypes.byref(n))
+        sample = Sample(index=i, text=_text(_lib.rudder_results_text(res, i)), tokens=ids[: n.value])
+        for k in range(_lib.rudder_results_verdict_count(res)):
+            info = _lib.rudder_results_verdict(res, i, k).contents
+            sample.controls[_text(info.label)] = _verdict(info)
+        out.append(sample)
+    return out
+
+
+# ----- generators -------------------------------------------------------------------------------------------------
+
+
+def _bytes(value: Optional[Union[str, os.PathLike]]) -> Optional[bytes]:
+    return os.fsencode(value) if value is not None else None
+
+
+def _paths(value: Optional[Union[str, List[str]]]) -> Optional[bytes]:
+    if value is None or isinstance(value, (str, os.PathLike)):
+        return _bytes(value)
+    return _bytes(":".join(os.fspath(v) for v in value))
+
+
+class Generator:
+    """A recipe with its model and controllers loaded, ready to generate many times.
+
+    recipe: a recipe file's path, recipe JSON text, or a dict. model replaces the recipe's "model" (a bundled
+    name or a directory); model_path and plugin_path (a folder or a list) are searched first for models and
+    plugins by name; base_dir is where relative paths in recipe text or a dict resolve (a file: its folder).
+    Raises InvalidRecipe listing every problem with its JSON pointer.
+    """
+
+    def __init__(self, recipe: Union[str, os.PathLike, Dict[str, Any]], *, model: Optional[str] = None,
+                 model_path=None, plugin_path=None, base_dir: Optional[str] = None):
+        self._handle = ctypes.c_void_p()
+        options = _lib.rudder_default_options()
+        options.model, options.model_path = _bytes(model), _paths(model_path)
+        options.plugin_path, options.base_dir = _paths(plugin_path), _bytes(base_dir)
+        if isinstance(recipe, dict):
+            status = _lib.rudder_generator_create(json.dumps(recipe).encode(), options, ctypes.byref(self._handle))
+        elif isinstance(recipe, str) and recipe.lstrip().startswith("{"):
+            status = _lib.rudder_generator_create(recipe.encode(), options, ctypes.byref(self._handle))
+        else:
+            status = _lib.rudder_generator_create_from_file(_bytes(recipe), options, ctypes.byref(self._handle))
+        if status != OK:
+            raise _error(status, _text(_lib.rudder_last_error()))
+
+    def generate(self, samples: Optional[int] = None, seed: Optional[int] = None,
+                 on_step: Optional[Callable[[Progress], Any]] = None, step_texts: bool = False) -> List[Sample]:
+        """Generates the recipe's samples (or `samples`, with the recipe's seed or `seed`).
+
+        on_step(progress) runs after every reverse step; returning True cancels the run, which raises Cancelled
+        (an exception raised in on_step cancels too and is re-raised here). step_texts=True fills progress.texts
+        with each sample's current best guess (decoding costs, so it is off by default).
+        """
+        if self._handle is None or not self._handle.value:
+            raise Error(ERR_INVALID_ARGUMENT, "generator is closed")
+        options = _lib.rudder_default_generate_options()
+        if samples is not None:
+            if samples < 1:
+                raise Error(ERR_INVALID_ARGUMENT, f"samples must be at least 1, got {samples}")
+            options.samples = samples
+        if seed is not None:
+            options.override_seed, options.seed = 1, seed
+        raised: List[BaseException] = []
+
+        def step(progress_ptr, _user_data):
+            p = progress_ptr.contents
+            try:
+                texts = [_text(p.texts[i]) for i in range(p.n_texts)]
+                stop = on_step(Progress(p.batch, p.batches, p.step, p.steps, p.t, p.samples_done, p.samples_total,
+                                        texts))
+                return 1 if stop is True else 0
+            except BaseException as e:  # noqa: B902 - carried across the C call and re-raised below
+                raised.append(e)
+                return 1
+
+        callback = _PROGRESS_FN(step) if on_step is not None else _PROGRESS_FN()
+        options.on_progress = callback
+        options.progress_text = 1 if step_texts else 0
+        res = ctypes.c_void_p()
+        status = _lib.rudder_generate(self._handle, options, ctypes.byref(res))
+        if raised:
+            raise raised[0]
+        if status != OK:
+            raise _error(status, _text(_lib.rudder_generator_last_error(self._handle)))
+        try:
+            return _samples(res)
+        finally:
+            _lib.rudder_results_free(res)
+
+    def close(self) -> None:
+        """Frees the model and the controllers now rather than when the object is collected."""
+        if self._handle is not None and self._handle.value:
+            _lib.rudder_generator_free(self._handle)
+        self._handle = None
+
+    def __enter__(self) -> "Generator":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # at interpreter exit the module's globals may already be gone
+            pass

@@ -1,0 +1,101 @@
+"""The Python binding over librudder.so: generate from a recipe, verdicts, the step callback, cancelling, errors,
+and generators on several Python threads. Run by ctest with RUDDER_LIBRARY and PYTHONPATH set."""
+import json
+import os
+import tempfile
+import threading
+import unittest
+
+import rudder
+
+RECIPE = {
+    "model": "e2e-corpus", "family": "discrete", "sampler": {"steps": 30}, "seed": 5, "samples": 3,
+    "max_length": 16,
+    "controllers": [{"plugin": "length", "params": {"tokens": 8}}, {"plugin": "span", "params": {"prefix": "The"}}],
+}
+
+
+class Binding(unittest.TestCase):
+    def test_generate_from_a_recipe_file_with_verdicts(self):
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "recipe.json")
+            with open(path, "w") as f:
+                json.dump(RECIPE, f)
+            with rudder.Generator(path) as gen:
+                samples = gen.generate()
+        self.assertEqual(len(samples), 3)
+        for s in samples:
+            self.assertTrue(s.text.startswith("The "), s.text)
+            self.assertEqual(len(s.tokens), 8)
+            self.assertEqual(list(s.controls), ["length", "span"])
+            self.assertIs(s.controls["length"].satisfied, True)
+            self.assertEqual(s.controls["length"].score, 8.0)
+
+    def test_same_seed_same_samples_and_per_call_overrides(self):
+        gen = rudder.Generator(json.dumps(RECIPE))
+        first = [s.text for s in gen.generate()]
+        self.assertEqual([s.text for s in gen.generate()], first)
+        more = gen.generate(samples=5, seed=123)
+        self.assertEqual(len(more), 5)
+        self.assertEqual([s.index for s in more], [0, 1, 2, 3, 4])
+
+    def test_step_callback_sees_progress_and_texts(self):
+        gen = rudder.Generator(RECIPE)
+        seen = []
+        samples = gen.generate(samples=2, on_step=seen.append, step_texts=True)
+        self.assertEqual(len(seen), 30)  # one batch of 2, 30 steps
+        self.assertEqual((seen[0].step, seen[0].steps, seen[0].batches), (1, 30, 1))
+        self.assertGreater(seen[0].t, seen[-1].t)
+        self.assertEqual(seen[-1].texts, [s.text for s in samples])
+        without = []
+        gen.generate(samples=2, on_step=without.append)
+        self.assertEqual(without[0].texts, [])
+
+    def test_returning_true_cancels_and_the_generator_stays_usable(self):
+        gen = rudder.Generator(RECIPE)
+        calls = []
+        with self.assertRaises(rudder.Cancelled):
+            gen.generate(on_step=lambda p: calls.append(p.step) or p.step == 4)
+        self.assertEqual(calls, [1, 2, 3, 4])
+        self.assertEqual(len(gen.generate()), 3)
+
+    def test_an_exception_in_the_callback_cancels_and_is_raised(self):
+        gen = rudder.Generator(RECIPE)
+
+        def explode(progress):
+            raise KeyError("from the callback")
+
+        with self.assertRaises(KeyError):
+            gen.generate(on_step=explode)
+
+    def test_invalid_recipe_names_every_problem(self):
+        bad = dict(RECIPE, sampler={"stpes": 3}, controllers=[{"plugin": "lenght"}])
+        with self.assertRaises(rudder.InvalidRecipe) as caught:
+            rudder.Generator(bad)
+        message = str(caught.exception)
+        self.assertIn("/sampler/stpes: unknown key 'stpes'; did you mean 'steps'?", message)
+        self.assertIn("did you mean 'length'?", message)
+        self.assertEqual(caught.exception.status, rudder.ERR_INVALID_RECIPE)
+
+    def test_generators_on_several_threads(self):
+        recipes = [dict(RECIPE, seed=seed, family=family) for seed, family in
+                   [(1, "discrete"), (2, "continuous"), (3, "discrete")]]
+        sequential = [[s.text for s in rudder.Generator(r).generate()] for r in recipes]
+        concurrent = [None] * len(recipes)
+
+        def run(k):
+            concurrent[k] = [s.text for s in rudder.Generator(recipes[k]).generate()]
+
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(len(recipes))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(concurrent, sequential)
+
+    def test_version(self):
+        self.assertRegex(rudder.library_version(), r"^\d+\.\d+\.\d+$")
+
+
+if __name__ == "__main__":
+    unittest.main()
