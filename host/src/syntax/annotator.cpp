@@ -214,9 +214,13 @@ std::vector<Tree> ParserModel::parse(const std::vector<std::vector<std::string>>
             for (int64_t i = 0; i < n; ++i) {
                 for (int64_t j = i + 1; j <= n; ++j, ++row) {
                     const auto at = static_cast<size_t>(chart.at(i, j));
-                    chart.label_score[at] = score_p[row];
+                    // Log-odds against "no constituent": the log-likelihood of labelling every span of the sentence,
+                    // with the spans outside the tree taken as no constituent, is a constant plus the sum of these
+                    // over the tree's spans. (Raw log-probabilities would make every confident span score ~0, and
+                    // CKY could not tell a tree of constituents from one of non-constituents.)
+                    chart.label_score[at] = score_p[row] - empty_p[row];
                     chart.label[at] = label_p[row] + 1;
-                    chart.empty_score[at] = empty_p[row];
+                    chart.empty_score[at] = 0.0f;
                 }
             }
             std::vector<Span> found;
