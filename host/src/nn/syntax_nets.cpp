@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/nn/utils/rnn.h>
 
+#include "nn/dropout.hpp"
 #include "syntax/words.hpp"
 #include "train/config.hpp"
 
@@ -10,14 +11,6 @@ namespace rudder::nn {
 using json = nlohmann::json;
 
 namespace {
-
-// Inverted dropout with masks drawn from `gen` on the CPU, so a seed fixes them (LibTorch's own dropout and the
-// LSTM's inter-layer dropout draw from the global generator, which a resumed run could not restore).
-at::Tensor dropout(const at::Tensor& x, double p, at::Generator* gen) {
-    if (!gen || p <= 0.0) return x;
-    at::Tensor keep = at::empty(x.sizes(), at::TensorOptions().dtype(at::kFloat)).bernoulli_(1.0 - p, *gen);
-    return x * keep.to(x.device(), x.scalar_type()) / (1.0 - p);
-}
 
 EncoderConfig read_encoder_config(train::ObjectReader& r, int64_t vocab_size) {
     EncoderConfig c;

@@ -368,7 +368,8 @@ private:
         return syntax_ ? make_syntax_batch(data.examples, rows, c_.kind)
                        : make_batch(data.examples, rows, c_.max_length, tokenizer_->pad_id(), conditional_);
     }
-    void load_treebanks();
+    void load_e2e();        // E2E CSV: the teacher and the denoisers
+    void load_treebanks();  // the tagger and the parser
     json network_config_;  // c_.network, plus the label sets of treebank data
     fs::path checkpoint_dir_;
     std::shared_ptr<WordTokenizer> tokenizer_;
@@ -436,6 +437,10 @@ void Trainer::load_treebanks() {
     }
     const TreebankLabels labels = collect_labels(sentences);
     network_config_ = c_.network;
+    std::vector<ConfigIssue> issues;
+    for (const char* key : {"tags", "upos", "labels"})
+        if (network_config_.contains(key)) issues.push_back({std::string("/network/") + key, "filled in from the training data; leave it out"});
+    if (!issues.empty()) throw ConfigError(c_.source, std::move(issues));
     if (c_.kind == "tagger") {
         network_config_["tags"] = labels.tags.names;
         network_config_["upos"] = labels.upos.names;
@@ -445,23 +450,29 @@ void Trainer::load_treebanks() {
     const int64_t buckets = network_config_.value("buckets", int64_t{8192});
     if (buckets < 2) throw ConfigError(c_.source, {{"/network/buckets", "expected an integer >= 2"}});
     train_ = encode_treebank(sentences, *tokenizer_, labels, c_.kind, buckets, c_.max_length);
-    if (train_.examples.empty())
-        throw std::runtime_error("'" + c_.train_file.string() + "': no training sentence is left after dropping the " +
-                                 std::to_string(train_.dropped_too_long) + " longer than max_length " +
-                                 std::to_string(c_.max_length));
-    fingerprint_ = fingerprint(*tokenizer_, train_.examples);
-    if (!c_.dev_file.empty()) {
+    if (!c_.dev_file.empty())
         dev_ = encode_treebank(syntax::read_treebank(c_.dev_file), *tokenizer_, labels, c_.kind, buckets, c_.max_length);
-        if (static_cast<int64_t>(dev_.examples.size()) > c_.dev_max_texts) dev_.examples.resize(static_cast<size_t>(c_.dev_max_texts));
-        if (dev_.examples.empty()) throw std::runtime_error("'" + c_.dev_file.string() + "': no dev sentence fits max_length");
-    }
 }
 
 void Trainer::load_data() {
     if (syntax_) {
         load_treebanks();
-        return;
+    } else {
+        load_e2e();
     }
+    const std::string unit = syntax_ ? "sentence" : "text";
+    if (train_.examples.empty())
+        throw std::runtime_error("'" + c_.train_file.string() + "': no training " + unit + " is left after dropping the " +
+                                 std::to_string(train_.dropped_too_long) + " longer than max_length " +
+                                 std::to_string(c_.max_length));
+    fingerprint_ = fingerprint(*tokenizer_, train_.examples);
+    if (!c_.dev_file.empty()) {
+        if (static_cast<int64_t>(dev_.examples.size()) > c_.dev_max_texts) dev_.examples.resize(static_cast<size_t>(c_.dev_max_texts));
+        if (dev_.examples.empty()) throw std::runtime_error("'" + c_.dev_file.string() + "': no dev " + unit + " fits max_length");
+    }
+}
+
+void Trainer::load_e2e() {
     network_config_ = c_.network;
     const auto records = read_e2e_csv(c_.train_file);
     if (!c_.vocab_file.empty()) {
@@ -477,16 +488,7 @@ void Trainer::load_data() {
         tokenizer_ = std::make_shared<WordTokenizer>(WordTokenizer::build(lines, c_.min_count));
     }
     train_ = encode_records(records, *tokenizer_, c_, conditional_);
-    if (train_.examples.empty())
-        throw std::runtime_error("'" + c_.train_file.string() + "': no training text is left after dropping the " +
-                                 std::to_string(train_.dropped_too_long) + " longer than max_length " +
-                                 std::to_string(c_.max_length));
-    fingerprint_ = fingerprint(*tokenizer_, train_.examples);
-    if (!c_.dev_file.empty()) {
-        dev_ = encode_records(read_e2e_csv(c_.dev_file), *tokenizer_, c_, conditional_);
-        if (static_cast<int64_t>(dev_.examples.size()) > c_.dev_max_texts) dev_.examples.resize(static_cast<size_t>(c_.dev_max_texts));
-        if (dev_.examples.empty()) throw std::runtime_error("'" + c_.dev_file.string() + "': no dev text fits max_length");
-    }
+    if (!c_.dev_file.empty()) dev_ = encode_records(read_e2e_csv(c_.dev_file), *tokenizer_, c_, conditional_);
 }
 
 void Trainer::build_network() {
