@@ -63,8 +63,10 @@ int run_annotate(const AnnotateOptions& o) {
         const auto annotations = annotator.annotate_texts(batch);
         for (size_t k = 0; k < batch.size(); ++k) {
             const auto& a = annotations[k];
-            json line = {{"text", batch[k]}, {"words", a.words}, {"pos", a.pos}};
-            line["tree"] = parser && !a.words.empty() ? json(syntax::to_string(a.tree)) : json(nullptr);
+            // Keys in the order a reader expects them, not sorted.
+            nlohmann::ordered_json line = {{"text", batch[k]}, {"words", a.words}, {"pos", a.pos}};
+            line["tree"] = parser && !a.words.empty() ? nlohmann::ordered_json(syntax::to_string(a.tree))
+                                                      : nlohmann::ordered_json(nullptr);
             out << line.dump() << "\n";
         }
         if (!out) throw std::runtime_error("cannot write '" + (o.out.empty() ? std::string("stdout") : o.out) + "'");

@@ -9,10 +9,17 @@
 #include <torch/nn/module.h>
 
 #include <string>
+#include <utility>
 
 namespace rudder::nn {
 
 struct TrainingBatch {
+    // A constructor rather than aggregate initialisation, so that {tokens, condition} stays warning-free now that
+    // there are more (optional) fields.
+    TrainingBatch(at::Tensor tokens_ = {}, at::Tensor condition_ = {}, at::Tensor features_ = {}, at::Tensor targets_ = {})
+        : tokens(std::move(tokens_)), condition(std::move(condition_)), features(std::move(features_)),
+          targets(std::move(targets_)) {}
+
     at::Tensor tokens;     // int64 [B, L]: a text's ids, then pad_id up to L
     at::Tensor condition;  // int64 [B, C]: the E2E meaning representation's ids, pad_id-padded; undefined if none
     // The syntax networks (nn/syntax_nets.hpp) only; undefined otherwise.
