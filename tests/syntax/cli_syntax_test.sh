@@ -78,6 +78,7 @@ PY
     [ $code -eq 1 ] || fail "expected exit 1, got $code: $err"
     grep -q "no model named 'no-such-tagger'" <<<"$err" || fail "$err"
     grep -q "rudder train examples/train/tagger.json" <<<"$err" || fail "$err"
+    config parser 2 train.ptb > "$work/parser.json"  # any parser will do
     "$rudder" train -q "$work/parser.json" || fail "parser train exit $?"
     err=$("$rudder" annotate "$work/texts.txt" --tagger "$work/parser" --tags-only 2>&1 >/dev/null); code=$?
     [ $code -eq 1 ] || fail "expected exit 1, got $code: $err"
