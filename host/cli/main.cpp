@@ -14,6 +14,7 @@
 #include <map>
 
 #include "bench_command.hpp"
+#include "syntax_commands.hpp"
 #include "generator.hpp"
 #include "metrics.hpp"
 #include "model.hpp"
@@ -310,7 +311,7 @@ int main(int argc, char** argv) {
     std::string train_config;
     int64_t stop_after = 0;
     bool overwrite = false;
-    auto* train = app.add_subcommand("train", "Train a network (teacher LM or denoiser) from a training config");
+    auto* train = app.add_subcommand("train", "Train a network (teacher LM, denoiser, tagger or parser) from a training config");
     train->add_option("config", train_config, "Training config (JSON, see docs/training.md)")
         ->required()
         ->check(CLI::ExistingFile);
@@ -349,6 +350,35 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(1, 256));
     bench->add_flag("--json", bench_options.as_json, "Machine-readable output");
 
+    rudder::cli::AnnotateOptions annotate_options;
+    auto* annotate = app.add_subcommand("annotate", "POS tags and a constituency tree per text, as JSON Lines");
+    annotate->add_option("file", annotate_options.input,
+                         "E2E CSV (its refs), JSON Lines with a \"text\" field, or one text per line")
+        ->required()
+        ->check(CLI::ExistingFile);
+    annotate->add_option("-o,--out", annotate_options.out, "Write JSON Lines here instead of stdout");
+    annotate->add_option("--tagger", annotate_options.tagger, "Tagger: a bundled name or a directory (default ewt-tagger)");
+    annotate->add_option("--parser", annotate_options.parser, "Parser: a bundled name or a directory (default gum-parser)");
+    annotate->add_flag("--tags-only", annotate_options.tags_only, "No parser: \"tree\" is null");
+    annotate->add_option("--batch-size", annotate_options.batch_size, "Texts annotated together")->check(CLI::Range(1, 4096));
+    annotate->add_option("--threads", annotate_options.threads, "LibTorch threads (default: LibTorch's choice)")
+        ->check(CLI::Range(1, 256));
+    annotate->add_flag("-q,--quiet", annotate_options.quiet, "No progress on stderr");
+
+    rudder::cli::EvalAnnotatorOptions eval_options;
+    auto* eval_annotator = app.add_subcommand(
+        "eval-annotator", "Accuracy of a tagger, or labelled bracket F1 of a parser, on a treebank file");
+    eval_annotator->add_option("model", eval_options.model, "A tagger or parser: a bundled name or a directory")->required();
+    eval_annotator->add_option("treebank", eval_options.treebank,
+                               "CoNLL-U (.conllu) or bracketed trees (.ptb, .mrg, .tree, .trees), plain or .gz")
+        ->required()
+        ->check(CLI::ExistingFile);
+    eval_annotator->add_option("--batch-size", eval_options.batch_size, "Sentences processed together")
+        ->check(CLI::Range(1, 4096));
+    eval_annotator->add_option("--threads", eval_options.threads, "LibTorch threads (default: LibTorch's choice)")
+        ->check(CLI::Range(1, 256));
+    eval_annotator->add_flag("--json", eval_options.as_json, "Machine-readable output");
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -369,6 +399,8 @@ int main(int argc, char** argv) {
         if (train->parsed()) return cmd_train(train_config, stop_after, overwrite, quiet);
         if (score->parsed()) return cmd_score(score_file, teacher_name, score_against, as_json, score_batch);
         if (bench->parsed()) return rudder::cli::run_bench(bench_options);
+        if (annotate->parsed()) return rudder::cli::run_annotate(annotate_options);
+        if (eval_annotator->parsed()) return rudder::cli::run_eval_annotator(eval_options);
     } catch (const rudder::RecipeError& e) {
         print_recipe_error(recipe_path, e);
         return kExitInvalid;

@@ -165,6 +165,9 @@ Model load_model(const fs::path& dir, std::optional<Family> family) {
     const auto type = get<std::string>(config, "type", file);
     if (type == "teacher")
         throw ModelError("'" + dir.string() + "' is a teacher language model (used by `rudder score`), not a diffusion model");
+    if (type == "tagger" || type == "parser")
+        throw ModelError("'" + dir.string() + "' is a " + (type == "tagger" ? "part-of-speech tagger" : "constituency parser") +
+                         " (used by `rudder annotate` and the syntax controllers), not a diffusion model");
     std::vector<Family> offered;
     for (const auto& f : get<std::vector<std::string>>(config, "families", file)) offered.push_back(parse_family(f, file));
     if (offered.empty()) throw ModelError("'" + file.string() + "': 'families' is empty");

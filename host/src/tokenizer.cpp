@@ -70,13 +70,32 @@ std::vector<std::string> WordTokenizer::split(std::string_view text) {
 }
 
 WordTokenizer WordTokenizer::build(const std::vector<std::string>& lines, int64_t min_count) {
-    if (min_count < 1) {
-        throw std::invalid_argument("WordTokenizer::build: min_count must be >= 1, got " +
-                                    std::to_string(min_count));
-    }
     std::map<std::string, int64_t> counts;  // ordered, so ties below come out by text
     for (const auto& line : lines) {
         for (auto& word : split(line)) ++counts[std::move(word)];
+    }
+    return from_counts(counts, min_count, "WordTokenizer::build");
+}
+
+WordTokenizer WordTokenizer::from_words(const std::vector<std::string>& words, int64_t min_count) {
+    std::map<std::string, int64_t> counts;
+    for (const auto& word : words) {
+        if (word.empty() || std::any_of(word.begin(), word.end(), [](char c) { return is_space_byte(static_cast<unsigned char>(c)); }))
+            throw std::invalid_argument("WordTokenizer::from_words: '" + word + "' is empty or holds whitespace");
+        ++counts[word];
+    }
+    return from_counts(counts, min_count, "WordTokenizer::from_words");
+}
+
+int64_t WordTokenizer::id(const std::string& word) const {
+    auto it = index_.find(word);
+    return it == index_.end() ? unk_id() : it->second;
+}
+
+WordTokenizer WordTokenizer::from_counts(const std::map<std::string, int64_t>& counts, int64_t min_count,
+                                         const char* caller) {
+    if (min_count < 1) {
+        throw std::invalid_argument(std::string(caller) + ": min_count must be >= 1, got " + std::to_string(min_count));
     }
     std::vector<std::pair<std::string, int64_t>> kept;
     for (auto& entry : counts) {

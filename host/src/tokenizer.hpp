@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <istream>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -39,6 +40,10 @@ public:
     // Vocabulary of every word appearing at least `min_count` times in `lines`, most frequent first (ties by
     // text, so the result is deterministic).
     static WordTokenizer build(const std::vector<std::string>& lines, int64_t min_count = 1);
+    // Vocabulary of the given words, taken as they are (no splitting): every word appearing at least `min_count`
+    // times, most frequent first (ties by text). Words must be non-empty and hold no whitespace. The tagger and
+    // parser use it for their word tables (see syntax/words.hpp, word_key).
+    static WordTokenizer from_words(const std::vector<std::string>& words, int64_t min_count = 1);
     // One token per line; the first three lines must be <pad>, <unk>, <mask>. Throws std::runtime_error naming
     // the file and line on a bad file.
     static WordTokenizer load(const std::string& vocab_path);
@@ -50,6 +55,8 @@ public:
     static std::vector<std::string> split(std::string_view text);
 
     std::vector<int64_t> encode(std::string_view text) const override;
+    // The id of one word as it is (no splitting); unk_id() if it is not in the vocabulary.
+    int64_t id(const std::string& word) const;
     std::string decode(const int64_t* ids, int64_t n) const override;
     int64_t vocab_size() const override { return static_cast<int64_t>(tokens_.size()); }
     const std::string& token(int64_t id) const override;
@@ -60,6 +67,7 @@ public:
 
 private:
     explicit WordTokenizer(std::vector<std::string> tokens);
+    static WordTokenizer from_counts(const std::map<std::string, int64_t>& counts, int64_t min_count, const char* caller);
     std::vector<std::string> tokens_;
     std::unordered_map<std::string, int64_t> index_;
 };

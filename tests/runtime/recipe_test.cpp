@@ -55,7 +55,7 @@ TEST(Recipe, DesignExampleParses) {
 TEST(Recipe, DefaultsWhenOmitted) {
     const auto r = parse_recipe(R"({"model": "m"})", ".");
     EXPECT_EQ(r.samples, 1);
-    EXPECT_EQ(r.max_length, 64);
+    EXPECT_EQ(r.max_length, 0);  // the model's, decided when the model is loaded
     EXPECT_EQ(r.device, "cpu");
     EXPECT_TRUE(r.sampler.name.empty());  // the model's family picks it
     EXPECT_TRUE(r.controllers.empty());

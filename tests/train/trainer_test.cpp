@@ -204,7 +204,8 @@ TEST_F(MicroTraining, ConfigErrorsNameTheKeyAndWhatWasExpected) {
     j["max_length"] = "long";
     const std::string issues = config_issues([&] { parse(j); });
     for (const char* expected : {
-             "/kind: expected one of \"teacher\", \"continuous\", \"discrete\", got \"teachr\"; did you mean \"teacher\"?",
+             "/kind: expected one of \"teacher\", \"continuous\", \"discrete\", \"tagger\", \"parser\", got \"teachr\"; "
+             "did you mean \"teacher\"?",
              "/training/lr: expected a number > 0 and <= 1, got -1",
              "/training/steps: missing; expected an integer in [1, 100000000]",
              "/training/stepz: unknown key 'stepz'; did you mean 'steps'?",

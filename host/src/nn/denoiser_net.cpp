@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "nn/dropout.hpp"
 #include "train/config.hpp"
 
 namespace rudder::nn {
@@ -26,13 +27,6 @@ std::string shape_string(const at::Tensor& t) {
 
 // Normal values from LibTorch's default CPU generator (at::manual_seed fixes them).
 at::Tensor init_normal(at::IntArrayRef sizes, double std) { return at::randn(sizes, at::kFloat) * std; }
-
-// Inverted dropout with the mask drawn from `gen` on the CPU, so a seed fixes it on any device.
-at::Tensor dropout(const at::Tensor& x, double p, at::Generator* gen) {
-    if (!gen || p <= 0.0) return x;
-    const at::Tensor keep = at::empty(x.sizes(), at::kFloat).bernoulli_(1.0 - p, *gen);
-    return x * keep.to(x.device(), x.scalar_type()) * (1.0 / (1.0 - p));
-}
 
 }  // namespace
 

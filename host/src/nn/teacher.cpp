@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "nn/dropout.hpp"
 #include "model.hpp"
 #include "safetensors.hpp"
 #include "train/config.hpp"
@@ -14,17 +15,6 @@
 
 namespace rudder::nn {
 using json = nlohmann::json;
-
-namespace {
-
-// Inverted dropout with masks drawn from `gen` on the CPU (so a seed fixes them on any device).
-at::Tensor dropout(const at::Tensor& x, double p, at::Generator* gen) {
-    if (!gen || p <= 0.0) return x;
-    at::Tensor keep = at::empty(x.sizes(), at::TensorOptions().dtype(at::kFloat)).bernoulli_(1.0 - p, *gen);
-    return x * keep.to(x.device(), x.scalar_type()) / (1.0 - p);
-}
-
-}  // namespace
 
 CausalBlock::CausalBlock(int64_t dim, int64_t heads, int64_t hidden) : heads_(heads) {
     ln_attn_ = register_module("ln_attn", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim})));

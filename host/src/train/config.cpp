@@ -128,6 +128,29 @@ std::string ObjectReader::string(const std::string& key, std::optional<std::stri
     return text;
 }
 
+std::vector<std::string> ObjectReader::strings(const std::string& key, bool required) {
+    const std::string expected = "an array of distinct non-empty strings";
+    const json* v = field(key, required, expected);
+    if (!v) return {};
+    std::vector<std::string> out;
+    bool ok = v->is_array();
+    if (ok) {
+        for (const auto& item : *v) {
+            if (!item.is_string() || item.get<std::string>().empty() ||
+                std::find(out.begin(), out.end(), item.get<std::string>()) != out.end()) {
+                ok = false;
+                break;
+            }
+            out.push_back(item.get<std::string>());
+        }
+    }
+    if (!ok) {
+        issue(key, "expected " + expected + ", got " + shown(*v));
+        return {};
+    }
+    return out;
+}
+
 json ObjectReader::object(const std::string& key, bool required) {
     const json* v = field(key, required, "an object");
     if (!v) return json::object();

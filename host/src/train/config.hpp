@@ -50,6 +50,8 @@ public:
     // `allowed` non-empty: the value must be one of them (with "did you mean" for a near miss).
     std::string string(const std::string& key, std::optional<std::string> fallback,
                        const std::vector<std::string>& allowed = {});
+    // An array of non-empty, distinct strings; missing and not required gives an empty list.
+    std::vector<std::string> strings(const std::string& key, bool required);
     // An object field; missing and not required gives an empty object.
     nlohmann::json object(const std::string& key, bool required);
     // Records a problem at this object's `key`.

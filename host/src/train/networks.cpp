@@ -6,24 +6,28 @@
 #include <stdexcept>
 
 #include "nn/denoiser_net.hpp"
+#include "nn/syntax_nets.hpp"
 #include "nn/teacher.hpp"
 
 namespace rudder::train {
 using json = nlohmann::json;
 
 const std::vector<std::string>& network_kinds() {
-    static const std::vector<std::string> kinds = {"teacher", "continuous", "discrete"};
+    static const std::vector<std::string> kinds = {"teacher", "continuous", "discrete", "tagger", "parser"};
     return kinds;
 }
 
 bool is_denoiser_kind(const std::string& kind) { return kind == "continuous" || kind == "discrete"; }
+bool is_syntax_kind(const std::string& kind) { return kind == "tagger" || kind == "parser"; }
 
 std::shared_ptr<nn::TrainableNetwork> make_network(const std::string& kind, const json& network_config,
                                                    const Tokenizer& tokenizer) {
     if (kind == "teacher") return std::make_shared<nn::TeacherLM>(network_config, tokenizer);
     if (kind == "continuous") return std::make_shared<nn::ContinuousDenoiserNet>(network_config, tokenizer);
     if (kind == "discrete") return std::make_shared<nn::DiscreteDenoiserNet>(network_config, tokenizer);
-    throw std::invalid_argument("unknown network kind '" + kind + "' (known: teacher, continuous, discrete)");
+    if (kind == "tagger") return std::make_shared<nn::TaggerNet>(network_config, tokenizer);
+    if (kind == "parser") return std::make_shared<nn::ParserNet>(network_config, tokenizer);
+    throw std::invalid_argument("unknown network kind '" + kind + "' (known: teacher, continuous, discrete, tagger, parser)");
 }
 
 std::vector<std::pair<std::string, at::Tensor>> module_tensors(const torch::nn::Module& module) {

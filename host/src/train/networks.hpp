@@ -16,10 +16,13 @@
 
 namespace rudder::train {
 
-// "teacher" (nn/teacher.hpp), "continuous" and "discrete" (nn/denoiser_net.hpp).
+// "teacher" (nn/teacher.hpp), "continuous" and "discrete" (nn/denoiser_net.hpp), "tagger" and "parser"
+// (nn/syntax_nets.hpp).
 const std::vector<std::string>& network_kinds();
 // Denoisers are conditioned on the meaning representation and written as "type": "transformer" models.
 bool is_denoiser_kind(const std::string& kind);
+// The tagger and the parser train on treebanks and are written as "type": "tagger" / "parser" models.
+bool is_syntax_kind(const std::string& kind);
 
 // Builds a freshly initialised network of `kind` (parameters drawn from LibTorch's default CPU generator, so
 // at::manual_seed fixes them). Throws ConfigError (pointers relative to `network_config`) for a bad config and

@@ -10,12 +10,16 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 
 #include "compute_threads.hpp"
 #include "model.hpp"
 #include "safetensors.hpp"
+#include "syntax/annotator.hpp"
+#include "syntax/treebank.hpp"
+#include "syntax/words.hpp"
 #include "text_files.hpp"
 #include "tokenizer.hpp"
 #include "train/networks.hpp"
@@ -47,6 +51,22 @@ fs::path input_file(ObjectReader& r, const std::string& key, bool required, cons
     std::error_code ec;
     if (!fs::is_regular_file(file, ec)) r.issue(key, "no such file '" + file.string() + "'");
     return file;
+}
+
+// A treebank of the right kind for a syntax kind: CoNLL-U or bracketed trees for the tagger, bracketed trees for
+// the parser. (The teacher and the denoisers read E2E CSV.)
+void check_data_file(ObjectReader& r, const std::string& key, const fs::path& file, const std::string& kind) {
+    if (file.empty() || kind.empty()) return;
+    if (!is_syntax_kind(kind)) return;  // E2E CSV, whatever its name
+    try {
+        const auto format = syntax::treebank_format(file);
+        if (kind == "parser" && format != syntax::TreebankFormat::ptb)
+            r.issue(key, "the parser trains on constituency trees (.ptb, .mrg, .tree, .trees, optionally .gz); got '" +
+                             file.filename().string() + "'");
+    } catch (const std::invalid_argument&) {
+        r.issue(key, "the " + kind + " trains on a treebank: .conllu (CoNLL-U) or .ptb, .mrg, .tree, .trees (bracketed "
+                     "trees), optionally .gz; got '" + file.filename().string() + "'");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -105,6 +125,9 @@ std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch) {
 struct Example {
     std::vector<int64_t> tokens;
     std::vector<int64_t> condition;  // denoisers only
+    std::vector<int64_t> features;   // tagger, parser: syntax::kWordFeatures per token
+    // tagger: (PTB tag, universal tag) per token, -1 = unknown; parser: (start, end, label) per constituent
+    std::vector<int64_t> targets;
 };
 
 struct Dataset {
@@ -112,7 +135,68 @@ struct Dataset {
     int64_t dropped_too_long = 0;
     int64_t dropped_condition = 0;
     int64_t dropped_empty = 0;
+    int64_t unknown_labels = 0;  // dev only: gold tags or constituents the training data never had
 };
+
+// The label sets of a treebank, in order of first appearance in the training data.
+struct LabelSet {
+    std::vector<std::string> names;
+    std::map<std::string, int64_t> index;
+    void add(const std::string& name) {
+        if (index.emplace(name, static_cast<int64_t>(names.size())).second) names.push_back(name);
+    }
+    int64_t find(const std::string& name) const {
+        auto it = index.find(name);
+        return it == index.end() ? -1 : it->second;
+    }
+};
+
+struct TreebankLabels {
+    LabelSet tags, upos, chains;
+};
+
+TreebankLabels collect_labels(const std::vector<syntax::TreebankSentence>& sentences) {
+    TreebankLabels labels;
+    for (const auto& s : sentences) {
+        for (const auto& t : s.xpos) labels.tags.add(t);
+        for (const auto& t : s.upos) labels.upos.add(t);
+        if (s.has_tree)
+            for (const auto& span : syntax::chain_spans(s.tree)) labels.chains.add(span.label);
+    }
+    return labels;
+}
+
+Dataset encode_treebank(const std::vector<syntax::TreebankSentence>& sentences, const WordTokenizer& vocabulary,
+                        const TreebankLabels& labels, const std::string& kind, int64_t buckets, int64_t max_length) {
+    Dataset data;
+    for (const auto& s : sentences) {
+        if (static_cast<int64_t>(s.words.size()) > max_length) {
+            ++data.dropped_too_long;
+            continue;
+        }
+        Example e;
+        syntax::encode_tokens(vocabulary, buckets, s.words, e.tokens, e.features);
+        if (kind == "tagger") {
+            for (size_t k = 0; k < s.words.size(); ++k) {
+                const int64_t tag = labels.tags.find(s.xpos[k]);
+                const int64_t upos = s.upos.empty() ? -1 : labels.upos.find(s.upos[k]);
+                data.unknown_labels += (tag < 0) + (!s.upos.empty() && upos < 0);
+                e.targets.insert(e.targets.end(), {tag, upos});
+            }
+        } else {
+            for (const auto& span : syntax::chain_spans(s.tree)) {
+                const int64_t label = labels.chains.find(span.label);
+                if (label < 0) {
+                    ++data.unknown_labels;  // scored as "no constituent": the parser cannot predict it
+                    continue;
+                }
+                e.targets.insert(e.targets.end(), {span.start, span.end, label + 1});
+            }
+        }
+        data.examples.push_back(std::move(e));
+    }
+    return data;
+}
 
 Dataset encode_records(const std::vector<E2ERecord>& records, const Tokenizer& tokenizer, const TrainConfig& config,
                        bool conditional) {
@@ -149,14 +233,51 @@ std::string fingerprint(const Tokenizer& tokenizer, const std::vector<Example>& 
     for (int64_t id = 0; id < tokenizer.vocab_size(); ++id)
         for (char c : tokenizer.token(id)) add(static_cast<unsigned char>(c));
     for (const auto& e : examples) {
-        add(e.tokens.size());
-        for (int64_t t : e.tokens) add(static_cast<uint64_t>(t));
-        add(e.condition.size());
-        for (int64_t t : e.condition) add(static_cast<uint64_t>(t));
+        for (const auto* part : {&e.tokens, &e.condition, &e.features, &e.targets}) {
+            add(part->size());
+            for (int64_t t : *part) add(static_cast<uint64_t>(t));
+        }
     }
     char text[17];
     std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
     return text;
+}
+
+// A batch of treebank sentences, padded to the batch's longest: word ids, features and the targets of the kind.
+nn::TrainingBatch make_syntax_batch(const std::vector<Example>& examples, const std::vector<int64_t>& rows,
+                                    const std::string& kind) {
+    const int64_t B = static_cast<int64_t>(rows.size());
+    int64_t L = 1;
+    for (int64_t row : rows) L = std::max(L, static_cast<int64_t>(examples[static_cast<size_t>(row)].tokens.size()));
+    nn::TrainingBatch batch;
+    batch.tokens = at::zeros({B, L}, at::kLong);
+    batch.features = at::zeros({B, L, syntax::kWordFeatures}, at::kLong);
+    batch.targets = kind == "tagger" ? at::full({B, L, 2}, -1, at::kLong) : at::full({B, L + 1, L + 1}, -1, at::kLong);
+    auto tokens = batch.tokens.accessor<int64_t, 2>();
+    auto features = batch.features.accessor<int64_t, 3>();
+    for (int64_t b = 0; b < B; ++b) {
+        const Example& e = examples[static_cast<size_t>(rows[static_cast<size_t>(b)])];
+        const auto n = static_cast<int64_t>(e.tokens.size());
+        for (int64_t t = 0; t < n; ++t) {
+            tokens[b][t] = e.tokens[static_cast<size_t>(t)];
+            for (int64_t k = 0; k < syntax::kWordFeatures; ++k)
+                features[b][t][k] = e.features[static_cast<size_t>(t * syntax::kWordFeatures + k)];
+        }
+        if (kind == "tagger") {
+            auto targets = batch.targets.accessor<int64_t, 3>();
+            for (int64_t t = 0; t < n; ++t) {
+                targets[b][t][0] = e.targets[static_cast<size_t>(2 * t)];
+                targets[b][t][1] = e.targets[static_cast<size_t>(2 * t + 1)];
+            }
+        } else {
+            // Every span of the sentence is "no constituent" (0) unless the tree has it.
+            auto targets = batch.targets.accessor<int64_t, 3>();
+            for (int64_t i = 0; i < n; ++i)
+                for (int64_t j = i + 1; j <= n; ++j) targets[b][i][j] = 0;
+            for (size_t k = 0; k + 2 < e.targets.size(); k += 3) targets[b][e.targets[k]][e.targets[k + 1]] = e.targets[k + 2];
+        }
+    }
+    return batch;
 }
 
 // A batch of examples: tokens padded to max_length, conditions to the batch's longest (denoisers).
@@ -243,6 +364,14 @@ private:
     const TrainConfig& c_;
     const TrainOptions& o_;
     bool conditional_ = false;
+    bool syntax_ = false;  // tagger or parser: treebank data
+    nn::TrainingBatch batch_of(const Dataset& data, const std::vector<int64_t>& rows) const {
+        return syntax_ ? make_syntax_batch(data.examples, rows, c_.kind)
+                       : make_batch(data.examples, rows, c_.max_length, tokenizer_->pad_id(), conditional_);
+    }
+    void load_e2e();        // E2E CSV: the teacher and the denoisers
+    void load_treebanks();  // the tagger and the parser
+    json network_config_;  // c_.network, plus the label sets of treebank data
     fs::path checkpoint_dir_;
     std::shared_ptr<WordTokenizer> tokenizer_;
     Dataset train_, dev_;
@@ -294,7 +423,58 @@ std::optional<json> Trainer::find_checkpoint() {
     return state;
 }
 
+void Trainer::load_treebanks() {
+    const auto sentences = syntax::read_treebank(c_.train_file);
+    if (c_.kind == "parser")
+        for (const auto& s : sentences)
+            if (!s.has_tree) throw std::runtime_error(s.source + ": the parser needs constituency trees");
+    if (!c_.vocab_file.empty()) {
+        tokenizer_ = std::make_shared<WordTokenizer>(WordTokenizer::load(c_.vocab_file.string()));
+    } else {
+        std::vector<std::string> keys;
+        for (const auto& s : sentences)
+            for (const auto& w : s.words) keys.push_back(syntax::word_key(w));
+        tokenizer_ = std::make_shared<WordTokenizer>(WordTokenizer::from_words(keys, c_.min_count));
+    }
+    const TreebankLabels labels = collect_labels(sentences);
+    network_config_ = c_.network;
+    std::vector<ConfigIssue> issues;
+    for (const char* key : {"tags", "upos", "labels"})
+        if (network_config_.contains(key)) issues.push_back({std::string("/network/") + key, "filled in from the training data; leave it out"});
+    if (!issues.empty()) throw ConfigError(c_.source, std::move(issues));
+    if (c_.kind == "tagger") {
+        network_config_["tags"] = labels.tags.names;
+        network_config_["upos"] = labels.upos.names;
+    } else {
+        network_config_["labels"] = labels.chains.names;
+    }
+    const int64_t buckets = network_config_.value("buckets", int64_t{8192});
+    if (buckets < 2) throw ConfigError(c_.source, {{"/network/buckets", "expected an integer >= 2"}});
+    train_ = encode_treebank(sentences, *tokenizer_, labels, c_.kind, buckets, c_.max_length);
+    if (!c_.dev_file.empty())
+        dev_ = encode_treebank(syntax::read_treebank(c_.dev_file), *tokenizer_, labels, c_.kind, buckets, c_.max_length);
+}
+
 void Trainer::load_data() {
+    if (syntax_) {
+        load_treebanks();
+    } else {
+        load_e2e();
+    }
+    const std::string unit = syntax_ ? "sentence" : "text";
+    if (train_.examples.empty())
+        throw std::runtime_error("'" + c_.train_file.string() + "': no training " + unit + " is left after dropping the " +
+                                 std::to_string(train_.dropped_too_long) + " longer than max_length " +
+                                 std::to_string(c_.max_length));
+    fingerprint_ = fingerprint(*tokenizer_, train_.examples);
+    if (!c_.dev_file.empty()) {
+        if (static_cast<int64_t>(dev_.examples.size()) > c_.dev_max_texts) dev_.examples.resize(static_cast<size_t>(c_.dev_max_texts));
+        if (dev_.examples.empty()) throw std::runtime_error("'" + c_.dev_file.string() + "': no dev " + unit + " fits max_length");
+    }
+}
+
+void Trainer::load_e2e() {
+    network_config_ = c_.network;
     const auto records = read_e2e_csv(c_.train_file);
     if (!c_.vocab_file.empty()) {
         tokenizer_ = std::make_shared<WordTokenizer>(WordTokenizer::load(c_.vocab_file.string()));
@@ -309,23 +489,14 @@ void Trainer::load_data() {
         tokenizer_ = std::make_shared<WordTokenizer>(WordTokenizer::build(lines, c_.min_count));
     }
     train_ = encode_records(records, *tokenizer_, c_, conditional_);
-    if (train_.examples.empty())
-        throw std::runtime_error("'" + c_.train_file.string() + "': no training text is left after dropping the " +
-                                 std::to_string(train_.dropped_too_long) + " longer than max_length " +
-                                 std::to_string(c_.max_length));
-    fingerprint_ = fingerprint(*tokenizer_, train_.examples);
-    if (!c_.dev_file.empty()) {
-        dev_ = encode_records(read_e2e_csv(c_.dev_file), *tokenizer_, c_, conditional_);
-        if (static_cast<int64_t>(dev_.examples.size()) > c_.dev_max_texts) dev_.examples.resize(static_cast<size_t>(c_.dev_max_texts));
-        if (dev_.examples.empty()) throw std::runtime_error("'" + c_.dev_file.string() + "': no dev text fits max_length");
-    }
+    if (!c_.dev_file.empty()) dev_ = encode_records(read_e2e_csv(c_.dev_file), *tokenizer_, c_, conditional_);
 }
 
 void Trainer::build_network() {
     // The initial weights come from the default CPU generator: seeding it makes them a function of the seed.
     at::manual_seed(c_.seed);
     try {
-        network_ = make_network(c_.kind, c_.network, *tokenizer_);
+        network_ = make_network(c_.kind, network_config_, *tokenizer_);
     } catch (const ConfigError& e) {
         std::vector<ConfigIssue> issues;
         for (const auto& issue : e.issues()) issues.push_back({"/network" + issue.pointer, issue.message});
@@ -422,7 +593,7 @@ double Trainer::dev_loss() {
     for (int64_t start = 0, index = 0; start < n; start += c_.batch_size, ++index) {
         std::vector<int64_t> rows;
         for (int64_t i = start; i < std::min(n, start + c_.batch_size); ++i) rows.push_back(i);
-        const nn::TrainingBatch batch = make_batch(dev_.examples, rows, c_.max_length, tokenizer_->pad_id(), conditional_);
+        const nn::TrainingBatch batch = batch_of(dev_, rows);
         // The same noise at every evaluation, so dev losses are comparable across steps.
         at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(derived_seed(c_.seed, Stream::dev, static_cast<uint64_t>(index)));
         sum += network_->loss(batch, gen).item<double>() * static_cast<double>(rows.size());
@@ -455,7 +626,7 @@ void Trainer::write_model(const TrainResult& result) {
     const bool denoiser = is_denoiser_kind(c_.kind);
     const json network = network_->config();
     json config = {{"format_version", kModelFormatVersion},
-                   {"type", denoiser ? "transformer" : "teacher"},
+                   {"type", denoiser ? "transformer" : c_.kind},
                    {"families", denoiser ? json::array({c_.kind}) : json::array()},
                    {"tokenizer", {{"type", "word"}, {"vocab", "vocab.txt"}}},
                    {"weights", "model.safetensors"},
@@ -481,6 +652,7 @@ void Trainer::write_model(const TrainResult& result) {
 TrainResult Trainer::run() {
     set_compute_threads(static_cast<int>(c_.threads));
     conditional_ = is_denoiser_kind(c_.kind);
+    syntax_ = is_syntax_kind(c_.kind);
     prepare_out_dir();
     const std::optional<json> state = find_checkpoint();
     load_data();
@@ -512,7 +684,8 @@ TrainResult Trainer::run() {
     for (const auto& [name, p] : parameters_) result.parameters += p.numel();
     {
         std::ostringstream line;
-        line << "training " << c_.kind << ": " << result.texts << " texts";
+        const char* unit = syntax_ ? " sentences" : " texts";
+        line << "training " << c_.kind << ": " << result.texts << unit;
         if (train_.dropped_too_long) line << ", " << train_.dropped_too_long << " dropped (longer than max_length " << c_.max_length << ")";
         if (train_.dropped_condition)
             line << ", " << train_.dropped_condition << " dropped (meaning representation longer than max_condition_length "
@@ -520,7 +693,17 @@ TrainResult Trainer::run() {
         if (train_.dropped_empty) line << ", " << train_.dropped_empty << " empty";
         line << "; vocabulary " << result.vocab_size << "; " << result.parameters << " parameters; " << c_.threads
              << " thread" << (c_.threads == 1 ? "" : "s");
-        if (!dev_.examples.empty()) line << "; dev loss on " << dev_.examples.size() << " texts every " << c_.dev_every << " steps";
+        if (syntax_) {
+            const json& net = network_->config();
+            if (c_.kind == "tagger")
+                line << "; " << net.at("tags").size() << " PTB tags, " << net.at("upos").size() << " universal tags";
+            else
+                line << "; " << net.at("labels").size() << " span labels (unary chains joined with '+')";
+        }
+        if (!dev_.examples.empty()) line << "; dev loss on " << dev_.examples.size() << unit << " every " << c_.dev_every << " steps";
+        if (dev_.unknown_labels)
+            line << " (" << dev_.unknown_labels << " dev " << (c_.kind == "tagger" ? "tags" : "constituents")
+                 << " with labels the training data lacks are not scored)";
         say(line.str());
     }
 
@@ -541,7 +724,7 @@ TrainResult Trainer::run() {
             }
             rows.push_back(order[static_cast<size_t>(position % n)]);
         }
-        nn::TrainingBatch batch = make_batch(train_.examples, rows, c_.max_length, tokenizer_->pad_id(), conditional_);
+        nn::TrainingBatch batch = batch_of(train_, rows);
         gen.set_current_seed(derived_seed(c_.seed, Stream::step, static_cast<uint64_t>(step)));
         const double lr = learning_rate(c_, step);
         for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
@@ -624,6 +807,8 @@ TrainConfig parse_train_config(const json& j, const fs::path& base_dir, const st
     ObjectReader data(root.object("data", true), "/data", issues);
     c.train_file = input_file(data, "train", true, base_dir);
     c.dev_file = input_file(data, "dev", false, base_dir);
+    check_data_file(data, "train", c.train_file, c.kind);
+    check_data_file(data, "dev", c.dev_file, c.kind);
     c.dev_every = data.integer("dev_every", 500, 1, kMaxSteps);
     c.dev_max_texts = data.integer("dev_max_texts", 1000, 1, kMaxCount);
     data.reject_unknown_keys();
@@ -638,7 +823,7 @@ TrainConfig parse_train_config(const json& j, const fs::path& base_dir, const st
     c.max_length = root.integer("max_length", 64, 1, 4096);
     c.max_condition_length = root.integer("max_condition_length", 64, 1, 4096);
     if (!denoiser && root.has("max_condition_length"))
-        root.issue("max_condition_length", "applies to the denoiser kinds; the teacher is unconditional");
+        root.issue("max_condition_length", "applies to the denoiser kinds; the " + c.kind + " is unconditional");
 
     c.network = root.object("network", true);
     ObjectReader training(root.object("training", true), "/training", issues);
@@ -654,7 +839,7 @@ TrainConfig parse_train_config(const json& j, const fs::path& base_dir, const st
     c.log_every = training.integer("log_every", 50, 1, kMaxSteps);
     c.condition_dropout = training.number("condition_dropout", denoiser ? 0.1 : 0.0, 0.0, 1.0);
     if (!denoiser && c.condition_dropout > 0)
-        training.issue("condition_dropout", "applies to the denoiser kinds; the teacher is unconditional (use 0)");
+        training.issue("condition_dropout", "applies to the denoiser kinds; the " + c.kind + " is unconditional (use 0)");
     if (training.has("warmup") && training.has("steps") && c.warmup > c.steps)
         training.issue("warmup", "expected at most training.steps (" + std::to_string(c.steps) + "), got " +
                                      std::to_string(c.warmup));

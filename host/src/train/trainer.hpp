@@ -16,7 +16,7 @@
 namespace rudder::train {
 
 struct TrainConfig {
-    std::string kind;  // teacher | continuous | discrete
+    std::string kind;  // teacher | continuous | discrete | tagger | parser
 
     // data
     std::filesystem::path train_file;
