@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make demo`: controlled generation with the bundled model, in both diffusion families.
+# `make demo`: controlled generation with the bundled trained denoisers, in both diffusion families.
 set -euo pipefail
 build=${1:-build}
 rudder="$build/bin/rudder"
@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 for family in discrete continuous; do
   recipe=examples/recipes/length_span_$family.json
   echo
-  echo "== $family diffusion: $recipe"
+  echo "== $family diffusion (model e2e-$family): $recipe"
   echo "   (length: exactly 16 tokens; span: starts with \"The Eagle\")"
   "$rudder" generate --format text "$recipe"
 done

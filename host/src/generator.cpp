@@ -274,6 +274,11 @@ std::vector<SampleResult> Generator::generate(const ProgressCallback& progress, 
     return results;
 }
 
+at::Tensor Generator::with_temperature(const at::Tensor& log_probs) const {
+    const double T = recipe_.sampler.temperature;
+    return T == 1.0 ? log_probs : at::log_softmax(log_probs / T, -1);
+}
+
 at::Tensor Generator::estimate_x0(const at::Tensor& adjusted, const at::Tensor& logp, const at::Tensor& model_x0,
                                   double t) const {
     const at::Tensor E = model_.denoiser->embedding();
@@ -324,7 +329,7 @@ at::Tensor Generator::run_continuous(int64_t batch, at::Generator& gen, const St
             logp = at::log_softmax(out.logits.to(at::kFloat), -1);
         }
 
-        const at::Tensor adjusted = Composer::apply(logp, combined, mask_id);
+        const at::Tensor adjusted = with_temperature(Composer::apply(logp, combined, mask_id));
         at::Tensor x0_hat = estimate_x0(adjusted, logp, out.x0, t);
         at::Tensor fixed_mask;
         if (combined.fixed.defined()) {
@@ -419,7 +424,7 @@ at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const Step
             }
         }
         if (changed || (model_.denoiser->uses_evidence() && !same_constraints(combined, seen))) denoise(t, combined);
-        const at::Tensor adjusted = Composer::apply(logp, combined, mask_id);
+        const at::Tensor adjusted = with_temperature(Composer::apply(logp, combined, mask_id));
         const at::Tensor next = sampler.step(tokens, adjusted, i, mask_id, gen);
         if (!next.equal(tokens)) stale = true;
         tokens = next;

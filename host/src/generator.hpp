@@ -99,6 +99,8 @@ private:
     at::Tensor run_continuous(int64_t batch, at::Generator& gen, const StepTick& tick);
     at::Tensor run_discrete(int64_t batch, at::Generator& gen, const StepTick& tick);
     std::string decode(const int64_t* row, int64_t* n_tokens) const;
+    // The sampler's temperature applied to log-probabilities (renormalised); unchanged at 1.
+    at::Tensor with_temperature(const at::Tensor& log_probs) const;
     at::Tensor estimate_x0(const at::Tensor& adjusted, const at::Tensor& logp, const at::Tensor& model_x0,
                            double t) const;
 

@@ -173,7 +173,7 @@ void parse_sampler(Checker& c, const json& doc, SamplerSpec& out) {
     const json& s = doc.at("sampler");
     const std::string p = "/sampler";
     if (!c.object(s, p)) return;
-    c.only_keys(s, p, {"name", "steps", "eta", "x0", "clamp_below_t", "cache"});
+    c.only_keys(s, p, {"name", "steps", "eta", "x0", "clamp_below_t", "cache", "temperature"});
     // The family decides which names are valid; the generator checks that once the model is known.
     if (auto v = c.choice(s, "name", p, {"ddpm", "ddim", "euler", "analytic"})) out.name = *v;
     if (auto v = c.integer(s, "steps", p, 1, c.limits().max_steps)) out.steps = *v;
@@ -181,6 +181,7 @@ void parse_sampler(Checker& c, const json& doc, SamplerSpec& out) {
     if (auto v = c.choice(s, "x0", p, {"model", "interpolate", "clamp"})) out.x0 = *v;
     if (auto v = c.number(s, "clamp_below_t", p, 0.0, 1.0)) out.clamp_below_t = *v;
     if (auto v = c.boolean(s, "cache", p)) out.cache = *v;
+    if (auto v = c.number(s, "temperature", p, 0.01, 100.0)) out.temperature = *v;
     if (s.contains("eta") && out.name != "ddim" && !out.name.empty())
         c.issue(p + "/eta", "'eta' applies to the ddim sampler only, not '" + out.name + "'");
 }

@@ -35,6 +35,7 @@ struct SamplerSpec {
     std::string x0 = "interpolate";  // continuous: model | interpolate | clamp
     double clamp_below_t = 0.0;  // continuous: clamp x0 to the nearest embedding once t <= this
     bool cache = true;           // discrete: skip the network when no token changed since its last call
+    double temperature = 1.0;    // divides the controlled clean-token log-probabilities before they are used
 };
 
 struct GuidanceSpec {

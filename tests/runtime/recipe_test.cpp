@@ -69,13 +69,14 @@ TEST(Recipe, UnknownKeysSuggestTheRightOne) {
 
 TEST(Recipe, EveryProblemIsReportedWithItsPointer) {
     const auto issues = issues_of(R"({
-      "sampler": {"name": "ddmi", "steps": 0},
+      "sampler": {"name": "ddmi", "steps": 0, "temperature": 0},
       "samples": "eight", "max_length": -3, "device": "tpu",
       "controllers": [ {"weight": "x"}, {"plugin": "length", "active": {"from_t": 0.2, "to_t": 0.5}}, 5 ]
     })");
     EXPECT_TRUE(has_issue(issues, "/model", "required"));
     EXPECT_TRUE(has_issue(issues, "/sampler/name", "did you mean 'ddim'?"));
     EXPECT_TRUE(has_issue(issues, "/sampler/steps", "expected an integer in [1, 100000]"));
+    EXPECT_TRUE(has_issue(issues, "/sampler/temperature", "expected a number in [0.01, 100], got 0"));
     EXPECT_TRUE(has_issue(issues, "/samples", "got a string"));
     EXPECT_TRUE(has_issue(issues, "/max_length", "got -3"));
     EXPECT_TRUE(has_issue(issues, "/device", "'cpu', 'cuda'"));
@@ -83,7 +84,7 @@ TEST(Recipe, EveryProblemIsReportedWithItsPointer) {
     EXPECT_TRUE(has_issue(issues, "/controllers/0/weight", "expected a number"));
     EXPECT_TRUE(has_issue(issues, "/controllers/1/active", "must not exceed from_t"));
     EXPECT_TRUE(has_issue(issues, "/controllers/2", "expected an object"));
-    EXPECT_EQ(issues.size(), 10u);
+    EXPECT_EQ(issues.size(), 11u);
 }
 
 TEST(Recipe, SyntaxErrorsGiveLineAndColumn) {
