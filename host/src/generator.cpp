@@ -191,6 +191,7 @@ Generator::Generator(Recipe recipe, plugins::Registry& registry, const std::vect
             try {
                 ComposedController c;
                 c.instance = std::make_unique<plugins::ControllerInstance>(type, spec.params.dump(), spec.name);
+                c.instance->set_time_limit(spec.time_limit);
                 c.weight = spec.weight;
                 c.active = spec.active;
                 controllers.push_back(std::move(c));

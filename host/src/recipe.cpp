@@ -210,12 +210,13 @@ void parse_controllers(Checker& c, const json& doc, std::vector<ControllerSpec>&
         const std::string p = "/controllers/" + std::to_string(i);
         const json& item = list[i];
         if (!c.object(item, p)) continue;
-        c.only_keys(item, p, {"plugin", "name", "weight", "active", "params"});
+        c.only_keys(item, p, {"plugin", "name", "weight", "active", "time_limit", "params"});
         ControllerSpec spec;
         spec.pointer = p;
         if (auto v = c.string(item, "plugin", p, true)) spec.plugin = *v;
         if (auto v = c.string(item, "name", p, false)) spec.name = *v;
         if (auto v = c.number(item, "weight", p, -1e6, 1e6)) spec.weight = *v;
+        if (auto v = c.number(item, "time_limit", p, 0.0, 86400.0)) spec.time_limit = *v;
         if (item.contains("active")) {
             const json& a = item.at("active");
             const std::string ap = p + "/active";

@@ -56,6 +56,7 @@ struct ControllerSpec {
     std::string name;    // label in outputs and messages; defaults to the plugin id (made unique)
     double weight = 1.0;
     ActiveWindow active;
+    double time_limit = 60.0;  // seconds one step or evaluate call may take; 0 = no limit
     nlohmann::json params = nlohmann::json::object();
     std::string pointer;  // "/controllers/<i>", for messages
 };

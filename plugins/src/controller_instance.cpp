@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <limits>
@@ -149,6 +151,7 @@ struct ControllerInstance::Impl {
     c10::Device plugin_device{c10::kCPU};  // where every tensor the plugin sees lives
     rudder_run_info run_info{};            // handed to begin(); its address must stay stable for the run
 
+    double time_limit = 0;         // seconds one step() or evaluate() may take; 0 = no limit
     bool in_predict_step = false;  // denoise() is valid only then
     std::string service_error;     // what a host service threw during the current call, for the report
     std::vector<std::unique_ptr<TensorView>> denoise_results;  // alive until step() returns
@@ -158,6 +161,18 @@ struct ControllerInstance::Impl {
         std::unique_lock<std::mutex> lock(*call_mutex, std::defer_lock);
         if (!thread_safe) lock.lock();
         return lock;
+    }
+
+    // A call that returned after its time limit fails the run: the host cannot stop a call in progress (that
+    // would need the plugin in another process), but it can refuse to go on with a controller this slow.
+    void check_duration(const char* call, std::chrono::steady_clock::time_point start, const std::string& when) const {
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (time_limit > 0 && seconds > time_limit) {
+            char text[160];
+            std::snprintf(text, sizeof text, ": %s took %.3f s%s, over its time limit of %g s", call, seconds,
+                          when.c_str(), time_limit);
+            throw PluginError(where + text + " (the recipe's time_limit for this controller)");
+        }
     }
 
     std::string failure(const char* call, rudder_status status, const std::string& message,
@@ -370,6 +385,11 @@ void ControllerInstance::begin(const RunShape& shape, RunServices* services) {
     s.begun = true;
 }
 
+void ControllerInstance::set_time_limit(double seconds) {
+    if (!(seconds >= 0)) throw std::invalid_argument(impl_->where + ": time limit must be >= 0 seconds");
+    impl_->time_limit = seconds;
+}
+
 StepOutputs ControllerInstance::step(const StepInputs& in) {
     Impl& s = *impl_;
     if (!s.begun) throw std::logic_error(s.where + ": step() called before a successful begin()");
@@ -440,12 +460,14 @@ StepOutputs ControllerInstance::step(const StepInputs& in) {
     std::string message;
     {
         auto lock = s.lock_for_call();
+        const auto start = std::chrono::steady_clock::now();
         try {
             status = s.desc->step(self_, &step, &out);
         } catch (...) {
             throw PluginError(s.where + ": step let a C++ exception escape across the C ABI" + when);
         }
         if (status != RUDDER_OK) message = plugin_message(s.desc, self_);
+        if (status == RUDDER_OK) s.check_duration("step", start, when);
     }
     if (status != RUDDER_OK) throw PluginError(s.failure("step", status, message, when));
 
@@ -529,11 +551,13 @@ Verdict ControllerInstance::evaluate(int64_t index, const std::vector<int64_t>& 
     Verdict result;
     {
         auto lock = s.lock_for_call();
+        const auto start = std::chrono::steady_clock::now();
         try {
             status = s.desc->evaluate(self_, &sample, &verdict);
         } catch (...) {
             throw PluginError(s.where + ": evaluate let a C++ exception escape across the C ABI");
         }
+        if (status == RUDDER_OK) s.check_duration("evaluate", start, " on sample " + std::to_string(index));
         if (status != RUDDER_OK)
             message = plugin_message(s.desc, self_);
         else if (verdict.detail != nullptr)  // plugin-owned until the next call: copy while no other call can run

@@ -127,6 +127,22 @@ TEST(ControllerInstance, AnErrorStatusCarriesThePluginsMessage) {
               "(RUDDER_ERR_INVALID_ARGUMENT): error_status fixture: step 3 is not acceptable");
 }
 
+TEST(ControllerInstance, ACallOverItsTimeLimitFailsNamingTheControllerAndTheLimit) {
+    ControllerInstance slow(fixture_type("slow"), R"({"ms": 30})", "s");
+    slow.begin(discrete_shape(), nullptr);
+    EXPECT_NO_THROW(slow.step(step_inputs(discrete_shape(), 0)));  // no limit by default
+    slow.set_time_limit(0.005);
+    const std::string step_error = plugin_error_of([&] { slow.step(step_inputs(discrete_shape(), 2)); });
+    EXPECT_THAT(step_error, HasSubstr("controller 's' (slow, rudder_slow.so): step took 0.0"));
+    EXPECT_THAT(step_error, HasSubstr(" at step 2"));
+    EXPECT_THAT(step_error, HasSubstr("over its time limit of 0.005 s"));
+    EXPECT_THAT(plugin_error_of([&] { slow.evaluate(4, {1, 2, 3}, 3, "the cat sat"); }),
+                HasSubstr("evaluate took 0.0"));
+    slow.set_time_limit(10);  // the instance keeps working once the limit allows it
+    EXPECT_EQ(slow.evaluate(4, {1, 2, 3}, 3, "the cat sat").satisfied, 1);
+    EXPECT_THROW(slow.set_time_limit(-1), std::invalid_argument);
+}
+
 TEST(ControllerInstance, ABeginFailureNamesTheController) {
     ControllerInstance hard(fixture_type("hard"), "{}", "h");
     RunShape small = discrete_shape();

@@ -71,7 +71,7 @@ TEST(Recipe, EveryProblemIsReportedWithItsPointer) {
     const auto issues = issues_of(R"({
       "sampler": {"name": "ddmi", "steps": 0, "temperature": 0},
       "samples": "eight", "max_length": -3, "device": "tpu",
-      "controllers": [ {"weight": "x"}, {"plugin": "length", "active": {"from_t": 0.2, "to_t": 0.5}}, 5 ]
+      "controllers": [ {"weight": "x"}, {"plugin": "length", "active": {"from_t": 0.2, "to_t": 0.5}, "time_limit": -1}, 5 ]
     })");
     EXPECT_TRUE(has_issue(issues, "/model", "required"));
     EXPECT_TRUE(has_issue(issues, "/sampler/name", "did you mean 'ddim'?"));
@@ -83,8 +83,9 @@ TEST(Recipe, EveryProblemIsReportedWithItsPointer) {
     EXPECT_TRUE(has_issue(issues, "/controllers/0/plugin", "required"));
     EXPECT_TRUE(has_issue(issues, "/controllers/0/weight", "expected a number"));
     EXPECT_TRUE(has_issue(issues, "/controllers/1/active", "must not exceed from_t"));
+    EXPECT_TRUE(has_issue(issues, "/controllers/1/time_limit", "expected a number in [0, 86400], got -1"));
     EXPECT_TRUE(has_issue(issues, "/controllers/2", "expected an object"));
-    EXPECT_EQ(issues.size(), 11u);
+    EXPECT_EQ(issues.size(), 12u);
 }
 
 TEST(Recipe, SyntaxErrorsGiveLineAndColumn) {

@@ -155,6 +155,10 @@ public:
 
     // Starts a run. `services` must outlive the run (until the next begin or destruction).
     void begin(const RunShape& shape, RunServices* services);
+    // Wall-clock seconds one step() or evaluate() call may take (0 = no limit, the default). A call that returns
+    // later fails with a PluginError naming the controller, the call and the time; a call that never returns
+    // cannot be stopped in-process.
+    void set_time_limit(double seconds);
     // Allocates the outputs the controller declared for this phase, calls step(), validates what it wrote.
     StepOutputs step(const StepInputs& in);
     // Verdict on one finished sample (tokens on the CPU, length seq_len).
