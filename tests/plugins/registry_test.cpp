@@ -72,7 +72,7 @@ TEST(Registry, ListsTheGoodFixturesAndTheReasonsForTheRest) {
     Registry registry({fixture_dir()});
     EXPECT_EQ(ids_of(registry.controllers()),
               (std::set<std::string>{"bad_header", "error_status", "good", "hard", "nan", "newer_minor", "noop",
-                                     "pair_a", "pair_b", "probe", "throws"}));
+                                     "pair_a", "pair_b", "probe", "slow", "throws"}));
 
     const auto reasons = reasons_by_file(registry.rejections());
     const std::map<std::string, std::string> expected = {
@@ -235,7 +235,7 @@ TEST(Registry, ConcurrentUseScansOnceAndAgrees) {
         });
     for (auto& thread : threads) thread.join();
     EXPECT_EQ(found, (std::vector<std::string>{"good", "hard", "good", "hard"}));
-    EXPECT_EQ(registry.controllers().size(), 11u);
+    EXPECT_EQ(registry.controllers().size(), 12u);
 }
 
 }  // namespace
