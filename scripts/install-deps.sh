@@ -5,6 +5,7 @@ packages=(
   cmake make g++ pkg-config   # pkg-config: the install test builds the examples with it too
   libtorch-dev libopenblas0-pthread   # LibTorch; without OpenBLAS it falls back to reference BLAS (~30x slower)
   libboost-dev libboost-filesystem-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libdlpack-dev zlib1g-dev
+  libssl-dev   # OpenSSL libcrypto: SHA-256 of plugin files (recipe pins)
   libgtest-dev libbenchmark-dev python3   # python3: the Python binding and its test, JSON checks in the CLI tests
   clang libclang-rt-14-dev                # make test-sanitize: ASan/UBSan build and the libFuzzer targets
 )

@@ -150,7 +150,8 @@ int cmd_plugins(bool as_json) {
                                         {"abi", std::to_string(c.abi_major()) + "." + std::to_string(c.abi_minor())},
                                         {"capabilities", rudder::plugins::capability_names(c.capabilities())},
                                         {"description", c.description()},
-                                        {"file", c.path.string()}});
+                                        {"file", c.path.string()},
+                                        {"sha256", c.sha256()}});
         for (const auto& r : rejected) j["rejected"].push_back({{"file", r.path.string()}, {"reason", r.reason}});
         std::cout << j.dump(2) << "\n";
         return kExitOk;
@@ -163,7 +164,8 @@ int cmd_plugins(bool as_json) {
         std::string caps;
         for (const auto& name : rudder::plugins::capability_names(c.capabilities())) caps += (caps.empty() ? "" : ",") + name;
         std::cout << "  " << c.id() << " " << c.version() << "  abi " << c.abi_major() << "." << c.abi_minor() << "  ["
-                  << caps << "]  " << c.description() << "\n      " << c.path.string() << "\n";
+                  << caps << "]  " << c.description() << "\n      " << c.path.string() << "\n      sha256 " << c.sha256()
+                  << "\n";
     }
     if (found.empty()) std::cout << "  (none)\n";
     if (!rejected.empty()) {

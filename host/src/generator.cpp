@@ -187,7 +187,7 @@ Generator::Generator(Recipe recipe, plugins::Registry& registry, const std::vect
     for (const auto& spec : recipe_.controllers) {
         if (reported(spec.pointer + "/plugin") || reported(spec.pointer + "/params")) continue;
         try {
-            plugins::ControllerType type = registry.resolve(spec.plugin, recipe_.base_dir);
+            plugins::ControllerType type = registry.resolve(spec.plugin, recipe_.base_dir, spec.sha256);
             try {
                 ComposedController c;
                 c.instance = std::make_unique<plugins::ControllerInstance>(type, spec.params.dump(), spec.name);

@@ -3,6 +3,7 @@
 #include <rudder/plugins/suggest.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -210,10 +211,19 @@ void parse_controllers(Checker& c, const json& doc, std::vector<ControllerSpec>&
         const std::string p = "/controllers/" + std::to_string(i);
         const json& item = list[i];
         if (!c.object(item, p)) continue;
-        c.only_keys(item, p, {"plugin", "name", "weight", "active", "time_limit", "params"});
+        c.only_keys(item, p, {"plugin", "sha256", "name", "weight", "active", "time_limit", "params"});
         ControllerSpec spec;
         spec.pointer = p;
         if (auto v = c.string(item, "plugin", p, true)) spec.plugin = *v;
+        if (auto v = c.string(item, "sha256", p, false)) {
+            std::string digest = *v;
+            for (char& ch : digest) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+            if (digest.size() == 64 && digest.find_first_not_of("0123456789abcdef") == std::string::npos)
+                spec.sha256 = digest;
+            else
+                c.issue(p + "/sha256", "expected the library file's SHA-256 as 64 hex digits (as `rudder plugins` or "
+                                       "`sha256sum` prints it), got '" + *v + "'");
+        }
         if (auto v = c.string(item, "name", p, false)) spec.name = *v;
         if (auto v = c.number(item, "weight", p, -1e6, 1e6)) spec.weight = *v;
         if (auto v = c.number(item, "time_limit", p, 0.0, 86400.0)) spec.time_limit = *v;

@@ -53,6 +53,7 @@ struct ActiveWindow {
 
 struct ControllerSpec {
     std::string plugin;  // an id from the search path, or a path to a library (relative to the recipe)
+    std::string sha256;  // "" or the library file's SHA-256 (lowercase hex): a mismatch is refused
     std::string name;    // label in outputs and messages; defaults to the plugin id (made unique)
     double weight = 1.0;
     ActiveWindow active;

@@ -5,10 +5,20 @@
 #include <spdlog/spdlog.h>
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include <cstddef>
+#include <cstdio>
 #include <exception>
+#include <fstream>
+#include <cerrno>
+#include <cstring>
 #include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -16,6 +26,7 @@
 #include <system_error>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #ifndef RUDDER_VERSION
 #error "RUDDER_VERSION must be defined by the build"
@@ -111,17 +122,77 @@ std::string check_controller(const rudder_controller_desc* desc, uint32_t index)
     return {};
 }
 
+// An open file descriptor, closed on every path out.
+class FileDescriptor {
+public:
+    explicit FileDescriptor(int fd) : fd_(fd) {}
+    FileDescriptor(const FileDescriptor&) = delete;
+    FileDescriptor& operator=(const FileDescriptor&) = delete;
+    ~FileDescriptor() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    int get() const { return fd_; }
+
+private:
+    int fd_;
+};
+
+// SHA-256 of everything readable from `fd`, as 64 lowercase hex digits.
+std::string sha256_of(int fd, const std::filesystem::path& path) {
+    std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
+    if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1)
+        throw LoadError(path, "could not start a SHA-256 digest (OpenSSL)");
+    std::vector<unsigned char> buffer(1 << 16);
+    for (;;) {
+        const ssize_t n = ::read(fd, buffer.data(), buffer.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw LoadError(path, std::string("could not be read: ") + std::strerror(errno));
+        if (n == 0) break;
+        EVP_DigestUpdate(ctx.get(), buffer.data(), static_cast<size_t>(n));
+    }
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int size = 0;
+    EVP_DigestFinal_ex(ctx.get(), digest, &size);
+    std::string hex;
+    char byte[3];
+    for (unsigned int i = 0; i < size; ++i) {
+        std::snprintf(byte, sizeof byte, "%02x", digest[i]);
+        hex += byte;
+    }
+    return hex;
+}
+
+// The file (device, inode) that the mapping holding `address` in this process comes from, read from
+// /proc/self/maps; nullopt if the address is in no file mapping.
+std::optional<std::pair<dev_t, ino_t>> mapped_file_of(const void* address) {
+    std::ifstream maps("/proc/self/maps");
+    const auto target = reinterpret_cast<uintptr_t>(address);
+    std::string line;
+    while (std::getline(maps, line)) {
+        unsigned long long start = 0, end = 0, inode = 0;
+        unsigned int dev_major = 0, dev_minor = 0;
+        // "start-end perms offset major:minor inode path"
+        if (std::sscanf(line.c_str(), "%llx-%llx %*s %*s %x:%x %llu", &start, &end, &dev_major, &dev_minor, &inode) != 5)
+            continue;
+        if (target >= start && target < end) {
+            if (inode == 0) return std::nullopt;
+            return std::make_pair(makedev(dev_major, dev_minor), static_cast<ino_t>(inode));
+        }
+    }
+    return std::nullopt;
+}
+
 // One Library object per loaded image, process-wide. Loading a file that is already loaded gives the same image (and
 // the same plugin descriptor), and its controllers that are not THREAD_SAFE must share one call mutex however many
 // registries loaded it: each generator of the C API has its own registry, and generators run on different threads.
 std::shared_ptr<Library> shared_library_object(boost::dll::shared_library shared, const std::filesystem::path& path,
-                                               const rudder_plugin* plugin) {
+                                               const rudder_plugin* plugin, const std::string& sha256) {
     static std::mutex mutex;
     static std::map<const rudder_plugin*, std::weak_ptr<Library>> loaded;
     std::lock_guard<std::mutex> lock(mutex);
     std::weak_ptr<Library>& slot = loaded[plugin];
     if (std::shared_ptr<Library> existing = slot.lock()) return existing;  // `shared` closes: the image stays loaded
-    auto library = std::make_shared<Library>(std::move(shared), path, plugin);
+    auto library = std::make_shared<Library>(std::move(shared), path, plugin, sha256);
     slot = library;
     return library;
 }
@@ -131,6 +202,15 @@ std::vector<ControllerType> load_checked(const std::filesystem::path& path) {
     const auto status = std::filesystem::status(path, fs_error);
     if (!std::filesystem::exists(status)) throw LoadError(path, "file not found");
     if (std::filesystem::is_directory(status)) throw LoadError(path, "is a directory, not a shared library");
+
+    // The digest a recipe may pin is of the file that is actually mapped: it is read through a descriptor opened
+    // before loading, and once loaded, the image's mapping must come from that same file (device and inode), so a
+    // file replaced between the two cannot slip through.
+    const FileDescriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (file.get() < 0) throw LoadError(path, std::string("could not be opened: ") + std::strerror(errno));
+    struct stat file_stat {};
+    if (::fstat(file.get(), &file_stat) != 0) throw LoadError(path, std::string("could not be read: ") + std::strerror(errno));
+    const std::string sha256 = sha256_of(file.get(), path);
 
     // RTLD_NOW: an unresolved symbol is a load error here, not a crash in the middle of a run. RTLD_LOCAL: one
     // plugin's symbols never satisfy another's. Never RTLD_DEEPBIND: it breaks the C++ runtime and sanitizers.
@@ -152,6 +232,11 @@ std::vector<ControllerType> load_checked(const std::filesystem::path& path) {
                               " symbol (not a Rudder plugin, or built without rudder_add_controller)");
     using EntryFunction = std::remove_pointer_t<rudder_plugin_entry_fn>;
     rudder_plugin_entry_fn entry = &shared.get<EntryFunction>(RUDDER_PLUGIN_ENTRY_SYMBOL);
+    const auto mapped = mapped_file_of(reinterpret_cast<const void*>(entry));
+    if (!mapped || mapped->first != file_stat.st_dev || mapped->second != file_stat.st_ino)
+        throw LoadError(path, "the loaded image does not come from this file: an older version of the file is still "
+                              "loaded in this process, or the file was replaced while it was being loaded; restart the "
+                              "process to load the current file");
 
     const rudder_plugin* plugin = nullptr;
     try {
@@ -186,7 +271,7 @@ std::vector<ControllerType> load_checked(const std::filesystem::path& path) {
             throw LoadError(path, "offers controller id '" + std::string(plugin->controllers[i]->id) + "' twice");
     }
 
-    const std::shared_ptr<Library> library = shared_library_object(std::move(shared), path, plugin);
+    const std::shared_ptr<Library> library = shared_library_object(std::move(shared), path, plugin, sha256);
     std::vector<ControllerType> types;
     types.reserve(plugin->controller_count);
     for (uint32_t i = 0; i < plugin->controller_count; ++i)
@@ -254,5 +339,6 @@ std::string ControllerType::params_schema() const {
 uint64_t ControllerType::capabilities() const { return desc != nullptr ? desc->capabilities : 0; }
 uint32_t ControllerType::abi_major() const { return desc != nullptr ? desc->abi_major : 0; }
 uint32_t ControllerType::abi_minor() const { return desc != nullptr ? desc->abi_minor : 0; }
+std::string ControllerType::sha256() const { return library ? library->sha256() : std::string(); }
 
 }  // namespace rudder::plugins

@@ -14,13 +14,16 @@ namespace rudder::plugins {
 
 class Library {
 public:
-    Library(boost::dll::shared_library library, std::filesystem::path path, const rudder_plugin* plugin)
-        : library_(std::move(library)), path_(std::move(path)), plugin_(plugin) {}
+    Library(boost::dll::shared_library library, std::filesystem::path path, const rudder_plugin* plugin,
+            std::string sha256)
+        : library_(std::move(library)), path_(std::move(path)), plugin_(plugin), sha256_(std::move(sha256)) {}
     Library(const Library&) = delete;
     Library& operator=(const Library&) = delete;
 
     const std::filesystem::path& path() const { return path_; }
     const rudder_plugin& plugin() const { return *plugin_; }
+    // SHA-256 (lowercase hex) of the file that was loaded: the digest a recipe's "sha256" pins.
+    const std::string& sha256() const { return sha256_; }
     // Serialises every call into controllers of this library that are not RUDDER_CAP_THREAD_SAFE.
     std::mutex& call_mutex() { return call_mutex_; }
 
@@ -28,6 +31,7 @@ private:
     boost::dll::shared_library library_;  // unloaded (dlclose) when the last shared_ptr to this goes away
     std::filesystem::path path_;
     const rudder_plugin* plugin_;
+    std::string sha256_;
     std::mutex call_mutex_;
 };
 

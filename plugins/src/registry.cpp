@@ -128,7 +128,27 @@ const std::vector<Rejection>& Registry::rejections() {
     return rejections_;
 }
 
-ControllerType Registry::resolve(const std::string& name, const fs::path& base_dir) {
+ControllerType Registry::resolve(const std::string& name, const fs::path& base_dir, const std::string& sha256) {
+    ControllerType type = find(name, base_dir);
+    if (!sha256.empty() && type.sha256() != sha256)
+        throw PluginError(type.path.string() + ": its SHA-256 is " + type.sha256() + ", but the recipe pins " + sha256 +
+                          " for '" + name + "'; refused (the file is not the one the recipe was written for)");
+    return type;
+}
+
+bool Registry::in_search_path(const fs::path& file) const {
+    std::error_code error;
+    const fs::path folder = fs::canonical(fs::absolute(file, error).parent_path(), error);
+    if (error) return false;
+    for (const auto& dir : search_path_) {
+        std::error_code dir_error;
+        const fs::path canonical_dir = fs::canonical(dir, dir_error);
+        if (!dir_error && canonical_dir == folder) return true;
+    }
+    return false;
+}
+
+ControllerType Registry::find(const std::string& name, const fs::path& base_dir) {
     if (name.empty()) throw PluginError("empty controller plugin name");
 
     // "dir/file.so#id" picks one controller out of a library that offers several.
@@ -142,6 +162,14 @@ ControllerType Registry::resolve(const std::string& name, const fs::path& base_d
     if (is_path) {
         fs::path file(file_part);
         if (file.is_relative() && !base_dir.empty()) file = base_dir / file;
+        if (!in_search_path(file)) {
+            std::vector<std::string> dirs;
+            for (const auto& dir : search_path_) dirs.push_back(dir.string());
+            throw PluginError(file.string() + ": not in a folder of the plugin search path (" +
+                              (dirs.empty() ? std::string("which is empty") : joined(dirs, ", ")) +
+                              "); plugins load only from there, so add its folder to the search path (RUDDER_PLUGIN_PATH, "
+                              "or the application's plugin folders)");
+        }
         std::vector<ControllerType> types = load_library(file);  // throws PluginError naming the file
         if (!selector.empty()) {
             for (auto& type : types)

@@ -28,6 +28,27 @@ case $case in
     grep -q 'not_a_library.so' <<<"$out" || fail "non-library not reported as rejected: $out"
     grep -q '"id": "length"' <<<"$out" || fail "first-party plugins must still be found: $out"
     ;;
+  plugin_pin)
+    length=$("$rudder" plugins --json | python3 -c 'import json,sys; print([c for c in json.load(sys.stdin)["controllers"] if c["id"]=="length"][0]["file"])')
+    digest=$(sha256sum "$length" | cut -d' ' -f1)
+    "$rudder" plugins | grep -q "sha256 $digest" || fail "plugins does not show the digest $digest"
+    printf '{"model": "model", "max_length": 12, "controllers": [{"plugin": "length", "sha256": "%s", "params": {"tokens": 6}}]}\n' \
+      "$digest" > "$work/pinned.json"
+    "$rudder" validate "$work/pinned.json" > /dev/null || fail "the right pin was refused"
+    printf '{"model": "model", "max_length": 12, "controllers": [{"plugin": "length", "sha256": "%s", "params": {"tokens": 6}}]}\n' \
+      "$(printf '%064d' 0)" > "$work/mispinned.json"
+    err=$("$rudder" validate "$work/mispinned.json" 2>&1 >/dev/null); code=$?
+    [ $code -eq 2 ] || fail "expected exit 2 for a wrong pin, got $code: $err"
+    grep -q "/controllers/0/plugin: .*its SHA-256 is $digest, but the recipe pins 0000" <<<"$err" || fail "$err"
+    # A library named by path outside the search path is refused, even with the right pin.
+    cp "$length" "$work/rudder_length_copy.so"
+    printf '{"model": "model", "max_length": 12, "controllers": [{"plugin": "./rudder_length_copy.so", "sha256": "%s", "params": {"tokens": 6}}]}\n' \
+      "$digest" > "$work/outside.json"
+    err=$("$rudder" validate "$work/outside.json" 2>&1 >/dev/null); code=$?
+    [ $code -eq 2 ] || fail "expected exit 2 for a plugin outside the search path, got $code: $err"
+    grep -q "not in a folder of the plugin search path" <<<"$err" || fail "$err"
+    RUDDER_PLUGIN_PATH="$work" "$rudder" validate "$work/outside.json" > /dev/null || fail "added to the search path, it must load"
+    ;;
   validate_ok)
     out=$("$rudder" validate "$work/good.json") || fail "valid recipe rejected (exit $?): $out"
     grep -q "valid (model model, discrete, sampler analytic, 2 controllers)" <<<"$out" || fail "summary: $out"

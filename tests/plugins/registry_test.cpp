@@ -167,7 +167,7 @@ TEST(Registry, ResolvesAnId) {
 }
 
 TEST(Registry, ResolvesAPathRelativeToTheBaseDirOrAbsolute) {
-    Registry registry({});  // paths do not need the search path
+    Registry registry({fixture_dir()});
     EXPECT_EQ(registry.resolve("rudder_good.so", fixture_dir()).id(), "good");
     EXPECT_EQ(registry.resolve("./rudder_hard.so", fixture_dir()).id(), "hard");
     EXPECT_EQ(registry.resolve("plugins/rudder_noop.so", fixture_dir().parent_path()).id(), "noop");
@@ -175,7 +175,7 @@ TEST(Registry, ResolvesAPathRelativeToTheBaseDirOrAbsolute) {
 }
 
 TEST(Registry, APathToALibraryWithSeveralControllersNeedsASelector) {
-    Registry registry({});
+    Registry registry({fixture_dir()});
     const std::string message = plugin_error_of([&] { registry.resolve("rudder_pair.so", fixture_dir()); });
     EXPECT_THAT(message, HasSubstr(fixture("pair").string() + ": offers 2 controllers ('pair_a' or 'pair_b')"));
     EXPECT_THAT(message, HasSubstr("name one as 'rudder_pair.so#<id>'"));
@@ -186,12 +186,80 @@ TEST(Registry, APathToALibraryWithSeveralControllersNeedsASelector) {
                 HasSubstr("offers no controller 'pair_c' (it offers 'pair_a' or 'pair_b')"));
 }
 
+TEST(Registry, APathOutsideTheSearchPathIsRefusedBeforeLoading) {
+    TempDir elsewhere("outside");
+    fs::copy_file(fixture("probe"), elsewhere.path() / "rudder_probe_copy.so");
+    Registry registry({fixture_dir()});
+    const std::string message =
+        plugin_error_of([&] { registry.resolve("rudder_probe_copy.so", elsewhere.path()); });
+    EXPECT_THAT(message, HasSubstr((elsewhere.path() / "rudder_probe_copy.so").string() +
+                                   ": not in a folder of the plugin search path (" + fixture_dir().string() + ")"));
+    EXPECT_THAT(plugin_error_of([&] { Registry({}).resolve(fixture("good").string(), ""); }),
+                HasSubstr("not in a folder of the plugin search path (which is empty)"));
+    // A path that climbs out through ".." or a symlinked folder is judged by where it really is.
+    EXPECT_THAT(plugin_error_of([&] {
+                    registry.resolve("../" + elsewhere.path().filename().string() + "/rudder_probe_copy.so",
+                                     fs::temp_directory_path() / "x");
+                }),
+                HasSubstr("not in a folder of the plugin search path"));
+    fs::create_directory_symlink(fixture_dir(), elsewhere.path() / "link");
+    EXPECT_EQ(registry.resolve("link/rudder_good.so", elsewhere.path()).id(), "good");
+    EXPECT_FALSE(registry.in_search_path(elsewhere.path() / "rudder_probe_copy.so"));
+    EXPECT_TRUE(registry.in_search_path(elsewhere.path() / "link" / "rudder_good.so"));
+}
+
+// The digest as coreutils' sha256sum prints it: an implementation independent of the host's.
+std::string sha256sum(const fs::path& file) {
+    const std::string command = "sha256sum '" + file.string() + "'";
+    FILE* pipe = ::popen(command.c_str(), "r");
+    if (pipe == nullptr) return "<popen failed>";
+    char digest[65] = {0};
+    const bool ok = std::fscanf(pipe, "%64s", digest) == 1;
+    ::pclose(pipe);
+    return ok ? digest : "<sha256sum failed>";
+}
+
+TEST(Registry, APinnedDigestLoadsAndAnyOtherIsRefused) {
+    Registry registry({fixture_dir()});
+    const std::string digest = sha256sum(fixture("hard"));
+    ASSERT_EQ(digest.size(), 64u) << digest;
+    EXPECT_EQ(registry.resolve("hard", "", digest).sha256(), digest);
+    EXPECT_EQ(registry.resolve("rudder_hard.so", fixture_dir(), digest).id(), "hard");
+
+    std::string other = digest;
+    other[0] = other[0] == '0' ? '1' : '0';
+    const std::string message = plugin_error_of([&] { registry.resolve("hard", "", other); });
+    EXPECT_THAT(message, HasSubstr(fixture("hard").string() + ": its SHA-256 is " + digest + ", but the recipe pins " +
+                                   other + " for 'hard'; refused"));
+    EXPECT_THAT(plugin_error_of([&] { registry.resolve("rudder_hard.so", fixture_dir(), other); }),
+                HasSubstr("but the recipe pins " + other));
+}
+
+TEST(Registry, AFileReplacedWhileItsOldImageIsLoadedIsRefused) {
+    TempDir dir("replaced");
+    const fs::path file = dir.path() / "rudder_swap.so";
+    fs::copy_file(fixture("noop"), file);
+    Registry registry({dir.path()});
+    const ControllerType first = registry.resolve("rudder_swap.so", dir.path());  // keeps the image loaded
+    EXPECT_EQ(first.id(), "noop");
+    EXPECT_EQ(first.sha256(), sha256sum(file));
+
+    // Another library under the same name, as a rebuild or an attacker would leave it: the loader hands back the
+    // image it already has for that name, which is not the file whose digest was just taken.
+    fs::copy_file(fixture("hard"), dir.path() / "staged.so");
+    fs::rename(dir.path() / "staged.so", file);
+    EXPECT_THAT(plugin_error_of([&] { registry.resolve("rudder_swap.so", dir.path(), sha256sum(file)); }),
+                HasSubstr(file.string() + ": the loaded image does not come from this file"));
+}
+
 TEST(Registry, APathToABadLibraryNamesTheFileAndTheReason) {
     Registry registry({fixture_dir()});
     const std::string message = plugin_error_of([&] { registry.resolve("rudder_wrong_major.so", fixture_dir()); });
     EXPECT_THAT(message, HasSubstr(fixture("wrong_major").string() + ": built for plugin ABI 2.0"));
+    EXPECT_THAT(plugin_error_of([&] { registry.resolve("rudder_x.so", fixture_dir()); }),
+                HasSubstr((fixture_dir() / "rudder_x.so").string() + ": file not found"));
     EXPECT_THAT(plugin_error_of([&] { registry.resolve("nowhere/rudder_x.so", fixture_dir()); }),
-                HasSubstr((fixture_dir() / "nowhere/rudder_x.so").string() + ": file not found"));
+                HasSubstr((fixture_dir() / "nowhere/rudder_x.so").string() + ": not in a folder of the plugin search path"));
 }
 
 TEST(Registry, AnUnknownIdSuggestsNearMissesAndListsRejections) {

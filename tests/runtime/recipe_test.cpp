@@ -122,6 +122,20 @@ TEST(Recipe, ControllerLabelsAreUnique) {
                           "/controllers/1/name", "used by another"));
 }
 
+TEST(Recipe, APluginPinIsSixtyFourHexDigitsKeptInLowerCase) {
+    const std::string digest(64, 'A');
+    const auto r = parse_recipe(R"({"model": "m", "controllers": [{"plugin": "span", "sha256": ")" + digest + R"("},
+                                                                  {"plugin": "length"}]})", ".");
+    EXPECT_EQ(r.controllers[0].sha256, std::string(64, 'a'));
+    EXPECT_EQ(r.controllers[1].sha256, "");
+    for (const std::string& bad : {std::string(63, 'a'), std::string(65, 'a'), std::string(63, 'a') + "g"})
+        EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "controllers": [{"plugin": "span", "sha256": ")" + bad + R"("}]})"),
+                              "/controllers/0/sha256", "64 hex digits"))
+            << bad;
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "controllers": [{"plugin": "span", "sha256": 12}]})"),
+                          "/controllers/0/sha256", "expected a string"));
+}
+
 TEST(Recipe, MissingFileIsARecipeError) {
     EXPECT_THROW(rudder::load_recipe("/nonexistent/recipe.json"), RecipeError);
 }

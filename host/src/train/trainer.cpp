@@ -356,6 +356,7 @@ private:
     void build_network();
     std::optional<json> find_checkpoint();
     void resume(const json& state);
+    void start_from_model(bool load_weights);
     void write_checkpoint(int64_t step);
     double dev_loss();
     void log_step(int64_t step, double loss, std::optional<double> dev, double lr);
@@ -381,6 +382,7 @@ private:
     std::vector<std::pair<std::string, at::Tensor>> parameters_;  // named, in a fixed order
     int64_t start_step_ = 0;
     double seconds_before_ = 0.0;  // training time of earlier runs (from the checkpoint)
+    int64_t init_steps_ = 0;       // steps behind the training.init_from weights
     double run_seconds_ = 0.0;
     std::optional<double> last_dev_;
 };
@@ -584,6 +586,23 @@ void Trainer::resume(const json& state) {
     say("resuming from the checkpoint at step " + std::to_string(start_step_) + " in '" + checkpoint_dir_.string() + "'");
 }
 
+void Trainer::start_from_model(bool load_weights) {
+    const json config = read_json_file(c_.init_from / "config.json");
+    const std::string kind = config.value("type", "") == "transformer" && config.contains("families") &&
+                                     config.at("families").is_array() && config.at("families").size() == 1
+                                 ? config.at("families").at(0).get<std::string>()
+                                 : config.value("type", "");
+    if (kind != c_.kind)
+        throw ModelError("training.init_from: '" + c_.init_from.string() + "' holds a " + (kind.empty() ? "?" : kind) +
+                         " model; this config trains a " + c_.kind);
+    init_steps_ = config.contains("training") ? config.at("training").value("steps", int64_t{0}) : 0;
+    if (!load_weights) return;
+    const fs::path weights = c_.init_from / "model.safetensors";
+    load_module_tensors(*network_, load_safetensors(weights), weights, "");
+    say("starting from the weights of '" + c_.init_from.string() + "' (trained for " + std::to_string(init_steps_) +
+        " steps)");
+}
+
 double Trainer::dev_loss() {
     at::NoGradGuard no_grad;
     network_->eval();
@@ -640,6 +659,8 @@ void Trainer::write_model(const TrainResult& result) {
                           {"final_loss", result.last_loss},
                           {"dev_loss", result.dev_loss ? json(*result.dev_loss) : json(nullptr)},
                           {"seconds", seconds_before_ + run_seconds_}};
+    if (!c_.init_from.empty())
+        config["training"]["init_from"] = {{"model", c_.init_from.string()}, {"steps", init_steps_}};
     write_atomically(c_.out / "vocab.txt", vocab_text(*tokenizer_));
     save_safetensors(c_.out / "model.safetensors", module_tensors(*network_),
                      {{"format", "pt"}, {"rudder_kind", c_.kind}, {"step", std::to_string(result.step)}});
@@ -657,6 +678,8 @@ TrainResult Trainer::run() {
     const std::optional<json> state = find_checkpoint();
     load_data();
     build_network();
+    // A resumed run's weights come from its checkpoint; init_from is still read for its kind and step count.
+    if (!c_.init_from.empty()) start_from_model(/*load_weights=*/!state);
     if (state) resume(*state);
 
     // The log keeps the entries up to the step training starts from; a fresh run starts a fresh log.
@@ -791,6 +814,7 @@ json TrainConfig::identity() const {
     // The vocabulary itself is checked through the data fingerprint; min_count only matters when it is built.
     if (vocab_file.empty()) id["tokenizer"] = {{"min_count", min_count}};
     if (is_denoiser_kind(kind)) id["max_condition_length"] = max_condition_length;
+    if (!init_from.empty()) id["training"]["init_from"] = init_from.string();
     return id;
 }
 
@@ -838,6 +862,17 @@ TrainConfig parse_train_config(const json& j, const fs::path& base_dir, const st
     c.checkpoint_every = training.integer("checkpoint_every", 1000, 0, kMaxSteps);
     c.log_every = training.integer("log_every", 50, 1, kMaxSteps);
     c.condition_dropout = training.number("condition_dropout", denoiser ? 0.1 : 0.0, 0.0, 1.0);
+    if (const std::string init = training.string("init_from", ""); !init.empty()) {
+        c.init_from = resolve(base_dir, init);
+        std::error_code ec;
+        if (!fs::is_regular_file(c.init_from / "config.json", ec) || !fs::is_regular_file(c.init_from / "model.safetensors", ec))
+            training.issue("init_from", "'" + c.init_from.string() + "' is not a trained model directory (config.json and "
+                                        "model.safetensors)");
+        else if (c.vocab_file.empty() && fs::is_regular_file(c.init_from / "vocab.txt", ec))
+            c.vocab_file = c.init_from / "vocab.txt";
+        if (tokenizer.has("min_count") && !tokenizer.has("vocab"))
+            tokenizer.issue("min_count", "the vocabulary comes from training.init_from; leave min_count out");
+    }
     if (!denoiser && c.condition_dropout > 0)
         training.issue("condition_dropout", "applies to the denoiser kinds; the " + c.kind + " is unconditional (use 0)");
     if (training.has("warmup") && training.has("steps") && c.warmup > c.steps)

@@ -45,6 +45,9 @@ struct TrainConfig {
     int64_t checkpoint_every = 0;  // 0: only when stopped early
     int64_t log_every = 50;
     double condition_dropout = 0.0;  // denoisers: share of rows trained with an all-pad condition
+    // A trained model directory of the same kind whose weights the network starts from (same tensor names and
+    // shapes); its vocab.txt is the vocabulary unless tokenizer.vocab names one. Empty: random initial weights.
+    std::filesystem::path init_from;
 
     int64_t max_length = 64;            // texts with more tokens are dropped
     int64_t max_condition_length = 64;  // denoisers: meaning representations with more tokens are dropped

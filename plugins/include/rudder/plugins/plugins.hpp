@@ -38,6 +38,8 @@ struct ControllerType {
     uint64_t capabilities() const;
     uint32_t abi_major() const;
     uint32_t abi_minor() const;
+    // SHA-256 of the library file as loaded, 64 lowercase hex digits.
+    std::string sha256() const;
 };
 
 // A file in the search path that could not be used, and why.
@@ -75,12 +77,18 @@ public:
     const std::vector<Rejection>& rejections();
 
     // A recipe's "plugin" value: a path (contains '/' or ends in the platform's library suffix) is loaded from
-    // `base_dir` if relative; otherwise an id looked up in the search path. Throws PluginError with "did you
-    // mean" for near misses and the rejected files' reasons when nothing matches.
-    ControllerType resolve(const std::string& name, const std::filesystem::path& base_dir);
+    // `base_dir` if relative, and only if its folder is one of the search path's; otherwise an id looked up in the
+    // search path. `sha256` (64 lowercase hex digits, or empty) pins the library file: another digest is refused.
+    // Throws PluginError with "did you mean" for near misses and the rejected files' reasons when nothing matches.
+    ControllerType resolve(const std::string& name, const std::filesystem::path& base_dir,
+                           const std::string& sha256 = "");
+
+    // Whether `file` lies directly in a folder of the search path (symlinks resolved): the files a scan sees.
+    bool in_search_path(const std::filesystem::path& file) const;
 
 private:
     void scan();
+    ControllerType find(const std::string& name, const std::filesystem::path& base_dir);
     std::vector<std::filesystem::path> search_path_;
     bool scanned_ = false;
     std::vector<ControllerType> controllers_;
