@@ -145,6 +145,56 @@ TEST_F(MicroTraining, ResumedRunEqualsUninterruptedRun) {
     EXPECT_EQ(steps, (std::vector<int64_t>{10, 13, 20, 30}));
 }
 
+TEST_F(MicroTraining, InitFromContinuesFromTheWeightsOfATrainedModel) {
+    run(config(80));
+    const auto first = dir_.path() / "model";
+
+    json fresh = config(1), continued = config(1);
+    fresh["training"]["log_every"] = 1;
+    fresh["training"]["warmup"] = 0;
+    continued["training"]["warmup"] = 0;
+    fresh["out"] = (dir_.path() / "fresh").string();
+    continued["training"]["log_every"] = 1;
+    continued["training"]["init_from"] = first.string();
+    continued["tokenizer"] = json::object();  // the vocabulary comes with the model
+    continued["out"] = (dir_.path() / "continued").string();
+    run(fresh);
+    run(continued);
+    const double fresh_loss = log_of(dir_.path() / "fresh").front()["loss"];
+    const double continued_loss = log_of(dir_.path() / "continued").front()["loss"];
+    const double trained_loss = log_of(first).back()["loss"];
+    EXPECT_LT(continued_loss, 0.6 * fresh_loss) << "the first step does not start from the trained weights";
+    EXPECT_NEAR(continued_loss, trained_loss, 0.25 * trained_loss);
+
+    std::ifstream in(dir_.path() / "continued/config.json");
+    const json cfg = json::parse(in);
+    EXPECT_EQ(cfg["training"]["init_from"], (json{{"model", first.string()}, {"steps", 80}}));
+    EXPECT_EQ(read_lines(dir_.path() / "continued/vocab.txt"), read_lines(first / "vocab.txt"));
+
+    // Another kind, a folder without a model, and a vocabulary setting that init_from decides.
+    json other_kind = continued;
+    other_kind["kind"] = "discrete";
+    other_kind["network"] = {{"dim", 16}, {"layers", 1}, {"heads", 2}, {"ff_dim", 32}};
+    other_kind["out"] = (dir_.path() / "other_kind").string();
+    try {
+        run(other_kind);
+        FAIL() << "expected ModelError";
+    } catch (const ModelError& e) {
+        EXPECT_NE(std::string(e.what()).find("holds a teacher model; this config trains a discrete"), std::string::npos)
+            << e.what();
+    }
+    json no_model = continued;
+    no_model["training"]["init_from"] = dir_.path().string();
+    no_model["tokenizer"] = {{"min_count", 2}};
+    const std::string issues = config_issues([&] { parse(no_model); });
+    EXPECT_NE(issues.find("/training/init_from: '" + dir_.path().string() + "' is not a trained model directory"),
+              std::string::npos) << issues;
+    json min_count = continued;
+    min_count["tokenizer"] = {{"min_count", 2}};
+    EXPECT_NE(config_issues([&] { parse(min_count); }).find("/tokenizer/min_count: the vocabulary comes from training.init_from"),
+              std::string::npos);
+}
+
 TEST_F(MicroTraining, RefusesACheckpointWrittenWithAnotherConfig) {
     json j = config(30);
     run(j, 10);
