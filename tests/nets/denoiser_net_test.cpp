@@ -420,6 +420,29 @@ TEST(Weights, MissingExtraOrMisshapedTensorsAreNamed) {
     EXPECT_EQ(load_error(tensors), "");
 }
 
+TEST(Weights, AVocabularyOfAnotherSizeThanTheNetworksIsRefusedNamingBoth) {
+    TempDir dir;
+    at::manual_seed(15);
+    const auto net = nn::make_denoiser_net(micro_config("discrete", false), *tokenizer());
+    save_safetensors(dir.path() / "weights.safetensors", parameters_of(*net));
+    std::vector<std::string> lines = sentences();
+    lines.insert(lines.end(), meaning_representations().begin(), meaning_representations().end());
+    lines.push_back("zyzzyva");  // one word the network never saw
+    const auto bigger = std::make_shared<const WordTokenizer>(WordTokenizer::build(lines));
+    ASSERT_EQ(bigger->vocab_size(), tokenizer()->vocab_size() + 1);
+    try {
+        load_transformer_denoiser(model_config(*net), dir.path(), bigger, Family::discrete);
+        FAIL() << "a vocabulary of another size was accepted";
+    } catch (const ModelError& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("config.json"), std::string::npos) << what;
+        EXPECT_NE(what.find("/vocab_size: the network was built for " + std::to_string(tokenizer()->vocab_size()) +
+                            " tokens but the tokenizer has " + std::to_string(bigger->vocab_size())),
+                  std::string::npos)
+            << what;
+    }
+}
+
 TEST(Weights, ModelConfigProblemsNameTheFileAndKey) {
     TempDir dir;
     at::manual_seed(14);
