@@ -35,9 +35,11 @@
  * them, and one call frees them. Each function below states its rule.
  *
  * Versioning. RUDDER_API_VERSION_MAJOR changes only with an incompatible change. Within a major, changes are
- * additive: new functions, new status codes, new members at the end of the option structs. Option structs begin
- * with `struct_size`, so the library reads only the members the caller was compiled with; always start from
- * rudder_default_options() / rudder_default_generate_options().
+ * additive: new functions, new status codes, new structs. Option structs begin with `struct_size`, so the library
+ * reads only the members the caller was compiled with; always start from rudder_default_options() /
+ * rudder_default_generate_options(). Those return their struct by value, into storage the caller sized, so these
+ * two structs will not grow within major 1 (a larger struct written into an older caller's storage would overrun
+ * it); new options will come as new structs or functions.
  */
 #ifndef RUDDER_H
 #define RUDDER_H
