@@ -29,7 +29,6 @@
 
 namespace {
 
-constexpr int64_t kMaxSamples = rudder::RecipeLimits{}.max_samples;
 
 // ----- errors -----------------------------------------------------------------------------------------------------
 
@@ -177,6 +176,7 @@ void install_logger(bool replace_application_logger) {
 struct rudder_generator {
     std::unique_ptr<rudder::plugins::Registry> registry;  // outlives the generator: its controllers came from it
     std::unique_ptr<rudder::Generator> generator;
+    rudder::RecipeLimits limits;
     std::mutex busy;  // one call at a time; a second gets RUDDER_ERR_BUSY
     std::string error;
 };
@@ -197,8 +197,27 @@ std::vector<std::filesystem::path> search_path(const char* first, std::vector<st
     return dirs;
 }
 
+rudder::RecipeLimits read_limits(const rudder_limits* given) {
+    rudder::RecipeLimits limits;
+    if (given == nullptr) return limits;
+    rudder_limits zero{};
+    zero.struct_size = sizeof(rudder_limits);
+    const rudder_limits in = read_versioned(given, zero, "rudder_limits");
+    auto set = [](int64_t value, int64_t& limit, const char* name) {
+        if (value < 0)
+            invalid_argument(std::string("rudder_limits.") + name + " is " + std::to_string(value) +
+                             ": use 0 for the default or a positive limit");
+        if (value > 0) limit = value;
+    };
+    set(in.max_steps, limits.max_steps, "max_steps");
+    set(in.max_samples, limits.max_samples, "max_samples");
+    set(in.max_batch_size, limits.max_batch_size, "max_batch_size");
+    set(in.max_length, limits.max_length, "max_length");
+    return limits;
+}
+
 rudder_status create(const char* recipe_json, const char* recipe_path, const rudder_options* options_in,
-                     rudder_generator** out) {
+                     const rudder::RecipeLimits& limits, rudder_generator** out) {
     install_logger(false);
     if (out == nullptr) invalid_argument("out is NULL");
     *out = nullptr;
@@ -208,14 +227,15 @@ rudder_status create(const char* recipe_json, const char* recipe_path, const rud
     std::vector<rudder::RecipeIssue> issues;
     rudder::Recipe recipe =
         recipe_path != nullptr
-            ? rudder::load_recipe(recipe_path, {}, &issues)
-            : rudder::parse_recipe(recipe_json, options.base_dir != nullptr ? options.base_dir : ".", {}, &issues);
+            ? rudder::load_recipe(recipe_path, limits, &issues)
+            : rudder::parse_recipe(recipe_json, options.base_dir != nullptr ? options.base_dir : ".", limits, &issues);
     if (options.model != nullptr) {
         recipe.model = options.model;
         issues.erase(std::remove_if(issues.begin(), issues.end(), [](const auto& i) { return i.pointer == "/model"; }),
                      issues.end());
     }
     auto gen = std::make_unique<rudder_generator>();
+    gen->limits = limits;
     gen->registry = std::make_unique<rudder::plugins::Registry>(
         search_path(options.plugin_path, rudder::plugins::Registry::default_search_path()));
     gen->generator = std::make_unique<rudder::Generator>(
@@ -285,7 +305,7 @@ rudder_options rudder_default_options(void) {
 rudder_status rudder_generator_create(const char* recipe_json, const rudder_options* options, rudder_generator** out) {
     return guarded(nullptr, RUDDER_ERR_INTERNAL, [&] {
         if (recipe_json == nullptr) invalid_argument("recipe_json is NULL");
-        return create(recipe_json, nullptr, options, out);
+        return create(recipe_json, nullptr, options, {}, out);
     });
 }
 
@@ -293,7 +313,17 @@ rudder_status rudder_generator_create_from_file(const char* recipe_path, const r
                                                 rudder_generator** out) {
     return guarded(nullptr, RUDDER_ERR_INTERNAL, [&] {
         if (recipe_path == nullptr) invalid_argument("recipe_path is NULL");
-        return create(nullptr, recipe_path, options, out);
+        return create(nullptr, recipe_path, options, {}, out);
+    });
+}
+
+rudder_status rudder_generator_create_limited(const char* recipe_json, const char* recipe_path,
+                                              const rudder_options* options, const rudder_limits* limits,
+                                              rudder_generator** out) {
+    return guarded(nullptr, RUDDER_ERR_INTERNAL, [&] {
+        if ((recipe_json == nullptr) == (recipe_path == nullptr))
+            invalid_argument("give exactly one of recipe_json and recipe_path");
+        return create(recipe_json, recipe_path, options, read_limits(limits), out);
     });
 }
 
@@ -318,8 +348,8 @@ rudder_status rudder_generate(rudder_generator* gen, const rudder_generate_optio
         const rudder_generate_options options =
             read_versioned(options_in, rudder_default_generate_options(), "rudder_generate_options");
         rudder::RunOverrides overrides;
-        if (options.samples < 0 || options.samples > kMaxSamples)
-            invalid_argument("samples must be 0 (the recipe's) or 1 to " + std::to_string(kMaxSamples) + ", got " +
+        if (options.samples < 0 || options.samples > gen->limits.max_samples)
+            invalid_argument("samples must be 0 (the recipe's) or 1 to " + std::to_string(gen->limits.max_samples) + ", got " +
                              std::to_string(options.samples));
         if (options.samples > 0) overrides.samples = options.samples;
         if (options.override_seed != 0) overrides.seed = options.seed;

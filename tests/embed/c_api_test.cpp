@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstddef>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -17,6 +18,7 @@
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // length + span on e2e-corpus: every sample has `tokens` tokens and starts with "The Eagle".
 std::string recipe(const std::string& family, int64_t tokens = 9, uint64_t seed = 3, const std::string& extra = "") {
@@ -162,6 +164,51 @@ TEST(CApi, ArgumentErrorsAreStatusesNotCrashes) {
     EXPECT_EQ(res, nullptr);
     EXPECT_THAT(rudder_generator_last_error(ok.get()), HasSubstr("samples must be"));
     EXPECT_THAT(rudder_last_error(), HasSubstr("samples must be"));
+}
+
+TEST(CApi, ConfiguredLimitsRefuseLargerRequestsUpFront) {
+    rudder_limits limits{};
+    limits.struct_size = sizeof limits;
+    limits.max_batch_size = 1;
+    limits.max_steps = 10;
+    limits.max_samples = 4;
+    limits.max_length = 8;
+    rudder_generator* gen = nullptr;
+    // recipe(): 3 samples, batch 2, 40 steps, max_length 16.
+    const std::string text = recipe("discrete");
+    EXPECT_EQ(rudder_generator_create_limited(text.c_str(), nullptr, nullptr, &limits, &gen), RUDDER_ERR_INVALID_RECIPE);
+    EXPECT_EQ(gen, nullptr);
+    const std::string message = rudder_last_error();
+    EXPECT_THAT(message, HasSubstr("/batch_size"));
+    EXPECT_THAT(message, HasSubstr("/sampler/steps"));
+    EXPECT_THAT(message, HasSubstr("/max_length"));
+    EXPECT_THAT(message, Not(HasSubstr("/samples")));
+
+    limits.max_batch_size = limits.max_steps = limits.max_length = 0;  // their defaults again
+    ASSERT_EQ(rudder_generator_create_limited(text.c_str(), nullptr, nullptr, &limits, &gen), RUDDER_OK)
+        << rudder_last_error();
+    Generator limited(gen);
+    rudder_generate_options more = rudder_default_generate_options();
+    more.samples = 5;
+    rudder_results* res = nullptr;
+    EXPECT_EQ(rudder_generate(limited.get(), &more, &res), RUDDER_ERR_INVALID_ARGUMENT);
+    EXPECT_THAT(rudder_generator_last_error(limited.get()), HasSubstr("samples must be 0 (the recipe's) or 1 to 4, got 5"));
+    more.samples = 4;
+    EXPECT_EQ(rudder_results_count(generate(limited.get(), &more).get()), 4u);
+
+    limits.max_length = -1;
+    EXPECT_EQ(rudder_generator_create_limited(text.c_str(), nullptr, nullptr, &limits, &gen), RUDDER_ERR_INVALID_ARGUMENT);
+    EXPECT_THAT(rudder_last_error(), HasSubstr("rudder_limits.max_length is -1"));
+    EXPECT_EQ(rudder_generator_create_limited(nullptr, nullptr, nullptr, nullptr, &gen), RUDDER_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(rudder_generator_create_limited(text.c_str(), "x.json", nullptr, nullptr, &gen), RUDDER_ERR_INVALID_ARGUMENT);
+
+    // A caller built against an older rudder_limits passes a shorter struct: the members it lacks keep defaults.
+    rudder_limits shorter{};
+    shorter.struct_size = offsetof(rudder_limits, max_batch_size);
+    shorter.max_batch_size = 1;  // beyond the caller's struct: never read
+    ASSERT_EQ(rudder_generator_create_limited(text.c_str(), nullptr, nullptr, &shorter, &gen), RUDDER_OK)
+        << rudder_last_error();
+    rudder_generator_free(gen);
 }
 
 TEST(CApi, LastErrorIsPerThread) {

@@ -39,7 +39,7 @@
  * reads only the members the caller was compiled with; always start from rudder_default_options() /
  * rudder_default_generate_options(). Those return their struct by value, into storage the caller sized, so these
  * two structs will not grow within major 1 (a larger struct written into an older caller's storage would overrun
- * it); new options will come as new structs or functions.
+ * it); new options come as new structs or functions (1.1: rudder_limits, rudder_generator_create_limited).
  */
 #ifndef RUDDER_H
 #define RUDDER_H
@@ -52,7 +52,7 @@ extern "C" {
 #endif
 
 #define RUDDER_API_VERSION_MAJOR 1
-#define RUDDER_API_VERSION_MINOR 0
+#define RUDDER_API_VERSION_MINOR 1
 
 /* librudder.so is built with hidden visibility and exports exactly the functions marked RUDDER_API. */
 #if defined(RUDDER_BUILDING_LIBRARY)
@@ -155,6 +155,28 @@ RUDDER_API rudder_status rudder_generator_create(const char* recipe_json, const 
                                                  rudder_generator** out);
 RUDDER_API rudder_status rudder_generator_create_from_file(const char* recipe_path, const rudder_options* options,
                                                            rudder_generator** out);
+
+/* Resource limits (API 1.1). Zero-initialise, set struct_size = sizeof(rudder_limits), then set the limits to
+ * change; 0 keeps a limit's default (100000 sampler steps, 1000000 samples, 4096 batch rows, 4096 positions).
+ * Read during the create call only. Unlike the option structs this one is never returned by value, so later
+ * minors may append members. */
+typedef struct rudder_limits {
+    uint32_t struct_size;
+    int64_t max_steps;       /* the recipe's sampler.steps */
+    int64_t max_samples;     /* the recipe's samples, and rudder_generate_options.samples */
+    int64_t max_batch_size;  /* the recipe's batch_size */
+    int64_t max_length;      /* the recipe's max_length */
+} rudder_limits;
+
+/* rudder_generator_create or rudder_generator_create_from_file under resource limits (API 1.1): exactly one of
+ * recipe_json and recipe_path is non-NULL; `options` and `limits` may be NULL (the defaults). A recipe asking for
+ * more than a limit is RUDDER_ERR_INVALID_RECIPE, with the JSON pointer of each value over its limit, before
+ * anything is allocated for it; a later rudder_generate asking for more samples than max_samples is
+ * RUDDER_ERR_INVALID_ARGUMENT. A negative limit is RUDDER_ERR_INVALID_ARGUMENT. Any thread, concurrently with
+ * anything. */
+RUDDER_API rudder_status rudder_generator_create_limited(const char* recipe_json, const char* recipe_path,
+                                                         const rudder_options* options, const rudder_limits* limits,
+                                                         rudder_generator** out);
 
 /* Frees a generator, its model and its controllers. NULL is a no-op. Any thread, but not while another call on
  * the same generator runs (and not from its own progress callback). */
