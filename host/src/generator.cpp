@@ -162,6 +162,10 @@ Generator::Generator(Recipe recipe, plugins::Registry& registry, const std::vect
         const int64_t longest = model_.denoiser->max_length();
         if (recipe_.max_length == 0) {
             recipe_.max_length = longest > 0 ? longest : kDefaultMaxLength;
+            if (recipe_.max_length_limit > 0 && recipe_.max_length > recipe_.max_length_limit)
+                issues.push_back({"/max_length", "model '" + model_.name + "' handles " + std::to_string(recipe_.max_length) +
+                                                     " positions, over the limit of " +
+                                                     std::to_string(recipe_.max_length_limit) + "; give max_length"});
         } else if (longest > 0 && recipe_.max_length > longest && !reported("/max_length")) {
             issues.push_back({"/max_length", "model '" + model_.name + "' handles at most " + std::to_string(longest) +
                                                  " positions; asked for " + std::to_string(recipe_.max_length)});

@@ -305,8 +305,12 @@ Recipe parse_recipe(const std::string& text, const std::filesystem::path& base_d
             r.seed = static_cast<uint64_t>(*v);
     }
     if (auto v = c.integer(doc, "samples", "", 1, limits.max_samples)) r.samples = *v;
+    // A default over a configured limit: batch_size only groups samples, so the limit itself is used; the sampler's
+    // steps change the result, so a recipe that leaves them out must give them (below, after the sampler).
+    r.batch_size = std::min(r.batch_size, limits.max_batch_size);
     if (auto v = c.integer(doc, "batch_size", "", 1, limits.max_batch_size)) r.batch_size = *v;
     if (auto v = c.integer(doc, "max_length", "", 1, limits.max_length)) r.max_length = *v;
+    r.max_length_limit = limits.max_length;
     if (auto v = c.string(doc, "device", "", false)) {
         const std::string& d = *v;
         const bool ok = d == "cpu" || d == "cuda" ||
@@ -316,6 +320,10 @@ Recipe parse_recipe(const std::string& text, const std::filesystem::path& base_d
         else c.issue("/device", "expected 'cpu', 'cuda' or 'cuda:<index>', got '" + d + "'");
     }
     parse_sampler(c, doc, r.sampler);
+    const bool steps_given = doc.contains("sampler") && doc.at("sampler").is_object() && doc.at("sampler").contains("steps");
+    if (!steps_given && r.sampler.steps > limits.max_steps)
+        c.issue("/sampler/steps", "the default of " + std::to_string(r.sampler.steps) + " steps is over the limit of " +
+                                      std::to_string(limits.max_steps) + "; give sampler.steps");
     parse_guidance(c, doc, r.guidance);
     parse_controllers(c, doc, r.controllers);
     if (issues != nullptr) {

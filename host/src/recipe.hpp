@@ -74,6 +74,7 @@ struct Recipe {
     GuidanceSpec guidance;
     std::vector<ControllerSpec> controllers;
     std::filesystem::path base_dir; // the recipe file's folder: relative paths resolve against it
+    int64_t max_length_limit = 0;   // RecipeLimits::max_length, for the model's length when max_length is 0
 };
 
 // Resource limits checked up front so a recipe cannot ask for an absurd allocation.

@@ -70,6 +70,11 @@ _PROGRESS_FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(_Progress), ctype
 _LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_int32, ctypes.c_char_p, ctypes.c_void_p)
 
 
+class _Limits(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("max_steps", ctypes.c_int64), ("max_samples", ctypes.c_int64),
+                ("max_batch_size", ctypes.c_int64), ("max_length", ctypes.c_int64)]
+
+
 class _GenerateOptions(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("samples", ctypes.c_int64), ("override_seed", ctypes.c_int32),
                 ("seed", ctypes.c_uint64), ("on_progress", _PROGRESS_FN), ("user_data", ctypes.c_void_p),
@@ -101,8 +106,8 @@ def _load() -> ctypes.CDLL:
         "rudder_set_log": ([_LOG_FN, p, c_int32], c_int32),
         "rudder_keep_freed_memory_in_process": ([], c_int32),
         "rudder_default_options": ([], _Options),
-        "rudder_generator_create": ([c_char_p, ctypes.POINTER(_Options), ctypes.POINTER(p)], c_int32),
-        "rudder_generator_create_from_file": ([c_char_p, ctypes.POINTER(_Options), ctypes.POINTER(p)], c_int32),
+        "rudder_generator_create_limited": ([c_char_p, c_char_p, ctypes.POINTER(_Options), ctypes.POINTER(_Limits),
+                                             ctypes.POINTER(p)], c_int32),
         "rudder_generator_free": ([p], None),
         "rudder_generator_last_error": ([p], c_char_p),
         "rudder_default_generate_options": ([], _GenerateOptions),
@@ -226,21 +231,31 @@ class Generator:
     recipe: a recipe file's path, recipe JSON text, or a dict. model replaces the recipe's "model" (a bundled
     name or a directory); model_path and plugin_path (a folder or a list) are searched first for models and
     plugins by name; base_dir is where relative paths in recipe text or a dict resolve (a file: its folder).
-    Raises InvalidRecipe listing every problem with its JSON pointer.
+    limits caps what a recipe may ask for: a dict with any of max_steps, max_samples, max_batch_size, max_length
+    (missing or 0: the library's default). Raises InvalidRecipe listing every problem with its JSON pointer.
     """
 
     def __init__(self, recipe: Union[str, os.PathLike, Dict[str, Any]], *, model: Optional[str] = None,
-                 model_path=None, plugin_path=None, base_dir: Optional[str] = None):
+                 model_path=None, plugin_path=None, base_dir: Optional[str] = None,
+                 limits: Optional[Dict[str, int]] = None):
         self._handle = ctypes.c_void_p()
         options = _lib.rudder_default_options()
         options.model, options.model_path = _bytes(model), _paths(model_path)
         options.plugin_path, options.base_dir = _paths(plugin_path), _bytes(base_dir)
+        c_limits = _Limits(struct_size=ctypes.sizeof(_Limits))
+        for key, value in (limits or {}).items():
+            if key not in {name for name, _ in _Limits._fields_[1:]}:
+                raise Error(ERR_INVALID_ARGUMENT, f"unknown limit '{key}' (max_steps, max_samples, max_batch_size, "
+                                                  "max_length)")
+            setattr(c_limits, key, value)
+        text = path = None
         if isinstance(recipe, dict):
-            status = _lib.rudder_generator_create(json.dumps(recipe).encode(), options, ctypes.byref(self._handle))
+            text = json.dumps(recipe).encode()
         elif isinstance(recipe, str) and recipe.lstrip().startswith("{"):
-            status = _lib.rudder_generator_create(recipe.encode(), options, ctypes.byref(self._handle))
+            text = recipe.encode()
         else:
-            status = _lib.rudder_generator_create_from_file(_bytes(recipe), options, ctypes.byref(self._handle))
+            path = _bytes(recipe)
+        status = _lib.rudder_generator_create_limited(text, path, options, c_limits, ctypes.byref(self._handle))
         if status != OK:
             raise _error(status, _text(_lib.rudder_last_error()))
 

@@ -202,6 +202,13 @@ TEST(CApi, ConfiguredLimitsRefuseLargerRequestsUpFront) {
     EXPECT_EQ(rudder_generator_create_limited(nullptr, nullptr, nullptr, nullptr, &gen), RUDDER_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(rudder_generator_create_limited(text.c_str(), "x.json", nullptr, nullptr, &gen), RUDDER_ERR_INVALID_ARGUMENT);
 
+    // Without max_length the model's length is used, and it too must be within the limit.
+    limits.max_length = 8;
+    EXPECT_EQ(rudder_generator_create_limited(R"({"model": "e2e-corpus", "family": "discrete", "sampler": {"steps": 5}})",
+                                              nullptr, nullptr, &limits, &gen),
+              RUDDER_ERR_INVALID_RECIPE);
+    EXPECT_THAT(rudder_last_error(), HasSubstr("/max_length: model 'e2e-corpus' handles 64 positions, over the limit of 8"));
+
     // A caller built against an older rudder_limits passes a shorter struct: the members it lacks keep defaults.
     rudder_limits shorter{};
     shorter.struct_size = offsetof(rudder_limits, max_batch_size);

@@ -77,6 +77,17 @@ class Binding(unittest.TestCase):
         self.assertIn("did you mean 'length'?", message)
         self.assertEqual(caught.exception.status, rudder.ERR_INVALID_RECIPE)
 
+    def test_limits_refuse_a_recipe_that_asks_for_more(self):
+        with self.assertRaises(rudder.InvalidRecipe) as caught:
+            rudder.Generator(dict(RECIPE, batch_size=2), limits={"max_batch_size": 1, "max_steps": 2})
+        self.assertIn("/batch_size", str(caught.exception))
+        self.assertIn("/sampler/steps", str(caught.exception))
+        gen = rudder.Generator(RECIPE, limits={"max_samples": RECIPE["samples"]})
+        with self.assertRaises(rudder.Error):
+            gen.generate(samples=RECIPE["samples"] + 1)
+        with self.assertRaises(rudder.Error):
+            rudder.Generator(RECIPE, limits={"max_lenght": 4})
+
     def test_generators_on_several_threads(self):
         recipes = [dict(RECIPE, seed=seed, family=family) for seed, family in
                    [(1, "discrete"), (2, "continuous"), (3, "discrete")]]

@@ -105,6 +105,21 @@ TEST(Recipe, LimitsRefuseAbsurdRequestsUpFront) {
     }
 }
 
+TEST(Recipe, DefaultsOverALimitAreCappedOrMustBeGiven) {
+    rudder::RecipeLimits limits;
+    limits.max_batch_size = 4;  // the default batch of 16 only groups samples: capped
+    limits.max_steps = 50;      // the default 200 steps change the result: the recipe must say
+    EXPECT_EQ(parse_recipe(R"({"model": "m", "sampler": {"steps": 50}})", ".", limits).batch_size, 4);
+    try {
+        parse_recipe(R"({"model": "m"})", ".", limits);
+        FAIL() << "default steps over the limit accepted";
+    } catch (const RecipeError& e) {
+        EXPECT_TRUE(has_issue(e.issues(), "/sampler/steps", "the default of 200 steps is over the limit of 50"));
+    }
+    limits.max_length = 32;
+    EXPECT_EQ(parse_recipe(R"({"model": "m", "sampler": {"steps": 5}})", ".", limits).max_length_limit, 32);
+}
+
 TEST(Recipe, EtaOnlyForDdim) {
     EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "ddpm", "eta": 0.5}})"), "/sampler/eta",
                           "ddim sampler only"));
