@@ -288,6 +288,9 @@ Recipe parse_recipe(const std::string& text, const std::filesystem::path& base_d
         if (cut != std::string::npos) what = what.substr(cut);
         throw RecipeError({{"", "not valid JSON at line " + std::to_string(line) + ", column " +
                                     std::to_string(col) + ": " + what}});
+    } catch (const json::exception& e) {
+        // Well-formed text the parser still refuses, e.g. a number beyond double's range ("1e999").
+        throw RecipeError({{"", std::string("not valid JSON: ") + e.what()}});
     }
     Checker c(limits);
     Recipe r;

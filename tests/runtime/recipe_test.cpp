@@ -94,6 +94,15 @@ TEST(Recipe, SyntaxErrorsGiveLineAndColumn) {
     EXPECT_NE(issues[0].message.find("line 3"), std::string::npos) << issues[0].message;
 }
 
+// Found by fuzz_recipe: the parser throws out_of_range, not parse_error, for a number beyond double's range, and
+// that escaped parse_recipe.
+TEST(Recipe, ANumberBeyondDoublesRangeIsARecipeError) {
+    const auto issues = issues_of(R"({"model": "m", "seed": 41e308})");
+    ASSERT_EQ(issues.size(), 1u);
+    EXPECT_NE(issues[0].message.find("not valid JSON"), std::string::npos) << issues[0].message;
+    EXPECT_NE(issues[0].message.find("number overflow"), std::string::npos) << issues[0].message;
+}
+
 TEST(Recipe, LimitsRefuseAbsurdRequestsUpFront) {
     rudder::RecipeLimits limits;
     limits.max_batch_size = 64;

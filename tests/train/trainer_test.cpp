@@ -195,6 +195,14 @@ TEST_F(MicroTraining, InitFromContinuesFromTheWeightsOfATrainedModel) {
               std::string::npos);
 }
 
+TEST_F(MicroTraining, AConfigFileWithANumberBeyondDoublesRangeIsAConfigError) {
+    const auto file = dir_.path() / "overflow.json";
+    std::ofstream(file) << R"({"kind": "teacher", "training": {"lr": 1e999}})";
+    const std::string issues = config_issues([&] { train::load_train_config(file); });
+    EXPECT_NE(issues.find(": not valid JSON: "), std::string::npos) << issues;
+    EXPECT_NE(issues.find("number overflow"), std::string::npos) << issues;
+}
+
 TEST_F(MicroTraining, RefusesACheckpointWrittenWithAnotherConfig) {
     json j = config(30);
     run(j, 10);

@@ -917,7 +917,7 @@ TrainConfig load_train_config(const fs::path& file) {
     json j;
     try {
         j = json::parse(in);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse errors, and numbers beyond double's range ("1e999")
         throw ConfigError(file.string(), {{"", std::string("not valid JSON: ") + e.what()}});
     }
     return parse_train_config(j, file.parent_path(), file.string());
