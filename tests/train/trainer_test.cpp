@@ -170,6 +170,13 @@ TEST_F(MicroTraining, InitFromContinuesFromTheWeightsOfATrainedModel) {
     const json cfg = json::parse(in);
     EXPECT_EQ(cfg["training"]["init_from"], (json{{"model", first.string()}, {"steps", 80}}));
     EXPECT_EQ(read_lines(dir_.path() / "continued/vocab.txt"), read_lines(first / "vocab.txt"));
+    // A third stage counts every step behind its weights.
+    json third = continued;
+    third["training"]["init_from"] = (dir_.path() / "continued").string();
+    third["out"] = (dir_.path() / "third").string();
+    run(third);
+    std::ifstream third_in(dir_.path() / "third/config.json");
+    EXPECT_EQ(json::parse(third_in)["training"]["init_from"]["steps"], 81);
 
     // Another kind, a folder without a model, and a vocabulary setting that init_from decides.
     json other_kind = continued;

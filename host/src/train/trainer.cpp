@@ -382,7 +382,7 @@ private:
     std::vector<std::pair<std::string, at::Tensor>> parameters_;  // named, in a fixed order
     int64_t start_step_ = 0;
     double seconds_before_ = 0.0;  // training time of earlier runs (from the checkpoint)
-    int64_t init_steps_ = 0;       // steps behind the training.init_from weights
+    int64_t init_steps_ = 0;       // steps behind the training.init_from weights, earlier stages included
     double run_seconds_ = 0.0;
     std::optional<double> last_dev_;
 };
@@ -595,7 +595,13 @@ void Trainer::start_from_model(bool load_weights) {
     if (kind != c_.kind)
         throw ModelError("training.init_from: '" + c_.init_from.string() + "' holds a " + (kind.empty() ? "?" : kind) +
                          " model; this config trains a " + c_.kind);
-    init_steps_ = config.contains("training") ? config.at("training").value("steps", int64_t{0}) : 0;
+    // Steps behind the weights: the model's own, plus those of the model it started from, if any.
+    if (config.contains("training") && config.at("training").is_object()) {
+        const json& training = config.at("training");
+        init_steps_ = training.value("steps", int64_t{0});
+        if (training.contains("init_from") && training.at("init_from").is_object())
+            init_steps_ += training.at("init_from").value("steps", int64_t{0});
+    }
     if (!load_weights) return;
     const fs::path weights = c_.init_from / "model.safetensors";
     load_module_tensors(*network_, load_safetensors(weights), weights, "");
