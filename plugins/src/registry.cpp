@@ -41,6 +41,13 @@ std::string joined(const std::vector<std::string>& items, const char* separator)
     return text;
 }
 
+// "a, b" for the folders of a search path; "" for an empty one.
+std::string folders_text(const std::vector<fs::path>& search_path) {
+    std::vector<std::string> dirs;
+    for (const auto& dir : search_path) dirs.push_back(dir.string());
+    return joined(dirs, ", ");
+}
+
 std::vector<std::string> ids_of(const std::vector<ControllerType>& types) {
     std::vector<std::string> ids;
     ids.reserve(types.size());
@@ -163,10 +170,8 @@ ControllerType Registry::find(const std::string& name, const fs::path& base_dir)
         fs::path file(file_part);
         if (file.is_relative() && !base_dir.empty()) file = base_dir / file;
         if (!in_search_path(file)) {
-            std::vector<std::string> dirs;
-            for (const auto& dir : search_path_) dirs.push_back(dir.string());
             throw PluginError(file.string() + ": not in a folder of the plugin search path (" +
-                              (dirs.empty() ? std::string("which is empty") : joined(dirs, ", ")) +
+                              (search_path_.empty() ? std::string("which is empty") : folders_text(search_path_)) +
                               "); plugins load only from there, so add its folder to the search path (RUDDER_PLUGIN_PATH, "
                               "or the application's plugin folders)");
         }
@@ -188,11 +193,9 @@ ControllerType Registry::find(const std::string& name, const fs::path& base_dir)
     for (const auto& type : controllers_)
         if (type.id() == name) return type;
 
-    std::vector<std::string> dirs;
-    for (const auto& dir : search_path_) dirs.push_back(dir.string());
     std::string message = "no controller plugin with id '" + name + "' in " +
-                          (dirs.empty() ? std::string("an empty plugin search path (set RUDDER_PLUGIN_PATH)")
-                                        : joined(dirs, ", "));
+                          (search_path_.empty() ? std::string("an empty plugin search path (set RUDDER_PLUGIN_PATH)")
+                                                : folders_text(search_path_));
     const std::vector<std::string> known = ids_of(controllers_);
     const std::vector<std::string> suggestions = near_misses(name, known);
     if (!suggestions.empty())
