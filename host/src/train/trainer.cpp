@@ -587,24 +587,23 @@ void Trainer::resume(const json& state) {
 }
 
 void Trainer::start_from_model(bool load_weights) {
-    const json config = read_json_file(c_.init_from / "config.json");
-    const std::string kind = config.value("type", "") == "transformer" && config.contains("families") &&
-                                     config.at("families").is_array() && config.at("families").size() == 1
-                                 ? config.at("families").at(0).get<std::string>()
-                                 : config.value("type", "");
-    if (kind != c_.kind)
-        throw ModelError("training.init_from: '" + c_.init_from.string() + "' holds a " + (kind.empty() ? "?" : kind) +
-                         " model; this config trains a " + c_.kind);
     // Steps behind the weights: the model's own, plus those of the model it started from, if any.
-    if (config.contains("training") && config.at("training").is_object()) {
-        const json& training = config.at("training");
-        init_steps_ = training.value("steps", int64_t{0});
-        if (training.contains("init_from") && training.at("init_from").is_object())
-            init_steps_ += training.at("init_from").value("steps", int64_t{0});
+    const json config = read_json_file(c_.init_from / "config.json");
+    if (const auto training = config.find("training"); training != config.end() && training->is_object()) {
+        init_steps_ = training->value("steps", int64_t{0});
+        if (const auto earlier = training->find("init_from"); earlier != training->end() && earlier->is_object())
+            init_steps_ += earlier->value("steps", int64_t{0});
     }
     if (!load_weights) return;
     const fs::path weights = c_.init_from / "model.safetensors";
-    load_module_tensors(*network_, load_safetensors(weights), weights, "");
+    const SafeTensors saved = load_safetensors(weights);
+    // The trainer stamps every model's weights with its kind.
+    const auto kind = saved.metadata.find("rudder_kind");
+    const std::string held = kind != saved.metadata.end() ? kind->second : "?";
+    if (held != c_.kind)
+        throw ModelError("training.init_from: '" + c_.init_from.string() + "' holds a " + held +
+                         " model; this config trains a " + c_.kind);
+    load_module_tensors(*network_, saved, weights, "");
     say("starting from the weights of '" + c_.init_from.string() + "' (trained for " + std::to_string(init_steps_) +
         " steps)");
 }
