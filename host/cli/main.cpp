@@ -185,12 +185,18 @@ int cmd_corpus_model(const std::string& input, const std::string& out_dir, const
     return kExitOk;
 }
 
-int cmd_train(const std::string& config_path, int64_t stop_after, bool overwrite, bool quiet) {
+// `rudder train` trains the model networks, `rudder train-controller` a controller's noisy classifier.
+int cmd_train(const std::string& config_path, int64_t stop_after, bool overwrite, bool quiet, bool controller) {
     rudder::train::TrainConfig config;
     try {
         config = rudder::train::load_train_config(config_path);
     } catch (const rudder::train::ConfigError& e) {
         std::cerr << e.what() << "\n";
+        return kExitInvalid;
+    }
+    if (rudder::train::is_controller_kind(config.kind) != controller) {
+        std::cerr << config_path << ": /kind: a " << config.kind << " is trained with `rudder "
+                  << (controller ? "train" : "train-controller") << "`\n";
         return kExitInvalid;
     }
     rudder::train::TrainOptions options;
@@ -321,6 +327,15 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
     train->add_flag("--overwrite", overwrite, "Train again into an out directory that holds a finished model");
     train->add_flag("-q,--quiet", quiet, "No progress on stderr");
+    auto* train_controller = app.add_subcommand(
+        "train-controller", "Train a controller's noisy classifier (syntax_classifier) on annotated text, noised as a denoiser does");
+    train_controller->add_option("config", train_config, "Training config (JSON, see docs/training.md)")
+        ->required()
+        ->check(CLI::ExistingFile);
+    train_controller->add_option("--stop-after", stop_after, "Stop after this step with a checkpoint, as an interrupted run")
+        ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
+    train_controller->add_flag("--overwrite", overwrite, "Train again into an out directory that holds a finished model");
+    train_controller->add_flag("-q,--quiet", quiet, "No progress on stderr");
 
     std::string score_file, teacher_name = "e2e-teacher";
     int64_t score_batch = 64;
@@ -398,7 +413,8 @@ int main(int argc, char** argv) {
         if (plugins->parsed()) return cmd_plugins(as_json);
         if (models->parsed()) return cmd_models();
         if (corpus->parsed()) return cmd_corpus_model(corpus_input, corpus_out, corpus_options);
-        if (train->parsed()) return cmd_train(train_config, stop_after, overwrite, quiet);
+        if (train->parsed()) return cmd_train(train_config, stop_after, overwrite, quiet, false);
+        if (train_controller->parsed()) return cmd_train(train_config, stop_after, overwrite, quiet, true);
         if (score->parsed()) return cmd_score(score_file, teacher_name, score_against, as_json, score_batch);
         if (bench->parsed()) return rudder::cli::run_bench(bench_options);
         if (annotate->parsed()) return rudder::cli::run_annotate(annotate_options);

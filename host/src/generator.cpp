@@ -19,7 +19,8 @@ namespace fs = std::filesystem;
 // the denoiser on the current step's state.
 class Generator::Services final : public plugins::RunServices {
 public:
-    explicit Services(const Model& model) : model_(model) {}
+    Services(const Model& model, fs::path base_dir, std::vector<fs::path> model_path)
+        : model_(model), base_dir_(std::move(base_dir)), model_path_(std::move(model_path)) {}
 
     std::vector<int64_t> tokenize(const std::string& text) override { return model_.tokenizer->encode(text); }
     std::string detokenize(const int64_t* ids, int64_t n) override { return model_.tokenizer->decode(ids, n); }
@@ -45,6 +46,18 @@ public:
         return out.reshape(shape);
     }
 
+    std::string model_dir() override {
+        std::error_code ec;
+        return model_.dir.empty() ? std::string() : fs::absolute(model_.dir, ec).lexically_normal().string();
+    }
+    at::Tensor embedding() override {
+        return model_.family == Family::continuous ? model_.denoiser->embedding() : at::Tensor();
+    }
+    std::string find_model(const std::string& name) override {
+        std::error_code ec;
+        return fs::absolute(resolve_model(name, base_dir_, model_path_), ec).lexically_normal().string();
+    }
+
     // The state a re-entrant denoise call sees; undefined outside the PREDICT phase.
     void set_state(const at::Tensor& x, double t) {
         state_ = x;
@@ -53,6 +66,8 @@ public:
 
 private:
     const Model& model_;
+    fs::path base_dir_;                 // the recipe's folder: relative model paths start there
+    std::vector<fs::path> model_path_;  // where bundled names are looked up
     at::Tensor state_;
     double t_ = 1.0;
 };
@@ -208,7 +223,7 @@ Generator::Generator(Recipe recipe, plugins::Registry& registry, const std::vect
     }
     if (!issues.empty()) throw RecipeError(std::move(issues));
     composer_ = std::make_unique<Composer>(std::move(controllers), model_.family);
-    services_ = std::make_unique<Services>(model_);
+    services_ = std::make_unique<Services>(model_, recipe_.base_dir, model_path);
 }
 
 Generator::~Generator() = default;

@@ -155,6 +155,9 @@ struct ControllerInstance::Impl {
     bool in_predict_step = false;  // denoise() is valid only then
     std::string service_error;     // what a host service threw during the current call, for the report
     std::vector<std::unique_ptr<TensorView>> denoise_results;  // alive until step() returns
+    std::string model_dir;         // run_info.model_dir points here
+    at::Tensor embedding;          // run_info.embedding views this (on plugin_device, contiguous)
+    std::unique_ptr<TensorView> embedding_view;
 
     // Holds the library's call mutex unless the controller is thread-safe.
     std::unique_lock<std::mutex> lock_for_call() const {
@@ -255,6 +258,27 @@ struct ControllerInstance::Impl {
             self->note_service_error("token_text", "unknown exception");
         }
         return nullptr;
+    }
+
+    static rudder_status find_model(void* run_ctx, const char* name, char* out, size_t capacity,
+                                    size_t* n_bytes) noexcept {
+        auto* self = static_cast<Impl*>(run_ctx);
+        if (self == nullptr || name == nullptr || n_bytes == nullptr || (out == nullptr && capacity > 0))
+            return RUDDER_ERR_INVALID_ARGUMENT;
+        if (self->services == nullptr) return RUDDER_ERR_UNSUPPORTED;
+        return self->guard_service("find_model", [&]() -> rudder_status {
+            std::string dir;
+            try {
+                dir = self->services->find_model(name);
+            } catch (const std::runtime_error& e) {  // no such model: the plugin's mistake, not the host's
+                self->note_service_error("find_model", e.what());
+                return RUDDER_ERR_INVALID_ARGUMENT;
+            }
+            *n_bytes = dir.size();
+            if (dir.size() + 1 > capacity) return RUDDER_ERR_BUFFER_TOO_SMALL;
+            std::memcpy(out, dir.c_str(), dir.size() + 1);
+            return RUDDER_OK;
+        });
     }
 
     static rudder_status denoise(void* run_ctx, const char* const* conditions, int32_t n_conditions,
@@ -368,6 +392,16 @@ void ControllerInstance::begin(const RunShape& shape, RunServices* services) {
     run.detokenize = &Impl::detokenize;
     run.token_text = &Impl::token_text;
     run.denoise = &Impl::denoise;
+    s.model_dir = services != nullptr ? services->model_dir() : std::string();
+    run.model_dir = s.model_dir.c_str();
+    s.embedding = services != nullptr && continuous ? services->embedding() : at::Tensor();
+    s.embedding_view.reset();
+    if (s.embedding.defined()) {
+        s.embedding = s.embedding.detach().to(s.plugin_device, at::kFloat).contiguous();
+        s.embedding_view = std::make_unique<TensorView>();
+        run.embedding = s.embedding_view->bind(s.embedding);
+    }
+    run.find_model = &Impl::find_model;
 
     s.service_error.clear();
     rudder_status status = RUDDER_OK;

@@ -174,6 +174,14 @@ private:
     std::shared_ptr<Affine> qkv_, proj_, ff1_, ff2_;
 };
 
+at::Tensor time_sinusoid(const at::Tensor& t, int64_t dim) {
+    const int64_t half = dim / 2;
+    const at::Tensor freqs =
+        at::exp(at::arange(half, t.options().dtype(at::kFloat)) * (-std::log(10000.0) / static_cast<double>(half)));
+    const at::Tensor args = (t.to(at::kFloat) * kTimeScale).unsqueeze(1) * freqs.unsqueeze(0);
+    return at::cat({at::cos(args), at::sin(args)}, 1);
+}
+
 // -------------------------------------------------------------------------------------------------------------
 // Trunk
 
@@ -318,12 +326,7 @@ at::Tensor ContinuousDenoiserNet::predict_x0(const at::Tensor& x_t, const at::Te
     const at::Tensor cond = check_condition(condition, B);
 
     // Sinusoidal embedding of the rescaled time, then a small MLP; added to every text position.
-    const int64_t half = config_.dim / 2;
-    const at::Tensor freqs =
-        at::exp(at::arange(half, x_t.options().dtype(at::kFloat)) * (-std::log(10000.0) / static_cast<double>(half)));
-    const at::Tensor args = (t.to(at::kFloat) * kTimeScale).unsqueeze(1) * freqs.unsqueeze(0);
-    const at::Tensor sinusoid = at::cat({at::cos(args), at::sin(args)}, 1);
-    const at::Tensor time = time_mlp2_->forward(at::silu(time_mlp1_->forward(sinusoid)));
+    const at::Tensor time = time_mlp2_->forward(at::silu(time_mlp1_->forward(time_sinusoid(t.to(x_t.device()), config_.dim))));
 
     const at::Tensor h = input_proj_->forward(x_t.to(at::kFloat)) + time.unsqueeze(1);
     return output_proj_->forward(trunk_->forward(h, cond, gen));

@@ -79,6 +79,10 @@ class Affine;
 class LayerNorm;
 class Block;
 
+// The sinusoidal features of diffusion times t (float [B] in [0, 1]) that time embeddings start from: [B, dim]
+// (dim even), half cosines and half sines of t * 1000 (improved-diffusion's rescaled timesteps).
+at::Tensor time_sinusoid(const at::Tensor& t, int64_t dim);
+
 // The shared encoder. Parameters: position [max_length, dim]; condition_token [V, dim] and condition_position
 // [max_condition_length, dim] when max_condition_length > 0; blocks.<i>.{norm1,qkv,proj,norm2,ff1,ff2}.*;
 // final_norm.*.

@@ -24,8 +24,10 @@ struct TrainingBatch {
     at::Tensor condition;  // int64 [B, C]: the E2E meaning representation's ids, pad_id-padded; undefined if none
     // The syntax networks (nn/syntax_nets.hpp) only; undefined otherwise.
     at::Tensor features;  // int64 [B, L, syntax::kWordFeatures]: hashed sub-word features of each word, 0 at pads
-    at::Tensor targets;   // tagger: int64 [B, L, 2] (PTB tag, universal tag; -1 = none); parser: int64 [B, L+1, L+1]
+    at::Tensor targets;   // tagger: int64 [B, L, 2] (PTB tag, universal tag; -1 = none); parser and syntax
+                          // classifier: int64 [B, L+1, L+1]
                           // label of span [i, j) (0 = not a constituent, -1 = not a span of the sentence)
+    at::Tensor tags;      // syntax classifier: int64 [B, L], tag + 1 at each word, 0 after the text
 };
 
 class TrainableNetwork : public torch::nn::Module {

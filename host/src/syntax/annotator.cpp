@@ -5,13 +5,10 @@
 
 #include <algorithm>
 
-#include "model.hpp"
 #include "nn/syntax_nets.hpp"
-#include "safetensors.hpp"
+#include "syntax/load_network.hpp"
 #include "syntax/chart.hpp"
 #include "syntax/words.hpp"
-#include "train/config.hpp"
-#include "train/networks.hpp"
 
 namespace rudder::syntax {
 namespace fs = std::filesystem;
@@ -27,57 +24,6 @@ void encode_tokens(const WordTokenizer& vocabulary, int64_t buckets, const std::
 }
 
 namespace {
-
-// A model directory's parts, checked: its config.json, vocabulary and network, with the weights loaded.
-template <typename Net>
-struct LoadedModel {
-    fs::path dir;
-    std::shared_ptr<WordTokenizer> vocabulary;
-    std::shared_ptr<Net> network;
-    int64_t buckets = 0;
-};
-
-template <typename Net>
-LoadedModel<Net> load_annotation_model(const fs::path& dir, const std::string& type, const std::string& what) {
-    const fs::path file = dir / "config.json";
-    const json config = read_json_file(file);
-    if (!config.is_object()) throw ModelError("'" + file.string() + "' must hold a JSON object");
-    if (config.value("format_version", json()) != json(kModelFormatVersion))
-        throw ModelError("'" + file.string() + "' has format_version " + config.value("format_version", json()).dump() +
-                         "; this Rudder reads version " + std::to_string(kModelFormatVersion));
-    const std::string found = config.value("type", json("")).is_string() ? config.value("type", "") : "";
-    if (found != type)
-        throw ModelError("'" + dir.string() + "' is " + (found.empty() ? "a model without a type" : "a '" + found + "' model") +
-                         ", not " + what + " (train one with `rudder train` and \"kind\": \"" + type + "\")");
-    auto text_field = [&](const json& obj, const char* key) {
-        if (!obj.is_object() || !obj.contains(key) || !obj.at(key).is_string())
-            throw ModelError("'" + file.string() + "': missing string '" + key + "'");
-        return obj.at(key).get<std::string>();
-    };
-    LoadedModel<Net> m;
-    m.dir = dir;
-    try {
-        m.vocabulary = std::make_shared<WordTokenizer>(
-            WordTokenizer::load((dir / text_field(config.value("tokenizer", json::object()), "vocab")).string()));
-    } catch (const ModelError&) {
-        throw;
-    } catch (const std::exception& e) {
-        throw ModelError(e.what());
-    }
-    const json network = config.value("network", json());
-    try {
-        m.network = std::make_shared<Net>(network, *m.vocabulary);
-    } catch (const train::ConfigError& e) {
-        std::string text = "'" + file.string() + "': bad \"network\":";
-        for (const auto& issue : e.issues()) text += "\n  /network" + issue.pointer + ": " + issue.message;
-        throw ModelError(text);
-    }
-    m.buckets = network.value("buckets", int64_t{0});
-    const fs::path weights = dir / text_field(config, "weights");
-    train::load_module_tensors(*m.network, load_safetensors(weights), weights);
-    m.network->eval();
-    return m;
-}
 
 // A batch of token sentences as the networks read them: word ids [B, L] and features [B, L, F].
 std::pair<at::Tensor, at::Tensor> encode_batch(const WordTokenizer& vocabulary, int64_t buckets,
@@ -123,7 +69,7 @@ TaggerModel::~TaggerModel() = default;
 
 std::shared_ptr<TaggerModel> TaggerModel::load(const fs::path& dir) {
     auto impl = std::make_unique<Impl>();
-    impl->model = load_annotation_model<nn::TaggerNet>(dir, "tagger", "a part-of-speech tagger");
+    impl->model = load_network_model<nn::TaggerNet>(dir, "tagger", "a part-of-speech tagger");
     return std::shared_ptr<TaggerModel>(new TaggerModel(std::move(impl)));
 }
 
@@ -168,7 +114,7 @@ ParserModel::~ParserModel() = default;
 
 std::shared_ptr<ParserModel> ParserModel::load(const fs::path& dir) {
     auto impl = std::make_unique<Impl>();
-    impl->model = load_annotation_model<nn::ParserNet>(dir, "parser", "a constituency parser");
+    impl->model = load_network_model<nn::ParserNet>(dir, "parser", "a constituency parser");
     return std::shared_ptr<ParserModel>(new ParserModel(std::move(impl)));
 }
 

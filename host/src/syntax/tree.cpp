@@ -308,6 +308,26 @@ BracketScore& BracketScore::operator+=(const BracketScore& o) {
     return *this;
 }
 
+namespace {
+
+// Labelled brackets (start, end, label) with their counts: a multiset.
+using Brackets = std::map<std::tuple<int64_t, int64_t, std::string>, int64_t>;
+
+BracketScore match_brackets(const Brackets& g, const Brackets& t) {
+    BracketScore score;
+    score.sentences = 1;
+    for (const auto& [key, count] : g) {
+        score.gold += count;
+        auto it = t.find(key);
+        if (it != t.end()) score.matched += std::min(count, it->second);
+    }
+    for (const auto& [key, count] : t) score.test += count;
+    score.exact = score.matched == score.gold && score.matched == score.test ? 1 : 0;
+    return score;
+}
+
+}  // namespace
+
 BracketScore evalb(const Tree& gold, const Tree& test) {
     const auto gold_words = words(gold), test_words = words(test), gold_tags = tags(gold);
     if (gold_words.size() != test_words.size())
@@ -321,7 +341,7 @@ BracketScore evalb(const Tree& gold, const Tree& test) {
     std::vector<int64_t> kept(gold_words.size() + 1, 0);
     for (size_t i = 0; i < gold_words.size(); ++i) kept[i + 1] = kept[i] + (is_evalb_punctuation(gold_tags[i]) ? 0 : 1);
     auto brackets = [&](const Tree& t) {
-        std::map<std::tuple<int64_t, int64_t, std::string>, int64_t> out;
+        Brackets out;
         for (const auto& s : labelled_spans(t)) {
             const int64_t start = kept[static_cast<size_t>(s.start)], end = kept[static_cast<size_t>(s.end)];
             if (start == end) continue;  // only punctuation inside
@@ -329,17 +349,16 @@ BracketScore evalb(const Tree& gold, const Tree& test) {
         }
         return out;
     };
-    const auto g = brackets(gold), t = brackets(test);
-    BracketScore score;
-    score.sentences = 1;
-    for (const auto& [key, count] : g) {
-        score.gold += count;
-        auto it = t.find(key);
-        if (it != t.end()) score.matched += std::min(count, it->second);
-    }
-    for (const auto& [key, count] : t) score.test += count;
-    score.exact = score.matched == score.gold && score.matched == score.test ? 1 : 0;
-    return score;
+    return match_brackets(brackets(gold), brackets(test));
+}
+
+BracketScore span_score(const Tree& gold, const Tree& test) {
+    auto brackets = [](const Tree& t) {
+        Brackets out;
+        for (const auto& s : labelled_spans(t)) ++out[{s.start, s.end, s.label == "PRT" ? "ADVP" : s.label}];
+        return out;
+    };
+    return match_brackets(brackets(gold), brackets(test));
 }
 
 }  // namespace rudder::syntax

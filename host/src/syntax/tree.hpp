@@ -106,4 +106,9 @@ struct BracketScore {
 // saying where they differ.
 BracketScore evalb(const Tree& gold, const Tree& test);
 
+// Labelled brackets matched by word position alone, for trees over different words: a generated text's parse
+// against a target tree, as Diffusion-LM scores its syntax-tree control. Brackets are labelled_spans (function
+// tags stripped, ADVP = PRT); unlike evalb no punctuation is deleted, since the two texts' punctuation differs.
+BracketScore span_score(const Tree& gold, const Tree& test);
+
 }  // namespace rudder::syntax

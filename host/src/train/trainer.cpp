@@ -16,8 +16,10 @@
 
 #include "compute_threads.hpp"
 #include "model.hpp"
+#include "nn/syntax_classifier.hpp"
 #include "safetensors.hpp"
 #include "syntax/annotator.hpp"
+#include "syntax/tree.hpp"
 #include "syntax/treebank.hpp"
 #include "syntax/words.hpp"
 #include "text_files.hpp"
@@ -56,6 +58,13 @@ fs::path input_file(ObjectReader& r, const std::string& key, bool required, cons
 // A treebank of the right kind for a syntax kind: CoNLL-U or bracketed trees for the tagger, bracketed trees for
 // the parser. (The teacher and the denoisers read E2E CSV.)
 void check_data_file(ObjectReader& r, const std::string& key, const fs::path& file, const std::string& kind) {
+    if (is_controller_kind(kind)) {
+        const std::string name = file.filename().string();
+        if (name.size() < 6 || (name.find(".jsonl") == std::string::npos))
+            r.issue(key, "the " + kind + " trains on text annotated by `rudder annotate` (JSON Lines, .jsonl or .jsonl.gz); got '" +
+                             file.string() + "'");
+        return;
+    }
     if (file.empty() || kind.empty()) return;
     if (!is_syntax_kind(kind)) return;  // E2E CSV, whatever its name
     try {
@@ -128,6 +137,7 @@ struct Example {
     std::vector<int64_t> features;   // tagger, parser: syntax::kWordFeatures per token
     // tagger: (PTB tag, universal tag) per token, -1 = unknown; parser: (start, end, label) per constituent
     std::vector<int64_t> targets;
+    std::vector<int64_t> tags;  // syntax classifier: tag + 1 per token
 };
 
 struct Dataset {
@@ -136,6 +146,7 @@ struct Dataset {
     int64_t dropped_condition = 0;
     int64_t dropped_empty = 0;
     int64_t unknown_labels = 0;  // dev only: gold tags or constituents the training data never had
+    int64_t dropped_misaligned = 0;  // annotations whose words are not the tokenizer's tokens
 };
 
 // The label sets of a treebank, in order of first appearance in the training data.
@@ -198,6 +209,64 @@ Dataset encode_treebank(const std::vector<syntax::TreebankSentence>& sentences, 
     return data;
 }
 
+// `rudder annotate` output (one {"text", "words", "pos", "tree"} object per line) as syntax classifier examples:
+// the text's token ids, tag + 1 per token and its tree's chain spans. With `grow`, new tags and labels join the
+// sets; otherwise they are counted as unknown (the tag becomes "no word", the span "no constituent").
+Dataset encode_annotations(const fs::path& file, const Tokenizer& tokenizer, TreebankLabels& labels, bool grow,
+                           int64_t max_length) {
+    Dataset data;
+    int64_t line_number = 0;
+    for (const auto& line : read_lines(file)) {
+        ++line_number;
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        const std::string where = file.string() + ":" + std::to_string(line_number);
+        json j;
+        try {
+            j = json::parse(line);
+        } catch (const json::exception& e) {
+            throw std::runtime_error(where + ": not JSON (" + e.what() + ")");
+        }
+        if (!j.is_object() || !j.contains("text") || !j.at("text").is_string() || !j.contains("pos") ||
+            !j.at("pos").is_array() || !j.contains("tree") || !j.at("tree").is_string())
+            throw std::runtime_error(where + ": expected {\"text\", \"pos\": [...], \"tree\": \"(...)\"} as `rudder annotate` "
+                                     "writes it (with its parser: \"tree\" must not be null)");
+        Example e;
+        e.tokens = tokenizer.encode(j.at("text").get<std::string>());
+        const json& pos = j.at("pos");
+        if (e.tokens.empty()) {
+            ++data.dropped_empty;
+            continue;
+        }
+        if (static_cast<int64_t>(e.tokens.size()) > max_length) {
+            ++data.dropped_too_long;
+            continue;
+        }
+        if (pos.size() != e.tokens.size()) {
+            ++data.dropped_misaligned;
+            continue;
+        }
+        for (const auto& tag : pos) {
+            const std::string name = tag.is_string() ? tag.get<std::string>() : std::string();
+            if (grow) labels.tags.add(name);
+            const int64_t id = labels.tags.find(name);
+            data.unknown_labels += id < 0;
+            e.tags.push_back(id + 1);
+        }
+        const syntax::Tree tree = syntax::read_tree(j.at("tree").get<std::string>(), where);
+        for (const auto& span : syntax::chain_spans(tree)) {
+            if (grow) labels.chains.add(span.label);
+            const int64_t label = labels.chains.find(span.label);
+            if (label < 0 || span.end > static_cast<int64_t>(e.tokens.size())) {
+                ++data.unknown_labels;
+                continue;
+            }
+            e.targets.insert(e.targets.end(), {span.start, span.end, label + 1});
+        }
+        data.examples.push_back(std::move(e));
+    }
+    return data;
+}
+
 Dataset encode_records(const std::vector<E2ERecord>& records, const Tokenizer& tokenizer, const TrainConfig& config,
                        bool conditional) {
     Dataset data;
@@ -233,7 +302,7 @@ std::string fingerprint(const Tokenizer& tokenizer, const std::vector<Example>& 
     for (int64_t id = 0; id < tokenizer.vocab_size(); ++id)
         for (char c : tokenizer.token(id)) add(static_cast<unsigned char>(c));
     for (const auto& e : examples) {
-        for (const auto* part : {&e.tokens, &e.condition, &e.features, &e.targets}) {
+        for (const auto* part : {&e.tokens, &e.condition, &e.features, &e.targets, &e.tags}) {
             add(part->size());
             for (int64_t t : *part) add(static_cast<uint64_t>(t));
         }
@@ -241,6 +310,15 @@ std::string fingerprint(const Tokenizer& tokenizer, const std::vector<Example>& 
     char text[17];
     std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
     return text;
+}
+
+// Row b of span targets [B, L+1, L+1] for a sentence of n words: every span [i, j) of the sentence is "no
+// constituent" (0) unless `spans` ((start, end, label + 1) triples) has it; the rest stays -1.
+void fill_span_targets(at::Tensor& targets, int64_t b, int64_t n, const std::vector<int64_t>& spans) {
+    auto row = targets.accessor<int64_t, 3>()[b];
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = i + 1; j <= n; ++j) row[i][j] = 0;
+    for (size_t k = 0; k + 2 < spans.size(); k += 3) row[spans[k]][spans[k + 1]] = spans[k + 2];
 }
 
 // A batch of treebank sentences, padded to the batch's longest: word ids, features and the targets of the kind.
@@ -270,12 +348,31 @@ nn::TrainingBatch make_syntax_batch(const std::vector<Example>& examples, const 
                 targets[b][t][1] = e.targets[static_cast<size_t>(2 * t + 1)];
             }
         } else {
-            // Every span of the sentence is "no constituent" (0) unless the tree has it.
-            auto targets = batch.targets.accessor<int64_t, 3>();
-            for (int64_t i = 0; i < n; ++i)
-                for (int64_t j = i + 1; j <= n; ++j) targets[b][i][j] = 0;
-            for (size_t k = 0; k + 2 < e.targets.size(); k += 3) targets[b][e.targets[k]][e.targets[k + 1]] = e.targets[k + 2];
+            fill_span_targets(batch.targets, b, n, e.targets);
         }
+    }
+    return batch;
+}
+
+// A batch for the syntax classifier: tokens padded to max_length (the length the sampler runs at), tag + 1 per
+// word and 0 after the text, span targets as the parser's.
+nn::TrainingBatch make_classifier_batch(const std::vector<Example>& examples, const std::vector<int64_t>& rows,
+                                        int64_t max_length, int64_t pad) {
+    const int64_t B = static_cast<int64_t>(rows.size()), L = max_length;
+    nn::TrainingBatch batch;
+    batch.tokens = at::full({B, L}, pad, at::kLong);
+    batch.tags = at::zeros({B, L}, at::kLong);
+    batch.targets = at::full({B, L + 1, L + 1}, -1, at::kLong);
+    auto tokens = batch.tokens.accessor<int64_t, 2>();
+    auto tags = batch.tags.accessor<int64_t, 2>();
+    for (int64_t b = 0; b < B; ++b) {
+        const Example& e = examples[static_cast<size_t>(rows[static_cast<size_t>(b)])];
+        const auto n = static_cast<int64_t>(e.tokens.size());
+        for (int64_t t = 0; t < n; ++t) {
+            tokens[b][t] = e.tokens[static_cast<size_t>(t)];
+            tags[b][t] = e.tags[static_cast<size_t>(t)];
+        }
+        fill_span_targets(batch.targets, b, n, e.targets);
     }
     return batch;
 }
@@ -365,11 +462,15 @@ private:
     const TrainConfig& c_;
     const TrainOptions& o_;
     bool conditional_ = false;
-    bool syntax_ = false;  // tagger or parser: treebank data
+    bool syntax_ = false;      // tagger or parser: treebank data
+    bool controller_ = false;  // a controller's noisy classifier: annotated E2E text, the denoiser's noise
     nn::TrainingBatch batch_of(const Dataset& data, const std::vector<int64_t>& rows) const {
+        if (controller_) return make_classifier_batch(data.examples, rows, c_.max_length, tokenizer_->pad_id());
         return syntax_ ? make_syntax_batch(data.examples, rows, c_.kind)
                        : make_batch(data.examples, rows, c_.max_length, tokenizer_->pad_id(), conditional_);
     }
+    void load_annotations();  // the syntax classifier
+    void copy_denoiser_embedding();
     void load_e2e();        // E2E CSV: the teacher and the denoisers
     void load_treebanks();  // the tagger and the parser
     json network_config_;  // c_.network, plus the label sets of treebank data
@@ -458,12 +559,16 @@ void Trainer::load_treebanks() {
 }
 
 void Trainer::load_data() {
-    if (syntax_) {
+    if (controller_) {
+        load_annotations();
+    } else if (syntax_) {
         load_treebanks();
     } else {
         load_e2e();
     }
     const std::string unit = syntax_ ? "sentence" : "text";
+    if (train_.dropped_misaligned > 0)
+        say("dropped " + std::to_string(train_.dropped_misaligned) + " annotated texts whose words are not the denoiser's tokens");
     if (train_.examples.empty())
         throw std::runtime_error("'" + c_.train_file.string() + "': no training " + unit + " is left after dropping the " +
                                  std::to_string(train_.dropped_too_long) + " longer than max_length " +
@@ -473,6 +578,41 @@ void Trainer::load_data() {
         if (static_cast<int64_t>(dev_.examples.size()) > c_.dev_max_texts) dev_.examples.resize(static_cast<size_t>(c_.dev_max_texts));
         if (dev_.examples.empty()) throw std::runtime_error("'" + c_.dev_file.string() + "': no dev " + unit + " fits max_length");
     }
+}
+
+void Trainer::load_annotations() {
+    tokenizer_ = std::make_shared<WordTokenizer>(WordTokenizer::load(c_.vocab_file.string()));
+    // The family and the noise are the denoiser's: the classifier must see what the sampler will hand it.
+    const json denoiser = read_json_file(c_.denoiser / "config.json");
+    if (denoiser.value("type", "") != "transformer" || !denoiser.contains("network") || !denoiser.at("network").is_object())
+        throw ModelError("'" + c_.denoiser.string() + "' is not a trained denoiser (config.json \"type\": \"transformer\")");
+    network_config_ = c_.network;
+    std::vector<ConfigIssue> issues;
+    for (const char* key : {"family", "vocab_size", "embed_dim", "schedule", "mask_schedule", "tags", "labels"}) {
+        if (network_config_.contains(key)) {
+            issues.push_back({std::string("/network/") + key, "filled in from the denoiser and the data; leave it out"});
+            continue;
+        }
+        if (denoiser.at("network").contains(key)) network_config_[key] = denoiser.at("network").at(key);
+    }
+    if (!issues.empty()) throw ConfigError(c_.source, std::move(issues));
+    TreebankLabels labels;
+    train_ = encode_annotations(c_.train_file, *tokenizer_, labels, /*grow=*/true, c_.max_length);
+    if (!c_.dev_file.empty()) dev_ = encode_annotations(c_.dev_file, *tokenizer_, labels, /*grow=*/false, c_.max_length);
+    network_config_["tags"] = labels.tags.names;
+    network_config_["labels"] = labels.chains.names;
+}
+
+// A continuous classifier noises text with the denoiser's own embedding table, which it keeps (frozen).
+void Trainer::copy_denoiser_embedding() {
+    auto* classifier = dynamic_cast<nn::SyntaxClassifierNet*>(network_.get());
+    if (classifier == nullptr || classifier->family() != Family::continuous) return;
+    const json denoiser = read_json_file(c_.denoiser / "config.json");
+    const fs::path weights = c_.denoiser / denoiser.value("weights", "model.safetensors");
+    const SafeTensors saved = load_safetensors(weights);
+    const at::Tensor* table = saved.find("embedding");
+    if (table == nullptr) throw ModelError("'" + weights.string() + "' has no tensor 'embedding' (not a continuous denoiser)");
+    classifier->set_noise_embedding(*table);
 }
 
 void Trainer::load_e2e() {
@@ -504,6 +644,7 @@ void Trainer::build_network() {
         for (const auto& issue : e.issues()) issues.push_back({"/network" + issue.pointer, issue.message});
         throw ConfigError(c_.source, std::move(issues));
     }
+    if (controller_) copy_denoiser_embedding();
     network_->train();
     parameters_.clear();
     std::vector<at::Tensor> decay, no_decay;
@@ -649,9 +790,12 @@ void Trainer::log_step(int64_t step, double loss, std::optional<double> dev, dou
 void Trainer::write_model(const TrainResult& result) {
     const bool denoiser = is_denoiser_kind(c_.kind);
     const json network = network_->config();
+    json families = json::array();
+    if (denoiser) families.push_back(c_.kind);
+    if (controller_) families.push_back(network.at("family"));
     json config = {{"format_version", kModelFormatVersion},
                    {"type", denoiser ? "transformer" : c_.kind},
-                   {"families", denoiser ? json::array({c_.kind}) : json::array()},
+                   {"families", families},
                    {"tokenizer", {{"type", "word"}, {"vocab", "vocab.txt"}}},
                    {"weights", "model.safetensors"},
                    {"network", network}};
@@ -666,6 +810,7 @@ void Trainer::write_model(const TrainResult& result) {
                           {"seconds", seconds_before_ + run_seconds_}};
     if (!c_.init_from.empty())
         config["training"]["init_from"] = {{"model", c_.init_from.string()}, {"steps", init_steps_}};
+    if (controller_) config["denoiser"] = c_.denoiser.filename().string();
     write_atomically(c_.out / "vocab.txt", vocab_text(*tokenizer_));
     save_safetensors(c_.out / "model.safetensors", module_tensors(*network_),
                      {{"format", "pt"}, {"rudder_kind", c_.kind}, {"step", std::to_string(result.step)}});
@@ -679,6 +824,7 @@ TrainResult Trainer::run() {
     set_compute_threads(static_cast<int>(c_.threads));
     conditional_ = is_denoiser_kind(c_.kind);
     syntax_ = is_syntax_kind(c_.kind);
+    controller_ = is_controller_kind(c_.kind);
     prepare_out_dir();
     const std::optional<json> state = find_checkpoint();
     load_data();
@@ -721,9 +867,11 @@ TrainResult Trainer::run() {
         if (train_.dropped_empty) line << ", " << train_.dropped_empty << " empty";
         line << "; vocabulary " << result.vocab_size << "; " << result.parameters << " parameters; " << c_.threads
              << " thread" << (c_.threads == 1 ? "" : "s");
-        if (syntax_) {
+        if (syntax_ || controller_) {
             const json& net = network_->config();
-            if (c_.kind == "tagger")
+            if (controller_)
+                line << "; " << net.at("tags").size() << " tags, " << net.at("labels").size() << " span labels";
+            else if (c_.kind == "tagger")
                 line << "; " << net.at("tags").size() << " PTB tags, " << net.at("upos").size() << " universal tags";
             else
                 line << "; " << net.at("labels").size() << " span labels (unary chains joined with '+')";
@@ -803,6 +951,8 @@ TrainResult Trainer::run() {
 
 }  // namespace
 
+bool is_controller_kind(const std::string& kind) { return kind == "syntax_classifier"; }
+
 json TrainConfig::identity() const {
     json id = {{"kind", kind},
                {"network", network},
@@ -820,6 +970,7 @@ json TrainConfig::identity() const {
     if (vocab_file.empty()) id["tokenizer"] = {{"min_count", min_count}};
     if (is_denoiser_kind(kind)) id["max_condition_length"] = max_condition_length;
     if (!init_from.empty()) id["training"]["init_from"] = init_from.string();
+    if (!denoiser.empty()) id["denoiser"] = denoiser.string();
     return id;
 }
 
@@ -832,6 +983,7 @@ TrainConfig parse_train_config(const json& j, const fs::path& base_dir, const st
     root.string("description", "");
     c.kind = root.string("kind", std::nullopt, network_kinds());
     const bool denoiser = is_denoiser_kind(c.kind);
+    const bool controller = is_controller_kind(c.kind);
 
     ObjectReader data(root.object("data", true), "/data", issues);
     c.train_file = input_file(data, "train", true, base_dir);
@@ -845,6 +997,17 @@ TrainConfig parse_train_config(const json& j, const fs::path& base_dir, const st
     ObjectReader tokenizer(root.object("tokenizer", false), "/tokenizer", issues);
     c.vocab_file = input_file(tokenizer, "vocab", false, base_dir);
     c.min_count = tokenizer.integer("min_count", 1, 1, kMaxCount);
+    if (controller && j.contains("tokenizer"))
+        root.issue("tokenizer", "the " + c.kind + " uses its denoiser's vocabulary; leave the tokenizer out");
+    if (controller) {
+        c.denoiser = resolve(base_dir, root.string("denoiser", std::nullopt));
+        std::error_code ec;
+        if (!fs::is_regular_file(c.denoiser / "config.json", ec) || !fs::is_regular_file(c.denoiser / "vocab.txt", ec))
+            root.issue("denoiser", "'" + c.denoiser.string() + "' is not a trained denoiser directory (config.json, vocab.txt)");
+        c.vocab_file = c.denoiser / "vocab.txt";
+    } else if (root.has("denoiser")) {
+        root.issue("denoiser", "applies to the controller kinds (syntax_classifier); the " + c.kind + " has none");
+    }
     if (tokenizer.has("vocab") && tokenizer.has("min_count"))
         tokenizer.issue("min_count", "applies only when the vocabulary is built; give \"vocab\" or \"min_count\", not both");
     tokenizer.reject_unknown_keys();

@@ -16,7 +16,9 @@
 namespace rudder::train {
 
 struct TrainConfig {
-    std::string kind;  // teacher | continuous | discrete | tagger | parser
+    std::string kind;  // teacher | continuous | discrete | tagger | parser | syntax_classifier
+    // syntax_classifier: the denoiser whose noise and vocabulary the classifier learns
+    std::filesystem::path denoiser;
 
     // data
     std::filesystem::path train_file;
@@ -57,6 +59,10 @@ struct TrainConfig {
     // The settings that decide the trained weights, as JSON: a checkpoint written under other values is refused.
     nlohmann::json identity() const;
 };
+
+// The noisy classifiers that guide controllers ("syntax_classifier", nn/syntax_classifier.hpp): trained with
+// `rudder train-controller` on text annotated by `rudder annotate`, noised as the config's "denoiser" noises it.
+bool is_controller_kind(const std::string& kind);
 
 // Checks a config (every problem at once, each with its JSON pointer and what was expected). Relative paths are
 // resolved against `base_dir`. Throws ConfigError.

@@ -20,6 +20,7 @@
 #include <rudder/rudder_plugin.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -128,6 +129,31 @@ public:
     std::string token_text(int64_t id) const {
         const char* s = info().token_text(info_->run_ctx, id);
         return s != nullptr ? std::string(s) : std::string();
+    }
+    // ABI 1.1 members; "" / nullptr from a 1.0 host.
+    bool has(size_t member_end) const { return info().struct_size >= member_end; }
+    std::string model_dir() const {
+        return has(offsetof(rudder_run_info, model_dir) + sizeof(const char*)) && info_->model_dir != nullptr
+                   ? std::string(info_->model_dir)
+                   : std::string();
+    }
+    const DLTensor* embedding() const {
+        return has(offsetof(rudder_run_info, embedding) + sizeof(const DLTensor*)) ? info_->embedding : nullptr;
+    }
+    // The directory of a model by bundled name or path; throws Error if the host has none (or is 1.0).
+    std::string find_model(const std::string& name) const {
+        if (!has(offsetof(rudder_run_info, find_model) + sizeof(info_->find_model)) || info_->find_model == nullptr)
+            throw Error("the host cannot look up models (it predates plugin ABI 1.1)", RUDDER_ERR_UNSUPPORTED);
+        std::string out(512, '\0');
+        size_t len = 0;
+        rudder_status st = info_->find_model(info_->run_ctx, name.c_str(), out.data(), out.size(), &len);
+        if (st == RUDDER_ERR_BUFFER_TOO_SMALL) {
+            out.assign(len + 1, '\0');
+            st = info_->find_model(info_->run_ctx, name.c_str(), out.data(), out.size(), &len);
+        }
+        if (st != RUDDER_OK) throw Error("no model '" + name + "' (see the host's message)", st);
+        out.resize(len);
+        return out;
     }
 
 private:

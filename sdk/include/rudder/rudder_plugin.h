@@ -1,5 +1,5 @@
 /*
- * rudder_plugin.h — the Rudder controller plugin ABI, version 1.
+ * rudder_plugin.h — the Rudder controller plugin ABI, version 1.1.
  *
  * A controller plugin is a shared library that steers the reverse (denoising) loop of a diffusion language
  * model. At each step the host asks every active controller for a contribution — a logit delta, a gradient,
@@ -54,7 +54,7 @@ extern "C" {
 #endif
 
 #define RUDDER_ABI_MAJOR 1
-#define RUDDER_ABI_MINOR 0
+#define RUDDER_ABI_MINOR 1
 
 #if defined(_WIN32)
 #define RUDDER_EXPORT __declspec(dllexport)
@@ -172,6 +172,20 @@ typedef struct rudder_run_info {
      * RUDDER_ERR_UNSUPPORTED if the model takes no conditioning. */
     rudder_status (*denoise)(void* run_ctx, const char* const* conditions, int32_t n_conditions,
                              const DLTensor** out_logits);
+
+    /* ABI 1.1: read these only if struct_size covers them (a 1.0 host does not have them). */
+    /* The run's model directory, absolute; "" when the model is not a directory. Host-owned. A controller that
+     * ships data trained for a model (e.g. a noisy classifier) finds or checks it through this. */
+    const char* model_dir;
+    /* Continuous family: the model's token embedding table, float32 [V, D], the space `latent` lives in.
+     * NULL for the discrete family. Host-owned, read-only, on rudder_run_info.device. */
+    const DLTensor* embedding;
+    /* Resolves a model the way a recipe's "model" is resolved: a bundled name (e.g. "ewt-tagger") through the
+     * host's model search path, or a path relative to the recipe. Writes the absolute directory as a
+     * NUL-terminated string of at most `capacity` bytes and its length without NUL to `*n_bytes`;
+     * RUDDER_ERR_BUFFER_TOO_SMALL if it did not fit, RUDDER_ERR_INVALID_ARGUMENT if there is no such model (the
+     * host's message, naming what it searched, is in the run's error report). */
+    rudder_status (*find_model)(void* run_ctx, const char* name, char* out, size_t capacity, size_t* n_bytes);
 } rudder_run_info;
 
 /* ---------------------------------------------------------------------------------------------------------

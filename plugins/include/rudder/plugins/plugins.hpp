@@ -116,6 +116,13 @@ public:
     // Logits [n, B, L, V] (float32 log-probs) of the current step's input under each condition, one batched
     // forward. Throws std::logic_error outside a PREDICT step or if the model takes no conditioning.
     virtual at::Tensor denoise(const std::vector<std::string>& conditions) = 0;
+    // ABI 1.1: the model's directory ("" if none), its embedding table (continuous; undefined otherwise) and the
+    // directory of another model by bundled name or path (throws std::runtime_error saying what was searched).
+    virtual std::string model_dir() { return {}; }
+    virtual at::Tensor embedding() { return {}; }
+    virtual std::string find_model(const std::string& name) {
+        throw std::runtime_error("this host cannot look up model '" + name + "'");
+    }
 };
 
 struct StepInputs {

@@ -1,0 +1,322 @@
+// The syntax controllers, guided by a noisy syntax classifier and judged by the bundled tagger and parser:
+//   pos          a target part-of-speech sequence (one PTB tag per word; it also fixes the length);
+//   syntax_span  words [start, end) form a constituent with a given label;
+//   syntax_tree  a target constituency tree in bracket notation (its words' count fixes the length).
+// Guidance: log p(target | x_t) from the classifier trained on the run's model (`rudder train-controller`), as a
+// gradient on the latent in the GUIDE phase (continuous) or on the one-hot tokens in the PREDICT phase
+// (discrete; the host turns it into logit deltas). See docs/syntax.md for the model lookup and the scores.
+#include <rudder/rudder_controller.hpp>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../common/params.hpp"
+#include "syntax/annotator.hpp"
+#include "syntax/classifier.hpp"
+#include "syntax/tree.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace rs = rudder::syntax;
+
+std::string joined(const std::vector<std::string>& names) {
+    std::string out;
+    for (const auto& n : names) out += (out.empty() ? "" : " ") + n;
+    return out;
+}
+
+// What the three controllers share: the classifier (found for the run's model), guidance in both families, the
+// annotator for evaluate(). Subclasses build the target once the classifier's classes are known, and judge.
+class SyntaxControl : public rudder::Controller {
+public:
+    void begin(const rudder_run_info& run) override {
+        Controller::begin(run);
+        const bool continuous = run.family == RUDDER_FAMILY_CONTINUOUS;
+        load_classifier(continuous);
+        const rs::SyntaxClassifier& c = *classifier_;
+        if (c.continuous() != continuous)
+            throw rudder::Error("the syntax classifier '" + c.dir().string() + "' was trained for the " +
+                                    (c.continuous() ? "continuous" : "discrete") + " family; this run is " +
+                                    (continuous ? "continuous" : "discrete"),
+                                RUDDER_ERR_INVALID_ARGUMENT);
+        if (c.vocab_size() != run.vocab_size)
+            throw rudder::Error("the syntax classifier '" + c.dir().string() + "' knows " + std::to_string(c.vocab_size()) +
+                                " tokens; the run's model has " + std::to_string(run.vocab_size) +
+                                " (it was trained for another model)");
+        for (int64_t id = 0; id < run.vocab_size; ++id)
+            if (run_.token_text(id) != c.token(id))
+                throw rudder::Error("the syntax classifier '" + c.dir().string() + "' was trained for another vocabulary "
+                                    "(token " + std::to_string(id) + " is '" + c.token(id) + "', the model's is '" +
+                                    run_.token_text(id) + "')");
+        if (continuous) {
+            const DLTensor* table = run_.embedding();
+            if (table == nullptr || table->ndim != 2)
+                throw rudder::Error("the host gives no embedding table; the continuous syntax classifier needs one to "
+                                    "check that it matches the model (plugin ABI 1.1)");
+            const double distance = c.embedding_distance(static_cast<const float*>(table->data), table->shape[0], table->shape[1]);
+            if (!(distance <= 1e-5))
+                throw rudder::Error("the syntax classifier '" + c.dir().string() + "' was trained on another embedding "
+                                    "table than the run's model has (largest difference " + std::to_string(distance) +
+                                    "); train it for this model with `rudder train-controller`");
+        }
+        if (run.seq_len > c.max_length())
+            throw rudder::Error("the run has " + std::to_string(run.seq_len) + " positions; the syntax classifier takes at most " +
+                                std::to_string(c.max_length()) + " (lower max_length)");
+        target_ = build_target(c, run.seq_len);
+    }
+
+    void step(const rudder_step& step, rudder_contribution& out) override {
+        const rudder_run_info& run = run_.info();
+        const bool continuous = run.family == RUDDER_FAMILY_CONTINUOUS;
+        if (continuous ? step.phase != RUDDER_PHASE_GUIDE : step.phase != RUDDER_PHASE_PREDICT) return;
+        if (out.grad == nullptr) return;
+        const DLTensor* input = continuous ? step.latent : step.tokens;
+        float* log_prob = out.log_prob != nullptr ? static_cast<float*>(out.log_prob->data) : nullptr;
+        classifier_->guide(input->data, run.batch_size, run.seq_len, step.t, target_, static_cast<float*>(out.grad->data),
+                           log_prob);
+        out.written |= RUDDER_WROTE_GRAD | (log_prob != nullptr ? RUDDER_WROTE_LOG_PROB : 0u);
+    }
+
+    void evaluate(const rudder_sample& sample, rudder_verdict& verdict) override {
+        if (!annotator_) {
+            auto tagger = rs::TaggerModel::load(run_.find_model(tagger_name_));
+            auto parser = needs_parser() ? rs::ParserModel::load(run_.find_model(parser_name_)) : nullptr;
+            annotator_ = std::make_unique<rs::Annotator>(tagger, parser);
+        }
+        const auto annotations = annotator_->annotate_texts({sample.text != nullptr ? sample.text : ""});
+        judge(annotations.at(0), verdict);
+    }
+
+protected:
+    // Reads the keys every syntax controller takes ("classifier", "tagger", "parser") and returns the params.
+    rudder::params::json read_params(std::string_view params_json, std::vector<std::string> allowed) {
+        allowed.insert(allowed.end(), {"classifier", "tagger", "parser"});
+        auto p = rudder::params::parse_object(params_json, allowed);
+        classifier_name_ = rudder::params::text(p, "classifier", "").value_or("");
+        tagger_name_ = rudder::params::text(p, "tagger", "").value_or("ewt-tagger");
+        parser_name_ = rudder::params::text(p, "parser", "").value_or("gum-parser");
+        return p;
+    }
+
+    virtual rs::SyntaxTarget build_target(const rs::SyntaxClassifier& c, int64_t length) = 0;
+    virtual bool needs_parser() const { return true; }
+    virtual void judge(const rs::Annotation& a, rudder_verdict& verdict) = 0;
+
+    // Tag terms shared by the controllers that fix the length: words at 0..n-1 (any tag, or `tags` when given),
+    // "no word" from n on.
+    static void fix_length(rs::SyntaxTarget& target, const rs::SyntaxClassifier& c, int64_t n, int64_t length) {
+        if (n > length)
+            throw rudder::Error("the target has " + std::to_string(n) + " words; the run has only " + std::to_string(length) +
+                                " positions (raise max_length)");
+        std::vector<int64_t> any_word;
+        for (int64_t k = 1; k <= static_cast<int64_t>(c.tags().size()); ++k) any_word.push_back(k);
+        target.tags.resize(static_cast<size_t>(length));
+        for (int64_t i = 0; i < length; ++i) {
+            auto& allowed = target.tags[static_cast<size_t>(i)];
+            if (i >= n) allowed = {0};
+            else if (allowed.empty()) allowed = any_word;
+        }
+    }
+
+private:
+    // The classifier named in params, else "<model folder>-syntax" next to the run's model (the bundled layout).
+    void load_classifier(bool continuous) {
+        std::string name = classifier_name_;
+        if (name.empty()) {
+            const std::string model = fs::path(run_.model_dir()).filename().string();
+            if (model.empty())
+                throw rudder::Error("the run's model is not a directory, so there is no default syntax classifier; give "
+                                    "\"classifier\"");
+            name = model + "-syntax";
+        }
+        std::string dir;
+        try {
+            dir = run_.find_model(name);
+        } catch (const rudder::Error&) {
+            throw rudder::Error("no syntax classifier '" + name + "' (train one for this model with `rudder train-controller "
+                                "examples/train/syntax-" + (continuous ? "continuous" : "discrete") +
+                                    ".json`, or name it in \"classifier\")",
+                                RUDDER_ERR_INVALID_ARGUMENT);
+        }
+        if (!classifier_ || classifier_->dir() != fs::path(dir)) classifier_ = rs::SyntaxClassifier::load(dir);
+    }
+
+    std::string classifier_name_, tagger_name_, parser_name_;
+    std::shared_ptr<rs::SyntaxClassifier> classifier_;
+    std::unique_ptr<rs::Annotator> annotator_;
+    rs::SyntaxTarget target_;
+};
+
+// pos: {"tags": ["DT", "NN", ...]} or {"tags": "DT NN ..."}.
+class Pos final : public SyntaxControl {
+public:
+    Pos(const rudder_host&, std::string_view params_json) {
+        const auto p = read_params(params_json, {"tags"});
+        if (!p.contains("tags")) throw rudder::Error("/tags: required (the target tags, one per word)");
+        const auto& tags = p.at("tags");
+        if (tags.is_string()) {
+            std::string word;
+            for (char ch : tags.get<std::string>() + " ") {
+                if (ch != ' ') word += ch;
+                else if (!word.empty()) tags_.push_back(std::move(word)), word.clear();
+            }
+        } else if (tags.is_array()) {
+            for (size_t i = 0; i < tags.size(); ++i) {
+                if (!tags[i].is_string() || tags[i].get<std::string>().empty())
+                    throw rudder::Error("/tags/" + std::to_string(i) + ": expected a tag such as \"NN\", got " + tags[i].dump());
+                tags_.push_back(tags[i].get<std::string>());
+            }
+        } else {
+            throw rudder::Error("/tags: expected an array of tags or one string of space-separated tags");
+        }
+        if (tags_.empty()) throw rudder::Error("/tags: give at least one tag");
+    }
+
+private:
+    rs::SyntaxTarget build_target(const rs::SyntaxClassifier& c, int64_t length) override {
+        rs::SyntaxTarget target;
+        for (size_t i = 0; i < tags_.size(); ++i) {
+            const int64_t k = c.tag_class(tags_[i]);
+            if (k < 0) throw rudder::Error("/tags/" + std::to_string(i) + ": unknown tag '" + tags_[i] + "' (known: " + joined(c.tags()) + ")");
+            target.tags.push_back({k});
+        }
+        fix_length(target, c, static_cast<int64_t>(tags_.size()), length);
+        return target;
+    }
+    bool needs_parser() const override { return false; }
+    // Score: share of positions whose tag matches, over the longer of the two sequences; satisfied when all do.
+    void judge(const rs::Annotation& a, rudder_verdict& verdict) override {
+        const size_t n = std::max(a.pos.size(), tags_.size());
+        size_t hits = 0;
+        for (size_t i = 0; i < std::min(a.pos.size(), tags_.size()); ++i) hits += a.pos[i] == tags_[i];
+        verdict.score = n > 0 ? static_cast<double>(hits) / static_cast<double>(n) : 0.0;
+        verdict.satisfied = hits == n ? 1 : 0;
+    }
+
+    std::vector<std::string> tags_;
+};
+
+// syntax_span: {"span": [start, end, "LABEL"]}, words start..end-1 (end exclusive).
+class SyntaxSpan final : public SyntaxControl {
+public:
+    SyntaxSpan(const rudder_host&, std::string_view params_json) {
+        const auto p = read_params(params_json, {"span"});
+        const auto* span = p.contains("span") ? &p.at("span") : nullptr;
+        if (span == nullptr || !span->is_array() || span->size() != 3 || !(*span)[0].is_number_integer() ||
+            !(*span)[1].is_number_integer() || !(*span)[2].is_string())
+            throw rudder::Error("/span: expected [start, end, \"LABEL\"] (words start..end-1), e.g. [0, 3, \"NP\"]");
+        start_ = (*span)[0].get<int64_t>();
+        end_ = (*span)[1].get<int64_t>();
+        label_ = (*span)[2].get<std::string>();
+        if (start_ < 0 || end_ <= start_)
+            throw rudder::Error("/span: expected 0 <= start < end, got [" + std::to_string(start_) + ", " + std::to_string(end_) + "]");
+    }
+
+private:
+    rs::SyntaxTarget build_target(const rs::SyntaxClassifier& c, int64_t length) override {
+        if (end_ > length)
+            throw rudder::Error("/span: ends at word " + std::to_string(end_) + ", past the run's " + std::to_string(length) + " positions");
+        rs::SyntaxTarget target;
+        const auto classes = c.label_classes(label_);
+        if (classes.empty()) throw rudder::Error("/span/2: unknown constituent label '" + label_ + "' (known: " + joined(c.labels()) + ")");
+        target.spans.push_back({start_, end_, classes});
+        // The span's words must exist: no "no word" class inside it.
+        target.tags.resize(static_cast<size_t>(end_));
+        for (int64_t i = start_; i < end_; ++i)
+            for (int64_t k = 1; k <= static_cast<int64_t>(c.tags().size()); ++k) target.tags[static_cast<size_t>(i)].push_back(k);
+        return target;
+    }
+    // Hit: the parse of the text has a constituent labelled LABEL over exactly those words.
+    void judge(const rs::Annotation& a, rudder_verdict& verdict) override {
+        bool hit = false;
+        if (!a.words.empty())
+            for (const auto& s : rs::labelled_spans(a.tree)) hit = hit || (s.start == start_ && s.end == end_ && s.label == label_);
+        verdict.satisfied = hit ? 1 : 0;
+        verdict.score = hit ? 1.0 : 0.0;
+    }
+
+    int64_t start_ = 0, end_ = 0;
+    std::string label_;
+};
+
+// syntax_tree: {"tree": "(S (NP ...) (VP ...))"}.
+class SyntaxTree final : public SyntaxControl {
+public:
+    SyntaxTree(const rudder_host&, std::string_view params_json) {
+        const auto p = read_params(params_json, {"tree"});
+        const auto text = rudder::params::text(p, "tree", "");
+        if (!text) throw rudder::Error("/tree: required (the target tree in bracket notation)");
+        try {
+            tree_ = rs::read_tree(*text, "/tree");
+        } catch (const std::exception& e) {
+            throw rudder::Error(e.what());
+        }
+        words_ = static_cast<int64_t>(rs::words(tree_).size());
+    }
+
+private:
+    rs::SyntaxTarget build_target(const rs::SyntaxClassifier& c, int64_t length) override {
+        rs::SyntaxTarget target;
+        fix_length(target, c, words_, length);
+        // Every span of the text: the tree's chain label if it has that span, else "not a constituent".
+        std::vector<std::vector<int64_t>> label_of(static_cast<size_t>(words_ * (words_ + 1)));
+        for (const auto& span : rs::chain_spans(tree_)) {
+            int64_t k = c.chain_class(span.label);
+            std::vector<int64_t> classes = k > 0 ? std::vector<int64_t>{k} : c.label_classes(span.label.substr(0, span.label.find('+')));
+            if (classes.empty())
+                throw rudder::Error("/tree: unknown constituent label '" + span.label + "' (known: " + joined(c.labels()) + ")");
+            label_of[static_cast<size_t>(span.start * (words_ + 1) + span.end)] = classes;
+        }
+        for (int64_t i = 0; i < words_; ++i)
+            for (int64_t j = i + 1; j <= words_; ++j) {
+                auto classes = label_of[static_cast<size_t>(i * (words_ + 1) + j)];
+                target.spans.push_back({i, j, classes.empty() ? std::vector<int64_t>{0} : classes});
+            }
+        return target;
+    }
+    // Score: labelled bracket F1 against the tree by word position (syntax/tree.hpp span_score); satisfied when
+    // every bracket matches.
+    void judge(const rs::Annotation& a, rudder_verdict& verdict) override {
+        if (a.words.empty()) {
+            verdict.satisfied = 0;
+            verdict.score = 0.0;
+            return;
+        }
+        const rs::BracketScore score = rs::span_score(tree_, a.tree);
+        verdict.score = score.f1();
+        verdict.satisfied = score.exact;
+    }
+
+    rs::Tree tree_;
+    int64_t words_ = 0;
+};
+
+}  // namespace
+
+// The keys every syntax controller takes, in each schema below.
+#define SYNTAX_COMMON_KEYS                                                                                           \
+    "\"classifier\": { \"type\": \"string\", \"description\": \"noisy syntax classifier: bundled name or path (default <model>-syntax)\" }, " \
+    "\"tagger\": { \"type\": \"string\", \"description\": \"the tagger that judges (default ewt-tagger)\" }, "                   \
+    "\"parser\": { \"type\": \"string\", \"description\": \"the parser that judges (default gum-parser)\" }"
+
+static const char kPosSchema[] = R"({ "type": "object", "properties": {
+    "tags": { "description": "target PTB tags, one per word: an array or one space-separated string" }, )" SYNTAX_COMMON_KEYS
+    R"(}, "required": ["tags"], "additionalProperties": false })";
+static const char kSpanSchema[] = R"({ "type": "object", "properties": {
+    "span": { "type": "array", "description": "[start, end, LABEL]: words start..end-1 form a LABEL constituent" }, )" SYNTAX_COMMON_KEYS
+    R"(}, "required": ["span"], "additionalProperties": false })";
+static const char kTreeSchema[] = R"({ "type": "object", "properties": {
+    "tree": { "type": "string", "description": "target constituency tree in bracket notation" }, )" SYNTAX_COMMON_KEYS
+    R"(}, "required": ["tree"], "additionalProperties": false })";
+
+RUDDER_CONTROLLER(pos_desc, Pos, "pos", "1.0.0", "a target part-of-speech sequence (noisy-classifier guidance)",
+                  kPosSchema, RUDDER_CAP_GRADIENT | RUDDER_CAP_EVALUATE)
+RUDDER_CONTROLLER(span_desc, SyntaxSpan, "syntax_span", "1.0.0",
+                  "words [start, end) form a constituent with a given label (noisy-classifier guidance)", kSpanSchema,
+                  RUDDER_CAP_GRADIENT | RUDDER_CAP_EVALUATE)
+RUDDER_CONTROLLER(tree_desc, SyntaxTree, "syntax_tree", "1.0.0", "a target constituency tree (noisy-classifier guidance)",
+                  kTreeSchema, RUDDER_CAP_GRADIENT | RUDDER_CAP_EVALUATE)
+RUDDER_PLUGIN("rudder-syntax", &pos_desc, &span_desc, &tree_desc)

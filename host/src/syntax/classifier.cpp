@@ -1,0 +1,140 @@
+#include "syntax/classifier.hpp"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+#include "nn/syntax_classifier.hpp"
+#include "syntax/load_network.hpp"
+
+namespace rudder::syntax {
+
+struct SyntaxClassifier::Impl {
+    LoadedModel<nn::SyntaxClassifierNet> model;
+};
+
+SyntaxClassifier::SyntaxClassifier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SyntaxClassifier::~SyntaxClassifier() = default;
+
+std::shared_ptr<SyntaxClassifier> SyntaxClassifier::load(const std::filesystem::path& dir) {
+    auto impl = std::make_unique<Impl>();
+    impl->model = load_network_model<nn::SyntaxClassifierNet>(dir, "syntax_classifier", "a noisy syntax classifier");
+    // Guidance differentiates with respect to the input only.
+    for (auto& p : impl->model.network->parameters()) p.set_requires_grad(false);
+    return std::shared_ptr<SyntaxClassifier>(new SyntaxClassifier(std::move(impl)));
+}
+
+bool SyntaxClassifier::continuous() const { return impl_->model.network->family() == Family::continuous; }
+int64_t SyntaxClassifier::vocab_size() const { return impl_->model.network->vocab_size(); }
+int64_t SyntaxClassifier::embed_dim() const { return continuous() ? impl_->model.network->embed_dim() : 0; }
+int64_t SyntaxClassifier::max_length() const { return impl_->model.network->max_length(); }
+const std::string& SyntaxClassifier::token(int64_t id) const { return impl_->model.vocabulary->token(id); }
+const std::filesystem::path& SyntaxClassifier::dir() const { return impl_->model.dir; }
+const std::vector<std::string>& SyntaxClassifier::tags() const { return impl_->model.network->tags(); }
+const std::vector<std::string>& SyntaxClassifier::labels() const { return impl_->model.network->labels(); }
+
+int64_t SyntaxClassifier::tag_class(const std::string& tag) const {
+    const auto& names = tags();
+    for (size_t k = 0; k < names.size(); ++k)
+        if (names[k] == tag) return static_cast<int64_t>(k) + 1;
+    return -1;
+}
+
+int64_t SyntaxClassifier::chain_class(const std::string& chain) const {
+    const auto& names = labels();
+    for (size_t k = 0; k < names.size(); ++k)
+        if (names[k] == chain) return static_cast<int64_t>(k) + 1;
+    return -1;
+}
+
+std::vector<int64_t> SyntaxClassifier::label_classes(const std::string& label) const {
+    std::vector<int64_t> out;
+    const auto& names = labels();
+    for (size_t k = 0; k < names.size(); ++k) {
+        const std::string& chain = names[k];
+        for (size_t start = 0; start <= chain.size();) {
+            const size_t plus = std::min(chain.find('+', start), chain.size());
+            if (chain.compare(start, plus - start, label) == 0 && plus - start == label.size()) {
+                out.push_back(static_cast<int64_t>(k) + 1);
+                break;
+            }
+            start = plus + 1;
+        }
+    }
+    return out;
+}
+
+double SyntaxClassifier::embedding_distance(const float* table, int64_t rows, int64_t cols) const {
+    const at::Tensor& mine = impl_->model.network->noise_embedding();
+    if (!continuous() || mine.size(0) != rows || mine.size(1) != cols) return std::numeric_limits<double>::infinity();
+    const at::Tensor theirs = at::from_blob(const_cast<float*>(table), {rows, cols}, at::kFloat);
+    return (mine - theirs).abs().max().item<double>();
+}
+
+void SyntaxClassifier::guide(const void* input, int64_t batch, int64_t length, double t, const SyntaxTarget& target,
+                             float* grad, float* log_prob) {
+    nn::SyntaxClassifierNet& net = *impl_->model.network;
+    if (length > net.max_length())
+        throw std::invalid_argument("the run has " + std::to_string(length) + " positions; the syntax classifier in '" +
+                                    dir().string() + "' was trained for at most " + std::to_string(net.max_length()));
+    at::Tensor x;
+    if (continuous()) {
+        x = at::from_blob(const_cast<void*>(input), {batch, length, net.embed_dim()}, at::kFloat).clone();
+    } else {
+        const at::Tensor tokens = at::from_blob(const_cast<void*>(input), {batch, length}, at::kLong);
+        x = at::one_hot(tokens, net.vocab_size()).to(at::kFloat);
+    }
+    at::AutoGradMode grad_mode(true);  // the sampling loop runs without autograd; guidance needs it here
+    x.set_requires_grad(true);
+    const at::Tensor h = net.hidden(x, at::full({batch}, t, at::kFloat));
+
+    // Each term: log of the probability mass on the allowed classes, a masked logsumexp.
+    auto allowed_mass = [](const at::Tensor& logp, const at::Tensor& allowed) {
+        return at::logsumexp(logp.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity()), -1);
+    };
+    at::Tensor total = at::zeros({batch});
+    std::vector<int64_t> positions;
+    at::Tensor tag_allowed = at::zeros({length, static_cast<int64_t>(tags().size()) + 1}, at::kBool);
+    for (size_t i = 0; i < target.tags.size() && static_cast<int64_t>(i) < length; ++i) {
+        if (target.tags[i].empty()) continue;
+        positions.push_back(static_cast<int64_t>(i));
+        for (int64_t c : target.tags[i]) tag_allowed[static_cast<int64_t>(i)][c] = true;
+    }
+    if (!positions.empty()) {
+        const at::Tensor where = at::tensor(positions, at::kLong);
+        const at::Tensor logp = net.tag_log_probs(h).index_select(1, where);  // [B, P, C]
+        total = total + allowed_mass(logp, tag_allowed.index_select(0, where).unsqueeze(0)).sum(1);
+    }
+    if (!target.spans.empty()) {
+        const auto n = static_cast<int64_t>(target.spans.size());
+        std::vector<int64_t> starts, lasts;
+        at::Tensor span_allowed = at::zeros({n, static_cast<int64_t>(labels().size()) + 1}, at::kBool);
+        for (int64_t k = 0; k < n; ++k) {
+            const auto& span = target.spans[static_cast<size_t>(k)];
+            if (span.start < 0 || span.end <= span.start || span.end > length)
+                throw std::invalid_argument("span [" + std::to_string(span.start) + ", " + std::to_string(span.end) +
+                                            ") does not fit the run's " + std::to_string(length) + " positions");
+            starts.push_back(span.start);
+            lasts.push_back(span.end - 1);
+            for (int64_t c : span.classes) span_allowed[k][c] = true;
+        }
+        const at::Tensor logp = net.span_log_probs(h);  // [B, L, L, C]
+        const at::Tensor flat = logp.reshape({batch, length * length, logp.size(3)});
+        const at::Tensor index = at::tensor(starts, at::kLong) * length + at::tensor(lasts, at::kLong);
+        total = total + allowed_mass(flat.index_select(1, index), span_allowed.unsqueeze(0)).sum(1);
+    }
+    if (grad != nullptr) {
+        total.sum().backward();
+        const at::Tensor g = x.grad().contiguous();
+        std::memcpy(grad, g.data_ptr<float>(), static_cast<size_t>(g.numel()) * sizeof(float));
+    }
+    if (log_prob != nullptr) {
+        const at::Tensor lp = total.detach().contiguous();
+        std::memcpy(log_prob, lp.data_ptr<float>(), static_cast<size_t>(batch) * sizeof(float));
+    }
+}
+
+}  // namespace rudder::syntax

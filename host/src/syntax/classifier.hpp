@@ -1,0 +1,69 @@
+// The noisy syntax classifier as the syntax controllers use it (pos, syntax_span, syntax_tree): load a model
+// directory of type "syntax_classifier" (written by `rudder train-controller`), and compute log p(target | x_t) and
+// its gradient with respect to the sampler's state. No LibTorch header here (the network is behind a pointer), so
+// a controller including it compiles in seconds; it links rudder_syntax. Not thread-safe: one call at a time.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace rudder::syntax {
+
+// A syntax target in the classifier's classes. log p(target | x) is the sum of the terms below, each the log of
+// the probability that the classifier puts on the allowed classes.
+struct SyntaxTarget {
+    // Position i's allowed tag classes (SyntaxClassifier::tag_class; 0 = "no word here", i.e. the text ended);
+    // an empty list leaves position i free. At most the run's length entries.
+    std::vector<std::vector<int64_t>> tags;
+    // Words [start, end) and the label classes allowed for them (SyntaxClassifier::label_classes; 0 = "not a
+    // constituent").
+    struct Span {
+        int64_t start = 0, end = 0;
+        std::vector<int64_t> classes;
+    };
+    std::vector<Span> spans;
+};
+
+class SyntaxClassifier {
+public:
+    // Throws ModelError naming the file and the problem.
+    static std::shared_ptr<SyntaxClassifier> load(const std::filesystem::path& dir);
+    ~SyntaxClassifier();
+
+    bool continuous() const;     // which family's noise it was trained on
+    int64_t vocab_size() const;  // the denoiser's vocabulary
+    int64_t embed_dim() const;   // continuous: the latent width; 0 for discrete
+    int64_t max_length() const;
+    const std::string& token(int64_t id) const;  // the denoiser vocabulary it was trained with
+    const std::filesystem::path& dir() const;
+    const std::vector<std::string>& tags() const;    // class k + 1 is tags()[k]
+    const std::vector<std::string>& labels() const;  // class k + 1 is labels()[k]: unary chains such as "S+VP"
+
+    // The class of a PTB tag (joined tags such as "PRP+VBZ" included), -1 if the classifier never saw it.
+    int64_t tag_class(const std::string& tag) const;
+    // The classes of every chain label with `label` as one of its '+'-separated parts ("VP" -> "VP", "S+VP", ...).
+    std::vector<int64_t> label_classes(const std::string& label) const;
+    // The exact chain label's class (e.g. "S+VP"), -1 if unknown.
+    int64_t chain_class(const std::string& chain) const;
+
+    // The largest absolute difference between `table` [rows, cols] and the denoiser embedding the classifier was
+    // trained with (continuous), or +inf if the shapes differ.
+    double embedding_distance(const float* table, int64_t rows, int64_t cols) const;
+
+    // log p(target | input at time t) for each of the `batch` rows into log_prob (may be null), and its gradient
+    // into grad (may be null). Continuous: input is the latent, float [batch, length, embed_dim], and grad has its
+    // shape. Discrete: input is the tokens, int64 [batch, length] (mask id where masked), and grad is with respect
+    // to their one-hot encoding, float [batch, length, vocab_size]. All CPU memory, row-major.
+    void guide(const void* input, int64_t batch, int64_t length, double t, const SyntaxTarget& target, float* grad,
+               float* log_prob);
+
+private:
+    struct Impl;
+    explicit SyntaxClassifier(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rudder::syntax
