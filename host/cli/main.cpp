@@ -14,6 +14,7 @@
 #include <map>
 
 #include "bench_command.hpp"
+#include "eval_command.hpp"
 #include "syntax_commands.hpp"
 #include "generator.hpp"
 #include "metrics.hpp"
@@ -367,6 +368,17 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(1, 256));
     bench->add_flag("--json", bench_options.as_json, "Machine-readable output");
 
+    rudder::cli::EvalOptions suite_options;
+    auto* eval = app.add_subcommand("eval", "Run a suite of control tasks over held-out targets: success, teacher perplexity, s/sample");
+    eval->add_option("suite", suite_options.suite, "Suite (JSON, see docs/eval.md; suites ship in examples/eval/)")
+        ->required()
+        ->check(CLI::ExistingFile);
+    eval->add_option("-o,--out", suite_options.out, "Folder for results.json, results.md and samples/ (default <suite>-results)");
+    eval->add_option("--targets", suite_options.targets, "At most this many targets per task (a quick run)")
+        ->check(CLI::Range(int64_t{1}, int64_t{1000000}));
+    eval->add_option("--only", suite_options.only, "Run only the tasks whose name contains this text");
+    eval->add_flag("-q,--quiet", suite_options.quiet, "No progress on stderr");
+
     rudder::cli::AnnotateOptions annotate_options;
     auto* annotate = app.add_subcommand("annotate", "POS tags and a constituency tree per text, as JSON Lines");
     annotate->add_option("file", annotate_options.input,
@@ -418,9 +430,13 @@ int main(int argc, char** argv) {
         if (score->parsed()) return cmd_score(score_file, teacher_name, score_against, as_json, score_batch);
         if (bench->parsed()) return rudder::cli::run_bench(bench_options);
         if (annotate->parsed()) return rudder::cli::run_annotate(annotate_options);
+        if (eval->parsed()) return rudder::cli::run_eval(suite_options);
         if (eval_annotator->parsed()) return rudder::cli::run_eval_annotator(eval_options);
     } catch (const rudder::RecipeError& e) {
         print_recipe_error(recipe_path, e);
+        return kExitInvalid;
+    } catch (const rudder::train::ConfigError& e) {  // a bad eval suite
+        std::cerr << e.what() << "\n";
         return kExitInvalid;
     } catch (const rudder::Cancelled& e) {
         std::cerr << "rudder: " << e.what() << "\n";

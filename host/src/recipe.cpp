@@ -211,7 +211,7 @@ void parse_controllers(Checker& c, const json& doc, std::vector<ControllerSpec>&
         const std::string p = "/controllers/" + std::to_string(i);
         const json& item = list[i];
         if (!c.object(item, p)) continue;
-        c.only_keys(item, p, {"plugin", "sha256", "name", "weight", "active", "time_limit", "params"});
+        c.only_keys(item, p, {"plugin", "sha256", "name", "weight", "active", "evaluate_only", "time_limit", "params"});
         ControllerSpec spec;
         spec.pointer = p;
         if (auto v = c.string(item, "plugin", p, true)) spec.plugin = *v;
@@ -239,6 +239,7 @@ void parse_controllers(Checker& c, const json& doc, std::vector<ControllerSpec>&
                                     std::to_string(spec.active.from_t) + "): the window runs from noisy to clean");
             }
         }
+        if (auto v = c.boolean(item, "evaluate_only", p)) spec.active.never = *v;
         if (item.contains("params")) {
             if (c.object(item.at("params"), p + "/params")) spec.params = item.at("params");
         }

@@ -48,7 +48,8 @@ struct GuidanceSpec {
 struct ActiveWindow {
     double from_t = 1.0;  // active while to_t <= t <= from_t
     double to_t = 0.0;
-    bool contains(double t) const { return t <= from_t && t >= to_t; }
+    bool never = false;   // "evaluate_only": the controller judges the samples but never steers
+    bool contains(double t) const { return !never && t <= from_t && t >= to_t; }
 };
 
 struct ControllerSpec {

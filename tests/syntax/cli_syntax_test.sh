@@ -88,6 +88,101 @@ PY
     [ $code -eq 1 ] || fail "expected exit 1, got $code: $err"
     grep -q "a parser is scored against constituency trees" <<<"$err" || fail "$err"
     ;;
+  controllers_micro)
+    # The whole chain on micro models: tagger and parser -> annotated E2E-like text -> a micro discrete denoiser ->
+    # `train-controller` -> the pos / syntax_span / syntax_tree controllers steering and judging -> `rudder eval`.
+    "$rudder" train -q "$work/tagger.json" || fail "tagger train exit $?"
+    "$rudder" train -q "$work/parser.json" || fail "parser train exit $?"
+    { echo "mr,ref"
+      for n in Aromi Zizzi Cotto Clowns Fitzbillies; do
+        echo "\"name[$n]\",\"$n serves French food.\""
+        echo "\"name[$n]\",\"$n is a cheap pub.\""
+        echo "\"name[$n]\",\"In the city centre, $n serves food.\""
+      done; } > "$work/e2e.csv"
+    "$rudder" annotate -q "$work/e2e.csv" --tagger "$work/tagger" --parser "$work/parser" -o "$work/e2e.syntax.jsonl" \
+      || fail "annotate exit $?"
+    cat > "$work/denoiser.json" <<JSON
+{ "kind": "discrete", "data": {"train": "e2e.csv"}, "tokenizer": {"min_count": 1},
+  "network": {"dim": 16, "layers": 1, "heads": 2, "ff_dim": 32},
+  "training": {"steps": 30, "batch_size": 8, "lr": 0.01, "seed": 1, "threads": 1, "checkpoint_every": 0},
+  "max_length": 12, "max_condition_length": 8, "out": "micro-discrete" }
+JSON
+    "$rudder" train -q "$work/denoiser.json" || fail "denoiser train exit $?"
+    cat > "$work/classifier.json" <<JSON
+{ "kind": "syntax_classifier", "denoiser": "micro-discrete", "data": {"train": "e2e.syntax.jsonl"},
+  "network": {"dim": 16, "layers": 1, "heads": 2, "ff_dim": 32, "span_hidden": 8},
+  "training": {"steps": 60, "batch_size": 8, "lr": 0.01, "seed": 1, "threads": 1, "log_every": 20, "checkpoint_every": 0},
+  "max_length": 12, "out": "micro-discrete-syntax" }
+JSON
+    err=$("$rudder" train "$work/classifier.json" 2>&1); code=$?
+    [ $code -eq 2 ] || fail "rudder train must refuse a syntax_classifier, got $code: $err"
+    grep -q "a syntax_classifier is trained with \`rudder train-controller\`" <<<"$err" || fail "$err"
+    "$rudder" train-controller "$work/classifier.json" 2>"$work/err" || fail "train-controller exit $?: $(cat "$work/err")"
+    grep -q "^training syntax_classifier: 15 texts; vocabulary .*; [0-9]* tags, [0-9]* span labels" "$work/err" || fail "$(cat "$work/err")"
+    # The default classifier is <model folder>-syntax, found next to the model; the judges are named.
+    judges='"tagger": "tagger", "parser": "parser"'
+    cat > "$work/pos.json" <<JSON
+{ "model": "micro-discrete", "sampler": {"name": "analytic", "steps": 12}, "seed": 3, "samples": 3,
+  "controllers": [ {"plugin": "pos", "weight": 2.0, "params": {"tags": "NNP VBZ JJ NN .", $judges}},
+                   {"plugin": "syntax_span", "params": {"span": [2, 4, "NP"], $judges}},
+                   {"plugin": "syntax_tree", "evaluate_only": true,
+                    "params": {"tree": "(S (NP (NNP Aromi)) (VP (VBZ serves) (NP (JJ French) (NN food))) (. .))", $judges}} ] }
+JSON
+    out=$(cd "$work" && RUDDER_MODEL_PATH="$work" "$rudder" generate pos.json 2>"$work/err") || fail "generate exit $?: $(cat "$work/err")"
+    python3 - "$out" <<'PY' || fail "generate output: $out"
+import json, sys
+lines = [json.loads(l) for l in sys.argv[1].splitlines()]
+assert len(lines) == 3, lines
+for s in lines:
+    c = s["controls"]
+    assert set(c) == {"pos", "syntax_span", "syntax_tree"}, c
+    assert 0.0 <= c["pos"]["score"] <= 1.0 and c["pos"]["satisfied"] in (True, False), c
+    assert c["syntax_span"]["score"] in (0.0, 1.0), c
+    assert 0.0 <= c["syntax_tree"]["score"] <= 1.0, c
+PY
+    # Bad targets are refused with what is known; a classifier for another family is refused by name.
+    sed 's/NNP VBZ JJ NN ./NNP XYZ/' "$work/pos.json" > "$work/bad_tag.json"
+    err=$(cd "$work" && RUDDER_MODEL_PATH="$work" "$rudder" generate bad_tag.json 2>&1 >/dev/null); code=$?
+    [ $code -ne 0 ] || fail "an unknown tag must fail"
+    grep -q "/tags/1: unknown tag 'XYZ' (known: " <<<"$err" || fail "$err"
+    sed 's/"tags": "NNP VBZ JJ NN .",/"tags": "NNP VBZ JJ NN .", "classifier": "tagger",/' "$work/pos.json" > "$work/not_classifier.json"
+    err=$(cd "$work" && "$rudder" generate not_classifier.json 2>&1 >/dev/null); code=$?
+    [ $code -ne 0 ] || fail "a tagger as the classifier must fail"
+    grep -q "is a 'tagger' model, not a noisy syntax classifier" <<<"$err" || fail "$err"
+    cat > "$work/suite.json" <<JSON
+{ "teacher": "teacher", "targets": {"file": "e2e.syntax.jsonl", "count": 3, "seed": 1, "max_words": 10},
+  "tasks": [ {"name": "pos, guided", "recipe": "pos.json", "control": "pos", "target": "pos"},
+             {"name": "pos, unguided", "recipe": "pos.json", "control": "pos", "target": "pos", "evaluate_only": true},
+             {"name": "span", "recipe": "pos.json", "control": "syntax_span", "target": "span"},
+             {"name": "tree", "recipe": "pos.json", "control": "syntax_tree", "target": "tree"} ] }
+JSON
+    cat > "$work/teacher.json" <<JSON
+{ "kind": "teacher", "data": {"train": "e2e.csv"}, "network": {"dim": 16, "layers": 1, "heads": 2},
+  "training": {"steps": 20, "batch_size": 8, "seed": 1, "threads": 1, "checkpoint_every": 0}, "max_length": 12, "out": "teacher" }
+JSON
+    "$rudder" train -q "$work/teacher.json" || fail "teacher train exit $?"
+    out=$(cd "$work" && RUDDER_MODEL_PATH="$work" "$rudder" eval suite.json -o results 2>"$work/err") || fail "eval exit $?: $(cat "$work/err")"
+    grep -q "^| pos, guided | discrete | 3 | pos: [0-9.]*% / [0-9.]*; syntax_span: .*syntax_tree: .* | [0-9.]* | [0-9.]* |$" <<<"$out" || fail "$out"
+    grep -q "^| pos, unguided | discrete | 3 |" <<<"$out" || fail "$out"
+    python3 - "$work/results" <<'PY' || fail "results: $(cat "$work/results/results.json")"
+import json, sys, os
+d = sys.argv[1]
+r = json.load(open(os.path.join(d, "results.json")))
+tasks = {t["task"]: t for t in r["tasks"]}
+assert set(tasks) == {"pos, guided", "pos, unguided", "span", "tree"}, tasks
+for t in tasks.values():
+    assert t["targets"] == 3 and t["samples"] == 3 and t["teacher_perplexity"] > 1 and t["seconds_per_sample"] > 0, t
+    assert t["controls"]["pos"]["judged"] == 3, t
+samples = [json.loads(l) for l in open(os.path.join(d, "samples", "span.jsonl"))]
+assert len(samples) == 3 and all(len(s["target"]["span"]) == 3 and s["target"]["reference"] for s in samples), samples
+PY
+    printf '{"tasks": [{"name": "x", "recipe": "nowhere.json", "target": "tree"}], "teacher": 3}\n' > "$work/bad_suite.json"
+    err=$("$rudder" eval "$work/bad_suite.json" 2>&1 >/dev/null); code=$?
+    [ $code -eq 2 ] || fail "expected exit 2, got $code: $err"
+    for want in "/teacher: expected" "/tasks/0/control: required with a target" "/tasks/0/recipe: no recipe file" "/tasks/0/targets: no target file"; do
+      grep -qF "$want" <<<"$err" || fail "missing '$want' in: $err"
+    done
+    ;;
   *) fail "unknown case $case" ;;
 esac
 echo "ok: $case"

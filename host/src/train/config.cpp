@@ -161,6 +161,16 @@ json ObjectReader::object(const std::string& key, bool required) {
     return *v;
 }
 
+json ObjectReader::array(const std::string& key, bool required) {
+    const json* v = field(key, required, "an array");
+    if (!v) return json::array();
+    if (!v->is_array()) {
+        issue(key, "expected an array, got " + shown(*v));
+        return json::array();
+    }
+    return *v;
+}
+
 void ObjectReader::reject_unknown_keys() {
     if (!is_object_) return;
     for (const auto& [key, value] : value_.items()) {

@@ -54,6 +54,8 @@ public:
     std::vector<std::string> strings(const std::string& key, bool required);
     // An object field; missing and not required gives an empty object.
     nlohmann::json object(const std::string& key, bool required);
+    // An array field; missing and not required gives an empty array.
+    nlohmann::json array(const std::string& key, bool required);
     // Records a problem at this object's `key`.
     void issue(const std::string& key, const std::string& message);
 

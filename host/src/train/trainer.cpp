@@ -56,16 +56,16 @@ fs::path input_file(ObjectReader& r, const std::string& key, bool required, cons
 }
 
 // A treebank of the right kind for a syntax kind: CoNLL-U or bracketed trees for the tagger, bracketed trees for
-// the parser. (The teacher and the denoisers read E2E CSV.)
+// the parser; `rudder annotate` output for a controller's classifier. (The teacher and the denoisers read E2E CSV.)
 void check_data_file(ObjectReader& r, const std::string& key, const fs::path& file, const std::string& kind) {
+    if (file.empty() || kind.empty()) return;
     if (is_controller_kind(kind)) {
         const std::string name = file.filename().string();
-        if (name.size() < 6 || (name.find(".jsonl") == std::string::npos))
+        if (name.find(".jsonl") == std::string::npos)
             r.issue(key, "the " + kind + " trains on text annotated by `rudder annotate` (JSON Lines, .jsonl or .jsonl.gz); got '" +
-                             file.string() + "'");
+                             name + "'");
         return;
     }
-    if (file.empty() || kind.empty()) return;
     if (!is_syntax_kind(kind)) return;  // E2E CSV, whatever its name
     try {
         const auto format = syntax::treebank_format(file);

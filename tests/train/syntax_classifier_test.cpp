@@ -1,0 +1,199 @@
+// The noisy syntax classifier on micro models: `train-controller`'s kind trains one for each family from annotated
+// text, writes a model directory that records its denoiser's noise, and the guidance facade (syntax/classifier.hpp)
+// gives log p(target | x) whose gradient matches finite differences and which prefers the true target.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <random>
+
+#include "model.hpp"
+#include "safetensors.hpp"
+#include "syntax/classifier.hpp"
+#include "tokenizer.hpp"
+#include "train/trainer.hpp"
+#include "train_support.hpp"
+
+namespace rudder {
+namespace {
+
+using json = nlohmann::json;
+using test::ScratchDir;
+
+class SyntaxClassifierTraining : public ::testing::Test {
+protected:
+    void SetUp() override { test::write_micro_csv(dir_.path() / "train.csv", test::micro_records()); }
+
+    // A micro denoiser of `family`, trained for a few steps.
+    std::filesystem::path train_denoiser(const std::string& family) {
+        json j = test::micro_teacher_config(dir_.path(), 12);
+        j["kind"] = family;
+        j["network"] = {{"dim", 16}, {"layers", 1}, {"heads", 2}, {"ff_dim", 32}};
+        if (family == "continuous") j["network"]["embed_dim"] = 8;
+        j["max_condition_length"] = 24;
+        j["out"] = (dir_.path() / ("denoiser-" + family)).string();
+        train::train(train::parse_train_config(j, dir_.path()));
+        return j["out"].get<std::string>();
+    }
+
+    // The micro texts "annotated" with a learnable pattern: tags by position parity, and a tree whose first two
+    // words are an NP and the rest a VP.
+    std::filesystem::path write_annotations(const std::filesystem::path& denoiser) {
+        const WordTokenizer vocabulary = WordTokenizer::load((denoiser / "vocab.txt").string());
+        const auto file = dir_.path() / "annotated.jsonl";
+        std::ofstream out(file);
+        for (const auto& r : test::micro_records()) {
+            const auto ids = vocabulary.encode(r.ref);
+            std::vector<std::string> words, tags;
+            for (int64_t id : ids) words.push_back(vocabulary.token(id));
+            for (size_t i = 0; i < words.size(); ++i) tags.push_back(i % 2 == 0 ? "NN" : "VBZ");
+            std::string tree = "(S (NP";
+            for (size_t i = 0; i < words.size(); ++i) {
+                if (i == 2) tree += ") (VP";
+                tree += " (" + tags[i] + " " + words[i] + ")";
+            }
+            tree += "))";
+            out << json({{"text", r.ref}, {"words", words}, {"pos", tags}, {"tree", tree}}).dump() << "\n";
+        }
+        return file;
+    }
+
+    json classifier_config(const std::filesystem::path& denoiser, const std::filesystem::path& data, const std::string& out) {
+        json j = test::micro_teacher_config(dir_.path(), 40);
+        j.erase("tokenizer");
+        j["kind"] = "syntax_classifier";
+        j["denoiser"] = denoiser.string();
+        j["data"] = {{"train", data.string()}};
+        j["network"] = {{"dim", 16}, {"layers", 1}, {"heads", 2}, {"ff_dim", 32}, {"span_hidden", 8}};
+        j["out"] = (dir_.path() / out).string();
+        return j;
+    }
+
+    ScratchDir dir_;
+};
+
+TEST_F(SyntaxClassifierTraining, TrainsForEachFamilyAndGuidesWithExactGradients) {
+    for (const std::string family : {"continuous", "discrete"}) {
+        SCOPED_TRACE(family);
+        const auto denoiser = train_denoiser(family);
+        const auto data = write_annotations(denoiser);
+        const json config = classifier_config(denoiser, data, "classifier-" + family);
+        const auto result = train::train(train::parse_train_config(config, dir_.path()));
+        ASSERT_TRUE(result.finished);
+
+        const std::filesystem::path dir = config["out"].get<std::string>();
+        std::ifstream in(dir / "config.json");
+        const json written = json::parse(in);
+        EXPECT_EQ(written["type"], "syntax_classifier");
+        EXPECT_EQ(written["families"], json::array({family}));
+        EXPECT_EQ(written["network"]["tags"], json::array({"NN", "VBZ"}));
+        EXPECT_EQ(written["network"]["labels"], json::array({"S", "NP", "VP"}));  // the top S is a span too
+
+        auto classifier = syntax::SyntaxClassifier::load(dir);
+        EXPECT_EQ(classifier->continuous(), family == "continuous");
+        EXPECT_EQ(classifier->tag_class("VBZ"), 2);
+        EXPECT_EQ(classifier->tag_class("JJ"), -1);
+        EXPECT_EQ(classifier->label_classes("VP"), std::vector<int64_t>({3}));
+
+        const int64_t B = 2, L = 16, n = 6;
+        // The true pattern against its opposite: NN VBZ NN ... for n words, then "no word"; spans NP over 0..1.
+        auto target_of = [&](bool truth) {
+            syntax::SyntaxTarget t;
+            for (int64_t i = 0; i < L; ++i)
+                t.tags.push_back({i >= n ? 0 : ((i % 2 == 0) == truth ? classifier->tag_class("NN") : classifier->tag_class("VBZ"))});
+            t.spans.push_back({0, 2, truth ? classifier->label_classes("NP") : classifier->label_classes("VP")});
+            return t;
+        };
+        std::vector<float> lp_true(B), lp_false(B);
+        if (family == "continuous") {
+            // Its noise is the denoiser's embedding table, kept exactly.
+            const SafeTensors d = load_safetensors(denoiser / "model.safetensors");
+            const at::Tensor table = d.find("embedding")->contiguous();
+            EXPECT_EQ(classifier->embedding_distance(table.data_ptr<float>(), table.size(0), table.size(1)), 0.0);
+
+            // Clean-ish latents of real texts at a small t: the classifier should prefer the true tags.
+            const WordTokenizer vocabulary = WordTokenizer::load((denoiser / "vocab.txt").string());
+            at::Tensor tokens = at::full({B, L}, vocabulary.pad_id(), at::kLong);
+            for (int64_t b = 0; b < B; ++b) {
+                const auto ids = vocabulary.encode(test::micro_records()[static_cast<size_t>(b)].ref);
+                for (int64_t i = 0; i < n; ++i) tokens[b][i] = ids[static_cast<size_t>(i)];
+            }
+            at::Tensor latent = at::embedding(table, tokens).contiguous();
+            std::vector<float> grad(static_cast<size_t>(B * L * 8));
+            classifier->guide(latent.data_ptr<float>(), B, L, 0.05, target_of(true), grad.data(), lp_true.data());
+            classifier->guide(latent.data_ptr<float>(), B, L, 0.05, target_of(false), nullptr, lp_false.data());
+
+            // Central differences along a few coordinates agree with the gradient.
+            std::mt19937 rng(3);
+            for (int k = 0; k < 6; ++k) {
+                const int64_t index = static_cast<int64_t>(rng() % static_cast<uint32_t>(B * L * 8));
+                const double h = 1e-2;
+                std::vector<float> up(B), down(B);
+                at::Tensor x = latent.clone();
+                x.view({-1})[index] += h;
+                classifier->guide(x.data_ptr<float>(), B, L, 0.05, target_of(true), nullptr, up.data());
+                x.view({-1})[index] -= 2 * h;
+                classifier->guide(x.data_ptr<float>(), B, L, 0.05, target_of(true), nullptr, down.data());
+                const int64_t row = index / (L * 8);
+                const double numeric = (up[static_cast<size_t>(row)] - down[static_cast<size_t>(row)]) / (2 * h);
+                EXPECT_NEAR(grad[static_cast<size_t>(index)], numeric, 2e-2 + 0.05 * std::abs(numeric)) << "coordinate " << index;
+            }
+        } else {
+            at::Tensor tokens = at::full({B, L}, 0, at::kLong);  // pad everywhere ...
+            const WordTokenizer vocabulary = WordTokenizer::load((denoiser / "vocab.txt").string());
+            for (int64_t b = 0; b < B; ++b) {
+                const auto ids = vocabulary.encode(test::micro_records()[static_cast<size_t>(b)].ref);
+                for (int64_t i = 0; i < n; ++i) tokens[b][i] = ids[static_cast<size_t>(i)];
+            }
+            tokens[0][1] = vocabulary.mask_id();  // ... and a masked word
+            std::vector<float> grad(static_cast<size_t>(B * L * classifier->vocab_size()));
+            classifier->guide(tokens.data_ptr<int64_t>(), B, L, 0.1, target_of(true), grad.data(), lp_true.data());
+            classifier->guide(tokens.data_ptr<int64_t>(), B, L, 0.1, target_of(false), nullptr, lp_false.data());
+            float largest = 0;
+            for (float g : grad) {
+                ASSERT_TRUE(std::isfinite(g));
+                largest = std::max(largest, std::abs(g));
+            }
+            EXPECT_GT(largest, 0.0f) << "the one-hot gradient is all zero";
+        }
+        for (int64_t b = 0; b < B; ++b) {
+            EXPECT_LT(lp_true[static_cast<size_t>(b)], 0.0f);
+            EXPECT_GT(lp_true[static_cast<size_t>(b)], lp_false[static_cast<size_t>(b)]) << "row " << b;
+        }
+
+        // A target that allows every class has probability one.
+        syntax::SyntaxTarget everything;
+        everything.tags.assign(L, {0, 1, 2});
+        std::vector<float> lp_all(B);
+        std::vector<int64_t> pads(B * L, 0);
+        at::Tensor zeros = at::zeros({B, L, 8});
+        classifier->guide(family == "continuous" ? static_cast<const void*>(zeros.data_ptr<float>()) : pads.data(), B, L,
+                          0.5, everything, nullptr, lp_all.data());
+        for (float v : lp_all) EXPECT_NEAR(v, 0.0f, 1e-4f);
+    }
+}
+
+TEST_F(SyntaxClassifierTraining, ConfigErrorsNameTheDenoiserAndTheDataFormat) {
+    json j = classifier_config(dir_.path() / "nowhere", dir_.path() / "train.csv", "c");
+    j["tokenizer"] = {{"min_count", 2}};
+    try {
+        train::parse_train_config(j, dir_.path());
+        FAIL() << "expected a ConfigError";
+    } catch (const train::ConfigError& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("/denoiser"), std::string::npos) << what;
+        EXPECT_NE(what.find("not a trained denoiser directory"), std::string::npos) << what;
+        EXPECT_NE(what.find("/data/train"), std::string::npos) << what;
+        EXPECT_NE(what.find("rudder annotate"), std::string::npos) << what;
+        EXPECT_NE(what.find("/tokenizer"), std::string::npos) << what;
+    }
+    // The denoiser key belongs to controller kinds only.
+    json teacher = test::micro_teacher_config(dir_.path());
+    teacher["denoiser"] = "x";
+    EXPECT_THROW(train::parse_train_config(teacher, dir_.path()), train::ConfigError);
+}
+
+}  // namespace
+}  // namespace rudder
