@@ -7,6 +7,7 @@
 // (discrete; the host turns it into logit deltas). See docs/syntax.md for the model lookup and the scores.
 #include <rudder/rudder_controller.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -70,16 +71,21 @@ public:
 
     void step(const rudder_step& step, rudder_contribution& out) override {
         const rudder_run_info& run = run_.info();
-        const bool continuous = run.family == RUDDER_FAMILY_CONTINUOUS;
-        if (continuous ? step.phase != RUDDER_PHASE_GUIDE : step.phase != RUDDER_PHASE_PREDICT) return;
-        if (out.grad == nullptr) return;
-        const DLTensor* input = continuous ? step.latent : step.tokens;
-        float* log_prob = out.log_prob != nullptr ? static_cast<float*>(out.log_prob->data) : nullptr;
-        classifier_->guide(input->data, run.batch_size, run.seq_len, step.t, target_, static_cast<float*>(out.grad->data),
-                           log_prob);
-        out.written |= RUDDER_WROTE_GRAD | (log_prob != nullptr ? RUDDER_WROTE_LOG_PROB : 0u);
+        if (run.family == RUDDER_FAMILY_CONTINUOUS) {
+            if (step.phase != RUDDER_PHASE_GUIDE || out.grad == nullptr) return;
+            float* log_prob = out.log_prob != nullptr ? static_cast<float*>(out.log_prob->data) : nullptr;
+            classifier_->guide(step.latent->data, run.batch_size, run.seq_len, step.t, target_,
+                               static_cast<float*>(out.grad->data), log_prob);
+            out.written |= RUDDER_WROTE_GRAD | (log_prob != nullptr ? RUDDER_WROTE_LOG_PROB : 0u);
+            return;
+        }
+        if (step.phase != RUDDER_PHASE_PREDICT || out.logit_delta == nullptr) return;
+        const int64_t B = run.batch_size, L = run.seq_len, V = run.vocab_size;
+        grad_.resize(static_cast<size_t>(B * L * V));
+        classifier_->guide(step.tokens->data, B, L, step.t, target_, grad_.data(), nullptr);
+        write_top_k_deltas(step, static_cast<float*>(out.logit_delta->data), B * L, V);
+        out.written |= RUDDER_WROTE_LOGIT_DELTA;
     }
-
     void evaluate(const rudder_sample& sample, rudder_verdict& verdict) override {
         if (!annotator_) {
             auto tagger = rs::TaggerModel::load(run_.find_model(tagger_name_));
@@ -93,8 +99,9 @@ public:
 protected:
     // Reads the keys every syntax controller takes ("classifier", "tagger", "parser") and returns the params.
     rudder::params::json read_params(std::string_view params_json, std::vector<std::string> allowed) {
-        allowed.insert(allowed.end(), {"classifier", "tagger", "parser"});
+        allowed.insert(allowed.end(), {"classifier", "tagger", "parser", "top_k"});
         auto p = rudder::params::parse_object(params_json, allowed);
+        top_k_ = rudder::params::integer(p, "top_k", "", 1, 1 << 24).value_or(top_k_);
         classifier_name_ = rudder::params::text(p, "classifier", "").value_or("");
         tagger_name_ = rudder::params::text(p, "tagger", "").value_or("ewt-tagger");
         parser_name_ = rudder::params::text(p, "parser", "").value_or("gum-parser");
@@ -122,6 +129,34 @@ protected:
     }
 
 private:
+    // Discrete guidance: the first-order (Taylor) change of log p(c) when a position's token becomes v,
+    // g[v] - g[current], trusted only among the denoiser's top_k candidates at that position, as FUDGE reranks
+    // only the base model's top candidates. The linear estimate is poor far from the current input, and without the
+    // cut it favours rare tokens whose embeddings happen to align with the gradient, which costs fluency. Every
+    // other token gets the lowest candidate delta, so it is never favoured over a candidate.
+    void write_top_k_deltas(const rudder_step& step, float* delta, int64_t rows, int64_t V) {
+        const auto* logits = static_cast<const float*>(step.x0_logits->data);
+        const auto* tokens = static_cast<const int64_t*>(step.tokens->data);
+        const int64_t k = std::min(top_k_, V);
+        order_.resize(static_cast<size_t>(V));
+        for (int64_t r = 0; r < rows; ++r) {
+            const float* g = grad_.data() + r * V;
+            const float* lp = logits + r * V;
+            const float current = g[tokens[r]];
+            for (int64_t v = 0; v < V; ++v) order_[static_cast<size_t>(v)] = v;
+            std::nth_element(order_.begin(), order_.begin() + (k - 1), order_.end(),
+                             [&](int64_t a, int64_t b) { return lp[a] > lp[b]; });
+            float lowest = 0.0f;
+            for (int64_t j = 0; j < k; ++j) lowest = std::min(lowest, g[order_[static_cast<size_t>(j)]] - current);
+            float* d = delta + r * V;
+            std::fill(d, d + V, lowest);
+            for (int64_t j = 0; j < k; ++j) {
+                const int64_t v = order_[static_cast<size_t>(j)];
+                d[v] = g[v] - current;
+            }
+        }
+    }
+
     // The classifier named in params, else "<model folder>-syntax" next to the run's model (the bundled layout).
     void load_classifier(bool continuous) {
         std::string name = classifier_name_;
@@ -145,6 +180,9 @@ private:
     }
 
     std::string classifier_name_, tagger_name_, parser_name_;
+    int64_t top_k_ = 10;
+    std::vector<float> grad_;      // discrete: d log p(c) / d one-hot tokens [B, L, V]
+    std::vector<int64_t> order_;   // discrete: candidate ranking scratch
     std::shared_ptr<rs::SyntaxClassifier> classifier_;
     std::unique_ptr<rs::Annotator> annotator_;
     rs::SyntaxTarget target_;
@@ -300,7 +338,8 @@ private:
 #define SYNTAX_COMMON_KEYS                                                                                           \
     "\"classifier\": { \"type\": \"string\", \"description\": \"noisy syntax classifier: bundled name or path (default <model>-syntax)\" }, " \
     "\"tagger\": { \"type\": \"string\", \"description\": \"the tagger that judges (default ewt-tagger)\" }, "                   \
-    "\"parser\": { \"type\": \"string\", \"description\": \"the parser that judges (default gum-parser)\" }"
+    "\"parser\": { \"type\": \"string\", \"description\": \"the parser that judges (default gum-parser)\" }, "                   \
+    "\"top_k\": { \"type\": \"integer\", \"minimum\": 1, \"description\": \"discrete: guide among the denoiser's top k tokens (default 10)\" }"
 
 static const char kPosSchema[] = R"({ "type": "object", "properties": {
     "tags": { "description": "target PTB tags, one per word: an array or one space-separated string" }, )" SYNTAX_COMMON_KEYS
@@ -313,10 +352,10 @@ static const char kTreeSchema[] = R"({ "type": "object", "properties": {
     R"(}, "required": ["tree"], "additionalProperties": false })";
 
 RUDDER_CONTROLLER(pos_desc, Pos, "pos", "1.0.0", "a target part-of-speech sequence (noisy-classifier guidance)",
-                  kPosSchema, RUDDER_CAP_GRADIENT | RUDDER_CAP_EVALUATE)
+                  kPosSchema, RUDDER_CAP_GRADIENT | RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_EVALUATE)
 RUDDER_CONTROLLER(span_desc, SyntaxSpan, "syntax_span", "1.0.0",
                   "words [start, end) form a constituent with a given label (noisy-classifier guidance)", kSpanSchema,
-                  RUDDER_CAP_GRADIENT | RUDDER_CAP_EVALUATE)
+                  RUDDER_CAP_GRADIENT | RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_EVALUATE)
 RUDDER_CONTROLLER(tree_desc, SyntaxTree, "syntax_tree", "1.0.0", "a target constituency tree (noisy-classifier guidance)",
-                  kTreeSchema, RUDDER_CAP_GRADIENT | RUDDER_CAP_EVALUATE)
+                  kTreeSchema, RUDDER_CAP_GRADIENT | RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_EVALUATE)
 RUDDER_PLUGIN("rudder-syntax", &pos_desc, &span_desc, &tree_desc)
