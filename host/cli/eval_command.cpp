@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "compute_threads.hpp"
 #include "generator.hpp"
 #include "model.hpp"
 #include "recipe.hpp"
@@ -242,6 +243,7 @@ std::string slug(const std::string& name) {
 }  // namespace
 
 int run_eval(const EvalOptions& o) {
+    if (o.threads > 0) set_compute_threads(o.threads);
     const fs::path suite_file = o.suite;
     const Suite suite = read_suite(suite_file);
     const fs::path out_dir = o.out.empty() ? fs::path(suite_file.stem().string() + "-results") : fs::path(o.out);

@@ -12,6 +12,7 @@ struct EvalOptions {
     std::string out;         // folder for results.json, results.md and the samples; empty = <suite stem>-results
     int64_t targets = 0;     // > 0: at most this many targets per task (a quick run); 0 = the suite's count
     std::string only;        // run only the tasks whose name contains this
+    int threads = 0;         // LibTorch intra-op threads; 0 = LibTorch's default
     bool quiet = false;
 };
 

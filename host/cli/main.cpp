@@ -377,6 +377,7 @@ int main(int argc, char** argv) {
     eval->add_option("--targets", suite_options.targets, "At most this many targets per task (a quick run)")
         ->check(CLI::Range(int64_t{1}, int64_t{1000000}));
     eval->add_option("--only", suite_options.only, "Run only the tasks whose name contains this text");
+    eval->add_option("--threads", suite_options.threads, "Compute threads (default: LibTorch's choice)")->check(CLI::Range(1, 256));
     eval->add_flag("-q,--quiet", suite_options.quiet, "No progress on stderr");
 
     rudder::cli::AnnotateOptions annotate_options;
