@@ -320,23 +320,21 @@ int main(int argc, char** argv) {
     std::string train_config;
     int64_t stop_after = 0;
     bool overwrite = false;
-    auto* train = app.add_subcommand("train", "Train a network (teacher LM, denoiser, tagger or parser) from a training config");
-    train->add_option("config", train_config, "Training config (JSON, see docs/training.md)")
-        ->required()
-        ->check(CLI::ExistingFile);
-    train->add_option("--stop-after", stop_after, "Stop after this step with a checkpoint, as an interrupted run")
-        ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
-    train->add_flag("--overwrite", overwrite, "Train again into an out directory that holds a finished model");
-    train->add_flag("-q,--quiet", quiet, "No progress on stderr");
-    auto* train_controller = app.add_subcommand(
+    // `train` and `train-controller` take the same arguments; each refuses the other's kinds.
+    auto training_command = [&](const char* name, const char* description) {
+        auto* cmd = app.add_subcommand(name, description);
+        cmd->add_option("config", train_config, "Training config (JSON, see docs/training.md)")
+            ->required()
+            ->check(CLI::ExistingFile);
+        cmd->add_option("--stop-after", stop_after, "Stop after this step with a checkpoint, as an interrupted run")
+            ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
+        cmd->add_flag("--overwrite", overwrite, "Train again into an out directory that holds a finished model");
+        cmd->add_flag("-q,--quiet", quiet, "No progress on stderr");
+        return cmd;
+    };
+    auto* train = training_command("train", "Train a network (teacher LM, denoiser, tagger or parser) from a training config");
+    auto* train_controller = training_command(
         "train-controller", "Train a controller's noisy classifier (syntax_classifier) on annotated text, noised as a denoiser does");
-    train_controller->add_option("config", train_config, "Training config (JSON, see docs/training.md)")
-        ->required()
-        ->check(CLI::ExistingFile);
-    train_controller->add_option("--stop-after", stop_after, "Stop after this step with a checkpoint, as an interrupted run")
-        ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
-    train_controller->add_flag("--overwrite", overwrite, "Train again into an out directory that holds a finished model");
-    train_controller->add_flag("-q,--quiet", quiet, "No progress on stderr");
 
     std::string score_file, teacher_name = "e2e-teacher";
     int64_t score_batch = 64;
