@@ -112,6 +112,41 @@ JSON
     [ $code -eq 2 ] || fail "expected exit 2, got $code: $err"
     grep -q "/model: .* is a teacher language model" <<<"$err" || fail "$err"
     ;;
+  cfg_generate)
+    # Classifier-free guidance on a micro conditional denoiser: it runs and judges; bad params and a model without
+    # a condition are refused with messages that say why.
+    sed 's/"kind": "teacher"/"kind": "discrete"/; s/"out": "model"/"out": "denoiser"/' "$work/teacher.json" > "$work/disc.json"
+    "$rudder" train -q "$work/disc.json" || fail "train exit $?"
+    cat > "$work/cfg.json" <<'JSON'
+{ "model": "denoiser", "sampler": {"steps": 20}, "samples": 3, "max_length": 12,
+  "controllers": [ {"plugin": "cfg", "params": {"condition": "name[Aromi], food[French]", "gamma": 2}} ] }
+JSON
+    out=$("$rudder" generate -q "$work/cfg.json") || fail "generate exit $?"
+    python3 - "$out" <<'PY' || fail "cfg output: $out"
+import json, sys
+lines = [json.loads(l) for l in sys.argv[1].splitlines()]
+assert len(lines) == 3, lines
+for s in lines:
+    v = s["controls"]["cfg"]
+    words = s["text"].lower()
+    want = ("aromi" in words) + ("french" in words)
+    assert v["score"] == want / 2 and v["satisfied"] == (want == 2), s
+PY
+    sed 's/"name\[Aromi\], food\[French\]"/"name Aromi"/' "$work/cfg.json" > "$work/bad_mr.json"
+    err=$("$rudder" validate "$work/bad_mr.json" 2>&1); code=$?
+    [ $code -eq 2 ] || fail "expected exit 2, got $code: $err"
+    grep -q '/controllers/0/params.*/condition: meaning representation "name Aromi": expected attribute\[value\]' <<<"$err" || fail "$err"
+    sed 's/"gamma": 2/"gamma": -1/' "$work/cfg.json" > "$work/bad_gamma.json"
+    err=$("$rudder" validate "$work/bad_gamma.json" 2>&1); code=$?
+    [ $code -eq 2 ] || fail "expected exit 2, got $code: $err"
+    grep -q "/gamma: expected a number in \[0, 100\], got -1" <<<"$err" || fail "$err"
+    printf '%s\n' "Aromi serves French food." "Zizzi is a pub." > "$work/corpus.txt"
+    "$rudder" corpus-model "$work/corpus.txt" "$work/corpus" >/dev/null 2>&1 || fail "corpus-model exit $?"
+    sed 's/"model": "denoiser"/"model": "corpus", "family": "discrete"/' "$work/cfg.json" > "$work/uncond.json"
+    err=$("$rudder" generate -q "$work/uncond.json" 2>&1 >/dev/null); code=$?
+    [ $code -eq 1 ] || fail "expected exit 1, got $code: $err"
+    grep -q "the model takes no condition" <<<"$err" || fail "$err"
+    ;;
   *) fail "unknown case $case" ;;
 esac
 echo "ok: $case"

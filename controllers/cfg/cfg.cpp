@@ -1,0 +1,82 @@
+// cfg: classifier-free guidance towards an E2E meaning representation, for both families. Each PREDICT step asks the
+// host's re-entrant denoiser for the conditional and unconditional log-probabilities in one batched forward and
+// contributes gamma * (cond - uncond) as a logit delta; on the loop's unconditional output that gives
+// uncond + gamma * (cond - uncond): gamma 0 is the unconditional model, 1 the conditional one, above 1 extrapolates.
+// Judges a sample by the share of the meaning representation's values the text realises (common/meaning.hpp).
+#include <rudder/rudder_controller.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "../common/meaning.hpp"
+#include "../common/params.hpp"
+
+namespace {
+
+class ClassifierFreeGuidance final : public rudder::Controller {
+public:
+    ClassifierFreeGuidance(const rudder_host&, std::string_view params_json) {
+        const auto p = rudder::params::parse_object(params_json, {"condition", "gamma"});
+        const auto condition = rudder::params::text(p, "condition", "");
+        if (!condition) throw rudder::Error("/condition: required (an E2E meaning representation, e.g. \"name[Aromi], food[Italian]\")");
+        condition_ = *condition;
+        try {
+            fields_ = rudder::meaning::parse(condition_);
+        } catch (const rudder::Error& e) {
+            throw rudder::Error(std::string("/condition: ") + e.what());
+        }
+        if (p.contains("gamma")) {
+            const auto& g = p.at("gamma");
+            if (!g.is_number() || !std::isfinite(g.get<double>()) || g.get<double>() < 0 || g.get<double>() > 100)
+                throw rudder::Error("/gamma: expected a number in [0, 100], got " + g.dump());
+            gamma_ = g.get<double>();
+        }
+    }
+
+    void step(const rudder_step& step, rudder_contribution& out) override {
+        if (step.phase != RUDDER_PHASE_PREDICT || out.logit_delta == nullptr) return;
+        const rudder_run_info& run = run_.info();
+        const char* conditions[] = {condition_.c_str(), ""};
+        const DLTensor* logits = nullptr;
+        const rudder_status status = run.denoise(run.run_ctx, conditions, 2, &logits);
+        if (status == RUDDER_ERR_UNSUPPORTED)
+            throw rudder::Error("the model takes no condition (it was not trained with meaning representations)", status);
+        if (status != RUDDER_OK || logits == nullptr) throw rudder::Error("the host's denoise call failed", status);
+        const auto* lp = static_cast<const float*>(logits->data);
+        const int64_t n = run.batch_size * run.seq_len * run.vocab_size;  // [2, B, L, V]: conditional, then not
+        auto* delta = static_cast<float*>(out.logit_delta->data);
+        for (int64_t i = 0; i < n; ++i) delta[i] = static_cast<float>(gamma_ * (lp[i] - lp[n + i]));
+        out.written |= RUDDER_WROTE_LOGIT_DELTA;
+    }
+
+    // Score: the share of the meaning representation's values the text realises; satisfied when all are.
+    void evaluate(const rudder_sample& sample, rudder_verdict& verdict) override {
+        const std::string text = sample.text != nullptr ? sample.text : "";
+        int64_t hits = 0;
+        for (const auto& f : fields_) hits += rudder::meaning::realised(f, text) ? 1 : 0;
+        verdict.score = static_cast<double>(hits) / static_cast<double>(fields_.size());
+        verdict.satisfied = hits == static_cast<int64_t>(fields_.size()) ? 1 : 0;
+    }
+
+private:
+    std::string condition_;
+    std::vector<rudder::meaning::Field> fields_;
+    double gamma_ = 2.0;
+};
+
+}  // namespace
+
+static const char kSchema[] = R"schema({
+  "type": "object",
+  "properties": {
+    "condition": { "type": "string", "description": "E2E meaning representation, e.g. \"name[Aromi], food[Italian]\"" },
+    "gamma": { "type": "number", "minimum": 0, "maximum": 100, "description": "guidance scale: 0 unconditional, 1 conditional (default 2)" }
+  },
+  "required": ["condition"], "additionalProperties": false
+})schema";
+
+RUDDER_CONTROLLER(cfg_desc, ClassifierFreeGuidance, "cfg", "1.0.0",
+                  "classifier-free guidance towards a meaning representation (both families)", kSchema,
+                  RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_EVALUATE | RUDDER_CAP_THREAD_SAFE)
+RUDDER_PLUGIN("rudder-cfg", &cfg_desc)
