@@ -44,6 +44,7 @@ struct Task {
     std::string control;  // the recipe controller (name or plugin) that receives each target; "" = none
     std::string target;   // pos | tree | span | none
     bool evaluate_only = false;
+    json params = json::object();  // merged into the control's params after the target (e.g. {"gamma": 4})
     TargetSource targets;
 };
 
@@ -54,7 +55,7 @@ struct Suite {
     std::vector<Task> tasks;
 };
 
-const std::vector<std::string> kTargetKinds = {"pos", "tree", "span", "none"};
+const std::vector<std::string> kTargetKinds = {"pos", "tree", "span", "mr", "none"};
 
 TargetSource read_targets(train::ObjectReader r, const fs::path& base, TargetSource fallback) {
     TargetSource t = fallback;
@@ -97,6 +98,8 @@ Suite read_suite(const fs::path& file) {
             task.target = t.string("target", std::string("none"), kTargetKinds);
             task.control = t.string("control", "");
             task.evaluate_only = t.boolean("evaluate_only", false);
+            task.params = t.object("params", false);
+            if (!task.params.empty() && task.control.empty()) t.issue("params", "needs \"control\": the controller they go to");
             if (task.target != "none" && task.control.empty()) t.issue("control", "required with a target: the recipe controller that receives it");
             task.targets = t.has("targets") ? read_targets(train::ObjectReader(t.object("targets", false), p + "/targets", issues), base, defaults)
                                             : defaults;
@@ -116,15 +119,28 @@ Suite read_suite(const fs::path& file) {
     return s;
 }
 
-// One held-out text with its annotation.
+// One held-out text with its annotation (annotated JSON Lines), or with its meaning representation (E2E CSV).
 struct Annotated {
     std::string text;
     std::vector<std::string> pos;
     std::string tree;
+    std::string mr;
+    int64_t words = 0;  // the annotation's words; for CSV, the reference's space-separated words
 };
 
 std::vector<Annotated> read_annotated(const fs::path& file) {
     std::vector<Annotated> out;
+    if (file.filename().string().find(".csv") != std::string::npos) {
+        for (auto& r : read_e2e_csv(file)) {
+            Annotated a;
+            a.text = std::move(r.ref);
+            a.mr = std::move(r.mr);
+            // Spaces are enough here: max_words only keeps targets within the model's length.
+            a.words = 1 + static_cast<int64_t>(std::count(a.text.begin(), a.text.end(), ' '));
+            out.push_back(std::move(a));
+        }
+        return out;
+    }
     int64_t n = 0;
     for (const auto& line : read_lines(file)) {
         ++n;
@@ -132,8 +148,10 @@ std::vector<Annotated> read_annotated(const fs::path& file) {
         json j;
         try {
             j = json::parse(line);
-            out.push_back({j.at("text").get<std::string>(), j.at("pos").get<std::vector<std::string>>(),
-                           j.at("tree").is_string() ? j.at("tree").get<std::string>() : std::string()});
+            Annotated a{j.at("text").get<std::string>(), j.at("pos").get<std::vector<std::string>>(),
+                        j.at("tree").is_string() ? j.at("tree").get<std::string>() : std::string(), std::string(), 0};
+            a.words = static_cast<int64_t>(a.pos.size());
+            out.push_back(std::move(a));
         } catch (const json::exception& e) {
             throw std::runtime_error(file.string() + ":" + std::to_string(n) +
                                      ": expected {\"text\", \"pos\", \"tree\"} as `rudder annotate` writes it (" + e.what() + ")");
@@ -155,10 +173,13 @@ std::vector<json> make_targets(const Task& task, std::map<fs::path, std::vector<
     for (size_t i : order) {
         if (static_cast<int64_t>(out.size()) >= task.targets.count) break;
         const Annotated& a = texts[i];
-        const auto words = static_cast<int64_t>(a.pos.size());
+        const int64_t words = a.words;
         if (words < 1 || words > task.targets.max_words) continue;
         json params = {{"reference", a.text}};
-        if (task.target == "pos") {
+        if (task.target == "mr") {
+            if (a.mr.empty()) continue;
+            params["condition"] = a.mr;
+        } else if (task.target == "pos") {
             params["tags"] = a.pos;
         } else if (task.target == "tree") {
             if (a.tree.empty()) continue;
@@ -291,6 +312,7 @@ int run_eval(const EvalOptions& o) {
                     found = true;
                     if (!c.contains("params")) c["params"] = json::object();
                     c["params"].update(target_params);
+                    c["params"].update(task.params);
                     if (task.evaluate_only) c["evaluate_only"] = true;
                 }
             }
