@@ -140,6 +140,26 @@ PY
     err=$("$rudder" validate "$work/bad_gamma.json" 2>&1); code=$?
     [ $code -eq 2 ] || fail "expected exit 2, got $code: $err"
     grep -q "/gamma: expected a number in \[0, 100\], got -1" <<<"$err" || fail "$err"
+    # `rudder eval` with meaning-representation targets from E2E CSV and a per-task gamma.
+    train -q || fail "teacher train exit $?"
+    cat > "$work/suite.json" <<'JSON'
+{ "teacher": "model", "targets": {"file": "train.csv", "count": 2, "seed": 4},
+  "tasks": [ {"name": "g0", "recipe": "cfg.json", "control": "cfg", "target": "mr", "params": {"gamma": 0}},
+             {"name": "g4", "recipe": "cfg.json", "control": "cfg", "target": "mr", "params": {"gamma": 4}} ] }
+JSON
+    "$rudder" eval -q "$work/suite.json" -o "$work/results" >/dev/null || fail "eval exit $?"
+    python3 - "$work/results" <<'PY' || fail "eval samples: $(cat "$work"/results/samples/*.jsonl)"
+import json, os, sys
+d = sys.argv[1]
+for task in ("g0", "g4"):
+    samples = [json.loads(l) for l in open(os.path.join(d, "samples", task + ".jsonl"))]
+    assert len(samples) == 2, samples  # one sample per target
+    for s in samples:
+        assert s["target"]["condition"].startswith("name[") and s["target"]["reference"], s
+        assert 0 <= s["controls"]["cfg"]["score"] <= 1, s
+r = json.load(open(os.path.join(d, "results.json")))
+assert [t["task"] for t in r["tasks"]] == ["g0", "g4"] and all(t["targets"] == 2 for t in r["tasks"]), r
+PY
     printf '%s\n' "Aromi serves French food." "Zizzi is a pub." > "$work/corpus.txt"
     "$rudder" corpus-model "$work/corpus.txt" "$work/corpus" >/dev/null 2>&1 || fail "corpus-model exit $?"
     sed 's/"model": "denoiser"/"model": "corpus", "family": "discrete"/' "$work/cfg.json" > "$work/uncond.json"
