@@ -281,8 +281,14 @@ int run_eval(const EvalOptions& o) {
     for (const auto& task : suite.tasks) {
         if (!o.only.empty() && task.name.find(o.only) == std::string::npos) continue;
         ++task_index;
-        std::ifstream in(task.recipe);
-        const json base = json::parse(in);
+        json base;
+        try {
+            std::ifstream in(task.recipe);
+            base = json::parse(in);
+        } catch (const json::exception& e) {
+            throw std::runtime_error("task '" + task.name + "': the recipe '" + task.recipe.string() + "' is not valid JSON (" +
+                                     e.what() + ")");
+        }
         std::vector<json> targets;
         if (task.target == "none") {
             targets.assign(static_cast<size_t>(task.targets.count), json::object());
