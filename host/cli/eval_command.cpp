@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -20,6 +21,7 @@
 #include "model.hpp"
 #include "recipe.hpp"
 #include "syntax/tree.hpp"
+#include "syntax/treebank.hpp"
 #include "text_files.hpp"
 #include "train/config.hpp"
 #include "train/score.hpp"
@@ -141,21 +143,9 @@ std::vector<Annotated> read_annotated(const fs::path& file) {
         }
         return out;
     }
-    int64_t n = 0;
-    for (const auto& line : read_lines(file)) {
-        ++n;
-        if (line.empty()) continue;
-        json j;
-        try {
-            j = json::parse(line);
-            Annotated a{j.at("text").get<std::string>(), j.at("pos").get<std::vector<std::string>>(),
-                        j.at("tree").is_string() ? j.at("tree").get<std::string>() : std::string(), std::string(), 0};
-            a.words = static_cast<int64_t>(a.pos.size());
-            out.push_back(std::move(a));
-        } catch (const json::exception& e) {
-            throw std::runtime_error(file.string() + ":" + std::to_string(n) +
-                                     ": expected {\"text\", \"pos\", \"tree\"} as `rudder annotate` writes it (" + e.what() + ")");
-        }
+    for (auto& t : syntax::read_annotated_texts(file)) {
+        const auto words = static_cast<int64_t>(t.pos.size());
+        out.push_back({std::move(t.text), std::move(t.pos), std::move(t.tree), std::string(), words});
     }
     return out;
 }
@@ -205,6 +195,12 @@ std::vector<json> make_targets(const Task& task, std::map<fs::path, std::vector<
 struct ControlTally {
     int64_t judged = 0, satisfied = 0, scored = 0;
     double score_sum = 0.0;
+    std::optional<double> success() const {
+        return judged ? std::optional<double>(static_cast<double>(satisfied) / static_cast<double>(judged)) : std::nullopt;
+    }
+    std::optional<double> mean_score() const {
+        return scored ? std::optional<double>(score_sum / static_cast<double>(scored)) : std::nullopt;
+    }
 };
 
 struct TaskResult {
@@ -214,6 +210,7 @@ struct TaskResult {
     std::map<std::string, ControlTally> controls;
     double perplexity = 0.0;
     double seconds = 0.0;  // generation only (model and plugin loading excluded)
+    double seconds_per_sample() const { return samples ? seconds / static_cast<double>(samples) : 0.0; }
 };
 
 json result_json(const TaskResult& r) {
@@ -222,8 +219,8 @@ json result_json(const TaskResult& r) {
         const ControlTally& t = r.controls.at(label);
         controls[label] = {{"judged", t.judged},
                            {"satisfied", t.satisfied},
-                           {"success", t.judged ? json(static_cast<double>(t.satisfied) / static_cast<double>(t.judged)) : json(nullptr)},
-                           {"mean_score", t.scored ? json(t.score_sum / static_cast<double>(t.scored)) : json(nullptr)}};
+                           {"success", t.success() ? json(*t.success()) : json(nullptr)},
+                           {"mean_score", t.mean_score() ? json(*t.mean_score()) : json(nullptr)}};
     }
     return {{"task", r.name},
             {"family", r.family},
@@ -231,7 +228,7 @@ json result_json(const TaskResult& r) {
             {"samples", r.samples},
             {"controls", controls},
             {"teacher_perplexity", r.perplexity},
-            {"seconds_per_sample", r.samples ? r.seconds / static_cast<double>(r.samples) : 0.0}};
+            {"seconds_per_sample", r.seconds_per_sample()}};
 }
 
 std::string markdown(const std::vector<TaskResult>& results) {
@@ -244,12 +241,10 @@ std::string markdown(const std::vector<TaskResult>& results) {
         for (const auto& label : r.order) {
             const ControlTally& t = r.controls.at(label);
             std::snprintf(buf, sizeof buf, "%s%s: %.1f%% / %.3f", controls.empty() ? "" : "; ", label.c_str(),
-                          t.judged ? 100.0 * static_cast<double>(t.satisfied) / static_cast<double>(t.judged) : 0.0,
-                          t.scored ? t.score_sum / static_cast<double>(t.scored) : 0.0);
+                          100.0 * t.success().value_or(0.0), t.mean_score().value_or(0.0));
             controls += buf;
         }
-        std::snprintf(buf, sizeof buf, " | %.2f | %.2f |", r.perplexity,
-                      r.samples ? r.seconds / static_cast<double>(r.samples) : 0.0);
+        std::snprintf(buf, sizeof buf, " | %.2f | %.2f |", r.perplexity, r.seconds_per_sample());
         md << "| " << r.name << " | " << r.family << " | " << r.targets << " | " << (controls.empty() ? "—" : controls) << buf << "\n";
     }
     return md.str();
@@ -359,7 +354,7 @@ int run_eval(const EvalOptions& o) {
                 const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - task_start).count();
                 std::fprintf(stderr, "\r[task %lld/%lld] %s: target %zu/%zu  %.2f s/sample generating, %.0f s in all   ",
                              static_cast<long long>(task_index), static_cast<long long>(selected), task.name.c_str(), i + 1,
-                             targets.size(), result.seconds / static_cast<double>(result.samples), elapsed);
+                             targets.size(), result.seconds_per_sample(), elapsed);
                 std::fflush(stderr);
             }
         }

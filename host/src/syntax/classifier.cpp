@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -11,6 +12,23 @@
 #include "syntax/load_network.hpp"
 
 namespace rudder::syntax {
+
+namespace {
+
+int64_t checked_class(int64_t c, int64_t classes, const char* what) {
+    if (c < 0 || c >= classes)
+        throw std::invalid_argument(std::string(what) + " class " + std::to_string(c) + " is outside [0, " +
+                                    std::to_string(classes) + ")");
+    return c;
+}
+
+// Class k + 1 is names[k] (class 0 is "no word" / "not a constituent"); -1 if absent.
+int64_t class_of(const std::vector<std::string>& names, const std::string& name) {
+    const auto it = std::find(names.begin(), names.end(), name);
+    return it == names.end() ? -1 : static_cast<int64_t>(it - names.begin()) + 1;
+}
+
+}  // namespace
 
 struct SyntaxClassifier::Impl {
     LoadedModel<nn::SyntaxClassifierNet> model;
@@ -36,19 +54,8 @@ const std::filesystem::path& SyntaxClassifier::dir() const { return impl_->model
 const std::vector<std::string>& SyntaxClassifier::tags() const { return impl_->model.network->tags(); }
 const std::vector<std::string>& SyntaxClassifier::labels() const { return impl_->model.network->labels(); }
 
-int64_t SyntaxClassifier::tag_class(const std::string& tag) const {
-    const auto& names = tags();
-    for (size_t k = 0; k < names.size(); ++k)
-        if (names[k] == tag) return static_cast<int64_t>(k) + 1;
-    return -1;
-}
-
-int64_t SyntaxClassifier::chain_class(const std::string& chain) const {
-    const auto& names = labels();
-    for (size_t k = 0; k < names.size(); ++k)
-        if (names[k] == chain) return static_cast<int64_t>(k) + 1;
-    return -1;
-}
+int64_t SyntaxClassifier::tag_class(const std::string& tag) const { return class_of(tags(), tag); }
+int64_t SyntaxClassifier::chain_class(const std::string& chain) const { return class_of(labels(), chain); }
 
 std::vector<int64_t> SyntaxClassifier::label_classes(const std::string& label) const {
     std::vector<int64_t> out;
@@ -96,35 +103,41 @@ void SyntaxClassifier::guide(const void* input, int64_t batch, int64_t length, d
         return at::logsumexp(logp.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity()), -1);
     };
     at::Tensor total = at::zeros({batch});
+    // The allowed-class masks are filled in plain memory, then wrapped: one ATen call per term would cost more
+    // than the classifier's forward pass for a tree's hundreds of spans, on every guidance step.
+    const auto tag_classes = static_cast<int64_t>(tags().size()) + 1;
     std::vector<int64_t> positions;
-    at::Tensor tag_allowed = at::zeros({length, static_cast<int64_t>(tags().size()) + 1}, at::kBool);
+    std::vector<uint8_t> tag_allowed;
     for (size_t i = 0; i < target.tags.size() && static_cast<int64_t>(i) < length; ++i) {
         if (target.tags[i].empty()) continue;
         positions.push_back(static_cast<int64_t>(i));
-        for (int64_t c : target.tags[i]) tag_allowed[static_cast<int64_t>(i)][c] = true;
+        tag_allowed.resize(tag_allowed.size() + static_cast<size_t>(tag_classes), 0);
+        uint8_t* row = tag_allowed.data() + tag_allowed.size() - static_cast<size_t>(tag_classes);
+        for (int64_t c : target.tags[i]) row[checked_class(c, tag_classes, "tag")] = 1;
     }
     if (!positions.empty()) {
-        const at::Tensor where = at::tensor(positions, at::kLong);
-        const at::Tensor logp = net.tag_log_probs(h).index_select(1, where);  // [B, P, C]
-        total = total + allowed_mass(logp, tag_allowed.index_select(0, where).unsqueeze(0)).sum(1);
+        const auto P = static_cast<int64_t>(positions.size());
+        const at::Tensor allowed = at::from_blob(tag_allowed.data(), {1, P, tag_classes}, at::kByte).to(at::kBool);
+        const at::Tensor logp = net.tag_log_probs(h).index_select(1, at::tensor(positions, at::kLong));  // [B, P, C]
+        total = total + allowed_mass(logp, allowed).sum(1);
     }
     if (!target.spans.empty()) {
         const auto n = static_cast<int64_t>(target.spans.size());
-        std::vector<int64_t> starts, lasts;
-        at::Tensor span_allowed = at::zeros({n, static_cast<int64_t>(labels().size()) + 1}, at::kBool);
+        const auto label_classes = static_cast<int64_t>(labels().size()) + 1;
+        std::vector<int64_t> index;  // span (start, last) in the flattened [L, L] square
+        std::vector<uint8_t> span_allowed(static_cast<size_t>(n * label_classes), 0);
         for (int64_t k = 0; k < n; ++k) {
             const auto& span = target.spans[static_cast<size_t>(k)];
             if (span.start < 0 || span.end <= span.start || span.end > length)
                 throw std::invalid_argument("span [" + std::to_string(span.start) + ", " + std::to_string(span.end) +
                                             ") does not fit the run's " + std::to_string(length) + " positions");
-            starts.push_back(span.start);
-            lasts.push_back(span.end - 1);
-            for (int64_t c : span.classes) span_allowed[k][c] = true;
+            index.push_back(span.start * length + span.end - 1);
+            for (int64_t c : span.classes) span_allowed[static_cast<size_t>(k * label_classes + checked_class(c, label_classes, "label"))] = 1;
         }
+        const at::Tensor allowed = at::from_blob(span_allowed.data(), {1, n, label_classes}, at::kByte).to(at::kBool);
         const at::Tensor logp = net.span_log_probs(h);  // [B, L, L, C]
-        const at::Tensor flat = logp.reshape({batch, length * length, logp.size(3)});
-        const at::Tensor index = at::tensor(starts, at::kLong) * length + at::tensor(lasts, at::kLong);
-        total = total + allowed_mass(flat.index_select(1, index), span_allowed.unsqueeze(0)).sum(1);
+        const at::Tensor flat = logp.reshape({batch, length * length, label_classes});
+        total = total + allowed_mass(flat.index_select(1, at::tensor(index, at::kLong)), allowed).sum(1);
     }
     if (grad != nullptr) {
         total.sum().backward();

@@ -1,5 +1,7 @@
 #include "syntax/treebank.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <stdexcept>
 
 #include "text_files.hpp"
@@ -122,6 +124,27 @@ std::vector<TreebankSentence> read_ptb(const fs::path& file) {
 
 std::vector<TreebankSentence> read_treebank(const fs::path& file) {
     return treebank_format(file) == TreebankFormat::conllu ? read_conllu(file) : read_ptb(file);
+}
+
+std::vector<AnnotatedText> read_annotated_texts(const fs::path& file) {
+    std::vector<AnnotatedText> out;
+    int64_t line_number = 0;
+    for (const auto& line : read_lines(file)) {
+        ++line_number;
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        try {
+            const auto j = nlohmann::json::parse(line);
+            const auto& tree = j.at("tree");
+            if (!tree.is_null() && !tree.is_string()) throw std::invalid_argument("\"tree\" must be a string or null");
+            out.push_back({line_number, j.at("text").get<std::string>(), j.at("pos").get<std::vector<std::string>>(),
+                           tree.is_string() ? tree.get<std::string>() : std::string()});
+        } catch (const std::exception& e) {
+            throw std::runtime_error(file.string() + ":" + std::to_string(line_number) +
+                                     ": expected {\"text\", \"pos\": [...], \"tree\": \"(...)\"} as `rudder annotate` "
+                                     "writes it (" + e.what() + ")");
+        }
+    }
+    return out;
 }
 
 }  // namespace rudder::syntax

@@ -36,4 +36,16 @@ std::vector<TreebankSentence> read_ptb(const std::filesystem::path& file);
 // Either, by treebank_format.
 std::vector<TreebankSentence> read_treebank(const std::filesystem::path& file);
 
+// One text as `rudder annotate` writes it: {"text", "words", "pos", "tree"} per line of JSON Lines.
+struct AnnotatedText {
+    int64_t line = 0;  // in the file, for messages
+    std::string text;
+    std::vector<std::string> pos;  // one tag per word of the text
+    std::string tree;              // bracket notation; "" when annotated without a parser (--tags-only)
+};
+
+// Reads `rudder annotate` output (plain or .gz), skipping blank lines. Throws std::runtime_error naming the file
+// and line of anything else.
+std::vector<AnnotatedText> read_annotated_texts(const std::filesystem::path& file);
+
 }  // namespace rudder::syntax

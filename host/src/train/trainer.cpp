@@ -215,24 +215,12 @@ Dataset encode_treebank(const std::vector<syntax::TreebankSentence>& sentences, 
 Dataset encode_annotations(const fs::path& file, const Tokenizer& tokenizer, TreebankLabels& labels, bool grow,
                            int64_t max_length) {
     Dataset data;
-    int64_t line_number = 0;
-    for (const auto& line : read_lines(file)) {
-        ++line_number;
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        const std::string where = file.string() + ":" + std::to_string(line_number);
-        json j;
-        try {
-            j = json::parse(line);
-        } catch (const json::exception& e) {
-            throw std::runtime_error(where + ": not JSON (" + e.what() + ")");
-        }
-        if (!j.is_object() || !j.contains("text") || !j.at("text").is_string() || !j.contains("pos") ||
-            !j.at("pos").is_array() || !j.contains("tree") || !j.at("tree").is_string())
-            throw std::runtime_error(where + ": expected {\"text\", \"pos\": [...], \"tree\": \"(...)\"} as `rudder annotate` "
-                                     "writes it (with its parser: \"tree\" must not be null)");
+    for (const auto& a : syntax::read_annotated_texts(file)) {
+        const std::string where = file.string() + ":" + std::to_string(a.line);
+        if (a.tree.empty())
+            throw std::runtime_error(where + ": no tree (annotate with the parser, not --tags-only)");
         Example e;
-        e.tokens = tokenizer.encode(j.at("text").get<std::string>());
-        const json& pos = j.at("pos");
+        e.tokens = tokenizer.encode(a.text);
         if (e.tokens.empty()) {
             ++data.dropped_empty;
             continue;
@@ -241,19 +229,17 @@ Dataset encode_annotations(const fs::path& file, const Tokenizer& tokenizer, Tre
             ++data.dropped_too_long;
             continue;
         }
-        if (pos.size() != e.tokens.size()) {
+        if (a.pos.size() != e.tokens.size()) {
             ++data.dropped_misaligned;
             continue;
         }
-        for (const auto& tag : pos) {
-            const std::string name = tag.is_string() ? tag.get<std::string>() : std::string();
-            if (grow) labels.tags.add(name);
-            const int64_t id = labels.tags.find(name);
+        for (const auto& tag : a.pos) {
+            if (grow) labels.tags.add(tag);
+            const int64_t id = labels.tags.find(tag);
             data.unknown_labels += id < 0;
             e.tags.push_back(id + 1);
         }
-        const syntax::Tree tree = syntax::read_tree(j.at("tree").get<std::string>(), where);
-        for (const auto& span : syntax::chain_spans(tree)) {
+        for (const auto& span : syntax::chain_spans(syntax::read_tree(a.tree, where))) {
             if (grow) labels.chains.add(span.label);
             const int64_t label = labels.chains.find(span.label);
             if (label < 0 || span.end > static_cast<int64_t>(e.tokens.size())) {
