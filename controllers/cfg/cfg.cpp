@@ -3,6 +3,10 @@
 // contributes gamma * (cond - uncond) as a logit delta; on the loop's unconditional output that gives
 // uncond + gamma * (cond - uncond): gamma 0 is the unconditional model, 1 the conditional one, above 1 extrapolates.
 // Judges a sample by the share of the meaning representation's values the text realises (common/meaning.hpp).
+// semantic: the same guidance towards a few fields ({"fields": ["food[Italian]", "area[riverside]"]}), the
+// condition being just those fields, as Diffusion-LM's semantic-content control; satisfied when every value is
+// realised. The conditional denoiser plays the classifier's part (p(c | x) ∝ p(x | c) / p(x)), so no separate
+// classifier is trained.
 #include <rudder/rudder_controller.hpp>
 
 #include <cmath>
@@ -14,18 +18,29 @@
 
 namespace {
 
-class ClassifierFreeGuidance final : public rudder::Controller {
+class ClassifierFreeGuidance : public rudder::Controller {
 public:
     ClassifierFreeGuidance(const rudder_host&, std::string_view params_json) {
         const auto p = rudder::params::parse_object(params_json, {"condition", "gamma"});
         const auto condition = rudder::params::text(p, "condition", "");
         if (!condition) throw rudder::Error("/condition: required (an E2E meaning representation, e.g. \"name[Aromi], food[Italian]\")");
-        condition_ = *condition;
+        set_condition(*condition, "/condition");
+        read_gamma(p);
+    }
+
+protected:
+    ClassifierFreeGuidance() = default;
+
+    void set_condition(const std::string& condition, const std::string& where) {
+        condition_ = condition;
         try {
             fields_ = rudder::meaning::parse(condition_);
         } catch (const rudder::Error& e) {
-            throw rudder::Error(std::string("/condition: ") + e.what());
+            throw rudder::Error(where + ": " + e.what());
         }
+    }
+
+    void read_gamma(const rudder::params::json& p) {
         if (p.contains("gamma")) {
             const auto& g = p.at("gamma");
             if (!g.is_number() || !std::isfinite(g.get<double>()) || g.get<double>() < 0 || g.get<double>() > 100)
@@ -33,6 +48,8 @@ public:
             gamma_ = g.get<double>();
         }
     }
+
+public:
 
     void step(const rudder_step& step, rudder_contribution& out) override {
         if (step.phase != RUDDER_PHASE_PREDICT || out.logit_delta == nullptr) return;
@@ -60,9 +77,32 @@ public:
     }
 
 private:
-    std::string condition_;
+    std::string condition_;  // the meaning representation the denoiser is conditioned on
     std::vector<rudder::meaning::Field> fields_;
     double gamma_ = 2.0;
+};
+
+class Semantic final : public ClassifierFreeGuidance {
+public:
+    Semantic(const rudder_host&, std::string_view params_json) {
+        const auto p = rudder::params::parse_object(params_json, {"fields", "gamma"});
+        if (!p.contains("fields")) throw rudder::Error("/fields: required (E2E fields, e.g. [\"food[Italian]\", \"area[riverside]\"])");
+        const auto& fields = p.at("fields");
+        std::string condition;
+        if (fields.is_string()) {
+            condition = fields.get<std::string>();
+        } else if (fields.is_array() && !fields.empty()) {
+            for (size_t i = 0; i < fields.size(); ++i) {
+                if (!fields[i].is_string())
+                    throw rudder::Error("/fields/" + std::to_string(i) + ": expected a field such as \"food[Italian]\", got " + fields[i].dump());
+                condition += (condition.empty() ? "" : ", ") + fields[i].get<std::string>();
+            }
+        } else {
+            throw rudder::Error("/fields: expected a non-empty array of fields such as \"food[Italian]\", or one string of them");
+        }
+        set_condition(condition, "/fields");
+        read_gamma(p);
+    }
 };
 
 }  // namespace
@@ -79,4 +119,16 @@ static const char kSchema[] = R"schema({
 RUDDER_CONTROLLER(cfg_desc, ClassifierFreeGuidance, "cfg", "1.0.0",
                   "classifier-free guidance towards a meaning representation (both families)", kSchema,
                   RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_EVALUATE | RUDDER_CAP_THREAD_SAFE)
-RUDDER_PLUGIN("rudder-cfg", &cfg_desc)
+static const char kSemanticSchema[] = R"schema({
+  "type": "object",
+  "properties": {
+    "fields": { "description": "E2E fields the text must express: an array such as [\"food[Italian]\", \"area[riverside]\"], or one string of them" },
+    "gamma": { "type": "number", "minimum": 0, "maximum": 100, "description": "guidance scale (default 2)" }
+  },
+  "required": ["fields"], "additionalProperties": false
+})schema";
+
+RUDDER_CONTROLLER(semantic_desc, Semantic, "semantic", "1.0.0",
+                  "the text expresses given meaning-representation fields (classifier-free guidance; both families)",
+                  kSemanticSchema, RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_EVALUATE | RUDDER_CAP_THREAD_SAFE)
+RUDDER_PLUGIN("rudder-cfg", &cfg_desc, &semantic_desc)

@@ -1,13 +1,18 @@
-// The syntax controllers, guided by a noisy syntax classifier and judged by the bundled tagger and parser:
+// The classifier-guided controllers. The syntax controllers are guided by a noisy syntax classifier and judged by
+// the bundled tagger and parser:
 //   pos          a target part-of-speech sequence (one PTB tag per word; it also fixes the length);
 //   syntax_span  words [start, end) form a constituent with a given label;
 //   syntax_tree  a target constituency tree in bracket notation (its words' count fixes the length).
+// sentiment is guided by a noisy attribute classifier and judged by a separate clean-text classifier:
+//   sentiment    the text's polarity, "positive" or "negative" (E2E's customer rating).
 // Guidance: log p(target | x_t) from the classifier trained on the run's model (`rudder train-controller`), as a
 // gradient on the latent in the GUIDE phase (continuous) or on the one-hot tokens in the PREDICT phase
-// (discrete; the host turns it into logit deltas). See docs/syntax.md for the model lookup and the scores.
+// (discrete; the host turns it into logit deltas). See docs/syntax.md and docs/recipes.md for the model
+// lookup and the scores.
 #include <rudder/rudder_controller.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -29,42 +34,43 @@ std::string joined(const std::vector<std::string>& names) {
     return out;
 }
 
-// What the three controllers share: the classifier (found for the run's model), guidance in both families, the
-// annotator for evaluate(). Subclasses build the target once the classifier's classes are known, and judge.
-class SyntaxControl : public rudder::Controller {
+// What every classifier-guided controller shares: the noisy classifier (found for the run's model) and guidance
+// in both families. Subclasses name their classifier, build the target once its classes are known, and judge.
+class ClassifierControl : public rudder::Controller {
 public:
     void begin(const rudder_run_info& run) override {
         Controller::begin(run);
         const bool continuous = run.family == RUDDER_FAMILY_CONTINUOUS;
         load_classifier(continuous);
         const rs::SyntaxClassifier& c = *classifier_;
+        const std::string what = std::string("the ") + classifier_kind();
         if (c.continuous() != continuous)
-            throw rudder::Error("the syntax classifier '" + c.dir().string() + "' was trained for the " +
+            throw rudder::Error(what + " '" + c.dir().string() + "' was trained for the " +
                                     (c.continuous() ? "continuous" : "discrete") + " family; this run is " +
                                     (continuous ? "continuous" : "discrete"),
                                 RUDDER_ERR_INVALID_ARGUMENT);
         if (c.vocab_size() != run.vocab_size)
-            throw rudder::Error("the syntax classifier '" + c.dir().string() + "' knows " + std::to_string(c.vocab_size()) +
+            throw rudder::Error(what + " '" + c.dir().string() + "' knows " + std::to_string(c.vocab_size()) +
                                 " tokens; the run's model has " + std::to_string(run.vocab_size) +
                                 " (it was trained for another model)");
         for (int64_t id = 0; id < run.vocab_size; ++id)
             if (run_.token_text(id) != c.token(id))
-                throw rudder::Error("the syntax classifier '" + c.dir().string() + "' was trained for another vocabulary "
+                throw rudder::Error(what + " '" + c.dir().string() + "' was trained for another vocabulary "
                                     "(token " + std::to_string(id) + " is '" + c.token(id) + "', the model's is '" +
                                     run_.token_text(id) + "')");
         if (continuous) {
             const DLTensor* table = run_.embedding();
             if (table == nullptr || table->ndim != 2)
-                throw rudder::Error("the host gives no embedding table; the continuous syntax classifier needs one to "
-                                    "check that it matches the model (plugin ABI 1.1)");
+                throw rudder::Error("the host gives no embedding table; the continuous " + std::string(classifier_kind()) +
+                                    " needs one to check that it matches the model (plugin ABI 1.1)");
             const double distance = c.embedding_distance(static_cast<const float*>(table->data), table->shape[0], table->shape[1]);
             if (!(distance <= 1e-5))
-                throw rudder::Error("the syntax classifier '" + c.dir().string() + "' was trained on another embedding "
+                throw rudder::Error(what + " '" + c.dir().string() + "' was trained on another embedding "
                                     "table than the run's model has (largest difference " + std::to_string(distance) +
                                     "); train it for this model with `rudder train-controller`");
         }
         if (run.seq_len > c.max_length())
-            throw rudder::Error("the run has " + std::to_string(run.seq_len) + " positions; the syntax classifier takes at most " +
+            throw rudder::Error("the run has " + std::to_string(run.seq_len) + " positions; " + what + " takes at most " +
                                 std::to_string(c.max_length()) + " (lower max_length)");
         target_ = build_target(c, run.seq_len);
     }
@@ -86,47 +92,21 @@ public:
         write_top_k_deltas(step, static_cast<float*>(out.logit_delta->data), B * L, V);
         out.written |= RUDDER_WROTE_LOGIT_DELTA;
     }
-    void evaluate(const rudder_sample& sample, rudder_verdict& verdict) override {
-        if (!annotator_) {
-            auto tagger = rs::TaggerModel::load(run_.find_model(tagger_name_));
-            auto parser = needs_parser() ? rs::ParserModel::load(run_.find_model(parser_name_)) : nullptr;
-            annotator_ = std::make_unique<rs::Annotator>(tagger, parser);
-        }
-        const auto annotations = annotator_->annotate_texts({sample.text != nullptr ? sample.text : ""});
-        judge(annotations.at(0), verdict);
-    }
 
 protected:
-    // Reads the keys every syntax controller takes ("classifier", "tagger", "parser") and returns the params.
+    // Reads "classifier" and "top_k" besides `allowed`, and returns the params.
     rudder::params::json read_params(std::string_view params_json, std::vector<std::string> allowed) {
-        allowed.insert(allowed.end(), {"classifier", "tagger", "parser", "top_k"});
+        allowed.insert(allowed.end(), {"classifier", "top_k"});
         auto p = rudder::params::parse_object(params_json, allowed);
         top_k_ = rudder::params::integer(p, "top_k", "", 1, 1 << 24).value_or(top_k_);
         classifier_name_ = rudder::params::text(p, "classifier", "").value_or("");
-        tagger_name_ = rudder::params::text(p, "tagger", "").value_or("ewt-tagger");
-        parser_name_ = rudder::params::text(p, "parser", "").value_or("gum-parser");
         return p;
     }
 
+    virtual const char* classifier_kind() const = 0;    // for messages: "syntax classifier"
+    virtual const char* classifier_type() const = 0;    // its config.json "type"
+    virtual const char* classifier_suffix() const = 0;  // default "<model folder>-<suffix>"; examples/train/<suffix>-<family>.json
     virtual rs::SyntaxTarget build_target(const rs::SyntaxClassifier& c, int64_t length) = 0;
-    virtual bool needs_parser() const { return true; }
-    virtual void judge(const rs::Annotation& a, rudder_verdict& verdict) = 0;
-
-    // Tag terms shared by the controllers that fix the length: words at 0..n-1 (any tag, or `tags` when given),
-    // "no word" from n on.
-    static void fix_length(rs::SyntaxTarget& target, const rs::SyntaxClassifier& c, int64_t n, int64_t length) {
-        if (n > length)
-            throw rudder::Error("the target has " + std::to_string(n) + " words; the run has only " + std::to_string(length) +
-                                " positions (raise max_length)");
-        std::vector<int64_t> any_word;
-        for (int64_t k = 1; k <= static_cast<int64_t>(c.tags().size()); ++k) any_word.push_back(k);
-        target.tags.resize(static_cast<size_t>(length));
-        for (int64_t i = 0; i < length; ++i) {
-            auto& allowed = target.tags[static_cast<size_t>(i)];
-            if (i >= n) allowed = {0};
-            else if (allowed.empty()) allowed = any_word;
-        }
-    }
 
 private:
     // Discrete guidance: the first-order (Taylor) change of log p(c) when a position's token becomes v,
@@ -157,42 +137,91 @@ private:
         }
     }
 
-    // The classifier named in params, else "<model folder>-syntax" next to the run's model (the bundled layout).
+    // The classifier named in params, else "<model folder>-<suffix>" next to the run's model (the bundled layout).
     void load_classifier(bool continuous) {
         std::string name = classifier_name_;
         if (name.empty()) {
             const std::string model = fs::path(run_.model_dir()).filename().string();
             if (model.empty())
-                throw rudder::Error("the run's model is not a directory, so there is no default syntax classifier; give "
-                                    "\"classifier\"");
-            name = model + "-syntax";
+                throw rudder::Error("the run's model is not a directory, so there is no default " +
+                                    std::string(classifier_kind()) + "; give \"classifier\"");
+            name = model + "-" + classifier_suffix();
         }
         std::string dir;
         try {
             dir = run_.find_model(name);
         } catch (const rudder::Error&) {
-            throw rudder::Error("no syntax classifier '" + name + "' (train one for this model with `rudder train-controller "
-                                "examples/train/syntax-" + (continuous ? "continuous" : "discrete") +
+            throw rudder::Error("no " + std::string(classifier_kind()) + " '" + name +
+                                    "' (train one for this model with `rudder train-controller examples/train/" +
+                                    classifier_suffix() + "-" + (continuous ? "continuous" : "discrete") +
                                     ".json`, or name it in \"classifier\")",
                                 RUDDER_ERR_INVALID_ARGUMENT);
         }
-        if (!classifier_ || classifier_->dir() != fs::path(dir)) classifier_ = rs::SyntaxClassifier::load(dir);
+        if (!classifier_ || classifier_->dir() != fs::path(dir)) classifier_ = rs::SyntaxClassifier::load(dir, classifier_type());
     }
 
-    std::string classifier_name_, tagger_name_, parser_name_;
+    std::string classifier_name_;
     int64_t top_k_ = 10;
     std::vector<float> grad_;      // discrete: d log p(c) / d one-hot tokens [B, L, V]
     std::vector<int64_t> order_;   // discrete: candidate ranking scratch
     std::shared_ptr<rs::SyntaxClassifier> classifier_;
-    std::unique_ptr<rs::Annotator> annotator_;
     rs::SyntaxTarget target_;
+};
+
+// The syntax controllers: classifier "<model>-syntax"; the bundled tagger (and parser, for spans and trees) judge.
+class SyntaxControl : public ClassifierControl {
+public:
+    void evaluate(const rudder_sample& sample, rudder_verdict& verdict) override {
+        if (!annotator_) {
+            auto tagger = rs::TaggerModel::load(run_.find_model(tagger_name_));
+            auto parser = needs_parser() ? rs::ParserModel::load(run_.find_model(parser_name_)) : nullptr;
+            annotator_ = std::make_unique<rs::Annotator>(tagger, parser);
+        }
+        const auto annotations = annotator_->annotate_texts({sample.text != nullptr ? sample.text : ""});
+        judge(annotations.at(0), verdict);
+    }
+
+protected:
+    // Reads the keys every syntax controller takes ("classifier", "tagger", "parser", "top_k") and returns them.
+    rudder::params::json read_syntax_params(std::string_view params_json, std::vector<std::string> allowed) {
+        allowed.insert(allowed.end(), {"tagger", "parser"});
+        auto p = read_params(params_json, std::move(allowed));
+        tagger_name_ = rudder::params::text(p, "tagger", "").value_or("ewt-tagger");
+        parser_name_ = rudder::params::text(p, "parser", "").value_or("gum-parser");
+        return p;
+    }
+    const char* classifier_kind() const override { return "syntax classifier"; }
+    const char* classifier_type() const override { return "syntax_classifier"; }
+    const char* classifier_suffix() const override { return "syntax"; }
+    virtual bool needs_parser() const { return true; }
+    virtual void judge(const rs::Annotation& a, rudder_verdict& verdict) = 0;
+
+    // Tag terms shared by the controllers that fix the length: words at 0..n-1 (any tag, or `tags` when given),
+    // "no word" from n on.
+    static void fix_length(rs::SyntaxTarget& target, const rs::SyntaxClassifier& c, int64_t n, int64_t length) {
+        if (n > length)
+            throw rudder::Error("the target has " + std::to_string(n) + " words; the run has only " + std::to_string(length) +
+                                " positions (raise max_length)");
+        std::vector<int64_t> any_word;
+        for (int64_t k = 1; k <= static_cast<int64_t>(c.tags().size()); ++k) any_word.push_back(k);
+        target.tags.resize(static_cast<size_t>(length));
+        for (int64_t i = 0; i < length; ++i) {
+            auto& allowed = target.tags[static_cast<size_t>(i)];
+            if (i >= n) allowed = {0};
+            else if (allowed.empty()) allowed = any_word;
+        }
+    }
+
+private:
+    std::string tagger_name_, parser_name_;
+    std::unique_ptr<rs::Annotator> annotator_;
 };
 
 // pos: {"tags": ["DT", "NN", ...]} or {"tags": "DT NN ..."}.
 class Pos final : public SyntaxControl {
 public:
     Pos(const rudder_host&, std::string_view params_json) {
-        const auto p = read_params(params_json, {"tags"});
+        const auto p = read_syntax_params(params_json, {"tags"});
         if (!p.contains("tags")) throw rudder::Error("/tags: required (the target tags, one per word)");
         const auto& tags = p.at("tags");
         if (tags.is_string()) {
@@ -241,7 +270,7 @@ private:
 class SyntaxSpan final : public SyntaxControl {
 public:
     SyntaxSpan(const rudder_host&, std::string_view params_json) {
-        const auto p = read_params(params_json, {"span"});
+        const auto p = read_syntax_params(params_json, {"span"});
         const auto* span = p.contains("span") ? &p.at("span") : nullptr;
         if (span == nullptr || !span->is_array() || span->size() != 3 || !(*span)[0].is_number_integer() ||
             !(*span)[1].is_number_integer() || !(*span)[2].is_string())
@@ -284,7 +313,7 @@ private:
 class SyntaxTree final : public SyntaxControl {
 public:
     SyntaxTree(const rudder_host&, std::string_view params_json) {
-        const auto p = read_params(params_json, {"tree"});
+        const auto p = read_syntax_params(params_json, {"tree"});
         const auto text = rudder::params::text(p, "tree", "");
         if (!text) throw rudder::Error("/tree: required (the target tree in bracket notation)");
         try {
@@ -332,6 +361,52 @@ private:
     int64_t words_ = 0;
 };
 
+// sentiment: {"polarity": "positive"}. Guided by the attribute classifier "<model>-sentiment" towards that class;
+// judged by a separate classifier trained on clean text ("judge", default e2e-sentiment-judge), which sees the
+// text only, so it judges any model's output.
+class Sentiment final : public ClassifierControl {
+public:
+    Sentiment(const rudder_host&, std::string_view params_json) {
+        const auto p = read_params(params_json, {"polarity", "judge"});
+        const auto polarity = rudder::params::text(p, "polarity", "");
+        if (!polarity) throw rudder::Error("/polarity: required (\"positive\" or \"negative\")");
+        polarity_ = *polarity;
+        judge_name_ = rudder::params::text(p, "judge", "").value_or("e2e-sentiment-judge");
+    }
+
+    void evaluate(const rudder_sample& sample, rudder_verdict& verdict) override {
+        if (!judge_) {
+            judge_ = rs::SyntaxClassifier::load(run_.find_model(judge_name_), "attribute_classifier");
+            judge_class_ = class_of(*judge_, "/judge");
+        }
+        const std::vector<double> logp = judge_->class_log_probs(sample.text != nullptr ? sample.text : "");
+        const auto best = std::max_element(logp.begin(), logp.end()) - logp.begin();
+        verdict.score = std::exp(logp[static_cast<size_t>(judge_class_)]);
+        verdict.satisfied = best == judge_class_ ? 1 : 0;
+    }
+
+private:
+    const char* classifier_kind() const override { return "sentiment classifier"; }
+    const char* classifier_type() const override { return "attribute_classifier"; }
+    const char* classifier_suffix() const override { return "sentiment"; }
+    rs::SyntaxTarget build_target(const rs::SyntaxClassifier& c, int64_t) override {
+        rs::SyntaxTarget target;
+        target.classes = {class_of(c, "/polarity")};
+        return target;
+    }
+    int64_t class_of(const rs::SyntaxClassifier& c, const char* where) const {
+        const int64_t k = c.class_index(polarity_);
+        if (k < 0)
+            throw rudder::Error(std::string(where) + ": '" + c.dir().string() + "' has no class '" + polarity_ +
+                                "' (its classes: " + joined(c.classes()) + ")");
+        return k;
+    }
+
+    std::string polarity_, judge_name_;
+    std::shared_ptr<rs::SyntaxClassifier> judge_;
+    int64_t judge_class_ = -1;
+};
+
 }  // namespace
 
 // The keys every syntax controller takes, in each schema below.
@@ -358,4 +433,13 @@ RUDDER_CONTROLLER(span_desc, SyntaxSpan, "syntax_span", "1.0.0",
                   RUDDER_CAP_GRADIENT | RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_EVALUATE)
 RUDDER_CONTROLLER(tree_desc, SyntaxTree, "syntax_tree", "1.0.0", "a target constituency tree (noisy-classifier guidance)",
                   kTreeSchema, RUDDER_CAP_GRADIENT | RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_EVALUATE)
-RUDDER_PLUGIN("rudder-syntax", &pos_desc, &span_desc, &tree_desc)
+static const char kSentimentSchema[] = R"schema({ "type": "object", "properties": {
+    "polarity": { "type": "string", "description": "the target class: positive or negative" },
+    "classifier": { "type": "string", "description": "noisy sentiment classifier: bundled name or path (default <model>-sentiment)" },
+    "judge": { "type": "string", "description": "clean-text classifier that judges (default e2e-sentiment-judge)" },
+    "top_k": { "type": "integer", "minimum": 1, "description": "discrete: guide among the denoiser's top k tokens (default 10)" }
+  }, "required": ["polarity"], "additionalProperties": false })schema";
+
+RUDDER_CONTROLLER(sentiment_desc, Sentiment, "sentiment", "1.0.0", "the text's polarity (noisy-classifier guidance)",
+                  kSentimentSchema, RUDDER_CAP_GRADIENT | RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_EVALUATE)
+RUDDER_PLUGIN("rudder-syntax", &pos_desc, &span_desc, &tree_desc, &sentiment_desc)

@@ -18,6 +18,8 @@
 
 #include "compute_threads.hpp"
 #include "generator.hpp"
+#include "meaning.hpp"
+#include "metrics.hpp"
 #include "model.hpp"
 #include "recipe.hpp"
 #include "syntax/tree.hpp"
@@ -32,21 +34,29 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-// Where a task's targets come from: texts of an annotated JSON Lines file (`rudder annotate`'s output).
+// Where a task's targets come from: held-out texts of an annotated JSON Lines file (`rudder annotate`'s output)
+// or of E2E CSV, drawn by the seed.
 struct TargetSource {
     fs::path file;
     int64_t count = 200;
     uint64_t seed = 0;
     int64_t max_words = 40;
+    fs::path meaning;  // E2E CSV whose meaning representations the annotated texts are looked up in (by text)
+    json attribute;    // sentiment targets: {"field", "classes": {class: [MR values]}}, as attribute_classifier's
+};
+
+// A recipe controller and the kind of target it receives.
+struct ControlTarget {
+    std::string control;  // the recipe controller's name or plugin
+    std::string target;   // one of kTargetKinds
 };
 
 struct Task {
     std::string name;
     fs::path recipe;
-    std::string control;  // the recipe controller (name or plugin) that receives each target; "" = none
-    std::string target;   // pos | tree | span | none
+    std::vector<ControlTarget> controls;  // empty: no controller receives a target
     bool evaluate_only = false;
-    json params = json::object();  // merged into the control's params after the target (e.g. {"gamma": 4})
+    json params = json::object();  // merged into the (one) control's params after the target (e.g. {"gamma": 4})
     TargetSource targets;
 };
 
@@ -57,11 +67,18 @@ struct Suite {
     std::vector<Task> tasks;
 };
 
-const std::vector<std::string> kTargetKinds = {"pos", "tree", "span", "mr", "none"};
+const std::vector<std::string> kTargetKinds = {"pos",   "tree",   "span",   "mr",    "fields",
+                                               "sentiment", "length", "prefix", "infill", "none"};
+// Kinds made from the model's tokens rather than words: they need the recipe model's tokenizer.
+bool needs_tokens(const std::string& kind) { return kind == "length" || kind == "prefix" || kind == "infill"; }
+constexpr size_t kPrefixTokens = 3;  // a "prefix" target: the reference's first three tokens
 
-TargetSource read_targets(train::ObjectReader r, const fs::path& base, TargetSource fallback) {
+TargetSource read_targets(train::ObjectReader r, std::vector<train::ConfigIssue>& issues, const fs::path& base,
+                          TargetSource fallback) {
     TargetSource t = fallback;
     if (r.has("file")) t.file = base / r.string("file", std::nullopt);
+    if (r.has("meaning")) t.meaning = base / r.string("meaning", std::nullopt);
+    if (r.has("attribute")) t.attribute = train::read_attribute_classes(r, "attribute", false, issues);
     t.count = r.integer("count", t.count, 1, 1'000'000);
     t.seed = static_cast<uint64_t>(r.integer("seed", static_cast<int64_t>(t.seed), 0, INT64_MAX));
     t.max_words = r.integer("max_words", t.max_words, 1, 4096);
@@ -86,7 +103,7 @@ Suite read_suite(const fs::path& file) {
     s.teacher = root.string("teacher", s.teacher);
     s.samples_per_target = root.integer("samples_per_target", 1, 1, 1000);
     TargetSource defaults;
-    if (root.has("targets")) defaults = read_targets(train::ObjectReader(root.object("targets", false), "/targets", issues), base, defaults);
+    if (root.has("targets")) defaults = read_targets(train::ObjectReader(root.object("targets", false), "/targets", issues), issues, base, defaults);
     const json tasks = root.array("tasks", true);
     if (j.is_object() && j.contains("tasks") && tasks.empty()) {
         root.issue("tasks", "expected at least one task");
@@ -97,19 +114,46 @@ Suite read_suite(const fs::path& file) {
             Task task;
             task.name = t.string("name", std::nullopt);
             task.recipe = base / t.string("recipe", std::nullopt);
-            task.target = t.string("target", std::string("none"), kTargetKinds);
-            task.control = t.string("control", "");
             task.evaluate_only = t.boolean("evaluate_only", false);
             task.params = t.object("params", false);
-            if (!task.params.empty() && task.control.empty()) t.issue("params", "needs \"control\": the controller they go to");
-            if (task.target != "none" && task.control.empty()) t.issue("control", "required with a target: the recipe controller that receives it");
-            task.targets = t.has("targets") ? read_targets(train::ObjectReader(t.object("targets", false), p + "/targets", issues), base, defaults)
+            if (t.has("controls")) {
+                // A composition: {"semantic": "fields", "syntax_tree": "tree"}, every target from the same text.
+                if (t.has("control") || t.has("target")) {
+                    t.issue("controls", "give \"controls\" or \"control\" and \"target\", not both");
+                    t.string("control", "");  // reported once, above, not again as unknown keys
+                    t.string("target", "");
+                }
+                if (t.has("params")) t.issue("params", "applies to a task with one \"control\"; a composition's recipe holds its params");
+                const json controls = t.object("controls", true);
+                train::ObjectReader kinds(controls, p + "/controls", issues);
+                for (const auto& item : controls.items())
+                    task.controls.push_back({item.key(), kinds.string(item.key(), std::nullopt, kTargetKinds)});
+                if (controls.size() < 2) t.issue("controls", "expected two or more controllers (use \"control\" for one)");
+            } else {
+                const std::string target = t.string("target", std::string("none"), kTargetKinds);
+                const std::string control = t.string("control", "");
+                if (!task.params.empty() && control.empty()) t.issue("params", "needs \"control\": the controller they go to");
+                if (target != "none" && control.empty()) t.issue("control", "required with a target: the recipe controller that receives it");
+                if (!control.empty()) task.controls.push_back({control, target});
+            }
+            task.targets = t.has("targets") ? read_targets(train::ObjectReader(t.object("targets", false), p + "/targets", issues), issues, base, defaults)
                                             : defaults;
+            bool any_target = false, mr_target = false;
+            for (const auto& c : task.controls) {
+                any_target = any_target || c.target != "none";
+                mr_target = mr_target || c.target == "mr" || c.target == "fields" || c.target == "sentiment";
+                if (c.target == "sentiment" && task.targets.attribute.is_null())
+                    t.issue("targets", "a sentiment target needs /targets/attribute ({\"field\", \"classes\"}), here or at the top level");
+            }
             if (task.targets.file.empty()) t.issue("targets", "no target file (give /targets/file here or at the top level)");
+            const bool annotated = task.targets.file.filename().string().find(".csv") == std::string::npos;
+            if (any_target && mr_target && annotated && task.targets.meaning.empty())
+                t.issue("targets", "meaning-representation targets from an annotated file need /targets/meaning (the E2E CSV "
+                                   "the texts come from)");
             std::error_code ec;
             if (!fs::is_regular_file(task.recipe, ec)) t.issue("recipe", "no recipe file '" + task.recipe.string() + "'");
-            if (!task.targets.file.empty() && !fs::is_regular_file(task.targets.file, ec))
-                t.issue("targets", "no target file '" + task.targets.file.string() + "'");
+            for (const fs::path& f : {task.targets.file, task.targets.meaning})
+                if (!f.empty() && !fs::is_regular_file(f, ec)) t.issue("targets", "no target file '" + f.string() + "'");
             for (const auto& other : s.tasks)
                 if (other.name == task.name) t.issue("name", "another task is named '" + task.name + "'");
             t.reject_unknown_keys();
@@ -121,7 +165,7 @@ Suite read_suite(const fs::path& file) {
     return s;
 }
 
-// One held-out text with its annotation (annotated JSON Lines), or with its meaning representation (E2E CSV).
+// One held-out text with its annotation (annotated JSON Lines) and/or its meaning representation (E2E CSV).
 struct Annotated {
     std::string text;
     std::vector<std::string> pos;
@@ -130,10 +174,10 @@ struct Annotated {
     int64_t words = 0;  // the annotation's words; for CSV, the reference's space-separated words
 };
 
-std::vector<Annotated> read_annotated(const fs::path& file) {
+std::vector<Annotated> read_annotated(const TargetSource& source) {
     std::vector<Annotated> out;
-    if (file.filename().string().find(".csv") != std::string::npos) {
-        for (auto& r : read_e2e_csv(file)) {
+    if (source.file.filename().string().find(".csv") != std::string::npos) {
+        for (auto& r : read_e2e_csv(source.file)) {
             Annotated a;
             a.text = std::move(r.ref);
             a.mr = std::move(r.mr);
@@ -143,48 +187,126 @@ std::vector<Annotated> read_annotated(const fs::path& file) {
         }
         return out;
     }
-    for (auto& t : syntax::read_annotated_texts(file)) {
+    std::map<std::string, std::string> mr_of_text;
+    if (!source.meaning.empty())
+        for (auto& r : read_e2e_csv(source.meaning)) mr_of_text.emplace(std::move(r.ref), std::move(r.mr));
+    for (auto& t : syntax::read_annotated_texts(source.file)) {
         const auto words = static_cast<int64_t>(t.pos.size());
-        out.push_back({std::move(t.text), std::move(t.pos), std::move(t.tree), std::string(), words});
+        const auto mr = mr_of_text.find(t.text);
+        out.push_back({std::move(t.text), std::move(t.pos), std::move(t.tree), mr == mr_of_text.end() ? std::string() : mr->second, words});
     }
     return out;
 }
 
-// The task's targets: `count` texts of at most max_words words, drawn without replacement by the seed; each as
-// the params its control takes.
-std::vector<json> make_targets(const Task& task, std::map<fs::path, std::vector<Annotated>>& cache) {
+// One target: the params each control receives, and what the samples file and the scores keep of the text.
+struct Target {
+    std::map<std::string, json> params;  // by control
+    json record;                         // {"reference", ...; infill: "middle" [start, end) token positions}
+    std::vector<std::string> middle;     // infill: the reference's middle tokens
+};
+
+// The params a control of `kind` receives for text `a`, or nothing if this text cannot give that target.
+std::optional<json> target_params(const std::string& kind, const Annotated& a, const TargetSource& source,
+                                  std::mt19937_64& rng, const Tokenizer* tokenizer, Target& target) {
+    if (kind == "pos") {
+        if (a.pos.empty()) return std::nullopt;
+        return json{{"tags", a.pos}};
+    }
+    if (kind == "tree") {
+        if (a.tree.empty()) return std::nullopt;
+        return json{{"tree", a.tree}};
+    }
+    if (kind == "span") {
+        if (a.tree.empty()) return std::nullopt;
+        // A constituent of two or more words, short of the whole text, drawn by the same generator.
+        std::vector<syntax::Span> spans;
+        for (const auto& s : syntax::labelled_spans(syntax::read_tree(a.tree)))
+            if (s.end - s.start >= 2 && !(s.start == 0 && s.end == a.words)) spans.push_back(s);
+        if (spans.empty()) return std::nullopt;
+        const auto& s = spans[rng() % spans.size()];
+        return json{{"span", {s.start, s.end, s.label}}};
+    }
+    if (kind == "mr" || kind == "fields" || kind == "sentiment") {
+        if (a.mr.empty()) return std::nullopt;
+        if (kind == "mr") return json{{"condition", a.mr}};
+        if (kind == "fields") {
+            // One field other than the name, as Diffusion-LM's semantic-content targets.
+            std::vector<meaning::Field> content;
+            try {
+                for (auto& f : meaning::parse(a.mr))
+                    if (f.attribute != "name") content.push_back(std::move(f));
+            } catch (const Error& e) {
+                throw std::runtime_error("a meaning representation of '" + source.file.string() + "': " + e.what());
+            }
+            if (content.empty()) return std::nullopt;
+            const auto& f = content[rng() % content.size()];
+            return json{{"fields", {f.attribute + "[" + f.value + "]"}}};
+        }
+        const std::string polarity = train::attribute_class(source.attribute, a.mr);
+        if (polarity.empty()) return std::nullopt;
+        return json{{"polarity", polarity}};
+    }
+    if (needs_tokens(kind)) {
+        const std::vector<int64_t> ids = tokenizer->encode(a.text);
+        const auto n = static_cast<int64_t>(ids.size());
+        if (kind == "length") return json{{"tokens", n}};
+        // Fixed tokens are written as the tokenizer's tokens joined by spaces, which encode back to the same ids.
+        auto joined = [&](int64_t from, int64_t to, std::optional<std::vector<std::string>*> keep = std::nullopt) -> std::optional<std::string> {
+            std::string out;
+            for (int64_t i = from; i < to; ++i) {
+                const auto id = ids[static_cast<size_t>(i)];
+                if (id == tokenizer->unk_id()) return std::nullopt;  // the span controller refuses unknown words
+                out += (out.empty() ? "" : " ") + tokenizer->token(id);
+                if (keep) (*keep)->push_back(tokenizer->token(id));
+            }
+            return out;
+        };
+        if (kind == "prefix") {
+            if (n <= static_cast<int64_t>(kPrefixTokens)) return std::nullopt;
+            const auto prefix = joined(0, static_cast<int64_t>(kPrefixTokens));
+            if (!prefix) return std::nullopt;
+            return json{{"prefix", *prefix}};
+        }
+        // infill: the first and last thirds given, the middle (at least two tokens) generated.
+        const int64_t side = n / 3;
+        if (side < 1 || n - 2 * side < 2) return std::nullopt;
+        const auto prefix = joined(0, side), suffix = joined(n - side, n);
+        std::vector<std::string> middle;
+        for (int64_t i = side; i < n - side; ++i) middle.push_back(tokenizer->token(ids[static_cast<size_t>(i)]));
+        if (!prefix || !suffix) return std::nullopt;
+        target.middle = std::move(middle);
+        target.record["middle"] = {side, n - side};
+        return json{{"prefix", *prefix}, {"suffix", *suffix}, {"length", n}};
+    }
+    return json::object();  // "none"
+}
+
+// The task's targets: `count` texts of at most max_words words that give every control its target, drawn without
+// replacement by the seed.
+std::vector<Target> make_targets(const Task& task, std::map<fs::path, std::vector<Annotated>>& cache, const Tokenizer* tokenizer) {
     auto& texts = cache[task.targets.file];
-    if (texts.empty()) texts = read_annotated(task.targets.file);
+    if (texts.empty()) texts = read_annotated(task.targets);
     std::vector<size_t> order(texts.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::mt19937_64 rng(task.targets.seed);
     std::shuffle(order.begin(), order.end(), rng);
-    std::vector<json> out;
+    std::vector<Target> out;
     for (size_t i : order) {
         if (static_cast<int64_t>(out.size()) >= task.targets.count) break;
         const Annotated& a = texts[i];
-        const int64_t words = a.words;
-        if (words < 1 || words > task.targets.max_words) continue;
-        json params = {{"reference", a.text}};
-        if (task.target == "mr") {
-            if (a.mr.empty()) continue;
-            params["condition"] = a.mr;
-        } else if (task.target == "pos") {
-            params["tags"] = a.pos;
-        } else if (task.target == "tree") {
-            if (a.tree.empty()) continue;
-            params["tree"] = a.tree;
-        } else if (task.target == "span") {
-            if (a.tree.empty()) continue;
-            // A constituent of two or more words, short of the whole text, drawn by the same generator.
-            std::vector<syntax::Span> spans;
-            for (const auto& s : syntax::labelled_spans(syntax::read_tree(a.tree)))
-                if (s.end - s.start >= 2 && !(s.start == 0 && s.end == words)) spans.push_back(s);
-            if (spans.empty()) continue;
-            const auto& s = spans[rng() % spans.size()];
-            params["span"] = {s.start, s.end, s.label};
+        if (a.words < 1 || a.words > task.targets.max_words) continue;
+        Target target;
+        target.record = {{"reference", a.text}};
+        bool complete = true;
+        for (const auto& c : task.controls) {
+            auto params = target_params(c.target, a, task.targets, rng, tokenizer, target);
+            if (!params) {
+                complete = false;
+                break;
+            }
+            target.params[c.control].update(*params);
         }
-        out.push_back(std::move(params));
+        if (complete) out.push_back(std::move(target));
     }
     if (static_cast<int64_t>(out.size()) < task.targets.count)
         std::fprintf(stderr, "warning: task '%s': only %zu targets of at most %lld words in '%s'\n", task.name.c_str(),
@@ -208,6 +330,9 @@ struct TaskResult {
     int64_t targets = 0, samples = 0;
     std::vector<std::string> order;  // control labels in recipe order
     std::map<std::string, ControlTally> controls;
+    int64_t all_satisfied = 0;   // samples every judging control called satisfied (shown for compositions)
+    std::optional<double> bleu;  // infill: corpus BLEU-4 of the generated middles against the references'
+    double all_success() const { return samples ? static_cast<double>(all_satisfied) / static_cast<double>(samples) : 0.0; }
     double perplexity = 0.0;
     double seconds = 0.0;  // generation only (model and plugin loading excluded)
     double seconds_per_sample() const { return samples ? seconds / static_cast<double>(samples) : 0.0; }
@@ -227,6 +352,8 @@ json result_json(const TaskResult& r) {
             {"targets", r.targets},
             {"samples", r.samples},
             {"controls", controls},
+            {"all_satisfied", r.order.size() > 1 ? json(r.all_success()) : json(nullptr)},
+            {"bleu", r.bleu ? json(*r.bleu) : json(nullptr)},
             {"teacher_perplexity", r.perplexity},
             {"seconds_per_sample", r.seconds_per_sample()}};
 }
@@ -242,6 +369,14 @@ std::string markdown(const std::vector<TaskResult>& results) {
             const ControlTally& t = r.controls.at(label);
             std::snprintf(buf, sizeof buf, "%s%s: %.1f%% / %.3f", controls.empty() ? "" : "; ", label.c_str(),
                           100.0 * t.success().value_or(0.0), t.mean_score().value_or(0.0));
+            controls += buf;
+        }
+        if (r.order.size() > 1) {
+            std::snprintf(buf, sizeof buf, "; **all: %.1f%%**", 100.0 * r.all_success());
+            controls += buf;
+        }
+        if (r.bleu) {
+            std::snprintf(buf, sizeof buf, "; BLEU-4 of the middle: %.2f", 100.0 * *r.bleu);
             controls += buf;
         }
         std::snprintf(buf, sizeof buf, " | %.2f | %.2f |", r.perplexity, r.seconds_per_sample());
@@ -284,11 +419,22 @@ int run_eval(const EvalOptions& o) {
             throw std::runtime_error("task '" + task.name + "': the recipe '" + task.recipe.string() + "' is not valid JSON (" +
                                      e.what() + ")");
         }
-        std::vector<json> targets;
-        if (task.target == "none") {
-            targets.assign(static_cast<size_t>(task.targets.count), json::object());
+        std::shared_ptr<const Tokenizer> tokenizer;  // for targets made of the model's tokens
+        for (const auto& c : task.controls)
+            if (needs_tokens(c.target) && !tokenizer)
+                tokenizer = load_model(resolve_model(base.value("model", std::string("e2e-discrete")), task.recipe.parent_path(),
+                                                     default_model_path()),
+                                       std::nullopt)
+                                .tokenizer;
+        bool any_target = false;
+        for (const auto& c : task.controls) any_target = any_target || c.target != "none";
+        std::vector<Target> targets;
+        if (any_target) {
+            targets = make_targets(task, annotated, tokenizer.get());
         } else {
-            targets = make_targets(task, annotated);
+            targets.resize(static_cast<size_t>(task.targets.count));
+            for (auto& t : targets)
+                for (const auto& c : task.controls) t.params[c.control] = json::object();
         }
         if (o.targets > 0 && static_cast<int64_t>(targets.size()) > o.targets) targets.resize(static_cast<size_t>(o.targets));
 
@@ -296,6 +442,7 @@ int run_eval(const EvalOptions& o) {
         result.name = task.name;
         result.targets = static_cast<int64_t>(targets.size());
         std::vector<std::string> texts;
+        std::vector<std::vector<std::string>> middles, reference_middles;  // infill
         std::ofstream samples_out(out_dir / "samples" / (slug(task.name) + ".jsonl"));
         const auto task_start = std::chrono::steady_clock::now();
         for (size_t i = 0; i < targets.size(); ++i) {
@@ -303,23 +450,23 @@ int run_eval(const EvalOptions& o) {
             recipe["samples"] = suite.samples_per_target;
             recipe["batch_size"] = suite.samples_per_target;
             recipe["seed"] = base.value("seed", int64_t{0}) + static_cast<int64_t>(i);
-            bool found = task.control.empty();
-            json target_params = targets[i];
-            target_params.erase("reference");  // the annotated text the target came from: kept in the samples file
-            if (recipe.contains("controllers") && recipe.at("controllers").is_array()) {
-                for (auto& c : recipe["controllers"]) {
-                    const std::string label = c.value("name", c.value("plugin", ""));
-                    if (task.control.empty() || label != task.control) continue;
-                    found = true;
-                    if (!c.contains("params")) c["params"] = json::object();
-                    c["params"].update(target_params);
-                    c["params"].update(task.params);
-                    if (task.evaluate_only) c["evaluate_only"] = true;
+            for (const auto& [control, params] : targets[i].params) {
+                bool found = false;
+                if (recipe.contains("controllers") && recipe.at("controllers").is_array()) {
+                    for (auto& c : recipe["controllers"]) {
+                        if (c.value("name", c.value("plugin", "")) != control) continue;
+                        found = true;
+                        if (!c.contains("params")) c["params"] = json::object();
+                        c["params"].update(params);
+                        c["params"].update(task.params);
+                    }
                 }
+                if (!found)
+                    throw std::runtime_error("task '" + task.name + "': the recipe '" + task.recipe.string() +
+                                             "' has no controller named '" + control + "'");
             }
-            if (!found)
-                throw std::runtime_error("task '" + task.name + "': the recipe '" + task.recipe.string() +
-                                         "' has no controller named '" + task.control + "'");
+            if (task.evaluate_only && recipe.contains("controllers") && recipe.at("controllers").is_array())
+                for (auto& c : recipe["controllers"]) c["evaluate_only"] = true;
             Recipe parsed;
             try {
                 parsed = parse_recipe(recipe.dump(), task.recipe.parent_path());
@@ -335,8 +482,20 @@ int run_eval(const EvalOptions& o) {
                 ++result.samples;
                 texts.push_back(s.text);
                 json line = sample_json(s);
-                line["target"] = targets[i];
+                line["target"] = targets[i].record;
+                for (const auto& [control, params] : targets[i].params) line["target"]["params"][control] = params;
+                if (targets[i].record.contains("middle")) {
+                    const int64_t from = targets[i].record["middle"][0], to = targets[i].record["middle"][1];
+                    std::vector<std::string> middle;
+                    for (int64_t k = from; k < to && k < static_cast<int64_t>(s.tokens.size()); ++k)
+                        middle.push_back(generator.model().tokenizer->token(s.tokens[static_cast<size_t>(k)]));
+                    middles.push_back(std::move(middle));
+                    reference_middles.push_back(targets[i].middle);
+                }
                 samples_out << line.dump() << "\n";
+                bool all = !s.controls.empty();
+                for (const auto& c : s.controls) all = all && c.verdict.satisfied == 1;
+                result.all_satisfied += all ? 1 : 0;
                 for (const auto& c : s.controls) {
                     if (!result.controls.count(c.label)) result.order.push_back(c.label);
                     ControlTally& t = result.controls[c.label];
@@ -360,6 +519,7 @@ int run_eval(const EvalOptions& o) {
         }
         if (!o.quiet) std::fprintf(stderr, "\n");
         result.perplexity = train::score_texts(teacher, texts).perplexity();
+        if (!middles.empty()) result.bleu = corpus_bleu(middles, reference_middles);
         results.push_back(result);
         // Written after every task, so a long run that is stopped keeps what it measured.
         json all = json::array();

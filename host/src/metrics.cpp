@@ -1,5 +1,9 @@
 #include "metrics.hpp"
 
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <stdexcept>
 #include <unordered_set>
 
 #include "tokenizer.hpp"
@@ -32,6 +36,40 @@ OverlapReport text_overlap(const std::vector<std::string>& texts, const std::vec
         report.copies += reference_set.count(key) ? 1 : 0;
     }
     return report;
+}
+
+double corpus_bleu(const std::vector<std::vector<std::string>>& hypotheses,
+                   const std::vector<std::vector<std::string>>& references) {
+    if (hypotheses.size() != references.size())
+        throw std::invalid_argument("corpus_bleu: " + std::to_string(hypotheses.size()) + " hypotheses but " +
+                                    std::to_string(references.size()) + " references");
+    constexpr size_t kOrder = 4;
+    double matched[kOrder] = {}, total[kOrder] = {};
+    double hypothesis_length = 0, reference_length = 0;
+    auto counts = [](const std::vector<std::string>& words, size_t n) {
+        std::map<std::vector<std::string>, int64_t> out;
+        for (size_t i = 0; i + n <= words.size(); ++i) ++out[std::vector<std::string>(words.begin() + i, words.begin() + i + n)];
+        return out;
+    };
+    for (size_t k = 0; k < hypotheses.size(); ++k) {
+        hypothesis_length += static_cast<double>(hypotheses[k].size());
+        reference_length += static_cast<double>(references[k].size());
+        for (size_t n = 1; n <= kOrder; ++n) {
+            const auto hyp = counts(hypotheses[k], n), ref = counts(references[k], n);
+            for (const auto& [gram, c] : hyp) {
+                const auto it = ref.find(gram);
+                matched[n - 1] += static_cast<double>(std::min(c, it == ref.end() ? int64_t{0} : it->second));
+                total[n - 1] += static_cast<double>(c);
+            }
+        }
+    }
+    double log_precision = 0;
+    for (size_t n = 0; n < kOrder; ++n) {
+        if (matched[n] == 0) return 0.0;
+        log_precision += std::log(matched[n] / total[n]) / static_cast<double>(kOrder);
+    }
+    const double brevity = hypothesis_length < reference_length ? 1.0 - reference_length / hypothesis_length : 0.0;
+    return std::exp(log_precision + brevity);
 }
 
 }  // namespace rudder

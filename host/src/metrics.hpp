@@ -18,4 +18,11 @@ struct OverlapReport {
 
 OverlapReport text_overlap(const std::vector<std::string>& texts, const std::vector<std::string>& references);
 
+// Corpus BLEU-4 (Papineni et al. 2002) of hypotheses against one reference each, over word sequences as given
+// (no further tokenization or lowercasing): clipped n-gram precisions for n = 1..4 summed over the corpus, their
+// geometric mean, times the brevity penalty exp(1 - r/c) when the hypotheses are shorter. 0 when some order has
+// no match, as in the paper (no smoothing). In [0, 1]. Written here because no C++ package in Debian has it.
+double corpus_bleu(const std::vector<std::vector<std::string>>& hypotheses,
+                   const std::vector<std::vector<std::string>>& references);
+
 }  // namespace rudder

@@ -174,7 +174,7 @@ for t in tasks.values():
     assert t["targets"] == 3 and t["samples"] == 3 and t["teacher_perplexity"] > 1 and t["seconds_per_sample"] > 0, t
     assert t["controls"]["pos"]["judged"] == 3, t
 samples = [json.loads(l) for l in open(os.path.join(d, "samples", "span.jsonl"))]
-assert len(samples) == 3 and all(len(s["target"]["span"]) == 3 and s["target"]["reference"] for s in samples), samples
+assert len(samples) == 3 and all(len(s["target"]["params"]["syntax_span"]["span"]) == 3 and s["target"]["reference"] for s in samples), samples
 PY
     printf '{"tasks": [{"name": "x", "recipe": "nowhere.json", "target": "tree"}], "teacher": 3}\n' > "$work/bad_suite.json"
     err=$("$rudder" eval "$work/bad_suite.json" 2>&1 >/dev/null); code=$?

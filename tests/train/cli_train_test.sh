@@ -155,7 +155,7 @@ for task in ("g0", "g4"):
     samples = [json.loads(l) for l in open(os.path.join(d, "samples", task + ".jsonl"))]
     assert len(samples) == 2, samples  # one sample per target
     for s in samples:
-        assert s["target"]["condition"].startswith("name[") and s["target"]["reference"], s
+        assert s["target"]["params"]["cfg"]["condition"].startswith("name[") and s["target"]["reference"], s
         assert 0 <= s["controls"]["cfg"]["score"] <= 1, s
 r = json.load(open(os.path.join(d, "results.json")))
 assert [t["task"] for t in r["tasks"]] == ["g0", "g4"] and all(t["targets"] == 2 for t in r["tasks"]), r
@@ -166,6 +166,143 @@ PY
     err=$("$rudder" generate -q "$work/uncond.json" 2>&1 >/dev/null); code=$?
     [ $code -eq 1 ] || fail "expected exit 1, got $code: $err"
     grep -q "the model takes no condition" <<<"$err" || fail "$err"
+    ;;
+  attribute_eval)
+    # The attribute controls on a micro conditional denoiser: an attribute_classifier trained noisy (guidance) and
+    # clean (the judge) -> sentiment and semantic generating and judging -> `rudder eval` with sentiment, fields,
+    # length, prefix and infill targets, a composition ("all") and BLEU. Bad configs and targets say why.
+    { echo "mr,ref"
+      for name in Aromi Zizzi Cotto Clowns; do
+        echo "\"name[$name], customer rating[low], food[French]\",\"$name serves French food and has a low customer rating .\""
+        echo "\"name[$name], customer rating[high], food[Italian]\",\"$name serves Italian food and has a high customer rating .\""
+        echo "\"name[$name], customer rating[1 out of 5], area[riverside]\",\"$name is by the riverside , rated 1 out of 5 .\""
+        echo "\"name[$name], customer rating[5 out of 5], area[city centre]\",\"$name is in the city centre , rated 5 out of 5 .\""
+        echo "\"name[$name], customer rating[average]\",\"$name has an average customer rating .\""
+      done; } > "$work/rated.csv"
+    sed 's/"kind": "teacher"/"kind": "discrete"/; s/"out": "model"/"out": "denoiser"/; s/"train.csv"/"rated.csv"/; s/"max_length": 12/"max_length": 14/' \
+      "$work/teacher.json" > "$work/disc.json"
+    "$rudder" train -q "$work/disc.json" || fail "denoiser train exit $?"
+    sed 's/"train.csv"/"rated.csv"/; s/"max_length": 12/"max_length": 14/' "$work/teacher.json" > "$work/teacher14.json"
+    "$rudder" train -q "$work/teacher14.json" || fail "teacher train exit $?"
+    cat > "$work/sentiment.json" <<'JSON'
+{ "kind": "attribute_classifier", "denoiser": "denoiser",
+  "data": {"train": "rated.csv", "dev": "rated.csv", "dev_every": 20,
+           "attribute": {"field": "customer rating", "classes": {"negative": ["low", "1 out of 5"], "positive": ["high", "5 out of 5"]}}},
+  "network": {"dim": 16, "layers": 1, "heads": 2, "ff_dim": 32},
+  "training": {"steps": 40, "batch_size": 8, "lr": 0.01, "seed": 1, "threads": 1, "log_every": 20, "checkpoint_every": 0},
+  "max_length": 14, "out": "denoiser-sentiment" }
+JSON
+    "$rudder" train-controller "$work/sentiment.json" 2>"$work/err" || fail "train-controller exit $?: $(cat "$work/err")"
+    grep -q '^training attribute_classifier: 16 texts; .*classes \["negative","positive"\], 4 texts with no class dropped; dev loss' "$work/err" \
+      || fail "summary: $(cat "$work/err")"
+    grep -q "^step 40/40  loss [0-9.]*  dev [0-9.]* (accuracy [0-9.]*)" "$work/err" || fail "no dev accuracy: $(cat "$work/err")"
+    sed 's/"out": "denoiser-sentiment"/"out": "judge"/; s/"ff_dim": 32}/"ff_dim": 32, "noise": false}/' "$work/sentiment.json" > "$work/judge.json"
+    "$rudder" train-controller -q "$work/judge.json" || fail "judge train exit $?"
+    python3 - "$work" <<'PY' || fail "classifier configs"
+import json, sys
+for name, noisy in (("denoiser-sentiment", True), ("judge", False)):
+    c = json.load(open(f"{sys.argv[1]}/{name}/config.json"))
+    assert c["type"] == "attribute_classifier" and c["network"]["classes"] == ["negative", "positive"], c
+    assert c["network"].get("noise", True) == noisy and "tags" not in c["network"], c
+    assert 0 <= c["training"]["dev_accuracy"] <= 1, c
+PY
+    cat > "$work/attr.json" <<'JSON'
+{ "model": "denoiser", "sampler": {"steps": 14}, "seed": 2, "samples": 3, "max_length": 14,
+  "controllers": [ {"plugin": "sentiment", "weight": 5.0, "params": {"polarity": "positive", "judge": "judge", "top_k": 50}},
+                   {"plugin": "semantic", "params": {"fields": ["food[Italian]"], "gamma": 2}},
+                   {"plugin": "length", "params": {"tokens": 10}},
+                   {"plugin": "span", "params": {"prefix": "Aromi"}} ] }
+JSON
+    out=$(cd "$work" && RUDDER_MODEL_PATH="$work" "$rudder" generate -q attr.json) || fail "generate exit $?"
+    python3 - "$out" <<'PY' || fail "generate output: $out"
+import json, sys
+lines = [json.loads(l) for l in sys.argv[1].splitlines()]
+assert len(lines) == 3, lines
+for s in lines:
+    c = s["controls"]
+    assert 0 <= c["sentiment"]["score"] <= 1 and c["sentiment"]["satisfied"] in (True, False), c
+    assert c["semantic"]["satisfied"] == ("italian" in s["text"].lower()), s
+    assert c["length"]["satisfied"] and c["span"]["satisfied"] and s["text"].startswith("Aromi"), s
+PY
+    sed 's/"polarity": "positive"/"polarity": "glad"/' "$work/attr.json" > "$work/bad_polarity.json"
+    err=$(cd "$work" && RUDDER_MODEL_PATH="$work" "$rudder" generate -q bad_polarity.json 2>&1 >/dev/null); code=$?
+    [ $code -ne 0 ] || fail "an unknown polarity must fail"
+    grep -q "/polarity: '.*denoiser-sentiment' has no class 'glad' (its classes: negative positive)" <<<"$err" || fail "$err"
+    sed 's/"fields": \["food\[Italian\]"\]/"fields": []/' "$work/attr.json" > "$work/bad_fields.json"
+    err=$("$rudder" validate "$work/bad_fields.json" 2>&1); code=$?
+    [ $code -eq 2 ] || fail "expected exit 2, got $code: $err"
+    grep -q "/fields: expected a non-empty array of fields" <<<"$err" || fail "$err"
+    python3 - "$work/sentiment.json" "$work/bad_attribute.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["data"]["attribute"]["classes"] = {"negative": ["low"], "positive": ["low"]}
+json.dump(c, open(sys.argv[2], "w"))
+PY
+    err=$("$rudder" train-controller "$work/bad_attribute.json" 2>&1); code=$?
+    [ $code -eq 2 ] || fail "expected exit 2, got $code: $err"
+    grep -q '/data/attribute/classes/positive: the value "low" is in two classes' <<<"$err" || fail "$err"
+    # `rudder eval`: each kind of target, a composition and infilling.
+    attribute='"attribute": {"field": "customer rating", "classes": {"negative": ["low", "1 out of 5"], "positive": ["high", "5 out of 5"]}}'
+    cat > "$work/one.json" <<'JSON'
+{ "model": "denoiser", "sampler": {"steps": 14}, "seed": 2, "max_length": 14,
+  "controllers": [ {"plugin": "span", "params": {"prefix": "Aromi"}} ] }
+JSON
+    cat > "$work/suite.json" <<JSON
+{ "teacher": "model", "targets": {"file": "rated.csv", "count": 4, "seed": 3, $attribute},
+  "tasks": [ {"name": "sentiment", "recipe": "attr.json", "control": "sentiment", "target": "sentiment"},
+             {"name": "semantic", "recipe": "attr.json", "control": "semantic", "target": "fields"},
+             {"name": "composed", "recipe": "attr.json",
+              "controls": {"length": "length", "sentiment": "sentiment", "span": "prefix"}},
+             {"name": "infill", "recipe": "one.json", "control": "span", "target": "infill"} ] }
+JSON
+    out=$(cd "$work" && RUDDER_MODEL_PATH="$work" "$rudder" eval -q suite.json -o results) || fail "eval exit $?"
+    grep -q "^| composed | discrete | 4 | .*\*\*all: [0-9.]*%\*\* | [0-9.]* | [0-9.]* |$" <<<"$out" || fail "$out"
+    grep -q "^| infill | discrete | 4 | span: 100.0% / 1.000; BLEU-4 of the middle: [0-9.]* |" <<<"$out" || fail "$out"
+    python3 - "$work/results" <<'PY' || fail "eval results: $(cat "$work/results/results.json")"
+import json, os, sys
+d = sys.argv[1]
+tasks = {t["task"]: t for t in json.load(open(os.path.join(d, "results.json")))["tasks"]}
+assert tasks["composed"]["all_satisfied"] is not None and tasks["infill"]["all_satisfied"] is None, tasks
+assert 0 <= tasks["infill"]["bleu"] <= 1 and tasks["sentiment"]["bleu"] is None, tasks
+def samples(name):
+    return [json.loads(l) for l in open(os.path.join(d, "samples", name + ".jsonl"))]
+rating = {"low": "negative", "1 out of 5": "negative", "high": "positive", "5 out of 5": "positive"}
+for s in samples("sentiment"):
+    ref = s["target"]["reference"]
+    want = "negative" if ("low" in ref or "1 out of 5" in ref) else "positive"
+    assert s["target"]["params"]["sentiment"]["polarity"] == want, s
+for s in samples("semantic"):
+    (field,) = s["target"]["params"]["semantic"]["fields"]
+    assert not field.startswith("name["), s
+for s in samples("composed"):
+    p = s["target"]["params"]
+    ref_tokens = s["target"]["reference"].split()
+    assert p["length"]["tokens"] == len(ref_tokens) and p["span"]["prefix"] == " ".join(ref_tokens[:3]), s
+    assert s["controls"]["length"]["satisfied"] and s["controls"]["span"]["satisfied"], s
+for s in samples("infill"):
+    p = s["target"]["params"]["span"]
+    ref_tokens = s["target"]["reference"].split()
+    n, side = len(ref_tokens), len(ref_tokens) // 3
+    assert p["length"] == n and p["prefix"] == " ".join(ref_tokens[:side]) and p["suffix"] == " ".join(ref_tokens[n - side:]), s
+    assert s["target"]["middle"] == [side, n - side] and s["text"].split()[:side] == ref_tokens[:side], s
+PY
+    python3 - "$work/suite.json" "$work/bad_suite.json" <<'PY'
+import json, sys
+suite = json.load(open(sys.argv[1]))
+del suite["targets"]["attribute"]
+suite["tasks"][1].update({"params": {"x": 1}, "controls": {"a": "pos", "b": "bad"}})
+json.dump(suite, open(sys.argv[2], "w"))
+PY
+    err=$(cd "$work" && "$rudder" eval bad_suite.json 2>&1 >/dev/null); code=$?
+    [ $code -eq 2 ] || fail "expected exit 2, got $code: $err"
+    for want in '/tasks/1/controls: give "controls" or "control" and "target", not both' \
+                '/tasks/1/params: applies to a task with one "control"' '/tasks/1/controls/b: expected one of' \
+                '/tasks/0/targets: a sentiment target needs /targets/attribute' '/tasks/2/targets: a sentiment target needs'; do
+      grep -qF "$want" <<<"$err" || fail "missing '$want' in: $err"
+    done
+    for unwanted in "unknown key 'control'" "unknown key 'target'"; do
+      grep -qF "$unwanted" <<<"$err" && fail "'$unwanted' in: $err"
+    done
     ;;
   *) fail "unknown case $case" ;;
 esac

@@ -11,8 +11,6 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr double kMinTime = 1e-3;  // the smallest time trained on, as the discrete denoiser's loss
-
 // The keys of the network config that describe the trunk and the noise: read by DenoiserConfig::parse.
 const char* const kTrunkKeys[] = {"family", "vocab_size", "dim",  "layers",   "heads",        "ff_dim",
                                   "max_length", "embed_dim", "schedule", "mask_schedule"};
@@ -38,9 +36,16 @@ SyntaxClassifierNet::SyntaxClassifierNet(const json& config, const Tokenizer& to
     std::vector<train::ConfigIssue> issues;
     train::ObjectReader r(config, "", issues);
     span_hidden_ = r.integer("span_hidden", span_hidden_, 1, 8192);
-    tags_ = r.strings("tags", true);
-    labels_ = r.strings("labels", true);
-    if (!issues.empty()) throw train::ConfigError("syntax classifier network config", std::move(issues));
+    tags_ = r.strings("tags", false);
+    labels_ = r.strings("labels", false);
+    classes_ = r.strings("classes", false);
+    noise_ = r.boolean("noise", true);
+    if (tags_.empty() != labels_.empty())
+        r.issue(tags_.empty() ? "tags" : "labels", "the syntax heads need both \"tags\" and \"labels\"");
+    if (tags_.empty() && classes_.empty())
+        r.issue("classes", "no head: give \"tags\" and \"labels\" (syntax) or \"classes\" (attribute), or both");
+    if (classes_.size() == 1) r.issue("classes", "expected at least two classes");
+    if (!issues.empty()) throw train::ConfigError("text classifier network config", std::move(issues));
 
     const int64_t W = trunk_config_.dim, V = trunk_config_.vocab_size;
     if (family() == Family::continuous) {
@@ -52,18 +57,26 @@ SyntaxClassifierNet::SyntaxClassifierNet(const json& config, const Tokenizer& to
     time_mlp1_ = register_module("time_mlp1", torch::nn::Linear(W, W));
     time_mlp2_ = register_module("time_mlp2", torch::nn::Linear(W, W));
     trunk_ = register_module("trunk", std::make_shared<TransformerTrunk>(trunk_config_));
-    tag_head_ = register_module("tag_head", torch::nn::Linear(W, static_cast<int64_t>(tags_.size()) + 1));
-    span_start_ = register_module("span_start", torch::nn::Linear(W, span_hidden_));
-    span_end_ = register_module("span_end", torch::nn::Linear(torch::nn::LinearOptions(W, span_hidden_).bias(false)));
-    span_head_ = register_module("span_head", torch::nn::Linear(span_hidden_, static_cast<int64_t>(labels_.size()) + 1));
+    if (has_syntax_heads()) {
+        tag_head_ = register_module("tag_head", torch::nn::Linear(W, static_cast<int64_t>(tags_.size()) + 1));
+        span_start_ = register_module("span_start", torch::nn::Linear(W, span_hidden_));
+        span_end_ = register_module("span_end", torch::nn::Linear(torch::nn::LinearOptions(W, span_hidden_).bias(false)));
+        span_head_ = register_module("span_head", torch::nn::Linear(span_hidden_, static_cast<int64_t>(labels_.size()) + 1));
+    }
+    if (!classes_.empty())
+        class_head_ = register_module("class_head", torch::nn::Linear(W, static_cast<int64_t>(classes_.size())));
 }
 
 json SyntaxClassifierNet::config() const {
     json j = trunk_config_.to_json();
     for (const char* key : {"max_condition_length", "condition_dropout", "dropout"}) j.erase(key);
-    j["span_hidden"] = span_hidden_;
-    j["tags"] = tags_;
-    j["labels"] = labels_;
+    if (has_syntax_heads()) {
+        j["span_hidden"] = span_hidden_;
+        j["tags"] = tags_;
+        j["labels"] = labels_;
+    }
+    if (!classes_.empty()) j["classes"] = classes_;
+    if (!noise_) j["noise"] = false;
     return j;
 }
 
@@ -100,17 +113,34 @@ at::Tensor SyntaxClassifierNet::hidden(const at::Tensor& input, const at::Tensor
 }
 
 at::Tensor SyntaxClassifierNet::tag_log_probs(const at::Tensor& hidden) {
+    if (!has_syntax_heads()) throw std::logic_error("this classifier has no syntax heads");
     return at::log_softmax(tag_head_->forward(hidden), -1);
 }
 
 at::Tensor SyntaxClassifierNet::span_log_probs(const at::Tensor& hidden) {
+    if (!has_syntax_heads()) throw std::logic_error("this classifier has no syntax heads");
     // Span (i, e): start features of word i plus end features of word e, through a ReLU to the label scores.
     const at::Tensor pair = at::relu(span_start_->forward(hidden).unsqueeze(2) + span_end_->forward(hidden).unsqueeze(1));
     return at::log_softmax(span_head_->forward(pair), -1);
 }
 
+at::Tensor SyntaxClassifierNet::class_log_probs(const at::Tensor& hidden) {
+    if (classes_.empty()) throw std::logic_error("this classifier has no attribute head");
+    return at::log_softmax(class_head_->forward(hidden.mean(1)), -1);
+}
+
+at::Tensor SyntaxClassifierNet::predict_classes(const at::Tensor& tokens, at::Generator& gen) {
+    at::Tensor t;
+    const at::Tensor x = noisy_input(tokens, gen, t);
+    return class_log_probs(hidden(x, t)).argmax(-1);
+}
+
 at::Tensor SyntaxClassifierNet::noisy_input(const at::Tensor& tokens, at::Generator& gen, at::Tensor& t) {
     const int64_t B = tokens.size(0), L = tokens.size(1);
+    if (!noise_) {  // a clean-text judge: the input as the sampler's last step hands it over
+        t = at::full({B}, kMinTime, at::kFloat);
+        return family() == Family::continuous ? at::embedding(noise_embedding_, tokens) : tokens;
+    }
     if (family() == Family::continuous) {
         const int64_t T = schedule_.T();
         const at::Tensor k = at::randint(1, T + 1, {B}, gen, at::kLong);
@@ -128,19 +158,24 @@ at::Tensor SyntaxClassifierNet::noisy_input(const at::Tensor& tokens, at::Genera
 
 at::Tensor SyntaxClassifierNet::loss(const TrainingBatch& batch, at::Generator& gen) {
     const at::Tensor& tokens = batch.tokens;
-    if (!tokens.defined() || tokens.dim() != 2 || !batch.tags.defined() || !batch.targets.defined())
-        throw std::invalid_argument("the syntax classifier trains on tokens [B, L], tags [B, L] and span targets");
+    if (!tokens.defined() || tokens.dim() != 2 || (has_syntax_heads() && (!batch.tags.defined() || !batch.targets.defined())) ||
+        (!classes_.empty() && !batch.classes.defined()))
+        throw std::invalid_argument("the text classifier trains on tokens [B, L] with tags [B, L] and span targets (syntax "
+                                    "heads) and classes [B] (attribute head)");
     const int64_t L = tokens.size(1);
     at::Tensor t;
     const at::Tensor x = noisy_input(tokens, gen, t);
     const at::Tensor h = hidden(x, t);
+    at::Tensor total = at::zeros({}, h.options());
+    if (!classes_.empty()) total = total + at::nll_loss(class_log_probs(h), batch.classes);
+    if (!has_syntax_heads()) return total;
     const at::Tensor tag_loss = at::nll_loss(tag_log_probs(h).reshape({-1, static_cast<int64_t>(tags_.size()) + 1}),
                                              batch.tags.reshape({-1}));
     // Span [i, j) sits at (i, j - 1) of the span head's square.
     const at::Tensor span_targets = batch.targets.slice(1, 0, L).slice(2, 1, L + 1).reshape({-1});
     const at::Tensor span_loss = at::nll_loss(span_log_probs(h).reshape({-1, static_cast<int64_t>(labels_.size()) + 1}),
                                               span_targets, {}, at::Reduction::Mean, /*ignore_index=*/-1);
-    return tag_loss + span_loss;
+    return total + tag_loss + span_loss;
 }
 
 }  // namespace rudder::nn

@@ -28,6 +28,7 @@ struct TrainingBatch {
                           // classifier: int64 [B, L+1, L+1]
                           // label of span [i, j) (0 = not a constituent, -1 = not a span of the sentence)
     at::Tensor tags;      // syntax classifier: int64 [B, L], tag + 1 at each word, 0 after the text
+    at::Tensor classes;   // attribute classifier: int64 [B], the text's class
 };
 
 class TrainableNetwork : public torch::nn::Module {

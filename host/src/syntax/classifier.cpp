@@ -37,9 +37,10 @@ struct SyntaxClassifier::Impl {
 SyntaxClassifier::SyntaxClassifier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 SyntaxClassifier::~SyntaxClassifier() = default;
 
-std::shared_ptr<SyntaxClassifier> SyntaxClassifier::load(const std::filesystem::path& dir) {
+std::shared_ptr<SyntaxClassifier> SyntaxClassifier::load(const std::filesystem::path& dir, const std::string& type) {
     auto impl = std::make_unique<Impl>();
-    impl->model = load_network_model<nn::SyntaxClassifierNet>(dir, "syntax_classifier", "a noisy syntax classifier");
+    impl->model = load_network_model<nn::SyntaxClassifierNet>(
+        dir, type, type == "attribute_classifier" ? "an attribute classifier" : "a noisy syntax classifier");
     // Guidance differentiates with respect to the input only.
     for (auto& p : impl->model.network->parameters()) p.set_requires_grad(false);
     return std::shared_ptr<SyntaxClassifier>(new SyntaxClassifier(std::move(impl)));
@@ -53,9 +54,15 @@ const std::string& SyntaxClassifier::token(int64_t id) const { return impl_->mod
 const std::filesystem::path& SyntaxClassifier::dir() const { return impl_->model.dir; }
 const std::vector<std::string>& SyntaxClassifier::tags() const { return impl_->model.network->tags(); }
 const std::vector<std::string>& SyntaxClassifier::labels() const { return impl_->model.network->labels(); }
+const std::vector<std::string>& SyntaxClassifier::classes() const { return impl_->model.network->classes(); }
+bool SyntaxClassifier::noisy() const { return impl_->model.network->noisy(); }
 
 int64_t SyntaxClassifier::tag_class(const std::string& tag) const { return class_of(tags(), tag); }
 int64_t SyntaxClassifier::chain_class(const std::string& chain) const { return class_of(labels(), chain); }
+int64_t SyntaxClassifier::class_index(const std::string& name) const {
+    const auto it = std::find(classes().begin(), classes().end(), name);
+    return it == classes().end() ? -1 : static_cast<int64_t>(it - classes().begin());
+}
 
 std::vector<int64_t> SyntaxClassifier::label_classes(const std::string& label) const {
     std::vector<int64_t> out;
@@ -79,6 +86,18 @@ double SyntaxClassifier::embedding_distance(const float* table, int64_t rows, in
     if (!continuous() || mine.size(0) != rows || mine.size(1) != cols) return std::numeric_limits<double>::infinity();
     const at::Tensor theirs = at::from_blob(const_cast<float*>(table), {rows, cols}, at::kFloat);
     return (mine - theirs).abs().max().item<double>();
+}
+
+std::vector<double> SyntaxClassifier::class_log_probs(const std::string& text) {
+    nn::SyntaxClassifierNet& net = *impl_->model.network;
+    const WordTokenizer& vocabulary = *impl_->model.vocabulary;
+    std::vector<int64_t> ids = vocabulary.encode(text);
+    ids.resize(static_cast<size_t>(net.max_length()), vocabulary.pad_id());
+    at::NoGradGuard no_grad;
+    at::Tensor x = at::tensor(ids, at::kLong).unsqueeze(0);
+    if (continuous()) x = at::embedding(net.noise_embedding(), x);
+    const at::Tensor logp = net.class_log_probs(net.hidden(x, at::full({1}, nn::SyntaxClassifierNet::kMinTime, at::kFloat))).to(at::kDouble).contiguous();
+    return std::vector<double>(logp.data_ptr<double>(), logp.data_ptr<double>() + logp.numel());
 }
 
 void SyntaxClassifier::guide(const void* input, int64_t batch, int64_t length, double t, const SyntaxTarget& target,
@@ -138,6 +157,13 @@ void SyntaxClassifier::guide(const void* input, int64_t batch, int64_t length, d
         const at::Tensor logp = net.span_log_probs(h);  // [B, L, L, C]
         const at::Tensor flat = logp.reshape({batch, length * length, label_classes});
         total = total + allowed_mass(flat.index_select(1, at::tensor(index, at::kLong)), allowed).sum(1);
+    }
+    if (!target.classes.empty()) {
+        const auto n_classes = static_cast<int64_t>(classes().size());
+        std::vector<uint8_t> class_allowed(static_cast<size_t>(n_classes), 0);
+        for (int64_t c : target.classes) class_allowed[static_cast<size_t>(checked_class(c, n_classes, "attribute"))] = 1;
+        const at::Tensor allowed = at::from_blob(class_allowed.data(), {1, n_classes}, at::kByte).to(at::kBool);
+        total = total + allowed_mass(net.class_log_probs(h), allowed);
     }
     if (grad != nullptr) {
         total.sum().backward();

@@ -1,6 +1,6 @@
-// The noisy syntax classifier as the syntax controllers use it (pos, syntax_span, syntax_tree): load a model
-// directory of type "syntax_classifier" (written by `rudder train-controller`), and compute log p(target | x_t) and
-// its gradient with respect to the sampler's state. No LibTorch header here (the network is behind a pointer), so
+// The noisy text classifier as the classifier controllers use it (pos, syntax_span, syntax_tree, sentiment): load
+// a model directory of type "syntax_classifier" or "attribute_classifier" (written by `rudder train-controller`),
+// and compute log p(target | x_t) and its gradient with respect to the sampler's state. No LibTorch header here (the network is behind a pointer), so
 // a controller including it compiles in seconds; it links rudder_syntax. Not thread-safe: one call at a time.
 #pragma once
 
@@ -25,12 +25,15 @@ struct SyntaxTarget {
         std::vector<int64_t> classes;
     };
     std::vector<Span> spans;
+    // The text's allowed attribute classes (SyntaxClassifier::class_index); empty leaves the class free.
+    std::vector<int64_t> classes;
 };
 
 class SyntaxClassifier {
 public:
-    // Throws ModelError naming the file and the problem.
-    static std::shared_ptr<SyntaxClassifier> load(const std::filesystem::path& dir);
+    // `type`: the config.json type expected, "syntax_classifier" or "attribute_classifier". Throws ModelError
+    // naming the file and the problem.
+    static std::shared_ptr<SyntaxClassifier> load(const std::filesystem::path& dir, const std::string& type = "syntax_classifier");
     ~SyntaxClassifier();
 
     bool continuous() const;     // which family's noise it was trained on
@@ -41,6 +44,8 @@ public:
     const std::filesystem::path& dir() const;
     const std::vector<std::string>& tags() const;    // class k + 1 is tags()[k]
     const std::vector<std::string>& labels() const;  // class k + 1 is labels()[k]: unary chains such as "S+VP"
+    const std::vector<std::string>& classes() const; // attribute class k is classes()[k]; empty without that head
+    bool noisy() const;  // false: trained on clean text only (a judge)
 
     // The class of a PTB tag (joined tags such as "PRP+VBZ" included), -1 if the classifier never saw it.
     int64_t tag_class(const std::string& tag) const;
@@ -48,10 +53,17 @@ public:
     std::vector<int64_t> label_classes(const std::string& label) const;
     // The exact chain label's class (e.g. "S+VP"), -1 if unknown.
     int64_t chain_class(const std::string& chain) const;
+    // The attribute class named `name`, -1 if unknown.
+    int64_t class_index(const std::string& name) const;
 
     // The largest absolute difference between `table` [rows, cols] and the denoiser embedding the classifier was
     // trained with (continuous), or +inf if the shapes differ.
     double embedding_distance(const float* table, int64_t rows, int64_t cols) const;
+
+    // The attribute classes' log-probabilities for a clean text, tokenized with the classifier's own vocabulary
+    // (words it does not know become its unknown token) and padded, or cut, to max_length, at the smallest time
+    // trained on: how a clean-text judge ("noise": false) classifies. Throws std::logic_error without that head.
+    std::vector<double> class_log_probs(const std::string& text);
 
     // log p(target | input at time t) for each of the `batch` rows into log_prob (may be null), and its gradient
     // into grad (may be null). Continuous: input is the latent, float [batch, length, embed_dim], and grad has its

@@ -1,5 +1,9 @@
 #include "train/config.hpp"
 
+#include <set>
+
+#include "meaning.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -180,6 +184,39 @@ void ObjectReader::reject_unknown_keys() {
         if (!guess.empty()) message += "; did you mean '" + guess + "'?";
         issue(key, message);
     }
+}
+
+json read_attribute_classes(ObjectReader& parent, const std::string& key, bool required, std::vector<ConfigIssue>& issues) {
+    json attribute = parent.object(key, required);
+    if (!parent.has(key)) return attribute;
+    ObjectReader r(attribute, parent.pointer(key), issues);
+    r.string("field", std::nullopt);
+    const json classes = r.object("classes", true);
+    if (r.has("classes") && classes.size() < 2) r.issue("classes", "expected at least two classes, each {\"name\": [MR values]}");
+    ObjectReader values(classes, r.pointer("classes"), issues);
+    std::set<std::string> seen;
+    for (const auto& item : classes.items())
+        for (const auto& v : values.strings(item.key(), true))
+            if (!seen.insert(v).second) values.issue(item.key(), "the value \"" + v + "\" is in two classes");
+    r.reject_unknown_keys();
+    return attribute;
+}
+
+std::string attribute_class(const json& attribute, const std::string& mr) {
+    const std::string field = attribute.at("field").get<std::string>();
+    std::vector<meaning::Field> fields;
+    try {
+        fields = meaning::parse(mr);
+    } catch (const Error& e) {
+        throw std::runtime_error(e.what());
+    }
+    for (const auto& f : fields) {
+        if (f.attribute != field) continue;
+        for (const auto& item : attribute.at("classes").items())
+            for (const auto& value : item.value())
+                if (value == f.value) return item.key();
+    }
+    return "";
 }
 
 }  // namespace rudder::train

@@ -72,4 +72,14 @@ private:
     bool is_object_;
 };
 
+// An attribute's classes as E2E meaning representations give them (the attribute_classifier's labels, the
+// sentiment targets of `rudder eval`): {"field": "customer rating", "classes": {"negative": ["low", "1 out of 5"],
+// "positive": ["high", "5 out of 5"]}}, at least two classes, no value in two. Reads it from `parent`'s `key`
+// (an empty object if missing and not required), recording problems in `issues`.
+nlohmann::json read_attribute_classes(ObjectReader& parent, const std::string& key, bool required,
+                                      std::vector<ConfigIssue>& issues);
+// The class the meaning representation's field value falls in, or "" (no such field, or a value of no class).
+// Throws std::runtime_error for a malformed meaning representation.
+std::string attribute_class(const nlohmann::json& attribute, const std::string& mr);
+
 }  // namespace rudder::train

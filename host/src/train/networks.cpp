@@ -15,7 +15,7 @@ using json = nlohmann::json;
 
 const std::vector<std::string>& network_kinds() {
     static const std::vector<std::string> kinds = {"teacher", "continuous", "discrete", "tagger", "parser",
-                                                      "syntax_classifier"};
+                                                      "syntax_classifier", "attribute_classifier"};
     return kinds;
 }
 
@@ -29,9 +29,9 @@ std::shared_ptr<nn::TrainableNetwork> make_network(const std::string& kind, cons
     if (kind == "discrete") return std::make_shared<nn::DiscreteDenoiserNet>(network_config, tokenizer);
     if (kind == "tagger") return std::make_shared<nn::TaggerNet>(network_config, tokenizer);
     if (kind == "parser") return std::make_shared<nn::ParserNet>(network_config, tokenizer);
-    if (kind == "syntax_classifier") return std::make_shared<nn::SyntaxClassifierNet>(network_config, tokenizer);
+    if (kind == "syntax_classifier" || kind == "attribute_classifier") return std::make_shared<nn::SyntaxClassifierNet>(network_config, tokenizer);
     throw std::invalid_argument("unknown network kind '" + kind +
-                                "' (known: teacher, continuous, discrete, tagger, parser, syntax_classifier)");
+                                "' (known: teacher, continuous, discrete, tagger, parser, syntax_classifier, attribute_classifier)");
 }
 
 std::vector<std::pair<std::string, at::Tensor>> module_tensors(const torch::nn::Module& module) {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <random>
@@ -59,6 +60,7 @@ fs::path input_file(ObjectReader& r, const std::string& key, bool required, cons
 // the parser; `rudder annotate` output for a controller's classifier. (The teacher and the denoisers read E2E CSV.)
 void check_data_file(ObjectReader& r, const std::string& key, const fs::path& file, const std::string& kind) {
     if (file.empty() || kind.empty()) return;
+    if (kind == "attribute_classifier") return;  // E2E CSV, whatever its name
     if (is_controller_kind(kind)) {
         const std::string name = file.filename().string();
         if (name.find(".jsonl") == std::string::npos)
@@ -138,6 +140,7 @@ struct Example {
     // tagger: (PTB tag, universal tag) per token, -1 = unknown; parser: (start, end, label) per constituent
     std::vector<int64_t> targets;
     std::vector<int64_t> tags;  // syntax classifier: tag + 1 per token
+    int64_t label = -1;         // attribute classifier: the text's class
 };
 
 struct Dataset {
@@ -147,6 +150,7 @@ struct Dataset {
     int64_t dropped_empty = 0;
     int64_t unknown_labels = 0;  // dev only: gold tags or constituents the training data never had
     int64_t dropped_misaligned = 0;  // annotations whose words are not the tokenizer's tokens
+    int64_t dropped_unlabelled = 0;  // attribute classifier: texts whose meaning representation maps to no class
 };
 
 // The label sets of a treebank, in order of first appearance in the training data.
@@ -253,6 +257,34 @@ Dataset encode_annotations(const fs::path& file, const Tokenizer& tokenizer, Tre
     return data;
 }
 
+// E2E records as attribute classifier examples: the text's tokens and the class its meaning representation's
+// `field` value maps to (attribute.classes: {class: [values]}); records with another value, or none, are dropped.
+Dataset encode_attribute(const std::vector<E2ERecord>& records, const Tokenizer& tokenizer, const json& attribute,
+                         const std::vector<std::string>& classes, int64_t max_length) {
+    Dataset data;
+    for (const auto& record : records) {
+        const auto it = std::find(classes.begin(), classes.end(), attribute_class(attribute, record.mr));
+        const int64_t label = it == classes.end() ? -1 : static_cast<int64_t>(it - classes.begin());
+        if (label < 0) {
+            ++data.dropped_unlabelled;
+            continue;
+        }
+        Example e;
+        e.tokens = tokenizer.encode(record.ref);
+        e.label = label;
+        if (e.tokens.empty()) {
+            ++data.dropped_empty;
+            continue;
+        }
+        if (static_cast<int64_t>(e.tokens.size()) > max_length) {
+            ++data.dropped_too_long;
+            continue;
+        }
+        data.examples.push_back(std::move(e));
+    }
+    return data;
+}
+
 Dataset encode_records(const std::vector<E2ERecord>& records, const Tokenizer& tokenizer, const TrainConfig& config,
                        bool conditional) {
     Dataset data;
@@ -340,24 +372,32 @@ nn::TrainingBatch make_syntax_batch(const std::vector<Example>& examples, const 
     return batch;
 }
 
-// A batch for the syntax classifier: tokens padded to max_length (the length the sampler runs at), tag + 1 per
-// word and 0 after the text, span targets as the parser's.
+// A batch for a controller's classifier: tokens padded to max_length (the length the sampler runs at); for the
+// syntax classifier tag + 1 per word and 0 after the text, span targets as the parser's; for the attribute
+// classifier the text's class.
 nn::TrainingBatch make_classifier_batch(const std::vector<Example>& examples, const std::vector<int64_t>& rows,
                                         int64_t max_length, int64_t pad) {
     const int64_t B = static_cast<int64_t>(rows.size()), L = max_length;
     nn::TrainingBatch batch;
     batch.tokens = at::full({B, L}, pad, at::kLong);
-    batch.tags = at::zeros({B, L}, at::kLong);
-    batch.targets = at::full({B, L + 1, L + 1}, -1, at::kLong);
     auto tokens = batch.tokens.accessor<int64_t, 2>();
-    auto tags = batch.tags.accessor<int64_t, 2>();
+    const bool attribute = !examples.empty() && examples.front().label >= 0;
+    if (attribute) {
+        batch.classes = at::zeros({B}, at::kLong);
+    } else {
+        batch.tags = at::zeros({B, L}, at::kLong);
+        batch.targets = at::full({B, L + 1, L + 1}, -1, at::kLong);
+    }
     for (int64_t b = 0; b < B; ++b) {
         const Example& e = examples[static_cast<size_t>(rows[static_cast<size_t>(b)])];
         const auto n = static_cast<int64_t>(e.tokens.size());
-        for (int64_t t = 0; t < n; ++t) {
-            tokens[b][t] = e.tokens[static_cast<size_t>(t)];
-            tags[b][t] = e.tags[static_cast<size_t>(t)];
+        for (int64_t t = 0; t < n; ++t) tokens[b][t] = e.tokens[static_cast<size_t>(t)];
+        if (attribute) {
+            batch.classes[b] = e.label;
+            continue;
         }
+        auto tags = batch.tags.accessor<int64_t, 2>();
+        for (int64_t t = 0; t < n; ++t) tags[b][t] = e.tags[static_cast<size_t>(t)];
         fill_span_targets(batch.targets, b, n, e.targets);
     }
     return batch;
@@ -455,7 +495,7 @@ private:
         return syntax_ ? make_syntax_batch(data.examples, rows, c_.kind)
                        : make_batch(data.examples, rows, c_.max_length, tokenizer_->pad_id(), conditional_);
     }
-    void load_annotations();  // the syntax classifier
+    void load_annotations();  // a controller's classifier: the denoiser's settings, then its data
     void copy_denoiser_embedding();
     void load_e2e();        // E2E CSV: the teacher and the denoisers
     void load_treebanks();  // the tagger and the parser
@@ -472,6 +512,7 @@ private:
     int64_t init_steps_ = 0;       // steps behind the training.init_from weights, earlier stages included
     double run_seconds_ = 0.0;
     std::optional<double> last_dev_;
+    std::optional<double> last_dev_accuracy_;  // attribute classifier: share of dev texts classed right
 };
 
 void Trainer::prepare_out_dir() {
@@ -574,7 +615,7 @@ void Trainer::load_annotations() {
         throw ModelError("'" + c_.denoiser.string() + "' is not a trained denoiser (config.json \"type\": \"transformer\")");
     network_config_ = c_.network;
     std::vector<ConfigIssue> issues;
-    for (const char* key : {"family", "vocab_size", "embed_dim", "schedule", "mask_schedule", "tags", "labels"}) {
+    for (const char* key : {"family", "vocab_size", "embed_dim", "schedule", "mask_schedule", "tags", "labels", "classes"}) {
         if (network_config_.contains(key)) {
             issues.push_back({std::string("/network/") + key, "filled in from the denoiser and the data; leave it out"});
             continue;
@@ -582,6 +623,15 @@ void Trainer::load_annotations() {
         if (denoiser.at("network").contains(key)) network_config_[key] = denoiser.at("network").at(key);
     }
     if (!issues.empty()) throw ConfigError(c_.source, std::move(issues));
+    if (c_.kind == "attribute_classifier") {
+        std::vector<std::string> classes;
+        for (const auto& item : c_.attribute.at("classes").items()) classes.push_back(item.key());
+        network_config_["classes"] = classes;
+        train_ = encode_attribute(read_e2e_csv(c_.train_file), *tokenizer_, c_.attribute, classes, c_.max_length);
+        if (!c_.dev_file.empty())
+            dev_ = encode_attribute(read_e2e_csv(c_.dev_file), *tokenizer_, c_.attribute, classes, c_.max_length);
+        return;
+    }
     TreebankLabels labels;
     train_ = encode_annotations(c_.train_file, *tokenizer_, labels, /*grow=*/true, c_.max_length);
     if (!c_.dev_file.empty()) dev_ = encode_annotations(c_.dev_file, *tokenizer_, labels, /*grow=*/false, c_.max_length);
@@ -738,8 +788,10 @@ void Trainer::start_from_model(bool load_weights) {
 double Trainer::dev_loss() {
     at::NoGradGuard no_grad;
     network_->eval();
+    auto* classifier = dynamic_cast<nn::SyntaxClassifierNet*>(network_.get());
+    const bool attribute = classifier != nullptr && !classifier->classes().empty();
     double sum = 0.0;
-    int64_t rows_done = 0;
+    int64_t rows_done = 0, correct = 0;
     const auto n = static_cast<int64_t>(dev_.examples.size());
     for (int64_t start = 0, index = 0; start < n; start += c_.batch_size, ++index) {
         std::vector<int64_t> rows;
@@ -749,8 +801,13 @@ double Trainer::dev_loss() {
         at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(derived_seed(c_.seed, Stream::dev, static_cast<uint64_t>(index)));
         sum += network_->loss(batch, gen).item<double>() * static_cast<double>(rows.size());
         rows_done += static_cast<int64_t>(rows.size());
+        if (attribute) {
+            at::Generator same = at::make_generator<at::CPUGeneratorImpl>(derived_seed(c_.seed, Stream::dev, static_cast<uint64_t>(index)));
+            correct += classifier->predict_classes(batch.tokens, same).eq(batch.classes).sum().item<int64_t>();
+        }
     }
     network_->train();
+    if (attribute) last_dev_accuracy_ = static_cast<double>(correct) / static_cast<double>(rows_done);
     return sum / static_cast<double>(rows_done);
 }
 
@@ -758,6 +815,8 @@ void Trainer::log_step(int64_t step, double loss, std::optional<double> dev, dou
     const double rate = run_seconds_ > 0 ? static_cast<double>(step - start_step_) / run_seconds_ : 0.0;
     char dev_text[32] = "";
     if (dev) std::snprintf(dev_text, sizeof dev_text, "  dev %.4f", *dev);
+    if (dev && last_dev_accuracy_)
+        std::snprintf(dev_text + std::strlen(dev_text), sizeof dev_text - std::strlen(dev_text), " (accuracy %.3f)", *last_dev_accuracy_);
     char line[256];
     std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f%s  lr %.2e  %.2f steps/s  ETA %s",
                   static_cast<long long>(step), static_cast<long long>(c_.steps), loss, dev_text, lr, rate,
@@ -766,6 +825,7 @@ void Trainer::log_step(int64_t step, double loss, std::optional<double> dev, dou
     const json entry = {{"step", step},
                         {"loss", loss},
                         {"dev_loss", dev ? json(*dev) : json(nullptr)},
+                        {"dev_accuracy", dev && last_dev_accuracy_ ? json(*last_dev_accuracy_) : json(nullptr)},
                         {"lr", lr},
                         {"seconds", seconds_before_ + run_seconds_}};
     std::ofstream log(c_.out / "train_log.jsonl", std::ios::app);
@@ -797,6 +857,7 @@ void Trainer::write_model(const TrainResult& result) {
     if (!c_.init_from.empty())
         config["training"]["init_from"] = {{"model", c_.init_from.string()}, {"steps", init_steps_}};
     if (controller_) config["denoiser"] = c_.denoiser.filename().string();
+    if (last_dev_accuracy_) config["training"]["dev_accuracy"] = *last_dev_accuracy_;
     write_atomically(c_.out / "vocab.txt", vocab_text(*tokenizer_));
     save_safetensors(c_.out / "model.safetensors", module_tensors(*network_),
                      {{"format", "pt"}, {"rudder_kind", c_.kind}, {"step", std::to_string(result.step)}});
@@ -855,7 +916,10 @@ TrainResult Trainer::run() {
              << " thread" << (c_.threads == 1 ? "" : "s");
         if (syntax_ || controller_) {
             const json& net = network_->config();
-            if (controller_)
+            if (c_.kind == "attribute_classifier")
+                line << "; classes " << net.at("classes").dump() << ", " << train_.dropped_unlabelled
+                     << " texts with no class dropped" << (net.value("noise", true) ? "" : "; clean text (no noise)");
+            else if (controller_)
                 line << "; " << net.at("tags").size() << " tags, " << net.at("labels").size() << " span labels";
             else if (c_.kind == "tagger")
                 line << "; " << net.at("tags").size() << " PTB tags, " << net.at("upos").size() << " universal tags";
@@ -937,7 +1001,7 @@ TrainResult Trainer::run() {
 
 }  // namespace
 
-bool is_controller_kind(const std::string& kind) { return kind == "syntax_classifier"; }
+bool is_controller_kind(const std::string& kind) { return kind == "syntax_classifier" || kind == "attribute_classifier"; }
 
 json TrainConfig::identity() const {
     json id = {{"kind", kind},
@@ -956,6 +1020,7 @@ json TrainConfig::identity() const {
     if (vocab_file.empty()) id["tokenizer"] = {{"min_count", min_count}};
     if (is_denoiser_kind(kind)) id["max_condition_length"] = max_condition_length;
     if (!init_from.empty()) id["training"]["init_from"] = init_from.string();
+    if (!attribute.is_null()) id["attribute"] = attribute;
     if (!denoiser.empty()) id["denoiser"] = denoiser.string();
     return id;
 }
@@ -978,6 +1043,11 @@ TrainConfig parse_train_config(const json& j, const fs::path& base_dir, const st
     check_data_file(data, "dev", c.dev_file, c.kind);
     c.dev_every = data.integer("dev_every", 500, 1, kMaxSteps);
     c.dev_max_texts = data.integer("dev_max_texts", 1000, 1, kMaxCount);
+    if (c.kind == "attribute_classifier") {
+        c.attribute = read_attribute_classes(data, "attribute", true, issues);
+    } else if (data.has("attribute")) {
+        data.issue("attribute", "applies to the attribute_classifier kind only");
+    }
     data.reject_unknown_keys();
 
     ObjectReader tokenizer(root.object("tokenizer", false), "/tokenizer", issues);
@@ -992,7 +1062,8 @@ TrainConfig parse_train_config(const json& j, const fs::path& base_dir, const st
             root.issue("denoiser", "'" + c.denoiser.string() + "' is not a trained denoiser directory (config.json, vocab.txt)");
         c.vocab_file = c.denoiser / "vocab.txt";
     } else if (root.has("denoiser")) {
-        root.issue("denoiser", "applies to the controller kinds (syntax_classifier); the " + c.kind + " has none");
+        root.issue("denoiser", "applies to the controller kinds (syntax_classifier, attribute_classifier); the " + c.kind +
+                                   " has none");
     }
     if (tokenizer.has("vocab") && tokenizer.has("min_count"))
         tokenizer.issue("min_count", "applies only when the vocabulary is built; give \"vocab\" or \"min_count\", not both");

@@ -16,9 +16,11 @@
 namespace rudder::train {
 
 struct TrainConfig {
-    std::string kind;  // teacher | continuous | discrete | tagger | parser | syntax_classifier
-    // syntax_classifier: the denoiser whose noise and vocabulary the classifier learns
+    std::string kind;  // teacher | continuous | discrete | tagger | parser | syntax_classifier | attribute_classifier
+    // syntax_classifier, attribute_classifier: the denoiser whose noise and vocabulary the classifier learns
     std::filesystem::path denoiser;
+    // attribute_classifier: {"field": MR attribute, "classes": {class: [MR values]}} (data.attribute)
+    nlohmann::json attribute;
 
     // data
     std::filesystem::path train_file;
@@ -60,8 +62,9 @@ struct TrainConfig {
     nlohmann::json identity() const;
 };
 
-// The noisy classifiers that guide controllers ("syntax_classifier", nn/syntax_classifier.hpp): trained with
-// `rudder train-controller` on text annotated by `rudder annotate`, noised as the config's "denoiser" noises it.
+// The noisy classifiers that guide controllers (nn/syntax_classifier.hpp), trained with `rudder train-controller`
+// on text noised as the config's "denoiser" noises it: "syntax_classifier" on text annotated by `rudder annotate`,
+// "attribute_classifier" on E2E CSV, each text's class read from its meaning representation.
 bool is_controller_kind(const std::string& kind);
 
 // Checks a config (every problem at once, each with its JSON pointer and what was expected). Relative paths are

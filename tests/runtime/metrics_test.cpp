@@ -1,0 +1,60 @@
+// corpus_bleu against values worked out by hand from the definition (Papineni et al. 2002).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "metrics.hpp"
+
+namespace {
+
+using Words = std::vector<std::string>;
+
+Words words(const std::string& text) {
+    Words out;
+    std::string w;
+    for (char c : text + " ") {
+        if (c != ' ') w += c;
+        else if (!w.empty()) out.push_back(w), w.clear();
+    }
+    return out;
+}
+
+TEST(CorpusBleu, IdenticalTextsScoreOne) {
+    EXPECT_DOUBLE_EQ(rudder::corpus_bleu({words("the eagle is a pub in the city centre")},
+                                         {words("the eagle is a pub in the city centre")}),
+                     1.0);
+}
+
+TEST(CorpusBleu, ClippedPrecisionsAndBrevityPenalty) {
+    // Hypothesis of 6 words against a reference of 7: unigrams 5/6 match ("the" clipped to the reference's one),
+    // bigrams 4/5, trigrams 3/4, 4-grams 2/3; brevity penalty exp(1 - 7/6).
+    const Words hyp = words("the the eagle is a pub");
+    const Words ref = words("the eagle is a pub by rivers");
+    const double expected = std::exp(std::log(5.0 / 6) / 4 + std::log(4.0 / 5) / 4 + std::log(3.0 / 4) / 4 +
+                                     std::log(2.0 / 3) / 4 + (1.0 - 7.0 / 6.0));
+    EXPECT_NEAR(rudder::corpus_bleu({hyp}, {ref}), expected, 1e-12);
+}
+
+TEST(CorpusBleu, CountsArePooledOverTheCorpus) {
+    // Sentence 1 has no 4-gram match, sentence 2 has one: pooled, the corpus score is not zero.
+    const std::vector<Words> hyps = {words("a b c x"), words("a b c d")};
+    const std::vector<Words> refs = {words("a b c d"), words("a b c d")};
+    // unigrams 7/8, bigrams 5/6, trigrams 3/4, 4-grams 1/2; equal lengths, no penalty.
+    const double expected = std::exp((std::log(7.0 / 8) + std::log(5.0 / 6) + std::log(3.0 / 4) + std::log(1.0 / 2)) / 4);
+    EXPECT_NEAR(rudder::corpus_bleu(hyps, refs), expected, 1e-12);
+}
+
+TEST(CorpusBleu, NoMatchOfSomeOrderGivesZero) {
+    EXPECT_EQ(rudder::corpus_bleu({words("a b c")}, {words("a b c")}), 0.0);  // no 4-grams at all
+    EXPECT_EQ(rudder::corpus_bleu({words("x y z w")}, {words("a b c d")}), 0.0);
+    EXPECT_EQ(rudder::corpus_bleu({}, {}), 0.0);
+}
+
+TEST(CorpusBleu, RefusesMismatchedCounts) {
+    EXPECT_THROW(rudder::corpus_bleu({words("a")}, {}), std::invalid_argument);
+}
+
+}  // namespace
