@@ -20,6 +20,7 @@
 #include "metrics.hpp"
 #include "model.hpp"
 #include "recipe.hpp"
+#include "safetensors.hpp"
 #include "text_files.hpp"
 #include "train/score.hpp"
 #include "train/trainer.hpp"
@@ -266,6 +267,17 @@ int cmd_score(const std::string& file, const std::string& teacher_name, const st
     return kExitOk;
 }
 
+int cmd_convert_weights(const std::string& model, const std::string& dtype_name) {
+    const std::filesystem::path dir = rudder::resolve_model(model, std::filesystem::current_path(), rudder::default_model_path());
+    const nlohmann::json config = rudder::read_json_file(dir / "config.json");
+    const std::filesystem::path weights = dir / config.value("weights", std::string("model.safetensors"));
+    const auto before = std::filesystem::file_size(weights);
+    const uint64_t after = rudder::convert_floating_tensors(weights, dtype_name);
+    std::cout << weights.string() << ": floating-point tensors stored as " << dtype_name << ", " << before / 1024 << " KB -> "
+              << after / 1024 << " KB\n";
+    return kExitOk;
+}
+
 int cmd_models() {
     const auto path = rudder::default_model_path();
     std::cout << "search path:\n";
@@ -316,6 +328,12 @@ int main(int argc, char** argv) {
     corpus->add_option("--embed-dim", corpus_options.embed_dim, "Continuous family: embedding width")
         ->check(CLI::Range(1, 4096));
     corpus->add_option("--embed-seed", corpus_options.embed_seed, "Continuous family: embedding seed");
+
+    std::string convert_model, convert_dtype = "float16";
+    auto* convert = app.add_subcommand("convert-weights", "Store a model's floating-point weights as float16 (half the size) or float32");
+    convert->add_option("model", convert_model, "Bundled model name or model directory")->required();
+    convert->add_option("--dtype", convert_dtype, "float16 (default), bfloat16 or float32")
+        ->check(CLI::IsMember({"float16", "bfloat16", "float32"}));
 
     std::string train_config;
     int64_t stop_after = 0;
@@ -424,6 +442,7 @@ int main(int argc, char** argv) {
         if (plugins->parsed()) return cmd_plugins(as_json);
         if (models->parsed()) return cmd_models();
         if (corpus->parsed()) return cmd_corpus_model(corpus_input, corpus_out, corpus_options);
+        if (convert->parsed()) return cmd_convert_weights(convert_model, convert_dtype);
         if (train->parsed()) return cmd_train(train_config, stop_after, overwrite, quiet, false);
         if (train_controller->parsed()) return cmd_train(train_config, stop_after, overwrite, quiet, true);
         if (score->parsed()) return cmd_score(score_file, teacher_name, score_against, as_json, score_batch);

@@ -286,4 +286,18 @@ SafeTensors read_safetensors(std::istream& in, uint64_t file_size, const fs::pat
     return result;
 }
 
+uint64_t convert_floating_tensors(const std::filesystem::path& file, const std::string& dtype_name) {
+    const std::map<std::string, at::ScalarType> dtypes = {{"float16", at::kHalf}, {"bfloat16", at::kBFloat16}, {"float32", at::kFloat}};
+    const auto found = dtypes.find(dtype_name);
+    if (found == dtypes.end())
+        throw SafeTensorsError("'" + file.string() + "': weights can be stored as float16, bfloat16 or float32, not '" +
+                               dtype_name + "'");
+    const at::ScalarType dtype = found->second;
+    SafeTensors st = load_safetensors(file);
+    for (auto& [name, tensor] : st.tensors)
+        if (at::isFloatingType(tensor.scalar_type())) tensor = tensor.to(dtype).contiguous();
+    save_safetensors(file, st.tensors, st.metadata);
+    return static_cast<uint64_t>(std::filesystem::file_size(file));
+}
+
 }  // namespace rudder

@@ -304,6 +304,21 @@ PY
       grep -qF "$unwanted" <<<"$err" && fail "'$unwanted' in: $err"
     done
     ;;
+  convert_weights)
+    # float16 storage: half the file, loaded into float32 parameters, the same perplexity to float16 rounding.
+    train -q || fail "train exit $?"
+    before=$(stat -c %s "$work/model/model.safetensors")
+    ppl_before=$("$rudder" score "$work/train.csv" --teacher "$work/model" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["perplexity"])')
+    out=$("$rudder" convert-weights "$work/model") || fail "convert exit $?"
+    grep -q "model.safetensors: floating-point tensors stored as float16, [0-9]* KB -> [0-9]* KB" <<<"$out" || fail "$out"
+    after=$(stat -c %s "$work/model/model.safetensors")
+    [ "$after" -lt $((before * 6 / 10)) ] || fail "float16 file is $after bytes, float32 was $before"
+    ppl_after=$("$rudder" score "$work/train.csv" --teacher "$work/model" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["perplexity"])')
+    python3 -c "import sys; a, b = map(float, sys.argv[1:]); assert abs(a - b) < 0.01 * a, (a, b)" "$ppl_before" "$ppl_after" \
+      || fail "perplexity $ppl_before -> $ppl_after"
+    err=$("$rudder" convert-weights "$work/model" --dtype int8 2>&1); code=$?
+    [ $code -eq 2 ] || fail "expected exit 2, got $code: $err"
+    ;;
   *) fail "unknown case $case" ;;
 esac
 echo "ok: $case"

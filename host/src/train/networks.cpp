@@ -53,7 +53,10 @@ void load_module_tensors(torch::nn::Module& module, const SafeTensors& tensors, 
         if (source->sizes() != target.sizes())
             fail("tensor '" + prefix + name + "' has shape " + c10::str(source->sizes()) + ", the network expects " +
                  c10::str(target.sizes()));
-        if (source->scalar_type() != target.scalar_type())
+        // Float parameters may be stored narrower (`rudder convert-weights`); copy_ widens them.
+        const bool widened = target.scalar_type() == at::kFloat &&
+                             (source->scalar_type() == at::kHalf || source->scalar_type() == at::kBFloat16);
+        if (source->scalar_type() != target.scalar_type() && !widened)
             fail("tensor '" + prefix + name + "' is " + std::string(c10::toString(source->scalar_type())) +
                  ", the network expects " + c10::toString(target.scalar_type()));
         target.copy_(*source);
