@@ -23,6 +23,14 @@ cat > "$work/teacher.json" <<'JSON'
   "max_length": 12, "out": "model" }
 JSON
 train() { "$rudder" train "$work/teacher.json" "$@"; }
+# `rudder validate` must refuse the recipe $1 edited by the sed expression $2 (exit 2) with a message matching $3.
+refused_recipe() {
+  sed "$2" "$work/$1" > "$work/edited.json"
+  local err code
+  err=$("$rudder" validate "$work/edited.json" 2>&1); code=$?
+  [ $code -eq 2 ] || fail "expected exit 2, got $code: $err"
+  grep -q -- "$3" <<<"$err" || fail "$err"
+}
 
 case $case in
   train_and_score)
@@ -132,14 +140,9 @@ for s in lines:
     want = ("aromi" in words) + ("french" in words)
     assert v["score"] == want / 2 and v["satisfied"] == (want == 2), s
 PY
-    sed 's/"name\[Aromi\], food\[French\]"/"name Aromi"/' "$work/cfg.json" > "$work/bad_mr.json"
-    err=$("$rudder" validate "$work/bad_mr.json" 2>&1); code=$?
-    [ $code -eq 2 ] || fail "expected exit 2, got $code: $err"
-    grep -q '/controllers/0/params.*/condition: meaning representation "name Aromi": expected attribute\[value\]' <<<"$err" || fail "$err"
-    sed 's/"gamma": 2/"gamma": -1/' "$work/cfg.json" > "$work/bad_gamma.json"
-    err=$("$rudder" validate "$work/bad_gamma.json" 2>&1); code=$?
-    [ $code -eq 2 ] || fail "expected exit 2, got $code: $err"
-    grep -q "/gamma: expected a number in \[0, 100\], got -1" <<<"$err" || fail "$err"
+    refused_recipe cfg.json 's/"name\[Aromi\], food\[French\]"/"name Aromi"/' \
+      '/controllers/0/params.*/condition: meaning representation "name Aromi": expected attribute\[value\]'
+    refused_recipe cfg.json 's/"gamma": 2/"gamma": -1/' "/gamma: expected a number in \[0, 100\], got -1"
     # `rudder eval` with meaning-representation targets from E2E CSV and a per-task gamma.
     train -q || fail "teacher train exit $?"
     cat > "$work/suite.json" <<'JSON'
@@ -228,10 +231,7 @@ PY
     err=$(cd "$work" && RUDDER_MODEL_PATH="$work" "$rudder" generate -q bad_polarity.json 2>&1 >/dev/null); code=$?
     [ $code -ne 0 ] || fail "an unknown polarity must fail"
     grep -q "/polarity: '.*denoiser-sentiment' has no class 'glad' (its classes: negative positive)" <<<"$err" || fail "$err"
-    sed 's/"fields": \["food\[Italian\]"\]/"fields": []/' "$work/attr.json" > "$work/bad_fields.json"
-    err=$("$rudder" validate "$work/bad_fields.json" 2>&1); code=$?
-    [ $code -eq 2 ] || fail "expected exit 2, got $code: $err"
-    grep -q "/fields: expected a non-empty array of fields" <<<"$err" || fail "$err"
+    refused_recipe attr.json 's/"fields": \["food\[Italian\]"\]/"fields": []/' "/fields: expected a non-empty array of fields"
     python3 - "$work/sentiment.json" "$work/bad_attribute.json" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))

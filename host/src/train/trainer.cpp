@@ -213,6 +213,20 @@ Dataset encode_treebank(const std::vector<syntax::TreebankSentence>& sentences, 
     return data;
 }
 
+// A classifier example's tokens; false (the drop counted in `data`) for an empty text or one over max_length.
+bool encode_text(const Tokenizer& tokenizer, const std::string& text, int64_t max_length, Example& e, Dataset& data) {
+    e.tokens = tokenizer.encode(text);
+    if (e.tokens.empty()) {
+        ++data.dropped_empty;
+        return false;
+    }
+    if (static_cast<int64_t>(e.tokens.size()) > max_length) {
+        ++data.dropped_too_long;
+        return false;
+    }
+    return true;
+}
+
 // `rudder annotate` output (one {"text", "words", "pos", "tree"} object per line) as syntax classifier examples:
 // the text's token ids, tag + 1 per token and its tree's chain spans. With `grow`, new tags and labels join the
 // sets; otherwise they are counted as unknown (the tag becomes "no word", the span "no constituent").
@@ -224,15 +238,7 @@ Dataset encode_annotations(const fs::path& file, const Tokenizer& tokenizer, Tre
         if (a.tree.empty())
             throw std::runtime_error(where + ": no tree (annotate with the parser, not --tags-only)");
         Example e;
-        e.tokens = tokenizer.encode(a.text);
-        if (e.tokens.empty()) {
-            ++data.dropped_empty;
-            continue;
-        }
-        if (static_cast<int64_t>(e.tokens.size()) > max_length) {
-            ++data.dropped_too_long;
-            continue;
-        }
+        if (!encode_text(tokenizer, a.text, max_length, e, data)) continue;
         if (a.pos.size() != e.tokens.size()) {
             ++data.dropped_misaligned;
             continue;
@@ -270,17 +276,8 @@ Dataset encode_attribute(const std::vector<E2ERecord>& records, const Tokenizer&
             continue;
         }
         Example e;
-        e.tokens = tokenizer.encode(record.ref);
         e.label = label;
-        if (e.tokens.empty()) {
-            ++data.dropped_empty;
-            continue;
-        }
-        if (static_cast<int64_t>(e.tokens.size()) > max_length) {
-            ++data.dropped_too_long;
-            continue;
-        }
-        data.examples.push_back(std::move(e));
+        if (encode_text(tokenizer, record.ref, max_length, e, data)) data.examples.push_back(std::move(e));
     }
     return data;
 }
