@@ -14,3 +14,6 @@ done
 echo
 echo "Infilling (left and right context given, middle generated):"
 "$rudder" generate --format text examples/recipes/infill_discrete.json
+echo
+echo "Sentiment (negative; the sentiment judge's verdict per sample), discrete diffusion:"
+"$rudder" generate --format text examples/recipes/sentiment_discrete.json
