@@ -251,13 +251,12 @@ std::optional<json> target_params(const std::string& kind, const Annotated& a, c
         const auto n = static_cast<int64_t>(ids.size());
         if (kind == "length") return json{{"tokens", n}};
         // Fixed tokens are written as the tokenizer's tokens joined by spaces, which encode back to the same ids.
-        auto joined = [&](int64_t from, int64_t to, std::optional<std::vector<std::string>*> keep = std::nullopt) -> std::optional<std::string> {
+        auto joined = [&](int64_t from, int64_t to) -> std::optional<std::string> {
             std::string out;
             for (int64_t i = from; i < to; ++i) {
                 const auto id = ids[static_cast<size_t>(i)];
                 if (id == tokenizer->unk_id()) return std::nullopt;  // the span controller refuses unknown words
                 out += (out.empty() ? "" : " ") + tokenizer->token(id);
-                if (keep) (*keep)->push_back(tokenizer->token(id));
             }
             return out;
         };
@@ -419,13 +418,15 @@ int run_eval(const EvalOptions& o) {
             throw std::runtime_error("task '" + task.name + "': the recipe '" + task.recipe.string() + "' is not valid JSON (" +
                                      e.what() + ")");
         }
-        std::shared_ptr<const Tokenizer> tokenizer;  // for targets made of the model's tokens
-        for (const auto& c : task.controls)
-            if (needs_tokens(c.target) && !tokenizer)
-                tokenizer = load_model(resolve_model(base.value("model", std::string("e2e-discrete")), task.recipe.parent_path(),
-                                                     default_model_path()),
-                                       std::nullopt)
-                                .tokenizer;
+        // Targets made of the model's tokens (length, prefix, infill) need the recipe model's tokenizer.
+        std::shared_ptr<const Tokenizer> tokenizer;
+        for (const auto& c : task.controls) {
+            if (!needs_tokens(c.target) || tokenizer) continue;
+            if (!base.contains("model") || !base.at("model").is_string())
+                throw std::runtime_error("task '" + task.name + "': '" + c.target + "' targets need the recipe's \"model\" (its tokenizer)");
+            const fs::path dir = resolve_model(base.at("model").get<std::string>(), task.recipe.parent_path(), default_model_path());
+            tokenizer = load_model(dir, std::nullopt).tokenizer;
+        }
         bool any_target = false;
         for (const auto& c : task.controls) any_target = any_target || c.target != "none";
         std::vector<Target> targets;
