@@ -50,7 +50,6 @@ protected:
     }
 
 public:
-
     void step(const rudder_step& step, rudder_contribution& out) override {
         if (step.phase != RUDDER_PHASE_PREDICT || out.logit_delta == nullptr) return;
         const rudder_run_info& run = run_.info();

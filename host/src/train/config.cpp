@@ -1,14 +1,13 @@
 #include "train/config.hpp"
 
-#include <set>
-
-#include "meaning.hpp"
-
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <sstream>
 
 #include <rudder/plugins/suggest.hpp>
+
+#include "meaning.hpp"  // controllers/common: E2E meaning representations
 
 namespace rudder::train {
 using json = nlohmann::json;
