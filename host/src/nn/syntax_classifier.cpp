@@ -135,12 +135,14 @@ at::Tensor SyntaxClassifierNet::predict_classes(const at::Tensor& tokens, at::Ge
     return class_log_probs(hidden(x, t)).argmax(-1);
 }
 
+at::Tensor SyntaxClassifierNet::clean_input(const at::Tensor& tokens, at::Tensor& t) {
+    t = at::full({tokens.size(0)}, kMinTime, at::kFloat);
+    return family() == Family::continuous ? at::embedding(noise_embedding_, tokens) : tokens;
+}
+
 at::Tensor SyntaxClassifierNet::noisy_input(const at::Tensor& tokens, at::Generator& gen, at::Tensor& t) {
     const int64_t B = tokens.size(0), L = tokens.size(1);
-    if (!noise_) {  // a clean-text judge: the input as the sampler's last step hands it over
-        t = at::full({B}, kMinTime, at::kFloat);
-        return family() == Family::continuous ? at::embedding(noise_embedding_, tokens) : tokens;
-    }
+    if (!noise_) return clean_input(tokens, t);
     if (family() == Family::continuous) {
         const int64_t T = schedule_.T();
         const at::Tensor k = at::randint(1, T + 1, {B}, gen, at::kLong);

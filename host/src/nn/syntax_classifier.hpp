@@ -64,7 +64,6 @@ public:
     const std::vector<std::string>& labels() const { return labels_; }  // class k + 1 is labels()[k]
     const std::vector<std::string>& classes() const { return classes_; }  // attribute class k is classes()[k]
     bool has_syntax_heads() const { return !tags_.empty(); }
-    bool noisy() const { return noise_; }
 
     // The continuous denoiser's embedding table [V, D] that x_t is made from (the trainer copies it in).
     const at::Tensor& noise_embedding() const { return noise_embedding_; }
@@ -78,6 +77,9 @@ public:
     at::Tensor class_log_probs(const at::Tensor& hidden);  // [B, classes]
     // The most likely class [B] of clean tokens [B, L], noised as in training (the dev accuracy).
     at::Tensor predict_classes(const at::Tensor& tokens, at::Generator& gen);
+    // Clean tokens [B, L] as `hidden` takes them at the smallest time (set in `t`): what "noise": false trains
+    // on, and how a clean-text judge reads a text.
+    at::Tensor clean_input(const at::Tensor& tokens, at::Tensor& t);
 
 private:
     at::Tensor noisy_input(const at::Tensor& tokens, at::Generator& gen, at::Tensor& t);

@@ -55,13 +55,12 @@ const std::filesystem::path& SyntaxClassifier::dir() const { return impl_->model
 const std::vector<std::string>& SyntaxClassifier::tags() const { return impl_->model.network->tags(); }
 const std::vector<std::string>& SyntaxClassifier::labels() const { return impl_->model.network->labels(); }
 const std::vector<std::string>& SyntaxClassifier::classes() const { return impl_->model.network->classes(); }
-bool SyntaxClassifier::noisy() const { return impl_->model.network->noisy(); }
 
 int64_t SyntaxClassifier::tag_class(const std::string& tag) const { return class_of(tags(), tag); }
 int64_t SyntaxClassifier::chain_class(const std::string& chain) const { return class_of(labels(), chain); }
 int64_t SyntaxClassifier::class_index(const std::string& name) const {
-    const auto it = std::find(classes().begin(), classes().end(), name);
-    return it == classes().end() ? -1 : static_cast<int64_t>(it - classes().begin());
+    const int64_t k = class_of(classes(), name);  // attribute classes have no "none" class 0
+    return k < 0 ? -1 : k - 1;
 }
 
 std::vector<int64_t> SyntaxClassifier::label_classes(const std::string& label) const {
@@ -94,9 +93,9 @@ std::vector<double> SyntaxClassifier::class_log_probs(const std::string& text) {
     std::vector<int64_t> ids = vocabulary.encode(text);
     ids.resize(static_cast<size_t>(net.max_length()), vocabulary.pad_id());
     at::NoGradGuard no_grad;
-    at::Tensor x = at::tensor(ids, at::kLong).unsqueeze(0);
-    if (continuous()) x = at::embedding(net.noise_embedding(), x);
-    const at::Tensor logp = net.class_log_probs(net.hidden(x, at::full({1}, nn::SyntaxClassifierNet::kMinTime, at::kFloat))).to(at::kDouble).contiguous();
+    at::Tensor t;
+    const at::Tensor x = net.clean_input(at::tensor(ids, at::kLong).unsqueeze(0), t);
+    const at::Tensor logp = net.class_log_probs(net.hidden(x, t)).to(at::kDouble).contiguous();
     return std::vector<double>(logp.data_ptr<double>(), logp.data_ptr<double>() + logp.numel());
 }
 

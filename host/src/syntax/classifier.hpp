@@ -45,7 +45,6 @@ public:
     const std::vector<std::string>& tags() const;    // class k + 1 is tags()[k]
     const std::vector<std::string>& labels() const;  // class k + 1 is labels()[k]: unary chains such as "S+VP"
     const std::vector<std::string>& classes() const; // attribute class k is classes()[k]; empty without that head
-    bool noisy() const;  // false: trained on clean text only (a judge)
 
     // The class of a PTB tag (joined tags such as "PRP+VBZ" included), -1 if the classifier never saw it.
     int64_t tag_class(const std::string& tag) const;
