@@ -230,6 +230,7 @@ int cmd_score(const std::string& file, const std::string& teacher_name, const st
     const rudder::train::TeacherModel teacher = rudder::train::load_teacher(dir);
     const std::vector<std::string> texts = rudder::read_texts(file);
     const auto report = rudder::train::score_texts(teacher, texts, batch_size);
+    const rudder::DiversityReport diversity = rudder::text_diversity(texts);
     std::optional<rudder::OverlapReport> overlap;
     if (!against.empty()) overlap = rudder::text_overlap(texts, rudder::read_texts(against));
     if (as_json) {
@@ -239,6 +240,10 @@ int cmd_score(const std::string& file, const std::string& teacher_name, const st
                     {"tokens", report.tokens},
                     {"unknown_tokens", report.unknown_tokens},
                     {"skipped_too_long", report.skipped_too_long},
+                    {"mean_words", diversity.mean_words},
+                    {"distinct_1", diversity.distinct[0]},
+                    {"distinct_2", diversity.distinct[1]},
+                    {"distinct_3", diversity.distinct[2]},
                     {"teacher", dir.string()}};
         if (overlap) {
             out["distinct_texts"] = overlap->distinct;
@@ -257,6 +262,10 @@ int cmd_score(const std::string& file, const std::string& teacher_name, const st
         std::printf("not scored: %lld texts longer than the teacher's max_length\n",
                     static_cast<long long>(report.skipped_too_long));
     std::printf("teacher: %s\n", dir.string().c_str());
+    std::printf("mean words per text %.2f; distinct-1 %.4f, distinct-2 %.4f, distinct-3 %.4f (different n-grams over all "
+                "n-grams of the %lld texts)\n",
+                diversity.mean_words, diversity.distinct[0], diversity.distinct[1], diversity.distinct[2],
+                static_cast<long long>(diversity.texts));
     if (overlap) {
         std::printf("distinct texts: %lld of %lld\n", static_cast<long long>(overlap->distinct),
                     static_cast<long long>(overlap->texts));

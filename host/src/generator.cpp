@@ -196,6 +196,9 @@ Generator::Generator(Recipe recipe, plugins::Registry& registry, const std::vect
                                                    (continuous ? "discrete" : "continuous") + " models; model '" +
                                                    model_.name + "' is " + family_name(model_.family) + " (use " +
                                                    (continuous ? "'ddpm' or 'ddim'" : "'euler' or 'analytic'") + ")"});
+        if (!continuous && recipe_.sampler.noise_scale != 1.0 && !reported("/sampler/noise_scale"))
+            issues.push_back({"/sampler/noise_scale", "'noise_scale' applies to continuous models; model '" +
+                                                          model_.name + "' is " + family_name(model_.family)});
         if (continuous && recipe_.sampler.steps > model_.schedule.T())
             issues.push_back({"/sampler/steps", "model '" + model_.name + "' was trained with " +
                                                     std::to_string(model_.schedule.T()) + " steps; asked for " +
@@ -319,7 +322,7 @@ at::Tensor Generator::run_continuous(int64_t batch, at::Generator& gen, const St
     const int64_t L = recipe_.max_length;
     const at::Tensor E = model_.denoiser->embedding();
     const ContinuousSampler sampler(model_.schedule, continuous_kind(recipe_.sampler.name), recipe_.sampler.steps,
-                                    recipe_.sampler.eta);
+                                    recipe_.sampler.eta, recipe_.sampler.noise_scale);
     const GuidanceSpec& guide = recipe_.guidance;
     const int64_t steps = sampler.steps(), mask_id = model_.tokenizer->mask_id();
     at::Tensor x = sampler.init({batch, L, E.size(1)}, gen, E);

@@ -38,6 +38,29 @@ OverlapReport text_overlap(const std::vector<std::string>& texts, const std::vec
     return report;
 }
 
+DiversityReport text_diversity(const std::vector<std::string>& texts) {
+    DiversityReport report;
+    std::unordered_set<std::string> grams[3];
+    int64_t totals[3] = {}, words_total = 0;
+    for (const auto& text : texts) {
+        const std::vector<std::string> words = WordTokenizer::split(text);
+        report.texts += 1;
+        words_total += static_cast<int64_t>(words.size());
+        for (size_t n = 1; n <= 3; ++n) {
+            for (size_t i = 0; i + n <= words.size(); ++i) {
+                std::string gram = words[i];
+                for (size_t j = 1; j < n; ++j) gram += ' ' + words[i + j];  // words never contain a space
+                grams[n - 1].insert(std::move(gram));
+                totals[n - 1] += 1;
+            }
+        }
+    }
+    if (report.texts) report.mean_words = static_cast<double>(words_total) / static_cast<double>(report.texts);
+    for (size_t n = 0; n < 3; ++n)
+        report.distinct[n] = totals[n] ? static_cast<double>(grams[n].size()) / static_cast<double>(totals[n]) : 0.0;
+    return report;
+}
+
 double corpus_bleu(const std::vector<std::vector<std::string>>& hypotheses,
                    const std::vector<std::vector<std::string>>& references) {
     if (hypotheses.size() != references.size())

@@ -18,6 +18,17 @@ struct OverlapReport {
 
 OverlapReport text_overlap(const std::vector<std::string>& texts, const std::vector<std::string>& references);
 
+// How varied a set of texts is, over words split as the word tokenizer splits them (case kept). distinct-n
+// (Li et al. 2016) is the number of different n-grams over the number of n-grams in all texts together; it falls
+// as the set grows, so compare sets of the same size.
+struct DiversityReport {
+    int64_t texts = 0;
+    double mean_words = 0;
+    double distinct[3] = {};  // distinct-1, distinct-2, distinct-3 (0 when the texts have no n-gram of that order)
+};
+
+DiversityReport text_diversity(const std::vector<std::string>& texts);
+
 // Corpus BLEU-4 (Papineni et al. 2002) of hypotheses against one reference each, over word sequences as given
 // (no further tokenization or lowercasing): clipped n-gram precisions for n = 1..4 summed over the corpus, their
 // geometric mean, times the brevity penalty exp(1 - r/c) when the hypotheses are shorter. 0 when some order has

@@ -174,17 +174,21 @@ void parse_sampler(Checker& c, const json& doc, SamplerSpec& out) {
     const json& s = doc.at("sampler");
     const std::string p = "/sampler";
     if (!c.object(s, p)) return;
-    c.only_keys(s, p, {"name", "steps", "eta", "x0", "clamp_below_t", "cache", "temperature"});
+    c.only_keys(s, p, {"name", "steps", "eta", "x0", "clamp_below_t", "noise_scale", "cache", "temperature"});
     // The family decides which names are valid; the generator checks that once the model is known.
     if (auto v = c.choice(s, "name", p, {"ddpm", "ddim", "euler", "analytic"})) out.name = *v;
     if (auto v = c.integer(s, "steps", p, 1, c.limits().max_steps)) out.steps = *v;
     if (auto v = c.number(s, "eta", p, 0.0, 1.0)) out.eta = *v;
     if (auto v = c.choice(s, "x0", p, {"model", "interpolate", "clamp"})) out.x0 = *v;
     if (auto v = c.number(s, "clamp_below_t", p, 0.0, 1.0)) out.clamp_below_t = *v;
+    if (auto v = c.number(s, "noise_scale", p, 0.0, 2.0)) out.noise_scale = *v;
     if (auto v = c.boolean(s, "cache", p)) out.cache = *v;
     if (auto v = c.number(s, "temperature", p, 0.01, 100.0)) out.temperature = *v;
     if (s.contains("eta") && out.name != "ddim" && !out.name.empty())
         c.issue(p + "/eta", "'eta' applies to the ddim sampler only, not '" + out.name + "'");
+    if (s.contains("noise_scale") && (out.name == "euler" || out.name == "analytic"))
+        c.issue(p + "/noise_scale", "'noise_scale' applies to the continuous samplers (ddpm, ddim) only, not '" +
+                                        out.name + "'");
 }
 
 void parse_guidance(Checker& c, const json& doc, GuidanceSpec& out) {

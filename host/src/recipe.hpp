@@ -34,6 +34,7 @@ struct SamplerSpec {
     double eta = 0.0;            // ddim only
     std::string x0 = "interpolate";  // continuous: model | interpolate | clamp
     double clamp_below_t = 0.0;  // continuous: clamp x0 to the nearest embedding once t <= this
+    double noise_scale = 1.0;    // continuous: multiplies the noise each stochastic reverse step adds
     bool cache = true;           // discrete: skip the network when no token changed since its last call
     double temperature = 1.0;    // divides the controlled clean-token log-probabilities before they are used
 };

@@ -34,14 +34,18 @@ at::Tensor rand_like_device(const std::vector<int64_t>& sizes, at::Generator& ge
 // ---------------------------------------------------------------------------------------------------------------
 // Continuous family
 
-ContinuousSampler::ContinuousSampler(const GaussianSchedule& schedule, Kind kind, int64_t steps, double eta)
-    : schedule_(schedule), kind_(kind), eta_(eta) {
+ContinuousSampler::ContinuousSampler(const GaussianSchedule& schedule, Kind kind, int64_t steps, double eta,
+                                     double noise_scale)
+    : schedule_(schedule), kind_(kind), eta_(eta), noise_scale_(noise_scale) {
     const int64_t T = schedule_.T();
     if (steps < 1 || steps > T) {
         throw std::invalid_argument("ContinuousSampler: steps must be in [1, T=" + std::to_string(T) + "], got " +
                                     std::to_string(steps));
     }
     if (!(eta >= 0.0)) throw std::invalid_argument("ContinuousSampler: eta must be >= 0, got " + std::to_string(eta));
+    if (!(noise_scale >= 0.0)) {
+        throw std::invalid_argument("ContinuousSampler: noise_scale must be >= 0, got " + std::to_string(noise_scale));
+    }
     // timestep(i) = T - round(i (T-1) / (steps-1)), in integer arithmetic so it is exact. The spacing is >= 1
     // because steps <= T, so the rounded timesteps are strictly decreasing and end at 1.
     timesteps_.resize(static_cast<size_t>(steps));
@@ -100,8 +104,8 @@ ContinuousSampler::Result ContinuousSampler::step(const at::Tensor& x_t, const a
         const double dir = std::sqrt(std::max(1.0 - ab_next - r.sigma * r.sigma, 0.0));
         r.mean = std::sqrt(ab_next) * x0_hat + dir * eps;
     }
-    if (r.sigma > 0.0) {
-        r.sample = r.mean + r.sigma * randn_like_device(x_t.sizes().vec(), gen, x_t).to(r.mean.scalar_type());
+    if (r.sigma > 0.0 && noise_scale_ > 0.0) {
+        r.sample = r.mean + noise_scale_ * r.sigma * randn_like_device(x_t.sizes().vec(), gen, x_t).to(r.mean.scalar_type());
     } else {
         r.sample = r.mean;
     }

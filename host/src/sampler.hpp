@@ -20,11 +20,13 @@ at::Tensor rand_like_device(const std::vector<int64_t>& sizes, at::Generator& ge
 
 // Continuous family: DDPM ancestral steps and DDIM (eta = 0 is the deterministic probability-flow ODE, the same
 // update CDCD's Euler sampler makes in sigma-parameterisation; eta = 1 has DDPM's variance), over `steps`
-// training timesteps evenly respaced from T down to 1.
+// training timesteps evenly respaced from T down to 1. `noise_scale` multiplies the noise each stochastic step
+// adds (1 samples the model's reverse process; below 1 trades diversity for fluency, as a temperature does).
 class ContinuousSampler {
 public:
     enum class Kind { ddpm, ddim };
-    ContinuousSampler(const GaussianSchedule& schedule, Kind kind, int64_t steps, double eta = 0.0);
+    ContinuousSampler(const GaussianSchedule& schedule, Kind kind, int64_t steps, double eta = 0.0,
+                      double noise_scale = 1.0);
 
     int64_t steps() const { return static_cast<int64_t>(timesteps_.size()); }
     // Training timestep of the state before reverse step i (i = 0 is the noisiest, timesteps are decreasing).
@@ -38,7 +40,7 @@ public:
     struct Result {
         at::Tensor mean;   // the posterior mean of x_{t_next} given x_t and x0_hat
         double sigma = 0;  // its standard deviation (0 for DDIM eta = 0 and for the last step)
-        at::Tensor sample; // mean + sigma * noise
+        at::Tensor sample; // mean + noise_scale * sigma * noise
     };
     Result step(const at::Tensor& x_t, const at::Tensor& x0_hat, int64_t i, at::Generator& gen) const;
 
@@ -49,6 +51,7 @@ private:
     GaussianSchedule schedule_;
     Kind kind_;
     double eta_;
+    double noise_scale_;
     std::vector<int64_t> timesteps_;  // decreasing, length = steps
 };
 

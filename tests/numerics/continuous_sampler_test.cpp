@@ -59,6 +59,7 @@ TEST(ContinuousSampler, BadStepCountsAreRejected) {
         }
     }
     EXPECT_THROW(ContinuousSampler(schedule, ContinuousSampler::Kind::ddim, 10, -1.0), std::invalid_argument);
+    EXPECT_THROW(ContinuousSampler(schedule, ContinuousSampler::Kind::ddpm, 10, 0.0, -0.5), std::invalid_argument);
 }
 
 TEST(ContinuousSampler, DdimWithTrueX0RecoversItExactly) {
@@ -110,6 +111,24 @@ TEST(ContinuousSampler, DdimEtaOneHasPosteriorVariance) {
     const at::Tensor x = at::full({1}, 0.3), x0 = at::full({1}, -0.2);
     for (int64_t i = 0; i < 9; ++i) {
         EXPECT_NEAR(ddim.step(x, x0, i, gen).sigma, ddpm.step(x, x0, i, gen).sigma, 1e-12) << "step " << i;
+    }
+}
+
+TEST(ContinuousSampler, NoiseScaleMultipliesOnlyTheAddedNoise) {
+    // Same seed, same posterior: the sample's distance from the mean scales with noise_scale, and 0 gives the mean.
+    const auto schedule = GaussianSchedule::make("sqrt", 100);
+    const at::Tensor x = at::full({2, 3, 4}, 0.3), x0 = at::full({2, 3, 4}, -0.2);
+    for (auto kind : {ContinuousSampler::Kind::ddpm, ContinuousSampler::Kind::ddim}) {
+        const ContinuousSampler full(schedule, kind, 10, 1.0, 1.0), scaled(schedule, kind, 10, 1.0, 0.6),
+            none(schedule, kind, 10, 1.0, 0.0);
+        auto gen_a = make_gen(5), gen_b = make_gen(5), gen_c = make_gen(5);
+        const auto a = full.step(x, x0, 2, gen_a), b = scaled.step(x, x0, 2, gen_b), c = none.step(x, x0, 2, gen_c);
+        ASSERT_GT(a.sigma, 0.0);
+        EXPECT_TRUE(at::allclose(a.mean, b.mean));
+        EXPECT_DOUBLE_EQ(a.sigma, b.sigma);  // the posterior is the model's; only the draw is scaled
+        EXPECT_TRUE(at::allclose(b.sample - b.mean, 0.6 * (a.sample - a.mean), 1e-5, 1e-6));
+        EXPECT_FALSE(at::allclose(a.sample, a.mean));
+        EXPECT_TRUE(at::equal(c.sample, c.mean));
     }
 }
 

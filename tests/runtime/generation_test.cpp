@@ -162,6 +162,20 @@ TEST(GenerationErrors, RecipeProblemsFoundWhenLoadingNameTheirPointer) {
     }
 }
 
+TEST(GenerationErrors, NoiseScaleOnADiscreteModel) {
+    // The sampler's name is left to the family default, so only the loaded model tells that noise_scale cannot apply.
+    const std::string text = R"({"model": ")" + rudder::testing::corpus_model_dir().string() +
+                             R"(", "family": "discrete", "sampler": {"noise_scale": 0.5}})";
+    try {
+        Generator g(rudder::parse_recipe(text, "."), registry());
+        FAIL() << "noise_scale accepted for a discrete model";
+    } catch (const rudder::RecipeError& e) {
+        ASSERT_EQ(e.issues().size(), 1u);
+        EXPECT_EQ(e.issues()[0].pointer, "/sampler/noise_scale");
+        EXPECT_NE(e.issues()[0].message.find("applies to continuous models"), std::string::npos) << e.what();
+    }
+}
+
 TEST(GenerationErrors, UnknownModelSuggestsBundled) {
     try {
         Generator g(rudder::parse_recipe(R"({"model": "no-such-model"})", "."), registry(), {});

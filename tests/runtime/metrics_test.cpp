@@ -1,4 +1,5 @@
-// corpus_bleu against values worked out by hand from the definition (Papineni et al. 2002).
+// corpus_bleu and text_diversity against values worked out by hand from their definitions (Papineni et al. 2002;
+// Li et al. 2016).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -55,6 +56,28 @@ TEST(CorpusBleu, NoMatchOfSomeOrderGivesZero) {
 
 TEST(CorpusBleu, RefusesMismatchedCounts) {
     EXPECT_THROW(rudder::corpus_bleu({words("a")}, {}), std::invalid_argument);
+}
+
+TEST(TextDiversity, DistinctNGramsArePooledOverTheTexts) {
+    // Words as the tokenizer splits them: "pub." is "pub" and ".". Unigrams: the eagle is a pub . / the eagle is
+    // a cafe . -> 7 different of 12; bigrams: 7 different of 10; trigrams: 6 different of 8.
+    const auto d = rudder::text_diversity({"the eagle is a pub.", "the eagle is a cafe."});
+    EXPECT_EQ(d.texts, 2);
+    EXPECT_DOUBLE_EQ(d.mean_words, 6.0);
+    EXPECT_DOUBLE_EQ(d.distinct[0], 7.0 / 12);
+    EXPECT_DOUBLE_EQ(d.distinct[1], 7.0 / 10);
+    EXPECT_DOUBLE_EQ(d.distinct[2], 6.0 / 8);
+}
+
+TEST(TextDiversity, RepeatedTextsLowerItAndShortTextsHaveNoHigherOrders) {
+    const auto once = rudder::text_diversity({"a b c"});
+    const auto twice = rudder::text_diversity({"a b c", "a b c"});
+    EXPECT_DOUBLE_EQ(once.distinct[1], 1.0);
+    EXPECT_DOUBLE_EQ(twice.distinct[1], 0.5);
+    const auto short_texts = rudder::text_diversity({"a", "b"});
+    EXPECT_DOUBLE_EQ(short_texts.distinct[0], 1.0);
+    EXPECT_EQ(short_texts.distinct[1], 0.0);
+    EXPECT_EQ(rudder::text_diversity({}).texts, 0);
 }
 
 }  // namespace

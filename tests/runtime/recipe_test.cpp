@@ -135,6 +135,16 @@ TEST(Recipe, EtaOnlyForDdim) {
     EXPECT_NO_THROW(parse_recipe(R"({"model": "m", "sampler": {"name": "ddim", "eta": 0.5}})", "."));
 }
 
+TEST(Recipe, NoiseScaleOnlyForContinuousSamplersAndInRange) {
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "analytic", "noise_scale": 0.5}})"),
+                          "/sampler/noise_scale", "continuous samplers (ddpm, ddim) only"));
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "ddpm", "noise_scale": 3}})"),
+                          "/sampler/noise_scale", "in [0, 2]"));
+    EXPECT_DOUBLE_EQ(parse_recipe(R"({"model": "m", "sampler": {"name": "ddpm", "noise_scale": 0.8}})", ".")
+                         .sampler.noise_scale,
+                     0.8);
+}
+
 TEST(Recipe, ControllerLabelsAreUnique) {
     const auto r = parse_recipe(R"({"model": "m", "controllers": [
         {"plugin": "span", "params": {}}, {"plugin": "span"}, {"plugin": "./x/rudder_span.so", "name": "own"}]})", ".");
