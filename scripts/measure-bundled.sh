@@ -10,10 +10,11 @@ rudder="$build/bin/rudder"
 mkdir -p "$out"
 echo "== E2E dev references under the teacher"
 "$rudder" score data/e2e_nlg/devset.csv.gz --against data/e2e_nlg/trainset.csv.gz
-for family in discrete continuous; do
-  echo "== e2e-$family: 500 unconditional samples, 200 steps"
-  "$rudder" generate examples/recipes/unconditional_$family.json --out "$out/unconditional_$family.jsonl"
-  "$rudder" score "$out/unconditional_$family.jsonl" --against data/e2e_nlg/trainset.csv.gz
+# unconditional_continuous_full_noise is the continuous model's own reverse process (noise_scale 1), for comparison.
+for recipe in unconditional_discrete unconditional_continuous unconditional_continuous_full_noise; do
+  echo "== $recipe: 500 unconditional samples, 200 steps"
+  "$rudder" generate "examples/recipes/$recipe.json" --out "$out/$recipe.jsonl"
+  "$rudder" score "$out/$recipe.jsonl" --against data/e2e_nlg/trainset.csv.gz
 done
 echo "== sampling throughput"
 "$rudder" bench --batch-sizes 1,16,64 --steps 200

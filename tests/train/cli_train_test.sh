@@ -57,6 +57,8 @@ PY
     out=$("$rudder" score "$work/texts.txt" --teacher "$work/model") || fail "score exit $?"
     grep -q "^perplexity [0-9.]* over 2 texts (12 tokens including one end token per text" <<<"$out" || fail "$out"
     grep -q "^unknown words scored as <unk>: 1$" <<<"$out" || fail "$out"
+    # 10 words (5 each, "." apart): 6 different unigrams, 5 of 8 bigrams, 4 of 6 trigrams.
+    grep -q "^mean words per text 5.00; distinct-1 0.6000, distinct-2 0.6250, distinct-3 0.6667 " <<<"$out" || fail "$out"
     ;;
   score_against)
     # Memorisation: texts that copy a reference text word for word (spacing aside) are counted, from E2E CSV.
