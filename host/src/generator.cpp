@@ -186,12 +186,24 @@ Generator::Generator(Recipe recipe, plugins::Registry& registry, const std::vect
                                                  " positions; asked for " + std::to_string(recipe_.max_length)});
         }
     }
+    if (model_ok && !model_.recommended_sampler.empty() && !recipe_.sampler_given.contains("name") &&
+        !reported("/sampler")) {
+        // The recipe leaves the sampler to the model: its recommendation, with the recipe's own keys over it.
+        nlohmann::json merged = model_.recommended_sampler;
+        merged.update(recipe_.sampler_given);
+        std::vector<RecipeIssue> problems;
+        SamplerSpec spec;
+        parse_sampler_settings(merged, "/sampler", spec, problems);
+        for (const auto& p : problems)
+            issues.push_back({p.pointer, p.message + " (the recipe names no sampler, so it takes model '" + model_.name +
+                                             "''s recommended " + model_.recommended_sampler.dump() + ")"});
+        if (problems.empty()) recipe_.sampler = spec;
+    }
     if (model_ok && !reported("/sampler/name")) {
         const bool continuous = model_.family == Family::continuous;
         std::string& name = recipe_.sampler.name;
         if (name.empty()) name = continuous ? "ddim" : "analytic";
-        const bool fits = continuous ? (name == "ddpm" || name == "ddim") : (name == "euler" || name == "analytic");
-        if (!fits)
+        if (!is_sampler_of(name, model_.family))
             issues.push_back({"/sampler/name", "sampler '" + name + "' is for " +
                                                    (continuous ? "discrete" : "continuous") + " models; model '" +
                                                    model_.name + "' is " + family_name(model_.family) + " (use " +

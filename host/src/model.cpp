@@ -14,6 +14,7 @@
 #include <rudder/plugins/suggest.hpp>
 
 #include "nn/transformer_denoiser.hpp"
+#include "recipe.hpp"
 
 namespace rudder {
 namespace fs = std::filesystem;
@@ -73,7 +74,40 @@ std::shared_ptr<const Tokenizer> load_tokenizer(const json& config, const fs::pa
     }
 }
 
+// config.json's "sampler": {"<family>": {sampler settings}}, checked as a recipe's sampler is; it names a sampler of
+// that family (it is a whole recommendation) and leaves out "steps" (how many to spend is the recipe's choice).
+json recommended_sampler(const json& config, Family family, const fs::path& file) {
+    if (!config.contains("sampler")) return json::object();
+    const json& by_family = config.at("sampler");
+    auto fail = [&](const std::string& pointer, const std::string& message) {
+        return ModelError("'" + file.string() + "': " + pointer + ": " + message);
+    };
+    if (!by_family.is_object()) throw fail("/sampler", "expected an object keyed by family (continuous, discrete)");
+    for (auto it = by_family.begin(); it != by_family.end(); ++it) {
+        if (it.key() != "continuous" && it.key() != "discrete")
+            throw fail("/sampler/" + it.key(), "unknown family (the keys are continuous and discrete)");
+    }
+    const std::string name = family_name(family);
+    if (!by_family.contains(name)) return json::object();
+    const json& settings = by_family.at(name);
+    const std::string pointer = "/sampler/" + name;
+    std::vector<RecipeIssue> issues;
+    SamplerSpec parsed;
+    parse_sampler_settings(settings, pointer, parsed, issues);
+    if (!issues.empty()) throw fail(issues.front().pointer, issues.front().message);
+    if (settings.contains("steps")) throw fail(pointer + "/steps", "the number of steps is the recipe's to choose");
+    if (!is_sampler_of(parsed.name, family))
+        throw fail(pointer + "/name", parsed.name.empty() ? "required: the " + name + " sampler recommended"
+                                                          : "'" + parsed.name + "' is not a " + name + " sampler");
+    return settings;
+}
+
 }  // namespace
+
+bool is_sampler_of(const std::string& sampler_name, Family family) {
+    return family == Family::continuous ? (sampler_name == "ddpm" || sampler_name == "ddim")
+                                        : (sampler_name == "euler" || sampler_name == "analytic");
+}
 
 std::vector<fs::path> default_model_path() {
     std::vector<fs::path> out = plugins::split_path_list(std::getenv("RUDDER_MODEL_PATH"));
@@ -183,6 +217,7 @@ Model load_model(const fs::path& dir, std::optional<Family> family) {
         throw ModelError("'" + file.string() + "': bad schedule: " + e.what());
     }
     m.tokenizer = load_tokenizer(config, dir, file);
+    m.recommended_sampler = recommended_sampler(config, m.family, file);
 
     if (type == "corpus") {
         CorpusDenoiser::Options opt;

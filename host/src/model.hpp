@@ -34,7 +34,13 @@ struct Model {
     std::shared_ptr<Denoiser> denoiser;
     GaussianSchedule schedule = GaussianSchedule::make("sqrt", 1);  // continuous family
     MaskSchedule mask_schedule;                                     // discrete family
+    // config.json's "sampler" entry for this family: the sampler settings this model samples best with (a recipe
+    // "sampler" object without "steps"); empty when it has none. Recipes that name no sampler take it.
+    nlohmann::json recommended_sampler = nlohmann::json::object();
 };
+
+// Whether a recipe's sampler name belongs to the family: ddpm, ddim (continuous); euler, analytic (discrete).
+bool is_sampler_of(const std::string& sampler_name, Family family);
 
 // Folders searched for bundled models by name: $RUDDER_MODEL_PATH (':'-separated), then
 // <prefix>/<datadir>/rudder/models (plugins::bundled_model_dir(); the build tree and an installed prefix both have it).

@@ -169,10 +169,7 @@ private:
     std::vector<RecipeIssue> issues_;
 };
 
-void parse_sampler(Checker& c, const json& doc, SamplerSpec& out) {
-    if (!doc.contains("sampler")) return;
-    const json& s = doc.at("sampler");
-    const std::string p = "/sampler";
+void parse_sampler(Checker& c, const json& s, const std::string& p, SamplerSpec& out) {
     if (!c.object(s, p)) return;
     c.only_keys(s, p, {"name", "steps", "eta", "x0", "clamp_below_t", "noise_scale", "cache", "temperature"});
     // The family decides which names are valid; the generator checks that once the model is known.
@@ -327,8 +324,11 @@ Recipe parse_recipe(const std::string& text, const std::filesystem::path& base_d
         if (ok) r.device = d;
         else c.issue("/device", "expected 'cpu', 'cuda' or 'cuda:<index>', got '" + d + "'");
     }
-    parse_sampler(c, doc, r.sampler);
-    const bool steps_given = doc.contains("sampler") && doc.at("sampler").is_object() && doc.at("sampler").contains("steps");
+    if (doc.contains("sampler")) {
+        parse_sampler(c, doc.at("sampler"), "/sampler", r.sampler);
+        if (doc.at("sampler").is_object()) r.sampler_given = doc.at("sampler");
+    }
+    const bool steps_given = r.sampler_given.contains("steps");
     if (!steps_given && r.sampler.steps > limits.max_steps)
         c.issue("/sampler/steps", "the default of " + std::to_string(r.sampler.steps) + " steps is over the limit of " +
                                       std::to_string(limits.max_steps) + "; give sampler.steps");
@@ -350,6 +350,13 @@ Recipe load_recipe(const std::filesystem::path& path, const RecipeLimits& limits
     std::filesystem::path dir = path.parent_path();
     if (dir.empty()) dir = ".";
     return parse_recipe(text.str(), dir, limits, issues);
+}
+
+void parse_sampler_settings(const json& sampler, const std::string& pointer, SamplerSpec& out,
+                            std::vector<RecipeIssue>& issues, const RecipeLimits& limits) {
+    Checker c(limits);
+    parse_sampler(c, sampler, pointer, out);
+    issues.insert(issues.end(), c.issues().begin(), c.issues().end());
 }
 
 }  // namespace rudder

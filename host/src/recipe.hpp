@@ -68,6 +68,7 @@ struct Recipe {
     std::string model;              // a bundled model name or a model directory (relative to the recipe)
     std::optional<std::string> family;  // "continuous" | "discrete"; needed only for models that offer both
     SamplerSpec sampler;
+    nlohmann::json sampler_given = nlohmann::json::object();  // the recipe's "sampler" as written (see below)
     uint64_t seed = 0;
     int64_t samples = 1;
     int64_t batch_size = 16;        // samples denoised together
@@ -95,5 +96,11 @@ Recipe parse_recipe(const std::string& text, const std::filesystem::path& base_d
 // Reads the file (an unreadable file is a RecipeError at pointer "") and parses it; base_dir = its folder.
 Recipe load_recipe(const std::filesystem::path& path, const RecipeLimits& limits = {},
                    std::vector<RecipeIssue>* issues = nullptr);
+
+// Parses a "sampler" object (found at `pointer`, for messages) into `out`, appending its problems to `issues`.
+// Recipes use it, and so does a model directory's recommended sampler settings (docs/models.md): a recipe whose
+// "sampler" names no sampler takes the model's recommendation, with the recipe's own keys over it.
+void parse_sampler_settings(const nlohmann::json& sampler, const std::string& pointer, SamplerSpec& out,
+                            std::vector<RecipeIssue>& issues, const RecipeLimits& limits = {});
 
 }  // namespace rudder

@@ -4,6 +4,7 @@
 
 #include <ATen/Context.h>
 
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -173,6 +174,80 @@ TEST(GenerationErrors, NoiseScaleOnADiscreteModel) {
         ASSERT_EQ(e.issues().size(), 1u);
         EXPECT_EQ(e.issues()[0].pointer, "/sampler/noise_scale");
         EXPECT_NE(e.issues()[0].message.find("applies to continuous models"), std::string::npos) << e.what();
+    }
+}
+
+// A copy of the corpus model whose config.json recommends `sampler` (the "sampler" entry, keyed by family).
+std::filesystem::path corpus_model_recommending(const nlohmann::json& sampler, const std::string& tag) {
+    const auto dir = rudder::testing::corpus_model_dir().string() + "-" + tag;
+    std::filesystem::remove_all(dir);
+    std::filesystem::copy(rudder::testing::corpus_model_dir(), dir);
+    nlohmann::json config = rudder::read_json_file(std::filesystem::path(dir) / "config.json");
+    config["sampler"] = sampler;
+    std::ofstream(std::filesystem::path(dir) / "config.json") << config.dump(2);
+    return dir;
+}
+
+TEST(RecommendedSampler, TakenWhenTheRecipeNamesNoSampler) {
+    const auto dir = corpus_model_recommending(
+        {{"discrete", {{"name", "euler"}, {"temperature", 0.5}}},
+         {"continuous", {{"name", "ddpm"}, {"x0", "clamp"}, {"noise_scale", 0.8}}}},
+        "recommends");
+    auto sampler_of = [&](const std::string& family, const std::string& sampler) {
+        const std::string text = R"({"model": ")" + dir.string() + R"(", "family": ")" + family +
+                                 R"(", "sampler": )" + sampler + "}";
+        return Generator(rudder::parse_recipe(text, "."), registry()).recipe().sampler;
+    };
+    const auto discrete = sampler_of("discrete", R"({"steps": 20})");
+    EXPECT_EQ(discrete.name, "euler");
+    EXPECT_DOUBLE_EQ(discrete.temperature, 0.5);
+    EXPECT_EQ(discrete.steps, 20);
+    // The recipe's own keys win over the recommendation.
+    EXPECT_DOUBLE_EQ(sampler_of("discrete", R"({"temperature": 0.7})").temperature, 0.7);
+    EXPECT_EQ(sampler_of("discrete", R"({"temperature": 0.7})").name, "euler");
+    const auto continuous = sampler_of("continuous", "{}");
+    EXPECT_EQ(continuous.name, "ddpm");
+    EXPECT_EQ(continuous.x0, "clamp");
+    EXPECT_DOUBLE_EQ(continuous.noise_scale, 0.8);
+    // A recipe that names its sampler gets the built-in defaults for the rest.
+    const auto named = sampler_of("continuous", R"({"name": "ddpm"})");
+    EXPECT_EQ(named.x0, "interpolate");
+    EXPECT_DOUBLE_EQ(named.noise_scale, 1.0);
+    EXPECT_EQ(sampler_of("discrete", R"({"name": "analytic"})").temperature, 1.0);
+}
+
+TEST(RecommendedSampler, AClashWithTheRecipeNamesBoth) {
+    const auto dir = corpus_model_recommending({{"continuous", {{"name", "ddpm"}}}}, "clash");
+    const std::string text = R"({"model": ")" + dir.string() + R"(", "family": "continuous", "sampler": {"eta": 0.5}})";
+    try {
+        Generator g(rudder::parse_recipe(text, "."), registry());
+        FAIL() << "eta accepted with the recommended ddpm";
+    } catch (const rudder::RecipeError& e) {
+        ASSERT_EQ(e.issues().size(), 1u) << e.what();
+        EXPECT_EQ(e.issues()[0].pointer, "/sampler/eta");
+        EXPECT_NE(e.issues()[0].message.find("recommended"), std::string::npos) << e.what();
+    }
+}
+
+TEST(RecommendedSampler, BadRecommendationsAreModelErrors) {
+    const std::vector<std::pair<nlohmann::json, std::string>> cases = {
+        {nlohmann::json::array(), "/sampler: expected an object keyed by family"},
+        {{{"continous", nlohmann::json::object()}}, "/sampler/continous: unknown family"},
+        {{{"discrete", {{"name", "analytic"}, {"steps", 10}}}}, "/sampler/discrete/steps: the number of steps"},
+        {{{"discrete", {{"name", "ddpm"}}}}, "/sampler/discrete/name: 'ddpm' is not a discrete sampler"},
+        {{{"discrete", {{"temperature", 0.5}}}}, "/sampler/discrete/name: required"},
+        {{{"discrete", {{"name", "analytic"}, {"temprature", 0.5}}}}, "did you mean 'temperature'"},
+        {{{"discrete", {{"name", "analytic"}, {"noise_scale", 0.5}}}}, "/sampler/discrete/noise_scale"},
+    };
+    int k = 0;
+    for (const auto& [sampler, words] : cases) {
+        const auto dir = corpus_model_recommending(sampler, "bad" + std::to_string(k++));
+        try {
+            rudder::load_model(dir, rudder::Family::discrete);
+            ADD_FAILURE() << "accepted " << sampler.dump();
+        } catch (const rudder::ModelError& e) {
+            EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+        }
     }
 }
 
