@@ -17,7 +17,7 @@ namespace {
 using json = nlohmann::json;
 
 struct Measurement {
-    std::string model, family;
+    std::string model, family, sampler;
     int64_t batch_size = 0, samples = 0, steps = 0, denoiser_calls = 0;
     double seconds = 0;
     double samples_per_second() const { return static_cast<double>(samples) / seconds; }
@@ -45,8 +45,8 @@ int run_bench(const BenchOptions& options) {
     plugins::Registry registry(plugins::Registry::default_search_path());
     std::vector<Measurement> rows;
     if (!options.as_json)
-        std::printf("%-16s %-10s %6s %8s %10s %10s %12s\n", "model", "family", "batch", "samples", "seconds",
-                    "samples/s", "ms/step");
+        std::printf("%-16s %-10s %-8s %6s %8s %10s %10s %12s\n", "model", "family", "sampler", "batch", "samples",
+                    "seconds", "samples/s", "ms/step");
     for (const auto& model : options.models) {
         // One short untimed run first: the first call into a network pays one-time setup (allocator, kernels).
         make_generator(model, 1, 1, 2, registry).generate();
@@ -59,13 +59,14 @@ int run_bench(const BenchOptions& options) {
             m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             m.model = generator.model().name;
             m.family = family_name(generator.model().family);
+            m.sampler = generator.recipe().sampler.name;  // the model's recommended one when it has one
             m.batch_size = batch;
             m.samples = samples;
             m.steps = options.steps;
             m.denoiser_calls = generator.stats().denoiser_calls;
             if (!options.as_json)
-                std::printf("%-16s %-10s %6lld %8lld %10.2f %10.2f %12.2f\n", m.model.c_str(), m.family.c_str(),
-                            static_cast<long long>(batch), static_cast<long long>(samples), m.seconds,
+                std::printf("%-16s %-10s %-8s %6lld %8lld %10.2f %10.2f %12.2f\n", m.model.c_str(),
+                            m.family.c_str(), m.sampler.c_str(), static_cast<long long>(batch), static_cast<long long>(samples), m.seconds,
                             m.samples_per_second(), m.ms_per_step());
             std::fflush(stdout);
             rows.push_back(m);
@@ -76,6 +77,7 @@ int run_bench(const BenchOptions& options) {
         for (const auto& m : rows)
             out["results"].push_back({{"model", m.model},
                                       {"family", m.family},
+                                      {"sampler", m.sampler},
                                       {"batch_size", m.batch_size},
                                       {"samples", m.samples},
                                       {"seconds", m.seconds},
