@@ -97,7 +97,7 @@ json recommended_sampler(const json& config, Family family, const fs::path& file
     if (!issues.empty()) throw fail(issues.front().pointer, issues.front().message);
     if (settings.contains("steps")) throw fail(pointer + "/steps", "the number of steps is the recipe's to choose");
     if (!is_sampler_of(parsed.name, family))
-        throw fail(pointer + "/name", parsed.name.empty() ? "required: the " + name + " sampler recommended"
+        throw fail(pointer + "/name", parsed.name.empty() ? "required: a recommendation names its sampler"
                                                           : "'" + parsed.name + "' is not a " + name + " sampler");
     return settings;
 }
