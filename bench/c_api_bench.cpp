@@ -16,7 +16,7 @@
 #include <string>
 
 #include "corpus_models.hpp"
-#include "generator.hpp"
+#include <rudder/runtime/generator.hpp>
 
 namespace {
 

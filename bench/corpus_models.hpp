@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "model.hpp"
-#include "text_files.hpp"
+#include <rudder/runtime/model.hpp>
+#include <rudder/text/text_files.hpp>
 
 namespace rudder::bench {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "corpus_models.hpp"
-#include "generator.hpp"
+#include <rudder/runtime/generator.hpp>
 
 namespace {
 

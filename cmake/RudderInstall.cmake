@@ -1,15 +1,17 @@
 # `cmake --install`: headers, librudder.so, the CLI, the first-party plugins, the bundled models, the Python
-# binding, the CMake package (find_package(Rudder CONFIG): Rudder::sdk, Rudder::host, rudder_add_controller()) and
-# rudder.pc. Every installed path is relative to the prefix, so the package works wherever --prefix puts it.
+# binding, the CMake package (find_package(Rudder CONFIG): Rudder::plugin_sdk, Rudder::rudder, rudder_add_controller())
+# and rudder.pc. Every installed path is relative to the prefix, so the package works wherever --prefix puts it.
 include(CMakePackageConfigHelpers)
 
-install(TARGETS rudder_sdk rudder_embed EXPORT RudderTargets
+install(TARGETS rudder_plugin_sdk rudder_embed EXPORT RudderTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(FILES sdk/include/rudder/rudder_plugin.h sdk/include/rudder/rudder_controller.hpp host/include/rudder/rudder.h
+install(FILES sdk/include/rudder/rudder_plugin.h sdk/include/rudder/rudder_controller.hpp sdk/include/rudder/rudder_json.hpp
+              host/embed/include/rudder/rudder.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/rudder)
 install(TARGETS rudder RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(TARGETS length span LIBRARY DESTINATION ${RUDDER_INSTALL_PLUGIN_DIR})
+# Every first-party controller library (controllers/CMakeLists.txt lists them in RUDDER_FIRST_PARTY_PLUGINS).
+install(TARGETS ${RUDDER_FIRST_PARTY_PLUGINS} LIBRARY DESTINATION ${RUDDER_INSTALL_PLUGIN_DIR})
 # Model files only: a trained model's training checkpoint stays in the source tree.
 install(DIRECTORY models/ DESTINATION ${RUDDER_INSTALL_MODEL_DIR} PATTERN checkpoint EXCLUDE)
 install(DIRECTORY examples/recipes DESTINATION ${CMAKE_INSTALL_DATADIR}/rudder/examples)

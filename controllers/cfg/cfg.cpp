@@ -2,7 +2,7 @@
 // host's re-entrant denoiser for the conditional and unconditional log-probabilities in one batched forward and
 // contributes gamma * (cond - uncond) as a logit delta; on the loop's unconditional output that gives
 // uncond + gamma * (cond - uncond): gamma 0 is the unconditional model, 1 the conditional one, above 1 extrapolates.
-// Judges a sample by the share of the meaning representation's values the text realises (common/meaning.hpp).
+// Judges a sample by the share of the meaning representation's values the text realises (rudder/text/meaning.hpp).
 // semantic: the same guidance towards a few fields ({"fields": ["food[Italian]", "area[riverside]"]}), the
 // condition being just those fields, as Diffusion-LM's semantic-content control; satisfied when every value is
 // realised. The conditional denoiser plays the classifier's part (p(c | x) ∝ p(x | c) / p(x)), so no separate
@@ -13,7 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "../common/meaning.hpp"
+#include <rudder/text/meaning.hpp>
+
 #include "../common/params.hpp"
 
 namespace {
@@ -21,11 +22,11 @@ namespace {
 class ClassifierFreeGuidance : public rudder::Controller {
 public:
     ClassifierFreeGuidance(const rudder_host&, std::string_view params_json) {
-        const auto p = rudder::params::parse_object(params_json, {"condition", "gamma"});
-        const auto condition = rudder::params::text(p, "condition", "");
-        if (!condition) throw rudder::Error("/condition: required (an E2E meaning representation, e.g. \"name[Aromi], food[Italian]\")");
-        set_condition(*condition, "/condition");
+        rudder::Params p(params_json);
+        const auto condition = p->text("condition", rudder::json_input::kRequired);
         read_gamma(p);
+        p.finish();
+        set_condition(*condition, "/condition");
     }
 
 protected:
@@ -35,19 +36,12 @@ protected:
         condition_ = condition;
         try {
             fields_ = rudder::meaning::parse(condition_);
-        } catch (const rudder::Error& e) {
+        } catch (const std::invalid_argument& e) {
             throw rudder::Error(where + ": " + e.what());
         }
     }
 
-    void read_gamma(const rudder::params::json& p) {
-        if (p.contains("gamma")) {
-            const auto& g = p.at("gamma");
-            if (!g.is_number() || !std::isfinite(g.get<double>()) || g.get<double>() < 0 || g.get<double>() > 100)
-                throw rudder::Error("/gamma: expected a number in [0, 100], got " + g.dump());
-            gamma_ = g.get<double>();
-        }
-    }
+    void read_gamma(rudder::Params& p) { gamma_ = p->number("gamma", 0.0, 100.0).value_or(gamma_); }
 
 public:
     void step(const rudder_step& step, rudder_contribution& out) override {
@@ -84,23 +78,26 @@ private:
 class Semantic final : public ClassifierFreeGuidance {
 public:
     Semantic(const rudder_host&, std::string_view params_json) {
-        const auto p = rudder::params::parse_object(params_json, {"fields", "gamma"});
-        if (!p.contains("fields")) throw rudder::Error("/fields: required (E2E fields, e.g. [\"food[Italian]\", \"area[riverside]\"])");
-        const auto& fields = p.at("fields");
-        std::string condition;
-        if (fields.is_string()) {
-            condition = fields.get<std::string>();
-        } else if (fields.is_array() && !fields.empty()) {
-            for (size_t i = 0; i < fields.size(); ++i) {
-                if (!fields[i].is_string())
-                    throw rudder::Error("/fields/" + std::to_string(i) + ": expected a field such as \"food[Italian]\", got " + fields[i].dump());
-                condition += (condition.empty() ? "" : ", ") + fields[i].get<std::string>();
-            }
-        } else {
-            throw rudder::Error("/fields: expected a non-empty array of fields such as \"food[Italian]\", or one string of them");
-        }
-        set_condition(condition, "/fields");
+        rudder::Params p(params_json);
+        const nlohmann::json* fields = p->any("fields", rudder::json_input::kRequired,
+                                              "E2E fields, e.g. [\"food[Italian]\", \"area[riverside]\"]");
         read_gamma(p);
+        std::string condition;
+        if (fields != nullptr && fields->is_string()) {
+            condition = fields->get<std::string>();
+        } else if (fields != nullptr && fields->is_array() && !fields->empty()) {
+            for (size_t i = 0; i < fields->size(); ++i) {
+                if (!(*fields)[i].is_string())
+                    p->issues().push_back({p->pointer("fields") + "/" + std::to_string(i),
+                                           "expected a field such as \"food[Italian]\", got " + (*fields)[i].dump()});
+                else
+                    condition += (condition.empty() ? "" : ", ") + (*fields)[i].get<std::string>();
+            }
+        } else if (fields != nullptr) {
+            p->issue("fields", "expected a non-empty array of fields such as \"food[Italian]\", or one string of them");
+        }
+        p.finish();
+        set_condition(condition, "/fields");
     }
 };
 

@@ -1,58 +1,46 @@
-// Reading a controller's params object with errors that name the JSON pointer inside params, shared by the
-// first-party controllers. The host prefixes the pointer with the controller's place in the recipe.
+// A first-party controller's params, read with the SDK's JSON reader (rudder/rudder_json.hpp) as Rudder reads
+// recipes: every problem is found in one pass, each named by its JSON pointer inside params (the host prefixes the
+// controller's place in the recipe).
 #pragma once
 
 #include <rudder/rudder_controller.hpp>
+#include <rudder/rudder_json.hpp>
 
 #include <nlohmann/json.hpp>
 
-#include <cstdint>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-namespace rudder::params {
+namespace rudder {
 
-using json = nlohmann::json;
+class Params {
+public:
+    // `text`: the params the host passed (a JSON object's text). Not JSON at all is an Error at once.
+    explicit Params(std::string_view text) : reader_(parse(text), "", issues_) {}
+    Params(const Params&) = delete;
+    Params& operator=(const Params&) = delete;
 
-// Parses params text; it must be an object whose keys are all in `allowed`.
-inline json parse_object(std::string_view text, const std::vector<std::string>& allowed) {
-    json j;
-    try {
-        j = json::parse(text);
-    } catch (const json::exception& e) {
-        throw Error(std::string("params are not valid JSON: ") + e.what());
+    json_input::ObjectReader* operator->() { return &reader_; }
+    json_input::ObjectReader& reader() { return reader_; }
+
+    // Call once every key has been read: unknown keys are problems too. Throws Error listing every problem.
+    void finish() {
+        reader_.reject_unknown_keys();
+        if (!issues_.empty()) throw Error(json_input::describe(issues_));
     }
-    if (!j.is_object()) throw Error("params must be a JSON object");
-    for (auto it = j.begin(); it != j.end(); ++it) {
-        bool known = false;
-        for (const auto& a : allowed) known = known || a == it.key();
-        if (!known) {
-            std::string list;
-            for (const auto& a : allowed) list += (list.empty() ? "'" : ", '") + a + "'";
-            throw Error("/" + it.key() + ": unknown key (allowed: " + list + ")");
+
+private:
+    static nlohmann::json parse(std::string_view text) {
+        try {
+            return nlohmann::json::parse(text);
+        } catch (const nlohmann::json::exception& e) {
+            throw Error(std::string("params are not valid JSON: ") + e.what());
         }
     }
-    return j;
-}
 
-inline std::optional<int64_t> integer(const json& obj, const std::string& key, const std::string& where, int64_t lo,
-                                      int64_t hi) {
-    if (!obj.contains(key)) return std::nullopt;
-    const json& v = obj.at(key);
-    if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
-        throw Error(where + "/" + key + ": expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                    "], got " + v.dump());
-    return v.get<int64_t>();
-}
+    std::vector<json_input::Issue> issues_;  // before reader_, which keeps a reference to it
+    json_input::ObjectReader reader_;
+};
 
-inline std::optional<std::string> text(const json& obj, const std::string& key, const std::string& where) {
-    if (!obj.contains(key)) return std::nullopt;
-    const json& v = obj.at(key);
-    if (!v.is_string() || v.get<std::string>().find_first_not_of(" \t\n") == std::string::npos)
-        throw Error(where + "/" + key + ": expected non-empty text, got " + v.dump());
-    return v.get<std::string>();
-}
-
-}  // namespace rudder::params
+}  // namespace rudder

@@ -9,10 +9,9 @@ namespace {
 class Length final : public rudder::Controller {
 public:
     Length(const rudder_host&, std::string_view params_json) {
-        const auto p = rudder::params::parse_object(params_json, {"tokens"});
-        const auto n = rudder::params::integer(p, "tokens", "", 1, 1 << 20);
-        if (!n) throw rudder::Error("/tokens: required (the number of tokens the text must have)");
-        tokens_ = *n;
+        rudder::Params p(params_json);
+        tokens_ = p->integer("tokens", 1, 1 << 20, rudder::json_input::kRequired).value_or(1);
+        p.finish();
     }
 
     void begin(const rudder_run_info& run) override {

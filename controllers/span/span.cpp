@@ -20,27 +20,23 @@ struct Piece {
 class Span final : public rudder::Controller {
 public:
     Span(const rudder_host&, std::string_view params_json) {
-        namespace rp = rudder::params;
-        const auto p = rp::parse_object(params_json, {"prefix", "suffix", "length", "words"});
-        length_ = rp::integer(p, "length", "", 1, 1 << 20).value_or(0);
-        if (auto prefix = rp::text(p, "prefix", "")) pieces_.push_back({"/prefix", *prefix, 0});
-        if (p.contains("words")) {
-            const auto& words = p.at("words");
-            if (!words.is_array()) throw rudder::Error("/words: expected an array of {\"position\", \"text\"}");
-            for (size_t i = 0; i < words.size(); ++i) {
-                const std::string where = "/words/" + std::to_string(i);
-                if (!words[i].is_object()) throw rudder::Error(where + ": expected an object {\"position\", \"text\"}");
-                const auto pos = rp::integer(words[i], "position", where, 0, 1 << 20);
-                const auto text = rp::text(words[i], "text", where);
-                if (!pos || !text) throw rudder::Error(where + ": needs both \"position\" and \"text\"");
-                pieces_.push_back({where, *text, *pos});
-            }
+        namespace ji = rudder::json_input;
+        rudder::Params p(params_json);
+        length_ = p->integer("length", 1, 1 << 20).value_or(0);
+        if (auto prefix = p->text("prefix")) pieces_.push_back({"/prefix", *prefix, 0});
+        const nlohmann::json words = p->array("words").value_or(nlohmann::json::array());
+        for (size_t i = 0; i < words.size(); ++i) {
+            ji::ObjectReader word(words[i], "/words/" + std::to_string(i), p->issues());
+            const auto pos = word.integer("position", 0, 1 << 20, ji::kRequired);
+            const auto text = word.text("text", ji::kRequired);
+            word.reject_unknown_keys();
+            if (pos && text) pieces_.push_back({word.pointer(), *text, *pos});
         }
-        if (auto suffix = rp::text(p, "suffix", "")) {
-            if (length_ == 0)
-                throw rudder::Error("/suffix: needs \"length\" (the total token count) so the suffix has a position");
+        if (auto suffix = p->text("suffix")) {
+            if (length_ == 0) p->issue("suffix", "needs \"length\" (the total token count) so the suffix has a position");
             pieces_.push_back({"/suffix", *suffix, -1});
         }
+        p.finish();
         if (pieces_.empty()) throw rudder::Error("give at least one of \"prefix\", \"suffix\", \"words\"");
     }
 

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "../common/params.hpp"
-#include "syntax/annotator.hpp"
-#include "syntax/classifier.hpp"
-#include "syntax/tree.hpp"
+#include <rudder/syntax/annotator.hpp>
+#include <rudder/syntax/classifier.hpp>
+#include <rudder/text/tree.hpp>
 
 namespace {
 
@@ -94,13 +94,10 @@ public:
     }
 
 protected:
-    // Reads "classifier" and "top_k" besides `allowed`, and returns the params.
-    rudder::params::json read_params(std::string_view params_json, std::vector<std::string> allowed) {
-        allowed.insert(allowed.end(), {"classifier", "top_k"});
-        auto p = rudder::params::parse_object(params_json, allowed);
-        top_k_ = rudder::params::integer(p, "top_k", "", 1, 1 << 24).value_or(top_k_);
-        classifier_name_ = rudder::params::text(p, "classifier", "").value_or("");
-        return p;
+    // Reads the keys every classifier control takes: "classifier" and "top_k".
+    void read_params(rudder::Params& p) {
+        top_k_ = p->integer("top_k", 1, 1 << 24).value_or(top_k_);
+        classifier_name_ = p->text("classifier").value_or("");
     }
 
     virtual const char* classifier_kind() const = 0;    // for messages: "syntax classifier"
@@ -182,13 +179,11 @@ public:
     }
 
 protected:
-    // Reads the keys every syntax controller takes ("classifier", "tagger", "parser", "top_k") and returns them.
-    rudder::params::json read_syntax_params(std::string_view params_json, std::vector<std::string> allowed) {
-        allowed.insert(allowed.end(), {"tagger", "parser"});
-        auto p = read_params(params_json, std::move(allowed));
-        tagger_name_ = rudder::params::text(p, "tagger", "").value_or("ewt-tagger");
-        parser_name_ = rudder::params::text(p, "parser", "").value_or("gum-parser");
-        return p;
+    // Reads the keys every syntax controller takes: "classifier", "top_k", "tagger" and "parser".
+    void read_syntax_params(rudder::Params& p) {
+        read_params(p);
+        tagger_name_ = p->text("tagger").value_or("ewt-tagger");
+        parser_name_ = p->text("parser").value_or("gum-parser");
     }
     const char* classifier_kind() const override { return "syntax classifier"; }
     const char* classifier_type() const override { return "syntax_classifier"; }
@@ -221,24 +216,26 @@ private:
 class Pos final : public SyntaxControl {
 public:
     Pos(const rudder_host&, std::string_view params_json) {
-        const auto p = read_syntax_params(params_json, {"tags"});
-        if (!p.contains("tags")) throw rudder::Error("/tags: required (the target tags, one per word)");
-        const auto& tags = p.at("tags");
-        if (tags.is_string()) {
+        rudder::Params p(params_json);
+        read_syntax_params(p);
+        const nlohmann::json* tags = p->any("tags", rudder::json_input::kRequired, "the target tags, one per word");
+        if (tags != nullptr && tags->is_string()) {
             std::string word;
-            for (char ch : tags.get<std::string>() + " ") {
+            for (char ch : tags->get<std::string>() + " ") {
                 if (ch != ' ') word += ch;
                 else if (!word.empty()) tags_.push_back(std::move(word)), word.clear();
             }
-        } else if (tags.is_array()) {
-            for (size_t i = 0; i < tags.size(); ++i) {
-                if (!tags[i].is_string() || tags[i].get<std::string>().empty())
-                    throw rudder::Error("/tags/" + std::to_string(i) + ": expected a tag such as \"NN\", got " + tags[i].dump());
-                tags_.push_back(tags[i].get<std::string>());
+        } else if (tags != nullptr && tags->is_array()) {
+            for (size_t i = 0; i < tags->size(); ++i) {
+                if (!(*tags)[i].is_string() || (*tags)[i].get<std::string>().empty())
+                    p->issues().push_back({"/tags/" + std::to_string(i), "expected a tag such as \"NN\", got " + (*tags)[i].dump()});
+                else
+                    tags_.push_back((*tags)[i].get<std::string>());
             }
-        } else {
-            throw rudder::Error("/tags: expected an array of tags or one string of space-separated tags");
+        } else if (tags != nullptr) {
+            p->issue("tags", "expected an array of tags or one string of space-separated tags");
         }
+        p.finish();
         if (tags_.empty()) throw rudder::Error("/tags: give at least one tag");
     }
 
@@ -270,11 +267,13 @@ private:
 class SyntaxSpan final : public SyntaxControl {
 public:
     SyntaxSpan(const rudder_host&, std::string_view params_json) {
-        const auto p = read_syntax_params(params_json, {"span"});
-        const auto* span = p.contains("span") ? &p.at("span") : nullptr;
-        if (span == nullptr || !span->is_array() || span->size() != 3 || !(*span)[0].is_number_integer() ||
-            !(*span)[1].is_number_integer() || !(*span)[2].is_string())
-            throw rudder::Error("/span: expected [start, end, \"LABEL\"] (words start..end-1), e.g. [0, 3, \"NP\"]");
+        rudder::Params p(params_json);
+        read_syntax_params(p);
+        const nlohmann::json* span = p->any("span", rudder::json_input::kRequired, "[start, end, \"LABEL\"]");
+        if (span != nullptr && !(span->is_array() && span->size() == 3 && (*span)[0].is_number_integer() &&
+                                 (*span)[1].is_number_integer() && (*span)[2].is_string()))
+            p->issue("span", "expected [start, end, \"LABEL\"] (words start..end-1), e.g. [0, 3, \"NP\"]");
+        p.finish();
         start_ = (*span)[0].get<int64_t>();
         end_ = (*span)[1].get<int64_t>();
         label_ = (*span)[2].get<std::string>();
@@ -313,9 +312,10 @@ private:
 class SyntaxTree final : public SyntaxControl {
 public:
     SyntaxTree(const rudder_host&, std::string_view params_json) {
-        const auto p = read_syntax_params(params_json, {"tree"});
-        const auto text = rudder::params::text(p, "tree", "");
-        if (!text) throw rudder::Error("/tree: required (the target tree in bracket notation)");
+        rudder::Params p(params_json);
+        read_syntax_params(p);
+        const auto text = p->text("tree", rudder::json_input::kRequired);
+        p.finish();
         try {
             tree_ = rs::read_tree(*text, "/tree");
         } catch (const std::exception& e) {
@@ -367,11 +367,11 @@ private:
 class Sentiment final : public ClassifierControl {
 public:
     Sentiment(const rudder_host&, std::string_view params_json) {
-        const auto p = read_params(params_json, {"polarity", "judge"});
-        const auto polarity = rudder::params::text(p, "polarity", "");
-        if (!polarity) throw rudder::Error("/polarity: required (\"positive\" or \"negative\")");
-        polarity_ = *polarity;
-        judge_name_ = rudder::params::text(p, "judge", "").value_or("e2e-sentiment-judge");
+        rudder::Params p(params_json);
+        read_params(p);
+        polarity_ = p->text("polarity", rudder::json_input::kRequired).value_or("");
+        judge_name_ = p->text("judge").value_or("e2e-sentiment-judge");
+        p.finish();
     }
 
     void evaluate(const rudder_sample& sample, rudder_verdict& verdict) override {

@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <iostream>
 
-#include "compute_threads.hpp"
-#include "generator.hpp"
+#include <rudder/nn/compute_threads.hpp>
+#include <rudder/runtime/generator.hpp>
 
 namespace rudder::cli {
 namespace {

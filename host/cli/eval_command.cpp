@@ -16,17 +16,17 @@
 #include <string>
 #include <vector>
 
-#include "compute_threads.hpp"
-#include "generator.hpp"
-#include "meaning.hpp"
-#include "metrics.hpp"
-#include "model.hpp"
-#include "recipe.hpp"
-#include "syntax/tree.hpp"
-#include "syntax/treebank.hpp"
-#include "text_files.hpp"
-#include "train/config.hpp"
-#include "train/score.hpp"
+#include <rudder/nn/compute_threads.hpp>
+#include <rudder/runtime/generator.hpp>
+#include <rudder/text/meaning.hpp>
+#include <rudder/text/metrics.hpp>
+#include <rudder/runtime/model.hpp>
+#include <rudder/runtime/recipe.hpp>
+#include <rudder/text/tree.hpp>
+#include <rudder/text/treebank.hpp>
+#include <rudder/text/text_files.hpp>
+#include <rudder/nn/config_error.hpp>
+#include <rudder/nn/teacher_model.hpp>
 
 namespace rudder::cli {
 namespace {
@@ -73,15 +73,15 @@ const std::vector<std::string> kTargetKinds = {"pos",   "tree",   "span",   "mr"
 bool needs_tokens(const std::string& kind) { return kind == "length" || kind == "prefix" || kind == "infill"; }
 constexpr size_t kPrefixTokens = 3;  // a "prefix" target: the reference's first three tokens
 
-TargetSource read_targets(train::ObjectReader r, std::vector<train::ConfigIssue>& issues, const fs::path& base,
+TargetSource read_targets(json_input::ObjectReader r, const fs::path& base,
                           TargetSource fallback) {
     TargetSource t = fallback;
-    if (r.has("file")) t.file = base / r.string("file", std::nullopt);
-    if (r.has("meaning")) t.meaning = base / r.string("meaning", std::nullopt);
-    if (r.has("attribute")) t.attribute = train::read_attribute_classes(r, "attribute", false, issues);
-    t.count = r.integer("count", t.count, 1, 1'000'000);
-    t.seed = static_cast<uint64_t>(r.integer("seed", static_cast<int64_t>(t.seed), 0, INT64_MAX));
-    t.max_words = r.integer("max_words", t.max_words, 1, 4096);
+    if (auto v = r.text("file")) t.file = base / *v;
+    if (auto v = r.text("meaning")) t.meaning = base / *v;
+    if (r.has("attribute")) t.attribute = meaning::read_attribute_classes(r, "attribute", json_input::kOptional);
+    t.count = r.integer("count", 1, 1'000'000).value_or(t.count);
+    t.seed = static_cast<uint64_t>(r.integer("seed", 0, INT64_MAX).value_or(static_cast<int64_t>(t.seed)));
+    t.max_words = r.integer("max_words", 1, 4096).value_or(t.max_words);
     r.reject_unknown_keys();
     return t;
 }
@@ -93,50 +93,50 @@ Suite read_suite(const fs::path& file) {
     try {
         j = json::parse(in);
     } catch (const json::exception& e) {
-        throw train::ConfigError(file.string(), {{"", std::string("not valid JSON: ") + e.what()}});
+        throw ConfigError(file.string(), {{"", std::string("not valid JSON: ") + e.what()}});
     }
     const fs::path base = file.parent_path();
-    std::vector<train::ConfigIssue> issues;
-    train::ObjectReader root(j, "", issues);
+    std::vector<ConfigIssue> issues;
+    json_input::ObjectReader root(j, "", issues);
     Suite s;
-    s.description = root.string("description", "");
-    s.teacher = root.string("teacher", s.teacher);
-    s.samples_per_target = root.integer("samples_per_target", 1, 1, 1000);
+    s.description = root.text("description").value_or("");
+    s.teacher = root.text("teacher").value_or(s.teacher);
+    s.samples_per_target = root.integer("samples_per_target", 1, 1000).value_or(1);
     TargetSource defaults;
-    if (root.has("targets")) defaults = read_targets(train::ObjectReader(root.object("targets", false), "/targets", issues), issues, base, defaults);
-    const json tasks = root.array("tasks", true);
+    if (root.has("targets")) defaults = read_targets(json_input::ObjectReader(root.object("targets").value_or(json::object()), "/targets", issues), base, defaults);
+    const json tasks = root.array("tasks", json_input::kRequired).value_or(json::array());
     if (j.is_object() && j.contains("tasks") && tasks.empty()) {
         root.issue("tasks", "expected at least one task");
     } else {
         for (size_t i = 0; i < tasks.size(); ++i) {
             const std::string p = "/tasks/" + std::to_string(i);
-            train::ObjectReader t(tasks[i], p, issues);
+            json_input::ObjectReader t(tasks[i], p, issues);
             Task task;
-            task.name = t.string("name", std::nullopt);
-            task.recipe = base / t.string("recipe", std::nullopt);
-            task.evaluate_only = t.boolean("evaluate_only", false);
-            task.params = t.object("params", false);
+            task.name = t.text("name", json_input::kRequired).value_or("");
+            task.recipe = base / t.text("recipe", json_input::kRequired).value_or("");
+            task.evaluate_only = t.boolean("evaluate_only").value_or(false);
+            task.params = t.object("params").value_or(json::object());
             if (t.has("controls")) {
                 // A composition: {"semantic": "fields", "syntax_tree": "tree"}, every target from the same text.
                 if (t.has("control") || t.has("target")) {
                     t.issue("controls", "give \"controls\" or \"control\" and \"target\", not both");
-                    t.string("control", "");  // reported once, above, not again as unknown keys
-                    t.string("target", "");
+                    t.text("control").value_or("");  // reported once, above, not again as unknown keys
+                    t.text("target").value_or("");
                 }
                 if (t.has("params")) t.issue("params", "applies to a task with one \"control\"; a composition's recipe holds its params");
-                const json controls = t.object("controls", true);
-                train::ObjectReader kinds(controls, p + "/controls", issues);
+                const json controls = t.object("controls", json_input::kRequired).value_or(json::object());
+                json_input::ObjectReader kinds(controls, p + "/controls", issues);
                 for (const auto& item : controls.items())
-                    task.controls.push_back({item.key(), kinds.string(item.key(), std::nullopt, kTargetKinds)});
+                    task.controls.push_back({item.key(), kinds.choice(item.key(), kTargetKinds, json_input::kRequired).value_or("")});
                 if (controls.size() < 2) t.issue("controls", "expected two or more controllers (use \"control\" for one)");
             } else {
-                const std::string target = t.string("target", std::string("none"), kTargetKinds);
-                const std::string control = t.string("control", "");
+                const std::string target = t.choice("target", kTargetKinds).value_or(std::string("none"));
+                const std::string control = t.text("control").value_or("");
                 if (!task.params.empty() && control.empty()) t.issue("params", "needs \"control\": the controller they go to");
                 if (target != "none" && control.empty()) t.issue("control", "required with a target: the recipe controller that receives it");
                 if (!control.empty()) task.controls.push_back({control, target});
             }
-            task.targets = t.has("targets") ? read_targets(train::ObjectReader(t.object("targets", false), p + "/targets", issues), issues, base, defaults)
+            task.targets = t.has("targets") ? read_targets(json_input::ObjectReader(t.object("targets").value_or(json::object()), p + "/targets", issues), base, defaults)
                                             : defaults;
             bool any_target = false, mr_target = false;
             for (const auto& c : task.controls) {
@@ -161,7 +161,7 @@ Suite read_suite(const fs::path& file) {
         }
     }
     root.reject_unknown_keys();
-    if (!issues.empty()) throw train::ConfigError(file.string(), std::move(issues));
+    if (!issues.empty()) throw ConfigError(file.string(), std::move(issues));
     return s;
 }
 
@@ -235,14 +235,14 @@ std::optional<json> target_params(const std::string& kind, const Annotated& a, c
             try {
                 for (auto& f : meaning::parse(a.mr))
                     if (f.attribute != "name") content.push_back(std::move(f));
-            } catch (const Error& e) {
+            } catch (const std::invalid_argument& e) {
                 throw std::runtime_error("a meaning representation of '" + source.file.string() + "': " + e.what());
             }
             if (content.empty()) return std::nullopt;
             const auto& f = content[rng() % content.size()];
             return json{{"fields", {f.attribute + "[" + f.value + "]"}}};
         }
-        const std::string polarity = train::attribute_class(source.attribute, a.mr);
+        const std::string polarity = meaning::attribute_class(source.attribute, a.mr);
         if (polarity.empty()) return std::nullopt;
         return json{{"polarity", polarity}};
     }
@@ -398,8 +398,8 @@ int run_eval(const EvalOptions& o) {
     const Suite suite = read_suite(suite_file);
     const fs::path out_dir = o.out.empty() ? fs::path(suite_file.stem().string() + "-results") : fs::path(o.out);
     fs::create_directories(out_dir / "samples");
-    const train::TeacherModel teacher =
-        train::load_teacher(resolve_model(suite.teacher, suite_file.parent_path(), default_model_path()));
+    const TeacherModel teacher =
+        load_teacher(resolve_model(suite.teacher, suite_file.parent_path(), default_model_path()));
     plugins::Registry registry(plugins::Registry::default_search_path());
     std::map<fs::path, std::vector<Annotated>> annotated;
 
@@ -519,7 +519,7 @@ int run_eval(const EvalOptions& o) {
             }
         }
         if (!o.quiet) std::fprintf(stderr, "\n");
-        result.perplexity = train::score_texts(teacher, texts).perplexity();
+        result.perplexity = score_texts(teacher, texts).perplexity();
         if (!middles.empty()) result.bleu = corpus_bleu(middles, reference_middles);
         results.push_back(result);
         // Written after every task, so a long run that is stopped keeps what it measured.

@@ -16,14 +16,14 @@
 #include "bench_command.hpp"
 #include "eval_command.hpp"
 #include "syntax_commands.hpp"
-#include "generator.hpp"
-#include "metrics.hpp"
-#include "model.hpp"
-#include "recipe.hpp"
-#include "safetensors.hpp"
-#include "text_files.hpp"
-#include "train/score.hpp"
-#include "train/trainer.hpp"
+#include <rudder/runtime/generator.hpp>
+#include <rudder/text/metrics.hpp>
+#include <rudder/runtime/model.hpp>
+#include <rudder/runtime/recipe.hpp>
+#include <rudder/nn/safetensors.hpp>
+#include <rudder/text/text_files.hpp>
+#include <rudder/nn/teacher_model.hpp>
+#include <rudder/train/trainer.hpp>
 
 namespace {
 
@@ -192,7 +192,7 @@ int cmd_train(const std::string& config_path, int64_t stop_after, bool overwrite
     rudder::train::TrainConfig config;
     try {
         config = rudder::train::load_train_config(config_path);
-    } catch (const rudder::train::ConfigError& e) {
+    } catch (const rudder::ConfigError& e) {
         std::cerr << e.what() << "\n";
         return kExitInvalid;
     }
@@ -211,7 +211,7 @@ int cmd_train(const std::string& config_path, int64_t stop_after, bool overwrite
             std::fprintf(stderr, "%lld steps in %.1f s (%.2f steps/s)\n",
                          static_cast<long long>(result.step - result.resumed_from), result.seconds,
                          result.steps_per_second);
-    } catch (const rudder::train::ConfigError& e) {  // the network's config, checked once the vocabulary is known
+    } catch (const rudder::ConfigError& e) {  // the network's config, checked once the vocabulary is known
         std::cerr << e.what() << "\n";
         return kExitInvalid;
     }
@@ -227,9 +227,9 @@ int cmd_score(const std::string& file, const std::string& teacher_name, const st
         throw rudder::ModelError(std::string(e.what()) +
                                  "\n(train a teacher with `rudder train examples/train/teacher.json`, or pass --teacher DIR)");
     }
-    const rudder::train::TeacherModel teacher = rudder::train::load_teacher(dir);
+    const rudder::TeacherModel teacher = rudder::load_teacher(dir);
     const std::vector<std::string> texts = rudder::read_texts(file);
-    const auto report = rudder::train::score_texts(teacher, texts, batch_size);
+    const auto report = rudder::score_texts(teacher, texts, batch_size);
     const rudder::DiversityReport diversity = rudder::text_diversity(texts);
     std::optional<rudder::OverlapReport> overlap;
     if (!against.empty()) overlap = rudder::text_overlap(texts, rudder::read_texts(against));
@@ -462,7 +462,7 @@ int main(int argc, char** argv) {
     } catch (const rudder::RecipeError& e) {
         print_recipe_error(recipe_path, e);
         return kExitInvalid;
-    } catch (const rudder::train::ConfigError& e) {  // a bad eval suite
+    } catch (const rudder::ConfigError& e) {  // a bad eval suite
         std::cerr << e.what() << "\n";
         return kExitInvalid;
     } catch (const rudder::Cancelled& e) {

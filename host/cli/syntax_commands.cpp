@@ -10,10 +10,10 @@
 #include <fstream>
 #include <iostream>
 
-#include "model.hpp"
-#include "syntax/annotator.hpp"
-#include "syntax/treebank.hpp"
-#include "text_files.hpp"
+#include <rudder/runtime/model.hpp>
+#include <rudder/syntax/annotator.hpp>
+#include <rudder/text/treebank.hpp>
+#include <rudder/text/text_files.hpp>
 
 namespace rudder::cli {
 namespace {

@@ -12,7 +12,7 @@ function(rudder_add_controller name)
     message(FATAL_ERROR "rudder_add_controller(${name}): SOURCES is required")
   endif()
   add_library(${name} MODULE ${ARG_SOURCES})
-  target_link_libraries(${name} PRIVATE Rudder::sdk ${ARG_LIBRARIES})
+  target_link_libraries(${name} PRIVATE Rudder::plugin_sdk ${ARG_LIBRARIES})
   set_target_properties(${name} PROPERTIES
     PREFIX "" OUTPUT_NAME "rudder_${name}"
     C_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "recipe.hpp"
+#include <rudder/runtime/recipe.hpp>
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "tokenizer.hpp"
+#include <rudder/text/tokenizer.hpp>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string input(reinterpret_cast<const char*>(data), size);

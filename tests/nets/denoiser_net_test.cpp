@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "nets_fixture.hpp"
-#include "nn/denoiser_net.hpp"
-#include "nn/transformer_denoiser.hpp"
-#include "safetensors.hpp"
-#include "train/config.hpp"
+#include <rudder/nn/denoiser_net.hpp>
+#include "transformer_denoiser.hpp"
+#include <rudder/nn/safetensors.hpp>
+#include <rudder/nn/config_error.hpp>
 
 namespace rudder {
 namespace {
@@ -39,7 +39,7 @@ std::shared_ptr<nn::DiscreteDenoiserNet> discrete_net(bool conditional, uint64_t
 template <class F> std::string config_error(F make) {
     try {
         make();
-    } catch (const train::ConfigError& e) {
+    } catch (const ConfigError& e) {
         return e.what();
     }
     return "";

@@ -8,8 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "nn/transformer_denoiser.hpp"
-#include "tokenizer.hpp"
+#include <rudder/nn/denoiser_net.hpp>
+#include <rudder/text/tokenizer.hpp>
+
+#include "transformer_denoiser.hpp"
 
 namespace rudder::testing {
 
@@ -66,7 +68,7 @@ inline at::Tensor sentence_tokens() {
 }
 
 inline at::Tensor condition_tokens() {
-    return encode_conditions(*tokenizer(), meaning_representations(), kConditionLength);
+    return nn::encode_conditions(*tokenizer(), meaning_representations(), kConditionLength);
 }
 
 // The smallest useful network: the tests check plumbing, not quality.

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "generator.hpp"
-#include "nn/denoiser_net.hpp"
-#include "tokenizer.hpp"
+#include <rudder/runtime/generator.hpp>
+#include <rudder/nn/denoiser_net.hpp>
+#include <rudder/text/tokenizer.hpp>
 
 int main(int argc, char** argv) {
     using namespace rudder;

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "nets_fixture.hpp"
-#include "nn/denoiser_net.hpp"
-#include "nn/transformer_denoiser.hpp"
+#include <rudder/nn/denoiser_net.hpp>
+#include "transformer_denoiser.hpp"
 #include "sampler.hpp"
 
 namespace rudder {

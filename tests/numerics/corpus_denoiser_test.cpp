@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "denoiser.hpp"
+#include <rudder/runtime/denoiser.hpp>
 
 namespace rudder {
 namespace {

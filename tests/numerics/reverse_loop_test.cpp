@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "denoiser.hpp"
+#include <rudder/runtime/denoiser.hpp>
 #include "sampler.hpp"
-#include "tokenizer.hpp"
+#include <rudder/text/tokenizer.hpp>
 #include "toy_corpus.hpp"
 
 namespace rudder {

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "schedule.hpp"
+#include <rudder/nn/schedule.hpp>
 
 namespace rudder {
 namespace {

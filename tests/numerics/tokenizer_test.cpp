@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer.hpp"
+#include <rudder/text/tokenizer.hpp>
 #include "toy_corpus.hpp"
 
 namespace rudder {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "model.hpp"
+#include <rudder/runtime/model.hpp>
 
 namespace rudder::testing {
 

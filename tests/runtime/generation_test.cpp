@@ -10,7 +10,7 @@
 
 #include "composer.hpp"
 #include "corpus_fixture.hpp"
-#include "generator.hpp"
+#include <rudder/runtime/generator.hpp>
 
 namespace {
 

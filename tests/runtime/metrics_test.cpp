@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "metrics.hpp"
+#include <rudder/text/metrics.hpp>
 
 namespace {
 

@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
-#include <rudder/plugins/suggest.hpp>
+#include <rudder/rudder_json.hpp>
 
-#include "recipe.hpp"
+#include <rudder/runtime/recipe.hpp>
 
 namespace {
 
@@ -74,10 +74,10 @@ TEST(Recipe, EveryProblemIsReportedWithItsPointer) {
       "controllers": [ {"weight": "x"}, {"plugin": "length", "active": {"from_t": 0.2, "to_t": 0.5}, "time_limit": -1}, 5 ]
     })");
     EXPECT_TRUE(has_issue(issues, "/model", "required"));
-    EXPECT_TRUE(has_issue(issues, "/sampler/name", "did you mean 'ddim'?"));
+    EXPECT_TRUE(has_issue(issues, "/sampler/name", "did you mean \"ddim\"?"));
     EXPECT_TRUE(has_issue(issues, "/sampler/steps", "expected an integer in [1, 100000]"));
     EXPECT_TRUE(has_issue(issues, "/sampler/temperature", "expected a number in [0.01, 100], got 0"));
-    EXPECT_TRUE(has_issue(issues, "/samples", "got a string"));
+    EXPECT_TRUE(has_issue(issues, "/samples", "got \"eight\""));
     EXPECT_TRUE(has_issue(issues, "/max_length", "got -3"));
     EXPECT_TRUE(has_issue(issues, "/device", "'cpu', 'cuda'"));
     EXPECT_TRUE(has_issue(issues, "/controllers/0/plugin", "required"));
@@ -175,7 +175,7 @@ TEST(Recipe, MissingFileIsARecipeError) {
 }
 
 TEST(Recipe, ClosestMatch) {
-    using rudder::plugins::closest_match;
+    using rudder::json_input::closest_match;
     EXPECT_EQ(closest_match("lenght", {"length", "span"}), "length");
     EXPECT_EQ(closest_match("spa", {"length", "span"}), "span");
     EXPECT_EQ(closest_match("ddmi", {"ddpm", "ddim"}), "ddim");  // a swap is one edit

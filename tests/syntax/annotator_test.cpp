@@ -7,11 +7,11 @@
 #include <fstream>
 
 #include "../train/train_support.hpp"
-#include "model.hpp"
-#include "syntax/annotator.hpp"
-#include "syntax/treebank.hpp"
-#include "text_files.hpp"
-#include "train/trainer.hpp"
+#include <rudder/runtime/model.hpp>
+#include <rudder/syntax/annotator.hpp>
+#include <rudder/text/treebank.hpp>
+#include <rudder/text/text_files.hpp>
+#include <rudder/train/trainer.hpp>
 
 namespace rudder {
 namespace {
@@ -164,7 +164,7 @@ TEST_F(MicroSyntax, ConfigErrorsForTreebankKinds) {
     try {
         train::parse_train_config(config, dir_.path());
         FAIL() << "no ConfigError";
-    } catch (const train::ConfigError& e) {
+    } catch (const ConfigError& e) {
         ASSERT_EQ(e.issues().size(), 2u) << e.what();
         EXPECT_EQ(e.issues()[0].pointer, "/data/train");
         EXPECT_EQ(e.issues()[0].message,
@@ -177,7 +177,7 @@ TEST_F(MicroSyntax, ConfigErrorsForTreebankKinds) {
     try {
         train::train(train::parse_train_config(config, dir_.path()));
         FAIL() << "no ConfigError";
-    } catch (const train::ConfigError& e) {
+    } catch (const ConfigError& e) {
         ASSERT_EQ(e.issues().size(), 1u) << e.what();
         EXPECT_EQ(e.issues()[0].pointer, "/network/tags");
         EXPECT_EQ(e.issues()[0].message, "filled in from the training data; leave it out");

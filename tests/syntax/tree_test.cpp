@@ -6,10 +6,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "syntax/chart.hpp"
-#include "syntax/tree.hpp"
-#include "syntax/treebank.hpp"
-#include "syntax/words.hpp"
+#include <rudder/text/chart.hpp>
+#include <rudder/text/tree.hpp>
+#include <rudder/text/treebank.hpp>
+#include <rudder/text/words.hpp>
 
 namespace rudder::syntax {
 namespace {

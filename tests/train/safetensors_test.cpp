@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "safetensors.hpp"
+#include <rudder/nn/safetensors.hpp>
 #include "train_support.hpp"
 
 namespace rudder {

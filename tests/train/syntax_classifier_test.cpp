@@ -9,11 +9,11 @@
 #include <fstream>
 #include <random>
 
-#include "model.hpp"
-#include "safetensors.hpp"
-#include "syntax/classifier.hpp"
-#include "tokenizer.hpp"
-#include "train/trainer.hpp"
+#include <rudder/runtime/model.hpp>
+#include <rudder/nn/safetensors.hpp>
+#include <rudder/syntax/classifier.hpp>
+#include <rudder/text/tokenizer.hpp>
+#include <rudder/train/trainer.hpp>
 #include "train_support.hpp"
 
 namespace rudder {
@@ -181,7 +181,7 @@ TEST_F(SyntaxClassifierTraining, ConfigErrorsNameTheDenoiserAndTheDataFormat) {
     try {
         train::parse_train_config(j, dir_.path());
         FAIL() << "expected a ConfigError";
-    } catch (const train::ConfigError& e) {
+    } catch (const ConfigError& e) {
         const std::string what = e.what();
         EXPECT_NE(what.find("/denoiser"), std::string::npos) << what;
         EXPECT_NE(what.find("not a trained denoiser directory"), std::string::npos) << what;
@@ -192,7 +192,7 @@ TEST_F(SyntaxClassifierTraining, ConfigErrorsNameTheDenoiserAndTheDataFormat) {
     // The denoiser key belongs to controller kinds only.
     json teacher = test::micro_teacher_config(dir_.path());
     teacher["denoiser"] = "x";
-    EXPECT_THROW(train::parse_train_config(teacher, dir_.path()), train::ConfigError);
+    EXPECT_THROW(train::parse_train_config(teacher, dir_.path()), ConfigError);
 }
 
 }  // namespace

@@ -9,12 +9,12 @@
 #include <fstream>
 #include <sstream>
 
-#include "model.hpp"
-#include "safetensors.hpp"
-#include "text_files.hpp"
-#include "tokenizer.hpp"
-#include "train/score.hpp"
-#include "train/trainer.hpp"
+#include <rudder/runtime/model.hpp>
+#include <rudder/nn/safetensors.hpp>
+#include <rudder/text/text_files.hpp>
+#include <rudder/text/tokenizer.hpp>
+#include <rudder/nn/teacher_model.hpp>
+#include <rudder/train/trainer.hpp>
 #include "train_support.hpp"
 
 namespace rudder {
@@ -60,7 +60,7 @@ template <typename Fn>
 std::string config_issues(Fn fn) {
     try {
         fn();
-    } catch (const train::ConfigError& e) {
+    } catch (const ConfigError& e) {
         std::string text;
         for (const auto& issue : e.issues()) text += issue.pointer + ": " + issue.message + "\n";
         return text;
@@ -306,7 +306,7 @@ TEST_F(MicroTraining, ConfigErrorsNameTheKeyAndWhatWasExpected) {
 
 TEST_F(MicroTraining, ScoreGivesFinitePerplexityLowerOnTrainingTextsThanShuffledOnes) {
     run(config(120));
-    const train::TeacherModel teacher = train::load_teacher(dir_.path() / "model");
+    const TeacherModel teacher = load_teacher(dir_.path() / "model");
     std::vector<std::string> texts, shuffled;
     for (const auto& r : test::micro_records()) {
         texts.push_back(r.ref);
@@ -317,8 +317,8 @@ TEST_F(MicroTraining, ScoreGivesFinitePerplexityLowerOnTrainingTextsThanShuffled
         for (const auto& w : words) line += (line.empty() ? "" : " ") + w;
         shuffled.push_back(line);
     }
-    const auto on_train = train::score_texts(teacher, texts);
-    const auto on_shuffled = train::score_texts(teacher, shuffled);
+    const auto on_train = score_texts(teacher, texts);
+    const auto on_shuffled = score_texts(teacher, shuffled);
     EXPECT_EQ(on_train.texts, 30);
     EXPECT_EQ(on_train.unknown_tokens, 0);
     int64_t tokens = 0;
@@ -330,8 +330,8 @@ TEST_F(MicroTraining, ScoreGivesFinitePerplexityLowerOnTrainingTextsThanShuffled
         << on_train.perplexity() << " vs " << on_shuffled.perplexity();
 
     // Batching does not change the result; unknown words are counted; texts too long are skipped and counted.
-    EXPECT_NEAR(train::score_texts(teacher, texts, 7).nll, on_train.nll, 1e-6 * on_train.nll);
-    const auto odd = train::score_texts(teacher, {"Xyzzy serves Plugh food .", "", std::string(40, 'a') + " b c d e f g h "
+    EXPECT_NEAR(score_texts(teacher, texts, 7).nll, on_train.nll, 1e-6 * on_train.nll);
+    const auto odd = score_texts(teacher, {"Xyzzy serves Plugh food .", "", std::string(40, 'a') + " b c d e f g h "
                                                   "i j k l m n o p q r"});
     EXPECT_EQ(odd.texts, 2);
     EXPECT_EQ(odd.unknown_tokens, 2);
@@ -342,7 +342,7 @@ TEST_F(MicroTraining, ScoreGivesFinitePerplexityLowerOnTrainingTextsThanShuffled
 TEST_F(MicroTraining, TeacherLoaderRefusesOtherModels) {
     write_corpus_model({"The Eagle is a pub ."}, dir_.path() / "corpus");
     try {
-        train::load_teacher(dir_.path() / "corpus");
+        load_teacher(dir_.path() / "corpus");
         FAIL() << "expected ModelError";
     } catch (const ModelError& e) {
         EXPECT_NE(std::string(e.what()).find("is a 'corpus' model, not a teacher language model"), std::string::npos)
@@ -351,7 +351,7 @@ TEST_F(MicroTraining, TeacherLoaderRefusesOtherModels) {
     run(config(5));
     std::filesystem::remove(dir_.path() / "model/model.safetensors");
     try {
-        train::load_teacher(dir_.path() / "model");
+        load_teacher(dir_.path() / "model");
         FAIL() << "expected ModelError";
     } catch (const ModelError& e) {
         EXPECT_NE(std::string(e.what()).find("model.safetensors"), std::string::npos) << e.what();

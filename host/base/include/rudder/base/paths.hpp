@@ -1,0 +1,24 @@
+// Where the running program lives, and search-path lists: shared by plugin and model discovery.
+#pragma once
+
+#include <filesystem>
+#include <vector>
+
+namespace rudder {
+
+// The folder of the running executable (from /proc/self/exe); the current folder if that cannot be read.
+std::filesystem::path executable_dir();
+
+// The installation prefix as seen from the code that is running: this runtime is linked either into an executable
+// in <prefix>/bin (the CLI, tests) or into librudder.so in <prefix>/<libdir> (C and Python applications), and the
+// prefix is found from whichever file holds it (dladdr), so an installed librudder.so finds its own plugins and
+// models wherever the application lives. The build tree has the installed layout.
+std::filesystem::path install_prefix();
+// <prefix>/<libdir>/rudder/plugins and <prefix>/<datadir>/rudder/models (the folders may not exist).
+std::filesystem::path bundled_plugin_dir();
+std::filesystem::path bundled_model_dir();
+
+// Splits a ':'-separated list such as $RUDDER_PLUGIN_PATH; empty entries are skipped, NULL gives none.
+std::vector<std::filesystem::path> split_path_list(const char* list);
+
+}  // namespace rudder

@@ -1,0 +1,68 @@
+#include <rudder/base/paths.hpp>
+
+#include <dlfcn.h>
+
+#include <sstream>
+#include <string>
+
+// The build writes the install layout (relative to the prefix) in: see the top-level CMakeLists.txt.
+#if !defined(RUDDER_INSTALL_BINDIR) || !defined(RUDDER_INSTALL_LIBDIR) || !defined(RUDDER_INSTALL_DATADIR)
+#error "RUDDER_INSTALL_BINDIR, RUDDER_INSTALL_LIBDIR and RUDDER_INSTALL_DATADIR must be defined by the build"
+#endif
+
+namespace rudder {
+namespace fs = std::filesystem;
+
+namespace {
+
+// The file (executable or shared library) that this function was linked into.
+fs::path this_module_file() {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<const void*>(&this_module_file), &info) == 0 || info.dli_fname == nullptr ||
+        info.dli_fname[0] == '\0')
+        return {};
+    std::error_code ec;
+    const fs::path file = fs::canonical(info.dli_fname, ec);
+    return ec ? fs::path() : file;
+}
+
+// `dir` with one ".." per component of `relative` (e.g. lib/x86_64-linux-gnu -> two levels up).
+fs::path up_by(fs::path dir, const fs::path& relative) {
+    for (const auto& part : relative)
+        if (!part.empty() && part != ".") dir = dir.parent_path();
+    return dir;
+}
+
+}  // namespace
+
+fs::path executable_dir() {
+    std::error_code ec;
+    const auto exe = fs::read_symlink("/proc/self/exe", ec);
+    return ec ? fs::current_path() : exe.parent_path();
+}
+
+fs::path install_prefix() {
+    const fs::path exe_dir = executable_dir();
+    const fs::path module = this_module_file();
+    std::error_code ec;
+    // In the main program dladdr may name it by argv[0]; anything that is not the executable is librudder.so.
+    if (module.empty() || fs::equivalent(module, fs::path("/proc/self/exe"), ec))
+        return up_by(exe_dir, RUDDER_INSTALL_BINDIR);
+    return up_by(module.parent_path(), RUDDER_INSTALL_LIBDIR);
+}
+
+fs::path bundled_plugin_dir() { return install_prefix() / RUDDER_INSTALL_LIBDIR / "rudder" / "plugins"; }
+fs::path bundled_model_dir() { return install_prefix() / RUDDER_INSTALL_DATADIR / "rudder" / "models"; }
+
+std::vector<fs::path> split_path_list(const char* list) {
+    std::vector<fs::path> out;
+    if (list == nullptr) return out;
+    std::stringstream in{std::string(list)};
+    std::string item;
+    while (std::getline(in, item, ':')) {
+        if (!item.empty()) out.emplace_back(item);
+    }
+    return out;
+}
+
+}  // namespace rudder

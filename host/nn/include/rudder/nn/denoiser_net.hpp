@@ -1,0 +1,128 @@
+// Transformer denoisers of the two diffusion families, trained by `rudder train` and wrapped for sampling by the
+// runtime's TransformerDenoiser.
+//
+// Both share one trunk: a bidirectional pre-LayerNorm transformer encoder over
+//     [ condition positions (optional) ; text positions ]
+// Text positions carry the family's input (continuous: x_t projected up to the model width plus a time embedding;
+// discrete: the embedding of the partly masked tokens) plus a learned position embedding. Condition positions
+// carry the E2E meaning representation's tokens through their own token table plus their own learned position
+// table. The separate tables are the segment embedding: a condition token can never be mistaken for a text token,
+// with no third table to learn. Pad condition tokens are masked out as attention keys, so an all-pad condition is
+// exactly the unconditional model that condition dropout trains.
+//
+// Config ("network" in a model's config.json): the trunk's (nn/transformer_trunk.hpp, DenoiserConfig). All
+// training noise, dropout included, is drawn from the generator given to loss().
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <rudder/nn/schedule.hpp>
+#include <rudder/nn/trainable.hpp>
+#include <rudder/nn/transformer_trunk.hpp>
+#include <rudder/text/tokenizer.hpp>
+
+namespace rudder::nn {
+
+// Log-probability given to impossible entries (the mask token, the other tokens at a committed position) in the
+// outputs the sampling loop sees. exp() of it is exactly 0 in float32, yet it stays finite, so a plugin that
+// computes p * log p over the distribution never meets 0 * inf.
+constexpr float kImpossibleLogProb = -1e4f;
+
+// What both families have in common: config, trunk, input checks, condition dropout.
+class DenoiserNet : public TrainableNetwork {
+public:
+    const DenoiserConfig& denoiser_config() const { return config_; }
+    Family family() const { return config_.family; }
+    // Whether the network has condition inputs (max_condition_length > 0).
+    bool conditional() const { return config_.max_condition_length > 0; }
+    nlohmann::json config() const override { return config_.to_json(); }
+
+protected:
+    explicit DenoiserNet(DenoiserConfig config);
+    // Checks tokens [B, L] (1 <= L <= max_length, ids in the vocabulary) and returns them.
+    at::Tensor check_tokens(const at::Tensor& tokens) const;
+    // Checks a condition [B, C] against the batch and the config; undefined stays undefined.
+    at::Tensor check_condition(const at::Tensor& condition, int64_t batch) const;
+    // Condition dropout: each row becomes all-pad with probability condition_dropout.
+    at::Tensor drop_condition(const at::Tensor& condition, at::Generator& gen) const;
+    // The generator for dropout masks: `gen` while training with dropout, nullptr otherwise.
+    at::Generator* dropout_generator(at::Generator& gen) const;
+
+    DenoiserConfig config_;
+    std::shared_ptr<TransformerTrunk> trunk_;
+};
+
+// Embedding diffusion (Diffusion-LM, x0-parameterisation). Parameters: embedding [V, embed_dim] (the learned
+// token embeddings E, also the rounding head), input_proj.*, time_mlp1.*, time_mlp2.*, trunk.*, output_proj.*.
+class ContinuousDenoiserNet final : public DenoiserNet {
+public:
+    ContinuousDenoiserNet(const nlohmann::json& network_config, const Tokenizer& tokenizer);
+
+    int64_t embed_dim() const { return config_.embed_dim; }
+    const GaussianSchedule& schedule() const { return schedule_; }
+    // The token embedding table E [V, embed_dim] (the parameter itself).
+    const at::Tensor& embedding() const { return embedding_; }
+
+    // x0 estimate [B, L, D] from x_t [B, L, D] at diffusion times t (float [B] in [0, 1], on x_t's device).
+    // `gen`: dropout masks while training; nullptr for none.
+    at::Tensor predict_x0(const at::Tensor& x_t, const at::Tensor& t, const at::Tensor& condition,
+                          at::Generator* gen = nullptr);
+    // The rounding head: unnormalised logits x0 · E^T [B, L, V]. Tied to E as in Diffusion-LM: the table that is
+    // diffused is the one decoded, with no extra parameters, and the rounding loss that trains it is what keeps E
+    // from collapsing under the MSE term.
+    at::Tensor rounding_logits(const at::Tensor& x0) const;
+
+    // Diffusion-LM's end-to-end loss (see the .cpp for the terms).
+    at::Tensor loss(const TrainingBatch& batch, at::Generator& gen) override;
+
+private:
+    GaussianSchedule schedule_;
+    at::Tensor alpha_bar_;  // [T + 1] float64 on the CPU: the schedule as a table, for per-example lookup
+    at::Tensor embedding_;
+    std::shared_ptr<Affine> input_proj_, time_mlp1_, time_mlp2_, output_proj_;
+};
+
+// Absorbing (masked) diffusion, MDLM's SUBS parameterisation. Parameters: token_embedding [V, dim], trunk.*, head.*.
+// No time input: for absorbing diffusion the clean-token posterior given x_t does not depend on t (the number of
+// masks already tells the noise level; MDLM finds time conditioning unnecessary), and without it the loop's cache
+// (skip the network while no token changed) is exact.
+class DiscreteDenoiserNet final : public DenoiserNet {
+public:
+    DiscreteDenoiserNet(const nlohmann::json& network_config, const Tokenizer& tokenizer);
+
+    const MaskSchedule& mask_schedule() const { return mask_schedule_; }
+
+    // Log-probabilities [B, L, V] of the clean token given tokens x_t [B, L] (mask_id at masked positions): the
+    // mask token is impossible, and an unmasked position is certain of its own token (SUBS). Impossible entries
+    // are kImpossibleLogProb.
+    at::Tensor log_probs(const at::Tensor& tokens, const at::Tensor& condition);
+
+    // MDLM's continuous-time ELBO for the log-linear schedule (see the .cpp for the derivation).
+    at::Tensor loss(const TrainingBatch& batch, at::Generator& gen) override;
+
+private:
+    // The head's bias with -inf at the mask token.
+    at::Tensor head_bias() const;
+
+    MaskSchedule mask_schedule_;
+    at::Tensor token_embedding_;
+    std::shared_ptr<Affine> head_;
+};
+
+// The network of the family `network_config["family"]` names (required here). Throws ConfigError.
+std::shared_ptr<DenoiserNet> make_denoiser_net(const nlohmann::json& network_config, const Tokenizer& tokenizer);
+
+// Meaning-representation texts as a network's condition input: int64 [N, condition_length], each text's ids then
+// pad. "" is all pad, i.e. unconditional (what condition dropout trains). Throws std::invalid_argument naming the
+// text when it has more than condition_length tokens. Training and sampling both build conditions with it, so
+// they tokenize meaning representations alike.
+at::Tensor encode_conditions(const Tokenizer& tokenizer, const std::vector<std::string>& conditions,
+                             int64_t condition_length);
+
+}  // namespace rudder::nn

@@ -1,0 +1,38 @@
+// Model directories: a folder with a config.json (a JSON object with "format_version" and "type") and the files it
+// names. Diffusion models (runtime/model.hpp), the teacher, the tagger, the parser and the controllers' classifiers
+// are all stored so; docs/models.md describes the format.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include <rudder/text/tokenizer.hpp>
+
+namespace rudder {
+
+constexpr int kModelFormatVersion = 1;
+
+// Every problem with a model directory or one of its files; the message names the file and the problem.
+class ModelError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// A JSON file's contents; ModelError naming the file if it cannot be read or parsed.
+nlohmann::json read_json_file(const std::filesystem::path& file);
+
+// `dir`/config.json: a JSON object of this format version. Throws ModelError naming the file.
+nlohmann::json read_model_config(const std::filesystem::path& dir);
+
+// The string at `key` of `object` (a part of `file`'s config); ModelError "missing string" otherwise.
+std::string config_string(const nlohmann::json& object, const std::string& key, const std::filesystem::path& file);
+
+// The word tokenizer config["tokenizer"] describes ({"type": "word", "vocab": "vocab.txt"}, the vocabulary file
+// relative to `dir`). Throws ModelError naming the file and the problem.
+std::shared_ptr<WordTokenizer> load_word_tokenizer(const nlohmann::json& config, const std::filesystem::path& dir);
+
+}  // namespace rudder

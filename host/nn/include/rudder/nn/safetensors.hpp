@@ -1,0 +1,58 @@
+// safetensors files: the weights of trained networks and the trainer's checkpoints. See
+// https://github.com/huggingface/safetensors for the format; it is small enough to read and write by hand here.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <istream>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <rudder/nn/model_files.hpp>
+
+namespace rudder {
+
+// Every problem reading or writing a safetensors file; the message names the file and the problem.
+class SafeTensorsError : public ModelError {
+public:
+    using ModelError::ModelError;
+};
+
+struct SafeTensors {
+    std::vector<std::pair<std::string, at::Tensor>> tensors;  // in file order (by data offset), CPU, contiguous
+    std::map<std::string, std::string> metadata;              // the header's "__metadata__"
+
+    // The tensor called `name`, or nullptr.
+    const at::Tensor* find(const std::string& name) const;
+};
+
+// The largest header this reader accepts; a real one is a few KB per hundred tensors.
+constexpr uint64_t kMaxSafeTensorsHeader = 100ull * 1000 * 1000;
+
+// Writes `tensors` in the given order (names must be unique and non-empty) with `metadata`. Supported dtypes:
+// float32 (F32), float64 (F64), float16 (F16), bfloat16 (BF16), int64 (I64), int32 (I32), int16 (I16), int8 (I8),
+// uint8 (U8), bool (BOOL). Tensors on another device are copied to the CPU. The file is written under a temporary
+// name and renamed, so a reader (or a crash) never sees half a file. Throws SafeTensorsError.
+void save_safetensors(const std::filesystem::path& file, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+// Reads a file written by save_safetensors or by the reference implementation. Never allocates more than the
+// file's size and rejects, with a SafeTensorsError naming the file and the problem: a file shorter than its
+// header, a header longer than kMaxSafeTensorsHeader, a header that is not a JSON object of well-formed entries,
+// an unknown dtype, a shape whose size disagrees with its data_offsets, offsets outside the data area, ranges that
+// overlap or leave gaps, and BOOL bytes other than 0 and 1.
+SafeTensors load_safetensors(const std::filesystem::path& file);
+// The same for `size` bytes from `in` (the fuzz tests read from memory); `file` names the source in messages.
+SafeTensors read_safetensors(std::istream& in, uint64_t size, const std::filesystem::path& file);
+
+// Rewrites `file` with every floating-point tensor stored as `dtype` ("float16", "bfloat16" or "float32");
+// other tensors and the metadata are kept. Networks load such files into their float32 parameters
+// (nn::load_module_tensors converts), so float16 storage halves a model's size at a rounding of 2^-11
+// relative. Returns the new file size in bytes. Throws SafeTensorsError.
+uint64_t convert_floating_tensors(const std::filesystem::path& file, const std::string& dtype);
+
+}  // namespace rudder

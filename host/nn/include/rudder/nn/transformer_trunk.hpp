@@ -1,0 +1,124 @@
+// The transformer trunk shared by the denoisers of both families (nn/denoiser_net.hpp) and the controllers' noisy
+// classifiers (nn/syntax_classifier.hpp): its config, its building blocks and the time features. The trunk and its
+// parameter names are the weights files' format.
+//
+// Config ("network" in a model's config.json); every key is optional, defaults shown:
+//   family "continuous" | "discrete"   must match the class when present
+//   vocab_size                          must equal the tokenizer's when present (catches a swapped vocab.txt)
+//   dim 128, layers 4, heads 4 (must divide dim), ff_dim 512,
+//   max_length 64                       longest text (learned positions)
+//   max_condition_length 64             longest meaning representation; 0 = no condition inputs at all. E2E's
+//                                       MRs are 30 word tokens on average, 49 at most; a batch only pays for
+//                                       the columns its longest MR uses, so a generous limit costs nothing
+//   dropout 0                           on the residual branches, training only. Off by default: a CPU budget
+//                                       of an hour is one or two passes over E2E, far from overfitting
+//   condition_dropout 0.1               share of training rows whose condition is replaced by all-pad
+//   continuous only: embed_dim 16, schedule {"name": "sqrt", "T": 2000}
+//   discrete only:   mask_schedule {"eps": 0.001}
+// A bad config throws ConfigError listing every problem with its JSON pointer (/dim, /schedule/T, ...), an
+// unknown key with a "did you mean". Initial parameters are drawn from LibTorch's default CPU generator
+// (at::manual_seed fixes them).
+#pragma once
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <rudder/nn/schedule.hpp>
+#include <rudder/text/tokenizer.hpp>
+
+namespace rudder::nn {
+
+constexpr double kInitStd = 0.02;  // GPT-2's initialisation of weights and embeddings
+
+// Normal values from LibTorch's default CPU generator (at::manual_seed fixes them).
+inline at::Tensor init_normal(at::IntArrayRef sizes, double std) { return at::randn(sizes, at::kFloat) * std; }
+
+// A denoiser's validated config (see the top of this file).
+struct DenoiserConfig {
+    Family family = Family::continuous;
+    int64_t vocab_size = 0;  // from the tokenizer
+    int64_t pad_id = 0;
+    int64_t mask_id = 2;
+    int64_t dim = 128;
+    int64_t layers = 4;
+    int64_t heads = 4;
+    int64_t ff_dim = 512;
+    int64_t max_length = 64;
+    int64_t max_condition_length = 64;
+    double dropout = 0.0;
+    double condition_dropout = 0.1;
+    // continuous
+    int64_t embed_dim = 16;
+    std::string schedule = "sqrt";
+    int64_t schedule_steps = 2000;
+    // discrete
+    double mask_eps = 1e-3;
+
+    // Reads `config` for `family`; throws ConfigError with every problem.
+    static DenoiserConfig parse(const nlohmann::json& config, const Tokenizer& tokenizer, Family family);
+    // The full config, defaults filled in; parse(to_json()) gives this config back.
+    nlohmann::json to_json() const;
+};
+
+// Building blocks. Plain parameters and ATen calls rather than torch::nn modules: the maths is on the page, the
+// parameter names are ours (they are the weights file's format), and the headers stay light.
+class Affine : public torch::nn::Module {
+public:
+    Affine(int64_t in, int64_t out, double std) {
+        weight_ = register_parameter("weight", init_normal({out, in}, std));
+        bias_ = register_parameter("bias", at::zeros({out}));
+    }
+    at::Tensor forward(const at::Tensor& x) const { return at::linear(x, weight_, bias_); }
+    const at::Tensor& weight() const { return weight_; }
+    const at::Tensor& bias() const { return bias_; }
+
+private:
+    at::Tensor weight_, bias_;
+};
+
+class LayerNorm : public torch::nn::Module {
+public:
+    explicit LayerNorm(int64_t dim) : dim_(dim) {
+        weight_ = register_parameter("weight", at::ones({dim}));
+        bias_ = register_parameter("bias", at::zeros({dim}));
+    }
+    at::Tensor forward(const at::Tensor& x) const { return at::layer_norm(x, {dim_}, weight_, bias_, 1e-5); }
+
+private:
+    int64_t dim_;
+    at::Tensor weight_, bias_;
+};
+
+class Block;
+
+// The sinusoidal features of diffusion times t (float [B] in [0, 1]) that time embeddings start from: [B, dim]
+// (dim even), half cosines and half sines of t * 1000 (improved-diffusion's rescaled timesteps).
+at::Tensor time_sinusoid(const at::Tensor& t, int64_t dim);
+
+// The shared encoder. Parameters: position [max_length, dim]; condition_token [V, dim] and condition_position
+// [max_condition_length, dim] when max_condition_length > 0; blocks.<i>.{norm1,qkv,proj,norm2,ff1,ff2}.*;
+// final_norm.*.
+class TransformerTrunk : public torch::nn::Module {
+public:
+    explicit TransformerTrunk(const DenoiserConfig& config);
+    // h: [B, L, dim] text inputs without positions; condition: int64 [B, C] (C <= max_condition_length) or
+    // undefined for none; gen: dropout masks (nullptr: no dropout). Returns the text positions' final
+    // (normalised) states [B, L, dim].
+    at::Tensor forward(const at::Tensor& h, const at::Tensor& condition, at::Generator* gen);
+
+private:
+    DenoiserConfig config_;
+    at::Tensor position_;
+    at::Tensor condition_token_;
+    at::Tensor condition_position_;
+    std::vector<std::shared_ptr<Block>> blocks_;
+    std::shared_ptr<LayerNorm> final_norm_;
+};
+
+}  // namespace rudder::nn

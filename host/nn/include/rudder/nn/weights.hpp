@@ -1,0 +1,26 @@
+// A network's parameters and buffers to and from the tensors of a safetensors file.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <rudder/nn/safetensors.hpp>
+
+namespace rudder::nn {
+
+// Every parameter and buffer of `module` by its dotted name, in registration order, as stored in model files.
+std::vector<std::pair<std::string, at::Tensor>> module_tensors(const torch::nn::Module& module);
+
+// Copies `tensors` into `module`'s parameters and buffers. Every name must be present with the same shape and
+// dtype (float32 parameters may be stored as float16 or bfloat16: they are widened), and nothing else may be in
+// the file; otherwise throws SafeTensorsError naming `file` and the tensor. `prefix` selects the tensors whose
+// names start with it (the prefix is stripped), "" takes them all.
+void load_module_tensors(torch::nn::Module& module, const SafeTensors& tensors, const std::filesystem::path& file,
+                         const std::string& prefix = "");
+
+}  // namespace rudder::nn

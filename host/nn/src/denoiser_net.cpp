@@ -1,0 +1,270 @@
+#include <rudder/nn/denoiser_net.hpp>
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+#include "dropout.hpp"
+#include <rudder/nn/config_error.hpp>
+
+namespace rudder::nn {
+using json = nlohmann::json;
+
+namespace {
+
+constexpr double kMinTime = 1e-3;  // MDLM's sampling_eps: the discrete loss draws t from [kMinTime, 1]
+
+std::string shape_string(const at::Tensor& t) {
+    std::ostringstream out;
+    out << t.sizes();
+    return out.str();
+}
+
+}  // namespace
+
+// -------------------------------------------------------------------------------------------------------------
+// Shared
+
+DenoiserNet::DenoiserNet(DenoiserConfig config) : config_(std::move(config)) {
+    trunk_ = register_module("trunk", std::make_shared<TransformerTrunk>(config_));
+}
+
+at::Tensor DenoiserNet::check_tokens(const at::Tensor& tokens) const {
+    if (!tokens.defined() || tokens.dim() != 2 || tokens.scalar_type() != at::kLong || tokens.size(0) < 1 ||
+        tokens.size(1) < 1) {
+        throw std::invalid_argument(
+            "tokens must be int64 [B, L] with B, L >= 1, got " +
+            (tokens.defined() ? shape_string(tokens) + " " + c10::toString(tokens.scalar_type()) : std::string("undefined")));
+    }
+    if (tokens.size(1) > config_.max_length) {
+        throw std::invalid_argument("tokens have length " + std::to_string(tokens.size(1)) +
+                                    "; the network takes at most max_length = " + std::to_string(config_.max_length));
+    }
+    const int64_t lo = tokens.min().item<int64_t>(), hi = tokens.max().item<int64_t>();
+    if (lo < 0 || hi >= config_.vocab_size) {
+        throw std::invalid_argument("tokens hold id " + std::to_string(lo < 0 ? lo : hi) +
+                                    ", outside the vocabulary [0, " + std::to_string(config_.vocab_size) + ")");
+    }
+    return tokens;
+}
+
+at::Tensor DenoiserNet::check_condition(const at::Tensor& condition, int64_t batch) const {
+    if (!condition.defined()) return condition;
+    if (config_.max_condition_length == 0) {
+        throw std::invalid_argument("a condition was given, but the network has no condition inputs "
+                                    "(max_condition_length = 0)");
+    }
+    if (condition.dim() != 2 || condition.scalar_type() != at::kLong || condition.size(0) != batch) {
+        throw std::invalid_argument("condition must be int64 [B, C] with B = " + std::to_string(batch) + ", got " +
+                                    shape_string(condition) + " " + c10::toString(condition.scalar_type()));
+    }
+    if (condition.size(1) > config_.max_condition_length) {
+        throw std::invalid_argument("condition has " + std::to_string(condition.size(1)) +
+                                    " tokens; the network takes at most max_condition_length = " +
+                                    std::to_string(config_.max_condition_length));
+    }
+    if (condition.numel() > 0) {
+        const int64_t lo = condition.min().item<int64_t>(), hi = condition.max().item<int64_t>();
+        if (lo < 0 || hi >= config_.vocab_size) {
+            throw std::invalid_argument("condition holds id " + std::to_string(lo < 0 ? lo : hi) +
+                                        ", outside the vocabulary [0, " + std::to_string(config_.vocab_size) + ")");
+        }
+    }
+    return condition;
+}
+
+at::Tensor DenoiserNet::drop_condition(const at::Tensor& condition, at::Generator& gen) const {
+    if (!condition.defined() || config_.condition_dropout <= 0.0) return condition;
+    const at::Tensor drop = at::rand({condition.size(0), 1}, gen, at::kFloat).lt(config_.condition_dropout);
+    return condition.masked_fill(drop.to(condition.device()), config_.pad_id);
+}
+
+at::Generator* DenoiserNet::dropout_generator(at::Generator& gen) const {
+    return is_training() && config_.dropout > 0.0 ? &gen : nullptr;
+}
+
+// -------------------------------------------------------------------------------------------------------------
+// Continuous family
+
+ContinuousDenoiserNet::ContinuousDenoiserNet(const json& network_config, const Tokenizer& tokenizer)
+    : DenoiserNet(DenoiserConfig::parse(network_config, tokenizer, Family::continuous)),
+      schedule_(GaussianSchedule::make(config_.schedule, config_.schedule_steps)) {
+    const int64_t T = schedule_.T();
+    std::vector<double> table(static_cast<size_t>(T) + 1);
+    for (int64_t k = 0; k <= T; ++k) table[static_cast<size_t>(k)] = schedule_.alpha_bar(k);
+    alpha_bar_ = at::tensor(table, at::kDouble);
+
+    const int64_t V = config_.vocab_size, D = config_.embed_dim, W = config_.dim;
+    // Unit-variance embeddings, as Diffusion-LM's nn.Embedding starts: the data then has the noise's scale.
+    embedding_ = register_parameter("embedding", init_normal({V, D}, 1.0));
+    input_proj_ = register_module("input_proj", std::make_shared<Affine>(D, W, kInitStd));
+    time_mlp1_ = register_module("time_mlp1", std::make_shared<Affine>(W, W, kInitStd));
+    time_mlp2_ = register_module("time_mlp2", std::make_shared<Affine>(W, W, kInitStd));
+    output_proj_ = register_module("output_proj", std::make_shared<Affine>(W, D, kInitStd));
+}
+
+at::Tensor ContinuousDenoiserNet::predict_x0(const at::Tensor& x_t, const at::Tensor& t, const at::Tensor& condition,
+                                             at::Generator* gen) {
+    const int64_t D = config_.embed_dim;
+    if (!x_t.defined() || x_t.dim() != 3 || x_t.size(2) != D || x_t.size(0) < 1 || x_t.size(1) < 1 ||
+        !x_t.is_floating_point()) {
+        throw std::invalid_argument("x_t must be floating-point [B, L, " + std::to_string(D) + "], got " +
+                                    (x_t.defined() ? shape_string(x_t) : std::string("undefined")));
+    }
+    const int64_t B = x_t.size(0);
+    if (x_t.size(1) > config_.max_length) {
+        throw std::invalid_argument("x_t has length " + std::to_string(x_t.size(1)) +
+                                    "; the network takes at most max_length = " + std::to_string(config_.max_length));
+    }
+    if (!t.defined() || t.dim() != 1 || t.size(0) != B) {
+        throw std::invalid_argument("t must be [B] with B = " + std::to_string(B));
+    }
+    const at::Tensor cond = check_condition(condition, B);
+
+    // Sinusoidal embedding of the rescaled time, then a small MLP; added to every text position.
+    const at::Tensor time = time_mlp2_->forward(at::silu(time_mlp1_->forward(time_sinusoid(t.to(x_t.device()), config_.dim))));
+
+    const at::Tensor h = input_proj_->forward(x_t.to(at::kFloat)) + time.unsqueeze(1);
+    return output_proj_->forward(trunk_->forward(h, cond, gen));
+}
+
+at::Tensor ContinuousDenoiserNet::rounding_logits(const at::Tensor& x0) const { return at::matmul(x0, embedding_.t()); }
+
+// Diffusion-LM's end-to-end objective (improved-diffusion's training_losses_e2e with x0 prediction), per example:
+//   x_start  = E[w] + sqrt(1 - ab_1) n        the embedding with the first step's noise ("x_start_mean" trick), so
+//                                             the decoder below learns from what the last reverse step hands it
+//   k ~ U{1..T},  x_k = sqrt(ab_k) x_start + sqrt(1 - ab_k) eps
+//   mse      = mean |f(x_k, k) - x_start|^2   (the target is E[w] itself when k = 1: the L_0 term)
+//   rounding = mean_i -log softmax(x_start_i · E^T)[w_i]   (the decoder p(w | x_0), tied to E)
+//   prior    = mean |sqrt(ab_T) x_start|^2    (the L_T term; tiny under "sqrt", but it bounds E's scale)
+// Means run over positions (and embedding dimensions), pads included: the model must learn where the text ends.
+at::Tensor ContinuousDenoiserNet::loss(const TrainingBatch& batch, at::Generator& gen) {
+    const at::Tensor tokens = check_tokens(batch.tokens);
+    const int64_t B = tokens.size(0), L = tokens.size(1), D = config_.embed_dim, T = schedule_.T();
+    const at::Tensor cond = drop_condition(check_condition(batch.condition, B), gen);
+    const auto device = tokens.device();
+
+    const at::Tensor x0_mean = at::embedding(embedding_, tokens);
+    const at::Tensor x_start =
+        x0_mean + std::sqrt(1.0 - schedule_.alpha_bar(1)) * at::randn({B, L, D}, gen, at::kFloat).to(device);
+
+    const at::Tensor k = at::randint(1, T + 1, {B}, gen, at::kLong);
+    const at::Tensor ab = alpha_bar_.index_select(0, k).to(at::kFloat).to(device).view({B, 1, 1});
+    const at::Tensor eps = at::randn({B, L, D}, gen, at::kFloat).to(device);
+    const at::Tensor x_t = ab.sqrt() * x_start + (1.0 - ab).sqrt() * eps;
+    const at::Tensor t = (k.to(at::kFloat) / static_cast<double>(T)).to(device);
+
+    const at::Tensor x0_hat = predict_x0(x_t, t, cond, dropout_generator(gen));
+    const at::Tensor first_step = k.eq(1).to(device).view({B, 1, 1});
+    const at::Tensor mse = (x0_hat - at::where(first_step, x0_mean, x_start)).pow(2).mean({1, 2});
+
+    // -log softmax(x · E^T)[w] = logsumexp(x · E^T) - x · E[w]: one pass over the [B, L, V] logits each way.
+    const at::Tensor rounding = (at::logsumexp(rounding_logits(x_start), -1) - (x_start * x0_mean).sum(-1)).mean(1);
+    const at::Tensor prior = (schedule_.alpha_bar(T) * x_start.pow(2)).mean({1, 2});
+    return (mse + rounding + prior).mean();
+}
+
+// -------------------------------------------------------------------------------------------------------------
+// Discrete family
+
+DiscreteDenoiserNet::DiscreteDenoiserNet(const json& network_config, const Tokenizer& tokenizer)
+    : DenoiserNet(DenoiserConfig::parse(network_config, tokenizer, Family::discrete)),
+      mask_schedule_(config_.mask_eps) {
+    const int64_t V = config_.vocab_size, W = config_.dim;
+    token_embedding_ = register_parameter("token_embedding", init_normal({V, W}, kInitStd));
+    head_ = register_module("head", std::make_shared<Affine>(W, V, kInitStd));
+}
+
+at::Tensor DiscreteDenoiserNet::head_bias() const {
+    // SUBS, zero masking probability: the clean token is never the mask. Put into the bias, the -inf costs no
+    // extra pass over the [B, L, V] logits.
+    return head_->bias().index_fill(0, at::tensor({config_.mask_id}, at::kLong).to(head_->bias().device()),
+                                    -std::numeric_limits<float>::infinity());
+}
+
+at::Tensor DiscreteDenoiserNet::log_probs(const at::Tensor& tokens, const at::Tensor& condition) {
+    check_tokens(tokens);
+    const at::Tensor cond = check_condition(condition, tokens.size(0));
+    const at::Tensor hidden = trunk_->forward(at::embedding(token_embedding_, tokens), cond, nullptr);
+    const at::Tensor logp =
+        at::log_softmax(at::linear(hidden, head_->weight(), head_bias()), -1).clamp_min(kImpossibleLogProb);
+    // SUBS, carry-over unmasking: an unmasked position keeps its token with certainty.
+    const at::Tensor committed = at::full_like(logp, kImpossibleLogProb).scatter_(-1, tokens.unsqueeze(-1), 0.0);
+    return at::where(tokens.eq(config_.mask_id).unsqueeze(-1), logp, committed);
+}
+
+// MDLM's continuous-time negative ELBO for absorbing diffusion under SUBS. With alpha(t) = P(a token is still
+// clean at t) = 1 - m(t), m = MaskSchedule::mask_prob, MDLM (its eq. 10-11) gives
+//   NELBO = E_{t ~ U[0,1]} E_{x_t ~ q(.|x_0)} [ alpha'(t) / (1 - alpha(t)) * sum_{i: x_t^i = mask} log p(x_0^i | x_t) ]
+// (unmasked positions add nothing: SUBS gives them log p = 0). For the log-linear schedule m(t) = (1 - eps) t,
+//   alpha'(t) / (1 - alpha(t)) = -m'(t) / m(t) = -(1 - eps) / ((1 - eps) t) = -1 / t,
+// so the loss is E_t [ (1/t) * sum over masked positions of -log p(x_0^i | x_t) ]. This is MDLM's
+// dsigma / expm1(sigma) weight written out: sigma(t) = -log(1 - m(t)) gives dsigma / expm1(sigma) = m'/m = 1/t.
+// We divide by all B * L positions (pads included: the model must learn where the text ends) and draw t with
+// MDLM's low-discrepancy sampler, t_b = (u + b / B) mod 1 mapped to [kMinTime, 1], which lowers the variance of
+// a batch's estimate at no cost.
+at::Tensor DiscreteDenoiserNet::loss(const TrainingBatch& batch, at::Generator& gen) {
+    const at::Tensor tokens = check_tokens(batch.tokens);
+    if (tokens.eq(config_.mask_id).any().item<bool>()) {
+        throw std::invalid_argument("tokens hold the mask id " + std::to_string(config_.mask_id) +
+                                    "; training text must be clean");
+    }
+    const int64_t B = tokens.size(0), L = tokens.size(1);
+    const at::Tensor cond = drop_condition(check_condition(batch.condition, B), gen);
+    const auto device = tokens.device();
+
+    const at::Tensor u = at::rand({1}, gen, at::kDouble);
+    const at::Tensor t = at::fmod(u + at::arange(B, at::kDouble) / static_cast<double>(B), 1.0) * (1.0 - kMinTime) +
+                         kMinTime;  // [B]
+    const at::Tensor masked =
+        at::rand({B, L}, gen, at::kDouble).lt((t * (1.0 - mask_schedule_.eps())).unsqueeze(1)).to(device);
+    const at::Tensor x_t = tokens.masked_fill(masked, config_.mask_id);
+
+    // Only masked positions carry loss, so the head (the [., V] part of the step) runs on them alone, and
+    // -log p(w) = logsumexp(logits) - logit[w] takes the target logit as a dot product, never a [., V] gather.
+    const at::Tensor hidden = trunk_->forward(at::embedding(token_embedding_, x_t), cond, dropout_generator(gen));
+    const at::Tensor where = masked.reshape({B * L}).nonzero().squeeze(1);
+    const at::Tensor h = hidden.reshape({B * L, -1}).index_select(0, where);
+    const at::Tensor target = tokens.reshape({B * L}).index_select(0, where);
+    const at::Tensor lse = at::logsumexp(at::linear(h, head_->weight(), head_bias()), -1);
+    const at::Tensor target_logit =
+        (h * head_->weight().index_select(0, target)).sum(-1) + head_->bias().index_select(0, target);
+    const at::Tensor weight = (1.0 / t).to(at::kFloat).to(device).index_select(0, at::div(where, L, "floor"));
+    // Divided by every position, masked or not, so the estimate is unbiased whatever the masks drew.
+    return ((lse - target_logit) * weight).sum() / static_cast<double>(B * L);
+}
+
+// -------------------------------------------------------------------------------------------------------------
+
+std::shared_ptr<DenoiserNet> make_denoiser_net(const json& network_config, const Tokenizer& tokenizer) {
+    const bool has_family = network_config.is_object() && network_config.contains("family");
+    const json family = has_family ? network_config.at("family") : json();
+    if (family == "continuous") return std::make_shared<ContinuousDenoiserNet>(network_config, tokenizer);
+    if (family == "discrete") return std::make_shared<DiscreteDenoiserNet>(network_config, tokenizer);
+    throw ConfigError("denoiser network config",
+                             {{"/family",
+                               (has_family ? "expected \"continuous\" or \"discrete\", got " + family.dump()
+                                           : std::string("missing 'family' (\"continuous\" or \"discrete\")"))}});
+}
+
+at::Tensor encode_conditions(const Tokenizer& tokenizer, const std::vector<std::string>& conditions,
+                             int64_t condition_length) {
+    const auto n = static_cast<int64_t>(conditions.size());
+    at::Tensor out = at::full({n, condition_length}, tokenizer.pad_id(), at::kLong);
+    int64_t* data = out.data_ptr<int64_t>();
+    for (int64_t i = 0; i < n; ++i) {
+        const std::vector<int64_t> ids = tokenizer.encode(conditions[static_cast<size_t>(i)]);
+        if (static_cast<int64_t>(ids.size()) > condition_length) {
+            throw std::invalid_argument("condition " + std::to_string(i) + " ('" + conditions[static_cast<size_t>(i)] +
+                                        "') has " + std::to_string(ids.size()) +
+                                        " tokens; the model takes at most " + std::to_string(condition_length));
+        }
+        std::copy(ids.begin(), ids.end(), data + i * condition_length);
+    }
+    return out;
+}
+
+}  // namespace rudder::nn

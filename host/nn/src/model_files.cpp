@@ -1,0 +1,50 @@
+#include <rudder/nn/model_files.hpp>
+
+#include <fstream>
+
+namespace rudder {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+json read_json_file(const fs::path& file) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) throw ModelError("cannot read '" + file.string() + "'");
+    try {
+        return json::parse(in);
+    } catch (const json::exception& e) {
+        throw ModelError("'" + file.string() + "' is not valid JSON: " + e.what());
+    }
+}
+
+json read_model_config(const fs::path& dir) {
+    const fs::path file = dir / "config.json";
+    json config = read_json_file(file);
+    if (!config.is_object()) throw ModelError("'" + file.string() + "' must hold a JSON object");
+    if (!config.contains("format_version")) throw ModelError("'" + file.string() + "': missing key 'format_version'");
+    if (config.at("format_version") != json(kModelFormatVersion))
+        throw ModelError("'" + file.string() + "' has format_version " + config.at("format_version").dump() +
+                         "; this Rudder reads version " + std::to_string(kModelFormatVersion));
+    return config;
+}
+
+std::string config_string(const json& object, const std::string& key, const fs::path& file) {
+    if (!object.is_object() || !object.contains(key) || !object.at(key).is_string())
+        throw ModelError("'" + file.string() + "': missing string '" + key + "'");
+    return object.at(key).get<std::string>();
+}
+
+std::shared_ptr<WordTokenizer> load_word_tokenizer(const json& config, const fs::path& dir) {
+    const fs::path file = dir / "config.json";
+    if (!config.contains("tokenizer")) throw ModelError("'" + file.string() + "': missing key 'tokenizer'");
+    const json& spec = config.at("tokenizer");
+    const std::string type = config_string(spec, "type", file);
+    if (type != "word") throw ModelError("'" + file.string() + "': unknown tokenizer type '" + type + "'");
+    const fs::path vocab = dir / config_string(spec, "vocab", file);
+    try {
+        return std::make_shared<WordTokenizer>(WordTokenizer::load(vocab.string()));
+    } catch (const std::exception& e) {
+        throw ModelError(e.what());
+    }
+}
+
+}  // namespace rudder

@@ -1,0 +1,303 @@
+// safetensors by hand: the format is an 8-byte little-endian header length N, N bytes of JSON
+// {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {str: str}}, then the raw little-endian
+// data, offsets counted from the end of the header. A dependency for that would be larger than this file.
+#include <rudder/nn/safetensors.hpp>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+
+namespace rudder {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+struct DtypeInfo {
+    const char* name;
+    at::ScalarType type;
+    uint64_t size;
+};
+
+constexpr DtypeInfo kDtypes[] = {
+    {"F32", at::kFloat, 4}, {"F64", at::kDouble, 8}, {"F16", at::kHalf, 2},  {"BF16", at::kBFloat16, 2},
+    {"I64", at::kLong, 8},  {"I32", at::kInt, 4},    {"I16", at::kShort, 2}, {"I8", at::kChar, 1},
+    {"U8", at::kByte, 1},   {"BOOL", at::kBool, 1},
+};
+
+const DtypeInfo* dtype_by_name(const std::string& name) {
+    for (const auto& d : kDtypes)
+        if (name == d.name) return &d;
+    return nullptr;
+}
+
+const DtypeInfo* dtype_by_type(at::ScalarType type) {
+    for (const auto& d : kDtypes)
+        if (type == d.type) return &d;
+    return nullptr;
+}
+
+// The format is little-endian; so is every machine LibTorch supports, but say so rather than write garbage.
+bool host_is_little_endian() {
+    const uint16_t probe = 1;
+    unsigned char first = 0;
+    std::memcpy(&first, &probe, 1);
+    return first == 1;
+}
+
+[[noreturn]] void fail(const fs::path& file, const std::string& what) {
+    throw SafeTensorsError("'" + file.string() + "': " + what);
+}
+
+// A header entry, checked against the data area before anything is allocated for it.
+struct Entry {
+    std::string name;
+    const DtypeInfo* dtype = nullptr;
+    std::vector<int64_t> shape;
+    uint64_t begin = 0, end = 0;
+};
+
+// A JSON integer >= 0 as uint64, or a message saying what it is instead.
+bool read_unsigned(const json& v, uint64_t& out) {
+    if (v.is_number_unsigned()) {
+        out = v.get<uint64_t>();
+        return true;
+    }
+    return false;
+}
+
+Entry parse_entry(const fs::path& file, const std::string& name, const json& v, uint64_t data_size) {
+    const std::string where = "tensor '" + name + "': ";
+    if (!v.is_object()) fail(file, where + "expected an object with dtype, shape and data_offsets, got " + v.dump());
+    Entry e;
+    e.name = name;
+    for (const char* key : {"dtype", "shape", "data_offsets"})
+        if (!v.contains(key)) fail(file, where + "missing \"" + key + "\"");
+
+    const json& dtype = v.at("dtype");
+    if (!dtype.is_string()) fail(file, where + "\"dtype\" must be a string, got " + dtype.dump());
+    e.dtype = dtype_by_name(dtype.get<std::string>());
+    if (!e.dtype) {
+        std::string known;
+        for (const auto& d : kDtypes) known += std::string(known.empty() ? "" : ", ") + d.name;
+        fail(file, where + "unknown dtype '" + dtype.get<std::string>() + "' (supported: " + known + ")");
+    }
+
+    const json& shape = v.at("shape");
+    if (!shape.is_array()) fail(file, where + "\"shape\" must be an array, got " + shape.dump());
+    // The element count is built with an overflow check; any count beyond the data area is a lie anyway.
+    uint64_t numel = 1;
+    bool overflow = false;
+    for (const auto& dim : shape) {
+        if (dim.is_number_integer() && !dim.is_number_unsigned())
+            fail(file, where + "negative dimension " + dim.dump() + " in shape " + shape.dump());
+        uint64_t d = 0;
+        if (!read_unsigned(dim, d) || d > static_cast<uint64_t>(INT64_MAX))
+            fail(file, where + "shape " + shape.dump() + " holds " + dim.dump() + ", expected integers >= 0");
+        e.shape.push_back(static_cast<int64_t>(d));
+        uint64_t product = 0;
+        if (__builtin_mul_overflow(numel, d, &product)) overflow = true;
+        numel = product;
+    }
+    if (e.shape.size() > 64) fail(file, where + "shape has " + std::to_string(e.shape.size()) + " dimensions (at most 64)");
+    const bool has_zero = std::find(e.shape.begin(), e.shape.end(), 0) != e.shape.end();
+    if (has_zero) {
+        // No data, but LibTorch still computes strides as products of the other sizes: those must fit in int64.
+        uint64_t stride = 1;
+        for (int64_t d : e.shape)
+            if (__builtin_mul_overflow(stride, static_cast<uint64_t>(std::max<int64_t>(d, 1)), &stride) ||
+                stride > static_cast<uint64_t>(INT64_MAX))
+                fail(file, where + "shape " + shape.dump() + " is too large to represent");
+        overflow = false;
+        numel = 0;
+    }
+
+    const json& offsets = v.at("data_offsets");
+    uint64_t begin = 0, end = 0;
+    if (!offsets.is_array() || offsets.size() != 2 || !read_unsigned(offsets[0], begin) ||
+        !read_unsigned(offsets[1], end))
+        fail(file, where + "\"data_offsets\" must be [begin, end] with integers >= 0, got " + offsets.dump());
+    if (begin > end) fail(file, where + "data_offsets " + offsets.dump() + " end before they begin");
+    if (end > data_size)
+        fail(file, where + "data_offsets " + offsets.dump() + " lie outside the data area (" + std::to_string(data_size) +
+                       " bytes)");
+    uint64_t bytes = 0;
+    if (overflow || __builtin_mul_overflow(numel, e.dtype->size, &bytes) || bytes != end - begin)
+        fail(file, where + "shape " + shape.dump() + " of " + e.dtype->name + " needs " +
+                       (overflow ? std::string("more bytes than fit in 64 bits") : std::to_string(bytes) + " bytes") +
+                       " but data_offsets " + offsets.dump() + " span " + std::to_string(end - begin));
+    e.begin = begin;
+    e.end = end;
+    return e;
+}
+
+}  // namespace
+
+const at::Tensor* SafeTensors::find(const std::string& name) const {
+    for (const auto& entry : tensors)
+        if (entry.first == name) return &entry.second;
+    return nullptr;
+}
+
+void save_safetensors(const fs::path& file, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+    if (!host_is_little_endian()) fail(file, "this machine is big-endian; safetensors data is little-endian");
+    nlohmann::ordered_json header = nlohmann::ordered_json::object();
+    if (!metadata.empty()) header["__metadata__"] = metadata;
+    std::vector<at::Tensor> data;
+    uint64_t offset = 0;
+    for (const auto& [name, tensor] : tensors) {
+        if (name.empty() || name == "__metadata__") fail(file, "invalid tensor name '" + name + "'");
+        if (header.contains(name)) fail(file, "two tensors are named '" + name + "'");
+        if (!tensor.defined()) fail(file, "tensor '" + name + "' is undefined");
+        const DtypeInfo* dtype = dtype_by_type(tensor.scalar_type());
+        if (!dtype) fail(file, "tensor '" + name + "' has dtype " + std::string(c10::toString(tensor.scalar_type())) +
+                                   ", which safetensors files here do not hold");
+        at::Tensor t = tensor.to(at::kCPU).contiguous();
+        const uint64_t bytes = static_cast<uint64_t>(t.numel()) * dtype->size;
+        header[name] = {{"dtype", dtype->name}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+        offset += bytes;
+        data.push_back(std::move(t));
+    }
+    std::string text = header.dump();
+    // Pad with spaces so the data starts 8-byte aligned, as the reference writer does (readers may map it).
+    text.append((8 - (text.size() + 8) % 8) % 8, ' ');
+
+    const fs::path tmp = file.string() + ".tmp" + std::to_string(::getpid());
+    {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        if (!out) fail(file, "cannot open '" + tmp.string() + "' for writing");
+        unsigned char length[8];
+        uint64_t n = text.size();
+        for (int i = 0; i < 8; ++i, n >>= 8) length[i] = static_cast<unsigned char>(n & 0xff);
+        out.write(reinterpret_cast<const char*>(length), 8);
+        out.write(text.data(), static_cast<std::streamsize>(text.size()));
+        for (const auto& t : data)
+            out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
+        out.flush();
+        if (!out) {
+            std::error_code ec;
+            fs::remove(tmp, ec);
+            fail(file, "error writing the file (disk full?)");
+        }
+    }
+    std::error_code ec;
+    fs::rename(tmp, file, ec);
+    if (ec) {
+        fs::remove(tmp, ec);
+        fail(file, "cannot move the written file into place: " + ec.message());
+    }
+}
+
+SafeTensors load_safetensors(const fs::path& file) {
+    std::error_code ec;
+    const uint64_t file_size = fs::file_size(file, ec);
+    if (ec) fail(file, "cannot read: " + ec.message());
+    std::ifstream in(file, std::ios::binary);
+    if (!in) fail(file, "cannot open for reading");
+    return read_safetensors(in, file_size, file);
+}
+
+SafeTensors read_safetensors(std::istream& in, uint64_t file_size, const fs::path& file) {
+    if (!host_is_little_endian()) fail(file, "this machine is big-endian; safetensors data is little-endian");
+    if (file_size < 8) fail(file, "truncated: " + std::to_string(file_size) + " bytes, shorter than the 8-byte header length");
+
+    unsigned char length[8];
+    in.read(reinterpret_cast<char*>(length), 8);
+    if (!in) fail(file, "cannot read the header length");
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | length[i];
+    if (n > kMaxSafeTensorsHeader)
+        fail(file, "header length " + std::to_string(n) + " exceeds the limit of " +
+                       std::to_string(kMaxSafeTensorsHeader) + " bytes (not a safetensors file?)");
+    if (n > file_size - 8)
+        fail(file, "truncated: the header length says " + std::to_string(n) + " bytes but only " +
+                       std::to_string(file_size - 8) + " follow");
+    const uint64_t data_size = file_size - 8 - n;
+
+    std::string text(n, '\0');
+    in.read(text.data(), static_cast<std::streamsize>(n));
+    if (!in) fail(file, "cannot read the " + std::to_string(n) + "-byte header");
+    json header;
+    try {
+        // The header is two levels deep; refusing deeper nesting while parsing bounds the parser's work and stack.
+        header = json::parse(text, [](int depth, json::parse_event_t, json&) {
+            if (depth > 4) throw std::runtime_error("nested deeper than a safetensors header");
+            return true;
+        });
+    } catch (const std::exception& e) {
+        fail(file, std::string("header is not valid JSON: ") + e.what());
+    }
+    if (!header.is_object()) fail(file, "header must be a JSON object, got " + std::string(header.type_name()));
+
+    SafeTensors result;
+    std::vector<Entry> entries;
+    for (const auto& [name, value] : header.items()) {
+        if (name == "__metadata__") {
+            if (!value.is_object()) fail(file, "\"__metadata__\" must be an object of strings");
+            for (const auto& [key, v] : value.items()) {
+                if (!v.is_string()) fail(file, "\"__metadata__\" value of '" + key + "' must be a string, got " + v.dump());
+                result.metadata[key] = v.get<std::string>();
+            }
+            continue;
+        }
+        entries.push_back(parse_entry(file, name, value, data_size));
+    }
+    // The data area must be covered exactly once, in some order: no overlap, no gap, nothing left over.
+    std::sort(entries.begin(), entries.end(),
+              [](const Entry& a, const Entry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+    uint64_t expected = 0;
+    const Entry* previous = nullptr;
+    for (const auto& e : entries) {
+        if (e.begin < expected)
+            fail(file, "tensor '" + e.name + "' (bytes " + std::to_string(e.begin) + "-" + std::to_string(e.end) +
+                           ") overlaps tensor '" + previous->name + "' (bytes " + std::to_string(previous->begin) + "-" +
+                           std::to_string(previous->end) + ")");
+        if (e.begin > expected)
+            fail(file, "bytes " + std::to_string(expected) + "-" + std::to_string(e.begin) +
+                           " of the data area belong to no tensor (before tensor '" + e.name + "')");
+        expected = e.end;
+        previous = &e;
+    }
+    if (expected != data_size)
+        fail(file, std::to_string(data_size - expected) + " bytes after the last tensor belong to no tensor");
+
+    for (const auto& e : entries) {
+        at::Tensor t;
+        try {
+            t = at::empty(e.shape, at::TensorOptions().dtype(e.dtype->type));
+        } catch (const std::exception& ex) {
+            fail(file, "cannot create tensor '" + e.name + "': " + ex.what());
+        }
+        in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(e.end - e.begin));
+        if (!in) fail(file, "cannot read the data of tensor '" + e.name + "'");
+        if (e.dtype->type == at::kBool) {
+            const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
+            for (uint64_t i = 0; i < e.end - e.begin; ++i)
+                if (bytes[i] > 1) fail(file, "BOOL tensor '" + e.name + "' holds the byte " + std::to_string(bytes[i]));
+        }
+        result.tensors.emplace_back(e.name, std::move(t));
+    }
+    return result;
+}
+
+uint64_t convert_floating_tensors(const std::filesystem::path& file, const std::string& dtype_name) {
+    const std::map<std::string, at::ScalarType> dtypes = {{"float16", at::kHalf}, {"bfloat16", at::kBFloat16}, {"float32", at::kFloat}};
+    const auto found = dtypes.find(dtype_name);
+    if (found == dtypes.end())
+        throw SafeTensorsError("'" + file.string() + "': weights can be stored as float16, bfloat16 or float32, not '" +
+                               dtype_name + "'");
+    const at::ScalarType dtype = found->second;
+    SafeTensors st = load_safetensors(file);
+    for (auto& [name, tensor] : st.tensors)
+        if (at::isFloatingType(tensor.scalar_type())) tensor = tensor.to(dtype).contiguous();
+    save_safetensors(file, st.tensors, st.metadata);
+    return static_cast<uint64_t>(std::filesystem::file_size(file));
+}
+
+}  // namespace rudder

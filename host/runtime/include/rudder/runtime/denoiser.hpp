@@ -1,0 +1,103 @@
+// The network (or closed-form posterior) the reverse loop calls at every step.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <rudder/nn/schedule.hpp>
+
+namespace rudder {
+
+// Hard constraints known at this step. A network cannot use them (the composer applies them to its output); the
+// exact corpus posterior conditions on them, so a constraint selects exactly the sentences that satisfy it.
+struct Evidence {
+    at::Tensor fixed;      // int64 [B, L], token id or -1 (undefined: none)
+    at::Tensor forbidden;  // bool [B, L, V] (undefined: none)
+    bool empty() const { return !fixed.defined() && !forbidden.defined(); }
+};
+
+struct DenoiserOutput {
+    at::Tensor logits;  // float32 [B, L, V]: log-probabilities of the clean token at every position
+    at::Tensor x0;      // continuous only: float32 [B, L, D], the model's own x0 estimate (may be undefined)
+};
+
+class Denoiser {
+public:
+    virtual ~Denoiser() = default;
+    virtual Family family() const = 0;
+    virtual int64_t vocab_size() const = 0;
+    virtual int64_t embed_dim() const = 0;  // 0 for the discrete family
+    // The most positions denoise() accepts (a network's learned positions); 0 = any.
+    virtual int64_t max_length() const { return 0; }
+    // Continuous family: the token embedding table [V, D] on the device. Undefined for discrete.
+    virtual at::Tensor embedding() const { return {}; }
+    // Whether denoise() uses `conditions` (models trained with a condition, e.g. an E2E meaning representation).
+    virtual bool conditional() const { return false; }
+    // Whether denoise() conditions on Evidence; if not, the loop never calls it again just for new evidence.
+    virtual bool uses_evidence() const { return false; }
+    // Moves every tensor the denoiser owns to `device`.
+    virtual void to(const at::Device& device) = 0;
+    // x: continuous float32 [B, L, D] (x_t); discrete int64 [B, L] with mask_id at masked positions.
+    // t: diffusion time in (0, 1] shared by the batch. `conditions`: empty, or one text per batch row.
+    virtual DenoiserOutput denoise(const at::Tensor& x, double t, const std::vector<std::string>& conditions,
+                                   const Evidence& evidence = {}) = 0;
+};
+
+// Exact denoiser for a finite corpus of sentences: the posterior over the corpus in closed form, for either
+// family. Makes the whole loop runnable and measurable without a trained network.
+//   discrete:   p(s | x_t) ∝ prior(s) * prod_{i unmasked} [s_i == x_i]; a sentence that disagrees at a position
+//               keeps weight `mismatch` per disagreement so the posterior is defined for any state.
+//   evidence:   a sentence that breaks a fixed or forbidden token also keeps weight `mismatch` per breach.
+//   continuous: p(s | x_t) ∝ prior(s) * exp(-|x_t - sqrt(ab) E[s]|^2 / (2 (1 - ab))), ab = alpha_bar(t).
+// Logits are log of the posterior's per-position token marginals; x0 is the posterior mean embedding.
+class CorpusDenoiser final : public Denoiser {
+public:
+    struct Options {
+        Family family = Family::discrete;
+        int64_t vocab_size = 0;
+        int64_t pad_id = 0;
+        int64_t mask_id = 2;
+        int64_t embed_dim = 16;     // continuous: width of the random embedding table
+        uint64_t embed_seed = 0;    // continuous: seed of the embedding table
+        double mismatch = 1e-6;     // discrete: weight per disagreeing unmasked position
+        double min_logprob = -30.0; // floor of the returned log-probabilities (keeps them finite)
+    };
+    // `sentences`: token ids without padding; each is padded with pad_id to the length the loop asks for.
+    // Sentences longer than that length are left out of that call's posterior. `schedule` is used by the
+    // continuous family to get alpha_bar(t).
+    CorpusDenoiser(std::vector<std::vector<int64_t>> sentences, Options options, GaussianSchedule schedule);
+
+    Family family() const override { return options_.family; }
+    int64_t vocab_size() const override { return options_.vocab_size; }
+    int64_t embed_dim() const override { return options_.family == Family::continuous ? options_.embed_dim : 0; }
+    at::Tensor embedding() const override { return embedding_; }
+    bool uses_evidence() const override { return true; }
+    void to(const at::Device& device) override;
+    DenoiserOutput denoise(const at::Tensor& x, double t, const std::vector<std::string>& conditions,
+                           const Evidence& evidence = {}) override;
+    int64_t corpus_size() const { return static_cast<int64_t>(sentences_.size()); }
+
+private:
+    const at::Tensor& padded(int64_t L);  // [N_L, L] int64 of the sentences that fit in L (cached per L)
+    // Sparse incidence of the padded sentences, O[n, i * V + s_n,i] = 1, [N_L, L * V] float64, and its transpose
+    // in float32. Every per-sentence sum over positions is a product with O: B * N * L work without ever holding
+    // a [B, N, L] tensor.
+    const at::Tensor& incidence(int64_t L);
+    const at::Tensor& incidence_t(int64_t L);
+
+    std::vector<std::vector<int64_t>> sentences_;
+    Options options_;
+    GaussianSchedule schedule_;
+    at::Tensor embedding_;  // [V, D] continuous; unit-norm rows
+    at::Device device_;
+    int64_t cached_len_ = -1;
+    at::Tensor cached_;
+    at::Tensor cached_incidence_;
+    at::Tensor cached_incidence_t_;
+};
+
+}  // namespace rudder

@@ -1,0 +1,116 @@
+// The reverse loop: a recipe, a model and its controllers in; decoded samples with each controller's verdict out.
+#pragma once
+
+#include <rudder/plugins/plugins.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <rudder/runtime/model.hpp>
+#include <rudder/runtime/recipe.hpp>
+
+namespace rudder {
+
+class Composer;
+
+struct SampleResult {
+    struct Control {
+        std::string label;
+        plugins::Verdict verdict;
+    };
+    int64_t index = 0;
+    std::vector<int64_t> tokens;  // seq_len ids (pads included)
+    int64_t n_tokens = 0;         // ids before the first pad
+    std::string text;
+    std::vector<Control> controls;
+};
+
+// A sample as one JSON object: {"index", "text", "tokens" (before the first pad), "controls": {label: {"satisfied":
+// true|false|null, "score"?, "detail"?}}}. A line of `rudder generate`'s JSON Lines, and rudder_results_json().
+nlohmann::json sample_json(const SampleResult& sample);
+
+struct Progress {
+    int64_t batch = 0, batches = 0;  // batch being denoised (0-based) and how many
+    int64_t step = 0, steps = 0;     // reverse steps done in this batch
+    double t = 1.0;
+    int64_t samples_done = 0, samples_total = 0;
+    // The batch's current best guess, decoded: one text per sample of the batch (the argmax of the controlled
+    // clean-token distribution; committed tokens stay). Decoding costs, so it runs only when called; valid only
+    // during the callback.
+    std::function<std::vector<std::string>()> current_texts;
+};
+// Called after every reverse step; return false to cancel the run (generate() then throws Cancelled).
+using ProgressCallback = std::function<bool(const Progress&)>;
+// Called once per finished sample, in order, so callers can stream results.
+using SampleCallback = std::function<void(const SampleResult&)>;
+
+// Per-call changes to the recipe, so one generator (model and controllers loaded once) serves many runs.
+struct RunOverrides {
+    std::optional<int64_t> samples;
+    std::optional<uint64_t> seed;
+};
+
+class Cancelled : public std::runtime_error {
+public:
+    Cancelled() : std::runtime_error("generation cancelled") {}
+};
+
+struct GenerationStats {
+    int64_t denoiser_calls = 0;  // network evaluations (the discrete cache skips some)
+    int64_t steps = 0;           // reverse steps taken
+};
+
+// Keeps memory that tensors free inside the process instead of returning it to the OS. Every reverse step
+// allocates several [B, L, V] tensors; returned to the OS, each one comes back page-faulted, which costs ~12 ms per
+// 5 MB on a virtual machine (measured with bench/). Process-wide (glibc mallopt), so the CLI calls it and an
+// embedding application decides for itself. Returns false where the C library has no such setting.
+bool keep_freed_memory_in_process();
+
+class Generator {
+public:
+    // Resolves and loads the model, checks the sampler against the model's family and the device, resolves every
+    // plugin and creates every controller from its params. Every problem found is reported at once as a
+    // RecipeError whose issues carry JSON pointers (/model, /sampler/name, /controllers/1/params, ...).
+    // `earlier_issues` (from parse_recipe's collecting mode) are reported together with these; a value already
+    // reported there is not checked again.
+    Generator(Recipe recipe, plugins::Registry& registry,
+              const std::vector<std::filesystem::path>& model_path = default_model_path(),
+              std::vector<RecipeIssue> earlier_issues = {});
+    ~Generator();
+
+    std::vector<SampleResult> generate(const ProgressCallback& progress = {}, const SampleCallback& on_sample = {},
+                                       const RunOverrides& overrides = {});
+
+    const Recipe& recipe() const { return recipe_; }
+    const Model& model() const { return model_; }
+    const GenerationStats& stats() const { return stats_; }
+
+private:
+    class Services;
+    // Called by the reverse loops after each step with the step count, t, and how to get the current best tokens.
+    using StepTick = std::function<void(int64_t, double, const std::function<at::Tensor()>&)>;
+    at::Tensor run_continuous(int64_t batch, at::Generator& gen, const StepTick& tick);
+    at::Tensor run_discrete(int64_t batch, at::Generator& gen, const StepTick& tick);
+    std::string decode(const int64_t* row, int64_t* n_tokens) const;
+    // The sampler's temperature applied to log-probabilities (renormalised); unchanged at 1.
+    at::Tensor with_temperature(const at::Tensor& log_probs) const;
+    at::Tensor estimate_x0(const at::Tensor& adjusted, const at::Tensor& logp, const at::Tensor& model_x0,
+                           double t) const;
+
+    Recipe recipe_;
+    Model model_;
+    std::unique_ptr<Composer> composer_;
+    std::unique_ptr<Services> services_;
+    c10::Device device_;
+    GenerationStats stats_;
+};
+
+}  // namespace rudder

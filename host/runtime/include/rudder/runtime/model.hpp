@@ -1,0 +1,62 @@
+// Model directories: config.json (with a format version) + the files it names. See docs/models.md.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <rudder/nn/model_files.hpp>
+#include <rudder/nn/schedule.hpp>
+#include <rudder/runtime/denoiser.hpp>
+#include <rudder/text/tokenizer.hpp>
+
+namespace rudder {
+
+struct Model {
+    std::string name;  // folder name
+    std::filesystem::path dir;
+    Family family = Family::discrete;
+    std::shared_ptr<const Tokenizer> tokenizer;
+    std::shared_ptr<Denoiser> denoiser;
+    GaussianSchedule schedule = GaussianSchedule::make("sqrt", 1);  // continuous family
+    MaskSchedule mask_schedule;                                     // discrete family
+    // config.json's "sampler" entry for this family: the sampler settings this model samples best with (a recipe
+    // "sampler" object without "steps"); empty when it has none. Recipes that name no sampler take it.
+    nlohmann::json recommended_sampler = nlohmann::json::object();
+};
+
+// Whether a recipe's sampler name belongs to the family: ddpm, ddim (continuous); euler, analytic (discrete).
+bool is_sampler_of(const std::string& sampler_name, Family family);
+
+// Folders searched for bundled models by name: $RUDDER_MODEL_PATH (':'-separated), then
+// <prefix>/<datadir>/rudder/models (bundled_model_dir(); the build tree and an installed prefix both have it).
+std::vector<std::filesystem::path> default_model_path();
+
+// The names of the models found in `search_path` (folders holding a config.json).
+std::vector<std::string> list_models(const std::vector<std::filesystem::path>& search_path);
+
+// A recipe's "model": a path (contains '/' or names an existing folder relative to base_dir) or a bundled name.
+// Throws ModelError listing the bundled models, with "did you mean", when nothing matches.
+std::filesystem::path resolve_model(const std::string& name_or_path, const std::filesystem::path& base_dir,
+                                    const std::vector<std::filesystem::path>& search_path);
+
+// Writes a model directory of type "corpus" (the exact corpus denoiser): the sentences (deduplicated, in order),
+// a word vocabulary built from them, and config.json. Offers both families. Throws ModelError on I/O failure.
+struct CorpusModelOptions {
+    int64_t embed_dim = 16;
+    uint64_t embed_seed = 0;
+    std::string schedule = "sqrt";
+    int64_t schedule_steps = 2000;
+};
+void write_corpus_model(const std::vector<std::string>& sentences, const std::filesystem::path& dir,
+                        const CorpusModelOptions& options = {});
+
+// Loads a model directory. `family` picks one for models that offer both; std::nullopt takes the model's first.
+// Throws ModelError naming the file and the problem (missing file, bad JSON, other format version, ...).
+Model load_model(const std::filesystem::path& dir, std::optional<Family> family);
+
+}  // namespace rudder

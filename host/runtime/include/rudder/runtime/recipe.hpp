@@ -1,0 +1,104 @@
+// Recipes: the JSON that says which model, which sampler and which controls. See docs/recipes.md.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <rudder/rudder_json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace rudder {
+
+// One problem in a recipe: where (a JSON pointer, "" for the whole document) and what.
+using RecipeIssue = json_input::Issue;
+
+// Thrown with every problem found, not just the first.
+class RecipeError : public std::runtime_error {
+public:
+    explicit RecipeError(std::vector<RecipeIssue> issues);
+    const std::vector<RecipeIssue>& issues() const { return issues_; }
+
+private:
+    std::vector<RecipeIssue> issues_;
+};
+
+struct SamplerSpec {
+    std::string name;            // continuous: ddpm | ddim; discrete: euler | analytic; "" = family default
+    int64_t steps = 200;
+    double eta = 0.0;            // ddim only
+    std::string x0 = "interpolate";  // continuous: model | interpolate | clamp
+    double clamp_below_t = 0.0;  // continuous: clamp x0 to the nearest embedding once t <= this
+    double noise_scale = 1.0;    // continuous: multiplies the noise each stochastic reverse step adds
+    bool cache = true;           // discrete: skip the network when no token changed since its last call
+    double temperature = 1.0;    // divides the controlled clean-token log-probabilities before they are used
+};
+
+struct GuidanceSpec {
+    int64_t gradient_steps = 3;    // K Adagrad steps on x_{t-1} per reverse step (continuous)
+    double step_size = 0.1;        // Adagrad learning rate
+    double fluency_weight = 0.01;  // lambda in lambda |x - mu|^2 / sigma^2
+    double until_t = 0.0;          // no gradient guidance once t <= until_t
+};
+
+struct ActiveWindow {
+    double from_t = 1.0;  // active while to_t <= t <= from_t
+    double to_t = 0.0;
+    bool never = false;   // "evaluate_only": the controller judges the samples but never steers
+    bool contains(double t) const { return !never && t <= from_t && t >= to_t; }
+};
+
+struct ControllerSpec {
+    std::string plugin;  // an id from the search path, or a path to a library (relative to the recipe)
+    std::string sha256;  // "" or the library file's SHA-256 (lowercase hex): a mismatch is refused
+    std::string name;    // label in outputs and messages; defaults to the plugin id (made unique)
+    double weight = 1.0;
+    ActiveWindow active;
+    double time_limit = 60.0;  // seconds one step or evaluate call may take; 0 = no limit
+    nlohmann::json params = nlohmann::json::object();
+    std::string pointer;  // "/controllers/<i>", for messages
+};
+
+struct Recipe {
+    std::string model;              // a bundled model name or a model directory (relative to the recipe)
+    std::optional<std::string> family;  // "continuous" | "discrete"; needed only for models that offer both
+    SamplerSpec sampler;
+    nlohmann::json sampler_given = nlohmann::json::object();  // the recipe's "sampler" as written (see below)
+    uint64_t seed = 0;
+    int64_t samples = 1;
+    int64_t batch_size = 16;        // samples denoised together
+    int64_t max_length = 0;         // L: positions per sequence; 0 = the model's longest (64 if it has none)
+    std::string device = "cpu";     // cpu | cuda | cuda:<index>
+    GuidanceSpec guidance;
+    std::vector<ControllerSpec> controllers;
+    std::filesystem::path base_dir; // the recipe file's folder: relative paths resolve against it
+    int64_t max_length_limit = 0;   // RecipeLimits::max_length, for the model's length when max_length is 0
+};
+
+// Resource limits checked up front so a recipe cannot ask for an absurd allocation.
+struct RecipeLimits {
+    int64_t max_steps = 100000;
+    int64_t max_samples = 1000000;
+    int64_t max_batch_size = 4096;
+    int64_t max_length = 4096;
+};
+
+// Parses and validates recipe text. Throws RecipeError with every issue found. With `issues` given, problems of
+// individual values are appended there instead and the recipe keeps defaults for them, so that a later phase
+// (loading the model and the plugins) can report its own problems too; text that is not a JSON object still throws.
+Recipe parse_recipe(const std::string& text, const std::filesystem::path& base_dir, const RecipeLimits& limits = {},
+                    std::vector<RecipeIssue>* issues = nullptr);
+// Reads the file (an unreadable file is a RecipeError at pointer "") and parses it; base_dir = its folder.
+Recipe load_recipe(const std::filesystem::path& path, const RecipeLimits& limits = {},
+                   std::vector<RecipeIssue>* issues = nullptr);
+
+// Parses a "sampler" object (found at `pointer`, for messages) into `out`, appending its problems to `issues`.
+// Recipes use it, and so does a model directory's recommended sampler settings (docs/models.md): a recipe whose
+// "sampler" names no sampler takes the model's recommendation, with the recipe's own keys over it.
+void parse_sampler_settings(const nlohmann::json& sampler, const std::string& pointer, SamplerSpec& out,
+                            std::vector<RecipeIssue>& issues, const RecipeLimits& limits = {});
+
+}  // namespace rudder

@@ -1,0 +1,69 @@
+// The guidance composer: asks every active controller for its contribution and combines them.
+#pragma once
+
+#include <rudder/plugins/plugins.hpp>
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <rudder/runtime/denoiser.hpp>
+#include <rudder/runtime/recipe.hpp>
+
+namespace rudder {
+
+// Controllers disagree in a way no step can satisfy (two fixed tokens at one position, every token forbidden).
+class ConstraintConflict : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+struct ComposedController {
+    std::unique_ptr<plugins::ControllerInstance> instance;
+    double weight = 1.0;
+    ActiveWindow active;
+};
+
+// The combined PREDICT-phase contribution. Undefined tensors mean "nobody contributed".
+struct Combined {
+    at::Tensor logit_delta;  // float32 [B, L, V]: sum of weight_i * delta_i (+ Taylor-converted gradients)
+    at::Tensor fixed;        // int64 [B, L]: token id, or -1 where free
+    at::Tensor forbidden;    // bool [B, L, V]
+};
+
+class Composer {
+public:
+    Composer(std::vector<ComposedController> controllers, Family family);
+
+    void begin(const plugins::RunShape& shape, plugins::RunServices* services);
+
+    // PREDICT phase for every controller active at in.t. Discrete gradients (w.r.t. one-hot tokens) become logit
+    // deltas by first-order Taylor: g[v] - g[current token]. Throws ConstraintConflict naming the controllers.
+    Combined predict(const plugins::StepInputs& in);
+
+    // Whether any GRADIENT controller is active at t (continuous family's guidance loop).
+    bool wants_guidance(double t) const;
+    // GUIDE phase: sum of weight_i * d log p_i(c | x) / dx over GRADIENT controllers active at in.t; undefined if
+    // none is active.
+    at::Tensor guide(const plugins::StepInputs& in);
+
+    // Whether a controller asked never to reuse cached denoiser output.
+    bool needs_fresh_logits() const;
+
+    // Adds the combination to log-probabilities and renormalises: logit deltas, then forbidden tokens and
+    // `never_id` (the mask token, or -1) get -inf, and fixed positions become one-hot.
+    static at::Tensor apply(const at::Tensor& logp, const Combined& combined, int64_t never_id);
+
+    size_t size() const { return controllers_.size(); }
+    plugins::ControllerInstance& instance(size_t i) { return *controllers_[i].instance; }
+
+private:
+    void merge_fixed(Combined& out, const at::Tensor& fixed, size_t owner, at::Tensor& owners);
+    std::vector<ComposedController> controllers_;
+    Family family_;
+};
+
+}  // namespace rudder

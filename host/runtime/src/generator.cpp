@@ -1,0 +1,474 @@
+#include <rudder/runtime/generator.hpp>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+#include "composer.hpp"
+#include "sampler.hpp"
+
+namespace rudder {
+namespace fs = std::filesystem;
+
+// The run services a controller reaches through rudder_run_info: the model's tokenizer and a re-entrant call of
+// the denoiser on the current step's state.
+class Generator::Services final : public plugins::RunServices {
+public:
+    Services(const Model& model, fs::path base_dir, std::vector<fs::path> model_path)
+        : model_(model), base_dir_(std::move(base_dir)), model_path_(std::move(model_path)) {}
+
+    std::vector<int64_t> tokenize(const std::string& text) override { return model_.tokenizer->encode(text); }
+    std::string detokenize(const int64_t* ids, int64_t n) override { return model_.tokenizer->decode(ids, n); }
+    const std::string* token_text(int64_t id) override {
+        if (id < 0 || id >= model_.tokenizer->vocab_size()) return nullptr;
+        return &model_.tokenizer->token(id);
+    }
+    at::Tensor denoise(const std::vector<std::string>& conditions) override {
+        if (!state_.defined()) throw std::logic_error("denoise is only available during a PREDICT step");
+        if (!model_.denoiser->conditional())
+            throw std::logic_error("model '" + model_.name + "' was not trained with a condition");
+        if (conditions.empty()) throw std::invalid_argument("denoise needs at least one condition");
+        const int64_t n = static_cast<int64_t>(conditions.size()), batch = state_.size(0);
+        std::vector<std::string> rows;
+        rows.reserve(static_cast<size_t>(n * batch));
+        for (const auto& c : conditions) rows.insert(rows.end(), static_cast<size_t>(batch), c);
+        std::vector<int64_t> repeat(static_cast<size_t>(state_.dim()), 1);
+        repeat[0] = n;
+        const at::Tensor logits = model_.denoiser->denoise(state_.repeat(repeat), t_, rows, {}).logits;
+        at::Tensor out = at::log_softmax(logits.to(at::kFloat), -1);
+        std::vector<int64_t> shape{n, batch};
+        for (int64_t d = 1; d < out.dim(); ++d) shape.push_back(out.size(d));
+        return out.reshape(shape);
+    }
+
+    std::string model_dir() override {
+        std::error_code ec;
+        return model_.dir.empty() ? std::string() : fs::absolute(model_.dir, ec).lexically_normal().string();
+    }
+    at::Tensor embedding() override {
+        return model_.family == Family::continuous ? model_.denoiser->embedding() : at::Tensor();
+    }
+    std::string find_model(const std::string& name) override {
+        std::error_code ec;
+        return fs::absolute(resolve_model(name, base_dir_, model_path_), ec).lexically_normal().string();
+    }
+
+    // The state a re-entrant denoise call sees; undefined outside the PREDICT phase.
+    void set_state(const at::Tensor& x, double t) {
+        state_ = x;
+        t_ = t;
+    }
+
+private:
+    const Model& model_;
+    fs::path base_dir_;                 // the recipe's folder: relative model paths start there
+    std::vector<fs::path> model_path_;  // where bundled names are looked up
+    at::Tensor state_;
+    double t_ = 1.0;
+};
+
+namespace {
+
+// Positions per sequence when neither the recipe nor the model says: E2E's texts are at most 75 words.
+constexpr int64_t kDefaultMaxLength = 64;
+
+c10::Device parse_device(const std::string& name) {
+    const c10::Device device(name);
+    if (device.is_cuda() && !at::hasCUDA())
+        throw std::invalid_argument("device '" + name + "' asked for, but this LibTorch was built without CUDA support "
+                                    "(or no CUDA device is visible); use \"cpu\"");
+    return device;
+}
+
+ContinuousSampler::Kind continuous_kind(const std::string& name) {
+    return name == "ddpm" ? ContinuousSampler::Kind::ddpm : ContinuousSampler::Kind::ddim;
+}
+DiscreteSampler::Kind discrete_kind(const std::string& name) {
+    return name == "euler" ? DiscreteSampler::Kind::euler : DiscreteSampler::Kind::analytic;
+}
+
+Evidence evidence_of(const Combined& c) { return Evidence{c.fixed, c.forbidden}; }
+
+bool same_tensor(const at::Tensor& a, const at::Tensor& b) {
+    if (a.defined() != b.defined()) return false;
+    return !a.defined() || (a.sizes() == b.sizes() && a.equal(b));
+}
+
+// Whether two steps' hard constraints are the same (they usually are: most controllers constrain every step alike).
+bool same_constraints(const Combined& a, const Combined& b) {
+    return same_tensor(a.fixed, b.fixed) && same_tensor(a.forbidden, b.forbidden);
+}
+
+// Index of the first pad, i.e. the number of content tokens.
+int64_t content_length(const std::vector<int64_t>& ids, int64_t pad) {
+    for (size_t i = 0; i < ids.size(); ++i)
+        if (ids[i] == pad) return static_cast<int64_t>(i);
+    return static_cast<int64_t>(ids.size());
+}
+
+}  // namespace
+
+nlohmann::json sample_json(const SampleResult& s) {
+    using json = nlohmann::json;
+    json controls = json::object();
+    for (const auto& c : s.controls) {
+        json v = json::object();
+        v["satisfied"] = c.verdict.satisfied < 0 ? json(nullptr) : json(c.verdict.satisfied == 1);
+        if (c.verdict.has_score) v["score"] = c.verdict.score;
+        if (!c.verdict.detail.empty()) {
+            try {
+                v["detail"] = json::parse(c.verdict.detail);
+            } catch (const json::exception&) {
+                v["detail"] = c.verdict.detail;
+            }
+        }
+        controls[c.label] = v;
+    }
+    return json{{"index", s.index},
+                {"text", s.text},
+                {"tokens", std::vector<int64_t>(s.tokens.begin(), s.tokens.begin() + s.n_tokens)},
+                {"controls", controls}};
+}
+
+bool keep_freed_memory_in_process() {
+#if defined(__GLIBC__)
+    // Fixed thresholds (1 GiB) stop glibc from serving large blocks with mmap and from trimming the heap.
+    return mallopt(M_MMAP_THRESHOLD, 1 << 30) == 1 && mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
+#else
+    return false;
+#endif
+}
+
+Generator::Generator(Recipe recipe, plugins::Registry& registry, const std::vector<fs::path>& model_path,
+                     std::vector<RecipeIssue> earlier_issues)
+    : recipe_(std::move(recipe)), device_(c10::kCPU) {
+    std::vector<RecipeIssue> issues = std::move(earlier_issues);
+    // A value the parser already reported (or one inside it) is not checked again here.
+    auto reported = [&](const std::string& pointer) {
+        for (const auto& i : issues)
+            if (!i.pointer.empty() && (pointer == i.pointer || pointer.rfind(i.pointer + "/", 0) == 0)) return true;
+        return false;
+    };
+    try {
+        device_ = parse_device(recipe_.device);
+    } catch (const std::exception& e) {
+        issues.push_back({"/device", e.what()});
+    }
+
+    bool model_ok = false;
+    if (!reported("/model") && !reported("/family")) {
+        try {
+            std::optional<Family> family;
+            if (recipe_.family) family = *recipe_.family == "continuous" ? Family::continuous : Family::discrete;
+            model_ = load_model(resolve_model(recipe_.model, recipe_.base_dir, model_path), family);
+            model_.denoiser->to(device_);
+            model_ok = true;
+        } catch (const std::exception& e) {
+            issues.push_back({"/model", e.what()});
+        }
+    }
+
+    if (model_ok) {
+        const int64_t longest = model_.denoiser->max_length();
+        if (recipe_.max_length == 0) {
+            recipe_.max_length = longest > 0 ? longest : kDefaultMaxLength;
+            if (recipe_.max_length_limit > 0 && recipe_.max_length > recipe_.max_length_limit)
+                issues.push_back({"/max_length", "model '" + model_.name + "' handles " + std::to_string(recipe_.max_length) +
+                                                     " positions, over the limit of " +
+                                                     std::to_string(recipe_.max_length_limit) + "; give max_length"});
+        } else if (longest > 0 && recipe_.max_length > longest && !reported("/max_length")) {
+            issues.push_back({"/max_length", "model '" + model_.name + "' handles at most " + std::to_string(longest) +
+                                                 " positions; asked for " + std::to_string(recipe_.max_length)});
+        }
+    }
+    if (model_ok && !model_.recommended_sampler.empty() && !recipe_.sampler_given.contains("name") &&
+        !reported("/sampler")) {
+        // The recipe leaves the sampler to the model: its recommendation, with the recipe's own keys over it.
+        nlohmann::json merged = model_.recommended_sampler;
+        merged.update(recipe_.sampler_given);
+        std::vector<RecipeIssue> problems;
+        SamplerSpec spec;
+        parse_sampler_settings(merged, "/sampler", spec, problems);
+        for (const auto& p : problems)
+            issues.push_back({p.pointer, p.message + " (the recipe names no sampler, so it takes model '" + model_.name +
+                                             "''s recommended " + model_.recommended_sampler.dump() + ")"});
+        if (problems.empty()) recipe_.sampler = spec;
+    }
+    if (model_ok && !reported("/sampler/name")) {
+        const bool continuous = model_.family == Family::continuous;
+        std::string& name = recipe_.sampler.name;
+        if (name.empty()) name = continuous ? "ddim" : "analytic";
+        if (!is_sampler_of(name, model_.family))
+            issues.push_back({"/sampler/name", "sampler '" + name + "' is for " +
+                                                   (continuous ? "discrete" : "continuous") + " models; model '" +
+                                                   model_.name + "' is " + family_name(model_.family) + " (use " +
+                                                   (continuous ? "'ddpm' or 'ddim'" : "'euler' or 'analytic'") + ")"});
+        if (!continuous && recipe_.sampler.noise_scale != 1.0 && !reported("/sampler/noise_scale"))
+            issues.push_back({"/sampler/noise_scale", "'noise_scale' applies to continuous models; model '" +
+                                                          model_.name + "' is " + family_name(model_.family)});
+        if (continuous && recipe_.sampler.steps > model_.schedule.T())
+            issues.push_back({"/sampler/steps", "model '" + model_.name + "' was trained with " +
+                                                    std::to_string(model_.schedule.T()) + " steps; asked for " +
+                                                    std::to_string(recipe_.sampler.steps)});
+    }
+
+    std::vector<ComposedController> controllers;
+    for (const auto& spec : recipe_.controllers) {
+        if (reported(spec.pointer + "/plugin") || reported(spec.pointer + "/params")) continue;
+        try {
+            plugins::ControllerType type = registry.resolve(spec.plugin, recipe_.base_dir, spec.sha256);
+            try {
+                ComposedController c;
+                c.instance = std::make_unique<plugins::ControllerInstance>(type, spec.params.dump(), spec.name);
+                c.instance->set_time_limit(spec.time_limit);
+                c.weight = spec.weight;
+                c.active = spec.active;
+                controllers.push_back(std::move(c));
+            } catch (const std::exception& e) {
+                issues.push_back({spec.pointer + "/params", e.what()});
+            }
+        } catch (const std::exception& e) {
+            issues.push_back({spec.pointer + "/plugin", e.what()});
+        }
+    }
+    if (!issues.empty()) throw RecipeError(std::move(issues));
+    composer_ = std::make_unique<Composer>(std::move(controllers), model_.family);
+    services_ = std::make_unique<Services>(model_, recipe_.base_dir, model_path);
+}
+
+Generator::~Generator() = default;
+
+std::string Generator::decode(const int64_t* row, int64_t* n_tokens) const {
+    const std::vector<int64_t> ids(row, row + recipe_.max_length);
+    *n_tokens = content_length(ids, model_.tokenizer->pad_id());
+    return model_.tokenizer->decode(ids.data(), *n_tokens);
+}
+
+std::vector<SampleResult> Generator::generate(const ProgressCallback& progress, const SampleCallback& on_sample,
+                                              const RunOverrides& overrides) {
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(overrides.seed.value_or(recipe_.seed));
+    const int64_t total = overrides.samples.value_or(recipe_.samples);
+    if (total < 1) throw std::invalid_argument("samples must be at least 1, got " + std::to_string(total));
+    const int64_t per_batch = std::min(recipe_.batch_size, total);
+    const int64_t batches = (total + per_batch - 1) / per_batch;
+    const auto& tok = *model_.tokenizer;
+    std::vector<SampleResult> results;
+    results.reserve(static_cast<size_t>(total));
+    stats_ = {};
+
+    for (int64_t b = 0; b < batches; ++b) {
+        const int64_t batch = std::min(per_batch, total - b * per_batch);
+        plugins::RunShape shape;
+        shape.family = model_.family == Family::continuous ? RUDDER_FAMILY_CONTINUOUS : RUDDER_FAMILY_DISCRETE;
+        shape.batch_size = batch;
+        shape.seq_len = recipe_.max_length;
+        shape.vocab_size = tok.vocab_size();
+        shape.embed_dim = model_.denoiser->embed_dim();
+        shape.pad_id = tok.pad_id();
+        shape.mask_id = model_.family == Family::discrete ? tok.mask_id() : -1;
+        shape.unk_id = tok.unk_id();
+        shape.total_steps = static_cast<int32_t>(recipe_.sampler.steps);
+        shape.device = device_;
+        composer_->begin(shape, services_.get());
+
+        auto tick = [&](int64_t step, double t, const std::function<at::Tensor()>& best_tokens) {
+            if (!progress) return;
+            Progress p{b, batches, step, recipe_.sampler.steps, t, b * per_batch, total, {}};
+            p.current_texts = [&] {
+                const at::Tensor rows = best_tokens().to(at::kCPU).contiguous();
+                std::vector<std::string> texts;
+                int64_t n = 0;
+                for (int64_t i = 0; i < rows.size(0); ++i) texts.push_back(decode(rows[i].data_ptr<int64_t>(), &n));
+                return texts;
+            };
+            if (!progress(p)) throw Cancelled();
+        };
+        const at::Tensor tokens = (model_.family == Family::continuous ? run_continuous(batch, gen, tick)
+                                                                       : run_discrete(batch, gen, tick))
+                                      .to(at::kCPU).contiguous();
+
+        for (int64_t i = 0; i < batch; ++i) {
+            SampleResult r;
+            r.index = b * per_batch + i;
+            const int64_t* row = tokens[i].data_ptr<int64_t>();
+            r.tokens.assign(row, row + recipe_.max_length);
+            r.text = decode(row, &r.n_tokens);
+            for (size_t k = 0; k < composer_->size(); ++k) {
+                auto& inst = composer_->instance(k);
+                r.controls.push_back({inst.label(), inst.evaluate(r.index, r.tokens, r.n_tokens, r.text)});
+            }
+            if (on_sample) on_sample(r);
+            results.push_back(std::move(r));
+        }
+    }
+    return results;
+}
+
+at::Tensor Generator::with_temperature(const at::Tensor& log_probs) const {
+    const double T = recipe_.sampler.temperature;
+    return T == 1.0 ? log_probs : at::log_softmax(log_probs / T, -1);
+}
+
+at::Tensor Generator::estimate_x0(const at::Tensor& adjusted, const at::Tensor& logp, const at::Tensor& model_x0,
+                                  double t) const {
+    const at::Tensor E = model_.denoiser->embedding();
+    const std::string& mode = recipe_.sampler.x0;
+    if (mode == "clamp" || t <= recipe_.sampler.clamp_below_t) {
+        // Diffusion-LM's clamping trick: snap to the embedding of the most likely token.
+        return at::embedding(E, adjusted.argmax(-1));
+    }
+    const at::Tensor interpolated = at::matmul(adjusted.exp(), E);  // CDCD's score interpolation
+    if (mode == "model" && model_x0.defined()) {
+        // Keep the network's own estimate and move it by what the controllers changed in the distribution.
+        return model_x0 + interpolated - at::matmul(logp.exp(), E);
+    }
+    return interpolated;
+}
+
+at::Tensor Generator::run_continuous(int64_t batch, at::Generator& gen, const StepTick& tick) {
+    const int64_t L = recipe_.max_length;
+    const at::Tensor E = model_.denoiser->embedding();
+    const ContinuousSampler sampler(model_.schedule, continuous_kind(recipe_.sampler.name), recipe_.sampler.steps,
+                                    recipe_.sampler.eta, recipe_.sampler.noise_scale);
+    const GuidanceSpec& guide = recipe_.guidance;
+    const int64_t steps = sampler.steps(), mask_id = model_.tokenizer->mask_id();
+    at::Tensor x = sampler.init({batch, L, E.size(1)}, gen, E);
+    Combined last;
+
+    for (int64_t i = 0; i < steps; ++i) {
+        const double t = sampler.t(i), t_next = sampler.t_next(i);
+        DenoiserOutput out = model_.denoiser->denoise(x, t, {}, evidence_of(last));
+        ++stats_.denoiser_calls;
+        at::Tensor logp = at::log_softmax(out.logits.to(at::kFloat), -1);
+
+        plugins::StepInputs in;
+        in.phase = RUDDER_PHASE_PREDICT;
+        in.step = static_cast<int32_t>(i);
+        in.total_steps = static_cast<int32_t>(steps);
+        in.t = t;
+        in.t_next = t_next;
+        in.latent = x;
+        in.x0_logits = logp;
+        in.tokens = logp.argmax(-1);
+        services_->set_state(x, t);
+        Combined combined = composer_->predict(in);
+        services_->set_state({}, t);
+        if (model_.denoiser->uses_evidence() && !same_constraints(combined, last)) {
+            out = model_.denoiser->denoise(x, t, {}, evidence_of(combined));
+            ++stats_.denoiser_calls;
+            logp = at::log_softmax(out.logits.to(at::kFloat), -1);
+        }
+
+        const at::Tensor adjusted = with_temperature(Composer::apply(logp, combined, mask_id));
+        at::Tensor x0_hat = estimate_x0(adjusted, logp, out.x0, t);
+        at::Tensor fixed_mask;
+        if (combined.fixed.defined()) {
+            fixed_mask = combined.fixed.ge(0).unsqueeze(-1);
+            x0_hat = at::where(fixed_mask, at::embedding(E, combined.fixed.clamp_min(0)), x0_hat);
+        }
+        ContinuousSampler::Result res = sampler.step(x, x0_hat, i, gen);
+        x = res.sample;
+
+        if (t_next > 0 && guide.gradient_steps > 0 && t_next > guide.until_t && composer_->wants_guidance(t_next)) {
+            // Diffusion-LM's guidance: K Adagrad steps on x_{t-1} maximising sum_i w_i log p_i(c | x) minus the
+            // fluency term lambda |x - mu|^2 / sigma^2. DDIM with eta = 0 has sigma = 0; the marginal standard
+            // deviation at t_next stands in for it there.
+            const double ab = model_.schedule.alpha_bar_at(t_next);
+            const double sigma = res.sigma > 0 ? res.sigma : std::sqrt(std::max(1.0 - ab, 1e-8));
+            at::Tensor accum = at::zeros_like(x);
+            plugins::StepInputs g;
+            g.phase = RUDDER_PHASE_GUIDE;
+            g.step = static_cast<int32_t>(i);
+            g.total_steps = static_cast<int32_t>(steps);
+            g.t = t_next;
+            g.t_next = t_next;
+            g.tokens = in.tokens;
+            for (int64_t k = 0; k < guide.gradient_steps; ++k) {
+                g.guide_iter = static_cast<int32_t>(k);
+                g.latent = x;
+                at::Tensor grad = composer_->guide(g);
+                if (!grad.defined()) break;
+                grad = grad - (2.0 * guide.fluency_weight / (sigma * sigma)) * (x - res.mean);
+                accum.add_(grad * grad);
+                x = x + guide.step_size * grad / (accum.sqrt() + 1e-10);
+            }
+        }
+        if (fixed_mask.defined() && i + 1 < steps) {
+            // Infilling as Diffusion-LM does it: fixed positions carry the fixed token's embedding, noised to the
+            // level of the next step.
+            const at::Tensor noised = sampler.q_sample(at::embedding(E, combined.fixed.clamp_min(0)), sampler.timestep(i + 1), gen);
+            x = at::where(fixed_mask, noised, x);
+        }
+        last = std::move(combined);
+        // The current best guess: the most likely token of the controlled clean-token distribution.
+        tick(i + 1, t_next, [&] { return adjusted.argmax(-1); });
+    }
+    // Round to the nearest embedding (Diffusion-LM's decoding), within the last step's hard constraints.
+    const at::Tensor dist = x.pow(2).sum(-1, true) - 2 * at::matmul(x, E.t()) + E.pow(2).sum(-1);
+    const at::Tensor rounded = Composer::apply(at::log_softmax(-dist, -1), last, mask_id);
+    stats_.steps += steps;
+    return rounded.argmax(-1);
+}
+
+at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const StepTick& tick) {
+    const int64_t L = recipe_.max_length, mask_id = model_.tokenizer->mask_id();
+    const DiscreteSampler sampler(model_.mask_schedule, discrete_kind(recipe_.sampler.name), recipe_.sampler.steps);
+    const bool always_fresh = !recipe_.sampler.cache || composer_->needs_fresh_logits();
+    at::Tensor tokens = sampler.init(batch, L, mask_id, device_);
+    at::Tensor logp;
+    Combined seen;  // the constraints the denoiser's last call was given
+    bool stale = true;
+    auto denoise = [&](double t, const Combined& constraints) {
+        logp = at::log_softmax(model_.denoiser->denoise(tokens, t, {}, evidence_of(constraints)).logits.to(at::kFloat), -1);
+        ++stats_.denoiser_calls;
+        stale = false;
+        seen = constraints;
+    };
+
+    for (int64_t i = 0; i < sampler.steps(); ++i) {
+        const double t = sampler.t(i);
+        // MDLM's cache: the network's output depends only on the tokens, so reuse it while none changed.
+        if (stale || always_fresh) denoise(t, seen);
+
+        plugins::StepInputs in;
+        in.phase = RUDDER_PHASE_PREDICT;
+        in.step = static_cast<int32_t>(i);
+        in.total_steps = static_cast<int32_t>(sampler.steps());
+        in.t = t;
+        in.t_next = sampler.t_next(i);
+        in.x0_logits = logp;
+        in.tokens = tokens;
+        in.masked = tokens.eq(mask_id).to(at::kByte);
+        services_->set_state(tokens, t);
+        const Combined combined = composer_->predict(in);
+        services_->set_state({}, t);
+
+        // Fixed tokens are committed at once, and the denoiser sees them (and, if it can use them, the other
+        // constraints) before this step samples.
+        bool changed = false;
+        if (combined.fixed.defined()) {
+            const at::Tensor is_fixed = combined.fixed.ge(0);
+            if (is_fixed.logical_and(tokens.ne(combined.fixed)).any().item<bool>()) {
+                tokens = at::where(is_fixed, combined.fixed, tokens);
+                changed = true;
+            }
+        }
+        if (changed || (model_.denoiser->uses_evidence() && !same_constraints(combined, seen))) denoise(t, combined);
+        const at::Tensor adjusted = with_temperature(Composer::apply(logp, combined, mask_id));
+        const at::Tensor next = sampler.step(tokens, adjusted, i, mask_id, gen);
+        if (!next.equal(tokens)) stale = true;
+        tokens = next;
+        // The current best guess: committed tokens, and the most likely token where still masked.
+        tick(i + 1, sampler.t_next(i), [&] { return at::where(tokens.eq(mask_id), adjusted.argmax(-1), tokens); });
+    }
+    stats_.steps += sampler.steps();
+    return tokens;
+}
+
+}  // namespace rudder

@@ -1,0 +1,195 @@
+#include <rudder/runtime/recipe.hpp>
+
+#include <rudder/rudder_json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace rudder {
+namespace {
+
+using json = nlohmann::json;
+using json_input::kRequired;
+using json_input::ObjectReader;
+
+std::string join_issues(const std::vector<RecipeIssue>& issues) { return json_input::describe(issues, "(recipe)"); }
+
+void parse_sampler(ObjectReader& s, const RecipeLimits& limits, SamplerSpec& out) {
+    // The family decides which names are valid; the generator checks that once the model is known.
+    if (auto v = s.choice("name", {"ddpm", "ddim", "euler", "analytic"})) out.name = *v;
+    if (auto v = s.integer("steps", 1, limits.max_steps)) out.steps = *v;
+    if (auto v = s.number("eta", 0.0, 1.0)) out.eta = *v;
+    if (auto v = s.choice("x0", {"model", "interpolate", "clamp"})) out.x0 = *v;
+    if (auto v = s.number("clamp_below_t", 0.0, 1.0)) out.clamp_below_t = *v;
+    if (auto v = s.number("noise_scale", 0.0, 2.0)) out.noise_scale = *v;
+    if (auto v = s.boolean("cache")) out.cache = *v;
+    if (auto v = s.number("temperature", 0.01, 100.0)) out.temperature = *v;
+    s.reject_unknown_keys();
+    if (s.has("eta") && out.name != "ddim" && !out.name.empty())
+        s.issue("eta", "'eta' applies to the ddim sampler only, not '" + out.name + "'");
+    if (s.has("noise_scale") && (out.name == "euler" || out.name == "analytic"))
+        s.issue("noise_scale", "'noise_scale' applies to the continuous samplers (ddpm, ddim) only, not '" + out.name + "'");
+}
+
+void parse_guidance(ObjectReader& g, GuidanceSpec& out) {
+    if (auto v = g.integer("gradient_steps", 0, 1000)) out.gradient_steps = *v;
+    if (auto v = g.number("step_size", 0.0, 1e6)) out.step_size = *v;
+    if (auto v = g.number("fluency_weight", 0.0, 1e6)) out.fluency_weight = *v;
+    if (auto v = g.number("until_t", 0.0, 1.0)) out.until_t = *v;
+    g.reject_unknown_keys();
+}
+
+ControllerSpec parse_controller(ObjectReader& item) {
+    ControllerSpec spec;
+    spec.pointer = item.pointer();
+    if (auto v = item.text("plugin", kRequired)) spec.plugin = *v;
+    if (auto v = item.text("sha256")) {
+        std::string digest = *v;
+        for (char& ch : digest) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        if (digest.size() == 64 && digest.find_first_not_of("0123456789abcdef") == std::string::npos)
+            spec.sha256 = digest;
+        else
+            item.issue("sha256", "expected the library file's SHA-256 as 64 hex digits (as `rudder plugins` or "
+                                 "`sha256sum` prints it), got '" + *v + "'");
+    }
+    if (auto v = item.text("name")) spec.name = *v;
+    if (auto v = item.number("weight", -1e6, 1e6)) spec.weight = *v;
+    if (auto v = item.number("time_limit", 0.0, 86400.0)) spec.time_limit = *v;
+    if (auto active = item.object("active")) {
+        ObjectReader a(*active, item.pointer("active"), item.issues());
+        if (auto v = a.number("from_t", 0.0, 1.0)) spec.active.from_t = *v;
+        if (auto v = a.number("to_t", 0.0, 1.0)) spec.active.to_t = *v;
+        a.reject_unknown_keys();
+        if (spec.active.to_t > spec.active.from_t)
+            item.issue("active", "to_t (" + std::to_string(spec.active.to_t) + ") must not exceed from_t (" +
+                                     std::to_string(spec.active.from_t) + "): the window runs from noisy to clean");
+    }
+    if (auto v = item.boolean("evaluate_only")) spec.active.never = *v;
+    if (auto v = item.object("params")) spec.params = std::move(*v);
+    item.reject_unknown_keys();
+    return spec;
+}
+
+void parse_controllers(ObjectReader& doc, std::vector<ControllerSpec>& out) {
+    const auto list = doc.array("controllers");
+    if (!list) return;
+    for (size_t i = 0; i < list->size(); ++i) {
+        ObjectReader item((*list)[i], "/controllers/" + std::to_string(i), doc.issues());
+        if (item.is_object()) out.push_back(parse_controller(item));
+    }
+    // Labels must be unique: explicit names are checked, default ones (the plugin value) get a suffix.
+    std::set<std::string> explicit_names;
+    for (const auto& spec : out) {
+        if (spec.name.empty()) continue;
+        if (!explicit_names.insert(spec.name).second)
+            doc.issues().push_back({spec.pointer + "/name", "name '" + spec.name + "' is used by another controller"});
+    }
+    for (auto& spec : out) {
+        if (!spec.name.empty() || spec.plugin.empty()) continue;
+        std::string base = std::filesystem::path(spec.plugin).stem().string();
+        if (base.rfind("rudder_", 0) == 0) base = base.substr(7);
+        std::string label = base;
+        for (int n = 2; explicit_names.count(label) > 0; ++n) label = base + "_" + std::to_string(n);
+        explicit_names.insert(label);
+        spec.name = label;
+    }
+}
+
+}  // namespace
+
+RecipeError::RecipeError(std::vector<RecipeIssue> issues)
+    : std::runtime_error(join_issues(issues)), issues_(std::move(issues)) {}
+
+Recipe parse_recipe(const std::string& text, const std::filesystem::path& base_dir, const RecipeLimits& limits,
+                    std::vector<RecipeIssue>* issues) {
+    json doc;
+    try {
+        doc = json::parse(text);
+    } catch (const json::parse_error& e) {
+        // Turn the byte offset into line:column, which is what an editor shows.
+        size_t line = 1, col = 1;
+        for (size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
+            if (text[i] == '\n') {
+                ++line;
+                col = 1;
+            } else {
+                ++col;
+            }
+        }
+        std::string what = e.what();
+        const auto cut = what.find("parse error");
+        if (cut != std::string::npos) what = what.substr(cut);
+        throw RecipeError({{"", "not valid JSON at line " + std::to_string(line) + ", column " +
+                                    std::to_string(col) + ": " + what}});
+    } catch (const json::exception& e) {
+        // Well-formed text the parser still refuses, e.g. a number beyond double's range ("1e999").
+        throw RecipeError({{"", std::string("not valid JSON: ") + e.what()}});
+    }
+    std::vector<RecipeIssue> found;
+    Recipe r;
+    r.base_dir = base_dir;
+    if (!doc.is_object()) throw RecipeError({{"", "a recipe is a JSON object, got " + json_input::shown(doc)}});
+    ObjectReader root(doc, "", found);
+    if (auto v = root.text("model", kRequired)) r.model = *v;
+    if (auto v = root.choice("family", {"continuous", "discrete"})) r.family = *v;
+    if (auto v = root.integer("seed", 0, std::numeric_limits<int64_t>::max())) r.seed = static_cast<uint64_t>(*v);
+    if (auto v = root.integer("samples", 1, limits.max_samples)) r.samples = *v;
+    // A default over a configured limit: batch_size only groups samples, so the limit itself is used; the sampler's
+    // steps change the result, so a recipe that leaves them out must give them (below, after the sampler).
+    r.batch_size = std::min(r.batch_size, limits.max_batch_size);
+    if (auto v = root.integer("batch_size", 1, limits.max_batch_size)) r.batch_size = *v;
+    if (auto v = root.integer("max_length", 1, limits.max_length)) r.max_length = *v;
+    r.max_length_limit = limits.max_length;
+    if (auto v = root.text("device")) {
+        const std::string& d = *v;
+        const bool ok = d == "cpu" || d == "cuda" ||
+                        (d.rfind("cuda:", 0) == 0 && d.size() > 5 &&
+                         d.find_first_not_of("0123456789", 5) == std::string::npos && d.size() < 9);
+        if (ok) r.device = d;
+        else root.issue("device", "expected 'cpu', 'cuda' or 'cuda:<index>', got '" + d + "'");
+    }
+    if (auto sampler = root.object("sampler")) {
+        ObjectReader s(*sampler, "/sampler", found);
+        parse_sampler(s, limits, r.sampler);
+        r.sampler_given = std::move(*sampler);
+    }
+    if (!r.sampler_given.contains("steps") && r.sampler.steps > limits.max_steps)
+        found.push_back({"/sampler/steps", "the default of " + std::to_string(r.sampler.steps) +
+                                               " steps is over the limit of " + std::to_string(limits.max_steps) +
+                                               "; give sampler.steps"});
+    if (auto guidance = root.object("guidance")) {
+        ObjectReader g(*guidance, "/guidance", found);
+        parse_guidance(g, r.guidance);
+    }
+    parse_controllers(root, r.controllers);
+    root.reject_unknown_keys();
+    if (issues != nullptr) {
+        issues->insert(issues->end(), found.begin(), found.end());
+    } else if (!found.empty()) {
+        throw RecipeError(found);
+    }
+    return r;
+}
+
+Recipe load_recipe(const std::filesystem::path& path, const RecipeLimits& limits, std::vector<RecipeIssue>* issues) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw RecipeError({{"", "cannot read recipe file '" + path.string() + "'"}});
+    std::ostringstream text;
+    text << in.rdbuf();
+    std::filesystem::path dir = path.parent_path();
+    if (dir.empty()) dir = ".";
+    return parse_recipe(text.str(), dir, limits, issues);
+}
+
+void parse_sampler_settings(const json& sampler, const std::string& pointer, SamplerSpec& out,
+                            std::vector<RecipeIssue>& issues, const RecipeLimits& limits) {
+    ObjectReader s(sampler, pointer, issues);
+    if (s.is_object()) parse_sampler(s, limits, out);
+}
+
+}  // namespace rudder

@@ -1,0 +1,90 @@
+// Reverse-step samplers of the two families. They take the (already guided/constrained) x0 estimate and move
+// the state one step from t to t_next. Noise is drawn on the CPU from the run's generator and then moved to the
+// state's device, so a seed gives the same samples on every device.
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <rudder/nn/schedule.hpp>
+
+namespace rudder {
+
+// Draws standard normal / uniform noise of `sizes` on the CPU with `gen`, then moves it to `like`'s device.
+at::Tensor randn_like_device(const std::vector<int64_t>& sizes, at::Generator& gen, const at::Tensor& like);
+at::Tensor rand_like_device(const std::vector<int64_t>& sizes, at::Generator& gen, const at::Tensor& like);
+
+// Continuous family: DDPM ancestral steps and DDIM (eta = 0 is the deterministic probability-flow ODE, the same
+// update CDCD's Euler sampler makes in sigma-parameterisation; eta = 1 has DDPM's variance), over `steps`
+// training timesteps evenly respaced from T down to 1. `noise_scale` multiplies the noise each stochastic step
+// adds (1 samples the model's reverse process; below 1 trades diversity for fluency, as a temperature does).
+class ContinuousSampler {
+public:
+    enum class Kind { ddpm, ddim };
+    ContinuousSampler(const GaussianSchedule& schedule, Kind kind, int64_t steps, double eta = 0.0,
+                      double noise_scale = 1.0);
+
+    int64_t steps() const { return static_cast<int64_t>(timesteps_.size()); }
+    // Training timestep of the state before reverse step i (i = 0 is the noisiest, timesteps are decreasing).
+    int64_t timestep(int64_t i) const { return timesteps_.at(static_cast<size_t>(i)); }
+    double t(int64_t i) const;       // timestep(i) / T
+    double t_next(int64_t i) const;  // time after step i (0 after the last step)
+
+    // x_T ~ N(0, I) with the given shape.
+    at::Tensor init(const std::vector<int64_t>& sizes, at::Generator& gen, const at::Tensor& like) const;
+
+    struct Result {
+        at::Tensor mean;   // the posterior mean of x_{t_next} given x_t and x0_hat
+        double sigma = 0;  // its standard deviation (0 for DDIM eta = 0 and for the last step)
+        at::Tensor sample; // mean + noise_scale * sigma * noise
+    };
+    Result step(const at::Tensor& x_t, const at::Tensor& x0_hat, int64_t i, at::Generator& gen) const;
+
+    // x_t = sqrt(ab) x0 + sqrt(1 - ab) noise at training timestep k (used to re-noise fixed positions).
+    at::Tensor q_sample(const at::Tensor& x0, int64_t k, at::Generator& gen) const;
+
+private:
+    GaussianSchedule schedule_;
+    Kind kind_;
+    double eta_;
+    double noise_scale_;
+    std::vector<int64_t> timesteps_;  // decreasing, length = steps
+};
+
+// Discrete (absorbing) family. Both samplers unmask positions using the clean-token distribution p0 at masked
+// positions; committed (unmasked) tokens never change.
+//   euler:    first-order step of the reverse rates, P(unmask at this step) = (t - s) * sigma(t) e^{-sbar(t)} /
+//             (1 - e^{-sbar(t)}), clipped to [0, 1];
+//   analytic: Tweedie tau-leaping, exact for absorbing diffusion: P(unmask) = (m(t) - m(s)) / m(t), m = mask_prob.
+// The last step (t_next = 0) unmasks every remaining position.
+class DiscreteSampler {
+public:
+    enum class Kind { euler, analytic };
+    DiscreteSampler(const MaskSchedule& schedule, Kind kind, int64_t steps);
+
+    int64_t steps() const { return steps_; }
+    double t(int64_t i) const;       // 1 - i / steps
+    double t_next(int64_t i) const;  // 1 - (i + 1) / steps (0 after the last)
+
+    // All positions masked.
+    at::Tensor init(int64_t batch, int64_t len, int64_t mask_id, const at::Device& device) const;
+
+    // One step. `logp0`: [B, L, V] log-probabilities of the clean token (the mask token must have -inf or
+    // very low mass; the sampler never emits mask_id). Returns the new tokens [B, L].
+    at::Tensor step(const at::Tensor& tokens, const at::Tensor& logp0, int64_t i, int64_t mask_id,
+                    at::Generator& gen) const;
+
+    // Probability that a masked position is unmasked during step i.
+    double unmask_prob(int64_t i) const;
+
+private:
+    MaskSchedule schedule_;
+    Kind kind_;
+    int64_t steps_;
+};
+
+}  // namespace rudder

@@ -1,0 +1,178 @@
+#include <rudder/syntax/classifier.hpp>
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+#include <rudder/nn/syntax_classifier.hpp>
+#include "load_network.hpp"
+
+namespace rudder::syntax {
+
+namespace {
+
+int64_t checked_class(int64_t c, int64_t classes, const char* what) {
+    if (c < 0 || c >= classes)
+        throw std::invalid_argument(std::string(what) + " class " + std::to_string(c) + " is outside [0, " +
+                                    std::to_string(classes) + ")");
+    return c;
+}
+
+// Class k + 1 is names[k] (class 0 is "no word" / "not a constituent"); -1 if absent.
+int64_t class_of(const std::vector<std::string>& names, const std::string& name) {
+    const auto it = std::find(names.begin(), names.end(), name);
+    return it == names.end() ? -1 : static_cast<int64_t>(it - names.begin()) + 1;
+}
+
+}  // namespace
+
+struct SyntaxClassifier::Impl {
+    LoadedModel<nn::SyntaxClassifierNet> model;
+};
+
+SyntaxClassifier::SyntaxClassifier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SyntaxClassifier::~SyntaxClassifier() = default;
+
+std::shared_ptr<SyntaxClassifier> SyntaxClassifier::load(const std::filesystem::path& dir, const std::string& type) {
+    auto impl = std::make_unique<Impl>();
+    impl->model = load_network_model<nn::SyntaxClassifierNet>(
+        dir, type, type == "attribute_classifier" ? "an attribute classifier" : "a noisy syntax classifier");
+    // Guidance differentiates with respect to the input only.
+    for (auto& p : impl->model.network->parameters()) p.set_requires_grad(false);
+    return std::shared_ptr<SyntaxClassifier>(new SyntaxClassifier(std::move(impl)));
+}
+
+bool SyntaxClassifier::continuous() const { return impl_->model.network->family() == Family::continuous; }
+int64_t SyntaxClassifier::vocab_size() const { return impl_->model.network->vocab_size(); }
+int64_t SyntaxClassifier::embed_dim() const { return continuous() ? impl_->model.network->embed_dim() : 0; }
+int64_t SyntaxClassifier::max_length() const { return impl_->model.network->max_length(); }
+const std::string& SyntaxClassifier::token(int64_t id) const { return impl_->model.vocabulary->token(id); }
+const std::filesystem::path& SyntaxClassifier::dir() const { return impl_->model.dir; }
+const std::vector<std::string>& SyntaxClassifier::tags() const { return impl_->model.network->tags(); }
+const std::vector<std::string>& SyntaxClassifier::labels() const { return impl_->model.network->labels(); }
+const std::vector<std::string>& SyntaxClassifier::classes() const { return impl_->model.network->classes(); }
+
+int64_t SyntaxClassifier::tag_class(const std::string& tag) const { return class_of(tags(), tag); }
+int64_t SyntaxClassifier::chain_class(const std::string& chain) const { return class_of(labels(), chain); }
+int64_t SyntaxClassifier::class_index(const std::string& name) const {
+    const int64_t k = class_of(classes(), name);  // attribute classes have no "none" class 0
+    return k < 0 ? -1 : k - 1;
+}
+
+std::vector<int64_t> SyntaxClassifier::label_classes(const std::string& label) const {
+    std::vector<int64_t> out;
+    const auto& names = labels();
+    for (size_t k = 0; k < names.size(); ++k) {
+        const std::string& chain = names[k];
+        for (size_t start = 0; start <= chain.size();) {
+            const size_t plus = std::min(chain.find('+', start), chain.size());
+            if (chain.compare(start, plus - start, label) == 0 && plus - start == label.size()) {
+                out.push_back(static_cast<int64_t>(k) + 1);
+                break;
+            }
+            start = plus + 1;
+        }
+    }
+    return out;
+}
+
+double SyntaxClassifier::embedding_distance(const float* table, int64_t rows, int64_t cols) const {
+    const at::Tensor& mine = impl_->model.network->noise_embedding();
+    if (!continuous() || mine.size(0) != rows || mine.size(1) != cols) return std::numeric_limits<double>::infinity();
+    const at::Tensor theirs = at::from_blob(const_cast<float*>(table), {rows, cols}, at::kFloat);
+    return (mine - theirs).abs().max().item<double>();
+}
+
+std::vector<double> SyntaxClassifier::class_log_probs(const std::string& text) {
+    nn::SyntaxClassifierNet& net = *impl_->model.network;
+    const WordTokenizer& vocabulary = *impl_->model.vocabulary;
+    std::vector<int64_t> ids = vocabulary.encode(text);
+    ids.resize(static_cast<size_t>(net.max_length()), vocabulary.pad_id());
+    at::NoGradGuard no_grad;
+    at::Tensor t;
+    const at::Tensor x = net.clean_input(at::tensor(ids, at::kLong).unsqueeze(0), t);
+    const at::Tensor logp = net.class_log_probs(net.hidden(x, t)).to(at::kDouble).contiguous();
+    return std::vector<double>(logp.data_ptr<double>(), logp.data_ptr<double>() + logp.numel());
+}
+
+void SyntaxClassifier::guide(const void* input, int64_t batch, int64_t length, double t, const SyntaxTarget& target,
+                             float* grad, float* log_prob) {
+    nn::SyntaxClassifierNet& net = *impl_->model.network;
+    if (length > net.max_length())
+        throw std::invalid_argument("the run has " + std::to_string(length) + " positions; the syntax classifier in '" +
+                                    dir().string() + "' was trained for at most " + std::to_string(net.max_length()));
+    at::Tensor x;
+    if (continuous()) {
+        x = at::from_blob(const_cast<void*>(input), {batch, length, net.embed_dim()}, at::kFloat).clone();
+    } else {
+        const at::Tensor tokens = at::from_blob(const_cast<void*>(input), {batch, length}, at::kLong);
+        x = at::one_hot(tokens, net.vocab_size()).to(at::kFloat);
+    }
+    at::AutoGradMode grad_mode(true);  // the sampling loop runs without autograd; guidance needs it here
+    x.set_requires_grad(true);
+    const at::Tensor h = net.hidden(x, at::full({batch}, t, at::kFloat));
+
+    // Each term: log of the probability mass on the allowed classes, a masked logsumexp.
+    auto allowed_mass = [](const at::Tensor& logp, const at::Tensor& allowed) {
+        return at::logsumexp(logp.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity()), -1);
+    };
+    at::Tensor total = at::zeros({batch});
+    // The allowed-class masks are filled in plain memory, then wrapped: one ATen call per term would cost more
+    // than the classifier's forward pass for a tree's hundreds of spans, on every guidance step.
+    const auto tag_classes = static_cast<int64_t>(tags().size()) + 1;
+    std::vector<int64_t> positions;
+    std::vector<uint8_t> tag_allowed;
+    for (size_t i = 0; i < target.tags.size() && static_cast<int64_t>(i) < length; ++i) {
+        if (target.tags[i].empty()) continue;
+        positions.push_back(static_cast<int64_t>(i));
+        tag_allowed.resize(tag_allowed.size() + static_cast<size_t>(tag_classes), 0);
+        uint8_t* row = tag_allowed.data() + tag_allowed.size() - static_cast<size_t>(tag_classes);
+        for (int64_t c : target.tags[i]) row[checked_class(c, tag_classes, "tag")] = 1;
+    }
+    if (!positions.empty()) {
+        const auto P = static_cast<int64_t>(positions.size());
+        const at::Tensor allowed = at::from_blob(tag_allowed.data(), {1, P, tag_classes}, at::kByte).to(at::kBool);
+        const at::Tensor logp = net.tag_log_probs(h).index_select(1, at::tensor(positions, at::kLong));  // [B, P, C]
+        total = total + allowed_mass(logp, allowed).sum(1);
+    }
+    if (!target.spans.empty()) {
+        const auto n = static_cast<int64_t>(target.spans.size());
+        const auto label_classes = static_cast<int64_t>(labels().size()) + 1;
+        std::vector<int64_t> index;  // span (start, last) in the flattened [L, L] square
+        std::vector<uint8_t> span_allowed(static_cast<size_t>(n * label_classes), 0);
+        for (int64_t k = 0; k < n; ++k) {
+            const auto& span = target.spans[static_cast<size_t>(k)];
+            if (span.start < 0 || span.end <= span.start || span.end > length)
+                throw std::invalid_argument("span [" + std::to_string(span.start) + ", " + std::to_string(span.end) +
+                                            ") does not fit the run's " + std::to_string(length) + " positions");
+            index.push_back(span.start * length + span.end - 1);
+            for (int64_t c : span.classes) span_allowed[static_cast<size_t>(k * label_classes + checked_class(c, label_classes, "label"))] = 1;
+        }
+        const at::Tensor allowed = at::from_blob(span_allowed.data(), {1, n, label_classes}, at::kByte).to(at::kBool);
+        const at::Tensor logp = net.span_log_probs(h);  // [B, L, L, C]
+        const at::Tensor flat = logp.reshape({batch, length * length, label_classes});
+        total = total + allowed_mass(flat.index_select(1, at::tensor(index, at::kLong)), allowed).sum(1);
+    }
+    if (!target.classes.empty()) {
+        const auto n_classes = static_cast<int64_t>(classes().size());
+        std::vector<uint8_t> class_allowed(static_cast<size_t>(n_classes), 0);
+        for (int64_t c : target.classes) class_allowed[static_cast<size_t>(checked_class(c, n_classes, "attribute"))] = 1;
+        const at::Tensor allowed = at::from_blob(class_allowed.data(), {1, n_classes}, at::kByte).to(at::kBool);
+        total = total + allowed_mass(net.class_log_probs(h), allowed);
+    }
+    if (grad != nullptr) {
+        total.sum().backward();
+        const at::Tensor g = x.grad().contiguous();
+        std::memcpy(grad, g.data_ptr<float>(), static_cast<size_t>(g.numel()) * sizeof(float));
+    }
+    if (log_prob != nullptr) {
+        const at::Tensor lp = total.detach().contiguous();
+        std::memcpy(log_prob, lp.data_ptr<float>(), static_cast<size_t>(batch) * sizeof(float));
+    }
+}
+
+}  // namespace rudder::syntax

@@ -1,0 +1,29 @@
+// The networks the trainer can build, by kind.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <rudder/nn/trainable.hpp>
+#include <rudder/text/tokenizer.hpp>
+
+namespace rudder::train {
+
+// "teacher" (nn/teacher.hpp), "continuous" and "discrete" (nn/denoiser_net.hpp), "tagger" and "parser"
+// (nn/syntax_nets.hpp), "syntax_classifier" and "attribute_classifier" (nn/syntax_classifier.hpp).
+const std::vector<std::string>& network_kinds();
+// Denoisers are conditioned on the meaning representation and written as "type": "transformer" models.
+bool is_denoiser_kind(const std::string& kind);
+// The tagger and the parser train on treebanks and are written as "type": "tagger" / "parser" models.
+bool is_syntax_kind(const std::string& kind);
+
+// Builds a freshly initialised network of `kind` (parameters drawn from LibTorch's default CPU generator, so
+// at::manual_seed fixes them). Throws ConfigError (pointers relative to `network_config`) for a bad config and
+// std::invalid_argument for an unknown kind.
+std::shared_ptr<nn::TrainableNetwork> make_network(const std::string& kind, const nlohmann::json& network_config,
+                                                   const Tokenizer& tokenizer);
+
+}  // namespace rudder::train

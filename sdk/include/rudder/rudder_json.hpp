@@ -1,0 +1,286 @@
+// Reading JSON objects that people write (recipes, model and training configs, a controller's params) with every
+// problem found in one pass: each names the JSON pointer of the value and what was expected, and a misspelt key or
+// name gets a "did you mean". Rudder reads all of its JSON input through this header, and the first-party
+// controllers read their params with it, so one mistake is reported the same way wherever it is made.
+//
+// Header-only C++17 on nlohmann/json (Debian: nlohmann-json3-dev; link nlohmann_json::nlohmann_json). It is a
+// helper, not part of the plugin ABI: a controller may read its params any way it likes.
+//
+//     std::vector<rudder::json_input::Issue> issues;
+//     rudder::json_input::ObjectReader r(params, "", issues);        // "" = the document's root
+//     const int64_t tokens = r.integer("tokens", 1, 4096, rudder::json_input::kRequired).value_or(1);
+//     const std::string mode = r.choice("mode", {"soft", "hard"}).value_or("soft");
+//     r.reject_unknown_keys();                                        // after every key has been asked for
+//     if (!issues.empty()) throw rudder::Error(rudder::json_input::describe(issues));
+//
+// Messages: "missing; expected an integer in [1, 4096] (required)", "expected a number in [0, 1], got \"high\"",
+// "expected one of \"soft\", \"hard\", got \"sfot\"; did you mean \"soft\"?", "unknown key 'tokns'; did you mean
+// 'tokens'?". Values are shown as JSON (cut at 60 characters), key names in single quotes.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace rudder::json_input {
+
+// One problem: where (a JSON pointer; "" for the whole document) and what.
+struct Issue {
+    std::string pointer;
+    std::string message;
+};
+
+// One "<pointer>: <message>" line per issue; `root` stands for the pointer "".
+inline std::string describe(const std::vector<Issue>& issues, const std::string& root = "(document)") {
+    std::string out;
+    for (const auto& issue : issues)
+        out += (out.empty() ? "" : "\n") + (issue.pointer.empty() ? root : issue.pointer) + ": " + issue.message;
+    return out;
+}
+
+// ----- "did you mean" --------------------------------------------------------------------------------------------
+
+// Edit distance in which inserting, deleting or changing a character, or swapping two neighbours, costs one
+// (optimal string alignment: Levenshtein plus the commonest typo, "lenght").
+inline size_t edit_distance(const std::string& a, const std::string& b) {
+    std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+    for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+    for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+        for (size_t j = 1; j <= b.size(); ++j) {
+            d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+                d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+        }
+    }
+    return d[a.size()][b.size()];
+}
+
+// Candidates within two edits of `name`, or one a prefix of the other; nearest first, at most `limit`.
+inline std::vector<std::string> near_misses(const std::string& name, const std::vector<std::string>& candidates,
+                                            size_t limit = 3) {
+    std::vector<std::pair<size_t, std::string>> scored;
+    for (const auto& candidate : candidates) {
+        const size_t distance = edit_distance(name, candidate);
+        const bool prefix = !name.empty() && (candidate.rfind(name, 0) == 0 || name.rfind(candidate, 0) == 0);
+        if (distance <= 2 || prefix) scored.emplace_back(distance, candidate);
+    }
+    std::stable_sort(scored.begin(), scored.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    std::vector<std::string> names;
+    for (size_t i = 0; i < scored.size() && i < limit; ++i) names.push_back(scored[i].second);
+    return names;
+}
+
+// The nearest of near_misses(), or "" when there is none.
+inline std::string closest_match(const std::string& name, const std::vector<std::string>& candidates) {
+    const auto best = near_misses(name, candidates, 1);
+    return best.empty() ? std::string() : best.front();
+}
+
+// ----- reading one object ----------------------------------------------------------------------------------------
+
+// A value as a message shows it: its JSON text, cut to 60 characters.
+inline std::string shown(const nlohmann::json& value) {
+    std::string text = value.dump();
+    return text.size() > 60 ? text.substr(0, 57) + "..." : text;
+}
+
+// A key as one token of a JSON pointer ("~" and "/" escaped, RFC 6901).
+inline std::string pointer_token(const std::string& key) {
+    std::string out;
+    for (char c : key) out += c == '~' ? "~0" : c == '/' ? "~1" : std::string(1, c);
+    return out;
+}
+
+enum class Need { optional, required };
+constexpr Need kOptional = Need::optional;
+constexpr Need kRequired = Need::required;
+
+// Reads the keys of one JSON object. Each getter returns the value when it is present and valid; otherwise it
+// records an issue (wrong type, out of range, or missing with kRequired) and returns std::nullopt, so reading goes
+// on and every problem is found in one pass. A missing optional key is std::nullopt without an issue: the caller
+// keeps its default (`.value_or(default)`). A value that is not an object is itself one issue, and then every key
+// reads as missing without further issues.
+class ObjectReader {
+public:
+    // `pointer`: where the object sits in its document, e.g. "/sampler" ("" for the root). `issues` must outlive
+    // the reader. The object is copied: readers are often made from temporaries.
+    ObjectReader(const nlohmann::json& value, std::string pointer, std::vector<Issue>& issues)
+        : value_(value), pointer_(std::move(pointer)), issues_(issues), is_object_(value.is_object()) {
+        if (!is_object_) issues_.push_back({pointer_, "expected an object, got " + shown(value)});
+    }
+
+    bool is_object() const { return is_object_; }
+    bool has(const std::string& key) const { return is_object_ && value_.contains(key); }
+    const nlohmann::json& value() const { return value_; }
+    const std::string& pointer() const { return pointer_; }
+    std::string pointer(const std::string& key) const { return pointer_ + "/" + pointer_token(key); }
+    // Records a problem at this object's `key`.
+    void issue(const std::string& key, const std::string& message) { issues_.push_back({pointer(key), message}); }
+    // Where the problems go: a reader for a nested object shares them.
+    std::vector<Issue>& issues() { return issues_; }
+
+    // An integer in [lo, hi]. 3.0 reads as 3: JSON writers differ on whether integral numbers get a ".0".
+    std::optional<int64_t> integer(const std::string& key, int64_t lo, int64_t hi, Need need = kOptional) {
+        const std::string expected = "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+        const nlohmann::json* v = field(key, need, expected);
+        if (!v) return std::nullopt;
+        if (v->is_number()) {
+            const double d = v->get<double>();
+            if (std::floor(d) == d && d >= static_cast<double>(lo) && d <= static_cast<double>(hi)) {
+                if (v->is_number_unsigned()) return static_cast<int64_t>(v->get<uint64_t>());
+                if (v->is_number_integer()) return v->get<int64_t>();
+                return static_cast<int64_t>(d);
+            }
+        }
+        return wrong<int64_t>(key, expected, *v);
+    }
+
+    // A finite number in [lo, hi].
+    std::optional<double> number(const std::string& key, double lo, double hi, Need need = kOptional) {
+        const std::string expected = "a number in [" + number_text(lo) + ", " + number_text(hi) + "]";
+        const nlohmann::json* v = field(key, need, expected);
+        if (!v) return std::nullopt;
+        if (v->is_number() && std::isfinite(v->get<double>()) && v->get<double>() >= lo && v->get<double>() <= hi)
+            return v->get<double>();
+        return wrong<double>(key, expected, *v);
+    }
+
+    // A number in (0, hi].
+    std::optional<double> positive(const std::string& key, double hi, Need need = kOptional) {
+        const std::string expected = "a number > 0 and <= " + number_text(hi);
+        const nlohmann::json* v = field(key, need, expected);
+        if (!v) return std::nullopt;
+        if (v->is_number() && v->get<double>() > 0 && v->get<double>() <= hi) return v->get<double>();
+        return wrong<double>(key, expected, *v);
+    }
+
+    std::optional<bool> boolean(const std::string& key, Need need = kOptional) {
+        const nlohmann::json* v = field(key, need, "true or false");
+        if (!v) return std::nullopt;
+        if (v->is_boolean()) return v->get<bool>();
+        return wrong<bool>(key, "true or false", *v);
+    }
+
+    // A string with something other than white space in it.
+    std::optional<std::string> text(const std::string& key, Need need = kOptional) {
+        const nlohmann::json* v = field(key, need, "a string");
+        if (!v) return std::nullopt;
+        if (!v->is_string()) return wrong<std::string>(key, "a string", *v);
+        if (v->get<std::string>().find_first_not_of(" \t\r\n") == std::string::npos)
+            return wrong<std::string>(key, "a non-empty string", *v);
+        return v->get<std::string>();
+    }
+
+    // One of `options`, with "did you mean" for a near miss.
+    std::optional<std::string> choice(const std::string& key, const std::vector<std::string>& options,
+                                      Need need = kOptional) {
+        std::string expected = "one of";
+        for (size_t i = 0; i < options.size(); ++i) expected += (i ? ", " : " ") + nlohmann::json(options[i]).dump();
+        const nlohmann::json* v = field(key, need, expected);
+        if (!v) return std::nullopt;
+        if (v->is_string() && std::find(options.begin(), options.end(), v->get<std::string>()) != options.end())
+            return v->get<std::string>();
+        std::string message = "expected " + expected + ", got " + shown(*v);
+        if (v->is_string()) {
+            const std::string guess = closest_match(v->get<std::string>(), options);
+            if (!guess.empty()) message += "; did you mean " + nlohmann::json(guess).dump() + "?";
+        }
+        issue(key, message);
+        return std::nullopt;
+    }
+
+    // An array of distinct non-empty strings.
+    std::optional<std::vector<std::string>> texts(const std::string& key, Need need = kOptional) {
+        const std::string expected = "an array of distinct non-empty strings";
+        const nlohmann::json* v = field(key, need, expected);
+        if (!v) return std::nullopt;
+        std::vector<std::string> out;
+        bool ok = v->is_array();
+        for (size_t i = 0; ok && i < v->size(); ++i) {
+            const nlohmann::json& item = (*v)[i];
+            ok = item.is_string() && !item.get<std::string>().empty() &&
+                 std::find(out.begin(), out.end(), item.get<std::string>()) == out.end();
+            if (ok) out.push_back(item.get<std::string>());
+        }
+        if (ok) return out;
+        return wrong<std::vector<std::string>>(key, expected, *v);
+    }
+
+    // An object, or an array, as it is (read it with another ObjectReader at pointer(key)).
+    std::optional<nlohmann::json> object(const std::string& key, Need need = kOptional) {
+        return of_type(key, need, "an object", &nlohmann::json::is_object);
+    }
+    std::optional<nlohmann::json> array(const std::string& key, Need need = kOptional) {
+        return of_type(key, need, "an array", &nlohmann::json::is_array);
+    }
+    // Any value: the caller checks it. Marks the key as known.
+    const nlohmann::json* any(const std::string& key, Need need = kOptional, const std::string& expected = "a value") {
+        return field(key, need, expected);
+    }
+
+    // Reports every key that none of the calls above asked for, with the closest known key or the list of them.
+    void reject_unknown_keys() {
+        if (!is_object_) return;
+        for (auto it = value_.begin(); it != value_.end(); ++it) {
+            if (std::find(known_.begin(), known_.end(), it.key()) != known_.end()) continue;
+            std::string message = "unknown key '" + it.key() + "'";
+            const std::string guess = closest_match(it.key(), known_);
+            if (!guess.empty()) {
+                message += "; did you mean '" + guess + "'?";
+            } else if (!known_.empty()) {
+                message += " (allowed:";
+                for (size_t i = 0; i < known_.size(); ++i) message += (i ? ", '" : " '") + known_[i] + "'";
+                message += ")";
+            }
+            issue(it.key(), message);
+        }
+    }
+
+private:
+    static std::string number_text(double d) {
+        std::ostringstream out;
+        out << d;
+        return out.str();
+    }
+
+    const nlohmann::json* field(const std::string& key, Need need, const std::string& expected) {
+        if (std::find(known_.begin(), known_.end(), key) == known_.end()) known_.push_back(key);
+        if (!is_object_) return nullptr;
+        auto it = value_.find(key);
+        if (it == value_.end()) {
+            if (need == kRequired) issue(key, "missing; expected " + expected + " (required)");
+            return nullptr;
+        }
+        return &*it;
+    }
+
+    template <class T> std::optional<T> wrong(const std::string& key, const std::string& expected, const nlohmann::json& v) {
+        issue(key, "expected " + expected + ", got " + shown(v));
+        return std::nullopt;
+    }
+
+    std::optional<nlohmann::json> of_type(const std::string& key, Need need, const std::string& expected,
+                                          bool (nlohmann::json::*is)() const noexcept) {
+        const nlohmann::json* v = field(key, need, expected);
+        if (!v) return std::nullopt;
+        if (((*v).*is)()) return *v;
+        return wrong<nlohmann::json>(key, expected, *v);
+    }
+
+    nlohmann::json value_;
+    std::string pointer_;
+    std::vector<Issue>& issues_;
+    std::vector<std::string> known_;
+    bool is_object_;
+};
+
+}  // namespace rudder::json_input
