@@ -294,7 +294,8 @@ TEST(ControllerInstance, RunServicesFollowTheBufferProtocol) {
     services.seq_len = shape.seq_len;
     ControllerInstance probe(fixture_type("probe"), "{\"services\":true}", "p");
     probe.begin(shape, &services);
-    const StepOutputs out = probe.step(step_inputs(shape, 0));
+    const StepInputs in = step_inputs(shape, 0);
+    const StepOutputs out = probe.step(in);
 
     const std::string detail = detail_of(probe);
     EXPECT_THAT(detail, HasSubstr("denoise_in_begin=2 null;"));  // denoise only inside a PREDICT step
@@ -309,6 +310,8 @@ TEST(ControllerInstance, RunServicesFollowTheBufferProtocol) {
 
     ASSERT_EQ(services.denoise_calls.size(), 1u);
     EXPECT_EQ(services.denoise_calls[0], (std::vector<std::string>{"", "c"}));
+    ASSERT_EQ(services.denoise_steps.size(), 1u);  // the step in progress, handed to the service with the call
+    EXPECT_TRUE(services.denoise_steps[0].tokens.is_same(in.tokens));
     ASSERT_TRUE(out.logit_delta.defined());
     EXPECT_TRUE(at::allclose(out.logit_delta, at::full({2, 3, 8}, 1.5)));  // logits("c") - logits("")
 }

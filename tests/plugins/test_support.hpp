@@ -44,6 +44,7 @@ public:
     bool fail = false;             // every service throws std::runtime_error
     bool no_conditioning = false;  // denoise throws std::logic_error, as for a model without conditioning
     std::vector<std::vector<std::string>> denoise_calls;
+    std::vector<StepInputs> denoise_steps;  // the step each denoise call was asked for
     int64_t batch_size = 0, seq_len = 0;
 
     std::vector<int64_t> tokenize(const std::string& text) override {
@@ -67,10 +68,11 @@ public:
         if (fail) throw std::runtime_error("fake token_text exploded");
         return id >= 0 && id < static_cast<int64_t>(vocab.size()) ? &vocab[id] : nullptr;
     }
-    at::Tensor denoise(const std::vector<std::string>& conditions) override {
+    at::Tensor denoise(const StepInputs& step, const std::vector<std::string>& conditions) override {
         if (fail) throw std::runtime_error("fake denoiser exploded");
         if (no_conditioning) throw std::logic_error("this model takes no conditioning");
         denoise_calls.push_back(conditions);
+        denoise_steps.push_back(step);
         auto logits = at::empty({static_cast<int64_t>(conditions.size()), batch_size, seq_len,
                                  static_cast<int64_t>(vocab.size())});
         for (size_t k = 0; k < conditions.size(); ++k)

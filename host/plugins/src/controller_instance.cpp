@@ -152,7 +152,7 @@ struct ControllerInstance::Impl {
     rudder_run_info run_info{};            // handed to begin(); its address must stay stable for the run
 
     double time_limit = 0;         // seconds one step() or evaluate() may take; 0 = no limit
-    bool in_predict_step = false;  // denoise() is valid only then
+    const StepInputs* predict_step = nullptr;  // the PREDICT step in progress: denoise() runs on its input
     std::string service_error;     // what a host service threw during the current call, for the report
     std::vector<std::unique_ptr<TensorView>> denoise_results;  // alive until step() returns
     std::string model_dir;         // run_info.model_dir points here
@@ -289,7 +289,7 @@ struct ControllerInstance::Impl {
             return RUDDER_ERR_INVALID_ARGUMENT;
         for (int32_t i = 0; i < n_conditions; ++i)
             if (conditions[i] == nullptr) return RUDDER_ERR_INVALID_ARGUMENT;
-        if (!self->in_predict_step) {
+        if (self->predict_step == nullptr) {
             self->note_service_error("denoise", "called outside step() in the PREDICT phase");
             return RUDDER_ERR_UNSUPPORTED;
         }
@@ -298,7 +298,7 @@ struct ControllerInstance::Impl {
             const std::vector<std::string> texts(conditions, conditions + n_conditions);
             at::Tensor logits;
             try {
-                logits = self->services->denoise(texts);
+                logits = self->services->denoise(*self->predict_step, texts);
             } catch (const std::logic_error& e) {  // RunServices' way to say "not now" or "no conditioning"
                 self->note_service_error("denoise", e.what());
                 return RUDDER_ERR_UNSUPPORTED;
@@ -484,12 +484,12 @@ StepOutputs ControllerInstance::step(const StepInputs& in) {
     struct EndOfStep {
         Impl& s;
         ~EndOfStep() {
-            s.in_predict_step = false;
+            s.predict_step = nullptr;
             s.denoise_results.clear();
         }
     } end_of_step{s};
     s.service_error.clear();
-    s.in_predict_step = predict;
+    s.predict_step = predict ? &in : nullptr;
     rudder_status status = RUDDER_OK;
     std::string message;
     {

@@ -17,7 +17,7 @@ namespace rudder {
 namespace fs = std::filesystem;
 
 // The run services a controller reaches through rudder_run_info: the model's tokenizer and a re-entrant call of
-// the denoiser on the current step's state.
+// the denoiser on the input of the step the controller is in (handed over with the call).
 class Generator::Services final : public plugins::RunServices {
 public:
     Services(const Model& model, fs::path base_dir, std::vector<fs::path> model_path)
@@ -29,18 +29,18 @@ public:
         if (id < 0 || id >= model_.tokenizer->vocab_size()) return nullptr;
         return &model_.tokenizer->token(id);
     }
-    at::Tensor denoise(const std::vector<std::string>& conditions) override {
-        if (!state_.defined()) throw std::logic_error("denoise is only available during a PREDICT step");
+    at::Tensor denoise(const plugins::StepInputs& step, const std::vector<std::string>& conditions) override {
         if (!model_.denoiser->conditional())
             throw std::logic_error("model '" + model_.name + "' was not trained with a condition");
         if (conditions.empty()) throw std::invalid_argument("denoise needs at least one condition");
-        const int64_t n = static_cast<int64_t>(conditions.size()), batch = state_.size(0);
+        const at::Tensor& state = model_.family == Family::continuous ? step.latent : step.tokens;
+        const int64_t n = static_cast<int64_t>(conditions.size()), batch = state.size(0);
         std::vector<std::string> rows;
         rows.reserve(static_cast<size_t>(n * batch));
         for (const auto& c : conditions) rows.insert(rows.end(), static_cast<size_t>(batch), c);
-        std::vector<int64_t> repeat(static_cast<size_t>(state_.dim()), 1);
+        std::vector<int64_t> repeat(static_cast<size_t>(state.dim()), 1);
         repeat[0] = n;
-        const at::Tensor logits = model_.denoiser->denoise(state_.repeat(repeat), t_, rows, {}).logits;
+        const at::Tensor logits = model_.denoiser->denoise(state.repeat(repeat), step.t, rows, {}).logits;
         at::Tensor out = at::log_softmax(logits.to(at::kFloat), -1);
         std::vector<int64_t> shape{n, batch};
         for (int64_t d = 1; d < out.dim(); ++d) shape.push_back(out.size(d));
@@ -59,18 +59,10 @@ public:
         return fs::absolute(resolve_model(name, base_dir_, model_path_), ec).lexically_normal().string();
     }
 
-    // The state a re-entrant denoise call sees; undefined outside the PREDICT phase.
-    void set_state(const at::Tensor& x, double t) {
-        state_ = x;
-        t_ = t;
-    }
-
 private:
     const Model& model_;
     fs::path base_dir_;                 // the recipe's folder: relative model paths start there
     std::vector<fs::path> model_path_;  // where bundled names are looked up
-    at::Tensor state_;
-    double t_ = 1.0;
 };
 
 namespace {
@@ -94,6 +86,34 @@ DiscreteSampler::Kind discrete_kind(const std::string& name) {
 }
 
 Evidence evidence_of(const Combined& c) { return Evidence{c.fixed, c.forbidden}; }
+
+// What the controllers see at one step, built here only. PREDICT, either family: `latent` (continuous) or `masked`
+// (discrete) is undefined for the other family.
+plugins::StepInputs predict_inputs(int64_t step, int64_t steps, double t, double t_next, const at::Tensor& latent,
+                                   const at::Tensor& x0_logits, const at::Tensor& tokens, const at::Tensor& masked) {
+    plugins::StepInputs in;
+    in.phase = RUDDER_PHASE_PREDICT;
+    in.step = static_cast<int32_t>(step);
+    in.total_steps = static_cast<int32_t>(steps);
+    in.t = t;
+    in.t_next = t_next;
+    in.latent = latent;
+    in.x0_logits = x0_logits;
+    in.tokens = tokens;
+    in.masked = masked;
+    return in;
+}
+
+// GUIDE (continuous): the step's PREDICT inputs, at the next noise level, on the guided iterate.
+plugins::StepInputs guide_inputs(const plugins::StepInputs& predict, const at::Tensor& latent, int64_t iteration) {
+    plugins::StepInputs g = predict;
+    g.phase = RUDDER_PHASE_GUIDE;
+    g.guide_iter = static_cast<int32_t>(iteration);
+    g.t = predict.t_next;
+    g.latent = latent;
+    g.x0_logits = at::Tensor();
+    return g;
+}
 
 bool same_tensor(const at::Tensor& a, const at::Tensor& b) {
     if (a.defined() != b.defined()) return false;
@@ -347,18 +367,8 @@ at::Tensor Generator::run_continuous(int64_t batch, at::Generator& gen, const St
         ++stats_.denoiser_calls;
         at::Tensor logp = at::log_softmax(out.logits.to(at::kFloat), -1);
 
-        plugins::StepInputs in;
-        in.phase = RUDDER_PHASE_PREDICT;
-        in.step = static_cast<int32_t>(i);
-        in.total_steps = static_cast<int32_t>(steps);
-        in.t = t;
-        in.t_next = t_next;
-        in.latent = x;
-        in.x0_logits = logp;
-        in.tokens = logp.argmax(-1);
-        services_->set_state(x, t);
+        const plugins::StepInputs in = predict_inputs(i, steps, t, t_next, x, logp, logp.argmax(-1), {});
         Combined combined = composer_->predict(in);
-        services_->set_state({}, t);
         if (model_.denoiser->uses_evidence() && !same_constraints(combined, last)) {
             out = model_.denoiser->denoise(x, t, {}, evidence_of(combined));
             ++stats_.denoiser_calls;
@@ -382,17 +392,8 @@ at::Tensor Generator::run_continuous(int64_t batch, at::Generator& gen, const St
             const double ab = model_.schedule.alpha_bar_at(t_next);
             const double sigma = res.sigma > 0 ? res.sigma : std::sqrt(std::max(1.0 - ab, 1e-8));
             at::Tensor accum = at::zeros_like(x);
-            plugins::StepInputs g;
-            g.phase = RUDDER_PHASE_GUIDE;
-            g.step = static_cast<int32_t>(i);
-            g.total_steps = static_cast<int32_t>(steps);
-            g.t = t_next;
-            g.t_next = t_next;
-            g.tokens = in.tokens;
             for (int64_t k = 0; k < guide.gradient_steps; ++k) {
-                g.guide_iter = static_cast<int32_t>(k);
-                g.latent = x;
-                at::Tensor grad = composer_->guide(g);
+                at::Tensor grad = composer_->guide(guide_inputs(in, x, k));
                 if (!grad.defined()) break;
                 grad = grad - (2.0 * guide.fluency_weight / (sigma * sigma)) * (x - res.mean);
                 accum.add_(grad * grad);
@@ -436,18 +437,9 @@ at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const Step
         // MDLM's cache: the network's output depends only on the tokens, so reuse it while none changed.
         if (stale || always_fresh) denoise(t, seen);
 
-        plugins::StepInputs in;
-        in.phase = RUDDER_PHASE_PREDICT;
-        in.step = static_cast<int32_t>(i);
-        in.total_steps = static_cast<int32_t>(sampler.steps());
-        in.t = t;
-        in.t_next = sampler.t_next(i);
-        in.x0_logits = logp;
-        in.tokens = tokens;
-        in.masked = tokens.eq(mask_id).to(at::kByte);
-        services_->set_state(tokens, t);
+        const plugins::StepInputs in =
+            predict_inputs(i, sampler.steps(), t, sampler.t_next(i), {}, logp, tokens, tokens.eq(mask_id).to(at::kByte));
         const Combined combined = composer_->predict(in);
-        services_->set_state({}, t);
 
         // Fixed tokens are committed at once, and the denoiser sees them (and, if it can use them, the other
         // constraints) before this step samples.

@@ -105,26 +105,8 @@ struct RunShape {
     c10::Device device = c10::Device(c10::kCPU);
 };
 
-// Host-side implementation of the run services (tokenizer, re-entrant denoiser). Exceptions thrown here become
-// error statuses for the plugin.
-class RunServices {
-public:
-    virtual ~RunServices() = default;
-    virtual std::vector<int64_t> tokenize(const std::string& text) = 0;
-    virtual std::string detokenize(const int64_t* ids, int64_t n) = 0;
-    virtual const std::string* token_text(int64_t id) = 0;  // nullptr if out of range
-    // Logits [n, B, L, V] (float32 log-probs) of the current step's input under each condition, one batched
-    // forward. Throws std::logic_error outside a PREDICT step or if the model takes no conditioning.
-    virtual at::Tensor denoise(const std::vector<std::string>& conditions) = 0;
-    // ABI 1.1: the model's directory ("" if none), its embedding table (continuous; undefined otherwise) and the
-    // directory of another model by bundled name or path (throws std::runtime_error saying what was searched).
-    virtual std::string model_dir() { return {}; }
-    virtual at::Tensor embedding() { return {}; }
-    virtual std::string find_model(const std::string& name) {
-        throw std::runtime_error("this host cannot look up model '" + name + "'");
-    }
-};
-
+// What every controller sees at one reverse step: the reverse loop builds one value per step (and per guide
+// iteration) and hands the same to each controller, and to the run services a controller calls back into.
 struct StepInputs {
     rudder_phase phase = RUDDER_PHASE_PREDICT;
     int32_t step = 0, total_steps = 0, guide_iter = 0;
@@ -133,6 +115,27 @@ struct StepInputs {
     at::Tensor x0_logits;  // PREDICT: float32 [B, L, V]
     at::Tensor tokens;     // int64 [B, L]
     at::Tensor masked;     // discrete: uint8 [B, L]
+};
+
+// Host-side implementation of the run services (tokenizer, re-entrant denoiser). Exceptions thrown here become
+// error statuses for the plugin.
+class RunServices {
+public:
+    virtual ~RunServices() = default;
+    virtual std::vector<int64_t> tokenize(const std::string& text) = 0;
+    virtual std::string detokenize(const int64_t* ids, int64_t n) = 0;
+    virtual const std::string* token_text(int64_t id) = 0;  // nullptr if out of range
+    // Logits [n, B, L, V] (float32 log-probs) of `step`'s input (its latent, continuous; its tokens, discrete) at
+    // step.t under each condition, one batched forward. The instance passes the PREDICT step whose controller is
+    // calling. Throws std::logic_error if the model takes no conditioning.
+    virtual at::Tensor denoise(const StepInputs& step, const std::vector<std::string>& conditions) = 0;
+    // ABI 1.1: the model's directory ("" if none), its embedding table (continuous; undefined otherwise) and the
+    // directory of another model by bundled name or path (throws std::runtime_error saying what was searched).
+    virtual std::string model_dir() { return {}; }
+    virtual at::Tensor embedding() { return {}; }
+    virtual std::string find_model(const std::string& name) {
+        throw std::runtime_error("this host cannot look up model '" + name + "'");
+    }
 };
 
 // What a controller wrote; undefined tensors were not written. Tensors are on the run's device.
