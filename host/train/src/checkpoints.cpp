@@ -1,0 +1,190 @@
+#include "checkpoints.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include <rudder/nn/model_files.hpp>
+#include <rudder/nn/safetensors.hpp>
+#include <rudder/nn/weights.hpp>
+#include <rudder/text/text_files.hpp>
+#include <rudder/train/networks.hpp>
+
+namespace rudder::train {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+std::string vocab_text(const Tokenizer& tokenizer) {
+    std::string text;
+    for (int64_t id = 0; id < tokenizer.vocab_size(); ++id) text += tokenizer.token(id) + "\n";
+    return text;
+}
+
+// AdamW keys its per-parameter state by the parameter's TensorImpl address, as torch/optim/serialize.h does.
+std::string state_key(const at::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+
+}  // namespace
+
+void write_atomically(const fs::path& file, const std::string& content) {
+    const fs::path tmp = file.string() + ".tmp" + std::to_string(::getpid());
+    {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        out << content;
+        out.flush();
+        if (!out) throw ModelError("cannot write '" + tmp.string() + "'");
+    }
+    std::error_code ec;
+    fs::rename(tmp, file, ec);
+    if (ec) throw ModelError("cannot move '" + tmp.string() + "' to '" + file.string() + "': " + ec.message());
+}
+
+fs::path checkpoint_dir(const TrainConfig& c) { return c.out / "checkpoint"; }
+
+std::optional<json> find_checkpoint(const TrainConfig& c, bool overwrite) {
+    const fs::path dir = checkpoint_dir(c);
+    const fs::path state_file = dir / "state.json";
+    std::error_code ec;
+    if (!fs::exists(state_file, ec)) {
+        if (fs::exists(c.out / "config.json", ec) && !overwrite)
+            throw ModelError("'" + c.out.string() + "' already holds a trained model; choose another \"out\" or "
+                             "pass --overwrite to train it again");
+        return std::nullopt;
+    }
+    json state = read_json_file(state_file);
+    if (!state.is_object() || !state.contains("identity") || !state.contains("step"))
+        throw ModelError("'" + state_file.string() + "' is not a checkpoint state written by rudder train");
+    const json identity = c.identity();
+    const json patch = json::diff(state.at("identity"), identity);
+    if (!patch.empty()) {
+        std::string what;
+        for (const auto& op : patch) {
+            const json::json_pointer path(op.value("path", ""));
+            const json before = state.at("identity").contains(path) ? state.at("identity").at(path) : json("(absent)");
+            const json now = identity.contains(path) ? identity.at(path) : json("(absent)");
+            what += "\n  " + path.to_string() + ": " + before.dump() + " in the checkpoint, " + now.dump() + " in the config";
+            if (what.size() > 2000) break;
+        }
+        throw ModelError("the checkpoint in '" + dir.string() + "' was written with another config:" + what +
+                         "\nrestore those values, or delete '" + dir.string() + "' to start over");
+    }
+    return state;
+}
+
+void write_checkpoint(const TrainConfig& c, const TrainingState& state, const Progress& progress, int64_t examples,
+                      const std::string& fingerprint, const Tokenizer& tokenizer) {
+    const fs::path dir = checkpoint_dir(c);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw ModelError("cannot create '" + dir.string() + "': " + ec.message());
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    for (const auto& [name, tensor] : nn::module_tensors(state.network)) tensors.emplace_back("network." + name, tensor);
+    for (const auto& [name, p] : state.parameters) {
+        auto it = state.optimizer.state().find(state_key(p));
+        if (it == state.optimizer.state().end()) continue;  // a parameter that never had a gradient
+        const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+        tensors.emplace_back("adam." + name + ".exp_avg", s.exp_avg());
+        tensors.emplace_back("adam." + name + ".exp_avg_sq", s.exp_avg_sq());
+        tensors.emplace_back("adam." + name + ".step", at::scalar_tensor(s.step(), at::kLong));
+    }
+    // The weights go to a new file first; state.json, written last, is what names the current one. A crash at any
+    // point leaves a state.json that names a complete file.
+    char name[64];
+    std::snprintf(name, sizeof name, "checkpoint-%09lld.safetensors", static_cast<long long>(progress.step));
+    save_safetensors(dir / name, tensors, {{"step", std::to_string(progress.step)}});
+    const fs::path state_file = dir / "state.json";
+    std::string previous;
+    if (fs::exists(state_file, ec)) previous = read_json_file(state_file).value("weights", "");
+    const json record = {{"step", progress.step},
+                         {"data_position", progress.step * c.batch_size},
+                         {"examples", examples},
+                         {"seconds", progress.seconds},
+                         {"weights", name},
+                         {"data_fingerprint", fingerprint},
+                         {"identity", c.identity()}};
+    write_atomically(dir / "vocab.txt", vocab_text(tokenizer));
+    write_atomically(state_file, record.dump(2) + "\n");
+    if (!previous.empty() && previous != name) fs::remove(dir / previous, ec);
+}
+
+Progress resume_checkpoint(const TrainConfig& c, const json& checkpoint, const TrainingState& state,
+                           const std::string& fingerprint) {
+    const fs::path dir = checkpoint_dir(c);
+    const fs::path state_file = dir / "state.json";
+    if (checkpoint.value("data_fingerprint", "") != fingerprint)
+        throw ModelError("the training data or vocabulary changed since the checkpoint in '" + dir.string() +
+                         "' was written; delete it to start over");
+    if (!checkpoint.at("step").is_number_integer() || checkpoint.at("step").get<int64_t>() < 0 ||
+        checkpoint.at("step").get<int64_t>() > c.steps)
+        throw ModelError("'" + state_file.string() + "': step " + checkpoint.at("step").dump() + " is not in [0, " +
+                         std::to_string(c.steps) + "]");
+    Progress progress;
+    progress.step = checkpoint.at("step").get<int64_t>();
+    progress.seconds = checkpoint.value("seconds", 0.0);
+    const fs::path weights = dir / checkpoint.value("weights", "");
+    const SafeTensors saved = load_safetensors(weights);
+    nn::load_module_tensors(state.network, saved, weights, "network.");
+    for (const auto& [name, p] : state.parameters) {
+        const at::Tensor* exp_avg = saved.find("adam." + name + ".exp_avg");
+        const at::Tensor* exp_avg_sq = saved.find("adam." + name + ".exp_avg_sq");
+        const at::Tensor* step = saved.find("adam." + name + ".step");
+        if (!exp_avg && !exp_avg_sq && !step) continue;
+        if (!exp_avg || !exp_avg_sq || !step || exp_avg->sizes() != p.sizes() || exp_avg_sq->sizes() != p.sizes() ||
+            step->numel() != 1 || step->scalar_type() != at::kLong)
+            throw SafeTensorsError("'" + weights.string() + "': incomplete or misshapen optimizer state for '" + name + "'");
+        auto s = std::make_unique<torch::optim::AdamWParamState>();
+        s->step(step->item<int64_t>());
+        s->exp_avg(exp_avg->clone());
+        s->exp_avg_sq(exp_avg_sq->clone());
+        state.optimizer.state()[state_key(p)] = std::move(s);
+    }
+    return progress;
+}
+
+void start_train_log(const TrainConfig& c, std::optional<int64_t> resumed_step) {
+    const fs::path log_file = c.out / "train_log.jsonl";
+    std::string kept;
+    std::error_code ec;
+    if (resumed_step && fs::exists(log_file, ec)) {
+        for (const auto& line : read_lines(log_file)) {
+            try {
+                if (!line.empty() && json::parse(line).value("step", int64_t{0}) <= *resumed_step) kept += line + "\n";
+            } catch (const json::exception&) {
+                // A line cut short by a crash: dropped.
+            }
+        }
+    }
+    write_atomically(log_file, kept);
+}
+
+void write_model(const TrainConfig& c, const nn::TrainableNetwork& network, const Tokenizer& tokenizer, int64_t step,
+                 const json& training) {
+    const bool denoiser = is_denoiser_kind(c.kind);
+    const bool controller = is_controller_kind(c.kind);
+    const json network_config = network.config();
+    json families = json::array();
+    if (denoiser) families.push_back(c.kind);
+    if (controller) families.push_back(network_config.at("family"));
+    json config = {{"format_version", kModelFormatVersion},
+                   {"type", denoiser ? "transformer" : c.kind},
+                   {"families", families},
+                   {"tokenizer", {{"type", "word"}, {"vocab", "vocab.txt"}}},
+                   {"weights", "model.safetensors"},
+                   {"network", network_config}};
+    // The sampler reads the noise schedule from the top level; the network's config holds the one it learned.
+    for (const char* key : {"schedule", "mask_schedule"})
+        if (denoiser && network_config.contains(key)) config[key] = network_config.at(key);
+    config["training"] = training;
+    if (controller) config["denoiser"] = c.denoiser.filename().string();
+    write_atomically(c.out / "vocab.txt", vocab_text(tokenizer));
+    save_safetensors(c.out / "model.safetensors", nn::module_tensors(network),
+                     {{"format", "pt"}, {"rudder_kind", c.kind}, {"step", std::to_string(step)}});
+    // config.json last: a directory with one holds a complete model.
+    write_atomically(c.out / "config.json", config.dump(2) + "\n");
+    std::error_code ec;
+    fs::remove_all(checkpoint_dir(c), ec);
+}
+
+}  // namespace rudder::train
