@@ -1,4 +1,3 @@
-#include "bench_command.hpp"
 
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
@@ -11,8 +10,23 @@
 #include <rudder/nn/compute_threads.hpp>
 #include <rudder/runtime/generator.hpp>
 
+#include "commands.hpp"
+
 namespace rudder::cli {
 namespace {
+
+struct BenchOptions {
+    std::vector<std::string> models{"e2e-continuous", "e2e-discrete"};  // bundled names or directories
+    std::vector<int64_t> batch_sizes{1, 16, 64};
+    int64_t steps = 200;        // reverse steps per sample
+    int64_t min_samples = 16;   // samples per measurement: at least this many, and whole batches
+    int threads = 0;            // LibTorch intra-op threads; 0 = LibTorch's default
+    bool as_json = false;
+};
+
+// Generates unconditional samples from each model at each batch size and prints samples/s and ms per step.
+// Returns the process exit code.
+
 
 using json = nlohmann::json;
 
@@ -37,8 +51,6 @@ Generator make_generator(const std::string& model, int64_t batch_size, int64_t s
                          {"seed", 0}};
     return Generator(parse_recipe(recipe.dump(), std::filesystem::current_path()), registry);
 }
-
-}  // namespace
 
 int run_bench(const BenchOptions& options) {
     if (options.threads > 0) set_compute_threads(options.threads);
@@ -90,6 +102,23 @@ int run_bench(const BenchOptions& options) {
                     static_cast<long long>(options.steps), at::get_num_threads());
     }
     return 0;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, Commands& commands) {
+    auto o = std::make_shared<BenchOptions>();
+    auto* bench = app.add_subcommand("bench", "Sampling throughput (samples/s) of models at several batch sizes");
+    bench->add_option("-m,--model", o->models, "Models: bundled names or directories (default: e2e-continuous e2e-discrete)");
+    bench->add_option("-b,--batch-sizes", o->batch_sizes, "Batch sizes (default 1 16 64)")
+        ->check(CLI::Range(1, 4096))
+        ->delimiter(',');
+    bench->add_option("--steps", o->steps, "Reverse steps per sample (default 200)")->check(CLI::Range(1, 100000));
+    bench->add_option("--min-samples", o->min_samples, "Samples per measurement, at least (default 16)")
+        ->check(CLI::Range(1, 100000));
+    bench->add_option("--threads", o->threads, "LibTorch threads (default: LibTorch's choice)")->check(CLI::Range(1, 256));
+    bench->add_flag("--json", o->as_json, "Machine-readable output");
+    commands.push_back({bench, [o] { return run_bench(*o); }});
 }
 
 }  // namespace rudder::cli

@@ -1,4 +1,3 @@
-#include "eval_command.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -28,8 +27,22 @@
 #include <rudder/nn/config_error.hpp>
 #include <rudder/nn/teacher_model.hpp>
 
+#include "commands.hpp"
+
 namespace rudder::cli {
 namespace {
+
+struct EvalOptions {
+    std::string suite;       // the suite's JSON file
+    std::string out;         // folder for results.json, results.md and the samples; empty = <suite stem>-results
+    int64_t targets = 0;     // > 0: at most this many targets per task (a quick run); 0 = the suite's count
+    std::string only;        // run only the tasks whose name contains this
+    int threads = 0;         // LibTorch intra-op threads; 0 = LibTorch's default
+    bool quiet = false;
+};
+
+// Returns the exit code; throws for errors the CLI reports (bad suite, missing files, failed runs).
+
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -390,8 +403,6 @@ std::string slug(const std::string& name) {
     return out;
 }
 
-}  // namespace
-
 int run_eval(const EvalOptions& o) {
     if (o.threads > 0) set_compute_threads(o.threads);
     const fs::path suite_file = o.suite;
@@ -531,6 +542,24 @@ int run_eval(const EvalOptions& o) {
     std::cout << markdown(results);
     if (!o.quiet) std::fprintf(stderr, "results in %s (results.json, results.md, samples/)\n", out_dir.string().c_str());
     return 0;
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& app, Commands& commands) {
+    auto o = std::make_shared<EvalOptions>();
+    auto* eval = app.add_subcommand(
+        "eval", "Run a suite of control tasks over held-out targets: success, teacher perplexity, s/sample");
+    eval->add_option("suite", o->suite, "Suite (JSON, see docs/eval.md; suites ship in examples/eval/)")
+        ->required()
+        ->check(CLI::ExistingFile);
+    eval->add_option("-o,--out", o->out, "Folder for results.json, results.md and samples/ (default <suite>-results)");
+    eval->add_option("--targets", o->targets, "At most this many targets per task (a quick run)")
+        ->check(CLI::Range(int64_t{1}, int64_t{1000000}));
+    eval->add_option("--only", o->only, "Run only the tasks whose name contains this text");
+    eval->add_option("--threads", o->threads, "Compute threads (default: LibTorch's choice)")->check(CLI::Range(1, 256));
+    eval->add_flag("-q,--quiet", o->quiet, "No progress on stderr");
+    commands.push_back({eval, [o] { return run_eval(*o); }});
 }
 
 }  // namespace rudder::cli

@@ -1,4 +1,3 @@
-#include "syntax_commands.hpp"
 
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
@@ -15,8 +14,35 @@
 #include <rudder/text/treebank.hpp>
 #include <rudder/text/text_files.hpp>
 
+#include "commands.hpp"
+
 namespace rudder::cli {
 namespace {
+
+struct AnnotateOptions {
+    std::string input;                   // E2E CSV (refs), JSON Lines with "text", or one text per line
+    std::string out;                     // JSON Lines file; empty = stdout
+    std::string tagger = "ewt-tagger";   // bundled name or directory
+    std::string parser = "gum-parser";   // bundled name or directory
+    bool tags_only = false;              // no parser, no trees
+    int64_t batch_size = 64;
+    int threads = 0;                     // LibTorch intra-op threads; 0 = LibTorch's default
+    bool quiet = false;
+};
+
+// Writes one {"text", "words", "pos", "tree"} object per text; progress on stderr. Returns the exit code.
+
+struct EvalAnnotatorOptions {
+    std::string model;     // a tagger or parser: bundled name or directory
+    std::string treebank;  // .conllu or bracketed trees (.ptb ...), plain or .gz
+    int64_t batch_size = 64;
+    int threads = 0;
+    bool as_json = false;
+};
+
+// Tagging accuracy (a tagger) or labelled bracket precision, recall and F1 (a parser) on a treebank's sentences,
+// with the treebank's own tokens. Returns the exit code.
+
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -33,8 +59,6 @@ fs::path find_model(const std::string& name, const char* what, const char* confi
 double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
-
-}  // namespace
 
 int run_annotate(const AnnotateOptions& o) {
     if (o.threads > 0) at::set_num_threads(o.threads);
@@ -174,6 +198,38 @@ int run_eval_annotator(const EvalAnnotatorOptions& o) {
     }
     throw ModelError("'" + dir.string() + "' is " + (type.empty() ? "a model without a type" : "a '" + type + "' model") +
                      ", not a tagger or a parser");
+}
+
+}  // namespace
+
+void add_syntax_commands(CLI::App& app, Commands& commands) {
+    auto a = std::make_shared<AnnotateOptions>();
+    auto* annotate = app.add_subcommand("annotate", "POS tags and a constituency tree per text, as JSON Lines");
+    annotate->add_option("file", a->input, "E2E CSV (its refs), JSON Lines with a \"text\" field, or one text per line")
+        ->required()
+        ->check(CLI::ExistingFile);
+    annotate->add_option("-o,--out", a->out, "Write JSON Lines here instead of stdout");
+    annotate->add_option("--tagger", a->tagger, "Tagger: a bundled name or a directory (default ewt-tagger)");
+    annotate->add_option("--parser", a->parser, "Parser: a bundled name or a directory (default gum-parser)");
+    annotate->add_flag("--tags-only", a->tags_only, "No parser: \"tree\" is null");
+    annotate->add_option("--batch-size", a->batch_size, "Texts annotated together")->check(CLI::Range(1, 4096));
+    annotate->add_option("--threads", a->threads, "LibTorch threads (default: LibTorch's choice)")->check(CLI::Range(1, 256));
+    annotate->add_flag("-q,--quiet", a->quiet, "No progress on stderr");
+    commands.push_back({annotate, [a] { return run_annotate(*a); }});
+
+    auto e = std::make_shared<EvalAnnotatorOptions>();
+    auto* eval_annotator = app.add_subcommand(
+        "eval-annotator", "Accuracy of a tagger, or labelled bracket F1 of a parser, on a treebank file");
+    eval_annotator->add_option("model", e->model, "A tagger or parser: a bundled name or a directory")->required();
+    eval_annotator->add_option("treebank", e->treebank,
+                               "CoNLL-U (.conllu) or bracketed trees (.ptb, .mrg, .tree, .trees), plain or .gz")
+        ->required()
+        ->check(CLI::ExistingFile);
+    eval_annotator->add_option("--batch-size", e->batch_size, "Sentences processed together")->check(CLI::Range(1, 4096));
+    eval_annotator->add_option("--threads", e->threads, "LibTorch threads (default: LibTorch's choice)")
+        ->check(CLI::Range(1, 256));
+    eval_annotator->add_flag("--json", e->as_json, "Machine-readable output");
+    commands.push_back({eval_annotator, [e] { return run_eval_annotator(*e); }});
 }
 
 }  // namespace rudder::cli

@@ -1,0 +1,37 @@
+// The subcommands of `rudder` (docs/cli.md). Each command file defines its options, adds its subcommand to the
+// app and says how to run it; main() parses the command line and runs the one given.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <rudder/runtime/recipe.hpp>
+
+namespace rudder::cli {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitInvalid = 2;  // the input (recipe, config, suite) is invalid
+
+struct Command {
+    CLI::App* app = nullptr;   // parsed() says whether it was given
+    std::function<int()> run;  // returns the exit code; errors other than invalid input are thrown
+};
+using Commands = std::vector<Command>;
+
+// "<file>: invalid recipe (N problems)" and one line per problem with its JSON pointer, on stderr.
+void print_recipe_error(const std::string& file, const RecipeError& e);
+
+void add_recipe_commands(CLI::App& app, Commands& commands);   // generate, validate  (recipe_commands.cpp)
+void add_listing_commands(CLI::App& app, Commands& commands);  // plugins, models     (listing_commands.cpp)
+void add_model_commands(CLI::App& app, Commands& commands);    // corpus-model, convert-weights (model_commands.cpp)
+void add_train_commands(CLI::App& app, Commands& commands);    // train, train-controller (train_commands.cpp)
+void add_score_command(CLI::App& app, Commands& commands);     // score (score_command.cpp)
+void add_bench_command(CLI::App& app, Commands& commands);     // bench (bench_command.cpp)
+void add_eval_command(CLI::App& app, Commands& commands);      // eval (eval_command.cpp)
+void add_syntax_commands(CLI::App& app, Commands& commands);   // annotate, eval-annotator (syntax_commands.cpp)
+
+}  // namespace rudder::cli
