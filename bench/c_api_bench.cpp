@@ -97,7 +97,7 @@ BENCHMARK(overhead)
 
 int main(int argc, char** argv) {
     rudder::keep_freed_memory_in_process();  // the executable's allocator serves both copies of the runtime
-    rudder_set_log(nullptr, nullptr, RUDDER_LOG_LEVEL_WARN);
+    rudder_set_log(nullptr, nullptr, RUDDER_LOG_WARN);
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     benchmark::RunSpecifiedBenchmarks();

@@ -42,7 +42,7 @@ public:
         Controller::begin(run);
         const bool continuous = run.family == RUDDER_FAMILY_CONTINUOUS;
         load_classifier(continuous);
-        const rs::SyntaxClassifier& c = *classifier_;
+        const rs::TextClassifier& c = *classifier_;
         const std::string what = std::string("the ") + classifier_kind();
         if (c.continuous() != continuous)
             throw rudder::Error(what + " '" + c.dir().string() + "' was trained for the " +
@@ -103,7 +103,7 @@ protected:
     virtual const char* classifier_kind() const = 0;    // for messages: "syntax classifier"
     virtual const char* classifier_type() const = 0;    // its config.json "type"
     virtual const char* classifier_suffix() const = 0;  // default "<model folder>-<suffix>"; examples/train/<suffix>-<family>.json
-    virtual rs::SyntaxTarget build_target(const rs::SyntaxClassifier& c, int64_t length) = 0;
+    virtual rs::ClassifierTarget build_target(const rs::TextClassifier& c, int64_t length) = 0;
 
 private:
     // Discrete guidance: the first-order (Taylor) change of log p(c) when a position's token becomes v,
@@ -154,15 +154,15 @@ private:
                                     ".json`, or name it in \"classifier\")",
                                 RUDDER_ERR_INVALID_ARGUMENT);
         }
-        if (!classifier_ || classifier_->dir() != fs::path(dir)) classifier_ = rs::SyntaxClassifier::load(dir, classifier_type());
+        if (!classifier_ || classifier_->dir() != fs::path(dir)) classifier_ = rs::TextClassifier::load(dir, classifier_type());
     }
 
     std::string classifier_name_;
     int64_t top_k_ = 10;
     std::vector<float> grad_;      // discrete: d log p(c) / d one-hot tokens [B, L, V]
     std::vector<int64_t> order_;   // discrete: candidate ranking scratch
-    std::shared_ptr<rs::SyntaxClassifier> classifier_;
-    rs::SyntaxTarget target_;
+    std::shared_ptr<rs::TextClassifier> classifier_;
+    rs::ClassifierTarget target_;
 };
 
 // The syntax controllers: classifier "<model>-syntax"; the bundled tagger (and parser, for spans and trees) judge.
@@ -193,7 +193,7 @@ protected:
 
     // Tag terms shared by the controllers that fix the length: words at 0..n-1 (any tag, or `tags` when given),
     // "no word" from n on.
-    static void fix_length(rs::SyntaxTarget& target, const rs::SyntaxClassifier& c, int64_t n, int64_t length) {
+    static void fix_length(rs::ClassifierTarget& target, const rs::TextClassifier& c, int64_t n, int64_t length) {
         if (n > length)
             throw rudder::Error("the target has " + std::to_string(n) + " words; the run has only " + std::to_string(length) +
                                 " positions (raise max_length)");
@@ -240,8 +240,8 @@ public:
     }
 
 private:
-    rs::SyntaxTarget build_target(const rs::SyntaxClassifier& c, int64_t length) override {
-        rs::SyntaxTarget target;
+    rs::ClassifierTarget build_target(const rs::TextClassifier& c, int64_t length) override {
+        rs::ClassifierTarget target;
         for (size_t i = 0; i < tags_.size(); ++i) {
             const int64_t k = c.tag_class(tags_[i]);
             if (k < 0) throw rudder::Error("/tags/" + std::to_string(i) + ": unknown tag '" + tags_[i] + "' (known: " + joined(c.tags()) + ")");
@@ -282,10 +282,10 @@ public:
     }
 
 private:
-    rs::SyntaxTarget build_target(const rs::SyntaxClassifier& c, int64_t length) override {
+    rs::ClassifierTarget build_target(const rs::TextClassifier& c, int64_t length) override {
         if (end_ > length)
             throw rudder::Error("/span: ends at word " + std::to_string(end_) + ", past the run's " + std::to_string(length) + " positions");
-        rs::SyntaxTarget target;
+        rs::ClassifierTarget target;
         const auto classes = c.label_classes(label_);
         if (classes.empty()) throw rudder::Error("/span/2: unknown constituent label '" + label_ + "' (known: " + joined(c.labels()) + ")");
         target.spans.push_back({start_, end_, classes});
@@ -325,8 +325,8 @@ public:
     }
 
 private:
-    rs::SyntaxTarget build_target(const rs::SyntaxClassifier& c, int64_t length) override {
-        rs::SyntaxTarget target;
+    rs::ClassifierTarget build_target(const rs::TextClassifier& c, int64_t length) override {
+        rs::ClassifierTarget target;
         fix_length(target, c, words_, length);
         // Every span of the text: the tree's chain label if it has that span, else "not a constituent".
         std::vector<std::vector<int64_t>> label_of(static_cast<size_t>(words_ * (words_ + 1)));
@@ -376,7 +376,7 @@ public:
 
     void evaluate(const rudder_sample& sample, rudder_verdict& verdict) override {
         if (!judge_) {
-            judge_ = rs::SyntaxClassifier::load(run_.find_model(judge_name_), "attribute_classifier");
+            judge_ = rs::TextClassifier::load(run_.find_model(judge_name_), "attribute_classifier");
             judge_class_ = class_of(*judge_, "/judge");
         }
         const std::vector<double> logp = judge_->class_log_probs(sample.text != nullptr ? sample.text : "");
@@ -389,12 +389,12 @@ private:
     const char* classifier_kind() const override { return "sentiment classifier"; }
     const char* classifier_type() const override { return "attribute_classifier"; }
     const char* classifier_suffix() const override { return "sentiment"; }
-    rs::SyntaxTarget build_target(const rs::SyntaxClassifier& c, int64_t) override {
-        rs::SyntaxTarget target;
+    rs::ClassifierTarget build_target(const rs::TextClassifier& c, int64_t) override {
+        rs::ClassifierTarget target;
         target.classes = {class_of(c, "/polarity")};
         return target;
     }
-    int64_t class_of(const rs::SyntaxClassifier& c, const char* where) const {
+    int64_t class_of(const rs::TextClassifier& c, const char* where) const {
         const int64_t k = c.class_index(polarity_);
         if (k < 0)
             throw rudder::Error(std::string(where) + ": '" + c.dir().string() + "' has no class '" + polarity_ +
@@ -403,7 +403,7 @@ private:
     }
 
     std::string polarity_, judge_name_;
-    std::shared_ptr<rs::SyntaxClassifier> judge_;
+    std::shared_ptr<rs::TextClassifier> judge_;
     int64_t judge_class_ = -1;
 };
 

@@ -1,9 +1,11 @@
-/* rudder_plugin.h first, then rudder.h: the shared status type and values are defined once either way. */
+/* rudder_plugin.h first, then rudder.h: the shared status and log level types and values are defined once either
+ * way. */
 #include <rudder/rudder_plugin.h>
 #include <rudder/rudder.h>
 
 int other_order_status_ok(void);
 int other_order_status_ok(void) {
     rudder_status status = RUDDER_ERR_CANCELLED;
-    return status == 5 && RUDDER_ERR_BUSY == 102 && RUDDER_ABI_MAJOR == 1;
+    rudder_log_level level = RUDDER_LOG_OFF;
+    return status == 5 && RUDDER_ERR_BUSY == 102 && RUDDER_ABI_MAJOR == 1 && level == RUDDER_LOG_LEVEL_OFF;
 }

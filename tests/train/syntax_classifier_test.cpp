@@ -22,7 +22,7 @@ namespace {
 using json = nlohmann::json;
 using test::ScratchDir;
 
-class SyntaxClassifierTraining : public ::testing::Test {
+class TextClassifierTraining : public ::testing::Test {
 protected:
     void SetUp() override { test::write_micro_csv(dir_.path() / "train.csv", test::micro_records()); }
 
@@ -74,7 +74,7 @@ protected:
     ScratchDir dir_;
 };
 
-TEST_F(SyntaxClassifierTraining, TrainsForEachFamilyAndGuidesWithExactGradients) {
+TEST_F(TextClassifierTraining, TrainsForEachFamilyAndGuidesWithExactGradients) {
     for (const std::string family : {"continuous", "discrete"}) {
         SCOPED_TRACE(family);
         const auto denoiser = train_denoiser(family);
@@ -91,7 +91,7 @@ TEST_F(SyntaxClassifierTraining, TrainsForEachFamilyAndGuidesWithExactGradients)
         EXPECT_EQ(written["network"]["tags"], json::array({"NN", "VBZ"}));
         EXPECT_EQ(written["network"]["labels"], json::array({"S", "NP", "VP"}));  // the top S is a span too
 
-        auto classifier = syntax::SyntaxClassifier::load(dir);
+        auto classifier = syntax::TextClassifier::load(dir);
         EXPECT_EQ(classifier->continuous(), family == "continuous");
         EXPECT_EQ(classifier->tag_class("VBZ"), 2);
         EXPECT_EQ(classifier->tag_class("JJ"), -1);
@@ -100,7 +100,7 @@ TEST_F(SyntaxClassifierTraining, TrainsForEachFamilyAndGuidesWithExactGradients)
         const int64_t B = 2, L = 16, n = 6;
         // The true pattern against its opposite: NN VBZ NN ... for n words, then "no word"; spans NP over 0..1.
         auto target_of = [&](bool truth) {
-            syntax::SyntaxTarget t;
+            syntax::ClassifierTarget t;
             for (int64_t i = 0; i < L; ++i)
                 t.tags.push_back({i >= n ? 0 : ((i % 2 == 0) == truth ? classifier->tag_class("NN") : classifier->tag_class("VBZ"))});
             t.spans.push_back({0, 2, truth ? classifier->label_classes("NP") : classifier->label_classes("VP")});
@@ -164,7 +164,7 @@ TEST_F(SyntaxClassifierTraining, TrainsForEachFamilyAndGuidesWithExactGradients)
         }
 
         // A target that allows every class has probability one.
-        syntax::SyntaxTarget everything;
+        syntax::ClassifierTarget everything;
         everything.tags.assign(L, {0, 1, 2});
         std::vector<float> lp_all(B);
         std::vector<int64_t> pads(B * L, 0);
@@ -175,7 +175,7 @@ TEST_F(SyntaxClassifierTraining, TrainsForEachFamilyAndGuidesWithExactGradients)
     }
 }
 
-TEST_F(SyntaxClassifierTraining, ConfigErrorsNameTheDenoiserAndTheDataFormat) {
+TEST_F(TextClassifierTraining, ConfigErrorsNameTheDenoiserAndTheDataFormat) {
     json j = classifier_config(dir_.path() / "nowhere", dir_.path() / "train.csv", "c");
     j["tokenizer"] = {{"min_count", 2}};
     try {

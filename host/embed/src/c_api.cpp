@@ -129,10 +129,10 @@ private:
     static int32_t to_rudder_level(spdlog::level::level_enum level) {
         switch (level) {
             case spdlog::level::trace:
-            case spdlog::level::debug: return RUDDER_LOG_LEVEL_DEBUG;
-            case spdlog::level::info: return RUDDER_LOG_LEVEL_INFO;
-            case spdlog::level::warn: return RUDDER_LOG_LEVEL_WARN;
-            default: return RUDDER_LOG_LEVEL_ERROR;
+            case spdlog::level::debug: return RUDDER_LOG_DEBUG;
+            case spdlog::level::info: return RUDDER_LOG_INFO;
+            case spdlog::level::warn: return RUDDER_LOG_WARN;
+            default: return RUDDER_LOG_ERROR;
         }
     }
     rudder_log_fn fn_ = nullptr;
@@ -141,10 +141,10 @@ private:
 
 spdlog::level::level_enum to_spdlog_level(int32_t level) {
     switch (level) {
-        case RUDDER_LOG_LEVEL_DEBUG: return spdlog::level::debug;
-        case RUDDER_LOG_LEVEL_INFO: return spdlog::level::info;
-        case RUDDER_LOG_LEVEL_WARN: return spdlog::level::warn;
-        case RUDDER_LOG_LEVEL_ERROR: return spdlog::level::err;
+        case RUDDER_LOG_DEBUG: return spdlog::level::debug;
+        case RUDDER_LOG_INFO: return spdlog::level::info;
+        case RUDDER_LOG_WARN: return spdlog::level::warn;
+        case RUDDER_LOG_ERROR: return spdlog::level::err;
         default: return spdlog::level::off;
     }
 }

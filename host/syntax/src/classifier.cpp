@@ -8,7 +8,7 @@
 #include <limits>
 #include <stdexcept>
 
-#include <rudder/nn/syntax_classifier.hpp>
+#include <rudder/nn/text_classifier.hpp>
 #include "load_network.hpp"
 
 namespace rudder::syntax {
@@ -30,40 +30,40 @@ int64_t class_of(const std::vector<std::string>& names, const std::string& name)
 
 }  // namespace
 
-struct SyntaxClassifier::Impl {
-    LoadedModel<nn::SyntaxClassifierNet> model;
+struct TextClassifier::Impl {
+    LoadedModel<nn::TextClassifierNet> model;
 };
 
-SyntaxClassifier::SyntaxClassifier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-SyntaxClassifier::~SyntaxClassifier() = default;
+TextClassifier::TextClassifier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TextClassifier::~TextClassifier() = default;
 
-std::shared_ptr<SyntaxClassifier> SyntaxClassifier::load(const std::filesystem::path& dir, const std::string& type) {
+std::shared_ptr<TextClassifier> TextClassifier::load(const std::filesystem::path& dir, const std::string& type) {
     auto impl = std::make_unique<Impl>();
-    impl->model = load_network_model<nn::SyntaxClassifierNet>(
+    impl->model = load_network_model<nn::TextClassifierNet>(
         dir, type, type == "attribute_classifier" ? "an attribute classifier" : "a noisy syntax classifier");
     // Guidance differentiates with respect to the input only.
     for (auto& p : impl->model.network->parameters()) p.set_requires_grad(false);
-    return std::shared_ptr<SyntaxClassifier>(new SyntaxClassifier(std::move(impl)));
+    return std::shared_ptr<TextClassifier>(new TextClassifier(std::move(impl)));
 }
 
-bool SyntaxClassifier::continuous() const { return impl_->model.network->family() == Family::continuous; }
-int64_t SyntaxClassifier::vocab_size() const { return impl_->model.network->vocab_size(); }
-int64_t SyntaxClassifier::embed_dim() const { return continuous() ? impl_->model.network->embed_dim() : 0; }
-int64_t SyntaxClassifier::max_length() const { return impl_->model.network->max_length(); }
-const std::string& SyntaxClassifier::token(int64_t id) const { return impl_->model.vocabulary->token(id); }
-const std::filesystem::path& SyntaxClassifier::dir() const { return impl_->model.dir; }
-const std::vector<std::string>& SyntaxClassifier::tags() const { return impl_->model.network->tags(); }
-const std::vector<std::string>& SyntaxClassifier::labels() const { return impl_->model.network->labels(); }
-const std::vector<std::string>& SyntaxClassifier::classes() const { return impl_->model.network->classes(); }
+bool TextClassifier::continuous() const { return impl_->model.network->family() == Family::continuous; }
+int64_t TextClassifier::vocab_size() const { return impl_->model.network->vocab_size(); }
+int64_t TextClassifier::embed_dim() const { return continuous() ? impl_->model.network->embed_dim() : 0; }
+int64_t TextClassifier::max_length() const { return impl_->model.network->max_length(); }
+const std::string& TextClassifier::token(int64_t id) const { return impl_->model.vocabulary->token(id); }
+const std::filesystem::path& TextClassifier::dir() const { return impl_->model.dir; }
+const std::vector<std::string>& TextClassifier::tags() const { return impl_->model.network->tags(); }
+const std::vector<std::string>& TextClassifier::labels() const { return impl_->model.network->labels(); }
+const std::vector<std::string>& TextClassifier::classes() const { return impl_->model.network->classes(); }
 
-int64_t SyntaxClassifier::tag_class(const std::string& tag) const { return class_of(tags(), tag); }
-int64_t SyntaxClassifier::chain_class(const std::string& chain) const { return class_of(labels(), chain); }
-int64_t SyntaxClassifier::class_index(const std::string& name) const {
+int64_t TextClassifier::tag_class(const std::string& tag) const { return class_of(tags(), tag); }
+int64_t TextClassifier::chain_class(const std::string& chain) const { return class_of(labels(), chain); }
+int64_t TextClassifier::class_index(const std::string& name) const {
     const int64_t k = class_of(classes(), name);  // attribute classes have no "none" class 0
     return k < 0 ? -1 : k - 1;
 }
 
-std::vector<int64_t> SyntaxClassifier::label_classes(const std::string& label) const {
+std::vector<int64_t> TextClassifier::label_classes(const std::string& label) const {
     std::vector<int64_t> out;
     const auto& names = labels();
     for (size_t k = 0; k < names.size(); ++k) {
@@ -80,15 +80,15 @@ std::vector<int64_t> SyntaxClassifier::label_classes(const std::string& label) c
     return out;
 }
 
-double SyntaxClassifier::embedding_distance(const float* table, int64_t rows, int64_t cols) const {
+double TextClassifier::embedding_distance(const float* table, int64_t rows, int64_t cols) const {
     const at::Tensor& mine = impl_->model.network->noise_embedding();
     if (!continuous() || mine.size(0) != rows || mine.size(1) != cols) return std::numeric_limits<double>::infinity();
     const at::Tensor theirs = at::from_blob(const_cast<float*>(table), {rows, cols}, at::kFloat);
     return (mine - theirs).abs().max().item<double>();
 }
 
-std::vector<double> SyntaxClassifier::class_log_probs(const std::string& text) {
-    nn::SyntaxClassifierNet& net = *impl_->model.network;
+std::vector<double> TextClassifier::class_log_probs(const std::string& text) {
+    nn::TextClassifierNet& net = *impl_->model.network;
     const WordTokenizer& vocabulary = *impl_->model.vocabulary;
     std::vector<int64_t> ids = vocabulary.encode(text);
     ids.resize(static_cast<size_t>(net.max_length()), vocabulary.pad_id());
@@ -99,9 +99,9 @@ std::vector<double> SyntaxClassifier::class_log_probs(const std::string& text) {
     return std::vector<double>(logp.data_ptr<double>(), logp.data_ptr<double>() + logp.numel());
 }
 
-void SyntaxClassifier::guide(const void* input, int64_t batch, int64_t length, double t, const SyntaxTarget& target,
+void TextClassifier::guide(const void* input, int64_t batch, int64_t length, double t, const ClassifierTarget& target,
                              float* grad, float* log_prob) {
-    nn::SyntaxClassifierNet& net = *impl_->model.network;
+    nn::TextClassifierNet& net = *impl_->model.network;
     if (length > net.max_length())
         throw std::invalid_argument("the run has " + std::to_string(length) + " positions; the syntax classifier in '" +
                                     dir().string() + "' was trained for at most " + std::to_string(net.max_length()));

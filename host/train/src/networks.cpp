@@ -3,7 +3,7 @@
 #include <stdexcept>
 
 #include <rudder/nn/denoiser_net.hpp>
-#include <rudder/nn/syntax_classifier.hpp>
+#include <rudder/nn/text_classifier.hpp>
 #include <rudder/nn/syntax_nets.hpp>
 #include <rudder/nn/teacher.hpp>
 
@@ -26,7 +26,7 @@ std::shared_ptr<nn::TrainableNetwork> make_network(const std::string& kind, cons
     if (kind == "discrete") return std::make_shared<nn::DiscreteDenoiserNet>(network_config, tokenizer);
     if (kind == "tagger") return std::make_shared<nn::TaggerNet>(network_config, tokenizer);
     if (kind == "parser") return std::make_shared<nn::ParserNet>(network_config, tokenizer);
-    if (kind == "syntax_classifier" || kind == "attribute_classifier") return std::make_shared<nn::SyntaxClassifierNet>(network_config, tokenizer);
+    if (kind == "syntax_classifier" || kind == "attribute_classifier") return std::make_shared<nn::TextClassifierNet>(network_config, tokenizer);
     throw std::invalid_argument("unknown network kind '" + kind +
                                 "' (known: teacher, continuous, discrete, tagger, parser, syntax_classifier, attribute_classifier)");
 }

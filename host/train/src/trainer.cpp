@@ -17,7 +17,7 @@
 #include <rudder/nn/compute_threads.hpp>
 #include <rudder/nn/model_files.hpp>
 #include <rudder/nn/safetensors.hpp>
-#include <rudder/nn/syntax_classifier.hpp>
+#include <rudder/nn/text_classifier.hpp>
 #include <rudder/nn/weights.hpp>
 #include <rudder/train/networks.hpp>
 
@@ -101,7 +101,7 @@ void Trainer::prepare_out_dir() {
 }
 
 void Trainer::copy_denoiser_embedding() {
-    auto* classifier = dynamic_cast<nn::SyntaxClassifierNet*>(network_.get());
+    auto* classifier = dynamic_cast<nn::TextClassifierNet*>(network_.get());
     if (classifier == nullptr || classifier->family() != Family::continuous) return;
     const json denoiser = read_json_file(c_.denoiser / "config.json");
     const fs::path weights = c_.denoiser / denoiser.value("weights", "model.safetensors");
@@ -164,7 +164,7 @@ void Trainer::start_from_model(bool load_weights) {
 double Trainer::dev_loss() {
     at::NoGradGuard no_grad;
     network_->eval();
-    auto* classifier = dynamic_cast<nn::SyntaxClassifierNet*>(network_.get());
+    auto* classifier = dynamic_cast<nn::TextClassifierNet*>(network_.get());
     const bool attribute = classifier != nullptr && !classifier->classes().empty();
     double sum = 0.0;
     int64_t rows_done = 0, correct = 0;

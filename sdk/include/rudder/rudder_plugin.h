@@ -118,8 +118,13 @@ enum {
 #define RUDDER_WROTE_FIXED_TOKENS (1u << 3)
 #define RUDDER_WROTE_FORBIDDEN (1u << 4)
 
+/* Log levels. Guarded because rudder.h defines the same type and values: both may be included. RUDDER_LOG_OFF is a
+ * threshold only (rudder_set_log), never the level of a message. */
+#ifndef RUDDER_LOG_LEVELS_DEFINED
+#define RUDDER_LOG_LEVELS_DEFINED
 typedef int32_t rudder_log_level;
-enum { RUDDER_LOG_DEBUG = 0, RUDDER_LOG_INFO = 1, RUDDER_LOG_WARN = 2, RUDDER_LOG_ERROR = 3 };
+enum { RUDDER_LOG_DEBUG = 0, RUDDER_LOG_INFO = 1, RUDDER_LOG_WARN = 2, RUDDER_LOG_ERROR = 3, RUDDER_LOG_OFF = 6 };
+#endif
 
 /* ---------------------------------------------------------------------------------------------------------
  * Host services that outlive a run. Owned by the host; valid from create() until the library is unloaded.

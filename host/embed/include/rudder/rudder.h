@@ -102,11 +102,21 @@ RUDDER_API uint32_t rudder_api_version_minor(void);
 RUDDER_API const char* rudder_last_error(void);
 
 /* ---------------------------------------------------------------------------------------------------------
- * Logging. Rudder and its plugins log through one sink: by default messages at RUDDER_LOG_LEVEL_WARN and above go
- * to stderr (never stdout, which belongs to the application).
+ * Logging. Rudder and its plugins log through one sink: by default messages at RUDDER_LOG_WARN and above go to
+ * stderr (never stdout, which belongs to the application). The levels are the plugin ABI's (rudder_plugin.h
+ * defines the same type and values); RUDDER_LOG_OFF, as a minimum level, silences everything.
  * ------------------------------------------------------------------------------------------------------- */
-enum { RUDDER_LOG_LEVEL_DEBUG = 0, RUDDER_LOG_LEVEL_INFO = 1, RUDDER_LOG_LEVEL_WARN = 2, RUDDER_LOG_LEVEL_ERROR = 3,
-       RUDDER_LOG_LEVEL_OFF = 6 };
+#ifndef RUDDER_LOG_LEVELS_DEFINED
+#define RUDDER_LOG_LEVELS_DEFINED
+typedef int32_t rudder_log_level;
+enum { RUDDER_LOG_DEBUG = 0, RUDDER_LOG_INFO = 1, RUDDER_LOG_WARN = 2, RUDDER_LOG_ERROR = 3, RUDDER_LOG_OFF = 6 };
+#endif
+/* The 1.0 spelling of the same values, kept within API major 1. */
+#define RUDDER_LOG_LEVEL_DEBUG RUDDER_LOG_DEBUG
+#define RUDDER_LOG_LEVEL_INFO RUDDER_LOG_INFO
+#define RUDDER_LOG_LEVEL_WARN RUDDER_LOG_WARN
+#define RUDDER_LOG_LEVEL_ERROR RUDDER_LOG_ERROR
+#define RUDDER_LOG_LEVEL_OFF RUDDER_LOG_OFF
 /* Receives one message (`message` is valid during the call). Called from whichever thread logs, possibly several
  * at once: it must be thread-safe. It must not call back into Rudder. */
 typedef void (*rudder_log_fn)(int32_t level, const char* message, void* user_data);

@@ -1,5 +1,5 @@
 // The transformer trunk shared by the denoisers of both families (nn/denoiser_net.hpp) and the controllers' noisy
-// classifiers (nn/syntax_classifier.hpp): its config, its building blocks and the time features. The trunk and its
+// classifiers (nn/text_classifier.hpp): its config, its building blocks and the time features. The trunk and its
 // parameter names are the weights files' format.
 //
 // Config ("network" in a model's config.json); every key is optional, defaults shown:

@@ -14,27 +14,27 @@ namespace rudder::syntax {
 
 // A syntax target in the classifier's classes. log p(target | x) is the sum of the terms below, each the log of
 // the probability that the classifier puts on the allowed classes.
-struct SyntaxTarget {
-    // Position i's allowed tag classes (SyntaxClassifier::tag_class; 0 = "no word here", i.e. the text ended);
+struct ClassifierTarget {
+    // Position i's allowed tag classes (TextClassifier::tag_class; 0 = "no word here", i.e. the text ended);
     // an empty list leaves position i free. At most the run's length entries.
     std::vector<std::vector<int64_t>> tags;
-    // Words [start, end) and the label classes allowed for them (SyntaxClassifier::label_classes; 0 = "not a
+    // Words [start, end) and the label classes allowed for them (TextClassifier::label_classes; 0 = "not a
     // constituent").
     struct Span {
         int64_t start = 0, end = 0;
         std::vector<int64_t> classes;
     };
     std::vector<Span> spans;
-    // The text's allowed attribute classes (SyntaxClassifier::class_index); empty leaves the class free.
+    // The text's allowed attribute classes (TextClassifier::class_index); empty leaves the class free.
     std::vector<int64_t> classes;
 };
 
-class SyntaxClassifier {
+class TextClassifier {
 public:
     // `type`: the config.json type expected, "syntax_classifier" or "attribute_classifier". Throws ModelError
     // naming the file and the problem.
-    static std::shared_ptr<SyntaxClassifier> load(const std::filesystem::path& dir, const std::string& type = "syntax_classifier");
-    ~SyntaxClassifier();
+    static std::shared_ptr<TextClassifier> load(const std::filesystem::path& dir, const std::string& type = "syntax_classifier");
+    ~TextClassifier();
 
     bool continuous() const;     // which family's noise it was trained on
     int64_t vocab_size() const;  // the denoiser's vocabulary
@@ -68,12 +68,12 @@ public:
     // into grad (may be null). Continuous: input is the latent, float [batch, length, embed_dim], and grad has its
     // shape. Discrete: input is the tokens, int64 [batch, length] (mask id where masked), and grad is with respect
     // to their one-hot encoding, float [batch, length, vocab_size]. All CPU memory, row-major.
-    void guide(const void* input, int64_t batch, int64_t length, double t, const SyntaxTarget& target, float* grad,
+    void guide(const void* input, int64_t batch, int64_t length, double t, const ClassifierTarget& target, float* grad,
                float* log_prob);
 
 private:
     struct Impl;
-    explicit SyntaxClassifier(std::unique_ptr<Impl> impl);
+    explicit TextClassifier(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;
 };
 

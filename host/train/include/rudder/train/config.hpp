@@ -59,7 +59,7 @@ struct TrainConfig {
     nlohmann::json identity() const;
 };
 
-// The noisy classifiers that guide controllers (nn/syntax_classifier.hpp), trained with `rudder train-controller`
+// The noisy classifiers that guide controllers (nn/text_classifier.hpp), trained with `rudder train-controller`
 // on text noised as the config's "denoiser" noises it: "syntax_classifier" on text annotated by `rudder annotate`,
 // "attribute_classifier" on E2E CSV, each text's class read from its meaning representation.
 bool is_controller_kind(const std::string& kind);

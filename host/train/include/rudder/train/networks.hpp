@@ -13,7 +13,7 @@
 namespace rudder::train {
 
 // "teacher" (nn/teacher.hpp), "continuous" and "discrete" (nn/denoiser_net.hpp), "tagger" and "parser"
-// (nn/syntax_nets.hpp), "syntax_classifier" and "attribute_classifier" (nn/syntax_classifier.hpp).
+// (nn/syntax_nets.hpp), "syntax_classifier" and "attribute_classifier" (nn/text_classifier.hpp).
 const std::vector<std::string>& network_kinds();
 // Denoisers are conditioned on the meaning representation and written as "type": "transformer" models.
 bool is_denoiser_kind(const std::string& kind);

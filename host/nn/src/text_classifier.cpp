@@ -1,4 +1,4 @@
-#include <rudder/nn/syntax_classifier.hpp>
+#include <rudder/nn/text_classifier.hpp>
 
 #include <ATen/ATen.h>
 
@@ -29,7 +29,7 @@ DenoiserConfig trunk_config(const json& config, const Tokenizer& tokenizer) {
 
 }  // namespace
 
-SyntaxClassifierNet::SyntaxClassifierNet(const json& config, const Tokenizer& tokenizer)
+TextClassifierNet::TextClassifierNet(const json& config, const Tokenizer& tokenizer)
     : trunk_config_(trunk_config(config, tokenizer)),
       schedule_(GaussianSchedule::make(trunk_config_.schedule, trunk_config_.schedule_steps)),
       mask_schedule_(trunk_config_.mask_eps) {
@@ -67,7 +67,7 @@ SyntaxClassifierNet::SyntaxClassifierNet(const json& config, const Tokenizer& to
         class_head_ = register_module("class_head", torch::nn::Linear(W, static_cast<int64_t>(classes_.size())));
 }
 
-json SyntaxClassifierNet::config() const {
+json TextClassifierNet::config() const {
     json j = trunk_config_.to_json();
     for (const char* key : {"max_condition_length", "condition_dropout", "dropout"}) j.erase(key);
     if (has_syntax_heads()) {
@@ -80,7 +80,7 @@ json SyntaxClassifierNet::config() const {
     return j;
 }
 
-void SyntaxClassifierNet::set_noise_embedding(const at::Tensor& table) {
+void TextClassifierNet::set_noise_embedding(const at::Tensor& table) {
     if (family() != Family::continuous) throw std::logic_error("a discrete classifier has no noise embedding");
     if (table.sizes() != noise_embedding_.sizes())
         throw std::invalid_argument("the denoiser's embedding table is " + c10::str(table.sizes()) +
@@ -89,7 +89,7 @@ void SyntaxClassifierNet::set_noise_embedding(const at::Tensor& table) {
     noise_embedding_.copy_(table);
 }
 
-at::Tensor SyntaxClassifierNet::hidden(const at::Tensor& input, const at::Tensor& t) {
+at::Tensor TextClassifierNet::hidden(const at::Tensor& input, const at::Tensor& t) {
     at::Tensor h;
     if (family() == Family::continuous) {
         if (input.dim() != 3 || input.size(2) != trunk_config_.embed_dim)
@@ -112,35 +112,35 @@ at::Tensor SyntaxClassifierNet::hidden(const at::Tensor& input, const at::Tensor
     return trunk_->forward(h + time.unsqueeze(1), at::Tensor(), nullptr);
 }
 
-at::Tensor SyntaxClassifierNet::tag_log_probs(const at::Tensor& hidden) {
+at::Tensor TextClassifierNet::tag_log_probs(const at::Tensor& hidden) {
     if (!has_syntax_heads()) throw std::logic_error("this classifier has no syntax heads");
     return at::log_softmax(tag_head_->forward(hidden), -1);
 }
 
-at::Tensor SyntaxClassifierNet::span_log_probs(const at::Tensor& hidden) {
+at::Tensor TextClassifierNet::span_log_probs(const at::Tensor& hidden) {
     if (!has_syntax_heads()) throw std::logic_error("this classifier has no syntax heads");
     // Span (i, e): start features of word i plus end features of word e, through a ReLU to the label scores.
     const at::Tensor pair = at::relu(span_start_->forward(hidden).unsqueeze(2) + span_end_->forward(hidden).unsqueeze(1));
     return at::log_softmax(span_head_->forward(pair), -1);
 }
 
-at::Tensor SyntaxClassifierNet::class_log_probs(const at::Tensor& hidden) {
+at::Tensor TextClassifierNet::class_log_probs(const at::Tensor& hidden) {
     if (classes_.empty()) throw std::logic_error("this classifier has no attribute head");
     return at::log_softmax(class_head_->forward(hidden.mean(1)), -1);
 }
 
-at::Tensor SyntaxClassifierNet::predict_classes(const at::Tensor& tokens, at::Generator& gen) {
+at::Tensor TextClassifierNet::predict_classes(const at::Tensor& tokens, at::Generator& gen) {
     at::Tensor t;
     const at::Tensor x = noisy_input(tokens, gen, t);
     return class_log_probs(hidden(x, t)).argmax(-1);
 }
 
-at::Tensor SyntaxClassifierNet::clean_input(const at::Tensor& tokens, at::Tensor& t) {
+at::Tensor TextClassifierNet::clean_input(const at::Tensor& tokens, at::Tensor& t) {
     t = at::full({tokens.size(0)}, kMinTime, at::kFloat);
     return family() == Family::continuous ? at::embedding(noise_embedding_, tokens) : tokens;
 }
 
-at::Tensor SyntaxClassifierNet::noisy_input(const at::Tensor& tokens, at::Generator& gen, at::Tensor& t) {
+at::Tensor TextClassifierNet::noisy_input(const at::Tensor& tokens, at::Generator& gen, at::Tensor& t) {
     const int64_t B = tokens.size(0), L = tokens.size(1);
     if (!noise_) return clean_input(tokens, t);
     if (family() == Family::continuous) {
@@ -158,7 +158,7 @@ at::Tensor SyntaxClassifierNet::noisy_input(const at::Tensor& tokens, at::Genera
     return tokens.masked_fill(masked, trunk_config_.mask_id);
 }
 
-at::Tensor SyntaxClassifierNet::loss(const TrainingBatch& batch, at::Generator& gen) {
+at::Tensor TextClassifierNet::loss(const TrainingBatch& batch, at::Generator& gen) {
     const at::Tensor& tokens = batch.tokens;
     if (!tokens.defined() || tokens.dim() != 2 || (has_syntax_heads() && (!batch.tags.defined() || !batch.targets.defined())) ||
         (!classes_.empty() && !batch.classes.defined()))

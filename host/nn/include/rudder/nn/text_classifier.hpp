@@ -44,9 +44,9 @@
 
 namespace rudder::nn {
 
-class SyntaxClassifierNet final : public TrainableNetwork {
+class TextClassifierNet final : public TrainableNetwork {
 public:
-    SyntaxClassifierNet(const nlohmann::json& config, const Tokenizer& tokenizer);
+    TextClassifierNet(const nlohmann::json& config, const Tokenizer& tokenizer);
 
     // The smallest time trained on (as the discrete denoiser's loss), and the only one "noise": false trains on.
     static constexpr double kMinTime = 1e-3;
