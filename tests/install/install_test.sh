@@ -33,6 +33,31 @@ grep -q "$libdir/rudder/plugins/rudder_length.so" <<<"$out" || fail "installed C
 out=$("$prefix/bin/rudder" models) || fail "rudder models: exit $?"
 grep -q "$prefix/share/rudder/models" <<<"$out" && grep -q "e2e-corpus" <<<"$out" || fail "models: $out"
 
+# Every first-party plugin library is installed, and each runs a recipe from the prefix with the prefix's models:
+# length and span (hard constraints: always met), cfg and semantic, and the classifier controllers (pos, sentiment).
+for f in rudder/plugins/rudder_length.so rudder/plugins/rudder_span.so rudder/plugins/rudder_cfg.so \
+         rudder/plugins/rudder_syntax.so include/rudder/rudder_json.hpp; do
+  [ -f "$libdir/$f" ] || [ -f "$prefix/$f" ] || fail "not installed: $f"
+done
+out=$("$prefix/bin/rudder" plugins) || fail "rudder plugins: exit $?"
+for id in length span cfg semantic pos syntax_span syntax_tree sentiment; do
+  grep -Eq "^  $id " <<<"$out" || fail "the installed CLI does not find controller '$id': $out"
+done
+run_installed() {  # name, controllers (JSON), labels that must be met in both samples, labels that must be judged
+  printf '{"model": "e2e-discrete", "sampler": {"name": "analytic", "steps": 20}, "samples": 2, "seed": 1,
+            "controllers": %s}\n' "$2" > "$work/$1.json"
+  "$prefix/bin/rudder" generate --format text -o "$work/$1.txt" "$work/$1.json" > "$work/$1.err" 2>&1 \
+    || fail "$1 from the prefix: $(cat "$work/$1.err")"
+  for label in $3; do grep -q "^  $label: 2/2 satisfied" "$work/$1.err" || fail "$1: $label not met: $(cat "$work/$1.err")"; done
+  for label in $4; do grep -Eq "^  $label: [0-2]/2 satisfied" "$work/$1.err" || fail "$1: $label not judged: $(cat "$work/$1.err")"; done
+}
+run_installed length_span '[{"plugin": "length", "params": {"tokens": 12}}, {"plugin": "span", "params": {"prefix": "The Eagle"}}]' \
+  "length span" ""
+run_installed cfg_semantic '[{"plugin": "cfg", "params": {"condition": "name[The Eagle], food[French]"}},
+                             {"plugin": "semantic", "params": {"fields": ["food[French]"]}}]' "" "cfg semantic"
+run_installed classifiers '[{"plugin": "pos", "params": {"tags": ["DT", "NN", "VBZ"]}},
+                            {"plugin": "sentiment", "params": {"polarity": "positive"}}]' "" "pos sentiment"
+
 # find_package(Rudder CONFIG): the plain C plugin and the C application, each its own project.
 cmake_build() {  # source folder, build folder
   { cmake -S "$1" -B "$2" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release && cmake --build "$2"; } \
@@ -43,6 +68,19 @@ cmake_build "$source/examples/c_host" "$work/host"
 [ -f "$work/plugin/rudder_banned_words.so" ] || fail "rudder_add_controller() made no rudder_banned_words.so"
 exported=$(nm -D --defined-only "$work/plugin/rudder_banned_words.so" | awk '{print $3}' | grep -v '^$')
 [ "$exported" = rudder_plugin_entry ] || fail "the plugin exports more than its entry point: $exported"
+# The 0.1 target names (Rudder::sdk, Rudder::host) still work within this major version.
+mkdir -p "$work/old_names"
+cat > "$work/old_names/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.21)
+project(old_names C)
+find_package(Rudder 0.1 CONFIG REQUIRED)
+add_executable(old_names main.c)
+target_link_libraries(old_names PRIVATE Rudder::host Rudder::sdk)
+CMAKE
+printf '#include <rudder/rudder.h>\n#include <rudder/rudder_plugin.h>\nint main(void) { return rudder_api_version_major() == RUDDER_ABI_MAJOR ? 0 : 1; }\n' \
+  > "$work/old_names/main.c"
+cmake_build "$work/old_names" "$work/old_names/build"
+"$work/old_names/build/old_names" || fail "a program built with the old target names does not run"
 
 check_output() {  # label, output file
   [ "$(grep -c '^[0-9]*\. The Eagle' "$2")" -eq 4 ] || fail "$1: expected 4 samples starting with The Eagle: $(cat "$2")"
