@@ -344,7 +344,7 @@ private:
             }
         return target;
     }
-    // Score: labelled bracket F1 against the tree by word position (syntax/tree.hpp span_score); satisfied when
+    // Score: labelled bracket F1 against the tree by word position (rudder/text/tree.hpp span_score); satisfied when
     // every bracket matches.
     void judge(const rs::Annotation& a, rudder_verdict& verdict) override {
         if (a.words.empty()) {

@@ -16,16 +16,16 @@
 #include <vector>
 
 #include <rudder/nn/compute_threads.hpp>
-#include <rudder/runtime/generator.hpp>
-#include <rudder/text/meaning.hpp>
-#include <rudder/text/metrics.hpp>
-#include <rudder/runtime/model.hpp>
-#include <rudder/runtime/recipe.hpp>
-#include <rudder/text/tree.hpp>
-#include <rudder/text/treebank.hpp>
-#include <rudder/text/text_files.hpp>
 #include <rudder/nn/config_error.hpp>
 #include <rudder/nn/teacher_model.hpp>
+#include <rudder/runtime/generator.hpp>
+#include <rudder/runtime/model.hpp>
+#include <rudder/runtime/recipe.hpp>
+#include <rudder/text/meaning.hpp>
+#include <rudder/text/metrics.hpp>
+#include <rudder/text/text_files.hpp>
+#include <rudder/text/tree.hpp>
+#include <rudder/text/treebank.hpp>
 
 #include "commands.hpp"
 

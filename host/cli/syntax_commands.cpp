@@ -11,8 +11,8 @@
 
 #include <rudder/runtime/model.hpp>
 #include <rudder/syntax/annotator.hpp>
-#include <rudder/text/treebank.hpp>
 #include <rudder/text/text_files.hpp>
+#include <rudder/text/treebank.hpp>
 
 #include "commands.hpp"
 

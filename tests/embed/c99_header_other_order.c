@@ -1,7 +1,7 @@
 /* rudder_plugin.h first, then rudder.h: the shared status and log level types and values are defined once either
  * way. */
-#include <rudder/rudder_plugin.h>
 #include <rudder/rudder.h>
+#include <rudder/rudder_plugin.h>
 
 int other_order_status_ok(void);
 int other_order_status_ok(void) {

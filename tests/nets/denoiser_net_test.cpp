@@ -12,10 +12,11 @@
 #include <vector>
 
 #include "nets_fixture.hpp"
-#include <rudder/nn/denoiser_net.hpp>
-#include "transformer_denoiser.hpp"
-#include <rudder/nn/safetensors.hpp>
 #include <rudder/nn/config_error.hpp>
+#include <rudder/nn/denoiser_net.hpp>
+#include <rudder/nn/safetensors.hpp>
+
+#include "transformer_denoiser.hpp"
 
 namespace rudder {
 namespace {

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include <rudder/runtime/generator.hpp>
 #include <rudder/nn/denoiser_net.hpp>
+#include <rudder/runtime/generator.hpp>
 #include <rudder/text/tokenizer.hpp>
 
 int main(int argc, char** argv) {

@@ -13,6 +13,7 @@
 
 #include "nets_fixture.hpp"
 #include <rudder/nn/denoiser_net.hpp>
+
 #include "transformer_denoiser.hpp"
 #include "sampler.hpp"
 

@@ -9,8 +9,9 @@
 #include <vector>
 
 #include <rudder/runtime/denoiser.hpp>
-#include "sampler.hpp"
 #include <rudder/text/tokenizer.hpp>
+
+#include "sampler.hpp"
 #include "toy_corpus.hpp"
 
 namespace rudder {

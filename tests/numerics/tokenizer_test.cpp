@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <rudder/text/tokenizer.hpp>
+
 #include "toy_corpus.hpp"
 
 namespace rudder {

@@ -9,8 +9,8 @@
 #include "../train/train_support.hpp"
 #include <rudder/runtime/model.hpp>
 #include <rudder/syntax/annotator.hpp>
-#include <rudder/text/treebank.hpp>
 #include <rudder/text/text_files.hpp>
+#include <rudder/text/treebank.hpp>
 #include <rudder/train/trainer.hpp>
 
 namespace rudder {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <rudder/nn/safetensors.hpp>
+
 #include "train_support.hpp"
 
 namespace rudder {

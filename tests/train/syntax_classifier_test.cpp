@@ -1,5 +1,5 @@
 // The noisy syntax classifier on micro models: `train-controller`'s kind trains one for each family from annotated
-// text, writes a model directory that records its denoiser's noise, and the guidance facade (syntax/classifier.hpp)
+// text, writes a model directory that records its denoiser's noise, and the guidance facade (rudder/syntax/classifier.hpp)
 // gives log p(target | x) whose gradient matches finite differences and which prefers the true target.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -9,11 +9,12 @@
 #include <fstream>
 #include <random>
 
-#include <rudder/runtime/model.hpp>
 #include <rudder/nn/safetensors.hpp>
+#include <rudder/runtime/model.hpp>
 #include <rudder/syntax/classifier.hpp>
 #include <rudder/text/tokenizer.hpp>
 #include <rudder/train/trainer.hpp>
+
 #include "train_support.hpp"
 
 namespace rudder {

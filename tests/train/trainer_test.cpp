@@ -9,12 +9,13 @@
 #include <fstream>
 #include <sstream>
 
-#include <rudder/runtime/model.hpp>
 #include <rudder/nn/safetensors.hpp>
+#include <rudder/nn/teacher_model.hpp>
+#include <rudder/runtime/model.hpp>
 #include <rudder/text/text_files.hpp>
 #include <rudder/text/tokenizer.hpp>
-#include <rudder/nn/teacher_model.hpp>
 #include <rudder/train/trainer.hpp>
+
 #include "train_support.hpp"
 
 namespace rudder {

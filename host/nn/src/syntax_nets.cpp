@@ -4,8 +4,8 @@
 #include <torch/nn/utils/rnn.h>
 
 #include "dropout.hpp"
-#include <rudder/text/words.hpp>
 #include <rudder/nn/config_error.hpp>
+#include <rudder/text/words.hpp>
 
 namespace rudder::nn {
 using json = nlohmann::json;

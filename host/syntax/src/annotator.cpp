@@ -6,9 +6,10 @@
 #include <algorithm>
 
 #include <rudder/nn/syntax_nets.hpp>
-#include "load_network.hpp"
 #include <rudder/text/chart.hpp>
 #include <rudder/text/words.hpp>
+
+#include "load_network.hpp"
 
 namespace rudder::syntax {
 namespace fs = std::filesystem;

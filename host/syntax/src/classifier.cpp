@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include <rudder/nn/text_classifier.hpp>
+
 #include "load_network.hpp"
 
 namespace rudder::syntax {

@@ -3,9 +3,9 @@
 #include <stdexcept>
 
 #include <rudder/nn/denoiser_net.hpp>
-#include <rudder/nn/text_classifier.hpp>
 #include <rudder/nn/syntax_nets.hpp>
 #include <rudder/nn/teacher.hpp>
+#include <rudder/nn/text_classifier.hpp>
 
 namespace rudder::train {
 using json = nlohmann::json;

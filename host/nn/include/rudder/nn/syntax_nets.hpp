@@ -1,7 +1,7 @@
 // The annotation networks: a part-of-speech tagger and a span-based constituency parser, both on a small BiLSTM
-// over word embeddings plus hashed prefix/suffix/shape features (syntax/words.hpp), so that unseen words such as
+// over word embeddings plus hashed prefix/suffix/shape features (rudder/text/words.hpp), so that unseen words such as
 // restaurant names still get sensible representations. Trained by `rudder train` (kinds "tagger", "parser");
-// used through syntax/annotator.hpp, which does not include this header.
+// used through rudder/syntax/annotator.hpp, which does not include this header.
 #pragma once
 
 #include <torch/nn/modules/embedding.h>

@@ -2,7 +2,7 @@
 // from a denoiser's noisy input at diffusion time t it predicts each position's part-of-speech tag and, for every
 // span, its constituent label (the syntax heads), and/or one class for the whole text (the attribute head). Trained by `rudder train-controller` (kind "syntax_classifier") on E2E text annotated by the
 // bundled tagger and parser, noised by the same process as the denoiser it guides, as Diffusion-LM trains its
-// tree classifier. Used through syntax/classifier.hpp, which does not include this header.
+// tree classifier. Used through rudder/syntax/classifier.hpp, which does not include this header.
 //
 // Input, per family:
 //   continuous: x_t = sqrt(ab_k) E[w] + sqrt(1 - ab_k) eps, with the denoiser's own embedding table E (kept in the
@@ -38,8 +38,8 @@
 #include <vector>
 
 #include <rudder/nn/denoiser_net.hpp>
-#include <rudder/nn/trainable.hpp>
 #include <rudder/nn/schedule.hpp>
+#include <rudder/nn/trainable.hpp>
 #include <rudder/text/tokenizer.hpp>
 
 namespace rudder::nn {

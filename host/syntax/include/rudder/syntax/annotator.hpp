@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include <rudder/text/tree.hpp>
 #include <rudder/text/tokenizer.hpp>
+#include <rudder/text/tree.hpp>
 
 namespace rudder::syntax {
 

@@ -42,7 +42,7 @@ public:
     static WordTokenizer build(const std::vector<std::string>& lines, int64_t min_count = 1);
     // Vocabulary of the given words, taken as they are (no splitting): every word appearing at least `min_count`
     // times, most frequent first (ties by text). Words must be non-empty and hold no whitespace. The tagger and
-    // parser use it for their word tables (see syntax/words.hpp, word_key).
+    // parser use it for their word tables (see rudder/text/words.hpp, word_key).
     static WordTokenizer from_words(const std::vector<std::string>& words, int64_t min_count = 1);
     // One token per line; the first three lines must be <pad>, <unk>, <mask>. Throws std::runtime_error naming
     // the file and line on a bad file.
