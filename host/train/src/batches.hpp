@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include <rudder/nn/trainable.hpp>
+#include <rudder/nn/training_batch.hpp>
 #include <rudder/train/config.hpp>
 
 #include "data.hpp"

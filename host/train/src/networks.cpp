@@ -5,6 +5,7 @@
 #include <rudder/nn/denoiser_net.hpp>
 #include <rudder/nn/syntax_nets.hpp>
 #include <rudder/nn/teacher.hpp>
+#include <rudder/nn/trainable.hpp>
 #include <rudder/nn/text_classifier.hpp>
 
 namespace rudder::train {

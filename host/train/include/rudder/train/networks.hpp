@@ -7,8 +7,11 @@
 #include <string>
 #include <vector>
 
-#include <rudder/nn/trainable.hpp>
 #include <rudder/text/tokenizer.hpp>
+
+namespace rudder::nn {
+class TrainableNetwork;  // nn/trainable.hpp
+}
 
 namespace rudder::train {
 
