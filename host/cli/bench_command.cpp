@@ -20,19 +20,15 @@ struct BenchOptions {
     std::vector<int64_t> batch_sizes{1, 16, 64};
     int64_t steps = 200;        // reverse steps per sample
     int64_t min_samples = 16;   // samples per measurement: at least this many, and whole batches
-    int threads = 0;            // LibTorch intra-op threads; 0 = LibTorch's default
     bool as_json = false;
 };
-
-// Generates unconditional samples from each model at each batch size and prints samples/s and ms per step.
-// Returns the process exit code.
-
 
 using json = nlohmann::json;
 
 struct Measurement {
     std::string model, family, sampler;
     int64_t batch_size = 0, samples = 0, steps = 0, denoiser_calls = 0;
+    int threads = 0;  // the most compute threads the run used
     double seconds = 0;
     double samples_per_second() const { return static_cast<double>(samples) / seconds; }
     // Wall time of one reverse step of one batch.
@@ -52,13 +48,14 @@ Generator make_generator(const std::string& model, int64_t batch_size, int64_t s
     return Generator(parse_recipe(recipe.dump(), std::filesystem::current_path()), registry);
 }
 
+// Generates unconditional samples from each model at each batch size and prints samples/s and ms per step.
+// Returns the process exit code.
 int run_bench(const BenchOptions& options) {
-    if (options.threads > 0) set_compute_threads(options.threads);
     plugins::Registry registry(plugins::Registry::default_search_path());
     std::vector<Measurement> rows;
     if (!options.as_json)
-        std::printf("%-16s %-10s %-8s %6s %8s %10s %10s %12s\n", "model", "family", "sampler", "batch", "samples",
-                    "seconds", "samples/s", "ms/step");
+        std::printf("%-16s %-10s %-8s %6s %8s %8s %10s %10s %12s\n", "model", "family", "sampler", "batch", "samples",
+                    "threads", "seconds", "samples/s", "ms/step");
     for (const auto& model : options.models) {
         // One short untimed run first: the first call into a network pays one-time setup (allocator, kernels).
         make_generator(model, 1, 1, 2, registry).generate();
@@ -76,30 +73,34 @@ int run_bench(const BenchOptions& options) {
             m.samples = samples;
             m.steps = options.steps;
             m.denoiser_calls = generator.stats().denoiser_calls;
+            m.threads = generator.stats().threads;
             if (!options.as_json)
-                std::printf("%-16s %-10s %-8s %6lld %8lld %10.2f %10.2f %12.2f\n", m.model.c_str(),
-                            m.family.c_str(), m.sampler.c_str(), static_cast<long long>(batch), static_cast<long long>(samples), m.seconds,
-                            m.samples_per_second(), m.ms_per_step());
+                std::printf("%-16s %-10s %-8s %6lld %8lld %8d %10.2f %10.2f %12.2f\n", m.model.c_str(), m.family.c_str(),
+                            m.sampler.c_str(), static_cast<long long>(batch), static_cast<long long>(samples), m.threads,
+                            m.seconds, m.samples_per_second(), m.ms_per_step());
             std::fflush(stdout);
             rows.push_back(m);
         }
     }
     if (options.as_json) {
-        json out = {{"threads", at::get_num_threads()}, {"steps", options.steps}, {"results", json::array()}};
+        json out = {{"threads_setting", compute_threads_setting()}, {"steps", options.steps}, {"results", json::array()}};
         for (const auto& m : rows)
             out["results"].push_back({{"model", m.model},
                                       {"family", m.family},
                                       {"sampler", m.sampler},
                                       {"batch_size", m.batch_size},
                                       {"samples", m.samples},
+                                      {"threads", m.threads},
                                       {"seconds", m.seconds},
                                       {"samples_per_second", m.samples_per_second()},
                                       {"ms_per_step", m.ms_per_step()},
                                       {"denoiser_calls", m.denoiser_calls}});
         std::cout << out.dump(2) << "\n";
     } else {
-        std::printf("(%lld reverse steps per sample, %d LibTorch threads, unconditional, no controllers)\n",
-                    static_cast<long long>(options.steps), at::get_num_threads());
+        std::printf("(%lld reverse steps per sample, unconditional, no controllers; threads: the most a run used, of %s)\n",
+                    static_cast<long long>(options.steps),
+                    compute_threads_setting() > 0 ? ("at most " + std::to_string(compute_threads_setting())).c_str()
+                                                  : ("every core (" + std::to_string(available_cores()) + ")").c_str());
     }
     return 0;
 }
@@ -116,9 +117,9 @@ void add_bench_command(CLI::App& app, Commands& commands) {
     bench->add_option("--steps", o->steps, "Reverse steps per sample (default 200)")->check(CLI::Range(1, 100000));
     bench->add_option("--min-samples", o->min_samples, "Samples per measurement, at least (default 16)")
         ->check(CLI::Range(1, 100000));
-    bench->add_option("--threads", o->threads, "LibTorch threads (default: LibTorch's choice)")->check(CLI::Range(1, 256));
+    commands.add_threads_option(bench);
     bench->add_flag("--json", o->as_json, "Machine-readable output");
-    commands.push_back({bench, [o] { return run_bench(*o); }});
+    commands.list.push_back({bench, [o] { return run_bench(*o); }});
 }
 
 }  // namespace rudder::cli

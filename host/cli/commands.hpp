@@ -20,7 +20,18 @@ struct Command {
     CLI::App* app = nullptr;   // parsed() says whether it was given
     std::function<int()> run;  // returns the exit code; errors other than invalid input are thrown
 };
-using Commands = std::vector<Command>;
+
+struct Commands {
+    std::vector<Command> list;
+    // --threads N of the command given: the most compute threads it uses (rudder/nn/compute_threads.hpp); main()
+    // sets it before the command runs. 0, the default: every core, fewer while other processes keep cores busy.
+    int threads = 0;
+    void add_threads_option(CLI::App* command) {
+        command->add_option("--threads", threads,
+                            "Most compute threads (default: every core, fewer while other processes keep cores busy)")
+            ->check(CLI::Range(1, 256));
+    }
+};
 
 // "<file>: invalid recipe (N problems)" and one line per problem with its JSON pointer, on stderr.
 void print_recipe_error(const std::string& file, const RecipeError& e);

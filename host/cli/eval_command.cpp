@@ -37,7 +37,6 @@ struct EvalOptions {
     std::string out;         // folder for results.json, results.md and the samples; empty = <suite stem>-results
     int64_t targets = 0;     // > 0: at most this many targets per task (a quick run); 0 = the suite's count
     std::string only;        // run only the tasks whose name contains this
-    int threads = 0;         // LibTorch intra-op threads; 0 = LibTorch's default
     bool quiet = false;
 };
 
@@ -404,7 +403,6 @@ std::string slug(const std::string& name) {
 }
 
 int run_eval(const EvalOptions& o) {
-    if (o.threads > 0) set_compute_threads(o.threads);
     const fs::path suite_file = o.suite;
     const Suite suite = read_suite(suite_file);
     const fs::path out_dir = o.out.empty() ? fs::path(suite_file.stem().string() + "-results") : fs::path(o.out);
@@ -530,7 +528,10 @@ int run_eval(const EvalOptions& o) {
             }
         }
         if (!o.quiet) std::fprintf(stderr, "\n");
-        result.perplexity = score_texts(teacher, texts).perplexity();
+        {
+            ComputeShare share;
+            result.perplexity = score_texts(teacher, texts).perplexity();
+        }
         if (!middles.empty()) result.bleu = corpus_bleu(middles, reference_middles);
         results.push_back(result);
         // Written after every task, so a long run that is stopped keeps what it measured.
@@ -557,9 +558,9 @@ void add_eval_command(CLI::App& app, Commands& commands) {
     eval->add_option("--targets", o->targets, "At most this many targets per task (a quick run)")
         ->check(CLI::Range(int64_t{1}, int64_t{1000000}));
     eval->add_option("--only", o->only, "Run only the tasks whose name contains this text");
-    eval->add_option("--threads", o->threads, "Compute threads (default: LibTorch's choice)")->check(CLI::Range(1, 256));
+    commands.add_threads_option(eval);
     eval->add_flag("-q,--quiet", o->quiet, "No progress on stderr");
-    commands.push_back({eval, [o] { return run_eval(*o); }});
+    commands.list.push_back({eval, [o] { return run_eval(*o); }});
 }
 
 }  // namespace rudder::cli

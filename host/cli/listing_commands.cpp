@@ -66,9 +66,9 @@ void add_listing_commands(CLI::App& app, Commands& commands) {
     auto as_json = std::make_shared<bool>(false);
     auto* plugins = app.add_subcommand("plugins", "List controller plugins found, and files rejected");
     plugins->add_flag("--json", *as_json, "Machine-readable output");
-    commands.push_back({plugins, [as_json] { return cmd_plugins(*as_json); }});
+    commands.list.push_back({plugins, [as_json] { return cmd_plugins(*as_json); }});
     auto* models = app.add_subcommand("models", "List bundled models");
-    commands.push_back({models, [] { return cmd_models(); }});
+    commands.list.push_back({models, [] { return cmd_models(); }});
 }
 
 }  // namespace rudder::cli

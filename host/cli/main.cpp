@@ -5,6 +5,7 @@
 
 #include <iostream>
 
+#include <rudder/nn/compute_threads.hpp>
 #include <rudder/nn/config_error.hpp>
 #include <rudder/runtime/generator.hpp>
 #include <rudder/runtime/recipe.hpp>
@@ -37,7 +38,8 @@ int main(int argc, char** argv) {
     spdlog::set_level(verbose ? spdlog::level::debug : spdlog::level::warn);
     rudder::keep_freed_memory_in_process();
 
-    for (const auto& command : commands) {
+    rudder::set_compute_threads(commands.threads);
+    for (const auto& command : commands.list) {
         if (!command.app->parsed()) continue;
         try {
             return command.run();

@@ -50,14 +50,14 @@ void add_model_commands(CLI::App& app, Commands& commands) {
     corpus->add_option("out", o->corpus_out, "Model directory to write")->required();
     corpus->add_option("--embed-dim", o->corpus.embed_dim, "Continuous family: embedding width")->check(CLI::Range(1, 4096));
     corpus->add_option("--embed-seed", o->corpus.embed_seed, "Continuous family: embedding seed");
-    commands.push_back({corpus, [o] { return cmd_corpus_model(o->corpus_input, o->corpus_out, o->corpus); }});
+    commands.list.push_back({corpus, [o] { return cmd_corpus_model(o->corpus_input, o->corpus_out, o->corpus); }});
 
     auto* convert = app.add_subcommand("convert-weights",
                                        "Store a model's floating-point weights as float16 (half the size) or float32");
     convert->add_option("model", o->convert_model, "Bundled model name or model directory")->required();
     convert->add_option("--dtype", o->convert_dtype, "float16 (default), bfloat16 or float32")
         ->check(CLI::IsMember({"float16", "bfloat16", "float32"}));
-    commands.push_back({convert, [o] { return cmd_convert_weights(o->convert_model, o->convert_dtype); }});
+    commands.list.push_back({convert, [o] { return cmd_convert_weights(o->convert_model, o->convert_dtype); }});
 }
 
 }  // namespace rudder::cli

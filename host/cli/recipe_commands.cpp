@@ -153,7 +153,8 @@ void add_recipe_commands(CLI::App& app, Commands& commands) {
     generate->add_flag("-q,--quiet", o->quiet, "No progress on stderr");
     generate->add_option("-f,--format", o->format, "jsonl (default) or text: one readable line per sample")
         ->check(CLI::IsMember({"jsonl", "text"}));
-    commands.push_back({generate, [o] {
+    commands.add_threads_option(generate);
+    commands.list.push_back({generate, [o] {
         return with_recipe_errors(o->recipe, [&] {
             return cmd_generate(o->recipe, o->out, o->samples, o->seed, o->quiet, o->format == "text");
         });
@@ -161,7 +162,7 @@ void add_recipe_commands(CLI::App& app, Commands& commands) {
 
     auto* validate = app.add_subcommand("validate", "Check a recipe, its model and its controllers' params");
     validate->add_option("recipe", o->recipe, "Recipe file (JSON)")->required()->check(CLI::ExistingFile);
-    commands.push_back({validate, [o] { return with_recipe_errors(o->recipe, [&] { return cmd_validate(o->recipe); }); }});
+    commands.list.push_back({validate, [o] { return with_recipe_errors(o->recipe, [&] { return cmd_validate(o->recipe); }); }});
 }
 
 }  // namespace rudder::cli

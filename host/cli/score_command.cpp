@@ -6,6 +6,7 @@
 #include <iostream>
 #include <optional>
 
+#include <rudder/nn/compute_threads.hpp>
 #include <rudder/nn/teacher_model.hpp>
 #include <rudder/runtime/model.hpp>
 #include <rudder/text/metrics.hpp>
@@ -30,6 +31,7 @@ int cmd_score(const std::string& file, const std::string& teacher_name, const st
     }
     const TeacherModel teacher = load_teacher(dir);
     const std::vector<std::string> texts = read_texts(file);
+    ComputeShare share;
     const auto report = score_texts(teacher, texts, batch_size);
     const DiversityReport diversity = text_diversity(texts);
     std::optional<OverlapReport> overlap;
@@ -97,7 +99,8 @@ void add_score_command(CLI::App& app, Commands& commands) {
                       "Also count texts that copy a text of this file verbatim (E2E CSV, JSON Lines or lines)")
         ->check(CLI::ExistingFile);
     score->add_flag("--json", o->as_json, "Machine-readable output");
-    commands.push_back({score, [o] { return cmd_score(o->file, o->teacher, o->against, o->as_json, o->batch_size); }});
+    commands.add_threads_option(score);
+    commands.list.push_back({score, [o] { return cmd_score(o->file, o->teacher, o->against, o->as_json, o->batch_size); }});
 }
 
 }  // namespace rudder::cli

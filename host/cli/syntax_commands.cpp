@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 
+#include <rudder/nn/compute_threads.hpp>
 #include <rudder/runtime/model.hpp>
 #include <rudder/syntax/annotator.hpp>
 #include <rudder/text/text_files.hpp>
@@ -26,7 +27,6 @@ struct AnnotateOptions {
     std::string parser = "gum-parser";   // bundled name or directory
     bool tags_only = false;              // no parser, no trees
     int64_t batch_size = 64;
-    int threads = 0;                     // LibTorch intra-op threads; 0 = LibTorch's default
     bool quiet = false;
 };
 
@@ -36,7 +36,6 @@ struct EvalAnnotatorOptions {
     std::string model;     // a tagger or parser: bundled name or directory
     std::string treebank;  // .conllu or bracketed trees (.ptb ...), plain or .gz
     int64_t batch_size = 64;
-    int threads = 0;
     bool as_json = false;
 };
 
@@ -61,7 +60,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 int run_annotate(const AnnotateOptions& o) {
-    if (o.threads > 0) at::set_num_threads(o.threads);
+    ComputeShare share;
     const auto tagger = syntax::TaggerModel::load(find_model(o.tagger, "tagger", "examples/train/tagger.json"));
     std::shared_ptr<syntax::ParserModel> parser;
     if (!o.tags_only) parser = syntax::ParserModel::load(find_model(o.parser, "parser", "examples/train/parser.json"));
@@ -112,7 +111,7 @@ int run_annotate(const AnnotateOptions& o) {
 }
 
 int run_eval_annotator(const EvalAnnotatorOptions& o) {
-    if (o.threads > 0) at::set_num_threads(o.threads);
+    ComputeShare share;
     const fs::path dir = resolve_model(o.model, fs::current_path(), default_model_path());
     const json config = read_json_file(dir / "config.json");
     const std::string type = config.is_object() ? config.value("type", std::string()) : std::string();
@@ -213,9 +212,9 @@ void add_syntax_commands(CLI::App& app, Commands& commands) {
     annotate->add_option("--parser", a->parser, "Parser: a bundled name or a directory (default gum-parser)");
     annotate->add_flag("--tags-only", a->tags_only, "No parser: \"tree\" is null");
     annotate->add_option("--batch-size", a->batch_size, "Texts annotated together")->check(CLI::Range(1, 4096));
-    annotate->add_option("--threads", a->threads, "LibTorch threads (default: LibTorch's choice)")->check(CLI::Range(1, 256));
+    commands.add_threads_option(annotate);
     annotate->add_flag("-q,--quiet", a->quiet, "No progress on stderr");
-    commands.push_back({annotate, [a] { return run_annotate(*a); }});
+    commands.list.push_back({annotate, [a] { return run_annotate(*a); }});
 
     auto e = std::make_shared<EvalAnnotatorOptions>();
     auto* eval_annotator = app.add_subcommand(
@@ -226,10 +225,9 @@ void add_syntax_commands(CLI::App& app, Commands& commands) {
         ->required()
         ->check(CLI::ExistingFile);
     eval_annotator->add_option("--batch-size", e->batch_size, "Sentences processed together")->check(CLI::Range(1, 4096));
-    eval_annotator->add_option("--threads", e->threads, "LibTorch threads (default: LibTorch's choice)")
-        ->check(CLI::Range(1, 256));
+    commands.add_threads_option(eval_annotator);
     eval_annotator->add_flag("--json", e->as_json, "Machine-readable output");
-    commands.push_back({eval_annotator, [e] { return run_eval_annotator(*e); }});
+    commands.list.push_back({eval_annotator, [e] { return run_eval_annotator(*e); }});
 }
 
 }  // namespace rudder::cli

@@ -58,7 +58,7 @@ void add_train_commands(CLI::App& app, Commands& commands) {
             ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
         cmd->add_flag("--overwrite", o->overwrite, "Train again into an out directory that holds a finished model");
         cmd->add_flag("-q,--quiet", o->quiet, "No progress on stderr");
-        commands.push_back({cmd, [o, controller] { return cmd_train(o->config, o->stop_after, o->overwrite, o->quiet, controller); }});
+        commands.list.push_back({cmd, [o, controller] { return cmd_train(o->config, o->stop_after, o->overwrite, o->quiet, controller); }});
     };
     training_command("train", "Train a network (teacher LM, denoiser, tagger or parser) from a training config", false);
     training_command("train-controller",

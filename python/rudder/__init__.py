@@ -105,6 +105,7 @@ def _load() -> ctypes.CDLL:
         "rudder_last_error": ([], c_char_p),
         "rudder_set_log": ([_LOG_FN, p, c_int32], c_int32),
         "rudder_keep_freed_memory_in_process": ([], c_int32),
+        "rudder_set_compute_threads": ([c_int32], c_int32),
         "rudder_default_options": ([], _Options),
         "rudder_generator_create_limited": ([c_char_p, c_char_p, ctypes.POINTER(_Options), ctypes.POINTER(_Limits),
                                              ctypes.POINTER(p)], c_int32),
@@ -140,6 +141,13 @@ def library_version() -> str:
 def keep_freed_memory_in_process() -> bool:
     """Keeps freed tensor memory in the process (glibc): several times faster generation; see rudder.h."""
     return _lib.rudder_keep_freed_memory_in_process() == 1
+
+
+def set_compute_threads(max_threads: int) -> None:
+    """The most threads tensor computations use, process-wide; 0 (the default) means every core. Within it each
+    run uses the cores other processes leave free, shared among generators running at once (rudder.h)."""
+    if _lib.rudder_set_compute_threads(max_threads) != 0:
+        raise ValueError(_text(_lib.rudder_last_error()))
 
 
 _log_callback = None  # kept alive while the C library may call it

@@ -80,6 +80,15 @@ JSON
     grep -q "length: 3/3 satisfied" "$work/err.txt" || fail "summary on stderr: $(cat "$work/err.txt")"
     grep -q "step 50/50" "$work/err.txt" || fail "progress on stderr: $(cat "$work/err.txt")"
     ;;
+  generate_threads)
+    # --threads caps the compute threads; the samples are the same whatever the count.
+    "$rudder" generate -q --threads 1 "$work/good.json" -o "$work/one.jsonl" || fail "--threads 1: exit $?"
+    "$rudder" generate -q --threads 2 "$work/good.json" -o "$work/two.jsonl" || fail "--threads 2: exit $?"
+    cmp -s "$work/one.jsonl" "$work/two.jsonl" || fail "samples differ with the thread count"
+    err=$("$rudder" generate --threads 0 "$work/good.json" 2>&1 >/dev/null); code=$?
+    [ $code -eq 2 ] || fail "--threads 0: exit $code, expected 2: $err"
+    grep -q -- "--threads" <<<"$err" || fail "--threads 0 not named: $err"
+    ;;
   generate_stdout_is_only_jsonl)
     out=$("$rudder" generate "$work/good.json" -n 2 2>/dev/null) || fail "exit $?"
     [ "$(grep -c '^{' <<<"$out")" -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 2 ] || fail "stdout: $out"

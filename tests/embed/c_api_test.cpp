@@ -367,6 +367,21 @@ TEST(CApi, LogMessagesGoToTheApplicationsCallback) {
     EXPECT_TRUE(rejected) << captured.messages.size() << " messages";
 }
 
+TEST(CApi, ComputeThreadsAreACapThatDoesNotChangeTheSamples) {
+    EXPECT_EQ(rudder_set_compute_threads(-1), RUDDER_ERR_INVALID_ARGUMENT);
+    EXPECT_THAT(rudder_last_error(), HasSubstr("max_threads must be >= 0"));
+    std::vector<std::vector<std::string>> runs;
+    for (const int32_t threads : {1, 0}) {  // one thread, then every core the load leaves free
+        ASSERT_EQ(rudder_set_compute_threads(threads), RUDDER_OK);
+        for (const std::string family : {"discrete", "continuous"}) {
+            Generator gen = create(recipe(family));
+            runs.push_back(fingerprint(generate(gen.get()).get()));
+        }
+    }
+    EXPECT_EQ(runs[0], runs[2]);
+    EXPECT_EQ(runs[1], runs[3]);
+}
+
 TEST(CApi, GeneratorsOnSeveralThreadsGiveTheSequentialResults) {
     // Four generators of both families and different seeds, each with the "good" fixture too: it is not
     // THREAD_SAFE and fails a step that overlaps another of its steps, so the host must serialise it across

@@ -104,6 +104,16 @@ class Binding(unittest.TestCase):
             t.join()
         self.assertEqual(concurrent, sequential)
 
+    def test_compute_threads_are_a_cap(self):
+        with self.assertRaisesRegex(ValueError, "max_threads must be >= 0"):
+            rudder.set_compute_threads(-1)
+        rudder.set_compute_threads(1)
+        try:
+            one = [s.text for s in rudder.Generator(RECIPE).generate(samples=2, seed=4)]
+        finally:
+            rudder.set_compute_threads(0)
+        self.assertEqual(one, [s.text for s in rudder.Generator(RECIPE).generate(samples=2, seed=4)])
+
     def test_version(self):
         self.assertRegex(rudder.library_version(), r"^\d+\.\d+\.\d+$")
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include <rudder/nn/compute_threads.hpp>
 #include <rudder/runtime/generator.hpp>
 #include <rudder/runtime/model.hpp>
 #include <rudder/runtime/recipe.hpp>
@@ -294,6 +295,13 @@ rudder_status rudder_set_log(rudder_log_fn fn, void* user_data, int32_t min_leve
 }
 
 int32_t rudder_keep_freed_memory_in_process(void) { return rudder::keep_freed_memory_in_process() ? 1 : 0; }
+
+rudder_status rudder_set_compute_threads(int32_t max_threads) {
+    if (max_threads < 0)
+        return fail(RUDDER_ERR_INVALID_ARGUMENT, "rudder_set_compute_threads: max_threads must be >= 0 (0 = every core)");
+    rudder::set_compute_threads(max_threads);
+    return RUDDER_OK;
+}
 
 rudder_options rudder_default_options(void) {
     rudder_options options{};

@@ -10,6 +10,8 @@
 #include <malloc.h>
 #endif
 
+#include <rudder/nn/compute_threads.hpp>
+
 #include "composer.hpp"
 #include "sampler.hpp"
 
@@ -69,6 +71,9 @@ namespace {
 
 // Positions per sequence when neither the recipe nor the model says: E2E's texts are at most 75 words.
 constexpr int64_t kDefaultMaxLength = 64;
+// Reverse steps between two decisions of the compute threads: a decision reads /proc for well under a
+// millisecond, a step of the bundled models takes 5 to 50.
+constexpr int64_t kThreadRefreshSteps = 20;
 
 c10::Device parse_device(const std::string& name) {
     const c10::Device device(name);
@@ -281,6 +286,9 @@ std::vector<SampleResult> Generator::generate(const ProgressCallback& progress, 
     std::vector<SampleResult> results;
     results.reserve(static_cast<size_t>(total));
     stats_ = {};
+    // The compute threads follow the load: decided now, and again every few steps (compute_threads.hpp).
+    ComputeShare share;
+    stats_.threads = share.threads();
 
     for (int64_t b = 0; b < batches; ++b) {
         const int64_t batch = std::min(per_batch, total - b * per_batch);
@@ -297,7 +305,9 @@ std::vector<SampleResult> Generator::generate(const ProgressCallback& progress, 
         shape.device = device_;
         composer_->begin(shape, services_.get());
 
+        if (b > 0) stats_.threads = std::max(stats_.threads, share.refresh());
         auto tick = [&](int64_t step, double t, const std::function<at::Tensor()>& best_tokens) {
+            if (step % kThreadRefreshSteps == 0) stats_.threads = std::max(stats_.threads, share.refresh());
             if (!progress) return;
             Progress p{b, batches, step, recipe_.sampler.steps, t, b * per_batch, total, {}};
             p.current_texts = [&] {

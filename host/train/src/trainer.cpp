@@ -211,6 +211,7 @@ void Trainer::log_step(int64_t step, double loss, std::optional<double> dev, dou
 
 TrainResult Trainer::run() {
     set_compute_threads(static_cast<int>(c_.threads));
+    ComputeShare share;  // at most training.threads, fewer while other processes keep cores busy
     prepare_out_dir();
     const std::optional<json> checkpoint = find_checkpoint(c_, o_.overwrite);
     data_ = load_training_data(c_, [&](const std::string& line) { say(line); });
@@ -286,6 +287,7 @@ TrainResult Trainer::run() {
         ++loss_count;
         run_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 
+        if (step % c_.log_every == 0) share.refresh();
         std::optional<double> dev;
         if (!data_.dev.examples.empty() && (step % c_.dev_every == 0 || step == c_.steps)) last_dev_ = dev = dev_loss();
         if (step % c_.log_every == 0 || step == c_.steps || step == o_.stop_after) {

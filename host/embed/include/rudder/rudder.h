@@ -39,7 +39,8 @@
  * reads only the members the caller was compiled with; always start from rudder_default_options() /
  * rudder_default_generate_options(). Those return their struct by value, into storage the caller sized, so these
  * two structs will not grow within major 1 (a larger struct written into an older caller's storage would overrun
- * it); new options come as new structs or functions (1.1: rudder_limits, rudder_generator_create_limited).
+ * it); new options come as new structs or functions (1.1: rudder_limits, rudder_generator_create_limited;
+ * 1.2: rudder_set_compute_threads).
  */
 #ifndef RUDDER_H
 #define RUDDER_H
@@ -52,7 +53,7 @@ extern "C" {
 #endif
 
 #define RUDDER_API_VERSION_MAJOR 1
-#define RUDDER_API_VERSION_MINOR 1
+#define RUDDER_API_VERSION_MINOR 2
 
 /* librudder.so is built with hidden visibility and exports exactly the functions marked RUDDER_API. */
 #if defined(RUDDER_BUILDING_LIBRARY)
@@ -130,6 +131,14 @@ RUDDER_API rudder_status rudder_set_log(rudder_log_fn fn, void* user_data, int32
  * whole process's allocator, so it is the application's choice; the rudder CLI turns it on. Returns 1 if set, 0
  * where the C library has no such setting. Call it early, from any one thread. */
 RUDDER_API int32_t rudder_keep_freed_memory_in_process(void);
+
+/* The most threads tensor computations use, process-wide (API 1.2). 0, the default: every core this process may
+ * run on. Within the cap each run uses the cores other processes leave free, shared with the other generators of
+ * this process running at that moment, decided again every few steps: OpenMP's workers wait by spinning, which is
+ * what makes two threads fast on idle cores and several times slower on a core another process keeps busy.
+ * OpenBLAS runs one thread (LibTorch's pool owns the parallelism). docs/design.md has the measurements. Any
+ * thread, any time; runs pick it up within a few steps. RUDDER_ERR_INVALID_ARGUMENT for a negative count. */
+RUDDER_API rudder_status rudder_set_compute_threads(int32_t max_threads);
 
 /* ---------------------------------------------------------------------------------------------------------
  * Generators.

@@ -66,6 +66,7 @@ public:
 struct GenerationStats {
     int64_t denoiser_calls = 0;  // network evaluations (the discrete cache skips some)
     int64_t steps = 0;           // reverse steps taken
+    int threads = 0;             // the most compute threads the run used (rudder/nn/compute_threads.hpp)
 };
 
 // Keeps memory that tensors free inside the process instead of returning it to the OS. Every reverse step
