@@ -8,7 +8,7 @@ TSAN_BUILD ?= build-tsan
 # numerics (which `make test` covers), take 10 of the sanitized suite's 20 CPU-minutes, and add no new code paths.
 SANITIZE_EXCLUDE ?= ^nets\.Training\.
 
-.PHONY: all deps configure build demo test test-sanitize test-tsan bench clean
+.PHONY: all deps configure build demo test test-sanitize test-tsan bench bench-threads clean
 
 all: build
 
@@ -50,6 +50,10 @@ test-tsan: deps
 
 bench: build
 	$(BUILD)/bin/rudder_bench --benchmark_counters_tabular=true
+
+# Compute threads as users meet them: 1, 2 and the default, idle and with one core busy (about 20 minutes).
+bench-threads: build
+	bench/threads.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log $(SANITIZE_BUILD) $(SANITIZE_BUILD).configure.log $(TSAN_BUILD) \

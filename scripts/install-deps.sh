@@ -4,6 +4,7 @@ set -euo pipefail
 packages=(
   cmake make g++ pkg-config   # pkg-config: the install test builds the examples with it too
   libtorch-dev libopenblas0-pthread   # LibTorch; without OpenBLAS it falls back to reference BLAS (~30x slower)
+  libopenblas0-openmp                 # OpenBLAS on OpenMP: one thread pool with LibTorch's (selected below)
   libboost-dev libboost-filesystem-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libdlpack-dev zlib1g-dev
   libssl-dev   # OpenSSL libcrypto: SHA-256 of plugin files (recipe pins)
   libgtest-dev libbenchmark-dev python3   # python3: the Python binding and its test, JSON checks in the CLI tests
@@ -13,10 +14,28 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-echo "installing: ${missing[*]}"
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# OpenBLAS's OpenMP build shares LibTorch's OpenMP pool, so matrix products and elementwise work are split by the
+# same threads; the pthreads build Debian selects by default keeps a second pool that Rudder must hold to one
+# thread (two pools on two cores spin against each other). Measured: 1.72x at two threads instead of 1.37-1.47x
+# (docs/design.md, "Compute threads"). Debian's alternatives choose the build system-wide; a choice made by hand
+# (manual mode) is left alone, and Rudder runs correctly with either build.
+arch=$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)
+for alt in libblas.so.3 libopenblas.so.0; do
+  name=$alt-$arch
+  target=/usr/lib/$arch/openblas-openmp/$alt
+  status=$(update-alternatives --query "$name" 2>/dev/null | sed -n 's/^Status: //p')
+  current=$(update-alternatives --query "$name" 2>/dev/null | sed -n 's/^Value: //p')
+  if [ "$status" = auto ] && [ "$current" != "$target" ] && [ -e "$target" ]; then
+    echo "selecting OpenBLAS's OpenMP build for $alt (update-alternatives --set $name $target)"
+    $sudo update-alternatives --set "$name" "$target" > /dev/null
+  fi
+done

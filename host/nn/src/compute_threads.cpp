@@ -21,16 +21,23 @@ namespace {
 std::atomic<int> g_setting{0};  // the cap; 0 = every core
 std::atomic<int> g_shares{0};   // computations holding a share now
 
-// OpenBLAS is whatever the system's libblas.so.3 alternative is, if anything: looked up at run time.
+// OpenBLAS is whatever the system's libblas.so.3 and libopenblas.so.0 alternatives are, if anything: looked up at
+// run time. Its pthreads build keeps a pool of its own, which runs one thread (see the header); its OpenMP build
+// runs in LibTorch's OpenMP pool and follows the threads a share decides.
+bool openblas_uses_openmp() {
+    using GetParallel = int (*)();
+    static const auto get = reinterpret_cast<GetParallel>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
+    return get != nullptr && get() == 2;  // 0 sequential, 1 pthreads, 2 OpenMP
+}
+
 void set_openblas_threads(int threads) {
     using SetThreads = void (*)(int);
     if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(threads);
 }
 
-// OpenBLAS runs one thread from the first computation on, whatever the entry point.
 void pin_openblas_once() {
     static const bool done = [] {
-        set_openblas_threads(1);
+        if (!openblas_uses_openmp()) set_openblas_threads(1);
         return true;
     }();
     (void)done;
@@ -125,7 +132,10 @@ int ComputeShare::refresh() {
     const int free_cores = std::max(1, cores - busy_threads_elsewhere());
     const int threads = std::max(1, std::min(cap, free_cores / std::max(1, g_shares.load())));
     // The first call on a thread sets LibTorch's defaults for it; ours go after it.
-    if (threads != threads_ || at::get_num_threads() != threads) at::set_num_threads(threads);
+    if (threads != threads_ || at::get_num_threads() != threads) {
+        at::set_num_threads(threads);
+        if (openblas_uses_openmp()) set_openblas_threads(threads);
+    }
     threads_ = threads;
     return threads_;
 }
