@@ -109,7 +109,7 @@ int busy_threads_elsewhere() {
     return least;
 }
 
-ComputeShare::ComputeShare() {
+ComputeShare::ComputeShare(int max_threads) : max_threads_(std::max(0, max_threads)) {
     pin_openblas_once();
     g_shares.fetch_add(1);
     refresh();
@@ -127,7 +127,7 @@ int default_cap(int cores) {
 
 int ComputeShare::refresh() {
     const int cores = available_cores();
-    const int setting = g_setting.load();
+    const int setting = max_threads_ > 0 ? max_threads_ : g_setting.load();
     const int cap = setting > 0 ? setting : default_cap(cores);
     const int free_cores = std::max(1, cores - busy_threads_elsewhere());
     const int threads = std::max(1, std::min(cap, free_cores / std::max(1, g_shares.load())));

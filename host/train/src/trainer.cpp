@@ -210,8 +210,9 @@ void Trainer::log_step(int64_t step, double loss, std::optional<double> dev, dou
 }
 
 TrainResult Trainer::run() {
-    set_compute_threads(static_cast<int>(c_.threads));
-    ComputeShare share;  // at most training.threads, fewer while other processes keep cores busy
+    // At most training.threads, fewer while other processes keep cores busy: two threads spinning against another
+    // process make a step 14 times slower (docs/design.md, "Compute threads").
+    ComputeShare share(static_cast<int>(c_.threads));
     prepare_out_dir();
     const std::optional<json> checkpoint = find_checkpoint(c_, o_.overwrite);
     data_ = load_training_data(c_, [&](const std::string& line) { say(line); });
@@ -242,8 +243,8 @@ TrainResult Trainer::run() {
             line << ", " << data_.train.dropped_condition << " dropped (meaning representation longer than max_condition_length "
                  << c_.max_condition_length << ")";
         if (data_.train.dropped_empty) line << ", " << data_.train.dropped_empty << " empty";
-        line << "; vocabulary " << result.vocab_size << "; " << result.parameters << " parameters; " << c_.threads
-             << " thread" << (c_.threads == 1 ? "" : "s");
+        line << "; vocabulary " << result.vocab_size << "; " << result.parameters << " parameters; " << share.threads()
+             << " compute thread" << (share.threads() == 1 ? "" : "s") << " (at most " << c_.threads << ")";
         if (is_syntax_kind(c_.kind) || is_controller_kind(c_.kind)) {
             const json& net = network_->config();
             if (c_.kind == "attribute_classifier")
@@ -287,7 +288,12 @@ TrainResult Trainer::run() {
         ++loss_count;
         run_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 
-        if (step % c_.log_every == 0) share.refresh();
+        if (step % c_.log_every == 0) {
+            const int before = share.threads();
+            if (share.refresh() != before)
+                say("compute threads: " + std::to_string(share.threads()) + " from step " + std::to_string(step + 1) +
+                    (share.threads() < before ? " (other processes keep cores busy)" : ""));
+        }
         std::optional<double> dev;
         if (!data_.dev.examples.empty() && (step % c_.dev_every == 0 || step == c_.steps)) last_dev_ = dev = dev_loss();
         if (step % c_.log_every == 0 || step == c_.steps || step == o_.stop_after) {

@@ -9,7 +9,9 @@
 //     regions, which is what makes two threads fast on idle cores, and what makes them collapse on a core that
 //     another process holds; a computation that sees that load uses one thread fewer, so nothing spins against it.
 //   - Computations running at once in one process (generators on several threads) share the cores.
-// The setting is a cap; within it the threads follow the load, re-decided while a computation runs.
+// The setting is a cap; within it a run's threads follow the load, re-decided while it runs. Samples do not depend
+// on the count; trained weights do, in their last bits (the gradients' sums change order), so training is
+// reproducible bit for bit at one thread, or while the load does not change.
 #pragma once
 
 namespace rudder {
@@ -32,7 +34,9 @@ int busy_threads_elsewhere();
 // process holds at the moment, and at least one. Not thread-safe: one share per computing thread.
 class ComputeShare {
 public:
-    ComputeShare();  // decides and applies once
+    // `max_threads` > 0: this computation's own cap (the trainer's training.threads); 0: set_compute_threads's.
+    // Decides and applies once.
+    explicit ComputeShare(int max_threads = 0);
     ~ComputeShare();
     ComputeShare(const ComputeShare&) = delete;
     ComputeShare& operator=(const ComputeShare&) = delete;
@@ -42,6 +46,7 @@ public:
     int threads() const { return threads_; }
 
 private:
+    int max_threads_ = 0;
     int threads_ = 0;
 };
 
