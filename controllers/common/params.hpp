@@ -33,8 +33,8 @@ public:
 private:
     static nlohmann::json parse(std::string_view text) {
         try {
-            return nlohmann::json::parse(text);
-        } catch (const nlohmann::json::exception& e) {
+            return json_input::parse(std::string(text));
+        } catch (const std::exception& e) {  // nlohmann's parse errors, and json_input::TooDeep
             throw Error(std::string("params are not valid JSON: ") + e.what());
         }
     }

@@ -101,10 +101,12 @@ TargetSource read_targets(json_input::ObjectReader r, const fs::path& base,
 Suite read_suite(const fs::path& file) {
     std::ifstream in(file, std::ios::binary);
     if (!in) throw std::runtime_error("cannot read the suite '" + file.string() + "'");
+    std::ostringstream text;
+    text << in.rdbuf();
     json j;
     try {
-        j = json::parse(in);
-    } catch (const json::exception& e) {
+        j = json_input::parse(text.str());
+    } catch (const std::exception& e) {  // nlohmann's parse errors, and json_input::TooDeep
         throw ConfigError(file.string(), {{"", std::string("not valid JSON: ") + e.what()}});
     }
     const fs::path base = file.parent_path();
@@ -421,11 +423,9 @@ int run_eval(const EvalOptions& o) {
         ++task_index;
         json base;
         try {
-            std::ifstream in(task.recipe);
-            base = json::parse(in);
-        } catch (const json::exception& e) {
-            throw std::runtime_error("task '" + task.name + "': the recipe '" + task.recipe.string() + "' is not valid JSON (" +
-                                     e.what() + ")");
+            base = read_json_file(task.recipe);
+        } catch (const ModelError& e) {
+            throw std::runtime_error("task '" + task.name + "': the recipe " + e.what());
         }
         // Targets made of the model's tokens (length, prefix, infill) need the recipe model's tokenizer.
         std::shared_ptr<const Tokenizer> tokenizer;

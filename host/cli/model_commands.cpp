@@ -26,7 +26,7 @@ int cmd_corpus_model(const std::string& input, const std::string& out_dir, const
 int cmd_convert_weights(const std::string& model, const std::string& dtype_name) {
     const std::filesystem::path dir = resolve_model(model, std::filesystem::current_path(), default_model_path());
     const nlohmann::json config = read_json_file(dir / "config.json");
-    const std::filesystem::path weights = dir / config.value("weights", std::string("model.safetensors"));
+    const std::filesystem::path weights = model_file(dir, config.value("weights", std::string("model.safetensors")));
     const auto before = std::filesystem::file_size(weights);
     const uint64_t after = convert_floating_tensors(weights, dtype_name);
     std::cout << weights.string() << ": floating-point tensors stored as " << dtype_name << ", " << before / 1024 << " KB -> "

@@ -483,6 +483,17 @@ TEST(Weights, ModelConfigProblemsNameTheFileAndKey) {
     missing_file["weights"] = "nowhere.safetensors";
     e = error(missing_file, Family::continuous);
     EXPECT_NE(e.find("nowhere.safetensors"), std::string::npos) << e;
+
+    // A model folder names files inside itself: a path that leaves it is refused before anything is opened.
+    for (const std::string escape : {"../weights.safetensors", "/etc/passwd", "sub/../../x.safetensors", "", "."}) {
+        json outside = good;
+        outside["weights"] = escape;
+        e = error(outside, Family::continuous);
+        EXPECT_NE(e.find("is not a file inside the model's folder"), std::string::npos) << escape << ": " << e;
+    }
+    json inside = good;
+    inside["weights"] = "./sub/../weights.safetensors";
+    EXPECT_EQ(error(inside, Family::continuous), "");
 }
 
 }  // namespace

@@ -182,4 +182,32 @@ TEST(Recipe, ClosestMatch) {
     EXPECT_EQ(closest_match("zzzzzz", {"length", "span"}), "");
 }
 
+// A recipe nested 100,000 arrays deep (200 KB) used to overflow the stack while it was copied (exit 139).
+TEST(Recipe, DeepNestingIsRefusedWhileParsing) {
+    const int n = 100000;
+    const std::string text = R"({"model": "m", "controllers": [{"plugin": "length", "params": {"tokens": 5, "x": )" +
+                             std::string(n, '[') + std::string(n, ']') + "}}]}";
+    const auto issues = issues_of(text);
+    EXPECT_TRUE(has_issue(issues, "", "nested deeper than 100 levels")) << (issues.empty() ? "" : issues[0].message);
+}
+
+// 16,000 identical controllers took 17 s to label (a quadratic search for a free suffix); now they are capped, and
+// labelling those within the cap is linear.
+TEST(Recipe, ControllersAreCappedAndLabelledOnce) {
+    auto recipe_of = [](int n) {
+        std::string text = R"({"model": "m", "controllers": [)";
+        for (int i = 0; i < n; ++i) text += std::string(i ? "," : "") + R"({"plugin": "length", "params": {"tokens": 5}})";
+        return text + "]}";
+    };
+    const auto r = parse_recipe(recipe_of(256), ".");
+    ASSERT_EQ(r.controllers.size(), 256u);
+    EXPECT_EQ(r.controllers[0].name, "length");
+    EXPECT_EQ(r.controllers[1].name, "length_2");
+    EXPECT_EQ(r.controllers[255].name, "length_256");
+    EXPECT_TRUE(has_issue(issues_of(recipe_of(4000)), "/controllers", "4000 controllers, over the limit of 256"));
+    rudder::RecipeLimits more;
+    more.max_controllers = 4000;
+    EXPECT_EQ(parse_recipe(recipe_of(4000), ".", more).controllers.back().name, "length_4000");
+}
+
 }  // namespace

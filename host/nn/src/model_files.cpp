@@ -1,6 +1,9 @@
 #include <rudder/nn/model_files.hpp>
 
 #include <fstream>
+#include <sstream>
+
+#include <rudder/rudder_json.hpp>
 
 namespace rudder {
 namespace fs = std::filesystem;
@@ -9,9 +12,11 @@ using json = nlohmann::json;
 json read_json_file(const fs::path& file) {
     std::ifstream in(file, std::ios::binary);
     if (!in) throw ModelError("cannot read '" + file.string() + "'");
+    std::ostringstream text;
+    text << in.rdbuf();
     try {
-        return json::parse(in);
-    } catch (const json::exception& e) {
+        return json_input::parse(text.str());
+    } catch (const std::exception& e) {  // nlohmann's parse errors, and json_input::TooDeep
         throw ModelError("'" + file.string() + "' is not valid JSON: " + e.what());
     }
 }
@@ -33,13 +38,23 @@ std::string config_string(const json& object, const std::string& key, const fs::
     return object.at(key).get<std::string>();
 }
 
+fs::path model_file(const fs::path& dir, const std::string& name) {
+    const fs::path relative = fs::path(name).lexically_normal();
+    const bool inside = !name.empty() && relative.is_relative() && !relative.has_root_name() &&
+                        (relative.empty() || *relative.begin() != "..") && relative != ".";
+    if (!inside)
+        throw ModelError("'" + (dir / "config.json").string() + "': \"" + name +
+                         "\" is not a file inside the model's folder (names are relative to it and stay in it)");
+    return dir / relative;
+}
+
 std::shared_ptr<WordTokenizer> load_word_tokenizer(const json& config, const fs::path& dir) {
     const fs::path file = dir / "config.json";
     if (!config.contains("tokenizer")) throw ModelError("'" + file.string() + "': missing key 'tokenizer'");
     const json& spec = config.at("tokenizer");
     const std::string type = config_string(spec, "type", file);
     if (type != "word") throw ModelError("'" + file.string() + "': unknown tokenizer type '" + type + "'");
-    const fs::path vocab = dir / config_string(spec, "vocab", file);
+    const fs::path vocab = model_file(dir, config_string(spec, "vocab", file));
     try {
         return std::make_shared<WordTokenizer>(WordTokenizer::load(vocab.string()));
     } catch (const std::exception& e) {

@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <nlohmann/json.hpp>
+#include <rudder/rudder_json.hpp>
 #include <unistd.h>
 
 #include <algorithm>
@@ -226,10 +227,7 @@ SafeTensors read_safetensors(std::istream& in, uint64_t file_size, const fs::pat
     json header;
     try {
         // The header is two levels deep; refusing deeper nesting while parsing bounds the parser's work and stack.
-        header = json::parse(text, [](int depth, json::parse_event_t, json&) {
-            if (depth > 4) throw std::runtime_error("nested deeper than a safetensors header");
-            return true;
-        });
+        header = json_input::parse(text, 4);
     } catch (const std::exception& e) {
         fail(file, std::string("header is not valid JSON: ") + e.what());
     }

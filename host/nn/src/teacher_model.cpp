@@ -35,7 +35,7 @@ TeacherModel load_teacher(const fs::path& dir) {
         for (const auto& issue : e.issues()) text += "\n  /network" + issue.pointer + ": " + issue.message;
         throw ModelError(text);
     }
-    const fs::path weights = dir / config_string(config, "weights", file);
+    const fs::path weights = model_file(dir, config_string(config, "weights", file));
     nn::load_module_tensors(*model.network, load_safetensors(weights), weights);
     model.network->eval();
     return model;

@@ -148,8 +148,8 @@ nlohmann::json sample_json(const SampleResult& s) {
         if (c.verdict.has_score) v["score"] = c.verdict.score;
         if (!c.verdict.detail.empty()) {
             try {
-                v["detail"] = json::parse(c.verdict.detail);
-            } catch (const json::exception&) {
+                v["detail"] = json_input::parse(c.verdict.detail);
+            } catch (const std::exception&) {  // not JSON, or too deep: kept as text
                 v["detail"] = c.verdict.detail;
             }
         }

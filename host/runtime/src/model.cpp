@@ -199,7 +199,7 @@ Model load_model(const fs::path& dir, std::optional<Family> family) {
         opt.mask_id = m.tokenizer->mask_id();
         opt.embed_dim = config.value("embed_dim", int64_t{16});
         opt.embed_seed = config.value("embed_seed", uint64_t{0});
-        auto sentences = read_sentences(dir / get<std::string>(config, "sentences", file), *m.tokenizer);
+        auto sentences = read_sentences(model_file(dir, get<std::string>(config, "sentences", file)), *m.tokenizer);
         m.denoiser = std::make_shared<CorpusDenoiser>(std::move(sentences), opt, m.schedule);
     } else if (type == "transformer") {
         try {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -75,9 +76,14 @@ ControllerSpec parse_controller(ObjectReader& item) {
     return spec;
 }
 
-void parse_controllers(ObjectReader& doc, std::vector<ControllerSpec>& out) {
+void parse_controllers(ObjectReader& doc, const RecipeLimits& limits, std::vector<ControllerSpec>& out) {
     const auto list = doc.array("controllers");
     if (!list) return;
+    if (static_cast<int64_t>(list->size()) > limits.max_controllers) {
+        doc.issue("controllers", std::to_string(list->size()) + " controllers, over the limit of " +
+                                     std::to_string(limits.max_controllers));
+        return;
+    }
     for (size_t i = 0; i < list->size(); ++i) {
         ObjectReader item((*list)[i], "/controllers/" + std::to_string(i), doc.issues());
         if (item.is_object()) out.push_back(parse_controller(item));
@@ -89,12 +95,17 @@ void parse_controllers(ObjectReader& doc, std::vector<ControllerSpec>& out) {
         if (!explicit_names.insert(spec.name).second)
             doc.issues().push_back({spec.pointer + "/name", "name '" + spec.name + "' is used by another controller"});
     }
+    // Each base label's next suffix to try, kept across controllers: labelling n controllers of one plugin costs
+    // n lookups, not n^2 / 2.
+    std::map<std::string, int> next_suffix;
     for (auto& spec : out) {
         if (!spec.name.empty() || spec.plugin.empty()) continue;
         std::string base = std::filesystem::path(spec.plugin).stem().string();
         if (base.rfind("rudder_", 0) == 0) base = base.substr(7);
         std::string label = base;
-        for (int n = 2; explicit_names.count(label) > 0; ++n) label = base + "_" + std::to_string(n);
+        auto [suffix, fresh] = next_suffix.emplace(base, 2);
+        (void)fresh;
+        while (explicit_names.count(label) > 0) label = base + "_" + std::to_string(suffix->second++);
         explicit_names.insert(label);
         spec.name = label;
     }
@@ -109,7 +120,9 @@ Recipe parse_recipe(const std::string& text, const std::filesystem::path& base_d
                     std::vector<RecipeIssue>* issues) {
     json doc;
     try {
-        doc = json::parse(text);
+        doc = json_input::parse(text);
+    } catch (const json_input::TooDeep& e) {
+        throw RecipeError({{"", std::string("not accepted: ") + e.what()}});
     } catch (const json::parse_error& e) {
         // Turn the byte offset into line:column, which is what an editor shows.
         size_t line = 1, col = 1;
@@ -166,7 +179,7 @@ Recipe parse_recipe(const std::string& text, const std::filesystem::path& base_d
         ObjectReader g(*guidance, "/guidance", found);
         parse_guidance(g, r.guidance);
     }
-    parse_controllers(root, r.controllers);
+    parse_controllers(root, limits, r.controllers);
     root.reject_unknown_keys();
     if (issues != nullptr) {
         issues->insert(issues->end(), found.begin(), found.end());

@@ -48,7 +48,7 @@ inline LoadedModel<Net> load_network_model(const std::filesystem::path& dir, con
         throw ModelError(text);
     }
     m.buckets = network.value("buckets", int64_t{0});
-    const std::filesystem::path weights = dir / config_string(config, "weights", file);
+    const std::filesystem::path weights = model_file(dir, config_string(config, "weights", file));
     nn::load_module_tensors(*m.network, load_safetensors(weights), weights);
     m.network->eval();
     return m;

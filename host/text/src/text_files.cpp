@@ -1,6 +1,7 @@
 #include <rudder/text/text_files.hpp>
 
 #include <nlohmann/json.hpp>
+#include <rudder/rudder_json.hpp>
 #include <zlib.h>
 
 #include <memory>
@@ -118,8 +119,8 @@ std::vector<std::string> read_texts(const std::filesystem::path& file) {
         const std::string where = file.string() + ":" + std::to_string(i + 1) + ": ";
         nlohmann::json record;
         try {
-            record = nlohmann::json::parse(lines[i]);
-        } catch (const nlohmann::json::exception& e) {
+            record = json_input::parse(lines[i]);
+        } catch (const std::exception& e) {  // nlohmann's parse errors, and json_input::TooDeep
             throw std::runtime_error(where + "not valid JSON (the file's first line made it JSON Lines): " + e.what());
         }
         if (!record.is_object() || !record.contains("text") || !record.at("text").is_string())

@@ -1,6 +1,7 @@
 #include <rudder/text/treebank.hpp>
 
 #include <nlohmann/json.hpp>
+#include <rudder/rudder_json.hpp>
 
 #include <stdexcept>
 
@@ -133,7 +134,7 @@ std::vector<AnnotatedText> read_annotated_texts(const fs::path& file) {
         ++line_number;
         if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
         try {
-            const auto j = nlohmann::json::parse(line);
+            const auto j = json_input::parse(line);
             const auto& tree = j.at("tree");
             if (!tree.is_null() && !tree.is_string()) throw std::invalid_argument("\"tree\" must be a string or null");
             out.push_back({line_number, j.at("text").get<std::string>(), j.at("pos").get<std::vector<std::string>>(),

@@ -150,8 +150,8 @@ void start_train_log(const TrainConfig& c, std::optional<int64_t> resumed_step) 
     if (resumed_step && fs::exists(log_file, ec)) {
         for (const auto& line : read_lines(log_file)) {
             try {
-                if (!line.empty() && json::parse(line).value("step", int64_t{0}) <= *resumed_step) kept += line + "\n";
-            } catch (const json::exception&) {
+                if (!line.empty() && json_input::parse(line).value("step", int64_t{0}) <= *resumed_step) kept += line + "\n";
+            } catch (const std::exception&) {
                 // A line cut short by a crash: dropped.
             }
         }

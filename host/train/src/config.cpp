@@ -1,6 +1,7 @@
 #include <rudder/train/config.hpp>
 
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -198,10 +199,12 @@ TrainConfig parse_train_config(const json& j, const fs::path& base_dir, const st
 TrainConfig load_train_config(const fs::path& file) {
     std::ifstream in(file, std::ios::binary);
     if (!in) throw ConfigError(file.string(), {{"", "cannot read the file"}});
+    std::ostringstream text;
+    text << in.rdbuf();
     json j;
     try {
-        j = json::parse(in);
-    } catch (const json::exception& e) {  // parse errors, and numbers beyond double's range ("1e999")
+        j = json_input::parse(text.str());
+    } catch (const std::exception& e) {  // parse errors, numbers beyond double's range ("1e999"), too deep
         throw ConfigError(file.string(), {{"", std::string("not valid JSON: ") + e.what()}});
     }
     return parse_train_config(j, file.parent_path(), file.string());

@@ -104,7 +104,7 @@ void Trainer::copy_denoiser_embedding() {
     auto* classifier = dynamic_cast<nn::TextClassifierNet*>(network_.get());
     if (classifier == nullptr || classifier->family() != Family::continuous) return;
     const json denoiser = read_json_file(c_.denoiser / "config.json");
-    const fs::path weights = c_.denoiser / denoiser.value("weights", "model.safetensors");
+    const fs::path weights = model_file(c_.denoiser, denoiser.value("weights", "model.safetensors"));
     const SafeTensors saved = load_safetensors(weights);
     const at::Tensor* table = saved.find("embedding");
     if (table == nullptr) throw ModelError("'" + weights.string() + "' has no tensor 'embedding' (not a continuous denoiser)");

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,28 @@ inline std::string describe(const std::vector<Issue>& issues, const std::string&
     for (const auto& issue : issues)
         out += (out.empty() ? "" : "\n") + (issue.pointer.empty() ? root : issue.pointer) + ": " + issue.message;
     return out;
+}
+
+// ----- parsing ---------------------------------------------------------------------------------------------------
+
+// The deepest nesting of objects and arrays a document may have. Recipes and configs nest a few levels; a document
+// nested 100,000 deep (200 KB of brackets) would overflow the stack when it is later copied or destroyed, so
+// deeper ones are refused while they are parsed.
+constexpr int kMaxDepth = 100;
+
+// Thrown by parse() for a document nested deeper than its limit.
+class TooDeep : public std::invalid_argument {
+public:
+    explicit TooDeep(int max_depth)
+        : std::invalid_argument("nested deeper than " + std::to_string(max_depth) + " levels of objects and arrays") {}
+};
+
+// nlohmann::json::parse with a nesting limit: throws nlohmann::json's parse errors, and TooDeep.
+inline nlohmann::json parse(const std::string& text, int max_depth = kMaxDepth) {
+    return nlohmann::json::parse(text, [max_depth](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+        if (depth > max_depth) throw TooDeep(max_depth);
+        return true;
+    });
 }
 
 // ----- "did you mean" --------------------------------------------------------------------------------------------

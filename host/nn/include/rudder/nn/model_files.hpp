@@ -31,6 +31,11 @@ nlohmann::json read_model_config(const std::filesystem::path& dir);
 // The string at `key` of `object` (a part of `file`'s config); ModelError "missing string" otherwise.
 std::string config_string(const nlohmann::json& object, const std::string& key, const std::filesystem::path& file);
 
+// A file a model's config.json names (`name`, e.g. its "weights"), inside the model's folder `dir`: an absolute
+// path, or one that climbs out with "..", is a ModelError, so a model folder cannot make Rudder open, and quote in
+// its messages, files elsewhere on the machine.
+std::filesystem::path model_file(const std::filesystem::path& dir, const std::string& name);
+
 // The word tokenizer config["tokenizer"] describes ({"type": "word", "vocab": "vocab.txt"}, the vocabulary file
 // relative to `dir`). Throws ModelError naming the file and the problem.
 std::shared_ptr<WordTokenizer> load_word_tokenizer(const nlohmann::json& config, const std::filesystem::path& dir);

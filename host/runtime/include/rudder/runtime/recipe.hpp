@@ -84,6 +84,7 @@ struct RecipeLimits {
     int64_t max_samples = 1000000;
     int64_t max_batch_size = 4096;
     int64_t max_length = 4096;
+    int64_t max_controllers = 256;  // each is a plugin instance with its own buffers at every step
 };
 
 // Parses and validates recipe text. Throws RecipeError with every issue found. With `issues` given, problems of
