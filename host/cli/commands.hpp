@@ -15,6 +15,7 @@ namespace rudder::cli {
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitInvalid = 2;  // the input (recipe, config, suite) is invalid
+constexpr int kExitInterrupted = 130;  // Ctrl-C or SIGTERM stopped the run (128 + SIGINT, as shells report it)
 
 struct Command {
     CLI::App* app = nullptr;   // parsed() says whether it was given

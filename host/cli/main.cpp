@@ -3,9 +3,13 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <iostream>
 
 #include <rudder/nn/compute_threads.hpp>
+#include <rudder/rudder_plugin.h>
 #include <rudder/nn/config_error.hpp>
 #include <rudder/runtime/generator.hpp>
 #include <rudder/runtime/recipe.hpp>
@@ -15,6 +19,8 @@
 int main(int argc, char** argv) {
     namespace cli = rudder::cli;
     CLI::App app{"rudder: controllable text generation with diffusion language models"};
+    app.set_version_flag("--version", std::string("rudder ") + RUDDER_VERSION + " (plugin ABI " +
+                                          std::to_string(RUDDER_ABI_MAJOR) + "." + std::to_string(RUDDER_ABI_MINOR) + ")");
     app.require_subcommand(1);
     bool verbose = false;
     app.add_flag("-v,--verbose", verbose, "Log debug messages (plugin loading, model files)");
@@ -42,7 +48,12 @@ int main(int argc, char** argv) {
     for (const auto& command : commands.list) {
         if (!command.app->parsed()) continue;
         try {
-            return command.run();
+            const int code = command.run();
+            // What went to stdout through std::cout must have arrived (a full disk, a closed pipe are failures).
+            std::cout.flush();
+            if (!std::cout || std::fflush(stdout) != 0)
+                throw std::runtime_error(std::string("cannot write to standard output: ") + std::strerror(errno));
+            return code;
         } catch (const rudder::RecipeError& e) {  // a recipe a command built or read for itself
             cli::print_recipe_error("rudder " + command.app->get_name(), e);
             return cli::kExitInvalid;

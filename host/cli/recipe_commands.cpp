@@ -4,12 +4,15 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <optional>
+#include <sstream>
 
+#include <rudder/base/output_file.hpp>
 #include <rudder/runtime/generator.hpp>
 #include <rudder/runtime/model.hpp>
 #include <rudder/runtime/recipe.hpp>
@@ -75,21 +78,56 @@ std::string sample_text_line(const SampleResult& s) {
     return line + "]";
 }
 
+// The recipe at `path`, or read from standard input when `path` is "-" (relative paths in it are then relative
+// to the working directory).
+Recipe read_recipe(const std::string& path, std::vector<RecipeIssue>& issues) {
+    if (path != "-") return load_recipe(path, {}, &issues);
+    std::ostringstream text;
+    text << std::cin.rdbuf();
+    return parse_recipe(text.str(), ".", {}, &issues);
+}
+
+// Ctrl-C (SIGINT) or SIGTERM during a run: the run stops at the end of the step in progress; a second one ends
+// the process at once, as usual.
+volatile std::sig_atomic_t g_interrupted = 0;
+
+extern "C" void on_interrupt(int signal_number) {
+    g_interrupted = signal_number;
+    std::signal(signal_number, SIG_DFL);
+}
+
+class InterruptHandlers {
+public:
+    InterruptHandlers() {
+        g_interrupted = 0;
+        previous_int_ = std::signal(SIGINT, on_interrupt);
+        previous_term_ = std::signal(SIGTERM, on_interrupt);
+    }
+    ~InterruptHandlers() {
+        std::signal(SIGINT, previous_int_);
+        std::signal(SIGTERM, previous_term_);
+    }
+
+private:
+    void (*previous_int_)(int);
+    void (*previous_term_)(int);
+};
+
 int cmd_generate(const std::string& recipe_path, const std::string& out_path, std::optional<int64_t> samples,
                  std::optional<uint64_t> seed, bool quiet, bool as_text) {
     std::vector<RecipeIssue> issues;
-    Recipe recipe = load_recipe(recipe_path, {}, &issues);
+    Recipe recipe = read_recipe(recipe_path, issues);
     if (samples) recipe.samples = *samples;
     if (seed) recipe.seed = *seed;
+    std::error_code ec;
+    if (!out_path.empty() && recipe_path != "-" && std::filesystem::equivalent(out_path, recipe_path, ec))
+        throw RecipeError({{"", "-o '" + out_path + "' is the recipe itself; name another output file"}});
     plugins::Registry registry(plugins::Registry::default_search_path());
     Generator generator(recipe, registry, default_model_path(), std::move(issues));
 
-    std::ofstream file;
-    if (!out_path.empty()) {
-        file.open(out_path);
-        if (!file) throw std::runtime_error("cannot write '" + out_path + "'");
-    }
-    std::ostream& out = out_path.empty() ? std::cout : file;
+    std::unique_ptr<OutputFile> file;
+    if (!out_path.empty()) file = std::make_unique<OutputFile>(out_path);
+    auto write = [&](const std::string& text) { file ? file->write(text) : write_stdout(text); };
     if (!quiet)
         std::fprintf(stderr, "model %s (%s), sampler %s, %lld steps, %lld samples, %zu controllers\n",
                      generator.model().name.c_str(), family_name(generator.model().family),
@@ -100,17 +138,34 @@ int cmd_generate(const std::string& recipe_path, const std::string& out_path, st
     std::vector<std::string> order;
     const auto start = std::chrono::steady_clock::now();
     ProgressPrinter printer(quiet);
-    generator.generate(std::ref(printer), [&](const SampleResult& s) {
-        out << (as_text ? sample_text_line(s) : sample_json(s).dump()) << "\n" << std::flush;
-        for (const auto& c : s.controls) {
-            if (!tally.count(c.label)) order.push_back(c.label);
-            auto& t = tally[c.label];
-            if (c.verdict.satisfied >= 0) {
-                t.second += 1;
-                t.first += c.verdict.satisfied;
-            }
+    InterruptHandlers interrupts;
+    int64_t written = 0;
+    try {
+        generator.generate([&](const Progress& p) { return g_interrupted == 0 && printer(p); },
+                           [&](const SampleResult& s) {
+                               write((as_text ? sample_text_line(s) : sample_json(s).dump()) + "\n");
+                               ++written;
+                               for (const auto& c : s.controls) {
+                                   if (!tally.count(c.label)) order.push_back(c.label);
+                                   auto& t = tally[c.label];
+                                   if (c.verdict.satisfied >= 0) {
+                                       t.second += 1;
+                                       t.first += c.verdict.satisfied;
+                                   }
+                               }
+                           });
+        if (file) file->commit();
+    } catch (const std::exception&) {
+        if (file && !file->direct() && file->size() > 0)
+            std::fprintf(stderr, "\nrudder: the %lld samples completed are in '%s'; '%s' is unchanged\n",
+                         static_cast<long long>(written), file->written_path().c_str(), out_path.c_str());
+        if (g_interrupted != 0) {
+            std::fprintf(stderr, "rudder: interrupted after %lld of %lld samples\n", static_cast<long long>(written),
+                         static_cast<long long>(recipe.samples));
+            return kExitInterrupted;
         }
-    });
+        throw;
+    }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!quiet) {
         std::fprintf(stderr, "%lld samples in %.2f s (%.2f samples/s)%s%s\n", static_cast<long long>(recipe.samples),
@@ -125,7 +180,7 @@ int cmd_generate(const std::string& recipe_path, const std::string& out_path, st
 
 int cmd_validate(const std::string& recipe_path) {
     std::vector<RecipeIssue> issues;
-    Recipe recipe = load_recipe(recipe_path, {}, &issues);
+    Recipe recipe = read_recipe(recipe_path, issues);
     plugins::Registry registry(plugins::Registry::default_search_path());
     Generator generator(recipe, registry, default_model_path(), std::move(issues));
     std::cout << recipe_path << ": valid (model " << generator.model().name << ", "
@@ -146,8 +201,11 @@ void add_recipe_commands(CLI::App& app, Commands& commands) {
     };
     auto o = std::make_shared<Options>();
     auto* generate = app.add_subcommand("generate", "Generate samples from a recipe as JSON Lines");
-    generate->add_option("recipe", o->recipe, "Recipe file (JSON)")->required()->check(CLI::ExistingFile);
-    generate->add_option("-o,--out", o->out, "Write JSON Lines here instead of stdout");
+    generate->add_option("recipe", o->recipe, "Recipe file (JSON), - for standard input")
+        ->required()
+        ->check(CLI::ExistingFile | CLI::IsMember({"-"}));
+    generate->add_option("-o,--out", o->out,
+                         "Write JSON Lines here instead of stdout (replaced only when the run completes)");
     generate->add_option("-n,--samples", o->samples, "Override the recipe's sample count")->check(CLI::Range(1, 1000000));
     generate->add_option("-s,--seed", o->seed, "Override the recipe's seed");
     generate->add_flag("-q,--quiet", o->quiet, "No progress on stderr");
@@ -161,7 +219,9 @@ void add_recipe_commands(CLI::App& app, Commands& commands) {
     }});
 
     auto* validate = app.add_subcommand("validate", "Check a recipe, its model and its controllers' params");
-    validate->add_option("recipe", o->recipe, "Recipe file (JSON)")->required()->check(CLI::ExistingFile);
+    validate->add_option("recipe", o->recipe, "Recipe file (JSON), - for standard input")
+        ->required()
+        ->check(CLI::ExistingFile | CLI::IsMember({"-"}));
     commands.list.push_back({validate, [o] { return with_recipe_errors(o->recipe, [&] { return cmd_validate(o->recipe); }); }});
 }
 

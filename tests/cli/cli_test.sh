@@ -99,6 +99,64 @@ JSON
     [ $code -eq 1 ] || fail "expected exit 1, got $code"
     grep -q "controller 'length' fixes token id 0 at position 6, which 'span' forbids" <<<"$err" || fail "$err"
     ;;
+  generate_failure_keeps_old_output)
+    # A run that fails after one of three batches: the old output is untouched, the finished sample is kept apart.
+    echo "old results" > "$work/out.jsonl"
+    sed 's/"controllers": \[/"batch_size": 1, "controllers": [ {"plugin": "throws", "params": {"throw_in": "evaluate", "after": 1}},/' \
+      "$work/good.json" > "$work/fails.json"
+    err=$(RUDDER_PLUGIN_PATH="$fixtures" "$rudder" generate -q "$work/fails.json" -o "$work/out.jsonl" 2>&1); code=$?
+    [ $code -eq 1 ] || fail "expected exit 1, got $code: $err"
+    [ "$(cat "$work/out.jsonl")" = "old results" ] || fail "the old output was changed: $(cat "$work/out.jsonl")"
+    [ "$(wc -l < "$work/out.jsonl.partial")" -eq 1 ] || fail "the finished sample was not kept: $(ls "$work")"
+    grep -q "the 1 samples completed are in '$work/out.jsonl.partial'" <<<"$err" || fail "$err"
+    # Nothing completed: no .partial is left behind.
+    sed 's/"after": 1/"after": 0/' "$work/fails.json" > "$work/fails_at_once.json"
+    rm "$work/out.jsonl.partial"
+    RUDDER_PLUGIN_PATH="$fixtures" "$rudder" generate -q "$work/fails_at_once.json" -o "$work/out.jsonl" 2>/dev/null
+    [ ! -e "$work/out.jsonl.partial" ] || fail "an empty .partial was left"
+    # Success replaces the old output whole.
+    "$rudder" generate -q "$work/good.json" -o "$work/out.jsonl" || fail "exit $?"
+    [ "$(wc -l < "$work/out.jsonl")" -eq 3 ] && [ ! -e "$work/out.jsonl.partial" ] || fail "not replaced: $(ls "$work")"
+    ;;
+  generate_interrupted)
+    # Ctrl-C stops the run within a step: exit 130, finished samples kept in the .partial file, old output intact.
+    echo "old results" > "$work/out.jsonl"
+    sed 's/"samples": 3/"samples": 200, "batch_size": 1/; s/"controllers": \[/"controllers": [ {"plugin": "slow", "params": {"ms": 2}},/' \
+      "$work/good.json" > "$work/long.json"
+    RUDDER_PLUGIN_PATH="$fixtures" "$rudder" generate -q "$work/long.json" -o "$work/out.jsonl" 2> "$work/err.txt" &
+    pid=$!
+    for _ in $(seq 600); do [ -s "$work/out.jsonl.partial" ] && break; sleep 0.05; done
+    kill -INT $pid
+    wait $pid; code=$?
+    [ $code -eq 130 ] || fail "expected exit 130, got $code: $(cat "$work/err.txt")"
+    [ "$(cat "$work/out.jsonl")" = "old results" ] || fail "the old output was changed"
+    lines=$(wc -l < "$work/out.jsonl.partial")
+    [ "$lines" -ge 1 ] && [ "$lines" -lt 200 ] || fail "$lines samples kept"
+    grep -q "interrupted after $lines of 200 samples" "$work/err.txt" || fail "$(cat "$work/err.txt")"
+    ;;
+  generate_write_errors)
+    err=$("$rudder" generate -q "$work/good.json" 2>&1 > /dev/full); code=$?
+    [ $code -eq 1 ] || fail "stdout on a full disk: exit $code, expected 1"
+    grep -q "cannot write to standard output" <<<"$err" || fail "$err"
+    err=$("$rudder" validate "$work/good.json" 2>&1 > /dev/full); code=$?
+    [ $code -eq 1 ] || fail "validate to a full disk: exit $code, expected 1: $err"
+    err=$("$rudder" generate -q "$work/good.json" -o "$work/no/such/folder/out.jsonl" 2>&1); code=$?
+    [ $code -eq 1 ] || fail "an output in a missing folder: exit $code, expected 1"
+    grep -q "cannot write '$work/no/such/folder/out.jsonl.partial'" <<<"$err" || fail "$err"
+    err=$("$rudder" generate -q "$work/good.json" -o "$work/good.json" 2>&1); code=$?
+    [ $code -eq 2 ] || fail "-o naming the recipe: exit $code, expected 2"
+    grep -q "is the recipe itself" <<<"$err" || fail "$err"
+    grep -q '"controllers"' "$work/good.json" || fail "the recipe was overwritten"
+    # /dev/null and other non-regular files are written directly, never replaced.
+    "$rudder" generate -q "$work/good.json" -o /dev/null || fail "-o /dev/null: exit $?"
+    [ -c /dev/null ] || fail "/dev/null was replaced"
+    ;;
+  stdin_and_version)
+    (cd "$work" && "$rudder" validate - < good.json) | grep -q "^-: valid" || fail "validate - did not read stdin"
+    [ "$(cd "$work" && "$rudder" generate -q - < good.json | wc -l)" -eq 3 ] || fail "generate - did not read stdin"
+    "$rudder" --version | grep -Eq "^rudder [0-9]+\.[0-9]+\.[0-9]+ \(plugin ABI [0-9]+\.[0-9]+\)$" ||
+      fail "--version: $("$rudder" --version)"
+    ;;
   missing_file)
     "$rudder" generate "$work/none.json" > /dev/null 2>&1; code=$?
     [ $code -eq 2 ] || fail "expected exit 2, got $code"

@@ -216,6 +216,12 @@ TEST(CApi, ConfiguredLimitsRefuseLargerRequestsUpFront) {
     ASSERT_EQ(rudder_generator_create_limited(text.c_str(), nullptr, nullptr, &shorter, &gen), RUDDER_OK)
         << rudder_last_error();
     rudder_generator_free(gen);
+
+    // A zeroed struct: the message says how to fill it (rudder_limits has no defaults function).
+    rudder_limits zeroed{};
+    EXPECT_EQ(rudder_generator_create_limited(text.c_str(), nullptr, nullptr, &zeroed, &gen), RUDDER_ERR_INVALID_ARGUMENT);
+    EXPECT_THAT(rudder_last_error(), HasSubstr("set struct_size = sizeof(rudder_limits)"));
+    EXPECT_THAT(rudder_last_error(), Not(HasSubstr("rudder_default_limits")));
 }
 
 TEST(CApi, LastErrorIsPerThread) {

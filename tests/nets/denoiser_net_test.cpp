@@ -2,11 +2,13 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -419,6 +421,50 @@ TEST(Weights, MissingExtraOrMisshapedTensorsAreNamed) {
     EXPECT_NE(e.find("'" + tensors[0].first + "'"), std::string::npos) << e;
 
     EXPECT_EQ(load_error(tensors), "");
+}
+
+// A model folder whose weights file adds a tensor of `extra_bytes` the network does not have: the header is
+// rewritten by hand and the file extended (sparsely) so the extra tensor costs no disk.
+void add_unexpected_tensor(const fs::path& file, uint64_t extra_bytes) {
+    std::ifstream in(file, std::ios::binary);
+    unsigned char length[8];
+    in.read(reinterpret_cast<char*>(length), 8);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | length[i];
+    std::string header(n, '\0');
+    in.read(header.data(), static_cast<std::streamsize>(n));
+    const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    in.close();
+    json parsed = json::parse(header);
+    parsed["unused.huge"] = {{"dtype", "U8"}, {"shape", {extra_bytes}}, {"data_offsets", {data.size(), data.size() + extra_bytes}}};
+    std::string text = parsed.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    uint64_t m = text.size();
+    for (int i = 0; i < 8; ++i, m >>= 8) out.put(static_cast<char>(m & 0xff));
+    out << text << data;
+    out.close();
+    fs::resize_file(file, 8 + text.size() + data.size() + extra_bytes);
+}
+
+TEST(Weights, ATensorTheNetworkLacksIsRefusedBeforeAnyDataIsRead) {
+    TempDir dir;
+    at::manual_seed(16);
+    const auto net = nn::make_denoiser_net(micro_config("discrete", false), *tokenizer());
+    save_safetensors(dir.path() / "weights.safetensors", parameters_of(*net));
+    // 4 GB of (sparse) data: reading it would take gigabytes of memory and tens of seconds.
+    constexpr uint64_t kExtra = 4ull << 30;
+    add_unexpected_tensor(dir.path() / "weights.safetensors", kExtra);
+    ASSERT_GT(fs::file_size(dir.path() / "weights.safetensors"), kExtra);
+    try {
+        load_transformer_denoiser(model_config(*net), dir.path(), tokenizer(), Family::discrete);
+        FAIL() << "a file with a tensor the network lacks was accepted";
+    } catch (const ModelError& e) {
+        EXPECT_NE(std::string(e.what()).find("unexpected tensor 'unused.huge'"), std::string::npos) << e.what();
+    }
+    struct rusage usage {};
+    ::getrusage(RUSAGE_SELF, &usage);
+    EXPECT_LT(usage.ru_maxrss, 1L << 20) << "peak resident memory " << usage.ru_maxrss << " KB: the tensor was read";
 }
 
 TEST(Weights, AVocabularyOfAnotherSizeThanTheNetworksIsRefusedNamingBoth) {

@@ -229,6 +229,20 @@ TEST(RecommendedSampler, AClashWithTheRecipeNamesBoth) {
     }
 }
 
+TEST(RecommendedSampler, AMisspeltKeyIsReportedOnce) {
+    const auto dir = corpus_model_recommending({{"discrete", {{"name", "euler"}}}}, "misspelt");
+    const std::string text = R"({"model": ")" + dir.string() + R"(", "family": "discrete", "sampler": {"temprature": 0.5}})";
+    std::vector<rudder::RecipeIssue> issues;
+    rudder::Recipe recipe = rudder::parse_recipe(text, ".", {}, &issues);
+    try {
+        Generator g(recipe, registry(), {}, issues);
+        FAIL() << "a misspelt sampler key was accepted";
+    } catch (const rudder::RecipeError& e) {
+        ASSERT_EQ(e.issues().size(), 1u) << e.what();
+        EXPECT_EQ(e.issues()[0].pointer, "/sampler/temprature");
+    }
+}
+
 TEST(RecommendedSampler, BadRecommendationsAreModelErrors) {
     const std::vector<std::pair<nlohmann::json, std::string>> cases = {
         {nlohmann::json::array(), "/sampler: expected an object keyed by family"},

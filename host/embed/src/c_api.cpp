@@ -16,6 +16,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <rudder/nn/compute_threads.hpp>
@@ -96,8 +97,10 @@ rudder_status fail(rudder_status status, const char* message) noexcept {
 template <class T> T read_versioned(const T* in, T defaults, const char* name) {
     if (in == nullptr) return defaults;
     if (in->struct_size < sizeof(uint32_t))
-        invalid_argument(std::string(name) + ".struct_size is " + std::to_string(in->struct_size) +
-                         ": start from rudder_default_" + (name + std::strlen("rudder_")) + "()");
+        invalid_argument(std::string(name) + ".struct_size is " + std::to_string(in->struct_size) + ": " +
+                         (std::is_same_v<T, rudder_limits>
+                              ? std::string("zero-initialise it and set struct_size = sizeof(rudder_limits)")
+                              : "start from rudder_default_" + std::string(name + std::strlen("rudder_")) + "()"));
     std::memcpy(&defaults, in, std::min<size_t>(in->struct_size, sizeof(T)));
     defaults.struct_size = sizeof(T);
     return defaults;

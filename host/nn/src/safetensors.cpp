@@ -195,16 +195,17 @@ void save_safetensors(const fs::path& file, const std::vector<std::pair<std::str
     }
 }
 
-SafeTensors load_safetensors(const fs::path& file) {
+SafeTensors load_safetensors(const fs::path& file, const SafeTensorsSelection& selection) {
     std::error_code ec;
     const uint64_t file_size = fs::file_size(file, ec);
     if (ec) fail(file, "cannot read: " + ec.message());
     std::ifstream in(file, std::ios::binary);
     if (!in) fail(file, "cannot open for reading");
-    return read_safetensors(in, file_size, file);
+    return read_safetensors(in, file_size, file, selection);
 }
 
-SafeTensors read_safetensors(std::istream& in, uint64_t file_size, const fs::path& file) {
+SafeTensors read_safetensors(std::istream& in, uint64_t file_size, const fs::path& file,
+                             const SafeTensorsSelection& selection) {
     if (!host_is_little_endian()) fail(file, "this machine is big-endian; safetensors data is little-endian");
     if (file_size < 8) fail(file, "truncated: " + std::to_string(file_size) + " bytes, shorter than the 8-byte header length");
 
@@ -265,7 +266,25 @@ SafeTensors read_safetensors(std::istream& in, uint64_t file_size, const fs::pat
     if (expected != data_size)
         fail(file, std::to_string(data_size - expected) + " bytes after the last tensor belong to no tensor");
 
-    for (const auto& e : entries) {
+    std::vector<bool> wanted(entries.size(), true);
+    if (selection)
+        for (size_t i = 0; i < entries.size(); ++i)
+            wanted[i] = selection(SafeTensorsEntry{entries[i].name, entries[i].dtype->type, entries[i].shape});
+
+    // Skipped tensors are sought over where the stream can seek (files, memory), read past otherwise.
+    const std::streampos data_start = in.tellg();
+    uint64_t position = 0;  // in the data area
+    for (size_t i = 0; i < entries.size(); ++i) {
+        const Entry& e = entries[i];
+        if (!wanted[i]) continue;
+        if (e.begin != position) {
+            if (data_start != std::streampos(-1))
+                in.seekg(data_start + static_cast<std::streamoff>(e.begin));
+            else
+                in.ignore(static_cast<std::streamsize>(e.begin - position));
+            if (!in) fail(file, "cannot reach the data of tensor '" + e.name + "'");
+        }
+        position = e.end;
         at::Tensor t;
         try {
             t = at::empty(e.shape, at::TensorOptions().dtype(e.dtype->type));
@@ -276,8 +295,8 @@ SafeTensors read_safetensors(std::istream& in, uint64_t file_size, const fs::pat
         if (!in) fail(file, "cannot read the data of tensor '" + e.name + "'");
         if (e.dtype->type == at::kBool) {
             const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
-            for (uint64_t i = 0; i < e.end - e.begin; ++i)
-                if (bytes[i] > 1) fail(file, "BOOL tensor '" + e.name + "' holds the byte " + std::to_string(bytes[i]));
+            for (uint64_t b = 0; b < e.end - e.begin; ++b)
+                if (bytes[b] > 1) fail(file, "BOOL tensor '" + e.name + "' holds the byte " + std::to_string(bytes[b]));
         }
         result.tensors.emplace_back(e.name, std::move(t));
     }

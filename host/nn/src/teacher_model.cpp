@@ -36,7 +36,7 @@ TeacherModel load_teacher(const fs::path& dir) {
         throw ModelError(text);
     }
     const fs::path weights = model_file(dir, config_string(config, "weights", file));
-    nn::load_module_tensors(*model.network, load_safetensors(weights), weights);
+    nn::load_module_file(*model.network, weights);
     model.network->eval();
     return model;
 }

@@ -2,6 +2,7 @@
 // library that fails any check is rejected whole, with a message naming the file and the reason.
 #include "library.hpp"
 
+#include <spdlog/fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <dlfcn.h>
@@ -271,6 +272,9 @@ std::vector<ControllerType> load_checked(const std::filesystem::path& path) {
             throw LoadError(path, "offers controller id '" + std::string(plugin->controllers[i]->id) + "' twice");
     }
 
+    spdlog::debug("{}: plugin '{}' speaks ABI {} (this host {}), offers {}", path.string(),
+                  plugin->name != nullptr ? plugin->name : "", abi_text(plugin->abi_major, plugin->abi_minor),
+                  abi_text(RUDDER_ABI_MAJOR, RUDDER_ABI_MINOR), fmt::join(ids, ", "));
     const std::shared_ptr<Library> library = shared_library_object(std::move(shared), path, plugin, sha256);
     std::vector<ControllerType> types;
     types.reserve(plugin->controller_count);

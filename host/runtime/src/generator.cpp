@@ -221,7 +221,8 @@ Generator::Generator(Recipe recipe, plugins::Registry& registry, const std::vect
         SamplerSpec spec;
         parse_sampler_settings(merged, "/sampler", spec, problems);
         for (const auto& p : problems)
-            issues.push_back({p.pointer, p.message + " (the recipe names no sampler, so it takes model '" + model_.name +
+            if (!reported(p.pointer))  // the recipe's own keys were checked already; say each problem once
+                issues.push_back({p.pointer, p.message + " (the recipe names no sampler, so it takes model '" + model_.name +
                                              "''s recommended " + model_.recommended_sampler.dump() + ")"});
         if (problems.empty()) recipe_.sampler = spec;
     }

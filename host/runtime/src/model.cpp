@@ -212,6 +212,8 @@ Model load_model(const fs::path& dir, std::optional<Family> family) {
     } else {
         throw ModelError("'" + file.string() + "': unknown model type '" + type + "' (known: corpus, transformer)");
     }
+    spdlog::debug("model '{}' loaded from {}: {} denoiser, {} family, {} tokens of vocabulary", m.name, dir.string(),
+                  type, family_name(m.family), m.tokenizer->vocab_size());
     return m;
 }
 

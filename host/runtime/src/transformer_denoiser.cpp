@@ -169,7 +169,7 @@ std::shared_ptr<Denoiser> load_transformer_denoiser(const json& config, const fs
     }
 
     const fs::path weights = model_file(dir, config.at("weights").get<std::string>());
-    nn::load_module_tensors(*network, load_safetensors(weights), weights);
+    nn::load_module_file(*network, weights);
     return std::make_shared<TransformerDenoiser>(std::move(network), std::move(tokenizer));
 }
 

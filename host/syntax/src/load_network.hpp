@@ -49,7 +49,7 @@ inline LoadedModel<Net> load_network_model(const std::filesystem::path& dir, con
     }
     m.buckets = network.value("buckets", int64_t{0});
     const std::filesystem::path weights = model_file(dir, config_string(config, "weights", file));
-    nn::load_module_tensors(*m.network, load_safetensors(weights), weights);
+    nn::load_module_file(*m.network, weights);
     m.network->eval();
     return m;
 }

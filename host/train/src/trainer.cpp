@@ -105,7 +105,7 @@ void Trainer::copy_denoiser_embedding() {
     if (classifier == nullptr || classifier->family() != Family::continuous) return;
     const json denoiser = read_json_file(c_.denoiser / "config.json");
     const fs::path weights = model_file(c_.denoiser, denoiser.value("weights", "model.safetensors"));
-    const SafeTensors saved = load_safetensors(weights);
+    const SafeTensors saved = load_safetensors(weights, [](const SafeTensorsEntry& e) { return e.name == "embedding"; });
     const at::Tensor* table = saved.find("embedding");
     if (table == nullptr) throw ModelError("'" + weights.string() + "' has no tensor 'embedding' (not a continuous denoiser)");
     classifier->set_noise_embedding(*table);
@@ -149,14 +149,14 @@ void Trainer::start_from_model(bool load_weights) {
     }
     if (!load_weights) return;
     const fs::path weights = c_.init_from / "model.safetensors";
-    const SafeTensors saved = load_safetensors(weights);
-    // The trainer stamps every model's weights with its kind.
-    const auto kind = saved.metadata.find("rudder_kind");
-    const std::string held = kind != saved.metadata.end() ? kind->second : "?";
+    // The trainer stamps every model's weights with its kind (the header says it; no tensor is read for it).
+    const SafeTensors header = load_safetensors(weights, [](const SafeTensorsEntry&) { return false; });
+    const auto kind = header.metadata.find("rudder_kind");
+    const std::string held = kind != header.metadata.end() ? kind->second : "?";
     if (held != c_.kind)
         throw ModelError("training.init_from: '" + c_.init_from.string() + "' holds a " + held +
                          " model; this config trains a " + c_.kind);
-    nn::load_module_tensors(*network_, saved, weights, "");
+    nn::load_module_file(*network_, weights);
     say("starting from the weights of '" + c_.init_from.string() + "' (trained for " + std::to_string(init_steps_) +
         " steps)");
 }

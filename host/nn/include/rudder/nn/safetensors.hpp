@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <istream>
 #include <map>
 #include <string>
@@ -30,6 +31,17 @@ struct SafeTensors {
     const at::Tensor* find(const std::string& name) const;
 };
 
+// One tensor as the header describes it, before its data is read.
+struct SafeTensorsEntry {
+    std::string name;
+    at::ScalarType dtype;
+    std::vector<int64_t> shape;
+};
+
+// Says, for each tensor in the header, whether to read it; it may throw to refuse the file (a SafeTensorsError
+// naming the tensor). Called for every tensor before any tensor's data is read.
+using SafeTensorsSelection = std::function<bool(const SafeTensorsEntry&)>;
+
 // The largest header this reader accepts; a real one is a few KB per hundred tensors.
 constexpr uint64_t kMaxSafeTensorsHeader = 100ull * 1000 * 1000;
 
@@ -45,9 +57,12 @@ void save_safetensors(const std::filesystem::path& file, const std::vector<std::
 // header, a header longer than kMaxSafeTensorsHeader, a header that is not a JSON object of well-formed entries,
 // an unknown dtype, a shape whose size disagrees with its data_offsets, offsets outside the data area, ranges that
 // overlap or leave gaps, and BOOL bytes other than 0 and 1.
-SafeTensors load_safetensors(const std::filesystem::path& file);
+// With a `selection`, only the tensors it accepts are read (the others are skipped, not read): a file whose header
+// names a tensor its reader does not expect is refused before gigabytes of it are read.
+SafeTensors load_safetensors(const std::filesystem::path& file, const SafeTensorsSelection& selection = {});
 // The same for `size` bytes from `in` (the fuzz tests read from memory); `file` names the source in messages.
-SafeTensors read_safetensors(std::istream& in, uint64_t size, const std::filesystem::path& file);
+SafeTensors read_safetensors(std::istream& in, uint64_t size, const std::filesystem::path& file,
+                             const SafeTensorsSelection& selection = {});
 
 // Rewrites `file` with every floating-point tensor stored as `dtype` ("float16", "bfloat16" or "float32");
 // other tensors and the metadata are kept. Networks load such files into their float32 parameters

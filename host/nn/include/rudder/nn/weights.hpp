@@ -23,4 +23,8 @@ std::vector<std::pair<std::string, at::Tensor>> module_tensors(const torch::nn::
 void load_module_tensors(torch::nn::Module& module, const SafeTensors& tensors, const std::filesystem::path& file,
                          const std::string& prefix = "");
 
+// load_module_tensors from the safetensors `file`, checking its header first: a tensor the network does not have,
+// or one of another shape or dtype, is refused before any tensor's data is read.
+void load_module_file(torch::nn::Module& module, const std::filesystem::path& file, const std::string& prefix = "");
+
 }  // namespace rudder::nn
