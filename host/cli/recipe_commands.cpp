@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -114,11 +115,11 @@ private:
 };
 
 int cmd_generate(const std::string& recipe_path, const std::string& out_path, std::optional<int64_t> samples,
-                 std::optional<uint64_t> seed, bool quiet, bool as_text) {
+                 std::optional<int64_t> seed, bool quiet, bool as_text) {
     std::vector<RecipeIssue> issues;
     Recipe recipe = read_recipe(recipe_path, issues);
     if (samples) recipe.samples = *samples;
-    if (seed) recipe.seed = *seed;
+    if (seed) recipe.seed = static_cast<uint64_t>(*seed);
     std::error_code ec;
     if (!out_path.empty() && recipe_path != "-" && std::filesystem::equivalent(out_path, recipe_path, ec))
         throw RecipeError({{"", "-o '" + out_path + "' is the recipe itself; name another output file"}});
@@ -196,7 +197,7 @@ void add_recipe_commands(CLI::App& app, Commands& commands) {
     struct Options {
         std::string recipe, out, format = "jsonl";
         std::optional<int64_t> samples;
-        std::optional<uint64_t> seed;
+        std::optional<int64_t> seed;
         bool quiet = false;
     };
     auto o = std::make_shared<Options>();
@@ -207,7 +208,8 @@ void add_recipe_commands(CLI::App& app, Commands& commands) {
     generate->add_option("-o,--out", o->out,
                          "Write JSON Lines here instead of stdout (replaced only when the run completes)");
     generate->add_option("-n,--samples", o->samples, "Override the recipe's sample count")->check(CLI::Range(1, 1000000));
-    generate->add_option("-s,--seed", o->seed, "Override the recipe's seed");
+    generate->add_option("-s,--seed", o->seed, "Override the recipe's seed (0 to 2^63 - 1)")
+        ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
     generate->add_flag("-q,--quiet", o->quiet, "No progress on stderr");
     generate->add_option("-f,--format", o->format, "jsonl (default) or text: one readable line per sample")
         ->check(CLI::IsMember({"jsonl", "text"}));

@@ -16,10 +16,13 @@ Generators on different Python threads run at the same time (ctypes releases the
 import ctypes
 import json
 import os
+import signal
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Union
 
-__all__ = ["Generator", "Sample", "Verdict", "Progress", "Error", "Cancelled", "InvalidRecipe", "library_version"]
+__all__ = ["Generator", "Sample", "Verdict", "Progress", "Error", "Cancelled", "Interrupted", "InvalidRecipe",
+           "library_version"]
 
 # Status codes (rudder.h).
 OK = 0
@@ -43,7 +46,20 @@ class InvalidRecipe(Error):
 
 
 class Cancelled(Error):
-    """The step callback asked to stop. The generator stays usable."""
+    """The step callback asked to stop. The generator stays usable; `samples` holds those finished before."""
+
+    def __init__(self, status: int, message: str, samples: Optional[List["Sample"]] = None):
+        super().__init__(status, message)
+        self.samples = samples if samples is not None else []
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during generate(): the run stopped within a step. `samples` holds those finished before it; the
+    generator stays usable. A KeyboardInterrupt, so code that does not know Rudder stops as it would."""
+
+    def __init__(self, samples: List["Sample"]):
+        super().__init__(f"interrupted after {len(samples)} finished samples")
+        self.samples = samples
 
 
 def _error(status: int, message: str) -> Error:
@@ -78,7 +94,7 @@ class _Limits(ctypes.Structure):
 class _GenerateOptions(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("samples", ctypes.c_int64), ("override_seed", ctypes.c_int32),
                 ("seed", ctypes.c_uint64), ("on_progress", _PROGRESS_FN), ("user_data", ctypes.c_void_p),
-                ("progress_text", ctypes.c_int32)]
+                ("progress_text", ctypes.c_int32), ("keep_partial", ctypes.c_int32)]
 
 
 class _VerdictInfo(ctypes.Structure):
@@ -243,6 +259,8 @@ class Generator:
     (missing or 0: the library's default). Raises InvalidRecipe listing every problem with its JSON pointer.
     """
 
+    _busy = False  # inside this generator's generate(): close() and generate() are refused
+
     def __init__(self, recipe: Union[str, os.PathLike, Dict[str, Any]], *, model: Optional[str] = None,
                  model_path=None, plugin_path=None, base_dir: Optional[str] = None,
                  limits: Optional[Dict[str, int]] = None):
@@ -274,21 +292,36 @@ class Generator:
         on_step(progress) runs after every reverse step; returning True cancels the run, which raises Cancelled
         (an exception raised in on_step cancels too and is re-raised here). step_texts=True fills progress.texts
         with each sample's current best guess (decoding costs, so it is off by default).
+
+        Ctrl-C stops the run within a step and raises Interrupted (a KeyboardInterrupt) whose `samples` are those
+        finished before it; Cancelled carries them too.
         """
         if self._handle is None or not self._handle.value:
             raise Error(ERR_INVALID_ARGUMENT, "generator is closed")
+        if self._busy:
+            raise Error(ERR_BUSY, "generate() called from a callback of this generator's own generate()")
         options = _lib.rudder_default_generate_options()
         if samples is not None:
             if samples < 1:
                 raise Error(ERR_INVALID_ARGUMENT, f"samples must be at least 1, got {samples}")
             options.samples = samples
         if seed is not None:
+            if not 0 <= seed < 2**63:
+                raise Error(ERR_INVALID_ARGUMENT, f"seed must be in [0, 2**63 - 1], got {seed}")
             options.override_seed, options.seed = 1, seed
         raised: List[BaseException] = []
+        interrupted: List[int] = []
 
+        # The step callback always runs: it is where Python gets to handle Ctrl-C while the C call is under way.
+        # The handler below only notes the signal, so no KeyboardInterrupt can surface inside the ctypes callback
+        # (where it would be lost); the run is cancelled at the step's end and Interrupted raised after it.
         def step(progress_ptr, _user_data):
-            p = progress_ptr.contents
             try:
+                if interrupted:
+                    return 1
+                if on_step is None:
+                    return 0
+                p = progress_ptr.contents
                 texts = [_text(p.texts[i]) for i in range(p.n_texts)]
                 stop = on_step(Progress(p.batch, p.batches, p.step, p.steps, p.t, p.samples_done, p.samples_total,
                                         texts))
@@ -297,22 +330,42 @@ class Generator:
                 raised.append(e)
                 return 1
 
-        callback = _PROGRESS_FN(step) if on_step is not None else _PROGRESS_FN()
+        callback = _PROGRESS_FN(step)
         options.on_progress = callback
-        options.progress_text = 1 if step_texts else 0
+        options.progress_text = 1 if step_texts and on_step is not None else 0
+        options.keep_partial = 1
+        previous_handler = None
+        if threading.current_thread() is threading.main_thread():
+            previous_handler = signal.signal(signal.SIGINT, lambda signum, _frame: interrupted.append(signum))
         res = ctypes.c_void_p()
-        status = _lib.rudder_generate(self._handle, options, ctypes.byref(res))
+        self._busy = True
+        try:
+            status = _lib.rudder_generate(self._handle, options, ctypes.byref(res))
+        finally:
+            self._busy = False
+            if previous_handler is not None:
+                signal.signal(signal.SIGINT, previous_handler)
+        try:
+            finished = _samples(res) if res.value else []
+        finally:
+            if res.value:
+                _lib.rudder_results_free(res)
+        if interrupted:
+            raise Interrupted(finished)
         if raised:
             raise raised[0]
+        if status == ERR_CANCELLED:
+            raise Cancelled(status, _text(_lib.rudder_generator_last_error(self._handle)), finished)
         if status != OK:
             raise _error(status, _text(_lib.rudder_generator_last_error(self._handle)))
-        try:
-            return _samples(res)
-        finally:
-            _lib.rudder_results_free(res)
+        return finished
 
     def close(self) -> None:
-        """Frees the model and the controllers now rather than when the object is collected."""
+        """Frees the model and the controllers now rather than when the object is collected. Refused (Error with
+        status ERR_BUSY) from a callback of this generator's own generate(): close it after generate() returns."""
+        if self._busy:
+            raise Error(ERR_BUSY, "close() called from a callback of this generator's own generate(); "
+                                  "close it after generate() returns")
         if self._handle is not None and self._handle.value:
             _lib.rudder_generator_free(self._handle)
         self._handle = None

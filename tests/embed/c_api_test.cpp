@@ -316,6 +316,47 @@ TEST(CApi, CancelStopsTheRunAndTheGeneratorStaysUsable) {
     EXPECT_STREQ(rudder_generator_last_error(gen.get()), "");
 }
 
+TEST(CApi, ACancelledRunCanKeepTheSamplesItFinished) {
+    Generator gen = create(recipe("discrete"));
+    const Results full = generate(gen.get());
+    ProgressLog log;
+    log.cancel_at = 50;  // within the second batch of two: the first batch's two samples are finished
+    rudder_generate_options options = rudder_default_generate_options();
+    options.on_progress = record_progress;
+    options.user_data = &log;
+    options.keep_partial = 1;
+    rudder_results* res = nullptr;
+    EXPECT_EQ(rudder_generate(gen.get(), &options, &res), RUDDER_ERR_CANCELLED);
+    const Results partial(res);
+    ASSERT_NE(partial.get(), nullptr);
+    ASSERT_EQ(rudder_results_count(partial.get()), 2u);
+    for (size_t i = 0; i < 2; ++i) EXPECT_STREQ(rudder_results_text(partial.get(), i), rudder_results_text(full.get(), i));
+}
+
+struct FreeAttempt {
+    rudder_generator* gen;
+    std::string message;
+};
+
+int32_t free_own_generator(const rudder_progress*, void* user_data) {
+    auto* attempt = static_cast<FreeAttempt*>(user_data);
+    rudder_generator_free(attempt->gen);  // refused: the call is running
+    attempt->message = rudder_last_error();
+    return 1;
+}
+
+TEST(CApi, FreeingAGeneratorFromItsOwnCallbackIsRefused) {
+    Generator gen = create(recipe("discrete"));
+    FreeAttempt attempt{gen.get(), ""};
+    rudder_generate_options options = rudder_default_generate_options();
+    options.on_progress = free_own_generator;
+    options.user_data = &attempt;
+    rudder_results* res = nullptr;
+    EXPECT_EQ(rudder_generate(gen.get(), &options, &res), RUDDER_ERR_CANCELLED);
+    EXPECT_THAT(attempt.message, HasSubstr("busy"));
+    EXPECT_TRUE(generate(gen.get())) << "the generator was freed under its own call";
+}
+
 int32_t generate_again(const rudder_progress*, void* user_data) {
     auto* gen = static_cast<rudder_generator*>(user_data);
     rudder_results* res = nullptr;

@@ -2,6 +2,7 @@
 and generators on several Python threads. Run by ctest with RUDDER_LIBRARY and PYTHONPATH set."""
 import json
 import os
+import signal
 import tempfile
 import threading
 import unittest
@@ -58,6 +59,49 @@ class Binding(unittest.TestCase):
             gen.generate(on_step=lambda p: calls.append(p.step) or p.step == 4)
         self.assertEqual(calls, [1, 2, 3, 4])
         self.assertEqual(len(gen.generate()), 3)
+
+    def test_ctrl_c_in_a_callback_stops_within_a_step_keeping_finished_samples(self):
+        gen = rudder.Generator(dict(RECIPE, batch_size=1))  # three batches of 30 steps
+        steps = []
+
+        def press_ctrl_c(progress):
+            steps.append(progress.step)
+            if progress.batch == 1 and progress.step == 5:
+                os.kill(os.getpid(), signal.SIGINT)
+
+        with self.assertRaises(rudder.Interrupted) as caught:
+            gen.generate(on_step=press_ctrl_c)
+        self.assertIsInstance(caught.exception, KeyboardInterrupt)
+        self.assertEqual([s.index for s in caught.exception.samples], [0])
+        self.assertLessEqual(len(steps), 30 + 6, "the run went on after Ctrl-C")
+        self.assertEqual(len(gen.generate()), 3, "the generator is usable afterwards")
+        self.assertIs(signal.getsignal(signal.SIGINT), signal.default_int_handler)
+
+    def test_ctrl_c_without_a_callback_stops_the_run(self):
+        gen = rudder.Generator(dict(RECIPE, samples=400, batch_size=1))
+        timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+        timer.start()
+        try:
+            with self.assertRaises(rudder.Interrupted) as caught:
+                gen.generate()
+        finally:
+            timer.cancel()
+        self.assertLess(len(caught.exception.samples), 400)
+
+    def test_close_inside_a_callback_is_refused(self):
+        gen = rudder.Generator(RECIPE)
+        with self.assertRaises(rudder.Error) as caught:
+            gen.generate(on_step=lambda p: gen.close())
+        self.assertEqual(caught.exception.status, rudder.ERR_BUSY)
+        self.assertEqual(len(gen.generate()), 3)
+        gen.close()
+
+    def test_seeds_outside_the_recipe_range_are_refused(self):
+        gen = rudder.Generator(RECIPE)
+        for seed in (-1, 2**63, 2**64 + 5):
+            with self.assertRaises(rudder.Error):
+                gen.generate(seed=seed)
+        self.assertEqual(len(gen.generate(seed=2**63 - 1)), 3)
 
     def test_an_exception_in_the_callback_cancels_and_is_raised(self):
         gen = rudder.Generator(RECIPE)

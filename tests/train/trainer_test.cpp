@@ -104,6 +104,22 @@ TEST_F(MicroTraining, TeacherLossDecreasesAndTheModelDirectoryIsComplete) {
     EXPECT_EQ(load_safetensors(model / "model.safetensors").metadata.at("rudder_kind"), "teacher");
 }
 
+TEST_F(MicroTraining, AFinishedRunRemovesOnlyTheCheckpointFilesItWrote) {
+    json c = config(20);
+    c["training"]["checkpoint_every"] = 5;
+    const auto checkpoint = dir_.path() / "model" / "checkpoint";
+    std::filesystem::create_directories(checkpoint);
+    std::ofstream(checkpoint / "notes.txt") << "a user's file\n";
+    run(c, 12);  // stopped: the checkpoint holds the trainer's files beside the user's
+    ASSERT_TRUE(std::filesystem::exists(checkpoint / "state.json"));
+    EXPECT_TRUE(run(c).finished);
+    EXPECT_TRUE(std::filesystem::exists(checkpoint / "notes.txt")) << "the trainer removed a file it did not write";
+    EXPECT_FALSE(std::filesystem::exists(checkpoint / "state.json"));
+    EXPECT_FALSE(std::filesystem::exists(checkpoint / "vocab.txt"));
+    for (const auto& entry : std::filesystem::directory_iterator(checkpoint))
+        EXPECT_EQ(entry.path().filename(), "notes.txt") << "left behind: " << entry.path();
+}
+
 TEST_F(MicroTraining, SameSeedSameWeightsOtherSeedOtherWeights) {
     json a = config(20), b = config(20), c = config(20);
     b["out"] = (dir_.path() / "model_b").string();

@@ -337,7 +337,19 @@ rudder_status rudder_generator_create_limited(const char* recipe_json, const cha
     });
 }
 
-void rudder_generator_free(rudder_generator* gen) { delete gen; }
+void rudder_generator_free(rudder_generator* gen) {
+    if (gen == nullptr) return;
+    {
+        std::unique_lock<std::mutex> lock(gen->busy, std::try_to_lock);
+        if (!lock.owns_lock()) {
+            // Freeing it under the running call would crash the process; refusing costs the caller a later free.
+            fail(RUDDER_ERR_BUSY, "rudder_generator_free: the generator is busy with a call (its own progress "
+                                  "callback?); free it after that call returns");
+            return;
+        }
+    }
+    delete gen;
+}
 
 const char* rudder_generator_last_error(const rudder_generator* gen) { return gen != nullptr ? gen->error.c_str() : ""; }
 
@@ -362,6 +374,9 @@ rudder_status rudder_generate(rudder_generator* gen, const rudder_generate_optio
             invalid_argument("samples must be 0 (the recipe's) or 1 to " + std::to_string(gen->limits.max_samples) + ", got " +
                              std::to_string(options.samples));
         if (options.samples > 0) overrides.samples = options.samples;
+        if (options.override_seed != 0 && options.seed > static_cast<uint64_t>(INT64_MAX))
+            invalid_argument("seed must be in [0, 9223372036854775807] (2^63 - 1), as a recipe's is; got " +
+                             std::to_string(options.seed));
         if (options.override_seed != 0) overrides.seed = options.seed;
 
         rudder::ProgressCallback progress;
@@ -379,7 +394,15 @@ rudder_status rudder_generate(rudder_generator* gen, const rudder_generate_optio
                 }
                 return options.on_progress(&info, options.user_data) == 0;
             };
-        *out = make_results(gen->generator->generate(progress, {}, overrides)).release();
+        std::vector<rudder::SampleResult> finished;  // kept for a cancelled run that asked for them
+        rudder::SampleCallback keep;
+        if (options.keep_partial != 0) keep = [&finished](const rudder::SampleResult& s) { finished.push_back(s); };
+        try {
+            *out = make_results(gen->generator->generate(progress, keep, overrides)).release();
+        } catch (const rudder::Cancelled&) {
+            if (options.keep_partial != 0) *out = make_results(std::move(finished)).release();
+            throw;
+        }
         return RUDDER_OK;
     });
 }

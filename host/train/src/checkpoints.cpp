@@ -43,6 +43,19 @@ void write_atomically(const fs::path& file, const std::string& content) {
 
 fs::path checkpoint_dir(const TrainConfig& c) { return c.out / "checkpoint"; }
 
+namespace {
+
+// The weights file a checkpoint's state.json names: a plain file name inside the checkpoint folder, or "" when
+// state.json names something else (written by hand, or by another program), which the trainer then leaves alone.
+std::string checkpoint_weights_name(const json& state) {
+    if (!state.is_object() || !state.contains("weights") || !state.at("weights").is_string()) return "";
+    const std::string name = state.at("weights").get<std::string>();
+    const bool plain = !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos;
+    return plain ? name : "";
+}
+
+}  // namespace
+
 std::optional<json> find_checkpoint(const TrainConfig& c, bool overwrite) {
     const fs::path dir = checkpoint_dir(c);
     const fs::path state_file = dir / "state.json";
@@ -96,7 +109,7 @@ void write_checkpoint(const TrainConfig& c, const TrainingState& state, const Pr
     save_safetensors(dir / name, tensors, {{"step", std::to_string(progress.step)}});
     const fs::path state_file = dir / "state.json";
     std::string previous;
-    if (fs::exists(state_file, ec)) previous = read_json_file(state_file).value("weights", "");
+    if (fs::exists(state_file, ec)) previous = checkpoint_weights_name(read_json_file(state_file));
     const json record = {{"step", progress.step},
                          {"data_position", progress.step * c.batch_size},
                          {"examples", examples},
@@ -123,7 +136,10 @@ Progress resume_checkpoint(const TrainConfig& c, const json& checkpoint, const T
     Progress progress;
     progress.step = checkpoint.at("step").get<int64_t>();
     progress.seconds = checkpoint.value("seconds", 0.0);
-    const fs::path weights = dir / checkpoint.value("weights", "");
+    const std::string weights_name = checkpoint_weights_name(checkpoint);
+    if (weights_name.empty())
+        throw ModelError("'" + state_file.string() + "': \"weights\" must name a file in the checkpoint folder");
+    const fs::path weights = dir / weights_name;
     const SafeTensors saved = load_safetensors(weights);
     nn::load_module_tensors(state.network, saved, weights, "network.");
     for (const auto& [name, p] : state.parameters) {
@@ -183,8 +199,22 @@ void write_model(const TrainConfig& c, const nn::TrainableNetwork& network, cons
                      {{"format", "pt"}, {"rudder_kind", c.kind}, {"step", std::to_string(step)}});
     // config.json last: a directory with one holds a complete model.
     write_atomically(c.out / "config.json", config.dump(2) + "\n");
+    remove_checkpoint(c);
+}
+
+void remove_checkpoint(const TrainConfig& c) {
+    // Only the files the trainer writes there: anything else a user keeps in the folder stays, and so does the
+    // folder then.
+    const fs::path dir = checkpoint_dir(c);
     std::error_code ec;
-    fs::remove_all(checkpoint_dir(c), ec);
+    std::string weights;
+    try {
+        if (fs::exists(dir / "state.json", ec)) weights = checkpoint_weights_name(read_json_file(dir / "state.json"));
+    } catch (const ModelError&) {  // unreadable: its weights file is not known to be ours
+    }
+    for (const std::string& name : {weights, std::string("vocab.txt"), std::string("state.json")})
+        if (!name.empty()) fs::remove(dir / name, ec);
+    fs::remove(dir, ec);  // fails, as it should, when the folder still holds something
 }
 
 }  // namespace rudder::train

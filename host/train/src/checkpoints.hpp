@@ -56,6 +56,10 @@ Progress resume_checkpoint(const TrainConfig& c, const nlohmann::json& checkpoin
 // from, a fresh run starts a fresh log.
 void start_train_log(const TrainConfig& c, std::optional<int64_t> resumed_step);
 
+// Removes what write_checkpoint wrote (state.json, vocab.txt, the weights state.json names) and the checkpoint
+// folder if that leaves it empty; other files in it are not the trainer's and stay.
+void remove_checkpoint(const TrainConfig& c);
+
 // Writes the model directory (vocab.txt, model.safetensors, config.json last) and removes the checkpoint.
 // `training`: config.json's "training" object (steps, seed, losses, ...).
 void write_model(const TrainConfig& c, const nn::TrainableNetwork& network, const Tokenizer& tokenizer,

@@ -156,14 +156,18 @@ public:
         const std::string expected = "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
         const nlohmann::json* v = field(key, need, expected);
         if (!v) return std::nullopt;
-        if (v->is_number()) {
+        // Compared as integers: through a double, 2^63 would pass for 2^63 - 1.
+        std::optional<int64_t> value;
+        if (v->is_number_unsigned()) {
+            if (v->get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)) value = static_cast<int64_t>(v->get<uint64_t>());
+        } else if (v->is_number_integer()) {
+            value = v->get<int64_t>();
+        } else if (v->is_number_float()) {
             const double d = v->get<double>();
-            if (std::floor(d) == d && d >= static_cast<double>(lo) && d <= static_cast<double>(hi)) {
-                if (v->is_number_unsigned()) return static_cast<int64_t>(v->get<uint64_t>());
-                if (v->is_number_integer()) return v->get<int64_t>();
-                return static_cast<int64_t>(d);
-            }
+            constexpr double kTwo63 = 9223372036854775808.0;
+            if (std::floor(d) == d && d >= -kTwo63 && d < kTwo63) value = static_cast<int64_t>(d);
         }
+        if (value && *value >= lo && *value <= hi) return value;
         return wrong<int64_t>(key, expected, *v);
     }
 

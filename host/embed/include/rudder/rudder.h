@@ -197,8 +197,9 @@ RUDDER_API rudder_status rudder_generator_create_limited(const char* recipe_json
                                                          const rudder_options* options, const rudder_limits* limits,
                                                          rudder_generator** out);
 
-/* Frees a generator, its model and its controllers. NULL is a no-op. Any thread, but not while another call on
- * the same generator runs (and not from its own progress callback). */
+/* Frees a generator, its model and its controllers. NULL is a no-op. Any thread. While a call on the same
+ * generator runs (from its own progress callback, say), the free is refused: it does nothing and says so in
+ * rudder_last_error(); free the generator after the call returns. */
 RUDDER_API void rudder_generator_free(rudder_generator* gen);
 
 /* The message of the last failed call on this generator, or "" if none failed. Generator-owned; valid until the
@@ -224,17 +225,21 @@ typedef struct rudder_progress {
 
 /* Called on the generating thread after every reverse step. Return 0 to go on; anything else cancels the run,
  * and rudder_generate returns RUDDER_ERR_CANCELLED. It must not call rudder_generate or rudder_generator_free on
- * the same generator (RUDDER_ERR_BUSY / undefined); other generators are fine. */
+ * the same generator (RUDDER_ERR_BUSY; the free is refused with an error message and does nothing); other
+ * generators are fine. */
 typedef int32_t (*rudder_progress_fn)(const rudder_progress* progress, void* user_data);
 
 typedef struct rudder_generate_options {
     uint32_t struct_size;       /* sizeof(rudder_generate_options) as the caller compiled it */
     int64_t samples;            /* > 0: replaces the recipe's "samples" for this call; 0: keep the recipe's */
     int32_t override_seed;      /* nonzero: use `seed` instead of the recipe's "seed" for this call */
-    uint64_t seed;
+    uint64_t seed;              /* 0 to 2^63 - 1, as a recipe's "seed"; larger is RUDDER_ERR_INVALID_ARGUMENT */
     rudder_progress_fn on_progress; /* NULL: no callback */
     void* user_data;            /* passed to on_progress */
     int32_t progress_text;      /* nonzero: fill rudder_progress.texts (decoding costs; off by default) */
+    /* API 1.2. Nonzero: a cancelled run (RUDDER_ERR_CANCELLED) still sets *out, to the samples finished before
+     * the cancel (possibly none), which the caller then frees. Zero: *out stays NULL on every failure. */
+    int32_t keep_partial;
 } rudder_generate_options;
 
 /* Defaults: the recipe's samples and seed, no callback. Any thread. */
