@@ -191,6 +191,23 @@ TEST(Recipe, DeepNestingIsRefusedWhileParsing) {
     EXPECT_TRUE(has_issue(issues, "", "nested deeper than 100 levels")) << (issues.empty() ? "" : issues[0].message);
 }
 
+// A key given twice was silently the last; a NUL cut error messages short; a bidirectional override makes a name
+// display as another. Each is refused with the place it is at.
+TEST(Recipe, DuplicateKeysNulsAndBidiOverridesAreRefusedWithAPointer) {
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "a", "samples": 2, "model": "b"})"), "/model", "given twice"));
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "controllers": [{"plugin": "length"},
+                                       {"plugin": "length", "params": {"tokens": 5, "tokens": 6}}]})"),
+                          "/controllers/1/params/tokens", "given twice"));
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m\u0000x"})"), "/model", "NUL"));
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "controllers": [{"plugin": "span", "params": {"prefix": ["a", "b\u0000"]}}]})"),
+                          "/controllers/0/params/prefix/1", "NUL"));
+    EXPECT_TRUE(has_issue(issues_of("{\"model\": \"m\", \"controllers\": [{\"plugin\": \"length\", \"label\": \"ok\xE2\x80\xAE" "evil\"}]}"),
+                          "/controllers/0/label", "U+202E"));
+    EXPECT_TRUE(has_issue(issues_of("{\"mo\xE2\x81\xA6" "del\": \"m\"}"), "", "U+2066"));
+    // The same characters elsewhere in a name are fine, and so are other escapes.
+    EXPECT_TRUE(issues_of(R"({"model": "m\u00e9\n", "samples": 2})").empty());
+}
+
 // 16,000 identical controllers took 17 s to label (a quadratic search for a free suffix); now they are capped, and
 // labelling those within the cap is linear.
 TEST(Recipe, ControllersAreCappedAndLabelledOnce) {

@@ -121,8 +121,8 @@ Recipe parse_recipe(const std::string& text, const std::filesystem::path& base_d
     json doc;
     try {
         doc = json_input::parse(text);
-    } catch (const json_input::TooDeep& e) {
-        throw RecipeError({{"", std::string("not accepted: ") + e.what()}});
+    } catch (const json_input::Refused& e) {
+        throw RecipeError({{e.pointer(), std::string("not accepted: ") + e.what()}});
     } catch (const json::parse_error& e) {
         // Turn the byte offset into line:column, which is what an editor shows.
         size_t line = 1, col = 1;

@@ -119,7 +119,7 @@ std::vector<std::string> read_texts(const std::filesystem::path& file) {
         const std::string where = file.string() + ":" + std::to_string(i + 1) + ": ";
         nlohmann::json record;
         try {
-            record = json_input::parse(lines[i]);
+            record = json_input::parse(lines[i], json_input::kMaxDepth, false);  // texts may hold any character
         } catch (const std::exception& e) {  // nlohmann's parse errors, and json_input::TooDeep
             throw std::runtime_error(where + "not valid JSON (the file's first line made it JSON Lines): " + e.what());
         }

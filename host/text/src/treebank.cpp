@@ -134,7 +134,7 @@ std::vector<AnnotatedText> read_annotated_texts(const fs::path& file) {
         ++line_number;
         if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
         try {
-            const auto j = json_input::parse(line);
+            const auto j = json_input::parse(line, json_input::kMaxDepth, false);  // texts may hold any character
             const auto& tree = j.at("tree");
             if (!tree.is_null() && !tree.is_string()) throw std::invalid_argument("\"tree\" must be a string or null");
             out.push_back({line_number, j.at("text").get<std::string>(), j.at("pos").get<std::vector<std::string>>(),

@@ -24,10 +24,12 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -54,17 +56,108 @@ inline std::string describe(const std::vector<Issue>& issues, const std::string&
 // deeper ones are refused while they are parsed.
 constexpr int kMaxDepth = 100;
 
-// Thrown by parse() for a document nested deeper than its limit.
-class TooDeep : public std::invalid_argument {
+// A well-formed document parse() does not accept; pointer() says where (a JSON pointer, "" for the whole).
+class Refused : public std::invalid_argument {
 public:
-    explicit TooDeep(int max_depth)
-        : std::invalid_argument("nested deeper than " + std::to_string(max_depth) + " levels of objects and arrays") {}
+    Refused(std::string pointer, const std::string& message)
+        : std::invalid_argument(message), pointer_(std::move(pointer)) {}
+    const std::string& pointer() const { return pointer_; }
+
+private:
+    std::string pointer_;
 };
 
-// nlohmann::json::parse with a nesting limit: throws nlohmann::json's parse errors, and TooDeep.
-inline nlohmann::json parse(const std::string& text, int max_depth = kMaxDepth) {
-    return nlohmann::json::parse(text, [max_depth](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+// Thrown by parse() for a document nested deeper than its limit.
+class TooDeep : public Refused {
+public:
+    explicit TooDeep(int max_depth)
+        : Refused("", "nested deeper than " + std::to_string(max_depth) + " levels of objects and arrays") {}
+};
+
+namespace detail {
+
+// "~" and "/" escaped as a JSON pointer token needs.
+inline std::string pointer_token(const std::string& key) {
+    std::string out;
+    for (char c : key) out += c == '~' ? std::string("~0") : c == '/' ? std::string("~1") : std::string(1, c);
+    return out;
+}
+
+// What is wrong with a string of the document, or "": a NUL (which would cut the string short wherever it is
+// handed on as C text, error messages included) or a bidirectional override (U+202A-U+202E, U+2066-U+2069), which
+// makes a name display as another ("Trojan Source").
+inline std::string string_problem(const std::string& text) {
+    for (size_t i = 0; i < text.size(); ++i) {
+        const auto c = static_cast<unsigned char>(text[i]);
+        if (c == 0) return "holds a NUL character (\\u0000)";
+        if (c == 0xE2 && i + 2 < text.size()) {
+            const auto b = static_cast<unsigned char>(text[i + 1]), d = static_cast<unsigned char>(text[i + 2]);
+            if ((b == 0x80 && d >= 0xAA && d <= 0xAE) || (b == 0x81 && d >= 0xA6 && d <= 0xA9)) {
+                char code[8];
+                std::snprintf(code, sizeof code, "%04X", b == 0x80 ? 0x2000 + (d - 0x80) : 0x2040 + (d - 0x80));
+                return std::string("holds the bidirectional control U+") + code +
+                       ", which makes text display otherwise than it reads";
+            }
+        }
+    }
+    return "";
+}
+
+}  // namespace detail
+
+// nlohmann::json::parse that also refuses, with a Refused naming the place: nesting deeper than `max_depth`
+// (TooDeep), a key given twice in one object (nlohmann would silently keep the last), and, when `check_strings`,
+// keys and strings holding a NUL or a bidirectional override. Throws nlohmann::json's parse errors for malformed
+// text.
+inline nlohmann::json parse(const std::string& text, int max_depth = kMaxDepth, bool check_strings = true) {
+    struct Frame {
+        bool object;
+        std::string key;      // the object's current key
+        int64_t index = -1;   // the array's current element
+        std::unordered_set<std::string> keys;
+    };
+    std::vector<Frame> frames;
+    auto pointer = [&frames](size_t depth) {
+        std::string out;
+        for (size_t i = 0; i < depth && i < frames.size(); ++i)
+            out += "/" + (frames[i].object ? detail::pointer_token(frames[i].key) : std::to_string(frames[i].index));
+        return out;
+    };
+    auto element_starts = [&frames] {
+        if (!frames.empty() && !frames.back().object) ++frames.back().index;
+    };
+    using Event = nlohmann::json::parse_event_t;
+    return nlohmann::json::parse(text, [&](int depth, Event event, nlohmann::json& parsed) {
         if (depth > max_depth) throw TooDeep(max_depth);
+        switch (event) {
+            case Event::object_start:
+            case Event::array_start:
+                element_starts();
+                frames.push_back(Frame{event == Event::object_start, "", -1, {}});
+                break;
+            case Event::object_end:
+            case Event::array_end:
+                if (!frames.empty()) frames.pop_back();
+                break;
+            case Event::key: {
+                Frame& object = frames.back();
+                object.key = parsed.get<std::string>();
+                if (check_strings) {
+                    const std::string problem = detail::string_problem(object.key);
+                    if (!problem.empty()) throw Refused(pointer(frames.size() - 1), "a key " + problem);
+                }
+                if (!object.keys.insert(object.key).second)
+                    throw Refused(pointer(frames.size()), "given twice in the same object (only one would be kept)");
+                break;
+            }
+            case Event::value:
+                element_starts();
+                if (check_strings && parsed.is_string()) {
+                    const std::string problem = detail::string_problem(parsed.get_ref<const std::string&>());
+                    if (!problem.empty()) throw Refused(pointer(frames.size()), "the string " + problem);
+                }
+                break;
+        }
         return true;
     });
 }
