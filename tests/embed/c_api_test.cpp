@@ -373,6 +373,33 @@ TEST(CApi, ASecondCallOnABusyGeneratorIsRefused) {
     EXPECT_EQ(rudder_generate(gen.get(), &options, &res), RUDDER_ERR_CANCELLED) << "the nested call was not refused";
 }
 
+// Contributions that would empty every sample with success: each stops the run naming the controller.
+TEST(CApi, ContributionsThatCannotMakeADistributionAreFailuresNamingTheController) {
+    rudder_options options = rudder_default_options();
+    options.plugin_path = RUDDER_TEST_FIXTURE_DIR;
+    auto with = [](const std::string& controller) {
+        return R"({"model": "e2e-corpus", "family": "discrete", "sampler": {"steps": 10}, "max_length": 8,
+                   "controllers": [)" + controller + "]}";
+    };
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        // 3e38 is finite, ten times it is not.
+        {with(R"({"plugin": "nan", "weight": 10, "params": {"huge": true}})"), "'nan' (weight 10)"},
+        // The mask token (id 2) fixed: the sample would decode to nothing.
+        {with(R"({"plugin": "hard", "params": {"fix": 2}})"), "'hard' fixes the mask token (id 2) at position 0"},
+    };
+    for (const auto& [text, words] : cases) {
+        Generator gen = create(text, &options);
+        ASSERT_TRUE(gen) << rudder_last_error();
+        rudder_results* res = nullptr;
+        EXPECT_EQ(rudder_generate(gen.get(), nullptr, &res), RUDDER_ERR_GENERATION_FAILED) << text;
+        EXPECT_THAT(rudder_generator_last_error(gen.get()), HasSubstr(words));
+    }
+    // The same huge delta at weight 1 is within float32: the run goes through.
+    Generator fine = create(recipe("discrete", 9, 3, R"(, {"plugin": "nan", "params": {"huge": true}})"), &options);
+    ASSERT_TRUE(fine) << rudder_last_error();
+    EXPECT_TRUE(generate(fine.get()));
+}
+
 TEST(CApi, AControllerFailureIsAStatusAndTheGeneratorStaysUsable) {
     rudder_options options = rudder_default_options();
     options.plugin_path = RUDDER_TEST_FIXTURE_DIR;

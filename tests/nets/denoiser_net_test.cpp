@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +18,7 @@
 #include <rudder/nn/config_error.hpp>
 #include <rudder/nn/denoiser_net.hpp>
 #include <rudder/nn/safetensors.hpp>
+#include <rudder/runtime/generator.hpp>
 
 #include "transformer_denoiser.hpp"
 
@@ -465,6 +467,40 @@ TEST(Weights, ATensorTheNetworkLacksIsRefusedBeforeAnyDataIsRead) {
     struct rusage usage {};
     ::getrusage(RUSAGE_SELF, &usage);
     EXPECT_LT(usage.ru_maxrss, 1L << 20) << "peak resident memory " << usage.ru_maxrss << " KB: the tensor was read";
+}
+
+// A model whose weights hold NaN used to give every sample "" with success; the run now stops at the first step
+// and blames the model, in both families.
+TEST(Faults, NanWeightsStopTheRunNamingTheModel) {
+    for (const std::string family : {"discrete", "continuous"}) {
+        TempDir dir;
+        at::manual_seed(17);
+        const auto net = nn::make_denoiser_net(micro_config(family, false), *tokenizer());
+        auto tensors = parameters_of(*net);
+        for (auto& [name, tensor] : tensors)
+            if (name.find("out") != std::string::npos || name.find("trunk.blocks.0") != std::string::npos)
+                tensor.fill_(std::numeric_limits<float>::quiet_NaN());
+        save_safetensors(dir.path() / "weights.safetensors", tensors);
+        static_cast<const WordTokenizer&>(*tokenizer()).save((dir.path() / "vocab.txt").string());
+        json config = model_config(*net);
+        config["format_version"] = 1;
+        config["type"] = "transformer";
+        config["families"] = {family};
+        config["tokenizer"] = {{"type", "word"}, {"vocab", "vocab.txt"}};
+        std::ofstream(dir.path() / "config.json") << config.dump();
+        plugins::Registry no_plugins(std::vector<fs::path>{});
+        Generator generator(parse_recipe(R"({"model": ")" + dir.path().string() +
+                                             R"(", "sampler": {"steps": 5}, "samples": 2, "max_length": 8})",
+                                         "."),
+                            no_plugins, {});
+        try {
+            generator.generate();
+            ADD_FAILURE() << family << ": a model with NaN weights generated";
+        } catch (const GenerationFault& e) {
+            EXPECT_NE(std::string(e.what()).find("step 1"), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("are its weights finite?"), std::string::npos) << e.what();
+        }
+    }
 }
 
 TEST(Weights, AVocabularyOfAnotherSizeThanTheNetworksIsRefusedNamingBoth) {

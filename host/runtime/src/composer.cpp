@@ -3,11 +3,12 @@
 #include <ATen/ATen.h>
 
 #include <limits>
+#include <sstream>
 
 namespace rudder {
 
-Composer::Composer(std::vector<ComposedController> controllers, Family family)
-    : controllers_(std::move(controllers)), family_(family) {}
+Composer::Composer(std::vector<ComposedController> controllers, Family family, int64_t mask_id)
+    : controllers_(std::move(controllers)), family_(family), mask_id_(mask_id) {}
 
 void Composer::begin(const plugins::RunShape& shape, plugins::RunServices* services) {
     for (auto& c : controllers_) c.instance->begin(shape, services);
@@ -50,6 +51,8 @@ Combined Composer::predict(const plugins::StepInputs& in) {
     Combined out;
     at::Tensor owners;                                    // [B, L]: which controller fixed each position
     std::vector<std::pair<size_t, at::Tensor>> forbidders;  // who forbade what, to name them in a conflict
+    std::vector<size_t> delta_owners;                       // whose deltas are in out.logit_delta
+    bool may_overflow = false;  // the adapter checked each delta finite; a weight or a sum can still overflow
     for (size_t k = 0; k < controllers_.size(); ++k) {
         auto& c = controllers_[k];
         if (!c.active.contains(in.t)) continue;
@@ -57,22 +60,46 @@ Combined Composer::predict(const plugins::StepInputs& in) {
                                       (family_ == Family::discrete ? RUDDER_CAP_GRADIENT : 0);
         if ((c.instance->capabilities() & predict_caps) == 0) continue;
         plugins::StepOutputs o = c.instance->step(in);
-        auto add_delta = [&](const at::Tensor& d) {
+        auto add_delta = [&](const at::Tensor& d, bool derived) {
             const at::Tensor scaled = d.to(at::kFloat).mul(c.weight);
+            may_overflow = may_overflow || derived || c.weight != 1.0 || out.logit_delta.defined();
             out.logit_delta = out.logit_delta.defined() ? out.logit_delta.add_(scaled) : scaled;
+            delta_owners.push_back(k);
         };
-        if (o.logit_delta.defined()) add_delta(o.logit_delta);
+        if (o.logit_delta.defined()) add_delta(o.logit_delta, false);
         if (o.grad.defined() && family_ == Family::discrete) {
             // First-order Taylor: changing position i from its current token to v changes log p(c) by about
             // g[i, v] - g[i, current].
             const at::Tensor current = o.grad.gather(-1, in.tokens.unsqueeze(-1));
-            add_delta(o.grad - current);
+            add_delta(o.grad - current, true);
         }
         if (o.fixed_tokens.defined()) merge_fixed(out, o.fixed_tokens, k, owners);
         if (o.forbidden.defined()) {
             const at::Tensor f = o.forbidden.ne(0);
             forbidders.emplace_back(k, f);
             out.forbidden = out.forbidden.defined() ? f.logical_or(out.forbidden) : f;
+        }
+    }
+    if (may_overflow && !out.logit_delta.isfinite().all().item<bool>()) {
+        const at::Tensor where = out.logit_delta.isfinite().logical_not().nonzero()[0];
+        std::ostringstream who;
+        for (size_t k : delta_owners)
+            who << (k == delta_owners.front() ? "'" : ", '") << controllers_[k].instance->label() << "' (weight "
+                << controllers_[k].weight << ")";
+        throw CompositionError("the logit deltas of " + who.str() + " are not finite once weighted and summed (sample " +
+                               std::to_string(where[0].item<int64_t>()) + ", position " +
+                               std::to_string(where[1].item<int64_t>()) +
+                               "): each is finite, but float32 overflows; lower the weight or the delta");
+    }
+    if (out.fixed.defined() && mask_id_ >= 0) {
+        const at::Tensor masked = out.fixed.eq(mask_id_);
+        if (masked.any().item<bool>()) {
+            const auto where = masked.nonzero()[0];
+            const int64_t b = where[0].item<int64_t>(), i = where[1].item<int64_t>();
+            throw CompositionError(
+                "controller '" + controllers_[static_cast<size_t>(owners.index({b, i}).item<int64_t>())].instance->label() +
+                "' fixes the mask token (id " + std::to_string(mask_id_) + ") at position " + std::to_string(i) +
+                ": a finished sample cannot hold it");
         }
     }
     if (out.fixed.defined() && out.forbidden.defined()) {

@@ -21,6 +21,13 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+// Controllers' contributions that cannot make a distribution: weighted deltas that overflow float32, or the mask
+// token fixed at a position (a sample cannot hold it).
+class CompositionError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
 struct ComposedController {
     std::unique_ptr<plugins::ControllerInstance> instance;
     double weight = 1.0;
@@ -36,12 +43,14 @@ struct Combined {
 
 class Composer {
 public:
-    Composer(std::vector<ComposedController> controllers, Family family);
+    // `mask_id`: the tokenizer's mask token, which no controller may fix.
+    Composer(std::vector<ComposedController> controllers, Family family, int64_t mask_id);
 
     void begin(const plugins::RunShape& shape, plugins::RunServices* services);
 
     // PREDICT phase for every controller active at in.t. Discrete gradients (w.r.t. one-hot tokens) become logit
-    // deltas by first-order Taylor: g[v] - g[current token]. Throws ConstraintConflict naming the controllers.
+    // deltas by first-order Taylor: g[v] - g[current token]. Throws ConstraintConflict naming the controllers, and
+    // CompositionError when the weighted deltas are not finite or a controller fixes the mask token.
     Combined predict(const plugins::StepInputs& in);
 
     // Whether any GRADIENT controller is active at t (continuous family's guidance loop).
@@ -64,6 +73,7 @@ private:
     void merge_fixed(Combined& out, const at::Tensor& fixed, size_t owner, at::Tensor& owners);
     std::vector<ComposedController> controllers_;
     Family family_;
+    int64_t mask_id_;
 };
 
 }  // namespace rudder

@@ -264,7 +264,7 @@ Generator::Generator(Recipe recipe, plugins::Registry& registry, const std::vect
         }
     }
     if (!issues.empty()) throw RecipeError(std::move(issues));
-    composer_ = std::make_unique<Composer>(std::move(controllers), model_.family);
+    composer_ = std::make_unique<Composer>(std::move(controllers), model_.family, model_.tokenizer->mask_id());
     services_ = std::make_unique<Services>(model_, recipe_.base_dir, model_path);
 }
 
@@ -346,6 +346,18 @@ at::Tensor Generator::with_temperature(const at::Tensor& log_probs) const {
     return T == 1.0 ? log_probs : at::log_softmax(log_probs / T, -1);
 }
 
+GenerationFault Generator::fault_at(int64_t i, int64_t sample, int64_t position, const at::Tensor& logp) const {
+    const std::string where = "step " + std::to_string(i + 1) + ", sample " + std::to_string(sample) +
+                              " of the batch, position " + std::to_string(position);
+    const at::Tensor row = logp.index({sample, position});
+    if (row.isnan().any().item<bool>() || !row.isfinite().any().item<bool>())
+        return GenerationFault(where + ": model '" + model_.name + "' gives no distribution there (" +
+                               (row.isnan().any().item<bool>() ? "NaN" : "no finite log-probability") +
+                               "): are its weights finite?");
+    return GenerationFault(where + ": the model's distribution is sound there but the controlled one is not (NaN, "
+                                   "or no token allowed): the controllers' contributions or the guidance made it so");
+}
+
 at::Tensor Generator::estimate_x0(const at::Tensor& adjusted, const at::Tensor& logp, const at::Tensor& model_x0,
                                   double t) const {
     const at::Tensor E = model_.denoiser->embedding();
@@ -417,6 +429,11 @@ at::Tensor Generator::run_continuous(int64_t batch, at::Generator& gen, const St
             const at::Tensor noised = sampler.q_sample(at::embedding(E, combined.fixed.clamp_min(0)), sampler.timestep(i + 1), gen);
             x = at::where(fixed_mask, noised, x);
         }
+        // A NaN state would round to arbitrary tokens (empty texts) and go unnoticed: checked on [B, L, D] only.
+        if (!x.isfinite().all().item<bool>()) {
+            const at::Tensor bad = x.isfinite().all(-1).logical_not().nonzero()[0];
+            throw fault_at(i, bad[0].item<int64_t>(), bad[1].item<int64_t>(), logp);
+        }
         last = std::move(combined);
         // The current best guess: the most likely token of the controlled clean-token distribution.
         tick(i + 1, t_next, [&] { return adjusted.argmax(-1); });
@@ -464,7 +481,12 @@ at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const Step
         }
         if (changed || (model_.denoiser->uses_evidence() && !same_constraints(combined, seen))) denoise(t, combined);
         const at::Tensor adjusted = with_temperature(Composer::apply(logp, combined, mask_id));
-        const at::Tensor next = sampler.step(tokens, adjusted, i, mask_id, gen);
+        at::Tensor next;
+        try {
+            next = sampler.step(tokens, adjusted, i, mask_id, gen);
+        } catch (const NothingToSample& e) {
+            throw fault_at(i, e.sample, e.position, logp);
+        }
         if (!next.equal(tokens)) stale = true;
         tokens = next;
         // The current best guess: committed tokens, and the most likely token where still masked.

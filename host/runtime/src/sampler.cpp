@@ -195,6 +195,12 @@ at::Tensor DiscreteSampler::step(const at::Tensor& tokens, const at::Tensor& log
     at::Tensor scores = logp0.to(at::kFloat) + gumbel;
     scores.select(2, mask_id).fill_(-std::numeric_limits<float>::infinity());
     const at::Tensor sampled = scores.argmax(2);
+    // argmax passes NaN through and picks some -inf where all are: either leaves the chosen score non-finite.
+    const at::Tensor stuck = unmask.logical_and(scores.gather(2, sampled.unsqueeze(2)).squeeze(2).isfinite().logical_not());
+    if (stuck.any().item<bool>()) {
+        const at::Tensor where = stuck.nonzero()[0];
+        throw NothingToSample(where[0].item<int64_t>(), where[1].item<int64_t>());
+    }
     return at::where(unmask, sampled, tokens);
 }
 

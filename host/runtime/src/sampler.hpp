@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,18 @@ private:
 //             (1 - e^{-sbar(t)}), clipped to [0, 1];
 //   analytic: Tweedie tau-leaping, exact for absorbing diffusion: P(unmask) = (m(t) - m(s)) / m(t), m = mask_prob.
 // The last step (t_next = 0) unmasks every remaining position.
+// Thrown by DiscreteSampler::step when a position that unmasks has nothing to sample: its distribution holds NaN,
+// or gives every token zero probability. The caller, which knows where the distribution came from, names the cause.
+class NothingToSample : public std::runtime_error {
+public:
+    NothingToSample(int64_t sample, int64_t position)
+        : std::runtime_error("no token can be sampled at sample " + std::to_string(sample) + ", position " +
+                             std::to_string(position)),
+          sample(sample),
+          position(position) {}
+    int64_t sample, position;
+};
+
 class DiscreteSampler {
 public:
     enum class Kind { euler, analytic };
@@ -74,7 +87,8 @@ public:
     at::Tensor init(int64_t batch, int64_t len, int64_t mask_id, const at::Device& device) const;
 
     // One step. `logp0`: [B, L, V] log-probabilities of the clean token (the mask token must have -inf or
-    // very low mass; the sampler never emits mask_id). Returns the new tokens [B, L].
+    // very low mass; the sampler never emits mask_id). Returns the new tokens [B, L]. Throws NothingToSample
+    // when a position that unmasks has no finite score (checked on the B x L chosen scores, not the whole tensor).
     at::Tensor step(const at::Tensor& tokens, const at::Tensor& logp0, int64_t i, int64_t mask_id,
                     at::Generator& gen) const;
 

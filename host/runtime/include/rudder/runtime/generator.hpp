@@ -63,6 +63,13 @@ public:
     Cancelled() : std::runtime_error("generation cancelled") {}
 };
 
+// A run that cannot go on because what it would sample is not a distribution: the model's output is NaN (its
+// weights are not finite), or the controlled distribution is. The message says which, and where.
+class GenerationFault : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
 struct GenerationStats {
     int64_t denoiser_calls = 0;  // network evaluations (the discrete cache skips some)
     int64_t steps = 0;           // reverse steps taken
@@ -103,6 +110,9 @@ private:
     std::string decode(const int64_t* row, int64_t* n_tokens) const;
     // The sampler's temperature applied to log-probabilities (renormalised); unchanged at 1.
     at::Tensor with_temperature(const at::Tensor& log_probs) const;
+    // The GenerationFault for step `i` that could not sample at (sample, position): the model's log-probabilities
+    // `logp` are checked there first, so the message blames the model or the controls.
+    GenerationFault fault_at(int64_t i, int64_t sample, int64_t position, const at::Tensor& logp) const;
     at::Tensor estimate_x0(const at::Tensor& adjusted, const at::Tensor& logp, const at::Tensor& model_x0,
                            double t) const;
 
