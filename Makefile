@@ -8,7 +8,7 @@ TSAN_BUILD ?= build-tsan
 # numerics (which `make test` covers), take 10 of the sanitized suite's 20 CPU-minutes, and add no new code paths.
 SANITIZE_EXCLUDE ?= ^nets\.Training\.
 
-.PHONY: all deps configure build demo test test-sanitize test-tsan bench bench-threads clean
+.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long bench bench-threads clean
 
 all: build
 
@@ -47,6 +47,24 @@ test-tsan: deps
 	cmake --build $(TSAN_BUILD) -j$(JOBS) --target rudder_embed_tests rudder_plugins_tests
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  ctest --test-dir $(TSAN_BUILD) --output-on-failure -j$(JOBS) -R '^(embed\.CApi|plugins)\.' -E 'c99_header'
+
+# Each libFuzzer target for a million inputs (up to 256 KB each, so deeply nested documents are tried) in the
+# sanitized build, new inputs kept in a scratch folder there; prints each target's execution count. Long: about
+# half an hour on two cores. FUZZ_RUNS changes the count.
+FUZZ_RUNS ?= 1000000
+fuzz-long: deps
+	@CC=clang CXX=clang++ cmake -S . -B $(SANITIZE_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" \
+	  -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DRUDDER_SANITIZE=address,undefined -DRUDDER_FUZZ=ON -DRUDDER_BUILD_BENCH=OFF \
+	  > $(SANITIZE_BUILD).configure.log 2>&1 || (cat $(SANITIZE_BUILD).configure.log; exit 1)
+	cmake --build $(SANITIZE_BUILD) -j$(JOBS) --target fuzz_recipe fuzz_safetensors fuzz_tokenizer
+	@for target in recipe safetensors tokenizer; do \
+	  scratch=$(SANITIZE_BUILD)/tests/fuzz/long_$$target; mkdir -p $$scratch; \
+	  dict=; [ -f tests/fuzz/$$target.dict ] && dict=-dict=tests/fuzz/$$target.dict; \
+	  ASAN_OPTIONS=detect_leaks=1 $(SANITIZE_BUILD)/tests/bin/fuzz_$$target -runs=$(FUZZ_RUNS) -max_len=262144 \
+	    -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 $$dict $$scratch tests/fuzz/corpus/$$target \
+	    2> $(SANITIZE_BUILD)/tests/fuzz/long_$$target.log || { tail -40 $(SANITIZE_BUILD)/tests/fuzz/long_$$target.log; exit 1; }; \
+	  echo "fuzz_$$target: $$(grep -m1 stat::number_of_executed_units $(SANITIZE_BUILD)/tests/fuzz/long_$$target.log)"; \
+	done
 
 bench: build
 	$(BUILD)/bin/rudder_bench --benchmark_counters_tabular=true

@@ -63,6 +63,13 @@ JSON
     grep -q "/controllers/0/plugin: .*did you mean 'length'?" <<<"$err" || fail "$err"
     grep -q '/controllers/1/params: .*/suffix: needs "length"' <<<"$err" || fail "$err"
     ;;
+  validate_checks_params_against_the_run)
+    # What validate accepts, generate can run: params that cannot fit max_length are found by validate.
+    sed 's/"tokens": 6/"tokens": 100000/' "$work/good.json" > "$work/long.json"
+    err=$("$rudder" validate "$work/long.json" 2>&1 >/dev/null); code=$?
+    [ $code -eq 2 ] || fail "expected exit 2, got $code: $err"
+    grep -q "/controllers/0/params: does not fit this run (discrete model 'model', max_length 12): .*100000" <<<"$err" || fail "$err"
+    ;;
   validate_not_json)
     printf '{"model": "model",\n  "samples": }\n' > "$work/broken.json"
     err=$("$rudder" validate "$work/broken.json" 2>&1); code=$?

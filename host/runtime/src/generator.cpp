@@ -245,6 +245,7 @@ Generator::Generator(Recipe recipe, plugins::Registry& registry, const std::vect
     }
 
     std::vector<ComposedController> controllers;
+    std::vector<std::string> pointers;  // each created controller's place in the recipe
     for (const auto& spec : recipe_.controllers) {
         if (reported(spec.pointer + "/plugin") || reported(spec.pointer + "/params")) continue;
         try {
@@ -256,6 +257,7 @@ Generator::Generator(Recipe recipe, plugins::Registry& registry, const std::vect
                 c.weight = spec.weight;
                 c.active = spec.active;
                 controllers.push_back(std::move(c));
+                pointers.push_back(spec.pointer);
             } catch (const std::exception& e) {
                 issues.push_back({spec.pointer + "/params", e.what()});
             }
@@ -264,8 +266,38 @@ Generator::Generator(Recipe recipe, plugins::Registry& registry, const std::vect
         }
     }
     if (!issues.empty()) throw RecipeError(std::move(issues));
-    composer_ = std::make_unique<Composer>(std::move(controllers), model_.family, model_.tokenizer->mask_id());
+    // Each controller sees the run's shape now, as the first batch will give it: params that cannot work with
+    // this model or length (a span longer than max_length, say) are the recipe's problem, found by `validate`
+    // rather than by the run.
     services_ = std::make_unique<Services>(model_, recipe_.base_dir, model_path);
+    const plugins::RunShape first = run_shape(std::min(recipe_.batch_size, recipe_.samples));
+    for (size_t k = 0; k < controllers.size(); ++k) {
+        try {
+            controllers[k].instance->begin(first, services_.get());
+        } catch (const std::exception& e) {
+            issues.push_back({pointers[k] + "/params", std::string("does not fit this run (") + family_name(model_.family) +
+                                                           " model '" + model_.name + "', max_length " +
+                                                           std::to_string(recipe_.max_length) + "): " + e.what()});
+        }
+    }
+    if (!issues.empty()) throw RecipeError(std::move(issues));
+    composer_ = std::make_unique<Composer>(std::move(controllers), model_.family, model_.tokenizer->mask_id());
+}
+
+plugins::RunShape Generator::run_shape(int64_t batch) const {
+    const auto& tok = *model_.tokenizer;
+    plugins::RunShape shape;
+    shape.family = model_.family == Family::continuous ? RUDDER_FAMILY_CONTINUOUS : RUDDER_FAMILY_DISCRETE;
+    shape.batch_size = batch;
+    shape.seq_len = recipe_.max_length;
+    shape.vocab_size = tok.vocab_size();
+    shape.embed_dim = model_.denoiser->embed_dim();
+    shape.pad_id = tok.pad_id();
+    shape.mask_id = model_.family == Family::discrete ? tok.mask_id() : -1;
+    shape.unk_id = tok.unk_id();
+    shape.total_steps = static_cast<int32_t>(recipe_.sampler.steps);
+    shape.device = device_;
+    return shape;
 }
 
 Generator::~Generator() = default;
@@ -283,7 +315,6 @@ std::vector<SampleResult> Generator::generate(const ProgressCallback& progress, 
     if (total < 1) throw std::invalid_argument("samples must be at least 1, got " + std::to_string(total));
     const int64_t per_batch = std::min(recipe_.batch_size, total);
     const int64_t batches = (total + per_batch - 1) / per_batch;
-    const auto& tok = *model_.tokenizer;
     std::vector<SampleResult> results;
     results.reserve(static_cast<size_t>(total));
     stats_ = {};
@@ -293,17 +324,7 @@ std::vector<SampleResult> Generator::generate(const ProgressCallback& progress, 
 
     for (int64_t b = 0; b < batches; ++b) {
         const int64_t batch = std::min(per_batch, total - b * per_batch);
-        plugins::RunShape shape;
-        shape.family = model_.family == Family::continuous ? RUDDER_FAMILY_CONTINUOUS : RUDDER_FAMILY_DISCRETE;
-        shape.batch_size = batch;
-        shape.seq_len = recipe_.max_length;
-        shape.vocab_size = tok.vocab_size();
-        shape.embed_dim = model_.denoiser->embed_dim();
-        shape.pad_id = tok.pad_id();
-        shape.mask_id = model_.family == Family::discrete ? tok.mask_id() : -1;
-        shape.unk_id = tok.unk_id();
-        shape.total_steps = static_cast<int32_t>(recipe_.sampler.steps);
-        shape.device = device_;
+        const plugins::RunShape shape = run_shape(batch);
         composer_->begin(shape, services_.get());
 
         if (b > 0) stats_.threads = std::max(stats_.threads, share.refresh());

@@ -109,6 +109,8 @@ private:
     at::Tensor run_discrete(int64_t batch, at::Generator& gen, const StepTick& tick);
     std::string decode(const int64_t* row, int64_t* n_tokens) const;
     // The sampler's temperature applied to log-probabilities (renormalised); unchanged at 1.
+    // What controllers' begin() sees for a batch of `batch` sequences of this run.
+    plugins::RunShape run_shape(int64_t batch) const;
     at::Tensor with_temperature(const at::Tensor& log_probs) const;
     // The GenerationFault for step `i` that could not sample at (sample, position): the model's log-probabilities
     // `logp` are checked there first, so the message blames the model or the controls.
