@@ -1,4 +1,5 @@
-// `rudder plugins` and `rudder models`: what this installation finds.
+// `rudder plugins` and `rudder models`: what this installation finds. The plugin listing comes from the plugin
+// index (each library scanned in a child process), so a broken library is listed with its reason, never loaded here.
 #include <nlohmann/json.hpp>
 
 #include <iostream>
@@ -21,13 +22,13 @@ int cmd_plugins(bool as_json) {
         json j = {{"search_path", json::array()}, {"controllers", json::array()}, {"rejected", json::array()}};
         for (const auto& p : registry.search_path()) j["search_path"].push_back(p.string());
         for (const auto& c : found)
-            j["controllers"].push_back({{"id", c.id()},
-                                        {"version", c.version()},
-                                        {"abi", std::to_string(c.abi_major()) + "." + std::to_string(c.abi_minor())},
-                                        {"capabilities", plugins::capability_names(c.capabilities())},
-                                        {"description", c.description()},
+            j["controllers"].push_back({{"id", c.id},
+                                        {"version", c.version},
+                                        {"abi", std::to_string(c.abi_major) + "." + std::to_string(c.abi_minor)},
+                                        {"capabilities", plugins::capability_names(c.capabilities)},
+                                        {"description", c.description},
                                         {"file", c.path.string()},
-                                        {"sha256", c.sha256()}});
+                                        {"sha256", c.sha256}});
         for (const auto& r : rejected) j["rejected"].push_back({{"file", r.path.string()}, {"reason", r.reason}});
         std::cout << j.dump(2) << "\n";
         return kExitOk;
@@ -38,9 +39,9 @@ int cmd_plugins(bool as_json) {
     std::cout << "controllers:\n";
     for (const auto& c : found) {
         std::string caps;
-        for (const auto& name : plugins::capability_names(c.capabilities())) caps += (caps.empty() ? "" : ",") + name;
-        std::cout << "  " << c.id() << " " << c.version() << "  abi " << c.abi_major() << "." << c.abi_minor() << "  ["
-                  << caps << "]  " << c.description() << "\n      " << c.path.string() << "\n      sha256 " << c.sha256()
+        for (const auto& name : plugins::capability_names(c.capabilities)) caps += (caps.empty() ? "" : ",") + name;
+        std::cout << "  " << c.id << " " << c.version << "  abi " << c.abi_major << "." << c.abi_minor << "  ["
+                  << caps << "]  " << c.description << "\n      " << c.path.string() << "\n      sha256 " << c.sha256
                   << "\n";
     }
     if (found.empty()) std::cout << "  (none)\n";

@@ -28,6 +28,33 @@ case $case in
     grep -q 'not_a_library.so' <<<"$out" || fail "non-library not reported as rejected: $out"
     grep -q '"id": "length"' <<<"$out" || fail "first-party plugins must still be found: $out"
     ;;
+  plugins_broken)
+    # Libraries that hang, abort, exit or claim 10^8 controllers (tests/fixtures/broken_plugins) on the path: each
+    # is scanned in a child process and listed as rejected with its reason; a recipe that needs only length runs.
+    broken=$(dirname "$fixtures")/broken_plugins
+    export RUDDER_PLUGIN_PATH="$broken" RUDDER_PLUGIN_SCAN_TIMEOUT=3 RUDDER_CACHE_DIR="$work/cache"
+    out=$("$rudder" plugins) || fail "plugins: exit $?: $out"
+    grep -q "^  length 1.0.0" <<<"$out" || fail "length not listed: $out"
+    grep -q "rudder_hangs.so: did not finish loading within 3 s" <<<"$out" || fail "the hanging library: $out"
+    grep -q "rudder_aborts.so: crashed while loading, killed by signal 6" <<<"$out" || fail "the aborting library: $out"
+    grep -q "rudder_exits.so: ended the process with exit status 0" <<<"$out" || fail "the exiting library: $out"
+    grep -q "rudder_huge_count.so: claims 100000000 controllers" <<<"$out" || fail "the huge library: $out"
+    [ -f "$work/cache/plugin-index.json" ] || fail "no plugin index was written"
+    json=$("$rudder" plugins --json) || fail "plugins --json: exit $?"
+    python3 -c 'import json,sys; j=json.load(sys.stdin); r={x["file"].split("/")[-1] for x in j["rejected"]}
+assert {"rudder_hangs.so","rudder_aborts.so","rudder_exits.so","rudder_huge_count.so"} <= r, r' <<<"$json" \
+      || fail "plugins --json: $json"
+    printf '{"model": "model", "max_length": 12, "samples": 1, "sampler": {"steps": 5}, "controllers": [{"plugin": "length", "params": {"tokens": 6}}]}\n' \
+      > "$work/length_only.json"
+    "$rudder" generate -q "$work/length_only.json" -o "$work/length_only.jsonl" 2> "$work/err.txt" \
+      || fail "a recipe using only length: exit $?: $(cat "$work/err.txt")"
+    [ -s "$work/length_only.jsonl" ] || fail "no sample written"
+    # A broken library the recipe names is refused with its reason, not run.
+    printf '{"model": "model", "max_length": 12, "controllers": [{"plugin": "%s/rudder_aborts.so"}]}\n' "$broken" > "$work/aborts.json"
+    err=$("$rudder" validate "$work/aborts.json" 2>&1 >/dev/null); code=$?
+    [ $code -eq 2 ] || fail "expected exit 2 for a recipe naming a crashing library, got $code: $err"
+    grep -q "rudder_aborts.so: crashed while loading" <<<"$err" || fail "$err"
+    ;;
   plugin_pin)
     length=$("$rudder" plugins --json | python3 -c 'import json,sys; print([c for c in json.load(sys.stdin)["controllers"] if c["id"]=="length"][0]["file"])')
     digest=$(sha256sum "$length" | cut -d' ' -f1)

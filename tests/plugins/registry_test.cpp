@@ -5,8 +5,10 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <set>
@@ -56,9 +58,9 @@ private:
     std::optional<std::string> old_;
 };
 
-std::set<std::string> ids_of(const std::vector<ControllerType>& types) {
+std::set<std::string> ids_of(const std::vector<ControllerInfo>& types) {
     std::set<std::string> ids;
-    for (const auto& type : types) ids.insert(type.id());
+    for (const auto& type : types) ids.insert(type.id);
     return ids;
 }
 
@@ -304,6 +306,146 @@ TEST(Registry, ConcurrentUseScansOnceAndAgrees) {
     for (auto& thread : threads) thread.join();
     EXPECT_EQ(found, (std::vector<std::string>{"good", "hard", "good", "hard"}));
     EXPECT_EQ(registry.controllers().size(), 12u);
+}
+
+}  // namespace
+}  // namespace rudder::plugins::testing
+
+namespace rudder::plugins::testing {
+namespace {
+
+fs::path broken_fixture_dir() { return RUDDER_TEST_BROKEN_FIXTURE_DIR; }
+
+// Libraries that hang, abort, exit or claim 10^8 controllers, each with the reason a scan gives.
+const std::map<std::string, std::string>& broken_reasons() {
+    static const std::map<std::string, std::string> reasons = {
+        {"rudder_hangs.so", "did not finish loading within 3 s and was stopped"},
+        {"rudder_aborts.so", "crashed while loading, killed by signal 6"},
+        {"rudder_exits.so", "ended the process with exit status 0 while loading"},
+        {"rudder_huge_count.so", "claims 100000000 controllers (controller_count); at most 4096 are accepted"},
+    };
+    return reasons;
+}
+
+// Issue 20, item 12: one bad library anywhere on the path used to take down every run (and the listing).
+TEST(PluginIndex, BrokenLibrariesAreListedAndARunLoadsOnlyTheLibraryItNeeds) {
+    TempDir cache("index_broken");
+    ScopedEnv cache_env("RUDDER_CACHE_DIR", cache.path().c_str());
+    ScopedEnv timeout("RUDDER_PLUGIN_SCAN_TIMEOUT", "3");
+    Registry registry({broken_fixture_dir(), fixture_dir()});
+    EXPECT_EQ(registry.resolve("good", "").id(), "good");
+    EXPECT_EQ(registry.resolve("rudder_pair.so#pair_a", fixture_dir()).id(), "pair_a");
+    EXPECT_EQ(ids_of(registry.controllers()).count("hard"), 1u);
+
+    const auto reasons = reasons_by_file(registry.rejections());
+    for (const auto& [file, reason] : broken_reasons()) {
+        ASSERT_EQ(reasons.count(file), 1u) << file << " was not rejected";
+        EXPECT_THAT(reasons.at(file), HasSubstr(reason)) << file;
+    }
+    size_t libraries = 0;
+    for (const auto& folder : {broken_fixture_dir(), fixture_dir()})
+        for (const auto& entry : fs::directory_iterator(folder))
+            libraries += entry.path().extension() == ".so" && !entry.is_directory() ? 1 : 0;
+    EXPECT_EQ(registry.scanned_in_child(), libraries) << "every library of both folders scanned once, in a child";
+
+    // Named by path, a broken library is refused with the scan's reason, and never loaded here.
+    EXPECT_THAT(plugin_error_of([&] { registry.resolve("rudder_aborts.so", broken_fixture_dir()); }),
+                HasSubstr((broken_fixture_dir() / "rudder_aborts.so").string() + ": crashed while loading"));
+    EXPECT_THAT(plugin_error_of([&] { registry.resolve("rudder_hangs.so", broken_fixture_dir()); }),
+                HasSubstr("did not finish loading"));
+    EXPECT_THAT(plugin_error_of([&] { registry.resolve("broken", ""); }), HasSubstr("no controller plugin with id 'broken'"));
+
+    // A second registry (a second run) takes everything from the index: no child, the same verdicts.
+    Registry again({broken_fixture_dir(), fixture_dir()});
+    EXPECT_EQ(reasons_by_file(again.rejections()), reasons);
+    EXPECT_EQ(ids_of(again.controllers()), ids_of(registry.controllers()));
+    EXPECT_EQ(again.scanned_in_child(), 0u);
+    EXPECT_EQ(again.resolve("hard", "").id(), "hard");
+}
+
+TEST(PluginIndex, AHugeControllerCountIsRefusedWithoutReadingTheList) {
+    EXPECT_THAT(plugin_error_of([&] { load_library(broken_fixture_dir() / "rudder_huge_count.so"); }),
+                HasSubstr("claims 100000000 controllers"));
+}
+
+TEST(PluginIndex, IsKeptPerFileAndScannedAgainWhenTheFileChanges) {
+    TempDir cache("index_cache"), dir("index_libs");
+    ScopedEnv cache_env("RUDDER_CACHE_DIR", cache.path().c_str());
+    const fs::path file = dir.path() / "rudder_x.so";
+    fs::copy_file(fixture("good"), file);
+    fs::copy_file(fixture("noop"), dir.path() / "rudder_y.so");
+
+    Registry first({dir.path()});
+    EXPECT_EQ(ids_of(first.controllers()), (std::set<std::string>{"good", "noop"}));
+    EXPECT_EQ(first.scanned_in_child(), 2u);
+    ASSERT_EQ(Registry::index_file(), cache.path() / "plugin-index.json");
+    ASSERT_TRUE(fs::exists(Registry::index_file()));
+    std::ifstream in(Registry::index_file());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_THAT(text, HasSubstr(fs::canonical(file).string()));
+    EXPECT_THAT(text, HasSubstr("\"good\""));
+
+    Registry second({dir.path()});
+    EXPECT_EQ(ids_of(second.controllers()), (std::set<std::string>{"good", "noop"}));
+    EXPECT_EQ(second.scanned_in_child(), 0u) << "the index must be reused";
+    EXPECT_EQ(second.controllers()[0].sha256, sha256sum(file));
+
+    // Another library written over the file (size, mtime, ctime change): scanned again, the others are not.
+    fs::copy_file(fixture("hard"), file, fs::copy_options::overwrite_existing);
+    Registry third({dir.path()});
+    EXPECT_EQ(ids_of(third.controllers()), (std::set<std::string>{"hard", "noop"}));
+    EXPECT_EQ(third.scanned_in_child(), 1u);
+    EXPECT_EQ(third.controllers()[0].sha256, sha256sum(file));
+
+    // Only the modification time changes: scanned again.
+    fs::last_write_time(file, fs::last_write_time(file) - std::chrono::hours(1));
+    Registry fourth({dir.path()});
+    EXPECT_EQ(ids_of(fourth.controllers()), (std::set<std::string>{"hard", "noop"}));
+    EXPECT_EQ(fourth.scanned_in_child(), 1u);
+
+    // A file replaced by another (a new inode): scanned again.
+    fs::copy_file(fixture("slow"), dir.path() / "staged.so");
+    fs::rename(dir.path() / "staged.so", file);
+    Registry fifth({dir.path()});
+    EXPECT_EQ(ids_of(fifth.controllers()), (std::set<std::string>{"slow", "noop"}));
+    EXPECT_EQ(fifth.scanned_in_child(), 1u);
+}
+
+TEST(PluginIndex, ACorruptOrUnwritableIndexOnlyMeansScanningAgain) {
+    TempDir cache("index_corrupt");
+    {
+        ScopedEnv cache_env("RUDDER_CACHE_DIR", cache.path().c_str());
+        { std::ofstream(cache.path() / "plugin-index.json") << "{ not json"; }
+        Registry registry({fixture_dir()});
+        EXPECT_EQ(ids_of(registry.controllers()).count("good"), 1u);
+        EXPECT_GT(registry.scanned_in_child(), 0u);
+        Registry again({fixture_dir()});
+        EXPECT_EQ(again.scanned_in_child(), 0u) << "the corrupt file was replaced";
+    }
+    for (const char* unusable : {"/proc/rudder-no-such-folder", ""}) {
+        ScopedEnv cache_env("RUDDER_CACHE_DIR", unusable);
+        Registry registry({fixture_dir()});
+        EXPECT_EQ(ids_of(registry.controllers()).count("good"), 1u) << unusable;
+        EXPECT_EQ(registry.resolve("good", "").id(), "good");
+        Registry again({fixture_dir()});
+        EXPECT_EQ(ids_of(again.controllers()).count("good"), 1u);
+        EXPECT_GT(again.scanned_in_child(), 0u) << "nothing could be kept in '" << unusable << "'";
+    }
+}
+
+TEST(PluginIndex, TheCacheFolderFollowsTheEnvironment) {
+    {
+        ScopedEnv cache_env("RUDDER_CACHE_DIR", "/somewhere/cache");
+        EXPECT_EQ(Registry::index_file(), fs::path("/somewhere/cache/plugin-index.json"));
+    }
+    {
+        ScopedEnv cache_env("RUDDER_CACHE_DIR", nullptr);
+        ScopedEnv xdg("XDG_CACHE_HOME", "/xdg");
+        EXPECT_EQ(Registry::index_file(), fs::path("/xdg/rudder/plugin-index.json"));
+        ScopedEnv relative("XDG_CACHE_HOME", "relative");
+        ScopedEnv home("HOME", "/home/someone");
+        EXPECT_EQ(Registry::index_file(), fs::path("/home/someone/.cache/rudder/plugin-index.json"));
+    }
 }
 
 }  // namespace

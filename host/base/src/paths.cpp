@@ -2,12 +2,14 @@
 
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <sstream>
 #include <string>
 
 // The build writes the install layout (relative to the prefix) in: see the top-level CMakeLists.txt.
-#if !defined(RUDDER_INSTALL_BINDIR) || !defined(RUDDER_INSTALL_LIBDIR) || !defined(RUDDER_INSTALL_DATADIR)
-#error "RUDDER_INSTALL_BINDIR, RUDDER_INSTALL_LIBDIR and RUDDER_INSTALL_DATADIR must be defined by the build"
+#if !defined(RUDDER_INSTALL_BINDIR) || !defined(RUDDER_INSTALL_LIBDIR) || !defined(RUDDER_INSTALL_DATADIR) || \
+    !defined(RUDDER_INSTALL_LIBEXECDIR)
+#error "RUDDER_INSTALL_BINDIR, _LIBDIR, _DATADIR and _LIBEXECDIR must be defined by the build"
 #endif
 
 namespace rudder {
@@ -53,6 +55,20 @@ fs::path install_prefix() {
 
 fs::path bundled_plugin_dir() { return install_prefix() / RUDDER_INSTALL_LIBDIR / "rudder" / "plugins"; }
 fs::path bundled_model_dir() { return install_prefix() / RUDDER_INSTALL_DATADIR / "rudder" / "models"; }
+
+fs::path plugin_scanner_file() {
+    if (const char* file = std::getenv("RUDDER_PLUGIN_SCANNER"); file != nullptr && *file != '\0') return file;
+    return install_prefix() / RUDDER_INSTALL_LIBEXECDIR / "rudder" / "rudder-plugin-scan";
+}
+
+fs::path user_cache_dir() {
+    if (const char* dir = std::getenv("RUDDER_CACHE_DIR")) return dir;
+    if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && fs::path(xdg).is_absolute())
+        return fs::path(xdg) / "rudder";
+    if (const char* home = std::getenv("HOME"); home != nullptr && fs::path(home).is_absolute())
+        return fs::path(home) / ".cache" / "rudder";
+    return {};
+}
 
 std::vector<fs::path> split_path_list(const char* list) {
     std::vector<fs::path> out;

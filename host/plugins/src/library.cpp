@@ -259,6 +259,9 @@ std::vector<ControllerType> load_checked(const std::filesystem::path& path) {
                                   " is smaller than the " + std::to_string(kPluginV1Size) + " bytes ABI " +
                                   abi_text(RUDDER_ABI_MAJOR, 0) + " requires");
     if (plugin->controller_count == 0) throw LoadError(path, "offers no controllers (controller_count is 0)");
+    if (plugin->controller_count > kMaxControllersPerLibrary)
+        throw LoadError(path, "claims " + std::to_string(plugin->controller_count) + " controllers (controller_count); at most " +
+                                  std::to_string(kMaxControllersPerLibrary) + " are accepted");
     if (plugin->controllers == nullptr) throw LoadError(path, "controller list is NULL");
     if (plugin->abi_minor > RUDDER_ABI_MINOR)
         spdlog::debug("{}: built for the newer plugin ABI {}; using its {} part", path.string(),
@@ -295,6 +298,36 @@ std::vector<ControllerType> load_library(const std::filesystem::path& path) {
     } catch (...) {
         throw LoadError(path, "could not be loaded: unknown exception");
     }
+}
+
+ScanResult describe_library(const std::filesystem::path& path) {
+    ScanResult result;
+    try {
+        const std::vector<ControllerType> types = load_library(path);
+        const char* name = types.front().library->plugin().name;
+        result.plugin = name != nullptr ? name : "";
+        result.sha256 = types.front().sha256();
+        for (const auto& type : types) {
+            ControllerInfo info;
+            info.id = type.id();
+            info.version = type.version();
+            info.description = type.description();
+            info.capabilities = type.capabilities();
+            info.abi_major = type.abi_major();
+            info.abi_minor = type.abi_minor();
+            info.plugin = result.plugin;
+            info.sha256 = result.sha256;
+            result.controllers.push_back(std::move(info));
+        }
+        result.ok = true;
+    } catch (const LoadError& e) {
+        result.reason = e.reason();
+    } catch (const std::exception& e) {
+        result.reason = std::string("could not be loaded: ") + e.what();
+    } catch (...) {
+        result.reason = "could not be loaded: unknown exception";
+    }
+    return result;
 }
 
 const rudder_host* host_services() {

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace rudder::plugins {
 
@@ -45,5 +46,19 @@ public:
 private:
     std::string reason_;
 };
+
+// What scanning one library found: its controllers, or why it is rejected. The scanner child process produces
+// one (describe_library) and sends it as JSON; the index file keeps them.
+struct ScanResult {
+    bool ok = false;
+    std::string reason;  // when !ok: the bare reason, without the file name
+    std::string plugin;  // the plugin's name
+    std::string sha256;
+    std::vector<ControllerInfo> controllers;  // path left empty: the caller knows it
+};
+
+// Loads `path` into this process with load_library() and describes what it offers; never throws. Runs in the
+// scanner child process (or in-process when no scanner is installed).
+ScanResult describe_library(const std::filesystem::path& path);
 
 }  // namespace rudder::plugins

@@ -1,5 +1,5 @@
 // Plugin discovery: scanning the search path, and turning a recipe's "plugin" value into a controller type.
-#include "library.hpp"
+#include "plugin_index.hpp"
 
 #include <rudder/base/paths.hpp>
 #include <rudder/rudder_json.hpp>
@@ -12,6 +12,7 @@
 #include <set>
 #include <string>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 
 namespace rudder::plugins {
@@ -48,10 +49,13 @@ std::string folders_text(const std::vector<fs::path>& search_path) {
     return joined(dirs, ", ");
 }
 
-std::vector<std::string> ids_of(const std::vector<ControllerType>& types) {
+template <class Types> std::vector<std::string> ids_of(const Types& types) {
     std::vector<std::string> ids;
     ids.reserve(types.size());
-    for (const auto& type : types) ids.push_back(type.id());
+    for (const auto& type : types) {
+        if constexpr (std::is_same_v<typename Types::value_type, ControllerInfo>) ids.push_back(type.id);
+        else ids.push_back(type.id());
+    }
     return ids;
 }
 
@@ -71,6 +75,7 @@ void Registry::scan() {
     if (scanned_) return;
     scanned_ = true;
     std::map<std::string, fs::path> provider_of;  // id -> the file that provides it
+    PluginIndex index(index_file());
     std::set<fs::path> scanned_dirs;
     for (const auto& dir : search_path_) {
         std::error_code error;
@@ -98,32 +103,39 @@ void Registry::scan() {
                   [](const fs::path& a, const fs::path& b) { return a.filename().string() < b.filename().string(); });
 
         for (const auto& file : files) {
-            std::vector<ControllerType> types;
-            try {
-                types = load_library(file);
-            } catch (const LoadError& e) {
-                rejections_.push_back({file, e.reason()});
-                continue;
-            } catch (const std::exception& e) {
-                rejections_.push_back({file, e.what()});
+            ScanResult result = index.examine(file, scanned_in_child_);
+            if (!result.ok) {
+                rejections_.push_back({file, result.reason});
                 continue;
             }
-            for (auto& type : types) {
-                const auto [existing, inserted] = provider_of.emplace(type.id(), file);
+            for (auto& info : result.controllers) {
+                const auto [existing, inserted] = provider_of.emplace(info.id, file);
                 if (!inserted) {
                     rejections_.push_back(
-                        {file, "id '" + type.id() + "' already provided by " + existing->second.string()});
+                        {file, "id '" + info.id + "' already provided by " + existing->second.string()});
                     continue;
                 }
-                controllers_.push_back(std::move(type));
+                info.path = file;
+                controllers_.push_back(std::move(info));
             }
         }
     }
+    index.save();
     for (const auto& rejection : rejections_)
         spdlog::debug("plugin {} rejected: {}", rejection.path.string(), rejection.reason);
 }
 
-const std::vector<ControllerType>& Registry::controllers() {
+fs::path Registry::index_file() {
+    const fs::path dir = user_cache_dir();
+    return dir.empty() ? fs::path() : dir / "plugin-index.json";
+}
+
+size_t Registry::scanned_in_child() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return scanned_in_child_;
+}
+
+const std::vector<ControllerInfo>& Registry::controllers() {
     std::lock_guard<std::mutex> lock(mutex_);
     scan();
     return controllers_;
@@ -175,6 +187,15 @@ ControllerType Registry::find(const std::string& name, const fs::path& base_dir)
                               "); plugins load only from there, so add its folder to the search path (RUDDER_PLUGIN_PATH, "
                               "or the application's plugin folders)");
         }
+        // Scanned in a child first (or known from the index): a library that crashes or hangs is refused, not run.
+        std::error_code error;
+        if (fs::is_regular_file(file, error)) {
+            std::lock_guard<std::mutex> lock(mutex_);
+            PluginIndex index(index_file());
+            const ScanResult scanned = index.examine(file, scanned_in_child_);
+            index.save();
+            if (!scanned.ok) throw LoadError(file, scanned.reason);
+        }
         std::vector<ControllerType> types = load_library(file);  // throws PluginError naming the file
         if (!selector.empty()) {
             for (auto& type : types)
@@ -188,10 +209,21 @@ ControllerType Registry::find(const std::string& name, const fs::path& base_dir)
         return std::move(types.front());
     }
 
+    fs::path provider;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        scan();
+        for (const auto& info : controllers_)
+            if (info.id == name) provider = info.path;
+    }
+    if (!provider.empty()) {
+        // The only library this loads into the process: the one the index names for the id.
+        for (auto& type : load_library(provider))  // throws PluginError naming the file
+            if (type.id() == name) return std::move(type);
+        throw PluginError(provider.string() + ": no longer offers controller '" + name +
+                          "' (the file changed since it was scanned)");
+    }
     std::lock_guard<std::mutex> lock(mutex_);
-    scan();
-    for (const auto& type : controllers_)
-        if (type.id() == name) return type;
 
     std::string message = "no controller plugin with id '" + name + "' in " +
                           (search_path_.empty() ? std::string("an empty plugin search path (set RUDDER_PLUGIN_PATH)")

@@ -17,6 +17,12 @@ std::filesystem::path install_prefix();
 // <prefix>/<libdir>/rudder/plugins and <prefix>/<datadir>/rudder/models (the folders may not exist).
 std::filesystem::path bundled_plugin_dir();
 std::filesystem::path bundled_model_dir();
+// The helper that scans a plugin library in a child process: $RUDDER_PLUGIN_SCANNER if set, else
+// <prefix>/<libexecdir>/rudder/rudder-plugin-scan (the file may not exist).
+std::filesystem::path plugin_scanner_file();
+// The per-user cache folder: $RUDDER_CACHE_DIR if set ("" if it is set but empty: no cache), else
+// $XDG_CACHE_HOME/rudder if that is an absolute path, else $HOME/.cache/rudder, else "".
+std::filesystem::path user_cache_dir();
 
 // Splits a ':'-separated list such as $RUDDER_PLUGIN_PATH; empty entries are skipped, NULL gives none.
 std::vector<std::filesystem::path> split_path_list(const char* list);

@@ -42,6 +42,17 @@ struct ControllerType {
     std::string sha256() const;
 };
 
+// What the plugin index knows about one controller: learnt by loading its library in a child process (or read
+// from the index file), so listing controllers never loads a library into this process.
+struct ControllerInfo {
+    std::string id, version, description;
+    uint64_t capabilities = 0;
+    uint32_t abi_major = 0, abi_minor = 0;  // the controller descriptor's
+    std::filesystem::path path;             // the library file, as found in the search path
+    std::string plugin;                     // the library's plugin name
+    std::string sha256;                     // of the library file when it was scanned
+};
+
 // A file in the search path that could not be used, and why.
 struct Rejection {
     std::filesystem::path path;
@@ -54,9 +65,12 @@ std::vector<std::string> capability_names(uint64_t capabilities);
 // The host services table given to every plugin (log through spdlog; no extensions yet).
 const rudder_host* host_services();
 
-// Loads one file and negotiates the ABI. Throws PluginError naming the file and the reason for: not a shared
-// library, no rudder_plugin_entry symbol, entry returned NULL, another ABI major, a descriptor whose struct_size
-// is too small, a controller with missing callbacks or an invalid id.
+// Loads one file into this process and negotiates the ABI. Throws PluginError naming the file and the reason for:
+// not a shared library, no rudder_plugin_entry symbol, entry returned NULL, another ABI major, a descriptor whose
+// struct_size is too small, more than kMaxControllersPerLibrary controllers, a controller with missing callbacks
+// or an invalid id. A library that crashes or hangs while loading takes this process with it: the Registry scans
+// libraries in a child process first.
+constexpr uint32_t kMaxControllersPerLibrary = 4096;
 std::vector<ControllerType> load_library(const std::filesystem::path& path);
 
 class Registry {
@@ -71,14 +85,24 @@ public:
 
     const std::vector<std::filesystem::path>& search_path() const { return search_path_; }
 
-    // Every controller found in the search path (first occurrence of an id wins) and every rejected file.
-    // The scan happens once, on first use.
-    const std::vector<ControllerType>& controllers();
+    // Every controller found in the search path (first occurrence of an id wins) and every rejected file, from the
+    // plugin index: each library is scanned once, in a child process (rudder-plugin-scan) that a library which
+    // crashes, aborts, exits or hangs cannot take this process down with, and the result is kept in the index file
+    // (index_file()) under the library's canonical path, size, mtime, ctime and inode. No library is loaded into
+    // this process by a scan; resolve() loads the one library a recipe needs. The scan happens once, on first use.
+    const std::vector<ControllerInfo>& controllers();
     const std::vector<Rejection>& rejections();
+
+    // How many libraries this registry has scanned in a child process; the others came from the index file.
+    size_t scanned_in_child();
+
+    // The index file: <user_cache_dir()>/plugin-index.json, or "" when there is no cache folder.
+    static std::filesystem::path index_file();
 
     // A recipe's "plugin" value: a path (contains '/' or ends in the platform's library suffix) is loaded from
     // `base_dir` if relative, and only if its folder is one of the search path's; otherwise an id looked up in the
-    // search path. `sha256` (64 lowercase hex digits, or empty) pins the library file: another digest is refused.
+    // index, and only the library that provides it is loaded. Either way the library is first scanned in a child
+    // process (or found in the index), and one that was rejected there is refused with that reason. `sha256` (64 lowercase hex digits, or empty) pins the library file: another digest is refused.
     // Throws PluginError with "did you mean" for near misses and the rejected files' reasons when nothing matches.
     ControllerType resolve(const std::string& name, const std::filesystem::path& base_dir,
                            const std::string& sha256 = "");
@@ -91,7 +115,8 @@ private:
     ControllerType find(const std::string& name, const std::filesystem::path& base_dir);
     std::vector<std::filesystem::path> search_path_;
     bool scanned_ = false;
-    std::vector<ControllerType> controllers_;
+    size_t scanned_in_child_ = 0;
+    std::vector<ControllerInfo> controllers_;
     std::vector<Rejection> rejections_;
     std::mutex mutex_;
 };
