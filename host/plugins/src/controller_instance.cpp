@@ -3,6 +3,8 @@
 // checked after the call, and no exception ever crosses into plugin code.
 #include "library.hpp"
 
+#include <rudder/plugins/plugins.hpp>
+
 #include <ATen/ATen.h>
 #include <spdlog/spdlog.h>
 

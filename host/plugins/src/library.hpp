@@ -2,7 +2,7 @@
 // load error that keeps the bare reason apart from the file name (the registry lists the two separately).
 #pragma once
 
-#include <rudder/plugins/plugins.hpp>
+#include <rudder/plugins/loader.hpp>
 
 #include <boost/dll/shared_library.hpp>
 

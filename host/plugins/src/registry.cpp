@@ -1,6 +1,8 @@
 // Plugin discovery: scanning the search path, and turning a recipe's "plugin" value into a controller type.
 #include "plugin_index.hpp"
 
+#include <rudder/plugins/plugins.hpp>
+
 #include <rudder/base/paths.hpp>
 #include <rudder/rudder_json.hpp>
 
