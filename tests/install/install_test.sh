@@ -9,12 +9,16 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 unset RUDDER_PLUGIN_PATH RUDDER_MODEL_PATH RUDDER_LIBRARY
+# The installed CLI and librudder.so must find the installed plugin scanner themselves; the index stays in $work.
+unset RUDDER_PLUGIN_SCANNER
+export RUDDER_CACHE_DIR=$work/cache
 prefix=$work/prefix
 
 cmake --install "$build" --prefix "$prefix" > "$work/install.log" 2>&1 || fail "install: $(cat "$work/install.log")"
 libdir=$(dirname "$(find "$prefix" -name librudder.so -print -quit)")
 [ -n "$libdir" ] && [ "$libdir" != . ] || fail "no librudder.so in the prefix"
 for f in include/rudder/rudder.h include/rudder/rudder_plugin.h include/rudder/rudder_controller.hpp bin/rudder \
+         libexec/rudder/rudder-plugin-scan \
          share/rudder/models/e2e-corpus/config.json share/rudder/examples/recipes/length_span_discrete.json; do
   [ -f "$prefix/$f" ] || fail "not installed: $f"
 done
@@ -30,6 +34,9 @@ others=$(nm -D --defined-only "$libdir/librudder.so" | awk '{print $3}' | grep -
 # The installed CLI finds the prefix's plugins and models, not the build tree's.
 out=$("$prefix/bin/rudder" plugins) || fail "rudder plugins: exit $?"
 grep -q "$libdir/rudder/plugins/rudder_length.so" <<<"$out" || fail "installed CLI does not use the prefix's plugins: $out"
+# ... having scanned them with the prefix's scanner (without one they are loaded in-process and nothing is kept).
+[ -f "$work/cache/plugin-index.json" ] && grep -q "$libdir/rudder/plugins/rudder_length.so" "$work/cache/plugin-index.json" \
+  || fail "the installed CLI kept no plugin index"
 out=$("$prefix/bin/rudder" models) || fail "rudder models: exit $?"
 grep -q "$prefix/share/rudder/models" <<<"$out" && grep -q "e2e-corpus" <<<"$out" || fail "models: $out"
 
