@@ -316,6 +316,9 @@ namespace {
 
 fs::path broken_fixture_dir() { return RUDDER_TEST_BROKEN_FIXTURE_DIR; }
 
+// Run outside ctest (which sets it for every test), the tests still scan with the build's scanner.
+const bool scanner_is_set = ::setenv("RUDDER_PLUGIN_SCANNER", RUDDER_TEST_PLUGIN_SCANNER, 0) == 0;
+
 // Libraries that hang, abort, exit or claim 10^8 controllers, each with the reason a scan gives.
 const std::map<std::string, std::string>& broken_reasons() {
     static const std::map<std::string, std::string> reasons = {

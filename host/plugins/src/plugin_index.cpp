@@ -259,6 +259,11 @@ ScanResult scan_in_child(const fs::path& scanner, const fs::path& library, doubl
             reaped = true;
             break;
         }
+        if (done < 0 && errno == ECHILD) {  // SIGCHLD ignored by the application: reaped already, status unknown
+            reaped = true;
+            status = -1;
+            break;
+        }
         if (done < 0 && errno != EINTR) break;
         if (millis_left() == 0) {
             timed_out = true;
@@ -281,7 +286,7 @@ ScanResult scan_in_child(const fs::path& scanner, const fs::path& library, doubl
                         " s and was stopped: its entry point or a constructor hangs (scanned in a child process; "
                         "RUDDER_PLUGIN_SCAN_TIMEOUT sets the limit)" + said);
     }
-    if (WIFSIGNALED(status))
+    if (status != -1 && WIFSIGNALED(status))
         return rejected("crashed while loading, killed by " + signal_text(WTERMSIG(status)) +
                         " (scanned in a child process)" + said);
     if (!output.empty()) {
@@ -294,7 +299,7 @@ ScanResult scan_in_child(const fs::path& scanner, const fs::path& library, doubl
             }
         }
     }
-    if (WIFEXITED(status))
+    if (status != -1 && WIFEXITED(status))
         return rejected("ended the process with exit status " + std::to_string(WEXITSTATUS(status)) +
                         " while loading, before handing over its descriptor (scanned in a child process)" + said);
     return rejected("the scanner gave no result (scanned in a child process)" + said);
