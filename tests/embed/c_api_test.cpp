@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstddef>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -251,6 +252,24 @@ TEST(CApi, OptionsReplaceTheModelAndAddSearchFolders) {
     rudder_generator* missing = nullptr;
     EXPECT_EQ(rudder_generator_create(no_model.c_str(), nullptr, &missing), RUDDER_ERR_INVALID_RECIPE);
     EXPECT_THAT(rudder_last_error(), HasSubstr("/model"));
+}
+
+TEST(CApi, ALibraryThatCrashesOrHangsOnThePluginPathDoesNotStopAGenerator) {
+    // Issue 20, item 12: libraries that abort, exit, hang or claim 10^8 controllers while loading sit on the path;
+    // they are scanned in a child process, and the generator loads only the library its recipe uses.
+    ::setenv("RUDDER_PLUGIN_SCAN_TIMEOUT", "3", 1);
+    const std::string recipe_text = R"({"family": "discrete", "sampler": {"steps": 5}, "samples": 1, "max_length": 12,
+                                        "controllers": [{"plugin": "good", "weight": 0.001}]})";
+    const std::string path = std::string(RUDDER_TEST_BROKEN_FIXTURE_DIR) + ":" + RUDDER_TEST_FIXTURE_DIR;
+    rudder_options options = rudder_default_options();
+    options.model = RUDDER_TEST_MODEL_DIR;
+    options.plugin_path = path.c_str();
+    Generator gen = create(recipe_text, &options);
+    ASSERT_TRUE(gen) << rudder_last_error();
+    Results res = generate(gen.get());
+    ASSERT_EQ(rudder_results_verdict_count(res.get()), 1u);
+    EXPECT_STREQ(rudder_results_verdict(res.get(), 0, 0)->label, "good");
+    ::unsetenv("RUDDER_PLUGIN_SCAN_TIMEOUT");
 }
 
 struct ProgressLog {
