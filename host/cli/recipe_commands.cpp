@@ -13,6 +13,7 @@
 #include <optional>
 #include <sstream>
 
+#include <rudder/base/memory.hpp>
 #include <rudder/base/output_file.hpp>
 #include <rudder/runtime/generator.hpp>
 #include <rudder/runtime/model.hpp>
@@ -81,11 +82,18 @@ std::string sample_text_line(const SampleResult& s) {
 
 // The recipe at `path`, or read from standard input when `path` is "-" (relative paths in it are then relative
 // to the working directory).
-Recipe read_recipe(const std::string& path, std::vector<RecipeIssue>& issues) {
-    if (path != "-") return load_recipe(path, {}, &issues);
+Recipe read_recipe(const std::string& path, std::vector<RecipeIssue>& issues, const RecipeLimits& limits) {
+    if (path != "-") return load_recipe(path, limits, &issues);
     std::ostringstream text;
     text << std::cin.rdbuf();
-    return parse_recipe(text.str(), ".", {}, &issues);
+    return parse_recipe(text.str(), ".", limits, &issues);
+}
+
+// --max-memory MB: the limit on a run's estimated peak memory (0: the machine's memory).
+RecipeLimits limits_with_memory(int64_t max_memory_mb) {
+    RecipeLimits limits;
+    limits.max_memory_bytes = static_cast<uint64_t>(max_memory_mb) * 1000 * 1000;
+    return limits;
 }
 
 // Ctrl-C (SIGINT) or SIGTERM during a run: the run stops at the end of the step in progress; a second one ends
@@ -115,9 +123,9 @@ private:
 };
 
 int cmd_generate(const std::string& recipe_path, const std::string& out_path, std::optional<int64_t> samples,
-                 std::optional<int64_t> seed, bool quiet, bool as_text) {
+                 std::optional<int64_t> seed, bool quiet, bool as_text, int64_t max_memory_mb) {
     std::vector<RecipeIssue> issues;
-    Recipe recipe = read_recipe(recipe_path, issues);
+    Recipe recipe = read_recipe(recipe_path, issues, limits_with_memory(max_memory_mb));
     if (samples) recipe.samples = *samples;
     if (seed) recipe.seed = static_cast<uint64_t>(*seed);
     std::error_code ec;
@@ -179,15 +187,15 @@ int cmd_generate(const std::string& recipe_path, const std::string& out_path, st
     return kExitOk;
 }
 
-int cmd_validate(const std::string& recipe_path) {
+int cmd_validate(const std::string& recipe_path, int64_t max_memory_mb) {
     std::vector<RecipeIssue> issues;
-    Recipe recipe = read_recipe(recipe_path, issues);
+    Recipe recipe = read_recipe(recipe_path, issues, limits_with_memory(max_memory_mb));
     plugins::Registry registry(plugins::Registry::default_search_path());
     Generator generator(recipe, registry, default_model_path(), std::move(issues));
     std::cout << recipe_path << ": valid (model " << generator.model().name << ", "
               << family_name(generator.model().family) << ", sampler " << generator.recipe().sampler.name
               << ", " << recipe.controllers.size() << " controller" << (recipe.controllers.size() == 1 ? "" : "s")
-              << ")\n";
+              << ", about " << memory_text(generator.estimated_peak_bytes()) << " at its peak)\n";
     return kExitOk;
 }
 
@@ -198,6 +206,7 @@ void add_recipe_commands(CLI::App& app, Commands& commands) {
         std::string recipe, out, format = "jsonl";
         std::optional<int64_t> samples;
         std::optional<int64_t> seed;
+        int64_t max_memory_mb = 0;
         bool quiet = false;
     };
     auto o = std::make_shared<Options>();
@@ -214,9 +223,15 @@ void add_recipe_commands(CLI::App& app, Commands& commands) {
     generate->add_option("-f,--format", o->format, "jsonl (default) or text: one readable line per sample")
         ->check(CLI::IsMember({"jsonl", "text"}));
     commands.add_threads_option(generate);
+    auto add_memory_option = [&](CLI::App* command) {
+        command->add_option("--max-memory", o->max_memory_mb,
+                            "Refuse a run whose estimated peak memory exceeds this many MB (default: the machine's memory)")
+            ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+    };
+    add_memory_option(generate);
     commands.list.push_back({generate, [o] {
         return with_recipe_errors(o->recipe, [&] {
-            return cmd_generate(o->recipe, o->out, o->samples, o->seed, o->quiet, o->format == "text");
+            return cmd_generate(o->recipe, o->out, o->samples, o->seed, o->quiet, o->format == "text", o->max_memory_mb);
         });
     }});
 
@@ -224,7 +239,10 @@ void add_recipe_commands(CLI::App& app, Commands& commands) {
     validate->add_option("recipe", o->recipe, "Recipe file (JSON), - for standard input")
         ->required()
         ->check(CLI::ExistingFile | CLI::IsMember({"-"}));
-    commands.list.push_back({validate, [o] { return with_recipe_errors(o->recipe, [&] { return cmd_validate(o->recipe); }); }});
+    add_memory_option(validate);
+    commands.list.push_back({validate, [o] {
+        return with_recipe_errors(o->recipe, [&] { return cmd_validate(o->recipe, o->max_memory_mb); });
+    }});
 }
 
 }  // namespace rudder::cli

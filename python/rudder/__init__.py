@@ -88,13 +88,13 @@ _LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_int32, ctypes.c_char_p, ctypes.c_void_
 
 class _Limits(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("max_steps", ctypes.c_int64), ("max_samples", ctypes.c_int64),
-                ("max_batch_size", ctypes.c_int64), ("max_length", ctypes.c_int64)]
+                ("max_batch_size", ctypes.c_int64), ("max_length", ctypes.c_int64), ("max_memory_mb", ctypes.c_int64)]
 
 
 class _GenerateOptions(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("samples", ctypes.c_int64), ("override_seed", ctypes.c_int32),
                 ("seed", ctypes.c_uint64), ("on_progress", _PROGRESS_FN), ("user_data", ctypes.c_void_p),
-                ("progress_text", ctypes.c_int32), ("keep_partial", ctypes.c_int32)]
+                ("progress_text", ctypes.c_int32)]
 
 
 class _VerdictInfo(ctypes.Structure):
@@ -127,6 +127,7 @@ def _load() -> ctypes.CDLL:
                                              ctypes.POINTER(p)], c_int32),
         "rudder_generator_free": ([p], None),
         "rudder_generator_last_error": ([p], c_char_p),
+        "rudder_generator_keep_partial": ([p, c_int32], c_int32),
         "rudder_default_generate_options": ([], _GenerateOptions),
         "rudder_generate": ([p, ctypes.POINTER(_GenerateOptions), ctypes.POINTER(p)], c_int32),
         "rudder_results_count": ([p], c_size_t),
@@ -255,8 +256,8 @@ class Generator:
     recipe: a recipe file's path, recipe JSON text, or a dict. model replaces the recipe's "model" (a bundled
     name or a directory); model_path and plugin_path (a folder or a list) are searched first for models and
     plugins by name; base_dir is where relative paths in recipe text or a dict resolve (a file: its folder).
-    limits caps what a recipe may ask for: a dict with any of max_steps, max_samples, max_batch_size, max_length
-    (missing or 0: the library's default). Raises InvalidRecipe listing every problem with its JSON pointer.
+    limits caps what a recipe may ask for: a dict with any of max_steps, max_samples, max_batch_size, max_length,
+    max_memory_mb (a run's estimated peak memory; missing or 0: the library's default). Raises InvalidRecipe listing every problem with its JSON pointer.
     """
 
     _busy = False  # inside this generator's generate(): close() and generate() are refused
@@ -272,7 +273,7 @@ class Generator:
         for key, value in (limits or {}).items():
             if key not in {name for name, _ in _Limits._fields_[1:]}:
                 raise Error(ERR_INVALID_ARGUMENT, f"unknown limit '{key}' (max_steps, max_samples, max_batch_size, "
-                                                  "max_length)")
+                                                  "max_length, max_memory_mb)")
             setattr(c_limits, key, value)
         text = path = None
         if isinstance(recipe, dict):
@@ -284,6 +285,7 @@ class Generator:
         status = _lib.rudder_generator_create_limited(text, path, options, c_limits, ctypes.byref(self._handle))
         if status != OK:
             raise _error(status, _text(_lib.rudder_last_error()))
+        _lib.rudder_generator_keep_partial(self._handle, 1)  # Cancelled and Interrupted carry the finished samples
 
     def generate(self, samples: Optional[int] = None, seed: Optional[int] = None,
                  on_step: Optional[Callable[[Progress], Any]] = None, step_texts: bool = False) -> List[Sample]:
@@ -333,7 +335,6 @@ class Generator:
         callback = _PROGRESS_FN(step)
         options.on_progress = callback
         options.progress_text = 1 if step_texts and on_step is not None else 0
-        options.keep_partial = 1
         previous_handler = None
         if threading.current_thread() is threading.main_thread():
             previous_handler = signal.signal(signal.SIGINT, lambda signum, _frame: interrupted.append(signum))

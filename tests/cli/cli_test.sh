@@ -78,7 +78,7 @@ assert {"rudder_hangs.so","rudder_aborts.so","rudder_exits.so","rudder_huge_coun
     ;;
   validate_ok)
     out=$("$rudder" validate "$work/good.json") || fail "valid recipe rejected (exit $?): $out"
-    grep -q "valid (model model, discrete, sampler analytic, 2 controllers)" <<<"$out" || fail "summary: $out"
+    grep -q "valid (model model, discrete, sampler analytic, 2 controllers, about " <<<"$out" || fail "summary: $out"
     ;;
   validate_bad)
     cat > "$work/bad.json" <<'JSON'
@@ -96,6 +96,19 @@ JSON
     err=$("$rudder" validate "$work/long.json" 2>&1 >/dev/null); code=$?
     [ $code -eq 2 ] || fail "expected exit 2, got $code: $err"
     grep -q "/controllers/0/params: does not fit this run (discrete model 'model', max_length 12): .*100000" <<<"$err" || fail "$err"
+    ;;
+  validate_memory_estimate)
+    # validate reports the run's estimated peak memory; a run estimated over the limit is refused before it runs.
+    out=$("$rudder" validate "$work/good.json") || fail "exit $?"
+    grep -Eq "about [0-9.]+ [MG]B at its peak\)$" <<<"$out" || fail "no estimate: $out"
+    err=$("$rudder" validate --max-memory 1 "$work/good.json" 2>&1 >/dev/null); code=$?
+    [ $code -eq 2 ] || fail "expected exit 2 over --max-memory, got $code"
+    grep -q "/batch_size: a batch of 3 needs about .* over the limit of 1 MB; lower batch_size or max_length" <<<"$err" || fail "$err"
+    # The bundled corpus model at 4096 x 4096 would need about a terabyte: refused at once, not after allocating.
+    printf '{"model": "e2e-corpus", "batch_size": 4096, "samples": 4096, "max_length": 4096}' > "$work/huge.json"
+    err=$("$rudder" generate -q "$work/huge.json" 2>&1 >/dev/null); code=$?
+    [ $code -eq 2 ] || fail "expected exit 2 for a run over the machine's memory, got $code: $err"
+    grep -q "over the limit of .* (the machine's memory)" <<<"$err" || fail "$err"
     ;;
   validate_not_json)
     printf '{"model": "model",\n  "samples": }\n' > "$work/broken.json"

@@ -55,6 +55,7 @@ int main(void) {
     EXPECT(rudder_generator_create(NULL, NULL, &gen) == RUDDER_ERR_INVALID_ARGUMENT);
     EXPECT(rudder_generate(NULL, &generate_options, &res) == RUDDER_ERR_INVALID_ARGUMENT && res == NULL);
     EXPECT(rudder_results_count(NULL) == 0 && rudder_results_text(NULL, 0) == NULL);
+    EXPECT(rudder_generator_keep_partial(NULL, 1) == RUDDER_ERR_INVALID_ARGUMENT);
     rudder_generator_free(NULL);
     rudder_results_free(NULL);
 

@@ -343,7 +343,7 @@ TEST(CApi, ACancelledRunCanKeepTheSamplesItFinished) {
     rudder_generate_options options = rudder_default_generate_options();
     options.on_progress = record_progress;
     options.user_data = &log;
-    options.keep_partial = 1;
+    ASSERT_EQ(rudder_generator_keep_partial(gen.get(), 1), RUDDER_OK);
     rudder_results* res = nullptr;
     EXPECT_EQ(rudder_generate(gen.get(), &options, &res), RUDDER_ERR_CANCELLED);
     const Results partial(res);

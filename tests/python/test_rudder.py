@@ -96,6 +96,12 @@ class Binding(unittest.TestCase):
         self.assertEqual(len(gen.generate()), 3)
         gen.close()
 
+    def test_a_memory_limit_refuses_a_run_estimated_over_it(self):
+        with self.assertRaises(rudder.InvalidRecipe) as caught:
+            rudder.Generator(dict(RECIPE, batch_size=64, samples=64), limits={"max_memory_mb": 1})
+        self.assertIn("/batch_size: a batch of 64 needs about", str(caught.exception))
+        self.assertIn("over the limit of 1 MB", str(caught.exception))
+
     def test_seeds_outside_the_recipe_range_are_refused(self):
         gen = rudder.Generator(RECIPE)
         for seed in (-1, 2**63, 2**64 + 5):

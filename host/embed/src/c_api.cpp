@@ -182,6 +182,7 @@ struct rudder_generator {
     rudder::RecipeLimits limits;
     std::mutex busy;  // one call at a time; a second gets RUDDER_ERR_BUSY
     std::string error;
+    bool keep_partial = false;  // rudder_generator_keep_partial
 };
 
 struct rudder_results {
@@ -216,6 +217,9 @@ rudder::RecipeLimits read_limits(const rudder_limits* given) {
     set(in.max_samples, limits.max_samples, "max_samples");
     set(in.max_batch_size, limits.max_batch_size, "max_batch_size");
     set(in.max_length, limits.max_length, "max_length");
+    int64_t max_memory_mb = 0;
+    set(in.max_memory_mb, max_memory_mb, "max_memory_mb");
+    limits.max_memory_bytes = static_cast<uint64_t>(max_memory_mb) * 1000 * 1000;
     return limits;
 }
 
@@ -351,6 +355,14 @@ void rudder_generator_free(rudder_generator* gen) {
     delete gen;
 }
 
+rudder_status rudder_generator_keep_partial(rudder_generator* gen, int32_t keep) {
+    if (gen == nullptr) return fail(RUDDER_ERR_INVALID_ARGUMENT, "generator is NULL");
+    std::unique_lock<std::mutex> lock(gen->busy, std::try_to_lock);
+    if (!lock.owns_lock()) return fail(RUDDER_ERR_BUSY, "generator is busy with another call");
+    gen->keep_partial = keep != 0;
+    return RUDDER_OK;
+}
+
 const char* rudder_generator_last_error(const rudder_generator* gen) { return gen != nullptr ? gen->error.c_str() : ""; }
 
 rudder_generate_options rudder_default_generate_options(void) {
@@ -396,11 +408,11 @@ rudder_status rudder_generate(rudder_generator* gen, const rudder_generate_optio
             };
         std::vector<rudder::SampleResult> finished;  // kept for a cancelled run that asked for them
         rudder::SampleCallback keep;
-        if (options.keep_partial != 0) keep = [&finished](const rudder::SampleResult& s) { finished.push_back(s); };
+        if (gen->keep_partial) keep = [&finished](const rudder::SampleResult& s) { finished.push_back(s); };
         try {
             *out = make_results(gen->generator->generate(progress, keep, overrides)).release();
         } catch (const rudder::Cancelled&) {
-            if (options.keep_partial != 0) *out = make_results(std::move(finished)).release();
+            if (gen->keep_partial) *out = make_results(std::move(finished)).release();
             throw;
         }
         return RUDDER_OK;

@@ -70,6 +70,14 @@ void CorpusDenoiser::to(const at::Device& device) {
     if (cached_incidence_t_.defined()) cached_incidence_t_ = cached_incidence_t_.to(device);
 }
 
+uint64_t CorpusDenoiser::working_bytes(int64_t batch, int64_t length) const {
+    // Per sample: a float64 one-hot [L, V] and its transposed copy for the sparse product, the float32 marginals,
+    // their log and the committed one-hots (3 [L, V]), and the sentence weights (a few float64 [N]).
+    const double LV = static_cast<double>(length) * static_cast<double>(options_.vocab_size);
+    const double per_sample = 2 * 8 * LV + 3 * 4 * LV + 4 * 8 * static_cast<double>(corpus_size());
+    return static_cast<uint64_t>(static_cast<double>(batch) * per_sample);
+}
+
 const at::Tensor& CorpusDenoiser::padded(int64_t L) {
     if (L == cached_len_ && cached_.defined()) return cached_;
     std::vector<int64_t> flat;

@@ -10,6 +10,7 @@
 #include <malloc.h>
 #endif
 
+#include <rudder/base/memory.hpp>
 #include <rudder/nn/compute_threads.hpp>
 
 #include "composer.hpp"
@@ -282,6 +283,38 @@ Generator::Generator(Recipe recipe, plugins::Registry& registry, const std::vect
     }
     if (!issues.empty()) throw RecipeError(std::move(issues));
     composer_ = std::make_unique<Composer>(std::move(controllers), model_.family, model_.tokenizer->mask_id());
+    if (const std::string over = over_memory_limit(std::min(recipe_.batch_size, recipe_.samples)); !over.empty())
+        throw RecipeError({{"/batch_size", over}});
+}
+
+uint64_t Generator::estimate_peak_bytes(int64_t batch) const {
+    // The step's own [B, L, V] float tensors beyond the denoiser's, in units of one, as measured against peak RSS
+    // (docs/results.md): the log-softmax of the network's output, the composer's copy and its renormalisation,
+    // and, discrete, the Gumbel draw (uniforms, two logarithms, the scores); freed ones are partly reused.
+    const bool discrete = model_.family == Family::discrete;
+    double units = discrete ? 6.5 : 3;
+    if (recipe_.sampler.temperature != 1.0) units += 2;  // the division and its log-softmax
+    for (size_t k = 0; k < composer_->size(); ++k) {
+        const auto& c = composer_->instance(k);
+        if (c.has(RUDDER_CAP_LOGIT_DELTA)) units += 2;              // its buffer and the weighted copy
+        if (c.has(RUDDER_CAP_GRADIENT)) units += discrete ? 3 : 1;  // its buffer (discrete: and the Taylor terms)
+        if (c.has(RUDDER_CAP_HARD_CONSTRAINT)) units += 0.25;       // the forbidden bytes
+    }
+    const double unit = static_cast<double>(batch) * static_cast<double>(recipe_.max_length) *
+                        static_cast<double>(model_.tokenizer->vocab_size()) * 4;
+    return resident_bytes() + model_.denoiser->working_bytes(batch, recipe_.max_length) +
+           static_cast<uint64_t>(units * unit);
+}
+
+std::string Generator::over_memory_limit(int64_t batch) const {
+    const uint64_t physical = physical_memory_bytes();
+    const uint64_t limit = recipe_.max_memory_limit > 0 ? recipe_.max_memory_limit : physical;
+    const uint64_t estimate = estimate_peak_bytes(batch);
+    if (limit == 0 || estimate <= limit) return "";
+    return "a batch of " + std::to_string(batch) + " needs about " + memory_text(estimate) + " at its peak (model '" +
+           model_.name + "', " + std::to_string(recipe_.max_length) + " positions of " +
+           std::to_string(model_.tokenizer->vocab_size()) + " tokens), over the limit of " + memory_text(limit) +
+           (recipe_.max_memory_limit > 0 ? "" : " (the machine's memory)") + "; lower batch_size or max_length";
 }
 
 plugins::RunShape Generator::run_shape(int64_t batch) const {
@@ -315,6 +348,8 @@ std::vector<SampleResult> Generator::generate(const ProgressCallback& progress, 
     if (total < 1) throw std::invalid_argument("samples must be at least 1, got " + std::to_string(total));
     const int64_t per_batch = std::min(recipe_.batch_size, total);
     const int64_t batches = (total + per_batch - 1) / per_batch;
+    if (per_batch > std::min(recipe_.batch_size, recipe_.samples))  // more samples than the recipe's: re-checked
+        if (const std::string over = over_memory_limit(per_batch); !over.empty()) throw std::invalid_argument(over);
     std::vector<SampleResult> results;
     results.reserve(static_cast<size_t>(total));
     stats_ = {};

@@ -158,6 +158,7 @@ Recipe parse_recipe(const std::string& text, const std::filesystem::path& base_d
     if (auto v = root.integer("batch_size", 1, limits.max_batch_size)) r.batch_size = *v;
     if (auto v = root.integer("max_length", 1, limits.max_length)) r.max_length = *v;
     r.max_length_limit = limits.max_length;
+    r.max_memory_limit = limits.max_memory_bytes;
     if (auto v = root.text("device")) {
         const std::string& d = *v;
         const bool ok = d == "cpu" || d == "cuda" ||

@@ -67,6 +67,18 @@ void TransformerDenoiser::to(const at::Device& device) {
     device_ = device;
 }
 
+uint64_t TransformerDenoiser::working_bytes(int64_t batch, int64_t length) const {
+    const nlohmann::json c = network_->config();
+    const double T = static_cast<double>(length + (conditional() ? c.value("max_condition_length", int64_t{0}) : 0));
+    const double dim = c.value("dim", 0.0), ff = c.value("ff_dim", 0.0), heads = c.value("heads", 0.0);
+    // Per sample, in floats: a layer's inputs, q/k/v, attention output and residuals (6 dim), the feed-forward's
+    // hidden layer and its activation (2 ff), attention scores and their softmax (2 heads T^2); then the logits
+    // and their log-softmax over the text's positions.
+    const double floats = T * (6 * dim + 2 * ff) + 2 * heads * T * T +
+                          2.0 * static_cast<double>(length) * static_cast<double>(vocab_size());
+    return static_cast<uint64_t>(static_cast<double>(batch) * floats * 4);
+}
+
 at::Tensor TransformerDenoiser::condition_tensor(const std::vector<std::string>& conditions, int64_t batch) const {
     if (conditions.empty()) return {};
     if (static_cast<int64_t>(conditions.size()) != batch) {

@@ -46,6 +46,8 @@ public:
     at::Tensor embedding() const override;
     bool conditional() const override;
     void to(const at::Device& device) override;
+    // One trunk layer's live activations (the condition tokens attend with the text's) and the output logits.
+    uint64_t working_bytes(int64_t batch, int64_t length) const override;
 
     // logits: float32 log-probabilities [B, L, V] (discrete: SUBS, so the mask token and, at unmasked positions,
     // every other token have kImpossibleLogProb = -1e4); continuous: x0 [B, L, D] too. `conditions`: empty (no

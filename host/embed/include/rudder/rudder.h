@@ -40,7 +40,7 @@
  * rudder_default_generate_options(). Those return their struct by value, into storage the caller sized, so these
  * two structs will not grow within major 1 (a larger struct written into an older caller's storage would overrun
  * it); new options come as new structs or functions (1.1: rudder_limits, rudder_generator_create_limited;
- * 1.2: rudder_set_compute_threads).
+ * 1.2: rudder_set_compute_threads, rudder_limits.max_memory_mb, rudder_generator_keep_partial).
  */
 #ifndef RUDDER_H
 #define RUDDER_H
@@ -185,6 +185,7 @@ typedef struct rudder_limits {
     int64_t max_samples;     /* the recipe's samples, and rudder_generate_options.samples */
     int64_t max_batch_size;  /* the recipe's batch_size */
     int64_t max_length;      /* the recipe's max_length */
+    int64_t max_memory_mb;   /* API 1.2: a run's estimated peak memory in MB (10^6 bytes); 0: the machine's memory */
 } rudder_limits;
 
 /* rudder_generator_create or rudder_generator_create_from_file under resource limits (API 1.1): exactly one of
@@ -237,15 +238,17 @@ typedef struct rudder_generate_options {
     rudder_progress_fn on_progress; /* NULL: no callback */
     void* user_data;            /* passed to on_progress */
     int32_t progress_text;      /* nonzero: fill rudder_progress.texts (decoding costs; off by default) */
-    /* API 1.2. Nonzero: a cancelled run (RUDDER_ERR_CANCELLED) still sets *out, to the samples finished before
-     * the cancel (possibly none), which the caller then frees. Zero: *out stays NULL on every failure. */
-    int32_t keep_partial;
 } rudder_generate_options;
 
 /* Defaults: the recipe's samples and seed, no callback. Any thread. */
 RUDDER_API rudder_generate_options rudder_default_generate_options(void);
 
 typedef struct rudder_results rudder_results; /* opaque: the samples of one rudder_generate call */
+
+/* API 1.2. keep != 0: from now on a cancelled rudder_generate on `gen` (RUDDER_ERR_CANCELLED) still sets *out,
+ * to the samples finished before the cancel (possibly none), which the caller then frees; 0 (the default): *out
+ * stays NULL on every failure. Not while a call on `gen` runs (RUDDER_ERR_BUSY). */
+RUDDER_API rudder_status rudder_generator_keep_partial(rudder_generator* gen, int32_t keep);
 
 /* Generates the recipe's samples (or options->samples), batch by batch. `options` may be NULL. The same recipe,
  * seed and sample count give the same results, on any thread. On success *out receives results the caller owns

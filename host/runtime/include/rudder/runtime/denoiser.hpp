@@ -41,6 +41,12 @@ public:
     virtual bool uses_evidence() const { return false; }
     // Moves every tensor the denoiser owns to `device`.
     virtual void to(const at::Device& device) = 0;
+    // About how many bytes one denoise() call on `batch` sequences of `length` positions holds at its peak
+    // (activations and outputs, not the weights): the run-memory estimate is built on it. The default counts the
+    // output logits and their log-softmax.
+    virtual uint64_t working_bytes(int64_t batch, int64_t length) const {
+        return static_cast<uint64_t>(batch) * static_cast<uint64_t>(length) * static_cast<uint64_t>(vocab_size()) * 8;
+    }
     // x: continuous float32 [B, L, D] (x_t); discrete int64 [B, L] with mask_id at masked positions.
     // t: diffusion time in (0, 1] shared by the batch. `conditions`: empty, or one text per batch row.
     virtual DenoiserOutput denoise(const at::Tensor& x, double t, const std::vector<std::string>& conditions,
@@ -77,6 +83,8 @@ public:
     at::Tensor embedding() const override { return embedding_; }
     bool uses_evidence() const override { return true; }
     void to(const at::Device& device) override;
+    // One-hot float64 tensors over [B, L, V] and the posterior over the corpus per sample.
+    uint64_t working_bytes(int64_t batch, int64_t length) const override;
     DenoiserOutput denoise(const at::Tensor& x, double t, const std::vector<std::string>& conditions,
                            const Evidence& evidence = {}) override;
     int64_t corpus_size() const { return static_cast<int64_t>(sentences_.size()); }

@@ -100,6 +100,11 @@ public:
     const Recipe& recipe() const { return recipe_; }
     const Model& model() const { return model_; }
     const GenerationStats& stats() const { return stats_; }
+    // About how much memory the process holds at the peak of a run of this recipe: what it holds now (the model,
+    // the plugins) and a batch's working tensors (the denoiser's activations and outputs, the step's [B, L, V]
+    // tensors, the controllers' buffers). Plugins' own allocations are not counted. Measured against peak RSS in
+    // docs/results.md. A recipe whose estimate exceeds its memory limit is refused when the generator is made.
+    uint64_t estimated_peak_bytes() const { return estimate_peak_bytes(std::min(recipe_.batch_size, recipe_.samples)); }
 
 private:
     class Services;
@@ -109,6 +114,9 @@ private:
     at::Tensor run_discrete(int64_t batch, at::Generator& gen, const StepTick& tick);
     std::string decode(const int64_t* row, int64_t* n_tokens) const;
     // The sampler's temperature applied to log-probabilities (renormalised); unchanged at 1.
+    uint64_t estimate_peak_bytes(int64_t batch) const;
+    // The estimate for batches of `batch` against the memory limit: "" when within it, else why not.
+    std::string over_memory_limit(int64_t batch) const;
     // What controllers' begin() sees for a batch of `batch` sequences of this run.
     plugins::RunShape run_shape(int64_t batch) const;
     at::Tensor with_temperature(const at::Tensor& log_probs) const;

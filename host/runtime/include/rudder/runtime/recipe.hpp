@@ -76,6 +76,7 @@ struct Recipe {
     std::vector<ControllerSpec> controllers;
     std::filesystem::path base_dir; // the recipe file's folder: relative paths resolve against it
     int64_t max_length_limit = 0;   // RecipeLimits::max_length, for the model's length when max_length is 0
+    uint64_t max_memory_limit = 0;  // RecipeLimits::max_memory_bytes
 };
 
 // Resource limits checked up front so a recipe cannot ask for an absurd allocation.
@@ -85,6 +86,7 @@ struct RecipeLimits {
     int64_t max_batch_size = 4096;
     int64_t max_length = 4096;
     int64_t max_controllers = 256;  // each is a plugin instance with its own buffers at every step
+    uint64_t max_memory_bytes = 0;  // a run's estimated peak memory (Generator); 0 = the machine's physical memory
 };
 
 // Parses and validates recipe text. Throws RecipeError with every issue found. With `issues` given, problems of
