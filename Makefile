@@ -8,7 +8,7 @@ TSAN_BUILD ?= build-tsan
 # numerics (which `make test` covers), take 10 of the sanitized suite's 20 CPU-minutes, and add no new code paths.
 SANITIZE_EXCLUDE ?= ^nets\.Training\.
 
-.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long bench bench-threads clean
+.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long bench bench-threads bench-memory clean
 
 all: build
 
@@ -72,6 +72,10 @@ bench: build
 # Compute threads as users meet them: 1, 2 and the default, idle and with one core busy (about 20 minutes).
 bench-threads: build
 	bench/threads.sh $(BUILD)
+
+# The run-memory estimate against peak RSS for 16 shapes (about 5 minutes).
+bench-memory: build
+	bench/memory_estimate.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log $(SANITIZE_BUILD) $(SANITIZE_BUILD).configure.log $(TSAN_BUILD) \
