@@ -23,7 +23,7 @@ PY
 }
 
 recipe() {  # model, batch, extra keys
-  echo "{\"model\": \"$1\", \"sampler\": {\"steps\": 4}, \"samples\": $2, \"batch_size\": $2$3}"
+  echo "{\"model\": \"$1\", \"sampler\": {\"steps\": 4}, \"samples\": $2, \"batch_size\": $2${3:-}}"
 }
 
 echo "| run | estimate MB | peak RSS MB | estimate / peak |"
