@@ -305,7 +305,7 @@ TEST(Registry, ConcurrentUseScansOnceAndAgrees) {
         });
     for (auto& thread : threads) thread.join();
     EXPECT_EQ(found, (std::vector<std::string>{"good", "hard", "good", "hard"}));
-    EXPECT_EQ(registry.controllers().size(), 12u);
+    EXPECT_EQ(registry.controllers().size(), 13u);
 }
 
 }  // namespace

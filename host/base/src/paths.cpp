@@ -61,6 +61,11 @@ fs::path plugin_scanner_file() {
     return install_prefix() / RUDDER_INSTALL_LIBEXECDIR / "rudder" / "rudder-plugin-scan";
 }
 
+fs::path controller_host_file() {
+    if (const char* file = std::getenv("RUDDER_CONTROLLER_HOST"); file != nullptr && *file != '\0') return file;
+    return install_prefix() / RUDDER_INSTALL_LIBEXECDIR / "rudder" / "rudder-controller-host";
+}
+
 fs::path user_cache_dir() {
     if (const char* dir = std::getenv("RUDDER_CACHE_DIR")) return dir;
     if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && fs::path(xdg).is_absolute())

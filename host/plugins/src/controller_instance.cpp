@@ -2,6 +2,7 @@
 // built here (not with ATen's DLConvertor, whose bundled dlpack.h clashes with the system one); every output is
 // checked after the call, and no exception ever crosses into plugin code.
 #include "library.hpp"
+#include "remote_controller.hpp"
 
 #include <rudder/plugins/plugins.hpp>
 
@@ -160,6 +161,208 @@ struct ControllerInstance::Impl {
     std::string model_dir;         // run_info.model_dir points here
     at::Tensor embedding;          // run_info.embedding views this (on plugin_device, contiguous)
     std::unique_ptr<TensorView> embedding_view;
+
+    // Process isolation: the child that runs the instance, and the shared memory the step's tensors live in.
+    std::unique_ptr<RemoteController> remote;
+    SharedMemory shared;
+    isolation::RunLayout layout;
+
+    at::Tensor shared_tensor(const isolation::Region& region, at::IntArrayRef sizes, at::ScalarType dtype) const {
+        return at::from_blob(shared.data() + region.offset, sizes, at::TensorOptions().dtype(dtype));
+    }
+
+    // A reply from the child: how the call ended; throws the PluginError the in-process path would.
+    uint32_t check_reply(isolation::Reader& r, const char* call, const std::string& when,
+                         const std::string& failed_prefix = std::string()) const {
+        const auto outcome = r.get<uint32_t>();
+        const auto status = r.get<int32_t>();
+        const auto written = r.get<uint32_t>();
+        const std::string message = r.text();
+        switch (outcome) {
+            case isolation::kOk: return written;
+            case isolation::kFailed:
+                if (!failed_prefix.empty()) throw PluginError(where + failed_prefix + message);
+                throw PluginError(failure(call, status, message, when));
+            case isolation::kEscaped:
+                throw PluginError(where + ": " + call + " let a C++ exception escape across the C ABI" + when);
+            case isolation::kRewroteHeader:
+                throw PluginError(where + ": " + message + when + "; outputs must be written in place");
+            default: throw PluginError(where + ": " + call + when + ": an unknown reply from its process");
+        }
+    }
+
+    // Answers a run service request from the plugin in its process, through the same services as in-process.
+    std::vector<char> serve(uint32_t type, isolation::Reader& r) {
+        using namespace isolation;
+        Writer w;
+        switch (type) {
+            case kTokenize: {
+                const std::string text = r.text();
+                const auto capacity = std::max<int64_t>(0, r.get<int64_t>());
+                std::vector<int64_t> ids(static_cast<size_t>(std::min<int64_t>(capacity, 1 << 16)));
+                int64_t n = 0;
+                rudder_status status = tokenize(this, text.c_str(), ids.data(), static_cast<int64_t>(ids.size()), &n);
+                if (status == RUDDER_ERR_BUFFER_TOO_SMALL && n <= capacity) {
+                    ids.resize(static_cast<size_t>(n));
+                    status = tokenize(this, text.c_str(), ids.data(), n, &n);
+                }
+                const int64_t sent = std::min(n, capacity);
+                ids.resize(static_cast<size_t>(std::max<int64_t>(sent, 0)), 0);
+                w.put<int32_t>(status).put<int64_t>(n);
+                for (int64_t i = 0; i < sent; ++i) w.put<int64_t>(ids[static_cast<size_t>(i)]);
+                break;
+            }
+            case kDetokenize: {
+                uint64_t size = 0;
+                const char* data = r.bytes(size);
+                std::vector<int64_t> ids(size / sizeof(int64_t));
+                if (!ids.empty()) std::memcpy(ids.data(), data, ids.size() * sizeof(int64_t));
+                std::string text;
+                const rudder_status status =
+                    services == nullptr ? RUDDER_ERR_UNSUPPORTED : guard_service("detokenize", [&]() -> rudder_status {
+                        text = services->detokenize(ids.data(), static_cast<int64_t>(ids.size()));
+                        return RUDDER_OK;
+                    });
+                w.put<int32_t>(status);
+                if (status == RUDDER_OK) w.text(text);
+                break;
+            }
+            case kTokenText: {
+                const char* text = token_text(this, r.get<int64_t>());
+                w.put<uint8_t>(text != nullptr ? 1 : 0);
+                if (text != nullptr) w.text(text);
+                break;
+            }
+            case kFindModel: {
+                const std::string name = r.text();
+                std::string dir(4096, '\0');
+                size_t n = 0;
+                rudder_status status = find_model(this, name.c_str(), dir.data(), dir.size(), &n);
+                if (status == RUDDER_ERR_BUFFER_TOO_SMALL) {
+                    dir.assign(n + 1, '\0');
+                    status = find_model(this, name.c_str(), dir.data(), dir.size(), &n);
+                }
+                w.put<int32_t>(status);
+                if (status == RUDDER_OK) w.text(dir.substr(0, n));
+                break;
+            }
+            case kDenoise: {
+                const auto n = r.get<int32_t>();
+                if (n <= 0 || n > 4096) throw std::runtime_error("a denoise request for " + std::to_string(n) + " conditions");
+                std::vector<std::string> texts;
+                for (int32_t i = 0; i < n; ++i) texts.push_back(r.text());
+                std::vector<const char*> pointers;
+                for (const auto& text : texts) pointers.push_back(text.c_str());
+                const DLTensor* logits = nullptr;
+                const rudder_status status = denoise(this, pointers.data(), n, &logits);
+                w.put<int32_t>(status);
+                if (status == RUDDER_OK) {
+                    const auto& view = denoise_results.back()->tensor;
+                    w.bytes(view.data_ptr(), static_cast<size_t>(view.numel()) * sizeof(float));
+                    denoise_results.pop_back();
+                }
+                break;
+            }
+            default: throw std::runtime_error("an unknown service " + std::to_string(type));
+        }
+        return std::move(w.data());
+    }
+
+    // The checks every step's outputs get, wherever the controller ran: honest written bits, finite values, token
+    // ids in range; then the outputs move to the run's device. `values` are the five outputs in RUDDER_WROTE_* order.
+    StepOutputs finish_step(uint32_t written, uint32_t provided, const at::Tensor (&values)[5],
+                            const std::string& when) const {
+        static const char* const names[] = {"logit_delta", "grad", "log_prob", "fixed_tokens", "forbidden"};
+        if ((written & ~provided) != 0) {
+            std::string text;
+            for (uint32_t i = 0; i < 5; ++i)
+                if ((written & ~provided & (1u << i)) != 0) text += (text.empty() ? "" : ", ") + std::string(names[i]);
+            if ((written & ~provided & ~uint32_t{0x1f}) != 0) text += text.empty() ? "unknown bits" : ", unknown bits";
+            throw PluginError(where + ": set written bits for outputs it was not given (" + text + ")" + when);
+        }
+        StepOutputs result;
+        at::Tensor* const destinations[] = {&result.logit_delta, &result.grad, &result.log_prob, &result.fixed_tokens,
+                                            &result.forbidden};
+        for (uint32_t i = 0; i < 5; ++i) {
+            if ((written & (1u << i)) == 0) continue;
+            const at::Tensor& value = values[i];
+            if (value.is_floating_point() && !at::isfinite(value).all().item<bool>())
+                throw PluginError(where + ": wrote NaN or Inf to " + names[i] + when);
+            if ((1u << i) == RUDDER_WROTE_FIXED_TOKENS) {
+                const at::Tensor outside = value.lt(-1).logical_or(value.ge(shape.vocab_size));
+                if (outside.any().item<bool>())
+                    throw PluginError(where + ": wrote fixed_tokens value " +
+                                      std::to_string(value.masked_select(outside)[0].item<int64_t>()) +
+                                      " outside [-1, " + std::to_string(shape.vocab_size) + ")" + when);
+            }
+            *destinations[i] = value.to(shape.device);  // back to the run's device if the plugin worked on the CPU
+        }
+        return result;
+    }
+
+    // step() with the controller in a child process: inputs into the shared memory, the call, outputs out of it.
+    StepOutputs remote_step(const StepInputs& in, const std::string& when) {
+        const int64_t B = shape.batch_size, L = shape.seq_len, V = shape.vocab_size, D = shape.embed_dim;
+        const bool predict = in.phase == RUDDER_PHASE_PREDICT;
+        const bool continuous = shape.family == RUDDER_FAMILY_CONTINUOUS;
+        const c10::Device cpu(c10::kCPU);
+        uint32_t present = 0;
+        const auto put = [&](const at::Tensor& tensor, const char* name, at::ScalarType dtype,
+                             std::vector<int64_t> sizes, const isolation::Region& region, uint32_t bit) {
+            if (!tensor.defined()) return;
+            const at::Tensor input = plugin_input(tensor, name, dtype, sizes, cpu, where);
+            shared_tensor(region, sizes, dtype).copy_(input);
+            present |= bit;
+        };
+        if (continuous) put(in.latent, "latent", at::kFloat, {B, L, D}, layout.latent, isolation::kHasLatent);
+        put(in.x0_logits, "x0_logits", at::kFloat, {B, L, V}, layout.x0_logits, isolation::kHasLogits);
+        put(in.tokens, "tokens", at::kLong, {B, L}, layout.tokens, isolation::kHasTokens);
+        if (!continuous) put(in.masked, "masked", at::kByte, {B, L}, layout.masked, isolation::kHasMasked);
+
+        isolation::Writer request;
+        request.put<int32_t>(in.phase).put<int32_t>(in.step).put<int32_t>(in.total_steps).put<int32_t>(in.guide_iter)
+            .put<double>(in.t).put<double>(in.t_next).put<uint32_t>(present);
+        struct EndOfStep {
+            Impl& s;
+            ~EndOfStep() {
+                s.predict_step = nullptr;
+                s.denoise_results.clear();
+            }
+        } end_of_step{*this};
+        service_error.clear();
+        predict_step = predict ? &in : nullptr;
+        const std::vector<char> reply = remote->call(isolation::kStep, request, "step", when, time_limit, server());
+        isolation::Reader r(reply);
+        const uint32_t written = check_reply(r, "step", when);
+
+        // What the child was given, as in-process: only the outputs the controller declared and the phase uses.
+        const bool gradient = (desc->capabilities & RUDDER_CAP_GRADIENT) != 0;
+        at::Tensor values[5];
+        uint32_t provided = 0;
+        const auto take = [&](uint32_t bit, const isolation::Region& region, std::vector<int64_t> sizes,
+                              at::ScalarType dtype) {
+            provided |= bit;
+            if ((written & bit) != 0) values[__builtin_ctz(bit)] = shared_tensor(region, sizes, dtype).clone();
+        };
+        if (predict) {
+            if ((desc->capabilities & RUDDER_CAP_LOGIT_DELTA) != 0)
+                take(RUDDER_WROTE_LOGIT_DELTA, layout.logit_delta, {B, L, V}, at::kFloat);
+            if ((desc->capabilities & RUDDER_CAP_HARD_CONSTRAINT) != 0) {
+                take(RUDDER_WROTE_FIXED_TOKENS, layout.fixed_tokens, {B, L}, at::kLong);
+                take(RUDDER_WROTE_FORBIDDEN, layout.forbidden, {B, L, V}, at::kByte);
+            }
+            if (gradient && !continuous) take(RUDDER_WROTE_GRAD, layout.grad, {B, L, V}, at::kFloat);
+            if (gradient) take(RUDDER_WROTE_LOG_PROB, layout.log_prob, {B}, at::kFloat);
+        } else {
+            take(RUDDER_WROTE_GRAD, layout.grad, {B, L, D}, at::kFloat);
+            take(RUDDER_WROTE_LOG_PROB, layout.log_prob, {B}, at::kFloat);
+        }
+        return finish_step(written, provided, values, when);
+    }
+
+    RemoteController::Serve server() {
+        return [this](uint32_t type, isolation::Reader& r) { return serve(type, r); };
+    }
 
     // Holds the library's call mutex unless the controller is thread-safe.
     std::unique_lock<std::mutex> lock_for_call() const {
@@ -321,16 +524,32 @@ struct ControllerInstance::Impl {
     }
 };
 
-ControllerInstance::ControllerInstance(ControllerType type, const std::string& params_json, std::string label)
-    : type_(std::move(type)), label_(std::move(label)), impl_(std::make_unique<Impl>()) {
+const char* isolation_name(Isolation isolation) {
+    return isolation == Isolation::process ? "process" : "in_process";
+}
+
+ControllerInstance::ControllerInstance(ControllerType type, const std::string& params_json, std::string label,
+                                       Isolation isolation)
+    : type_(std::move(type)), label_(std::move(label)), isolation_(isolation), impl_(std::make_unique<Impl>()) {
     Impl& s = *impl_;
     if (type_.library == nullptr || type_.desc == nullptr)
         throw PluginError("controller '" + label_ + "': its controller type is empty (no library loaded)");
     s.where = "controller '" + label_ + "' (" + type_.id() + ", " + type_.path.filename().string() + ")";
     s.desc = type_.desc;
     s.thread_safe = has(RUDDER_CAP_THREAD_SAFE);
-    s.any_device = has(RUDDER_CAP_ANY_DEVICE);
+    s.any_device = has(RUDDER_CAP_ANY_DEVICE) && isolation_ == Isolation::in_process;  // a child sees CPU memory
     s.call_mutex = &type_.library->call_mutex();
+
+    if (isolation_ == Isolation::process) {
+        s.remote = std::make_unique<RemoteController>(type_, s.where);
+        isolation::Writer request;
+        request.text(params_json);
+        const std::vector<char> reply = s.remote->call(isolation::kCreate, request, "create", "", 0, nullptr);
+        isolation::Reader r(reply);
+        s.check_reply(r, "create", "", ": invalid params: ");
+        s.created = true;
+        return;
+    }
 
     rudder_status status = RUDDER_OK;
     std::string message;
@@ -348,7 +567,7 @@ ControllerInstance::ControllerInstance(ControllerType type, const std::string& p
 }
 
 ControllerInstance::~ControllerInstance() {
-    if (impl_ == nullptr || !impl_->created) return;
+    if (impl_ == nullptr || !impl_->created || impl_->remote != nullptr) return;  // a child is ended by its owner
     try {
         auto lock = impl_->lock_for_call();
         impl_->desc->destroy(self_);
@@ -360,6 +579,8 @@ ControllerInstance::~ControllerInstance() {
         }
     }
 }
+
+bool ControllerInstance::usable() const { return impl_->remote == nullptr || impl_->remote->alive(); }
 
 void ControllerInstance::begin(const RunShape& shape, RunServices* services) {
     Impl& s = *impl_;
@@ -406,6 +627,32 @@ void ControllerInstance::begin(const RunShape& shape, RunServices* services) {
     run.find_model = &Impl::find_model;
 
     s.service_error.clear();
+    if (s.remote != nullptr) {
+        s.layout = isolation::run_layout(shape.batch_size, shape.seq_len, shape.vocab_size,
+                                         continuous ? shape.embed_dim : 0, capabilities(), s.embedding.defined());
+        int fd = -1;
+        if (s.shared.data() == nullptr || s.shared.size() < s.layout.total) {
+            try {
+                s.shared.allocate(s.layout.total);
+            } catch (const std::exception& e) {
+                throw PluginError(s.where + ": cannot share the run's tensors with its process: " + e.what());
+            }
+            fd = s.shared.fd();
+        }
+        if (s.embedding.defined())
+            s.shared_tensor(s.layout.embedding, {shape.vocab_size, shape.embed_dim}, at::kFloat).copy_(s.embedding);
+        isolation::Writer request;
+        request.put<int32_t>(run.family).put<int64_t>(run.batch_size).put<int64_t>(run.seq_len)
+            .put<int64_t>(run.vocab_size).put<int64_t>(run.embed_dim).put<int64_t>(run.pad_id)
+            .put<int64_t>(run.mask_id).put<int64_t>(run.unk_id).put<int32_t>(run.total_steps)
+            .put<uint8_t>(s.embedding.defined() ? 1 : 0).put<uint64_t>(s.shared.size()).text(s.model_dir);
+        const std::vector<char> reply =
+            s.remote->call(isolation::kBegin, request, "begin", "", s.time_limit, s.server(), fd);
+        isolation::Reader r(reply);
+        s.check_reply(r, "begin", "");
+        s.begun = true;
+        return;
+    }
     rudder_status status = RUDDER_OK;
     std::string message;
     {
@@ -442,6 +689,8 @@ StepOutputs ControllerInstance::step(const StepInputs& in) {
     const c10::Device& device = s.plugin_device;
     const std::string when = " at step " + std::to_string(in.step) +
                              (predict ? std::string() : " (guide iteration " + std::to_string(in.guide_iter) + ")");
+
+    if (s.remote != nullptr) return s.remote_step(in, when);
 
     // Inputs, on the device the plugin reads.
     TensorView latent, x0_logits, tokens, masked;
@@ -531,33 +780,9 @@ StepOutputs ControllerInstance::step(const StepInputs& in) {
             throw PluginError(s.where + ": wrote a tensor with a changed " + field + " (" + output.name + ")" + when +
                               "; outputs must be written in place");
     }
-    if ((out.written & ~provided) != 0) {
-        std::string names;
-        for (const Output& output : outputs)
-            if ((out.written & ~provided & output.bit) != 0) names += (names.empty() ? "" : ", ") + std::string(output.name);
-        if ((out.written & ~provided & ~uint32_t{0x1f}) != 0) names += names.empty() ? "unknown bits" : ", unknown bits";
-        throw PluginError(s.where + ": set written bits for outputs it was not given (" + names + ")" + when);
-    }
-
-    StepOutputs result;
-    at::Tensor* const destinations[] = {&result.logit_delta, &result.grad, &result.log_prob, &result.fixed_tokens,
-                                        &result.forbidden};
-    for (size_t i = 0; i < std::size(outputs); ++i) {
-        const Output& output = outputs[i];
-        if ((out.written & output.bit) == 0) continue;
-        const at::Tensor& value = output.view->tensor;
-        if (value.is_floating_point() && !at::isfinite(value).all().item<bool>())
-            throw PluginError(s.where + ": wrote NaN or Inf to " + output.name + when);
-        if (output.bit == RUDDER_WROTE_FIXED_TOKENS) {
-            const at::Tensor outside = value.lt(-1).logical_or(value.ge(V));
-            if (outside.any().item<bool>())
-                throw PluginError(s.where + ": wrote fixed_tokens value " +
-                                  std::to_string(value.masked_select(outside)[0].item<int64_t>()) +
-                                  " outside [-1, " + std::to_string(V) + ")" + when);
-        }
-        *destinations[i] = value.to(s.shape.device);  // back to the run's device if the plugin worked on the CPU
-    }
-    return result;
+    const at::Tensor values[] = {logit_delta.tensor, grad.tensor, log_prob.tensor, fixed_tokens.tensor,
+                                 forbidden.tensor};
+    return s.finish_step(out.written, provided, values, when);
 }
 
 Verdict ControllerInstance::evaluate(int64_t index, const std::vector<int64_t>& tokens, int64_t n_tokens,
@@ -582,10 +807,22 @@ Verdict ControllerInstance::evaluate(int64_t index, const std::vector<int64_t>& 
     verdict.detail = nullptr;
 
     s.service_error.clear();
-    rudder_status status = RUDDER_OK;
-    std::string message;
     Verdict result;
-    {
+    if (s.remote != nullptr) {
+        const std::string when = " on sample " + std::to_string(index);
+        isolation::Writer request;
+        request.put<int64_t>(index).put<int64_t>(n_tokens).bytes(tokens.data(), tokens.size() * sizeof(int64_t)).text(text);
+        const std::vector<char> reply =
+            s.remote->call(isolation::kEvaluate, request, "evaluate", when, s.time_limit, s.server());
+        isolation::Reader r(reply);
+        s.check_reply(r, "evaluate", when);
+        verdict.satisfied = r.get<int32_t>();
+        verdict.score = r.get<double>();
+        r.get<uint8_t>();  // whether the plugin gave a detail: "" either way
+        result.detail = r.text();
+    } else {
+        rudder_status status = RUDDER_OK;
+        std::string message;
         auto lock = s.lock_for_call();
         const auto start = std::chrono::steady_clock::now();
         try {
@@ -598,9 +835,10 @@ Verdict ControllerInstance::evaluate(int64_t index, const std::vector<int64_t>& 
             message = plugin_message(s.desc, self_);
         else if (verdict.detail != nullptr)  // plugin-owned until the next call: copy while no other call can run
             result.detail = verdict.detail;
+        if (status != RUDDER_OK)
+            throw PluginError(s.failure("evaluate", status, message, " on sample " + std::to_string(index)));
     }
     const std::string when = " on sample " + std::to_string(index);
-    if (status != RUDDER_OK) throw PluginError(s.failure("evaluate", status, message, when));
     if (verdict.satisfied < -1 || verdict.satisfied > 1)
         throw PluginError(s.where + ": evaluate returned satisfied=" + std::to_string(verdict.satisfied) + when +
                           " (must be 1, 0 or -1)");

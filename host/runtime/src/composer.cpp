@@ -1,17 +1,39 @@
 #include "composer.hpp"
 
 #include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
 
 #include <limits>
 #include <sstream>
 
 namespace rudder {
+namespace {
+
+// Runs one call of a controller. A PluginError fails the run, unless the controller may fail alone ("on_failure":
+// "continue"): then it is dropped from the rest of the run with a warning. False if it was (or is now) dropped.
+template <class Call> bool take_part(ComposedController& c, Call&& call) {
+    if (!c.failure.empty()) return false;
+    if (!c.continue_on_failure) {
+        call();
+        return true;
+    }
+    try {
+        call();
+        return true;
+    } catch (const plugins::PluginError& e) {
+        c.failure = e.what();
+        spdlog::warn("{}; the run goes on without it (on_failure: continue)", c.failure);
+        return false;
+    }
+}
+
+}  // namespace
 
 Composer::Composer(std::vector<ComposedController> controllers, Family family, int64_t mask_id)
     : controllers_(std::move(controllers)), family_(family), mask_id_(mask_id) {}
 
 void Composer::begin(const plugins::RunShape& shape, plugins::RunServices* services) {
-    for (auto& c : controllers_) c.instance->begin(shape, services);
+    for (auto& c : controllers_) take_part(c, [&] { c.instance->begin(shape, services); });
 }
 
 bool Composer::needs_fresh_logits() const {
@@ -59,7 +81,8 @@ Combined Composer::predict(const plugins::StepInputs& in) {
         const uint64_t predict_caps = RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_HARD_CONSTRAINT |
                                       (family_ == Family::discrete ? RUDDER_CAP_GRADIENT : 0);
         if ((c.instance->capabilities() & predict_caps) == 0) continue;
-        plugins::StepOutputs o = c.instance->step(in);
+        plugins::StepOutputs o;
+        if (!take_part(c, [&] { o = c.instance->step(in); })) continue;
         auto add_delta = [&](const at::Tensor& d, bool derived) {
             const at::Tensor scaled = d.to(at::kFloat).mul(c.weight);
             may_overflow = may_overflow || derived || c.weight != 1.0 || out.logit_delta.defined();
@@ -137,7 +160,8 @@ at::Tensor Composer::guide(const plugins::StepInputs& in) {
     at::Tensor total;
     for (auto& c : controllers_) {
         if (!c.instance->has(RUDDER_CAP_GRADIENT) || !c.active.contains(in.t)) continue;
-        plugins::StepOutputs o = c.instance->step(in);
+        plugins::StepOutputs o;
+        if (!take_part(c, [&] { o = c.instance->step(in); })) continue;
         if (!o.grad.defined()) continue;
         const at::Tensor scaled = o.grad.mul(c.weight);
         total = total.defined() ? total.add_(scaled) : scaled;

@@ -32,6 +32,8 @@ struct ComposedController {
     std::unique_ptr<plugins::ControllerInstance> instance;
     double weight = 1.0;
     ActiveWindow active;
+    bool continue_on_failure = false;  // the recipe's "on_failure": "continue"
+    std::string failure;               // why it was dropped from the run ("" while it takes part)
 };
 
 // The combined PREDICT-phase contribution. Undefined tensors mean "nobody contributed".
@@ -68,6 +70,8 @@ public:
 
     size_t size() const { return controllers_.size(); }
     plugins::ControllerInstance& instance(size_t i) { return *controllers_[i].instance; }
+    // Why controller i was dropped from the run ("on_failure": "continue" and a PluginError), or "" if it was not.
+    const std::string& failure(size_t i) const { return controllers_[i].failure; }
 
 private:
     void merge_fixed(Combined& out, const at::Tensor& fixed, size_t owner, at::Tensor& owners);

@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <stdexcept>
 
 #if defined(__GLIBC__)
@@ -245,16 +246,32 @@ Generator::Generator(Recipe recipe, plugins::Registry& registry, const std::vect
                                                     std::to_string(recipe_.sampler.steps)});
     }
 
+    // Where each controller runs: its own "isolation", else the recipe's, else the host's ($RUDDER_ISOLATION).
+    std::string host_isolation = "in_process";
+    if (const char* env = std::getenv("RUDDER_ISOLATION"); env != nullptr && *env != '\0') {
+        if (std::string(env) == "process" || std::string(env) == "in_process")
+            host_isolation = env;
+        else
+            issues.push_back({"/isolation", std::string("RUDDER_ISOLATION=") + env +
+                                                " is not a place to run controllers: expected \"in_process\" or "
+                                                "\"process\""});
+    }
     std::vector<ComposedController> controllers;
     std::vector<std::string> pointers;  // each created controller's place in the recipe
     for (const auto& spec : recipe_.controllers) {
         if (reported(spec.pointer + "/plugin") || reported(spec.pointer + "/params")) continue;
+        const std::string& where =
+            !spec.isolation.empty() ? spec.isolation : recipe_.isolation ? *recipe_.isolation : host_isolation;
+        const plugins::Isolation isolation =
+            where == "process" ? plugins::Isolation::process : plugins::Isolation::in_process;
         try {
             plugins::ControllerType type = registry.resolve(spec.plugin, recipe_.base_dir, spec.sha256);
             try {
                 ComposedController c;
-                c.instance = std::make_unique<plugins::ControllerInstance>(type, spec.params.dump(), spec.name);
+                c.instance = std::make_unique<plugins::ControllerInstance>(type, spec.params.dump(), spec.name,
+                                                                           isolation);
                 c.instance->set_time_limit(spec.time_limit);
+                c.continue_on_failure = spec.on_failure == "continue";
                 c.weight = spec.weight;
                 c.active = spec.active;
                 controllers.push_back(std::move(c));
@@ -388,6 +405,12 @@ std::vector<SampleResult> Generator::generate(const ProgressCallback& progress, 
             r.text = decode(row, &r.n_tokens);
             for (size_t k = 0; k < composer_->size(); ++k) {
                 auto& inst = composer_->instance(k);
+                if (!composer_->failure(k).empty()) {  // dropped from the run: it cannot tell
+                    plugins::Verdict dropped;
+                    dropped.detail = nlohmann::json{{"dropped", composer_->failure(k)}}.dump();
+                    r.controls.push_back({inst.label(), dropped});
+                    continue;
+                }
                 r.controls.push_back({inst.label(), inst.evaluate(r.index, r.tokens, r.n_tokens, r.text)});
             }
             if (on_sample) on_sample(r);

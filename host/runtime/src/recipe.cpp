@@ -61,6 +61,8 @@ ControllerSpec parse_controller(ObjectReader& item) {
     if (auto v = item.text("name")) spec.name = *v;
     if (auto v = item.number("weight", -1e6, 1e6)) spec.weight = *v;
     if (auto v = item.number("time_limit", 0.0, 86400.0)) spec.time_limit = *v;
+    if (auto v = item.choice("isolation", {"in_process", "process"})) spec.isolation = *v;
+    if (auto v = item.choice("on_failure", {"fail", "continue"})) spec.on_failure = *v;
     if (auto active = item.object("active")) {
         ObjectReader a(*active, item.pointer("active"), item.issues());
         if (auto v = a.number("from_t", 0.0, 1.0)) spec.active.from_t = *v;
@@ -167,6 +169,7 @@ Recipe parse_recipe(const std::string& text, const std::filesystem::path& base_d
         if (ok) r.device = d;
         else root.issue("device", "expected 'cpu', 'cuda' or 'cuda:<index>', got '" + d + "'");
     }
+    if (auto v = root.choice("isolation", {"in_process", "process"})) r.isolation = *v;
     if (auto sampler = root.object("sampler")) {
         ObjectReader s(*sampler, "/sampler", found);
         parse_sampler(s, limits, r.sampler);

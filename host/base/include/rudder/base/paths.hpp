@@ -20,6 +20,9 @@ std::filesystem::path bundled_model_dir();
 // The helper that scans a plugin library in a child process: $RUDDER_PLUGIN_SCANNER if set, else
 // <prefix>/<libexecdir>/rudder/rudder-plugin-scan (the file may not exist).
 std::filesystem::path plugin_scanner_file();
+// The helper that runs one controller instance in a child process ("isolation": "process"): $RUDDER_CONTROLLER_HOST
+// if set, else <prefix>/<libexecdir>/rudder/rudder-controller-host (the file may not exist).
+std::filesystem::path controller_host_file();
 // The per-user cache folder: $RUDDER_CACHE_DIR if set ("" if it is set but empty: no cache), else
 // $XDG_CACHE_HOME/rudder if that is an absolute path, else $HOME/.cache/rudder, else "".
 std::filesystem::path user_cache_dir();

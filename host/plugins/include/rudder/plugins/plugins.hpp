@@ -124,14 +124,25 @@ struct Verdict {
     std::string detail;      // JSON object text or ""
 };
 
+// Where a controller instance runs. In-process (the default) its calls are function calls into the library loaded in
+// this process. Process: in a child process of its own (rudder-controller-host) that the step's tensors reach through
+// shared memory, so a crash, abort, exit, stack overflow, memory error or hang (past the time limit: the child is
+// killed) becomes a PluginError naming the controller, and this process carries on.
+enum class Isolation { in_process, process };
+
+// "in_process" / "process".
+const char* isolation_name(Isolation isolation);
+
 // A live controller. Every call is guarded: a plugin's error status, a thrown exception caught by its helper,
 // a changed tensor header, a wrong dtype or shape, or a NaN/Inf output becomes a PluginError that names the
 // controller (its label and id) and the file. Calls into a library whose controller is not THREAD_SAFE are
 // serialised on that library.
 class ControllerInstance {
 public:
-    // Creates the instance from params (JSON text). `label` names it in messages and outputs.
-    ControllerInstance(ControllerType type, const std::string& params_json, std::string label);
+    // Creates the instance from params (JSON text). `label` names it in messages and outputs. With
+    // Isolation::process the instance lives in a child process from here on (started now; PluginError if that fails).
+    ControllerInstance(ControllerType type, const std::string& params_json, std::string label,
+                       Isolation isolation = Isolation::in_process);
     ~ControllerInstance();
     ControllerInstance(const ControllerInstance&) = delete;
     ControllerInstance& operator=(const ControllerInstance&) = delete;
@@ -140,12 +151,16 @@ public:
     const ControllerType& type() const { return type_; }
     uint64_t capabilities() const { return type_.capabilities(); }
     bool has(uint64_t capability) const { return (capabilities() & capability) != 0; }
+    Isolation isolation() const { return isolation_; }
+    // False once the controller's process has died or was killed (process isolation): every later call fails.
+    bool usable() const;
 
     // Starts a run. `services` must outlive the run (until the next begin or destruction).
     void begin(const RunShape& shape, RunServices* services);
     // Wall-clock seconds one step() or evaluate() call may take (0 = no limit, the default). A call that returns
     // later fails with a PluginError naming the controller, the call and the time; a call that never returns
-    // cannot be stopped in-process.
+    // cannot be stopped in-process. With process isolation the limit also covers begin(), and a call still running
+    // at the limit is stopped by killing the controller's process.
     void set_time_limit(double seconds);
     // Allocates the outputs the controller declared for this phase, calls step(), validates what it wrote.
     StepOutputs step(const StepInputs& in);
@@ -156,6 +171,7 @@ private:
     struct Impl;
     ControllerType type_;
     std::string label_;
+    Isolation isolation_ = Isolation::in_process;
     void* self_ = nullptr;
     std::unique_ptr<Impl> impl_;
 };

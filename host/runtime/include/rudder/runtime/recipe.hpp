@@ -58,6 +58,11 @@ struct ControllerSpec {
     double weight = 1.0;
     ActiveWindow active;
     double time_limit = 60.0;  // seconds one step or evaluate call may take; 0 = no limit
+    // "in_process" | "process" (a child process of its own, see docs/abi.md); "" = the recipe's "isolation"
+    std::string isolation;
+    // "fail": a PluginError from this controller fails the run; "continue": it is dropped from the rest of the run
+    // (with a warning; its verdicts say "dropped") and the run goes on without it.
+    std::string on_failure = "fail";
     nlohmann::json params = nlohmann::json::object();
     std::string pointer;  // "/controllers/<i>", for messages
 };
@@ -72,6 +77,9 @@ struct Recipe {
     int64_t batch_size = 16;        // samples denoised together
     int64_t max_length = 0;         // L: positions per sequence; 0 = the model's longest (64 if it has none)
     std::string device = "cpu";     // cpu | cuda | cuda:<index>
+    // Where controllers run unless their own "isolation" says: "in_process" | "process"; unset = the host's default
+    // ($RUDDER_ISOLATION, else in_process).
+    std::optional<std::string> isolation;
     GuidanceSpec guidance;
     std::vector<ControllerSpec> controllers;
     std::filesystem::path base_dir; // the recipe file's folder: relative paths resolve against it

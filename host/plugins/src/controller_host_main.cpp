@@ -1,0 +1,461 @@
+// rudder-controller-host LIBRARY CONTROLLER_ID PARENT_PID: runs one controller instance for a host that asked for
+// process isolation ("isolation": "process"). It loads LIBRARY with the host's checks, finds CONTROLLER_ID and then
+// serves the host's calls on file descriptor 3 (see isolation_protocol.hpp): create, begin, step, evaluate, destroy.
+// The step's tensors are in shared memory the host hands over at begin; the run services the plugin calls
+// (tokenize, find_model, denoise...) are forwarded to the host. A plugin that crashes, aborts, exits, overflows its
+// stack or hangs takes only this process down. Not for users.
+#include "isolation_protocol.hpp"
+
+#include <rudder/plugins/loader.hpp>
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace rudder::plugins::isolation;
+constexpr size_t kMaxPluginMessage = 16 * 1024;
+
+[[noreturn]] void gone() { ::_exit(0); }  // the host went away: nothing left to serve
+
+void send_or_exit(uint32_t type, const Writer& w) {
+    if (!send_message(kChildSocketFd, type, w.data())) gone();
+}
+
+std::string message_of(const rudder_controller_desc* desc, void* self) {
+    const char* message = nullptr;
+    try {
+        message = desc->last_error(self);
+    } catch (...) {
+        message = nullptr;
+    }
+    if (message == nullptr || *message == '\0') return "(the plugin gave no message)";
+    const char* end = static_cast<const char*>(std::memchr(message, '\0', kMaxPluginMessage));
+    return end != nullptr ? std::string(message, end) : std::string(message, kMaxPluginMessage) + "...";
+}
+
+// A DLTensor over a region of the shared memory, with a copy of its header to find a plugin that rewrote it.
+struct View {
+    int64_t shape[4] = {0, 0, 0, 0};
+    DLTensor dl{};
+    DLTensor original{};
+    int64_t original_shape[4] = {0, 0, 0, 0};
+
+    DLTensor* bind(void* data, DLDataType dtype, std::initializer_list<int64_t> sizes) {
+        int32_t i = 0;
+        for (int64_t s : sizes) shape[i++] = s;
+        dl = DLTensor{};
+        dl.data = data;
+        dl.device = DLDevice{kDLCPU, 0};
+        dl.ndim = i;
+        dl.dtype = dtype;
+        dl.shape = shape;
+        dl.strides = nullptr;
+        dl.byte_offset = 0;
+        original = dl;
+        std::memcpy(original_shape, shape, sizeof shape);
+        return &dl;
+    }
+    const char* changed_field() const {
+        if (dl.data != original.data) return "data pointer";
+        if (dl.ndim != original.ndim) return "ndim";
+        if (dl.shape != original.shape) return "shape pointer";
+        if (std::memcmp(shape, original_shape, sizeof(int64_t) * static_cast<size_t>(original.ndim)) != 0) return "shape";
+        if (dl.dtype.code != original.dtype.code || dl.dtype.bits != original.dtype.bits ||
+            dl.dtype.lanes != original.dtype.lanes)
+            return "dtype";
+        if (dl.device.device_type != original.device.device_type || dl.device.device_id != original.device.device_id)
+            return "device";
+        if (dl.strides != original.strides) return "strides";
+        if (dl.byte_offset != original.byte_offset) return "byte_offset";
+        return nullptr;
+    }
+};
+
+constexpr DLDataType kF32{kDLFloat, 32, 1}, kI64{kDLInt, 64, 1}, kU8{kDLUInt, 8, 1};
+
+struct Child {
+    const rudder_controller_desc* desc = nullptr;
+    void* self = nullptr;
+    bool created = false;
+
+    // The run.
+    rudder_run_info run{};
+    int64_t B = 0, L = 0, V = 0, D = 0;
+    bool continuous = false;
+    std::string model_dir;
+    char* shm = nullptr;
+    size_t shm_size = 0;
+    RunLayout layout;
+    View embedding;
+    std::map<int64_t, std::string> token_texts;  // token_text results: valid as long as the run info
+    std::vector<std::vector<float>> denoised;    // denoise results: valid until step() returns
+    std::vector<std::unique_ptr<View>> denoised_views;
+
+    // Sends a service request and waits for its answer (the host answers before anything else).
+    std::vector<char> service(uint32_t type, const Writer& request) {
+        send_or_exit(type, request);
+        Header header{};
+        std::vector<char> payload;
+        int fd = -1;
+        if (!receive_message(kChildSocketFd, header, payload, fd) || header.type != kServiceReply) gone();
+        if (fd >= 0) ::close(fd);
+        return payload;
+    }
+
+    void map_shared(int fd, size_t size) {
+        if (shm != nullptr) ::munmap(shm, shm_size);
+        shm = nullptr;
+        void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        ::close(fd);
+        if (p == MAP_FAILED) {
+            Writer w;
+            w.text(std::string("could not map the step's shared memory: ") + std::strerror(errno));
+            send_or_exit(kFatal, w);
+            gone();
+        }
+        shm = static_cast<char*>(p);
+        shm_size = size;
+    }
+    char* at(const Region& r) const { return r.size == 0 ? nullptr : shm + r.offset; }
+
+    static Child& of(void* run_ctx) { return *static_cast<Child*>(run_ctx); }
+
+    static rudder_status tokenize(void* ctx, const char* text, int64_t* out_ids, int64_t capacity, int64_t* n_ids) {
+        if (n_ids != nullptr) *n_ids = 0;
+        if (ctx == nullptr || text == nullptr || n_ids == nullptr || capacity < 0 || (capacity > 0 && out_ids == nullptr))
+            return RUDDER_ERR_INVALID_ARGUMENT;
+        Writer w;
+        w.text(text).put<int64_t>(capacity);
+        const std::vector<char> reply = of(ctx).service(kTokenize, w);
+        Reader r(reply);
+        const auto status = r.get<int32_t>();
+        const auto count = r.get<int64_t>();
+        *n_ids = count;
+        for (int64_t i = 0; i < std::min(count, capacity); ++i) out_ids[i] = r.get<int64_t>();
+        return status;
+    }
+    static rudder_status detokenize(void* ctx, const int64_t* ids, int64_t n_ids, char* out, size_t capacity,
+                                    size_t* n_bytes) {
+        if (n_bytes != nullptr) *n_bytes = 0;
+        if (ctx == nullptr || n_bytes == nullptr || n_ids < 0 || (n_ids > 0 && ids == nullptr) ||
+            (capacity > 0 && out == nullptr))
+            return RUDDER_ERR_INVALID_ARGUMENT;
+        Writer w;
+        w.bytes(ids, static_cast<size_t>(n_ids) * sizeof(int64_t));
+        const std::vector<char> reply = of(ctx).service(kDetokenize, w);
+        Reader r(reply);
+        const auto status = r.get<int32_t>();
+        if (status != RUDDER_OK) return status;
+        const std::string text = r.text();
+        *n_bytes = text.size();
+        if (capacity > 0) {
+            const size_t kept = std::min(text.size(), capacity - 1);
+            std::memcpy(out, text.data(), kept);
+            out[kept] = '\0';
+        }
+        return text.size() < capacity ? RUDDER_OK : RUDDER_ERR_BUFFER_TOO_SMALL;
+    }
+    static const char* token_text(void* ctx, int64_t id) {
+        if (ctx == nullptr) return nullptr;
+        Child& c = of(ctx);
+        if (auto found = c.token_texts.find(id); found != c.token_texts.end()) return found->second.c_str();
+        Writer w;
+        w.put<int64_t>(id);
+        const std::vector<char> reply = c.service(kTokenText, w);
+        Reader r(reply);
+        if (r.get<uint8_t>() == 0) return nullptr;
+        return c.token_texts.emplace(id, r.text()).first->second.c_str();
+    }
+    static rudder_status find_model(void* ctx, const char* name, char* out, size_t capacity, size_t* n_bytes) {
+        if (ctx == nullptr || name == nullptr || n_bytes == nullptr || (out == nullptr && capacity > 0))
+            return RUDDER_ERR_INVALID_ARGUMENT;
+        Writer w;
+        w.text(name);
+        const std::vector<char> reply = of(ctx).service(kFindModel, w);
+        Reader r(reply);
+        const auto status = r.get<int32_t>();
+        if (status != RUDDER_OK) return status;
+        const std::string dir = r.text();
+        *n_bytes = dir.size();
+        if (dir.size() + 1 > capacity) return RUDDER_ERR_BUFFER_TOO_SMALL;
+        std::memcpy(out, dir.c_str(), dir.size() + 1);
+        return RUDDER_OK;
+    }
+    static rudder_status denoise(void* ctx, const char* const* conditions, int32_t n_conditions,
+                                 const DLTensor** out_logits) {
+        if (out_logits != nullptr) *out_logits = nullptr;
+        if (ctx == nullptr || out_logits == nullptr || conditions == nullptr || n_conditions <= 0)
+            return RUDDER_ERR_INVALID_ARGUMENT;
+        Writer w;
+        w.put<int32_t>(n_conditions);
+        for (int32_t i = 0; i < n_conditions; ++i) {
+            if (conditions[i] == nullptr) return RUDDER_ERR_INVALID_ARGUMENT;
+            w.text(conditions[i]);
+        }
+        Child& c = of(ctx);
+        const std::vector<char> reply = c.service(kDenoise, w);
+        Reader r(reply);
+        const auto status = r.get<int32_t>();
+        if (status != RUDDER_OK) return status;
+        uint64_t size = 0;
+        const char* data = r.bytes(size);
+        const size_t expected = static_cast<size_t>(n_conditions) * static_cast<size_t>(c.B * c.L * c.V) * sizeof(float);
+        if (size != expected) return RUDDER_ERR_INTERNAL;
+        c.denoised.emplace_back(size / sizeof(float));
+        std::memcpy(c.denoised.back().data(), data, size);
+        c.denoised_views.push_back(std::make_unique<View>());
+        *out_logits = c.denoised_views.back()->bind(c.denoised.back().data(), kF32, {n_conditions, c.B, c.L, c.V});
+        return RUDDER_OK;
+    }
+
+    // A reply with the outcome of a plugin call.
+    void reply(uint32_t outcome, rudder_status status, const std::string& message, uint32_t written = 0,
+               const Writer* extra = nullptr) {
+        Writer w;
+        w.put<uint32_t>(outcome).put<int32_t>(status).put<uint32_t>(written).text(message);
+        if (extra != nullptr) w.data().insert(w.data().end(), extra->data().begin(), extra->data().end());
+        send_or_exit(kReply, w);
+    }
+
+    void do_create(Reader& r) {
+        const std::string params = r.text();
+        rudder_status status = RUDDER_OK;
+        try {
+            status = desc->create(rudder::plugins::host_services(), params.c_str(), &self);
+        } catch (...) {
+            return reply(kEscaped, RUDDER_ERR_INTERNAL, "create");
+        }
+        if (status != RUDDER_OK) return reply(kFailed, status, message_of(desc, nullptr));
+        created = true;
+        reply(kOk, RUDDER_OK, "");
+    }
+
+    void do_begin(Reader& r, int fd) {
+        run = rudder_run_info{};
+        run.struct_size = sizeof(rudder_run_info);
+        run.family = r.get<int32_t>();
+        B = run.batch_size = r.get<int64_t>();
+        L = run.seq_len = r.get<int64_t>();
+        V = run.vocab_size = r.get<int64_t>();
+        D = run.embed_dim = r.get<int64_t>();
+        run.pad_id = r.get<int64_t>();
+        run.mask_id = r.get<int64_t>();
+        run.unk_id = r.get<int64_t>();
+        run.total_steps = r.get<int32_t>();
+        const bool has_embedding = r.get<uint8_t>() != 0;
+        const auto size = r.get<uint64_t>();
+        model_dir = r.text();
+        if (fd >= 0) map_shared(fd, size);
+        continuous = run.family == RUDDER_FAMILY_CONTINUOUS;
+        layout = run_layout(B, L, V, continuous ? D : 0, desc->capabilities, has_embedding);
+        if (shm == nullptr || layout.total > shm_size) {
+            Writer w;
+            w.text("the host's shared memory does not fit the run");
+            send_or_exit(kFatal, w);
+            gone();
+        }
+        run.device = DLDevice{kDLCPU, 0};
+        run.run_ctx = this;
+        run.tokenize = &Child::tokenize;
+        run.detokenize = &Child::detokenize;
+        run.token_text = &Child::token_text;
+        run.denoise = &Child::denoise;
+        run.model_dir = model_dir.c_str();
+        run.embedding = has_embedding ? embedding.bind(at(layout.embedding), kF32, {V, D}) : nullptr;
+        run.find_model = &Child::find_model;
+        token_texts.clear();
+        rudder_status status = RUDDER_OK;
+        try {
+            status = desc->begin(self, &run);
+        } catch (...) {
+            return reply(kEscaped, RUDDER_ERR_INTERNAL, "begin");
+        }
+        if (status != RUDDER_OK) return reply(kFailed, status, message_of(desc, self));
+        reply(kOk, RUDDER_OK, "");
+    }
+
+    void do_step(Reader& r) {
+        rudder_step step{};
+        step.struct_size = sizeof(rudder_step);
+        step.phase = r.get<int32_t>();
+        step.step = r.get<int32_t>();
+        step.total_steps = r.get<int32_t>();
+        step.guide_iter = r.get<int32_t>();
+        step.t = r.get<double>();
+        step.t_next = r.get<double>();
+        const auto present = r.get<uint32_t>();
+        const bool predict = step.phase == RUDDER_PHASE_PREDICT;
+        View latent, x0_logits, tokens, masked;
+        if ((present & kHasLatent) != 0) step.latent = latent.bind(at(layout.latent), kF32, {B, L, D});
+        if ((present & kHasLogits) != 0) step.x0_logits = x0_logits.bind(at(layout.x0_logits), kF32, {B, L, V});
+        if ((present & kHasTokens) != 0) step.tokens = tokens.bind(at(layout.tokens), kI64, {B, L});
+        if ((present & kHasMasked) != 0) step.masked = masked.bind(at(layout.masked), kU8, {B, L});
+
+        // Outputs, initialised as the ABI promises, in the shared memory the host reads them from.
+        const uint64_t caps = desc->capabilities;
+        View logit_delta, grad, log_prob, fixed_tokens, forbidden;
+        rudder_contribution out{};
+        out.struct_size = sizeof(rudder_contribution);
+        const auto zero = [&](const Region& region, size_t bytes) {
+            std::memset(at(region), 0, bytes);
+            return at(region);
+        };
+        if (predict) {
+            if ((caps & RUDDER_CAP_LOGIT_DELTA) != 0)
+                out.logit_delta = logit_delta.bind(zero(layout.logit_delta, layout.logit_delta.size), kF32, {B, L, V});
+            if ((caps & RUDDER_CAP_HARD_CONSTRAINT) != 0) {
+                auto* fixed = reinterpret_cast<int64_t*>(at(layout.fixed_tokens));
+                std::fill(fixed, fixed + B * L, int64_t{-1});
+                out.fixed_tokens = fixed_tokens.bind(fixed, kI64, {B, L});
+                out.forbidden = forbidden.bind(zero(layout.forbidden, layout.forbidden.size), kU8, {B, L, V});
+            }
+            if ((caps & RUDDER_CAP_GRADIENT) != 0 && !continuous)
+                out.grad = grad.bind(zero(layout.grad, static_cast<size_t>(B * L * V) * 4), kF32, {B, L, V});
+            if ((caps & RUDDER_CAP_GRADIENT) != 0)
+                out.log_prob = log_prob.bind(zero(layout.log_prob, layout.log_prob.size), kF32, {B});
+        } else {
+            out.grad = grad.bind(zero(layout.grad, static_cast<size_t>(B * L * D) * 4), kF32, {B, L, D});
+            out.log_prob = log_prob.bind(zero(layout.log_prob, layout.log_prob.size), kF32, {B});
+        }
+        DLTensor* const handed_out[] = {out.logit_delta, out.grad, out.log_prob, out.fixed_tokens, out.forbidden};
+
+        rudder_status status = RUDDER_OK;
+        bool escaped = false;
+        try {
+            status = desc->step(self, &step, &out);
+        } catch (...) {
+            escaped = true;
+        }
+        denoised_views.clear();
+        denoised.clear();
+        if (escaped) return reply(kEscaped, RUDDER_ERR_INTERNAL, "step");
+        if (status != RUDDER_OK) return reply(kFailed, status, message_of(desc, self));
+        const char* names[] = {"logit_delta", "grad", "log_prob", "fixed_tokens", "forbidden"};
+        DLTensor* const slots[] = {out.logit_delta, out.grad, out.log_prob, out.fixed_tokens, out.forbidden};
+        View* const views[] = {&logit_delta, &grad, &log_prob, &fixed_tokens, &forbidden};
+        for (size_t i = 0; i < 5; ++i) {
+            if (slots[i] != handed_out[i])
+                return reply(kRewroteHeader, RUDDER_OK, std::string("replaced the ") + names[i] + " tensor pointer");
+            if (handed_out[i] == nullptr) continue;
+            if (const char* field = views[i]->changed_field())
+                return reply(kRewroteHeader, RUDDER_OK,
+                             std::string("wrote a tensor with a changed ") + field + " (" + names[i] + ")");
+        }
+        reply(kOk, RUDDER_OK, "", out.written);
+    }
+
+    void do_evaluate(Reader& r) {
+        rudder_sample sample{};
+        sample.struct_size = sizeof(rudder_sample);
+        sample.index = r.get<int64_t>();
+        sample.n_tokens = r.get<int64_t>();
+        uint64_t size = 0;
+        const char* data = r.bytes(size);
+        std::vector<int64_t> tokens(size / sizeof(int64_t));
+        if (!tokens.empty()) std::memcpy(tokens.data(), data, tokens.size() * sizeof(int64_t));
+        const std::string text = r.text();
+        sample.tokens = tokens.data();
+        sample.seq_len = static_cast<int64_t>(tokens.size());
+        sample.text = text.c_str();
+        rudder_verdict verdict{};
+        verdict.struct_size = sizeof(rudder_verdict);
+        verdict.satisfied = -1;
+        verdict.score = std::numeric_limits<double>::quiet_NaN();
+        rudder_status status = RUDDER_OK;
+        try {
+            status = desc->evaluate(self, &sample, &verdict);
+        } catch (...) {
+            return reply(kEscaped, RUDDER_ERR_INTERNAL, "evaluate");
+        }
+        if (status != RUDDER_OK) return reply(kFailed, status, message_of(desc, self));
+        Writer extra;
+        extra.put<int32_t>(verdict.satisfied).put<double>(verdict.score);
+        std::string detail;
+        if (verdict.detail != nullptr) {
+            const char* end = static_cast<const char*>(std::memchr(verdict.detail, '\0', 1 << 20));
+            detail = end != nullptr ? std::string(verdict.detail, end) : std::string(verdict.detail, 1 << 20);
+        }
+        extra.put<uint8_t>(verdict.detail != nullptr ? 1 : 0).text(detail);
+        reply(kOk, RUDDER_OK, "", 0, &extra);
+    }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc != 4) {
+        static const char usage[] = "usage: rudder-controller-host LIBRARY CONTROLLER_ID PARENT_PID (host on fd 3)\n";
+        (void)!::write(2, usage, sizeof usage - 1);
+        return 2;
+    }
+    // Should the host die, this process goes with it; if it died before we got here, end now.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != static_cast<pid_t>(std::strtol(argv[3], nullptr, 10))) return 0;
+
+    Child child;
+    std::vector<rudder::plugins::ControllerType> types;
+    try {
+        types = rudder::plugins::load_library(argv[1]);
+    } catch (const std::exception& e) {
+        Writer w;
+        w.text(e.what());
+        send_or_exit(kFatal, w);
+        return 0;
+    }
+    for (const auto& type : types)
+        if (type.id() == argv[2]) child.desc = type.desc;
+    if (child.desc == nullptr) {
+        Writer w;
+        w.text(std::string("the library has no controller '") + argv[2] + "'");
+        send_or_exit(kFatal, w);
+        return 0;
+    }
+    send_or_exit(kReady, Writer());
+
+    for (;;) {
+        Header header{};
+        std::vector<char> payload;
+        int fd = -1;
+        if (!receive_message(kChildSocketFd, header, payload, fd)) gone();
+        Reader r(payload);
+        try {
+            switch (header.type) {
+                case kCreate: child.do_create(r); break;
+                case kBegin: child.do_begin(r, fd); fd = -1; break;
+                case kStep: child.do_step(r); break;
+                case kEvaluate: child.do_evaluate(r); break;
+                case kDestroy:
+                    if (child.created) child.desc->destroy(child.self);
+                    child.created = false;
+                    send_or_exit(kReply, Writer());
+                    // The library stays loaded: none of its destructors gets a chance to crash or hang on the way out.
+                    ::_exit(0);
+                default: {
+                    Writer w;
+                    w.text("an unknown call " + std::to_string(header.type));
+                    send_or_exit(kFatal, w);
+                    return 0;
+                }
+            }
+        } catch (const std::exception& e) {  // a malformed message: the host and this process disagree
+            Writer w;
+            w.text(e.what());
+            send_or_exit(kFatal, w);
+            return 0;
+        }
+        if (fd >= 0) ::close(fd);
+    }
+}

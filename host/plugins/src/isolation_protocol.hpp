@@ -1,0 +1,242 @@
+// The protocol between the host and rudder-controller-host, the child process that runs one controller instance when
+// a recipe asks for "isolation": "process". Torch-free: the child links only the loader.
+//
+// One stream socket (socketpair) carries framed messages, one call at a time: the host sends a call (create, begin,
+// step, evaluate, destroy) and reads until the reply; while a call is in progress the child may send service
+// requests (the plugin calling tokenize, find_model, denoise...), which the host answers before the reply comes. The
+// step's tensors do not travel on the socket: they live in one shared memory file (memfd) that the host sizes from
+// the run shape at begin and hands over with SCM_RIGHTS; both sides compute the same layout (run_layout()).
+#pragma once
+
+#include <rudder/rudder_plugin.h>
+
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace rudder::plugins::isolation {
+
+// The child's socket descriptor, set up by posix_spawn.
+constexpr int kChildSocketFd = 3;
+constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 34;  // 16 GiB: a denoise result can be large, but not more
+
+enum Msg : uint32_t {
+    // host -> child calls
+    kCreate = 1,    // params text
+    kBegin = 2,     // run fields, model_dir; the shared memory fd (SCM_RIGHTS) when it changed
+    kStep = 3,      // phase, step, times, which inputs are present
+    kEvaluate = 4,  // sample
+    kDestroy = 5,
+    // child -> host replies
+    kReady = 100,   // after loading: the library loaded and the controller was found (payload: nothing)
+    kReply = 101,   // a call's result
+    kFatal = 102,   // the child cannot go on (e.g. the library failed to load there): message
+    // child -> host service requests during a call, each answered with kServiceReply
+    kTokenize = 200,
+    kDetokenize = 201,
+    kTokenText = 202,
+    kFindModel = 203,
+    kDenoise = 204,
+    kServiceReply = 300,
+};
+
+// How a call ended in the child, in a kReply.
+enum Outcome : uint32_t {
+    kOk = 0,           // status RUDDER_OK
+    kFailed = 1,       // a non-OK status: status and the plugin's message follow
+    kEscaped = 2,      // a C++ exception escaped the C callback
+    kRewroteHeader = 3 // step: the plugin changed an output's DLTensor header (message names it)
+};
+
+struct Header {
+    uint32_t type;
+    uint32_t has_fd;
+    uint64_t size;
+};
+
+// Appends plain values and strings to a payload.
+class Writer {
+public:
+    template <class T> Writer& put(const T& value) {
+        const auto* bytes = reinterpret_cast<const char*>(&value);
+        data_.insert(data_.end(), bytes, bytes + sizeof(T));
+        return *this;
+    }
+    Writer& text(const std::string& value) {
+        put<uint64_t>(value.size());
+        data_.insert(data_.end(), value.begin(), value.end());
+        return *this;
+    }
+    Writer& bytes(const void* data, size_t size) {
+        put<uint64_t>(size);
+        data_.insert(data_.end(), static_cast<const char*>(data), static_cast<const char*>(data) + size);
+        return *this;
+    }
+    const std::vector<char>& data() const { return data_; }
+    std::vector<char>& data() { return data_; }
+
+private:
+    std::vector<char> data_;
+};
+
+// Reads what a Writer wrote; throws std::runtime_error past the end (a malformed message).
+class Reader {
+public:
+    explicit Reader(const std::vector<char>& data) : data_(data) {}
+    template <class T> T get() {
+        need(sizeof(T));
+        T value;
+        std::memcpy(&value, data_.data() + at_, sizeof(T));
+        at_ += sizeof(T);
+        return value;
+    }
+    std::string text() {
+        const auto size = get<uint64_t>();
+        need(size);
+        std::string value(data_.data() + at_, size);
+        at_ += size;
+        return value;
+    }
+    // A byte run inside the payload (valid as long as the payload).
+    const char* bytes(uint64_t& size) {
+        size = get<uint64_t>();
+        need(size);
+        const char* start = data_.data() + at_;
+        at_ += size;
+        return start;
+    }
+
+private:
+    void need(uint64_t n) const {
+        if (n > data_.size() - at_) throw std::runtime_error("a malformed message from the other process");
+    }
+    const std::vector<char>& data_;
+    size_t at_ = 0;
+};
+
+// Writes one message (and optionally one descriptor, sent with the header). False if the other side is gone.
+// Never raises SIGPIPE.
+inline bool send_message(int socket, uint32_t type, const std::vector<char>& payload, int fd = -1) {
+    const Header header{type, fd >= 0 ? 1u : 0u, payload.size()};
+    const char* head = reinterpret_cast<const char*>(&header);
+    size_t sent = 0;
+    bool fd_pending = fd >= 0;
+    while (sent < sizeof header) {
+        iovec iov{const_cast<char*>(head + sent), sizeof header - sent};
+        msghdr msg{};
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+        if (fd_pending) {
+            std::memset(control, 0, sizeof control);
+            msg.msg_control = control;
+            msg.msg_controllen = sizeof control;
+            cmsghdr* c = CMSG_FIRSTHDR(&msg);
+            c->cmsg_level = SOL_SOCKET;
+            c->cmsg_type = SCM_RIGHTS;
+            c->cmsg_len = CMSG_LEN(sizeof(int));
+            std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+        }
+        const ssize_t n = ::sendmsg(socket, &msg, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return false;
+        fd_pending = false;
+        sent += static_cast<size_t>(n);
+    }
+    for (size_t done = 0; done < payload.size();) {
+        const ssize_t n = ::send(socket, payload.data() + done, payload.size() - done, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return false;
+        done += static_cast<size_t>(n);
+    }
+    return true;
+}
+
+// Reads exactly `size` bytes; false on end of stream or error.
+inline bool read_exact(int socket, char* out, size_t size, int* fd = nullptr) {
+    size_t done = 0;
+    while (done < size) {
+        iovec iov{out + done, size - done};
+        msghdr msg{};
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+        if (fd != nullptr) {
+            msg.msg_control = control;
+            msg.msg_controllen = sizeof control;
+        }
+        const ssize_t n = ::recvmsg(socket, &msg, MSG_CMSG_CLOEXEC);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return false;
+        if (fd != nullptr) {
+            for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c))
+                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) std::memcpy(fd, CMSG_DATA(c), sizeof(int));
+        }
+        done += static_cast<size_t>(n);
+    }
+    return true;
+}
+
+// Reads one message. False if the other side is gone (or sent something malformed). `fd` receives a passed
+// descriptor (-1 if none).
+inline bool receive_message(int socket, Header& header, std::vector<char>& payload, int& fd) {
+    fd = -1;
+    if (!read_exact(socket, reinterpret_cast<char*>(&header), sizeof header, &fd)) return false;
+    if (header.size > kMaxMessageBytes) return false;
+    payload.resize(header.size);
+    return header.size == 0 || read_exact(socket, payload.data(), header.size);
+}
+
+// Where each tensor lives in the shared memory of a run, in bytes from its start; size 0 = absent. Both sides
+// compute it from the same fields.
+struct Region {
+    size_t offset = 0, size = 0;
+};
+struct RunLayout {
+    Region latent, x0_logits, tokens, masked;                        // inputs
+    Region logit_delta, grad, log_prob, fixed_tokens, forbidden;     // outputs
+    Region embedding;                                                // run info (continuous)
+    size_t total = 0;
+};
+
+inline RunLayout run_layout(int64_t B, int64_t L, int64_t V, int64_t D, uint64_t capabilities, bool embedding) {
+    const auto n = [](int64_t a, int64_t b, int64_t c, size_t element) {
+        return static_cast<size_t>(a) * static_cast<size_t>(b) * static_cast<size_t>(c) * element;
+    };
+    RunLayout layout;
+    size_t at = 0;
+    const auto place = [&](Region& region, size_t size) {
+        region.offset = at;
+        region.size = size;
+        at += (size + 63) / 64 * 64;
+    };
+    const bool continuous = D > 0;
+    place(layout.latent, continuous ? n(B, L, D, 4) : 0);
+    place(layout.x0_logits, n(B, L, V, 4));
+    place(layout.tokens, n(B, L, 1, 8));
+    place(layout.masked, continuous ? 0 : n(B, L, 1, 1));
+    place(layout.logit_delta, (capabilities & RUDDER_CAP_LOGIT_DELTA) != 0 ? n(B, L, V, 4) : 0);
+    const bool gradient = (capabilities & RUDDER_CAP_GRADIENT) != 0;
+    place(layout.grad, gradient ? n(B, L, std::max(V, D), 4) : 0);
+    place(layout.log_prob, gradient ? n(B, 1, 1, 4) : 0);
+    const bool hard = (capabilities & RUDDER_CAP_HARD_CONSTRAINT) != 0;
+    place(layout.fixed_tokens, hard ? n(B, L, 1, 8) : 0);
+    place(layout.forbidden, hard ? n(B, L, V, 1) : 0);
+    place(layout.embedding, embedding ? n(V, D, 1, 4) : 0);
+    layout.total = std::max<size_t>(at, 64);
+    return layout;
+}
+
+// Step flags: which inputs the host filled in.
+constexpr uint32_t kHasLatent = 1, kHasLogits = 2, kHasTokens = 4, kHasMasked = 8;
+
+}  // namespace rudder::plugins::isolation

@@ -1,0 +1,69 @@
+// The host's end of process isolation: a child process (rudder-controller-host) that runs one controller instance,
+// and the shared memory a run's step tensors live in. Torch-free; controller_instance.cpp builds tensors on it.
+#pragma once
+
+#include "isolation_protocol.hpp"
+
+#include <rudder/plugins/loader.hpp>
+
+#include <sys/types.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace rudder::plugins {
+
+// A memfd mapped read-write into this process; handed to the child at begin.
+class SharedMemory {
+public:
+    SharedMemory() = default;
+    SharedMemory(const SharedMemory&) = delete;
+    SharedMemory& operator=(const SharedMemory&) = delete;
+    ~SharedMemory() { release(); }
+    // Makes a fresh mapping of `size` bytes (zero-filled). Throws std::runtime_error.
+    void allocate(size_t size);
+    void release();
+    int fd() const { return fd_; }
+    char* data() const { return data_; }
+    size_t size() const { return size_; }
+
+private:
+    int fd_ = -1;
+    char* data_ = nullptr;
+    size_t size_ = 0;
+};
+
+class RemoteController {
+public:
+    // Answers one service request from the plugin (type and its payload) with the reply's payload.
+    using Serve = std::function<std::vector<char>(uint32_t type, isolation::Reader& request)>;
+
+    // Starts rudder-controller-host for `type` and waits until it has loaded the library. `where` prefixes every
+    // message. Throws PluginError (the helper is missing, the library fails to load there, the child dies).
+    RemoteController(const ControllerType& type, std::string where);
+    ~RemoteController();  // destroys the instance in the child (briefly waiting) and reaps it, killing it if need be
+    RemoteController(const RemoteController&) = delete;
+    RemoteController& operator=(const RemoteController&) = delete;
+
+    // Sends one call and returns its reply's payload, serving the plugin's service requests meanwhile. `call` and
+    // `when` name the call in messages ("step", " at step 3"). A child that dies, or does not reply within
+    // `time_limit` seconds (0 = no limit; it is then killed), fails the call with a PluginError that says so; the
+    // controller is unusable after that. `fd` (if >= 0) is passed along.
+    std::vector<char> call(uint32_t type, const isolation::Writer& request, const char* call, const std::string& when,
+                           double time_limit, const Serve& serve, int fd = -1);
+
+    bool alive() const { return pid_ > 0 && dead_reason_.empty(); }
+    pid_t pid() const { return pid_; }
+
+private:
+    [[noreturn]] void fail(const std::string& what);
+    std::string reap(bool kill_first);  // ends and reaps the child: how it ended
+    std::string where_;
+    int socket_ = -1;
+    pid_t pid_ = -1;
+    bool reaped_ = false;
+    std::string dead_reason_;  // set once the child is gone
+};
+
+}  // namespace rudder::plugins
