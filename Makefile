@@ -68,6 +68,7 @@ fuzz-long: deps
 
 bench: build
 	$(BUILD)/bin/rudder_bench --benchmark_counters_tabular=true
+	$(BUILD)/bin/rudder_isolation_bench
 
 # Compute threads as users meet them: 1, 2 and the default, idle and with one core busy (about 20 minutes).
 bench-threads: build

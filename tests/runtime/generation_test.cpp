@@ -316,3 +316,89 @@ TEST(GenerationStats, DiscreteCacheSkipsNetworkCallsAndChangesNothing) {
 }
 
 }  // namespace
+
+// Process isolation end to end: first-party controllers give the same samples in a process of their own, and a
+// controller that crashes there fails the run with an error naming it, or is dropped ("on_failure": "continue"),
+// while this process stays healthy: its next run succeeds.
+namespace isolation {
+
+rudder::plugins::Registry& with_fixtures() {
+    static rudder::plugins::Registry r({fs::path(RUDDER_TEST_PLUGIN_DIR), fs::path(RUDDER_TEST_FIXTURE_DIR)});
+    return r;
+}
+
+std::vector<SampleResult> run(const std::string& text) {
+    Generator g(rudder::parse_recipe(text, "."), with_fixtures());
+    return g.generate();
+}
+
+const std::string kFirstParty = R"({"plugin": "length", "params": {"tokens": 7}},
+    {"plugin": "span", "params": {"prefix": "The Eagle"}})";
+
+TEST(GenerationIsolation, FirstPartyControllersGiveTheSameSamplesInAProcessOfTheirOwn) {
+    for (const std::string family : {"discrete", "continuous"}) {
+        const auto in_process = run(recipe_text(family, kFirstParty, 8));
+        const auto process = run(recipe_text(family, kFirstParty, 8, 1, R"(, "isolation": "process")"));
+        ASSERT_EQ(in_process.size(), process.size());
+        for (size_t i = 0; i < process.size(); ++i) {
+            EXPECT_EQ(process[i].tokens, in_process[i].tokens) << family << " sample " << i;
+            ASSERT_EQ(process[i].controls.size(), 2u);
+            for (size_t k = 0; k < 2; ++k) {
+                EXPECT_EQ(process[i].controls[k].verdict.satisfied, in_process[i].controls[k].verdict.satisfied);
+                EXPECT_EQ(process[i].controls[k].verdict.detail, in_process[i].controls[k].verdict.detail);
+            }
+        }
+    }
+}
+
+std::string faulty(const std::string& fault, const std::string& more = "") {
+    return R"({"plugin": "faulty", "name": "crashy", "isolation": "process", "params": {"fault": ")" + fault +
+           R"(", "at_step": 3})" + more + "}";
+}
+
+TEST(GenerationIsolation, ACrashFailsTheRunNamingThePluginAndTheNextRunSucceeds) {
+    for (const std::string fault : {"segv", "abort", "exit", "stack", "heap"}) {
+        try {
+            run(recipe_text("discrete", faulty(fault) + "," + kFirstParty, 8));
+            ADD_FAILURE() << fault << ": the run did not fail";
+        } catch (const rudder::plugins::PluginError& e) {
+            EXPECT_NE(std::string(e.what()).find("controller 'crashy' (faulty, rudder_faulty.so): step did not "
+                                                 "complete at step 3: its process (pid "),
+                      std::string::npos)
+                << e.what();
+        }
+        const auto next = run(recipe_text("discrete", kFirstParty, 8));  // same process, healthy
+        EXPECT_EQ(next.size(), 8u);
+    }
+}
+
+TEST(GenerationIsolation, AHangIsKilledAtTheTimeLimit) {
+    try {
+        run(recipe_text("discrete", faulty("hang", R"(, "time_limit": 0.5)"), 8));
+        ADD_FAILURE() << "the run did not fail";
+    } catch (const rudder::plugins::PluginError& e) {
+        EXPECT_NE(std::string(e.what()).find("did not return within its time limit of 0.5 s at step 3, so its "
+                                             "process (pid "),
+                  std::string::npos)
+            << e.what();
+    }
+    EXPECT_EQ(run(recipe_text("discrete", kFirstParty, 8)).size(), 8u);
+}
+
+TEST(GenerationIsolation, OnFailureContinueDropsTheControllerAndTheRunGoesOn) {
+    const auto with = run(recipe_text("discrete", faulty("segv", R"(, "on_failure": "continue")") + "," + kFirstParty, 8));
+    const auto without = run(recipe_text("discrete", kFirstParty, 8));
+    ASSERT_EQ(with.size(), 8u);
+    for (size_t i = 0; i < with.size(); ++i) {
+        ASSERT_EQ(with[i].controls.size(), 3u);
+        EXPECT_EQ(with[i].controls[0].label, "crashy");
+        EXPECT_EQ(with[i].controls[0].verdict.satisfied, -1);
+        EXPECT_NE(with[i].controls[0].verdict.detail.find("\"dropped\":\"controller 'crashy' (faulty, rudder_faulty.so): "
+                                                          "step did not complete at step 3"),
+                  std::string::npos)
+            << with[i].controls[0].verdict.detail;
+        EXPECT_EQ(with[i].controls[1].verdict.satisfied, without[i].controls[0].verdict.satisfied);
+    }
+}
+
+}  // namespace isolation

@@ -88,6 +88,26 @@ TEST(Recipe, EveryProblemIsReportedWithItsPointer) {
     EXPECT_EQ(issues.size(), 12u);
 }
 
+TEST(Recipe, IsolationPerControllerAndForAll) {
+    const auto r = rudder::parse_recipe(R"({"model": "m", "isolation": "process", "controllers": [
+        {"plugin": "length"}, {"plugin": "span", "isolation": "in_process", "on_failure": "continue"}]})", ".");
+    ASSERT_TRUE(r.isolation.has_value());
+    EXPECT_EQ(*r.isolation, "process");
+    EXPECT_EQ(r.controllers[0].isolation, "");  // the recipe's
+    EXPECT_EQ(r.controllers[0].on_failure, "fail");
+    EXPECT_EQ(r.controllers[1].isolation, "in_process");
+    EXPECT_EQ(r.controllers[1].on_failure, "continue");
+    EXPECT_FALSE(rudder::parse_recipe(R"({"model": "m"})", ".").isolation.has_value());  // the host's default
+
+    const auto issues = issues_of(R"({"model": "m", "isolation": "proces", "controllers": [
+        {"plugin": "length", "isolation": "sandbox", "on_failure": "contine"}]})");
+    EXPECT_TRUE(has_issue(issues, "/isolation", "expected one of \"in_process\", \"process\", got \"proces\"; did "
+                                                "you mean \"process\"?"));
+    EXPECT_TRUE(has_issue(issues, "/controllers/0/isolation", "got \"sandbox\""));
+    EXPECT_TRUE(has_issue(issues, "/controllers/0/on_failure", "did you mean \"continue\"?"));
+    EXPECT_EQ(issues.size(), 3u);
+}
+
 TEST(Recipe, SyntaxErrorsGiveLineAndColumn) {
     const auto issues = issues_of("{\n  \"model\": \"m\",\n  \"samples\": 3,,\n}");
     ASSERT_EQ(issues.size(), 1u);
