@@ -1,4 +1,4 @@
-// The per-step cost of process isolation: one reverse step at batch 16, length 64 with 1 and 4 no-op controllers
+// The per-step cost of process isolation: one reverse step at batch 16, length 48 (the bundled models' longest) with 1 and 4 no-op controllers
 // (LOGIT_DELTA, so each step's x0_logits go to the child and a zeroed delta comes back), in-process against
 // "isolation": "process", on the bundled e2e-discrete and e2e-continuous models. The two modes are timed
 // interleaved (one generate() of each per round, order alternating) so that drift on a shared machine hits both;
@@ -10,12 +10,16 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 namespace {
 
 constexpr int kSteps = 20;
+// The bundled e2e models handle at most 48 positions (their trained length), so the issue's length 64 is 48 here;
+// RUDDER_BENCH_LENGTH changes it for models that take more.
+const int kLength = std::getenv("RUDDER_BENCH_LENGTH") != nullptr ? std::atoi(std::getenv("RUDDER_BENCH_LENGTH")) : 48;
 
 std::string recipe(const std::string& model, bool continuous, int controllers, const char* isolation) {
     std::string list;
@@ -23,7 +27,7 @@ std::string recipe(const std::string& model, bool continuous, int controllers, c
         list += std::string(i ? "," : "") + R"({"plugin": ")" + RUDDER_BENCH_NOOP + R"("})";
     // The discrete cache is off so that every step runs the denoiser and every controller, as in step_bench.
     return R"({"model": ")" + model + R"(", "sampler": {"steps": )" + std::to_string(kSteps) +
-           (continuous ? "" : R"(, "cache": false)") + R"(}, "samples": 16, "batch_size": 16, "max_length": 64, )" +
+           (continuous ? "" : R"(, "cache": false)") + R"(}, "samples": 16, "batch_size": 16, "max_length": )" + std::to_string(kLength) + ", " + +
            R"("seed": 1, "isolation": ")" + isolation + R"(", "controllers": [)" + list + "]}";
 }
 
@@ -41,7 +45,7 @@ int main(int argc, char** argv) {
     for (const bool continuous : {false, true}) {
         const std::string model = continuous ? "e2e-continuous" : "e2e-discrete";
         for (const int controllers : {1, 4}) {
-            rudder::plugins::Registry registry({});
+            rudder::plugins::Registry registry({std::filesystem::path(RUDDER_BENCH_NOOP).parent_path()});
             rudder::Generator in_process(rudder::parse_recipe(recipe(model, continuous, controllers, "in_process"), "."),
                                          registry);
             rudder::Generator process(rudder::parse_recipe(recipe(model, continuous, controllers, "process"), "."),
