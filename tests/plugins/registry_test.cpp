@@ -73,7 +73,7 @@ std::map<std::string, std::string> reasons_by_file(const std::vector<Rejection>&
 TEST(Registry, ListsTheGoodFixturesAndTheReasonsForTheRest) {
     Registry registry({fixture_dir()});
     EXPECT_EQ(ids_of(registry.controllers()),
-              (std::set<std::string>{"bad_header", "error_status", "good", "hard", "nan", "newer_minor", "noop",
+              (std::set<std::string>{"bad_header", "error_status", "faulty", "good", "hard", "nan", "newer_minor", "noop",
                                      "pair_a", "pair_b", "probe", "slow", "throws"}));
 
     const auto reasons = reasons_by_file(registry.rejections());
