@@ -181,6 +181,50 @@ JSON
     [ "$lines" -ge 1 ] && [ "$lines" -lt 200 ] || fail "$lines samples kept"
     grep -q "interrupted after $lines of 200 samples" "$work/err.txt" || fail "$(cat "$work/err.txt")"
     ;;
+  generate_isolated_crash)
+    # A controller in a process of its own that crashes fails the run (exit 1) naming it; the host itself is fine.
+    sed 's/"controllers": \[/"isolation": "process", "controllers": [ {"plugin": "faulty", "params": {"fault": "segv", "at_step": 3}},/' \
+      "$work/good.json" > "$work/crash.json"
+    err=$(RUDDER_PLUGIN_PATH="$fixtures" "$rudder" generate -q "$work/crash.json" -o "$work/out.jsonl" 2>&1); code=$?
+    [ $code -eq 1 ] || fail "expected exit 1, got $code: $err"
+    grep -q "controller 'faulty' (faulty, rudder_faulty.so): step did not complete at step 3: its process (pid [0-9]*) was killed by signal 11" <<<"$err" \
+      || fail "$err"
+    [ ! -e "$work/out.jsonl" ] || fail "a failed run wrote its output"
+    # With on_failure continue the run goes on without it, with a warning.
+    sed 's/"at_step": 3}/"at_step": 3}, "on_failure": "continue"/' "$work/crash.json" > "$work/crash_continue.json"
+    err=$(RUDDER_PLUGIN_PATH="$fixtures" "$rudder" generate -q "$work/crash_continue.json" -o "$work/out.jsonl" 2>&1) \
+      || fail "on_failure continue: exit $?: $err"
+    grep -q "the run goes on without it" <<<"$err" || fail "no warning: $err"
+    [ "$(wc -l < "$work/out.jsonl")" -eq 3 ] || fail "expected 3 samples: $(cat "$work/out.jsonl")"
+    # RUDDER_ISOLATION must be a known value.
+    err=$(RUDDER_ISOLATION=sandbox "$rudder" validate "$work/good.json" 2>&1 >/dev/null); code=$?
+    [ $code -eq 2 ] || fail "RUDDER_ISOLATION=sandbox: exit $code, expected 2: $err"
+    grep -q "RUDDER_ISOLATION=sandbox" <<<"$err" || fail "$err"
+    ;;
+  isolation_example_recipes)
+    # Every first-party controller gives the same samples in a process of its own as in-process: example recipes
+    # covering cfg, semantic, pos, sentiment, syntax_span, syntax_tree, length, span and infill, both families, at
+    # 2 samples and few steps (the samples and the controls must be byte-identical).
+    examples=$here/../../examples/recipes
+    for name in cfg_discrete semantic_continuous syntax_pos_discrete sentiment_continuous syntax_span_discrete \
+                syntax_tree_continuous compose_length_sentiment_span_discrete compose_semantic_tree_discrete \
+                compose_hard_constraints infill_continuous length_span_continuous; do
+      python3 - "$examples/$name.json" "$work/$name.json" <<'PY' || fail "$name: cannot shorten the recipe"
+import json, sys
+r = json.load(open(sys.argv[1]))
+r["sampler"]["steps"] = min(r["sampler"].get("steps", 100), 12)
+r["samples"] = 2
+json.dump(r, open(sys.argv[2], "w"))
+PY
+      "$rudder" generate -q "$work/$name.json" -o "$work/$name.in.jsonl" 2> "$work/err.txt" \
+        || fail "$name in-process: exit $?: $(cat "$work/err.txt")"
+      RUDDER_ISOLATION=process "$rudder" generate -q "$work/$name.json" -o "$work/$name.process.jsonl" 2> "$work/err.txt" \
+        || fail "$name isolated: exit $?: $(cat "$work/err.txt")"
+      [ "$(wc -l < "$work/$name.in.jsonl")" -eq 2 ] || fail "$name: $(cat "$work/$name.in.jsonl")"
+      cmp -s "$work/$name.in.jsonl" "$work/$name.process.jsonl" \
+        || fail "$name: isolated samples differ: $(diff "$work/$name.in.jsonl" "$work/$name.process.jsonl")"
+    done
+    ;;
   generate_write_errors)
     err=$("$rudder" generate -q "$work/good.json" 2>&1 > /dev/full); code=$?
     [ $code -eq 1 ] || fail "stdout on a full disk: exit $code, expected 1"

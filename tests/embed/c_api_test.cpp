@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstddef>
@@ -435,6 +437,30 @@ TEST(CApi, AControllerFailureIsAStatusAndTheGeneratorStaysUsable) {
     Generator conflict = create(recipe("discrete", 9, 3, R"(, {"plugin": "span", "params": {"prefix": "Aromi"}})"));
     EXPECT_EQ(rudder_generate(conflict.get(), nullptr, &res), RUDDER_ERR_GENERATION_FAILED);
     EXPECT_THAT(rudder_generator_last_error(conflict.get()), HasSubstr("'span' and 'span_2'"));
+}
+
+TEST(CApi, AControllerThatCrashesInAProcessOfItsOwnFailsTheCallAndTheNextCallSucceeds) {
+    rudder_options options = rudder_default_options();
+    options.plugin_path = RUDDER_TEST_FIXTURE_DIR;
+    // "faulty" takes its process down with SIGSEGV at step 2, once: the marker file it leaves lets the next run go.
+    const std::string marker = ::testing::TempDir() + "rudder_c_api_crash_once_" + std::to_string(::getpid());
+    std::remove(marker.c_str());
+    Generator gen = create(recipe("discrete", 9, 3,
+                                  R"(, {"plugin": "faulty", "isolation": "process", "params": {"fault": "segv", "at_step": 2, "once": ")" +
+                                      marker + R"("}})"),
+                           &options);
+    ASSERT_TRUE(gen) << rudder_last_error();
+    rudder_results* res = nullptr;
+    EXPECT_EQ(rudder_generate(gen.get(), nullptr, &res), RUDDER_ERR_GENERATION_FAILED);
+    EXPECT_EQ(res, nullptr);
+    EXPECT_THAT(rudder_generator_last_error(gen.get()),
+                HasSubstr("controller 'faulty' (faulty, rudder_faulty.so): step did not complete at step 2: its process"));
+    EXPECT_THAT(rudder_generator_last_error(gen.get()), HasSubstr("killed by signal 11"));
+    // The same generator: the controller runs in a new process and the call succeeds.
+    Results next = generate(gen.get());
+    ASSERT_TRUE(next);
+    EXPECT_EQ(rudder_results_count(next.get()), 3u);
+    std::remove(marker.c_str());
 }
 
 struct Captured {

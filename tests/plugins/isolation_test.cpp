@@ -165,6 +165,11 @@ TEST_P(IsolatedFault, BecomesAnErrorNamingTheControllerAndTheHostCarriesOn) {
     EXPECT_THAT(plugin_error_of([&] { faulty.evaluate(0, {1}, 1, "the"); }),
                 HasSubstr("cannot evaluate on sample 0: the controller's process is gone"));
     expect_host_healthy();
+    // The next run starts a new process and creates the instance there again.
+    faulty.begin(discrete_shape(), nullptr);
+    EXPECT_TRUE(faulty.usable());
+    EXPECT_TRUE(at::equal(faulty.step(step_inputs(discrete_shape(), 1)).logit_delta, at::ones({2, 3, 8})));
+    EXPECT_EQ(faulty.evaluate(0, {1}, 1, "the").satisfied, 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -209,6 +214,37 @@ TEST(Isolation, ACallWithinItsTimeLimitIsUnaffected) {
     EXPECT_NO_THROW(slow.step(step_inputs(discrete_shape(), 0)));
     EXPECT_EQ(slow.evaluate(0, {1}, 1, "the").satisfied, 1);
     EXPECT_TRUE(slow.usable());
+}
+
+TEST(Isolation, InstancesSharingTheStepInputsEachSeeEveryStepsInputs) {
+    // Two isolated instances read one shared copy of each step's inputs (as the composer arranges), one instance its
+    // own: what each sees is what an in-process instance sees, step after step and across a new run shape.
+    auto share = std::make_shared<StepInputShare>();
+    ControllerInstance a(fixture_type("probe"), "{}", "a", Isolation::process);
+    ControllerInstance b(fixture_type("probe"), "{}", "b", Isolation::process);
+    ControllerInstance alone(fixture_type("probe"), "{}", "c", Isolation::process);
+    ControllerInstance reference(fixture_type("probe"), "{}", "r", Isolation::in_process);
+    a.share_step_inputs(share);
+    b.share_step_inputs(share);
+    for (const RunShape& shape : {discrete_shape(), continuous_shape()}) {
+        for (ControllerInstance* c : {&a, &b, &alone, &reference}) c->begin(shape, nullptr);
+        for (int32_t step = 0; step < 3; ++step) {
+            share->next_step();
+            const StepInputs in = step_inputs(shape, step);
+            const StepOutputs expected = reference.step(in);
+            for (ControllerInstance* c : {&a, &b, &alone}) {
+                const StepOutputs got = c->step(in);
+                ASSERT_EQ(got.logit_delta.defined(), expected.logit_delta.defined());
+                if (expected.logit_delta.defined()) {
+                    EXPECT_TRUE(at::equal(got.logit_delta, expected.logit_delta));
+                }
+            }
+        }
+        const std::string expected = detail_of(reference);
+        EXPECT_EQ(detail_of(a), expected);
+        EXPECT_EQ(detail_of(b), expected);
+        EXPECT_EQ(detail_of(alone), expected);
+    }
 }
 
 TEST(Isolation, ANewRunShapeGetsNewSharedMemory) {

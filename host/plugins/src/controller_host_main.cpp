@@ -96,9 +96,12 @@ struct Child {
     int64_t B = 0, L = 0, V = 0, D = 0;
     bool continuous = false;
     std::string model_dir;
-    char* shm = nullptr;
+    char* shm = nullptr;           // this controller's outputs and the embedding table (read-write)
     size_t shm_size = 0;
-    RunLayout layout;
+    const char* inputs = nullptr;  // the step's inputs, shared by the run's isolated controllers (read-only)
+    size_t inputs_size = 0;
+    OutputLayout layout;
+    InputLayout in_layout;
     View embedding;
     std::map<int64_t, std::string> token_texts;  // token_text results: valid as long as the run info
     std::vector<std::vector<float>> denoised;    // denoise results: valid until step() returns
@@ -109,16 +112,18 @@ struct Child {
         send_or_exit(type, request);
         Header header{};
         std::vector<char> payload;
-        int fd = -1;
-        if (!receive_message(kChildSocketFd, header, payload, fd) || header.type != kServiceReply) gone();
-        if (fd >= 0) ::close(fd);
+        int fds[kMaxFds];
+        if (!receive_message(kChildSocketFd, header, payload, fds) || header.type != kServiceReply) gone();
+        for (int fd : fds)
+            if (fd >= 0) ::close(fd);
         return payload;
     }
 
-    void map_shared(int fd, size_t size) {
-        if (shm != nullptr) ::munmap(shm, shm_size);
-        shm = nullptr;
-        void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    // Maps a shared memory file the host passed (closing the descriptor), replacing `*where`'s mapping.
+    template <class T> static void map_shared(int fd, size_t size, bool writable, T*& where, size_t& where_size) {
+        if (where != nullptr) ::munmap(const_cast<char*>(where), where_size);
+        where = nullptr;
+        void* p = ::mmap(nullptr, size, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
         ::close(fd);
         if (p == MAP_FAILED) {
             Writer w;
@@ -126,10 +131,12 @@ struct Child {
             send_or_exit(kFatal, w);
             gone();
         }
-        shm = static_cast<char*>(p);
-        shm_size = size;
+        where = static_cast<T*>(p);
+        where_size = size;
     }
     char* at(const Region& r) const { return r.size == 0 ? nullptr : shm + r.offset; }
+    // Inputs are read-only: a plugin that writes to one gets SIGSEGV here, as it would writing to read-only memory.
+    void* input(const Region& r) const { return r.size == 0 ? nullptr : const_cast<char*>(inputs + r.offset); }
 
     static Child& of(void* run_ctx) { return *static_cast<Child*>(run_ctx); }
 
@@ -243,7 +250,7 @@ struct Child {
         reply(kOk, RUDDER_OK, "");
     }
 
-    void do_begin(Reader& r, int fd) {
+    void do_begin(Reader& r, const int (&fds)[kMaxFds]) {
         run = rudder_run_info{};
         run.struct_size = sizeof(rudder_run_info);
         run.family = r.get<int32_t>();
@@ -256,12 +263,16 @@ struct Child {
         run.unk_id = r.get<int64_t>();
         run.total_steps = r.get<int32_t>();
         const bool has_embedding = r.get<uint8_t>() != 0;
-        const auto size = r.get<uint64_t>();
+        const auto size = r.get<uint64_t>(), input_size = r.get<uint64_t>();
+        const auto passed = r.get<uint8_t>();  // bit 0: the output file came, bit 1: the input file came
         model_dir = r.text();
-        if (fd >= 0) map_shared(fd, size);
+        int next = 0;
+        if ((passed & 1) != 0 && fds[next] >= 0) map_shared(fds[next++], size, true, shm, shm_size);
+        if ((passed & 2) != 0 && fds[next] >= 0) map_shared(fds[next++], input_size, false, inputs, inputs_size);
         continuous = run.family == RUDDER_FAMILY_CONTINUOUS;
-        layout = run_layout(B, L, V, continuous ? D : 0, desc->capabilities, has_embedding);
-        if (shm == nullptr || layout.total > shm_size) {
+        layout = output_layout(B, L, V, continuous ? D : 0, desc->capabilities, has_embedding);
+        in_layout = input_layout(B, L, V, continuous ? D : 0);
+        if (shm == nullptr || layout.total > shm_size || inputs == nullptr || in_layout.total > inputs_size) {
             Writer w;
             w.text("the host's shared memory does not fit the run");
             send_or_exit(kFatal, w);
@@ -299,10 +310,10 @@ struct Child {
         const auto present = r.get<uint32_t>();
         const bool predict = step.phase == RUDDER_PHASE_PREDICT;
         View latent, x0_logits, tokens, masked;
-        if ((present & kHasLatent) != 0) step.latent = latent.bind(at(layout.latent), kF32, {B, L, D});
-        if ((present & kHasLogits) != 0) step.x0_logits = x0_logits.bind(at(layout.x0_logits), kF32, {B, L, V});
-        if ((present & kHasTokens) != 0) step.tokens = tokens.bind(at(layout.tokens), kI64, {B, L});
-        if ((present & kHasMasked) != 0) step.masked = masked.bind(at(layout.masked), kU8, {B, L});
+        if ((present & kHasLatent) != 0) step.latent = latent.bind(input(in_layout.latent), kF32, {B, L, D});
+        if ((present & kHasLogits) != 0) step.x0_logits = x0_logits.bind(input(in_layout.x0_logits), kF32, {B, L, V});
+        if ((present & kHasTokens) != 0) step.tokens = tokens.bind(input(in_layout.tokens), kI64, {B, L});
+        if ((present & kHasMasked) != 0) step.masked = masked.bind(input(in_layout.masked), kU8, {B, L});
 
         // Outputs, initialised as the ABI promises, in the shared memory the host reads them from.
         const uint64_t caps = desc->capabilities;
@@ -428,13 +439,13 @@ int main(int argc, char** argv) {
     for (;;) {
         Header header{};
         std::vector<char> payload;
-        int fd = -1;
-        if (!receive_message(kChildSocketFd, header, payload, fd)) gone();
+        int fds[kMaxFds];
+        if (!receive_message(kChildSocketFd, header, payload, fds)) gone();
         Reader r(payload);
         try {
             switch (header.type) {
                 case kCreate: child.do_create(r); break;
-                case kBegin: child.do_begin(r, fd); fd = -1; break;
+                case kBegin: child.do_begin(r, fds); for (int& fd : fds) fd = -1; break;
                 case kStep: child.do_step(r); break;
                 case kEvaluate: child.do_evaluate(r); break;
                 case kDestroy:
@@ -456,6 +467,7 @@ int main(int argc, char** argv) {
             send_or_exit(kFatal, w);
             return 0;
         }
-        if (fd >= 0) ::close(fd);
+        for (int fd : fds)
+            if (fd >= 0) ::close(fd);
     }
 }

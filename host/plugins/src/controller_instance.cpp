@@ -140,6 +140,20 @@ at::Tensor plugin_input(const at::Tensor& tensor, const char* name, at::ScalarTy
 
 }  // namespace
 
+// The inputs' shared memory file (see StepInputShare): sized at begin by the largest run seen, refilled once per
+// step by the first isolated instance that steps.
+struct StepInputShare::Impl {
+    SharedMemory memory;
+    uint64_t generation = 0;  // bumped each time a new file replaces the old (children must map the new one)
+    isolation::InputLayout layout;
+    bool filled = false;      // this step's inputs are in
+    uint32_t present = 0;     // which of them (isolation::kHas*)
+};
+
+StepInputShare::StepInputShare() : impl_(std::make_unique<Impl>()) {}
+StepInputShare::~StepInputShare() = default;
+void StepInputShare::next_step() { impl_->filled = false; }
+
 struct ControllerInstance::Impl {
     std::string where;  // "controller '<label>' (<id>, <file>)", the prefix of every message
     const rudder_controller_desc* desc = nullptr;
@@ -162,13 +176,22 @@ struct ControllerInstance::Impl {
     at::Tensor embedding;          // run_info.embedding views this (on plugin_device, contiguous)
     std::unique_ptr<TensorView> embedding_view;
 
-    // Process isolation: the child that runs the instance, and the shared memory the step's tensors live in.
+    // Process isolation: the child that runs the instance, the shared memory its outputs live in, and the inputs'
+    // shared memory (the run's, or, given none, its own: then refilled at every step).
     std::unique_ptr<RemoteController> remote;
+    std::string params;  // to create the instance again in a new process once the old one died
+    bool send_outputs_fd = false;  // the child has not mapped `shared` yet
     SharedMemory shared;
-    isolation::RunLayout layout;
+    isolation::OutputLayout layout;
+    std::shared_ptr<StepInputShare> inputs;
+    bool own_inputs = false;
+    uint64_t inputs_generation_sent = 0;  // the input file the child has mapped (0: none yet)
 
     at::Tensor shared_tensor(const isolation::Region& region, at::IntArrayRef sizes, at::ScalarType dtype) const {
         return at::from_blob(shared.data() + region.offset, sizes, at::TensorOptions().dtype(dtype));
+    }
+    at::Tensor input_tensor(const isolation::Region& region, at::IntArrayRef sizes, at::ScalarType dtype) const {
+        return at::from_blob(inputs->impl_->memory.data() + region.offset, sizes, at::TensorOptions().dtype(dtype));
     }
 
     // A reply from the child: how the call ended; throws the PluginError the in-process path would.
@@ -306,18 +329,27 @@ struct ControllerInstance::Impl {
         const bool predict = in.phase == RUDDER_PHASE_PREDICT;
         const bool continuous = shape.family == RUDDER_FAMILY_CONTINUOUS;
         const c10::Device cpu(c10::kCPU);
-        uint32_t present = 0;
-        const auto put = [&](const at::Tensor& tensor, const char* name, at::ScalarType dtype,
-                             std::vector<int64_t> sizes, const isolation::Region& region, uint32_t bit) {
-            if (!tensor.defined()) return;
-            const at::Tensor input = plugin_input(tensor, name, dtype, sizes, cpu, where);
-            shared_tensor(region, sizes, dtype).copy_(input);
-            present |= bit;
-        };
-        if (continuous) put(in.latent, "latent", at::kFloat, {B, L, D}, layout.latent, isolation::kHasLatent);
-        put(in.x0_logits, "x0_logits", at::kFloat, {B, L, V}, layout.x0_logits, isolation::kHasLogits);
-        put(in.tokens, "tokens", at::kLong, {B, L}, layout.tokens, isolation::kHasTokens);
-        if (!continuous) put(in.masked, "masked", at::kByte, {B, L}, layout.masked, isolation::kHasMasked);
+        // The inputs go into the run's shared input file once per step: the first isolated controller to step
+        // copies them (and checks them, as in-process), the others find them there.
+        StepInputShare::Impl& share = *inputs->impl_;
+        if (own_inputs || !share.filled) {
+            const isolation::InputLayout& at_ = share.layout;
+            uint32_t present = 0;
+            const auto put = [&](const at::Tensor& tensor, const char* name, at::ScalarType dtype,
+                                 std::vector<int64_t> sizes, const isolation::Region& region, uint32_t bit) {
+                if (!tensor.defined()) return;
+                const at::Tensor input = plugin_input(tensor, name, dtype, sizes, cpu, where);
+                input_tensor(region, sizes, dtype).copy_(input);
+                present |= bit;
+            };
+            if (continuous) put(in.latent, "latent", at::kFloat, {B, L, D}, at_.latent, isolation::kHasLatent);
+            put(in.x0_logits, "x0_logits", at::kFloat, {B, L, V}, at_.x0_logits, isolation::kHasLogits);
+            put(in.tokens, "tokens", at::kLong, {B, L}, at_.tokens, isolation::kHasTokens);
+            if (!continuous) put(in.masked, "masked", at::kByte, {B, L}, at_.masked, isolation::kHasMasked);
+            share.present = present;
+            share.filled = true;
+        }
+        const uint32_t present = share.present;
 
         isolation::Writer request;
         request.put<int32_t>(in.phase).put<int32_t>(in.step).put<int32_t>(in.total_steps).put<int32_t>(in.guide_iter)
@@ -342,7 +374,8 @@ struct ControllerInstance::Impl {
         const auto take = [&](uint32_t bit, const isolation::Region& region, std::vector<int64_t> sizes,
                               at::ScalarType dtype) {
             provided |= bit;
-            if ((written & bit) != 0) values[__builtin_ctz(bit)] = shared_tensor(region, sizes, dtype).clone();
+            // Not copied: the composer reads the outputs before this controller's next step overwrites them.
+            if ((written & bit) != 0) values[__builtin_ctz(bit)] = shared_tensor(region, sizes, dtype);
         };
         if (predict) {
             if ((desc->capabilities & RUDDER_CAP_LOGIT_DELTA) != 0)
@@ -358,6 +391,20 @@ struct ControllerInstance::Impl {
             take(RUDDER_WROTE_LOG_PROB, layout.log_prob, {B}, at::kFloat);
         }
         return finish_step(written, provided, values, when);
+    }
+
+    // Starts the child and creates the instance there (PluginError if either fails).
+    // A failure leaves `remote` as it was.
+    void start_process(const ControllerType& type) {
+        auto fresh = std::make_unique<RemoteController>(type, where);
+        isolation::Writer request;
+        request.text(params);
+        const std::vector<char> reply = fresh->call(isolation::kCreate, request, "create", "", 0, nullptr);
+        isolation::Reader r(reply);
+        check_reply(r, "create", "", ": invalid params: ");
+        remote = std::move(fresh);
+        send_outputs_fd = true;
+        inputs_generation_sent = 0;
     }
 
     RemoteController::Serve server() {
@@ -541,12 +588,8 @@ ControllerInstance::ControllerInstance(ControllerType type, const std::string& p
     s.call_mutex = &type_.library->call_mutex();
 
     if (isolation_ == Isolation::process) {
-        s.remote = std::make_unique<RemoteController>(type_, s.where);
-        isolation::Writer request;
-        request.text(params_json);
-        const std::vector<char> reply = s.remote->call(isolation::kCreate, request, "create", "", 0, nullptr);
-        isolation::Reader r(reply);
-        s.check_reply(r, "create", "", ": invalid params: ");
+        s.params = params_json;
+        s.start_process(type_);
         s.created = true;
         return;
     }
@@ -578,6 +621,13 @@ ControllerInstance::~ControllerInstance() {
             // Nothing left to report with.
         }
     }
+}
+
+void ControllerInstance::share_step_inputs(std::shared_ptr<StepInputShare> share) {
+    if (isolation_ != Isolation::process || share == nullptr) return;
+    if (impl_->inputs != share) impl_->inputs_generation_sent = 0;
+    impl_->inputs = std::move(share);
+    impl_->own_inputs = false;
 }
 
 bool ControllerInstance::usable() const { return impl_->remote == nullptr || impl_->remote->alive(); }
@@ -628,16 +678,35 @@ void ControllerInstance::begin(const RunShape& shape, RunServices* services) {
 
     s.service_error.clear();
     if (s.remote != nullptr) {
-        s.layout = isolation::run_layout(shape.batch_size, shape.seq_len, shape.vocab_size,
-                                         continuous ? shape.embed_dim : 0, capabilities(), s.embedding.defined());
-        int fd = -1;
-        if (s.shared.data() == nullptr || s.shared.size() < s.layout.total) {
-            try {
-                s.shared.allocate(s.layout.total);
-            } catch (const std::exception& e) {
-                throw PluginError(s.where + ": cannot share the run's tensors with its process: " + e.what());
+        // A run after the controller's process died (a crash or a hang in an earlier run) starts a new one.
+        if (!s.remote->alive()) {
+            s.begun = false;
+            s.start_process(type_);
+        }
+        const int64_t D = continuous ? shape.embed_dim : 0;
+        s.layout = isolation::output_layout(shape.batch_size, shape.seq_len, shape.vocab_size, D, capabilities(),
+                                            s.embedding.defined());
+        if (s.inputs == nullptr) {
+            s.inputs = std::make_shared<StepInputShare>();
+            s.own_inputs = true;
+        }
+        StepInputShare::Impl& share = *s.inputs->impl_;
+        share.layout = isolation::input_layout(shape.batch_size, shape.seq_len, shape.vocab_size, D);
+        std::vector<int> fds;
+        uint8_t passed = 0;
+        try {
+            if (s.shared.reserve(s.layout.total) || s.send_outputs_fd) {
+                fds.push_back(s.shared.fd());
+                passed |= 1;
             }
-            fd = s.shared.fd();
+            if (share.memory.reserve(share.layout.total)) ++share.generation;
+        } catch (const std::exception& e) {
+            throw PluginError(s.where + ": cannot share the run's tensors with its process: " + e.what());
+        }
+        share.filled = false;
+        if (s.inputs_generation_sent != share.generation) {
+            fds.push_back(share.memory.fd());
+            passed |= 2;
         }
         if (s.embedding.defined())
             s.shared_tensor(s.layout.embedding, {shape.vocab_size, shape.embed_dim}, at::kFloat).copy_(s.embedding);
@@ -645,9 +714,12 @@ void ControllerInstance::begin(const RunShape& shape, RunServices* services) {
         request.put<int32_t>(run.family).put<int64_t>(run.batch_size).put<int64_t>(run.seq_len)
             .put<int64_t>(run.vocab_size).put<int64_t>(run.embed_dim).put<int64_t>(run.pad_id)
             .put<int64_t>(run.mask_id).put<int64_t>(run.unk_id).put<int32_t>(run.total_steps)
-            .put<uint8_t>(s.embedding.defined() ? 1 : 0).put<uint64_t>(s.shared.size()).text(s.model_dir);
+            .put<uint8_t>(s.embedding.defined() ? 1 : 0).put<uint64_t>(s.shared.size())
+            .put<uint64_t>(share.memory.size()).put<uint8_t>(passed).text(s.model_dir);
         const std::vector<char> reply =
-            s.remote->call(isolation::kBegin, request, "begin", "", s.time_limit, s.server(), fd);
+            s.remote->call(isolation::kBegin, request, "begin", "", s.time_limit, s.server(), fds);
+        s.inputs_generation_sent = share.generation;
+        s.send_outputs_fd = false;
         isolation::Reader r(reply);
         s.check_reply(r, "begin", "");
         s.begun = true;

@@ -4,8 +4,10 @@
 // One stream socket (socketpair) carries framed messages, one call at a time: the host sends a call (create, begin,
 // step, evaluate, destroy) and reads until the reply; while a call is in progress the child may send service
 // requests (the plugin calling tokenize, find_model, denoise...), which the host answers before the reply comes. The
-// step's tensors do not travel on the socket: they live in one shared memory file (memfd) that the host sizes from
-// the run shape at begin and hands over with SCM_RIGHTS; both sides compute the same layout (run_layout()).
+// step's tensors do not travel on the socket: they live in shared memory files (memfd) that the host sizes from the
+// run shape at begin and hands over with SCM_RIGHTS: the inputs in one file shared by all of a run's isolated
+// controllers (written once per step, mapped read-only here), the outputs in one per controller; both sides compute
+// the same layouts (input_layout(), output_layout()).
 #pragma once
 
 #include <rudder/rudder_plugin.h>
@@ -32,7 +34,7 @@ constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 34;  // 16 GiB: a denoise r
 enum Msg : uint32_t {
     // host -> child calls
     kCreate = 1,    // params text
-    kBegin = 2,     // run fields, model_dir; the shared memory fd (SCM_RIGHTS) when it changed
+    kBegin = 2,     // run fields, sizes, model_dir; the output and/or input shared memory fds when they changed
     kStep = 3,      // phase, step, times, which inputs are present
     kEvaluate = 4,  // sample
     kDestroy = 5,
@@ -59,7 +61,7 @@ enum Outcome : uint32_t {
 
 struct Header {
     uint32_t type;
-    uint32_t has_fd;
+    uint32_t n_fds;  // descriptors sent with the header (SCM_RIGHTS)
     uint64_t size;
 };
 
@@ -123,28 +125,30 @@ private:
     size_t at_ = 0;
 };
 
-// Writes one message (and optionally one descriptor, sent with the header). False if the other side is gone.
-// Never raises SIGPIPE.
-inline bool send_message(int socket, uint32_t type, const std::vector<char>& payload, int fd = -1) {
-    const Header header{type, fd >= 0 ? 1u : 0u, payload.size()};
+// Writes one message, and with its header the descriptors fds[0..n_fds) (at most kMaxFds). False if the other side
+// is gone. Never raises SIGPIPE.
+constexpr int kMaxFds = 2;
+inline bool send_message(int socket, uint32_t type, const std::vector<char>& payload, const int* fds = nullptr,
+                         int n_fds = 0) {
+    const Header header{type, static_cast<uint32_t>(n_fds), payload.size()};
     const char* head = reinterpret_cast<const char*>(&header);
     size_t sent = 0;
-    bool fd_pending = fd >= 0;
+    bool fd_pending = n_fds > 0;
     while (sent < sizeof header) {
         iovec iov{const_cast<char*>(head + sent), sizeof header - sent};
         msghdr msg{};
         msg.msg_iov = &iov;
         msg.msg_iovlen = 1;
-        alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+        alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
         if (fd_pending) {
             std::memset(control, 0, sizeof control);
             msg.msg_control = control;
-            msg.msg_controllen = sizeof control;
+            msg.msg_controllen = CMSG_SPACE(sizeof(int) * static_cast<size_t>(n_fds));
             cmsghdr* c = CMSG_FIRSTHDR(&msg);
             c->cmsg_level = SOL_SOCKET;
             c->cmsg_type = SCM_RIGHTS;
-            c->cmsg_len = CMSG_LEN(sizeof(int));
-            std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+            c->cmsg_len = CMSG_LEN(sizeof(int) * static_cast<size_t>(n_fds));
+            std::memcpy(CMSG_DATA(c), fds, sizeof(int) * static_cast<size_t>(n_fds));
         }
         const ssize_t n = ::sendmsg(socket, &msg, MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR) continue;
@@ -161,78 +165,106 @@ inline bool send_message(int socket, uint32_t type, const std::vector<char>& pay
     return true;
 }
 
-// Reads exactly `size` bytes; false on end of stream or error.
-inline bool read_exact(int socket, char* out, size_t size, int* fd = nullptr) {
+// Reads exactly `size` bytes; false on end of stream or error. Descriptors that come with the bytes go to
+// fds[0..kMaxFds) in order (-1 where none came), or are closed if `fds` is null.
+inline bool read_exact(int socket, char* out, size_t size, int* fds = nullptr) {
     size_t done = 0;
+    int next = 0;
     while (done < size) {
         iovec iov{out + done, size - done};
         msghdr msg{};
         msg.msg_iov = &iov;
         msg.msg_iovlen = 1;
-        alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-        if (fd != nullptr) {
-            msg.msg_control = control;
-            msg.msg_controllen = sizeof control;
-        }
+        alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
+        msg.msg_control = control;
+        msg.msg_controllen = sizeof control;
         const ssize_t n = ::recvmsg(socket, &msg, MSG_CMSG_CLOEXEC);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) return false;
-        if (fd != nullptr) {
-            for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c))
-                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) std::memcpy(fd, CMSG_DATA(c), sizeof(int));
+        for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+            if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+            const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < count; ++i) {
+                int fd;
+                std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+                if (fds != nullptr && next < kMaxFds)
+                    fds[next++] = fd;
+                else
+                    ::close(fd);
+            }
         }
         done += static_cast<size_t>(n);
     }
     return true;
 }
 
-// Reads one message. False if the other side is gone (or sent something malformed). `fd` receives a passed
-// descriptor (-1 if none).
-inline bool receive_message(int socket, Header& header, std::vector<char>& payload, int& fd) {
-    fd = -1;
-    if (!read_exact(socket, reinterpret_cast<char*>(&header), sizeof header, &fd)) return false;
+// Reads one message. False if the other side is gone (or sent something malformed). `fds` receive the passed
+// descriptors, in the order sent (-1 where none).
+inline bool receive_message(int socket, Header& header, std::vector<char>& payload, int (&fds)[kMaxFds]) {
+    for (int& fd : fds) fd = -1;
+    if (!read_exact(socket, reinterpret_cast<char*>(&header), sizeof header, fds)) return false;
     if (header.size > kMaxMessageBytes) return false;
     payload.resize(header.size);
     return header.size == 0 || read_exact(socket, payload.data(), header.size);
 }
 
-// Where each tensor lives in the shared memory of a run, in bytes from its start; size 0 = absent. Both sides
-// compute it from the same fields.
+// Where each tensor lives in its shared memory file, in bytes from its start; size 0 = absent. Both sides compute
+// it from the same fields. The inputs are in one file that every isolated controller of a run shares (mapped
+// read-only by the children); each controller's outputs and the run's embedding table are in a file of its own.
 struct Region {
     size_t offset = 0, size = 0;
 };
-struct RunLayout {
-    Region latent, x0_logits, tokens, masked;                        // inputs
-    Region logit_delta, grad, log_prob, fixed_tokens, forbidden;     // outputs
-    Region embedding;                                                // run info (continuous)
+struct InputLayout {
+    Region latent, x0_logits, tokens, masked;
+    size_t total = 0;
+};
+struct OutputLayout {
+    Region logit_delta, grad, log_prob, fixed_tokens, forbidden;
+    Region embedding;  // run info (continuous)
     size_t total = 0;
 };
 
-inline RunLayout run_layout(int64_t B, int64_t L, int64_t V, int64_t D, uint64_t capabilities, bool embedding) {
-    const auto n = [](int64_t a, int64_t b, int64_t c, size_t element) {
-        return static_cast<size_t>(a) * static_cast<size_t>(b) * static_cast<size_t>(c) * element;
-    };
-    RunLayout layout;
+namespace detail {
+inline size_t bytes(int64_t a, int64_t b, int64_t c, size_t element) {
+    return static_cast<size_t>(a) * static_cast<size_t>(b) * static_cast<size_t>(c) * element;
+}
+struct Placer {
     size_t at = 0;
-    const auto place = [&](Region& region, size_t size) {
+    void operator()(Region& region, size_t size) {
         region.offset = at;
         region.size = size;
         at += (size + 63) / 64 * 64;
-    };
+    }
+};
+}  // namespace detail
+
+// D = 0 for the discrete family.
+inline InputLayout input_layout(int64_t B, int64_t L, int64_t V, int64_t D) {
+    using detail::bytes;
+    InputLayout layout;
+    detail::Placer place;
     const bool continuous = D > 0;
-    place(layout.latent, continuous ? n(B, L, D, 4) : 0);
-    place(layout.x0_logits, n(B, L, V, 4));
-    place(layout.tokens, n(B, L, 1, 8));
-    place(layout.masked, continuous ? 0 : n(B, L, 1, 1));
-    place(layout.logit_delta, (capabilities & RUDDER_CAP_LOGIT_DELTA) != 0 ? n(B, L, V, 4) : 0);
+    place(layout.latent, continuous ? bytes(B, L, D, 4) : 0);
+    place(layout.x0_logits, bytes(B, L, V, 4));
+    place(layout.tokens, bytes(B, L, 1, 8));
+    place(layout.masked, continuous ? 0 : bytes(B, L, 1, 1));
+    layout.total = std::max<size_t>(place.at, 64);
+    return layout;
+}
+
+inline OutputLayout output_layout(int64_t B, int64_t L, int64_t V, int64_t D, uint64_t capabilities, bool embedding) {
+    using detail::bytes;
+    OutputLayout layout;
+    detail::Placer place;
+    place(layout.logit_delta, (capabilities & RUDDER_CAP_LOGIT_DELTA) != 0 ? bytes(B, L, V, 4) : 0);
     const bool gradient = (capabilities & RUDDER_CAP_GRADIENT) != 0;
-    place(layout.grad, gradient ? n(B, L, std::max(V, D), 4) : 0);
-    place(layout.log_prob, gradient ? n(B, 1, 1, 4) : 0);
+    place(layout.grad, gradient ? bytes(B, L, std::max(V, D), 4) : 0);
+    place(layout.log_prob, gradient ? bytes(B, 1, 1, 4) : 0);
     const bool hard = (capabilities & RUDDER_CAP_HARD_CONSTRAINT) != 0;
-    place(layout.fixed_tokens, hard ? n(B, L, 1, 8) : 0);
-    place(layout.forbidden, hard ? n(B, L, V, 1) : 0);
-    place(layout.embedding, embedding ? n(V, D, 1, 4) : 0);
-    layout.total = std::max<size_t>(at, 64);
+    place(layout.fixed_tokens, hard ? bytes(B, L, 1, 8) : 0);
+    place(layout.forbidden, hard ? bytes(B, L, V, 1) : 0);
+    place(layout.embedding, embedding ? bytes(V, D, 1, 4) : 0);
+    layout.total = std::max<size_t>(place.at, 64);
     return layout;
 }
 

@@ -199,7 +199,8 @@ void RemoteController::fail(const std::string& what) {
 }
 
 std::vector<char> RemoteController::call(uint32_t type, const Writer& request, const char* call_name,
-                                         const std::string& when, double time_limit, const Serve& serve, int fd) {
+                                         const std::string& when, double time_limit, const Serve& serve,
+                                         const std::vector<int>& fds) {
     if (!dead_reason_.empty())
         throw PluginError(where_ + ": cannot " + call_name + when + ": the controller's process is gone (" +
                           dead_reason_ + ")");
@@ -207,7 +208,8 @@ std::vector<char> RemoteController::call(uint32_t type, const Writer& request, c
         return std::string(call_name) + " did not complete" + when + ": " + reap(false) +
                "; the host is unaffected, this controller cannot be used again";
     };
-    if (type != 0 && !send_message(socket_, type, request.data(), fd)) fail(died());
+    if (type != 0 && !send_message(socket_, type, request.data(), fds.data(), static_cast<int>(fds.size())))
+        fail(died());
 
     using clock = std::chrono::steady_clock;
     const bool limited = time_limit > 0;
@@ -232,9 +234,10 @@ std::vector<char> RemoteController::call(uint32_t type, const Writer& request, c
         }
         Header header{};
         std::vector<char> payload;
-        int received_fd = -1;
-        if (ready < 0 || !receive_message(socket_, header, payload, received_fd)) fail(died());
-        if (received_fd >= 0) ::close(received_fd);
+        int received_fds[kMaxFds];
+        if (ready < 0 || !receive_message(socket_, header, payload, received_fds)) fail(died());
+        for (int fd : received_fds)
+            if (fd >= 0) ::close(fd);
         switch (header.type) {
             case kReady:
             case kReply:

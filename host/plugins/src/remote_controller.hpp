@@ -21,6 +21,13 @@ public:
     SharedMemory(const SharedMemory&) = delete;
     SharedMemory& operator=(const SharedMemory&) = delete;
     ~SharedMemory() { release(); }
+    // Makes a fresh mapping of `size` bytes (zero-filled), or keeps the current one if it is at least that large
+    // (then its contents stay). True if the file is new. Throws std::runtime_error.
+    bool reserve(size_t size) {
+        if (data_ != nullptr && size_ >= size) return false;
+        allocate(size);
+        return true;
+    }
     // Makes a fresh mapping of `size` bytes (zero-filled). Throws std::runtime_error.
     void allocate(size_t size);
     void release();
@@ -49,9 +56,9 @@ public:
     // Sends one call and returns its reply's payload, serving the plugin's service requests meanwhile. `call` and
     // `when` name the call in messages ("step", " at step 3"). A child that dies, or does not reply within
     // `time_limit` seconds (0 = no limit; it is then killed), fails the call with a PluginError that says so; the
-    // controller is unusable after that. `fd` (if >= 0) is passed along.
+    // controller is unusable after that. `fds` (at most isolation::kMaxFds) are passed along.
     std::vector<char> call(uint32_t type, const isolation::Writer& request, const char* call, const std::string& when,
-                           double time_limit, const Serve& serve, int fd = -1);
+                           double time_limit, const Serve& serve, const std::vector<int>& fds = {});
 
     bool alive() const { return pid_ > 0 && dead_reason_.empty(); }
     pid_t pid() const { return pid_; }

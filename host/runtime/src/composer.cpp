@@ -30,7 +30,18 @@ template <class Call> bool take_part(ComposedController& c, Call&& call) {
 }  // namespace
 
 Composer::Composer(std::vector<ComposedController> controllers, Family family, int64_t mask_id)
-    : controllers_(std::move(controllers)), family_(family), mask_id_(mask_id) {}
+    : controllers_(std::move(controllers)), family_(family), mask_id_(mask_id) {
+    // Controllers in processes of their own read each step's inputs from one shared copy.
+    for (auto& c : controllers_) {
+        if (c.instance->isolation() != plugins::Isolation::process) continue;
+        if (inputs_ == nullptr) inputs_ = std::make_shared<plugins::StepInputShare>();
+        c.instance->share_step_inputs(inputs_);
+    }
+}
+
+void Composer::start_run() {
+    for (auto& c : controllers_) c.failure.clear();
+}
 
 void Composer::begin(const plugins::RunShape& shape, plugins::RunServices* services) {
     for (auto& c : controllers_) take_part(c, [&] { c.instance->begin(shape, services); });
@@ -70,6 +81,7 @@ void Composer::merge_fixed(Combined& out, const at::Tensor& fixed, size_t owner,
 }
 
 Combined Composer::predict(const plugins::StepInputs& in) {
+    if (inputs_ != nullptr) inputs_->next_step();
     Combined out;
     at::Tensor owners;                                    // [B, L]: which controller fixed each position
     std::vector<std::pair<size_t, at::Tensor>> forbidders;  // who forbade what, to name them in a conflict
@@ -157,6 +169,7 @@ Combined Composer::predict(const plugins::StepInputs& in) {
 }
 
 at::Tensor Composer::guide(const plugins::StepInputs& in) {
+    if (inputs_ != nullptr) inputs_->next_step();
     at::Tensor total;
     for (auto& c : controllers_) {
         if (!c.instance->has(RUDDER_CAP_GRADIENT) || !c.active.contains(in.t)) continue;

@@ -48,6 +48,8 @@ public:
     // `mask_id`: the tokenizer's mask token, which no controller may fix.
     Composer(std::vector<ComposedController> controllers, Family family, int64_t mask_id);
 
+    // A new generate() call: controllers dropped in an earlier one ("on_failure": "continue") take part again.
+    void start_run();
     void begin(const plugins::RunShape& shape, plugins::RunServices* services);
 
     // PREDICT phase for every controller active at in.t. Discrete gradients (w.r.t. one-hot tokens) become logit
@@ -76,6 +78,7 @@ public:
 private:
     void merge_fixed(Combined& out, const at::Tensor& fixed, size_t owner, at::Tensor& owners);
     std::vector<ComposedController> controllers_;
+    std::shared_ptr<plugins::StepInputShare> inputs_;  // the step's inputs for controllers in processes of their own
     Family family_;
     int64_t mask_id_;
 };

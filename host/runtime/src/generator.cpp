@@ -370,6 +370,7 @@ std::vector<SampleResult> Generator::generate(const ProgressCallback& progress, 
     std::vector<SampleResult> results;
     results.reserve(static_cast<size_t>(total));
     stats_ = {};
+    composer_->start_run();
     // The compute threads follow the load: decided now, and again every few steps (compute_threads.hpp).
     ComputeShare share;
     stats_.threads = share.threads();

@@ -133,6 +133,26 @@ enum class Isolation { in_process, process };
 // "in_process" / "process".
 const char* isolation_name(Isolation isolation);
 
+// The step's inputs (latent, x0_logits, tokens, masked) in one shared memory file for the controllers of a run that
+// run in processes of their own: each step's inputs are copied there once, not once per controller, and every child
+// maps them read-only. Its owner (the composer) hands it to each instance before begin() and calls next_step()
+// before each step's (or guide iteration's) calls. An instance given none keeps one of its own and refills it at
+// every step.
+class StepInputShare {
+public:
+    StepInputShare();
+    ~StepInputShare();
+    StepInputShare(const StepInputShare&) = delete;
+    StepInputShare& operator=(const StepInputShare&) = delete;
+    // The next StepInputs differ from the last: the first isolated controller to step copies them in.
+    void next_step();
+
+private:
+    friend class ControllerInstance;
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
 // A live controller. Every call is guarded: a plugin's error status, a thrown exception caught by its helper,
 // a changed tensor header, a wrong dtype or shape, or a NaN/Inf output becomes a PluginError that names the
 // controller (its label and id) and the file. Calls into a library whose controller is not THREAD_SAFE are
@@ -152,9 +172,13 @@ public:
     uint64_t capabilities() const { return type_.capabilities(); }
     bool has(uint64_t capability) const { return (capabilities() & capability) != 0; }
     Isolation isolation() const { return isolation_; }
-    // False once the controller's process has died or was killed (process isolation): every later call fails.
+    // False once the controller's process has died or was killed (process isolation): every later call fails
+    // until the next begin(), which starts a new process and creates the instance there again.
     bool usable() const;
 
+    // Process isolation: read the step's inputs from `share` (see StepInputShare) from the next begin() on.
+    // Ignored in-process.
+    void share_step_inputs(std::shared_ptr<StepInputShare> share);
     // Starts a run. `services` must outlive the run (until the next begin or destruction).
     void begin(const RunShape& shape, RunServices* services);
     // Wall-clock seconds one step() or evaluate() call may take (0 = no limit, the default). A call that returns
@@ -162,7 +186,8 @@ public:
     // cannot be stopped in-process. With process isolation the limit also covers begin(), and a call still running
     // at the limit is stopped by killing the controller's process.
     void set_time_limit(double seconds);
-    // Allocates the outputs the controller declared for this phase, calls step(), validates what it wrote.
+    // Allocates the outputs the controller declared for this phase, calls step(), validates what it wrote. With
+    // process isolation the outputs on the CPU view the instance's shared memory: valid until its next step().
     StepOutputs step(const StepInputs& in);
     // Verdict on one finished sample (tokens on the CPU, length seq_len).
     Verdict evaluate(int64_t index, const std::vector<int64_t>& tokens, int64_t n_tokens, const std::string& text);
