@@ -66,8 +66,12 @@ TEST(Isolation, ThePluginSeesTheSameRunStepsAndServices) {
         const StepOutputs out = probe.step(step_inputs(shape, 0));
         EXPECT_TRUE(at::allclose(out.logit_delta, at::full({2, 3, 8}, 1.5)));  // through the forwarded denoiser
         EXPECT_EQ(services.denoise_calls.size(), 1u);
+        // Step 0 wrote logit_delta: step 1 is handed it zeroed again (in the child, only the outputs written last
+        // step are zeroed).
+        probe.step(step_inputs(shape, 1));
         return detail_of(probe);
     });
+    EXPECT_THAT(isolated, HasSubstr("step=1/"));
     EXPECT_THAT(isolated, HasSubstr("tokenize=0 n=3 ids=1,2,3;"));
     EXPECT_THAT(isolated, HasSubstr("denoise=0 logits=[2,2,3,8]f32@1:0=mixed;"));
     EXPECT_EQ(isolated, expected);
@@ -93,6 +97,8 @@ TEST(Isolation, ThePluginSeesTheSameRunStepsAndServices) {
         guide.guide_iter = 1;
         const StepOutputs guided = probe.step(guide);
         EXPECT_TRUE(at::equal(guided.grad, at::full({2, 3, 4}, 0.5)));
+        guide.guide_iter = 2;  // handed grad zeroed again after the last iteration wrote it
+        probe.step(guide);
         return detail_of(probe);
     });
     EXPECT_THAT(isolated_c, HasSubstr("step phase=2 step=0/10 guide=1"));

@@ -95,6 +95,11 @@ struct Child {
     rudder_run_info run{};
     int64_t B = 0, L = 0, V = 0, D = 0;
     bool continuous = false;
+    // RUDDER_WROTE_* bits of the large outputs (logit_delta, grad, forbidden) that may not be all zeros any more:
+    // those the last step said it wrote, or every one it was handed if it failed. Only these are zeroed before the
+    // next step; an output the plugin was handed and did not write is still zeros (the ABI: a controller sets the
+    // bit of each output it writes).
+    uint32_t dirty = 0;
     std::string model_dir;
     char* shm = nullptr;           // this controller's outputs and the embedding table (read-write)
     size_t shm_size = 0;
@@ -288,6 +293,9 @@ struct Child {
         run.embedding = has_embedding ? embedding.bind(at(layout.embedding), kF32, {V, D}) : nullptr;
         run.find_model = &Child::find_model;
         token_texts.clear();
+        // A new run (or a new process after a crash, or a new layout): every output starts at zero.
+        std::memset(shm, 0, layout.embedding.size != 0 ? layout.embedding.offset : layout.total);
+        dirty = 0;
         rudder_status status = RUDDER_OK;
         try {
             status = desc->begin(self, &run);
@@ -320,28 +328,39 @@ struct Child {
         View logit_delta, grad, log_prob, fixed_tokens, forbidden;
         rudder_contribution out{};
         out.struct_size = sizeof(rudder_contribution);
+        // The large outputs are zeroed only if the last step may have written them; the small ones always.
+        const auto zero_if_dirty = [&](const Region& region, uint32_t bit) {
+            if ((dirty & bit) != 0) std::memset(at(region), 0, region.size);
+            return at(region);
+        };
         const auto zero = [&](const Region& region, size_t bytes) {
             std::memset(at(region), 0, bytes);
             return at(region);
         };
         if (predict) {
             if ((caps & RUDDER_CAP_LOGIT_DELTA) != 0)
-                out.logit_delta = logit_delta.bind(zero(layout.logit_delta, layout.logit_delta.size), kF32, {B, L, V});
+                out.logit_delta =
+                    logit_delta.bind(zero_if_dirty(layout.logit_delta, RUDDER_WROTE_LOGIT_DELTA), kF32, {B, L, V});
             if ((caps & RUDDER_CAP_HARD_CONSTRAINT) != 0) {
                 auto* fixed = reinterpret_cast<int64_t*>(at(layout.fixed_tokens));
                 std::fill(fixed, fixed + B * L, int64_t{-1});
                 out.fixed_tokens = fixed_tokens.bind(fixed, kI64, {B, L});
-                out.forbidden = forbidden.bind(zero(layout.forbidden, layout.forbidden.size), kU8, {B, L, V});
+                out.forbidden = forbidden.bind(zero_if_dirty(layout.forbidden, RUDDER_WROTE_FORBIDDEN), kU8, {B, L, V});
             }
             if ((caps & RUDDER_CAP_GRADIENT) != 0 && !continuous)
-                out.grad = grad.bind(zero(layout.grad, static_cast<size_t>(B * L * V) * 4), kF32, {B, L, V});
+                out.grad = grad.bind(zero_if_dirty(layout.grad, RUDDER_WROTE_GRAD), kF32, {B, L, V});
             if ((caps & RUDDER_CAP_GRADIENT) != 0)
                 out.log_prob = log_prob.bind(zero(layout.log_prob, layout.log_prob.size), kF32, {B});
         } else {
-            out.grad = grad.bind(zero(layout.grad, static_cast<size_t>(B * L * D) * 4), kF32, {B, L, D});
+            out.grad = grad.bind(zero_if_dirty(layout.grad, RUDDER_WROTE_GRAD), kF32, {B, L, D});
             out.log_prob = log_prob.bind(zero(layout.log_prob, layout.log_prob.size), kF32, {B});
         }
         DLTensor* const handed_out[] = {out.logit_delta, out.grad, out.log_prob, out.fixed_tokens, out.forbidden};
+        const uint32_t large = RUDDER_WROTE_LOGIT_DELTA | RUDDER_WROTE_GRAD | RUDDER_WROTE_FORBIDDEN;
+        uint32_t handed = 0;
+        for (uint32_t i = 0; i < 5; ++i)
+            if (handed_out[i] != nullptr) handed |= 1u << i;
+        dirty = (dirty & ~handed) | (handed & large);  // until the call ends well, anything handed out may be written
 
         rudder_status status = RUDDER_OK;
         bool escaped = false;
@@ -365,6 +384,7 @@ struct Child {
                 return reply(kRewroteHeader, RUDDER_OK,
                              std::string("wrote a tensor with a changed ") + field + " (" + names[i] + ")");
         }
+        dirty = out.written & handed & large;  // the call ended well: what it wrote is all it wrote
         reply(kOk, RUDDER_OK, "", out.written);
     }
 
