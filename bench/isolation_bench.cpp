@@ -1,5 +1,6 @@
 // The per-step cost of process isolation: one reverse step at batch 16, length 48 (the bundled models' longest) with 1 and 4 no-op controllers
-// (LOGIT_DELTA, so each step's x0_logits go to the child and a zeroed delta comes back), in-process against
+// (LOGIT_DELTA: each step's x0_logits go once into the shared input file, each child is handed a delta and writes
+// nothing), in-process against
 // "isolation": "process", on the bundled e2e-discrete and e2e-continuous models. The two modes are timed
 // interleaved (one generate() of each per round, order alternating) so that drift on a shared machine hits both;
 // the report is the median ms per step of each mode and their ratio.
