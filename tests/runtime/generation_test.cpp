@@ -4,6 +4,8 @@
 
 #include <ATen/Context.h>
 
+#include <unistd.h>
+
 #include <fstream>
 #include <map>
 #include <set>
@@ -399,6 +401,26 @@ TEST(GenerationIsolation, OnFailureContinueDropsTheControllerAndTheRunGoesOn) {
             << with[i].controls[0].verdict.detail;
         EXPECT_EQ(with[i].controls[1].verdict.satisfied, without[i].controls[0].verdict.satisfied);
     }
+}
+
+TEST(GenerationIsolation, TheNextRunOfTheSameGeneratorStartsADeadControllerAgain) {
+    // "once": the fault happens in the first run only. The first run drops the controller (on_failure continue), the
+    // second run of the same Generator starts a new process for it and it takes part again.
+    const fs::path marker = fs::temp_directory_path() / ("rudder_isolation_once_" + std::to_string(::getpid()));
+    fs::remove(marker);
+    const std::string crashy = R"({"plugin": "faulty", "name": "crashy", "isolation": "process", "on_failure": "continue",
+        "params": {"fault": "segv", "at_step": 3, "once": ")" + marker.string() + R"("}})";
+    Generator g(rudder::parse_recipe(recipe_text("discrete", crashy + "," + kFirstParty, 8), "."), with_fixtures());
+    const auto first = g.generate();
+    ASSERT_EQ(first.size(), 8u);
+    EXPECT_EQ(first[0].controls[0].verdict.satisfied, -1);
+    EXPECT_NE(first[0].controls[0].verdict.detail.find("\"dropped\""), std::string::npos);
+    const auto second = g.generate();
+    ASSERT_EQ(second.size(), 8u);
+    for (const auto& sample : second) {
+        EXPECT_EQ(sample.controls[0].verdict.satisfied, 1) << sample.controls[0].verdict.detail;
+    }
+    fs::remove(marker);
 }
 
 }  // namespace isolation
