@@ -183,11 +183,11 @@ JSON
     ;;
   generate_isolated_crash)
     # A controller in a process of its own that crashes fails the run (exit 1) naming it; the host itself is fine.
-    sed 's/"controllers": \[/"isolation": "process", "controllers": [ {"plugin": "faulty", "params": {"fault": "segv", "at_step": 3}},/' \
+    sed 's/"controllers": \[/"isolation": "process", "controllers": [ {"plugin": "faulty", "params": {"fault": "abort", "at_step": 3}},/' \
       "$work/good.json" > "$work/crash.json"
     err=$(RUDDER_PLUGIN_PATH="$fixtures" "$rudder" generate -q "$work/crash.json" -o "$work/out.jsonl" 2>&1); code=$?
     [ $code -eq 1 ] || fail "expected exit 1, got $code: $err"
-    grep -q "controller 'faulty' (faulty, rudder_faulty.so): step did not complete at step 3: its process (pid [0-9]*) was killed by signal 11" <<<"$err" \
+    grep -q "controller 'faulty' (faulty, rudder_faulty.so): step did not complete at step 3: its process (pid [0-9]*) was killed by signal 6" <<<"$err" \
       || fail "$err"
     [ ! -e "$work/out.jsonl" ] || fail "a failed run wrote its output"
     # With on_failure continue the run goes on without it, with a warning.

@@ -442,11 +442,11 @@ TEST(CApi, AControllerFailureIsAStatusAndTheGeneratorStaysUsable) {
 TEST(CApi, AControllerThatCrashesInAProcessOfItsOwnFailsTheCallAndTheNextCallSucceeds) {
     rudder_options options = rudder_default_options();
     options.plugin_path = RUDDER_TEST_FIXTURE_DIR;
-    // "faulty" takes its process down with SIGSEGV at step 2, once: the marker file it leaves lets the next run go.
+    // "faulty" takes its process down with abort() at step 2, once: the marker file it leaves lets the next run go.
     const std::string marker = ::testing::TempDir() + "rudder_c_api_crash_once_" + std::to_string(::getpid());
     std::remove(marker.c_str());
     Generator gen = create(recipe("discrete", 9, 3,
-                                  R"(, {"plugin": "faulty", "isolation": "process", "params": {"fault": "segv", "at_step": 2, "once": ")" +
+                                  R"(, {"plugin": "faulty", "isolation": "process", "params": {"fault": "abort", "at_step": 2, "once": ")" +
                                       marker + R"("}})"),
                            &options);
     ASSERT_TRUE(gen) << rudder_last_error();
@@ -455,7 +455,7 @@ TEST(CApi, AControllerThatCrashesInAProcessOfItsOwnFailsTheCallAndTheNextCallSuc
     EXPECT_EQ(res, nullptr);
     EXPECT_THAT(rudder_generator_last_error(gen.get()),
                 HasSubstr("controller 'faulty' (faulty, rudder_faulty.so): step did not complete at step 2: its process"));
-    EXPECT_THAT(rudder_generator_last_error(gen.get()), HasSubstr("killed by signal 11"));
+    EXPECT_THAT(rudder_generator_last_error(gen.get()), HasSubstr("killed by signal 6"));
     // The same generator: the controller runs in a new process and the call succeeds.
     Results next = generate(gen.get());
     ASSERT_TRUE(next);
