@@ -8,6 +8,7 @@
 
 #include <rudder/plugins/loader.hpp>
 
+#include <malloc.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -435,6 +436,12 @@ int main(int argc, char** argv) {
     // Should the host die, this process goes with it; if it died before we got here, end now.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != static_cast<pid_t>(std::strtol(argv[3], nullptr, 10))) return 0;
+#if defined(__GLIBC__)
+    // As the CLI does in the host (rudder::keep_freed_memory_in_process): a plugin that allocates large tensors each
+    // step (a LibTorch network) would otherwise get them back page-faulted every time.
+    ::mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    ::mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
 
     Child child;
     std::vector<rudder::plugins::ControllerType> types;
