@@ -27,24 +27,11 @@
 namespace {
 
 using namespace rudder::plugins::isolation;
-constexpr size_t kMaxPluginMessage = 16 * 1024;
 
 [[noreturn]] void gone() { ::_exit(0); }  // the host went away: nothing left to serve
 
 void send_or_exit(uint32_t type, const Writer& w) {
     if (!send_message(kChildSocketFd, type, w.data())) gone();
-}
-
-std::string message_of(const rudder_controller_desc* desc, void* self) {
-    const char* message = nullptr;
-    try {
-        message = desc->last_error(self);
-    } catch (...) {
-        message = nullptr;
-    }
-    if (message == nullptr || *message == '\0') return "(the plugin gave no message)";
-    const char* end = static_cast<const char*>(std::memchr(message, '\0', kMaxPluginMessage));
-    return end != nullptr ? std::string(message, end) : std::string(message, kMaxPluginMessage) + "...";
 }
 
 // A DLTensor over a region of the shared memory, with a copy of its header to find a plugin that rewrote it.
@@ -251,7 +238,7 @@ struct Child {
         } catch (...) {
             return reply(kEscaped, RUDDER_ERR_INTERNAL, "create");
         }
-        if (status != RUDDER_OK) return reply(kFailed, status, message_of(desc, nullptr));
+        if (status != RUDDER_OK) return reply(kFailed, status, rudder::plugins::plugin_message(desc, nullptr));
         created = true;
         reply(kOk, RUDDER_OK, "");
     }
@@ -303,7 +290,7 @@ struct Child {
         } catch (...) {
             return reply(kEscaped, RUDDER_ERR_INTERNAL, "begin");
         }
-        if (status != RUDDER_OK) return reply(kFailed, status, message_of(desc, self));
+        if (status != RUDDER_OK) return reply(kFailed, status, rudder::plugins::plugin_message(desc, self));
         reply(kOk, RUDDER_OK, "");
     }
 
@@ -373,7 +360,7 @@ struct Child {
         denoised_views.clear();
         denoised.clear();
         if (escaped) return reply(kEscaped, RUDDER_ERR_INTERNAL, "step");
-        if (status != RUDDER_OK) return reply(kFailed, status, message_of(desc, self));
+        if (status != RUDDER_OK) return reply(kFailed, status, rudder::plugins::plugin_message(desc, self));
         const char* names[] = {"logit_delta", "grad", "log_prob", "fixed_tokens", "forbidden"};
         DLTensor* const slots[] = {out.logit_delta, out.grad, out.log_prob, out.fixed_tokens, out.forbidden};
         View* const views[] = {&logit_delta, &grad, &log_prob, &fixed_tokens, &forbidden};
@@ -412,7 +399,7 @@ struct Child {
         } catch (...) {
             return reply(kEscaped, RUDDER_ERR_INTERNAL, "evaluate");
         }
-        if (status != RUDDER_OK) return reply(kFailed, status, message_of(desc, self));
+        if (status != RUDDER_OK) return reply(kFailed, status, rudder::plugins::plugin_message(desc, self));
         Writer extra;
         extra.put<int32_t>(verdict.satisfied).put<double>(verdict.score);
         std::string detail;

@@ -27,7 +27,6 @@ namespace rudder::plugins {
 namespace {
 
 constexpr size_t kMaxDims = 4;                   // the ABI's tensors have at most 4 dimensions ([n, B, L, V])
-constexpr size_t kMaxPluginMessage = 16 * 1024;  // a longer last_error() is cut: it is a message, not data
 
 const char* status_name(rudder_status status) {
     switch (status) {
@@ -110,19 +109,6 @@ struct TensorView {
         return nullptr;
     }
 };
-
-// Copies a plugin's message; a plugin that breaks the "never NULL" rule still gets a readable report.
-std::string plugin_message(const rudder_controller_desc* desc, void* self) {
-    const char* message = nullptr;
-    try {
-        message = desc->last_error(self);
-    } catch (...) {
-        message = nullptr;
-    }
-    if (message == nullptr || *message == '\0') return "(the plugin gave no message)";
-    const char* end = static_cast<const char*>(std::memchr(message, '\0', kMaxPluginMessage));
-    return end != nullptr ? std::string(message, end) : std::string(message, kMaxPluginMessage) + "...";
-}
 
 // Checks one input the host passes in: dtype, shape, and puts it where the plugin may read it.
 at::Tensor plugin_input(const at::Tensor& tensor, const char* name, at::ScalarType dtype,

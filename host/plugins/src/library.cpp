@@ -337,6 +337,19 @@ const rudder_host* host_services() {
     return &host;
 }
 
+std::string plugin_message(const rudder_controller_desc* desc, void* self) {
+    constexpr size_t kMaxPluginMessage = 16 * 1024;  // a longer last_error() is cut: it is a message, not data
+    const char* message = nullptr;
+    try {
+        message = desc->last_error(self);
+    } catch (...) {
+        message = nullptr;
+    }
+    if (message == nullptr || *message == '\0') return "(the plugin gave no message)";
+    const char* end = static_cast<const char*>(std::memchr(message, '\0', kMaxPluginMessage));
+    return end != nullptr ? std::string(message, end) : std::string(message, kMaxPluginMessage) + "...";
+}
+
 std::vector<std::string> capability_names(uint64_t capabilities) {
     static const std::pair<uint64_t, const char*> known[] = {
         {RUDDER_CAP_LOGIT_DELTA, "logit_delta"},

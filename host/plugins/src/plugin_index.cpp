@@ -1,6 +1,8 @@
 // The plugin index: scanning a library in a child process, and the file that remembers what each scan found.
 #include "plugin_index.hpp"
 
+#include "child_process.hpp"
+
 #include <rudder/base/paths.hpp>
 
 #include <spdlog/spdlog.h>
@@ -83,11 +85,6 @@ bool make_pipe(Fd& read_end, Fd& write_end) {
     read_end.reset(r);
     write_end.reset(w);
     return true;
-}
-
-std::string signal_text(int sig) {
-    const char* name = ::strsignal(sig);
-    return "signal " + std::to_string(sig) + (name != nullptr ? std::string(" (") + name + ")" : std::string());
 }
 
 // The last non-empty line of what the child printed, for the reason ("" if none).
@@ -251,31 +248,9 @@ ScanResult scan_in_child(const fs::path& scanner, const fs::path& library, doubl
         }
     }
     // Both pipes closed: the child is ending. It may still hang with them closed, so the deadline holds for the wait.
-    int status = 0;
-    bool reaped = false;
-    while (!timed_out) {
-        const pid_t done = ::waitpid(pid, &status, WNOHANG);
-        if (done == pid) {
-            reaped = true;
-            break;
-        }
-        if (done < 0 && errno == ECHILD) {  // SIGCHLD ignored by the application: reaped already, status unknown
-            reaped = true;
-            status = -1;
-            break;
-        }
-        if (done < 0 && errno != EINTR) break;
-        if (millis_left() == 0) {
-            timed_out = true;
-            break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    if (!reaped) {
-        ::kill(pid, SIGKILL);
-        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-        }
-    }
+    const ChildEnd end = wait_for_child(pid, timed_out ? clock::now() : deadline);
+    timed_out = timed_out || end.timed_out;
+    const int status = end.known ? end.status : -1;
     cacheable = true;
     const std::string printed = last_line(errors);
     const std::string said = printed.empty() ? std::string() : "; it printed: " + printed;

@@ -2,6 +2,8 @@
 // multi-threaded process), talking to it over a socketpair, and turning its death or silence into a PluginError.
 #include "remote_controller.hpp"
 
+#include "child_process.hpp"
+
 #include <rudder/base/paths.hpp>
 
 #include <fcntl.h>
@@ -31,11 +33,6 @@ namespace {
 using namespace isolation;
 constexpr double kStartupLimit = 60.0;  // seconds for the child to load the library
 constexpr double kDestroyLimit = 2.0;   // seconds destroy() may take before the child is killed
-
-std::string signal_text(int sig) {
-    const char* name = ::strsignal(sig);
-    return "signal " + std::to_string(sig) + (name != nullptr ? std::string(" (") + name + ")" : std::string());
-}
 
 std::string seconds_text(double seconds) {
     char text[32];
@@ -148,34 +145,13 @@ RemoteController::~RemoteController() {
 
 std::string RemoteController::reap(bool kill_first) {
     if (reaped_ || pid_ <= 0) return "";
-    int status = 0;
-    bool done = false;
-    if (!kill_first) {  // it is ending (its end of the socket closed): give it a moment to finish
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-        while (std::chrono::steady_clock::now() < deadline) {
-            const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-            if (r == pid_) {
-                done = true;
-                break;
-            }
-            if (r < 0 && errno == ECHILD) {  // SIGCHLD ignored by the application: reaped already, status unknown
-                reaped_ = true;
-                return "its process ended (how is unknown: this application ignores SIGCHLD)";
-            }
-            if (r < 0 && errno != EINTR) break;
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
-    }
-    if (!done) {
-        ::kill(pid_, SIGKILL);
-        pid_t r;
-        while ((r = ::waitpid(pid_, &status, 0)) < 0 && errno == EINTR) {
-        }
-        reaped_ = true;
-        if (r < 0) return "its process ended (how is unknown: this application ignores SIGCHLD)";
-        if (kill_first) return "its process was killed";
-    }
+    // Ending by itself (its end of the socket closed): a moment to finish; otherwise killed at once.
+    const auto now = std::chrono::steady_clock::now();
+    const ChildEnd end = wait_for_child(pid_, kill_first ? now : now + std::chrono::seconds(2));
     reaped_ = true;
+    if (!end.known) return "its process ended (how is unknown: this application ignores SIGCHLD)";
+    if (kill_first && end.timed_out) return "its process was killed";
+    const int status = end.status;
     if (WIFSIGNALED(status)) {
         const int sig = WTERMSIG(status);
         std::string text = "its process (pid " + std::to_string(pid_) + ") was killed by " + signal_text(sig);

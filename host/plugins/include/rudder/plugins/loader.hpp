@@ -59,6 +59,10 @@ struct Rejection {
 // Names of capability bits, e.g. {"logit_delta", "hard_constraint"}.
 std::vector<std::string> capability_names(uint64_t capabilities);
 
+// A controller's last_error() after a failed call (self = NULL after a failed create), copied and cut at 16 KB; a
+// plugin that breaks the "never NULL" rule, or throws there, still gets a readable report.
+std::string plugin_message(const rudder_controller_desc* desc, void* self);
+
 // The host services table given to every plugin (log through spdlog; no extensions yet).
 const rudder_host* host_services();
 
