@@ -73,6 +73,7 @@ struct RunShape {
     int64_t pad_id = 0, mask_id = -1, unk_id = -1;
     int32_t total_steps = 0;
     c10::Device device = c10::Device(c10::kCPU);
+    int32_t candidates = 0;  // ABI 1.2: k, the candidates per row the host offers (0 when none is offered)
 };
 
 // What every controller sees at one reverse step: the reverse loop builds one value per step (and per guide
@@ -85,6 +86,12 @@ struct StepInputs {
     at::Tensor x0_logits;  // PREDICT: float32 [B, L, V]
     at::Tensor tokens;     // int64 [B, L]
     at::Tensor masked;     // discrete: uint8 [B, L]
+    // ABI 1.2. The rows of a step are the positions it samples: flat indices b * L + i, ascending (discrete: the
+    // positions that unmask this step; continuous, and a denoiser that uses evidence: all B * L).
+    at::Tensor rows;            // int64 [N]
+    at::Tensor x0_rows;         // PREDICT: float32 [N, V], x0_logits at the rows (RUDDER_CAP_ROWS controllers' x0)
+    at::Tensor candidate_ids;   // PREDICT: int64 [N, k], each row's k most likely tokens, most likely first;
+    at::Tensor candidate_logp;  // float32 [N, k], their log-probabilities (both undefined if none is offered)
 };
 
 // Host-side implementation of the run services (tokenizer, re-entrant denoiser). Exceptions thrown here become
@@ -108,13 +115,18 @@ public:
     }
 };
 
-// What a controller wrote; undefined tensors were not written. Tensors are on the run's device.
+// What a controller wrote; undefined tensors were not written. Tensors are on the run's device. "[B, L | N, ...]":
+// [N, ...] over the step's rows when the controller declares RUDDER_CAP_ROWS, [B, L, ...] otherwise.
 struct StepOutputs {
-    at::Tensor logit_delta;  // [B, L, V] float32
-    at::Tensor grad;         // GUIDE: [B, L, D]; discrete PREDICT: [B, L, V]
+    at::Tensor logit_delta;  // [B, L | N, V] float32
+    at::Tensor grad;         // GUIDE: [B, L, D]; discrete PREDICT: [B, L | N, V]
     at::Tensor log_prob;     // [B]
     at::Tensor fixed_tokens; // [B, L] int64, -1 = free
-    at::Tensor forbidden;    // [B, L, V] uint8
+    at::Tensor forbidden;    // [B, L | N, V] uint8
+    // ABI 1.2
+    at::Tensor token_bits;      // int32 [B, L | N, ceil(V / 32)]: token v is bit v % 32 of word v / 32
+    bool bits_allowed = false;  // token_bits lists the allowed tokens (RUDDER_WROTE_ALLOWED_BITS), else the forbidden
+    at::Tensor candidate_delta; // float32 [N, k]: added (times the weight) to the logits of candidate_ids
 };
 
 struct Verdict {
