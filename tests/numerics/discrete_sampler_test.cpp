@@ -140,5 +140,55 @@ TEST(DiscreteSampler, StepValidatesInputs) {
     EXPECT_THROW(sampler.step(x, at::zeros({2, 3, 4}), 5, kMask, gen), std::invalid_argument);
 }
 
+TEST(DiscreteSampler, FirstHittingUnmasksOnePositionPerSequenceAtEachStep) {
+    const int64_t B = 6, L = 9;
+    const DiscreteSampler sampler(MaskSchedule(1e-3), DiscreteSampler::Kind::first_hitting, L);
+    EXPECT_DOUBLE_EQ(sampler.t(0), 1.0);
+    EXPECT_DOUBLE_EQ(sampler.t_next(L - 1), 0.0);
+    for (int64_t i = 0; i + 1 < L; ++i) EXPECT_GT(sampler.t(i), sampler.t(i + 1));
+    EXPECT_THROW(sampler.unmask_prob(0), std::logic_error);
+    auto gen = make_gen(3);
+    at::Tensor x = sampler.init(B, L, kMask, at::Device(at::kCPU));
+    x.index_put_({0, 4}, 7);  // sequence 0 starts with one position committed
+    at::Tensor chosen_count = at::zeros({L}, at::kLong);
+    for (int64_t i = 0; i < L; ++i) {
+        const at::Tensor masked = x.eq(kMask);
+        const at::Tensor chosen = sampler.choose(masked, i, gen);
+        EXPECT_TRUE(chosen.logical_and(masked.logical_not()).any().item<bool>() == false) << "step " << i;
+        EXPECT_TRUE(at::equal(chosen.sum(1), masked.any(1).to(at::kLong))) << "one per sequence with any masked";
+        chosen_count += chosen.sum(0);
+        x = at::where(chosen, at::full_like(x, 5), x);
+    }
+    EXPECT_FALSE(x.eq(kMask).any().item<bool>());
+    EXPECT_EQ(chosen_count.sum().item<int64_t>(), B * L - 1);
+}
+
+TEST(DiscreteSampler, FirstHittingChoosesUniformlyAmongTheMaskedPositions) {
+    const int64_t B = 30000, L = 5;
+    const DiscreteSampler sampler(MaskSchedule(), DiscreteSampler::Kind::first_hitting, L);
+    auto gen = make_gen(11);
+    at::Tensor masked = at::ones({B, L}, at::kBool);
+    masked.select(1, 1).fill_(false);  // four masked positions: each chosen a quarter of the time
+    const at::Tensor share = sampler.choose(masked, 0, gen).sum(0).to(at::kDouble) / double(B);
+    EXPECT_EQ(share[1].item<double>(), 0.0);
+    for (int64_t i : {0, 2, 3, 4}) EXPECT_NEAR(share[i].item<double>(), 0.25, 0.01) << i;  // ~4 standard errors
+}
+
+TEST(DiscreteSampler, DrawNamesTheRowWithNothingToSample) {
+    auto gen = make_gen(0);
+    at::Tensor scores = at::zeros({3, 4});
+    scores[1].fill_(-INFINITY);
+    try {
+        DiscreteSampler::draw(scores, gen);
+        FAIL() << "a row with no finite score was drawn from";
+    } catch (const NothingToSample& e) {
+        EXPECT_EQ(e.row, 1);
+    }
+    scores[1].fill_(0.0f);
+    scores.index_put_({2, 0}, NAN);
+    EXPECT_THROW(DiscreteSampler::draw(scores, gen), NothingToSample);
+    EXPECT_EQ(DiscreteSampler::draw(at::zeros({0, 4}), gen).size(0), 0);
+}
+
 }  // namespace
 }  // namespace rudder

@@ -286,7 +286,8 @@ for s in samples("infill"):
     ref_tokens = s["target"]["reference"].split()
     n, side = len(ref_tokens), len(ref_tokens) // 3
     assert p["length"] == n and p["prefix"] == " ".join(ref_tokens[:side]) and p["suffix"] == " ".join(ref_tokens[n - side:]), s
-    assert s["target"]["middle"] == [side, n - side] and s["text"].split()[:side] == ref_tokens[:side], s
+    # The text starts with the prefix (compared as text: the detokeniser joins punctuation to the word before it).
+    assert s["target"]["middle"] == [side, n - side] and s["text"].startswith(" ".join(ref_tokens[:side])), s
 PY
     python3 - "$work/suite.json" "$work/bad_suite.json" <<'PY'
 import json, sys

@@ -29,8 +29,8 @@ template <class Call> bool take_part(ComposedController& c, Call&& call) {
 
 }  // namespace
 
-Composer::Composer(std::vector<ComposedController> controllers, Family family, int64_t mask_id)
-    : controllers_(std::move(controllers)), family_(family), mask_id_(mask_id) {
+Composer::Composer(std::vector<ComposedController> controllers, Family family, int64_t mask_id, int64_t vocab_size)
+    : controllers_(std::move(controllers)), family_(family), mask_id_(mask_id), vocab_size_(vocab_size) {
     // Controllers in processes of their own read each step's inputs from one shared copy.
     for (auto& c : controllers_) {
         if (c.instance->isolation() != plugins::Isolation::process) continue;
@@ -80,13 +80,47 @@ void Composer::merge_fixed(Combined& out, const at::Tensor& fixed, size_t owner,
     owners.masked_fill_(mine, static_cast<int64_t>(owner));
 }
 
+Composer::Reads Composer::reads(double t) const {
+    Reads r;
+    const uint64_t predict_caps = RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_HARD_CONSTRAINT |
+                                  (family_ == Family::discrete ? RUDDER_CAP_GRADIENT : 0);
+    for (const auto& c : controllers_) {
+        if (!c.active.contains(t) || !c.failure.empty() || (c.instance->capabilities() & predict_caps) == 0) continue;
+        r.any = true;  // a controller takes part in this PREDICT step
+        (c.instance->has(RUDDER_CAP_ROWS) ? r.x0_rows : r.whole_x0) = true;
+        r.candidates = r.candidates || c.instance->has(RUDDER_CAP_CANDIDATES);
+    }
+    return r;
+}
+
+namespace {
+
+// A controller's output over [B, L, X] (or already over the rows, [N, X]) at the step's rows, [N, X].
+at::Tensor at_rows(const at::Tensor& t, const at::Tensor& rows) {
+    if (t.dim() == 2) return t;
+    const at::Tensor flat = t.reshape({t.size(0) * t.size(1), t.size(2)});
+    return rows.size(0) == flat.size(0) ? flat : flat.index_select(0, rows);
+}
+
+// Packed token bits [N, W] (token v = bit v % 32 of word v / 32) as bool [N, V].
+at::Tensor unpack_bits(const at::Tensor& bits, int64_t V) {
+    const at::Tensor shifts = at::arange(32, bits.options());
+    return bits.unsqueeze(-1).bitwise_right_shift(shifts).bitwise_and_(1).reshape({bits.size(0), -1}).narrow(1, 0, V).ne(0);
+}
+
+}  // namespace
+
 Combined Composer::predict(const plugins::StepInputs& in) {
     if (inputs_ != nullptr) inputs_->next_step();
+    const int64_t B = in.tokens.size(0), L = in.tokens.size(1);
     Combined out;
-    at::Tensor owners;                                    // [B, L]: which controller fixed each position
-    std::vector<std::pair<size_t, at::Tensor>> forbidders;  // who forbade what, to name them in a conflict
-    std::vector<size_t> delta_owners;                       // whose deltas are in out.logit_delta
+    out.rows = in.rows.defined() ? in.rows : at::arange(B * L, in.tokens.options());
+    at::Tensor owners;                                      // [B, L]: which controller fixed each position
+    std::vector<std::pair<size_t, at::Tensor>> forbidders;  // who forbade what at the rows, to name them
+    std::vector<std::pair<size_t, at::Tensor>> whole_masks; // those that wrote [B, L, V]: checked at every fixed position
+    std::vector<size_t> delta_owners;                       // whose deltas are in out.logit_delta / candidate_delta
     bool may_overflow = false;  // the adapter checked each delta finite; a weight or a sum can still overflow
+    auto add = [](at::Tensor& sum, const at::Tensor& term) { sum = sum.defined() ? sum.add_(term) : term; };
     for (size_t k = 0; k < controllers_.size(); ++k) {
         auto& c = controllers_[k];
         if (!c.active.contains(in.t)) continue;
@@ -95,74 +129,102 @@ Combined Composer::predict(const plugins::StepInputs& in) {
         if ((c.instance->capabilities() & predict_caps) == 0) continue;
         plugins::StepOutputs o;
         if (!take_part(c, [&] { o = c.instance->step(in); })) continue;
-        auto add_delta = [&](const at::Tensor& d, bool derived) {
-            const at::Tensor scaled = d.to(at::kFloat).mul(c.weight);
-            may_overflow = may_overflow || derived || c.weight != 1.0 || out.logit_delta.defined();
-            out.logit_delta = out.logit_delta.defined() ? out.logit_delta.add_(scaled) : scaled;
-            delta_owners.push_back(k);
-        };
-        if (o.logit_delta.defined()) add_delta(o.logit_delta, false);
+        const bool sums = out.logit_delta.defined() || out.candidate_delta.defined();
+        bool wrote_delta = false;
+        if (o.logit_delta.defined()) {
+            add(out.logit_delta, at_rows(o.logit_delta, out.rows).to(at::kFloat).mul(c.weight));
+            wrote_delta = true;
+        }
         if (o.grad.defined() && family_ == Family::discrete) {
             // First-order Taylor: changing position i from its current token to v changes log p(c) by about
             // g[i, v] - g[i, current].
-            const at::Tensor current = o.grad.gather(-1, in.tokens.unsqueeze(-1));
-            add_delta(o.grad - current, true);
+            const at::Tensor g = at_rows(o.grad, out.rows);
+            const at::Tensor current = in.tokens.reshape({-1}).index_select(0, out.rows).unsqueeze(1);
+            add(out.logit_delta, (g - g.gather(1, current)).mul_(c.weight));
+            wrote_delta = true;
+            may_overflow = true;
+        }
+        if (o.candidate_delta.defined()) {
+            add(out.candidate_delta, o.candidate_delta.to(at::kFloat).mul(c.weight));
+            out.candidate_ids = in.candidate_ids;
+            wrote_delta = true;
+        }
+        if (wrote_delta) {
+            may_overflow = may_overflow || sums || c.weight != 1.0;
+            delta_owners.push_back(k);
         }
         if (o.fixed_tokens.defined()) merge_fixed(out, o.fixed_tokens, k, owners);
+        at::Tensor mask;
         if (o.forbidden.defined()) {
-            const at::Tensor f = o.forbidden.ne(0);
-            forbidders.emplace_back(k, f);
-            out.forbidden = out.forbidden.defined() ? f.logical_or(out.forbidden) : f;
+            if (o.forbidden.dim() == 3) whole_masks.emplace_back(k, o.forbidden);
+            mask = at_rows(o.forbidden, out.rows).ne(0);
+        }
+        if (o.token_bits.defined()) {
+            mask = unpack_bits(at_rows(o.token_bits, out.rows), vocab_size_);
+            if (o.bits_allowed) mask.logical_not_();
+        }
+        if (mask.defined()) {
+            forbidders.emplace_back(k, mask);
+            out.forbidden = out.forbidden.defined() ? mask.logical_or(out.forbidden) : mask;
         }
     }
-    if (may_overflow && !out.logit_delta.isfinite().all().item<bool>()) {
-        const at::Tensor where = out.logit_delta.isfinite().logical_not().nonzero()[0];
+    auto not_finite_at = [&](const at::Tensor& sum) {
+        if (!sum.defined() || sum.isfinite().all().item<bool>()) return;
+        const int64_t row = sum.isfinite().all(1).logical_not().nonzero()[0][0].item<int64_t>();
+        const int64_t position = out.rows[row].item<int64_t>();
         std::ostringstream who;
         for (size_t k : delta_owners)
             who << (k == delta_owners.front() ? "'" : ", '") << controllers_[k].instance->label() << "' (weight "
                 << controllers_[k].weight << ")";
         throw CompositionError("the logit deltas of " + who.str() + " are not finite once weighted and summed (sample " +
-                               std::to_string(where[0].item<int64_t>()) + ", position " +
-                               std::to_string(where[1].item<int64_t>()) +
+                               std::to_string(position / L) + ", position " + std::to_string(position % L) +
                                "): each is finite, but float32 overflows; lower the weight or the delta");
+    };
+    if (may_overflow) {
+        not_finite_at(out.logit_delta);
+        not_finite_at(out.candidate_delta);
     }
+    auto label_of_owner = [&](int64_t b, int64_t i) {
+        return controllers_[static_cast<size_t>(owners.index({b, i}).item<int64_t>())].instance->label();
+    };
     if (out.fixed.defined() && mask_id_ >= 0) {
         const at::Tensor masked = out.fixed.eq(mask_id_);
         if (masked.any().item<bool>()) {
             const auto where = masked.nonzero()[0];
             const int64_t b = where[0].item<int64_t>(), i = where[1].item<int64_t>();
-            throw CompositionError(
-                "controller '" + controllers_[static_cast<size_t>(owners.index({b, i}).item<int64_t>())].instance->label() +
-                "' fixes the mask token (id " + std::to_string(mask_id_) + ") at position " + std::to_string(i) +
-                ": a finished sample cannot hold it");
+            throw CompositionError("controller '" + label_of_owner(b, i) + "' fixes the mask token (id " +
+                                   std::to_string(mask_id_) + ") at position " + std::to_string(i) +
+                                   ": a finished sample cannot hold it");
         }
     }
-    if (out.fixed.defined() && out.forbidden.defined()) {
-        const at::Tensor is_fixed = out.fixed.ge(0);
-        const at::Tensor hit = out.forbidden.gather(-1, out.fixed.clamp_min(0).unsqueeze(-1)).squeeze(-1).logical_and(is_fixed);
-        if (hit.any().item<bool>()) {
-            const auto where = hit.nonzero()[0];
-            const int64_t b = where[0].item<int64_t>(), i = where[1].item<int64_t>();
-            const int64_t token = out.fixed.index({b, i}).item<int64_t>();
-            std::string forbidder = "another controller";
-            for (const auto& [k, f] : forbidders) {
-                if (f.index({b, i, token}).item<bool>()) {
-                    forbidder = "'" + controllers_[k].instance->label() + "'";
-                    break;
-                }
-            }
-            throw ConstraintConflict("controller '" +
-                                     controllers_[static_cast<size_t>(owners.index({b, i}).item<int64_t>())].instance->label() +
-                                     "' fixes token id " + std::to_string(token) + " at position " + std::to_string(i) +
-                                     ", which " + forbidder + " forbids");
+    if (out.fixed.defined() && (out.forbidden.defined() || !whole_masks.empty())) {
+        // A fixed token that a controller forbids: at the rows for every forbidder, and at every position for those
+        // that wrote whole masks (a fixed position is committed, so it may never be one of the step's rows).
+        const at::Tensor fixed_flat = out.fixed.reshape({-1});
+        auto conflict = [&](int64_t position, int64_t forbidder) {
+            const int64_t b = position / L, i = position % L, token = fixed_flat[position].item<int64_t>();
+            throw ConstraintConflict("controller '" + label_of_owner(b, i) + "' fixes token id " + std::to_string(token) +
+                                     " at position " + std::to_string(i) + ", which '" +
+                                     controllers_[static_cast<size_t>(forbidder)].instance->label() + "' forbids");
+        };
+        for (const auto& [k, whole] : whole_masks) {
+            const at::Tensor flat = whole.reshape({B * L, -1});
+            const at::Tensor hit = flat.gather(1, fixed_flat.clamp_min(0).unsqueeze(1)).squeeze(1).ne(0).logical_and(fixed_flat.ge(0));
+            if (hit.any().item<bool>()) conflict(hit.nonzero()[0][0].item<int64_t>(), static_cast<int64_t>(k));
+        }
+        const at::Tensor fixed_rows = fixed_flat.index_select(0, out.rows);
+        for (const auto& [k, f] : forbidders) {
+            const at::Tensor hit = f.gather(1, fixed_rows.clamp_min(0).unsqueeze(1)).squeeze(1).logical_and(fixed_rows.ge(0));
+            if (hit.any().item<bool>())
+                conflict(out.rows[hit.nonzero()[0][0].item<int64_t>()].item<int64_t>(), static_cast<int64_t>(k));
         }
     }
     if (out.forbidden.defined()) {
-        const at::Tensor none_left = out.forbidden.all(-1);
-        if (out.fixed.defined()) none_left.logical_and_(out.fixed.lt(0));
+        at::Tensor none_left = out.forbidden.all(1);
+        if (out.fixed.defined()) none_left.logical_and_(out.fixed.reshape({-1}).index_select(0, out.rows).lt(0));
         if (none_left.any().item<bool>()) {
-            const int64_t i = none_left.nonzero()[0][1].item<int64_t>();
-            throw ConstraintConflict("the controllers forbid every token at position " + std::to_string(i));
+            const int64_t position = out.rows[none_left.nonzero()[0][0].item<int64_t>()].item<int64_t>();
+            throw ConstraintConflict("the controllers forbid every token at position " + std::to_string(position % L));
         }
     }
     return out;
@@ -182,17 +244,33 @@ at::Tensor Composer::guide(const plugins::StepInputs& in) {
     return total;
 }
 
-at::Tensor Composer::apply(const at::Tensor& logp, const Combined& combined, int64_t never_id) {
+at::Tensor Composer::controlled(const at::Tensor& logits, const Combined& c, const at::Tensor& pick, int64_t never_id) {
     const float neg_inf = -std::numeric_limits<float>::infinity();
-    at::Tensor x = combined.logit_delta.defined() ? logp + combined.logit_delta : logp.clone();
-    if (never_id >= 0) x.select(-1, never_id).fill_(neg_inf);
-    if (combined.forbidden.defined()) x.masked_fill_(combined.forbidden, neg_inf);
-    if (combined.fixed.defined()) {
-        const at::Tensor is_fixed = combined.fixed.ge(0).unsqueeze(-1);
-        const at::Tensor onehot = at::full_like(x, neg_inf).scatter_(-1, combined.fixed.clamp_min(0).unsqueeze(-1), 0.0);
-        x = at::where(is_fixed, onehot, x);
+    const int64_t V = logits.size(-1);
+    auto at_pick = [&](const at::Tensor& t) {
+        const at::Tensor rows = t.dim() == 3 ? t.reshape({-1, t.size(2)}) : t;
+        return pick.defined() ? rows.index_select(0, pick) : rows;
+    };
+    at::Tensor x = c.logit_delta.defined() ? logits + at_pick(c.logit_delta) : logits.clone();
+    if (c.candidate_delta.defined()) x.scatter_add_(1, at_pick(c.candidate_ids), at_pick(c.candidate_delta));
+    if (never_id >= 0) x.select(1, never_id).fill_(neg_inf);
+    if (c.forbidden.defined()) x.masked_fill_(at_pick(c.forbidden), neg_inf);
+    if (c.fixed.defined()) {
+        at::Tensor fixed = c.fixed.reshape({-1});
+        if (c.rows.defined()) fixed = fixed.index_select(0, c.rows);
+        if (pick.defined()) fixed = fixed.index_select(0, pick);
+        const at::Tensor is_fixed = fixed.ge(0);
+        if (is_fixed.any().item<bool>()) {
+            const at::Tensor onehot = at::full({x.size(0), V}, neg_inf, x.options()).scatter_(1, fixed.clamp_min(0).unsqueeze(1), 0.0);
+            x = at::where(is_fixed.unsqueeze(1), onehot, x);
+        }
     }
-    return at::log_softmax(x, -1);
+    return x;
+}
+
+at::Tensor Composer::apply(const at::Tensor& logp, const Combined& combined, int64_t never_id) {
+    const int64_t V = logp.size(-1);
+    return at::log_softmax(controlled(logp.reshape({-1, V}), combined, {}, never_id), -1).view(logp.sizes());
 }
 
 }  // namespace rudder

@@ -36,26 +36,39 @@ struct ComposedController {
     std::string failure;               // why it was dropped from the run ("" while it takes part)
 };
 
-// The combined PREDICT-phase contribution. Undefined tensors mean "nobody contributed".
+// The combined PREDICT-phase contribution, over the step's rows (the positions it samples; plugins::StepInputs::rows).
+// Undefined tensors mean "nobody contributed".
 struct Combined {
-    at::Tensor logit_delta;  // float32 [B, L, V]: sum of weight_i * delta_i (+ Taylor-converted gradients)
-    at::Tensor fixed;        // int64 [B, L]: token id, or -1 where free
-    at::Tensor forbidden;    // bool [B, L, V]
+    at::Tensor rows;             // int64 [N]: flat positions b * L + i, ascending; the row tensors below follow it
+    at::Tensor logit_delta;      // float32 [N, V]: sum of weight_i * delta_i (+ Taylor-converted gradients)
+    at::Tensor candidate_ids;    // int64 [N, k]: the step's candidates, when a controller wrote deltas for them
+    at::Tensor candidate_delta;  // float32 [N, k]: sum of weight_i * candidate_delta_i
+    at::Tensor forbidden;        // bool [N, V]
+    at::Tensor fixed;            // int64 [B, L]: token id, or -1 where free (every position, not only the rows)
 };
 
 class Composer {
 public:
     // `mask_id`: the tokenizer's mask token, which no controller may fix.
-    Composer(std::vector<ComposedController> controllers, Family family, int64_t mask_id);
+    Composer(std::vector<ComposedController> controllers, Family family, int64_t mask_id, int64_t vocab_size);
 
     // A new generate() call: controllers dropped in an earlier one ("on_failure": "continue") take part again.
     void start_run();
     void begin(const plugins::RunShape& shape, plugins::RunServices* services);
 
-    // PREDICT phase for every controller active at in.t. Discrete gradients (w.r.t. one-hot tokens) become logit
-    // deltas by first-order Taylor: g[v] - g[current token]. Throws ConstraintConflict naming the controllers, and
+    // PREDICT phase for every controller active at in.t, over in.rows (undefined: every position). Outputs over
+    // [B, L, ...] are cut to the rows, packed token bits unpacked. Discrete gradients (w.r.t. one-hot tokens) become
+    // logit deltas by first-order Taylor: g[v] - g[current token]. Throws ConstraintConflict naming the controllers
+    // (found at the rows, and at every fixed position for controllers that wrote whole [B, L, V] masks), and
     // CompositionError when the weighted deltas are not finite or a controller fixes the mask token.
     Combined predict(const plugins::StepInputs& in);
+
+    // What the step's inputs must hold for the controllers active at t (PREDICT): x0_logits over every position
+    // (a controller without RUDDER_CAP_ROWS), x0 at the rows only (RUDDER_CAP_ROWS), the candidates.
+    struct Reads {
+        bool any = false, whole_x0 = false, x0_rows = false, candidates = false;
+    };
+    Reads reads(double t) const;
 
     // Whether any GRADIENT controller is active at t (continuous family's guidance loop).
     bool wants_guidance(double t) const;
@@ -66,8 +79,14 @@ public:
     // Whether a controller asked never to reuse cached denoiser output.
     bool needs_fresh_logits() const;
 
-    // Adds the combination to log-probabilities and renormalises: logit deltas, then forbidden tokens and
-    // `never_id` (the mask token, or -1) get -inf, and fixed positions become one-hot.
+    // The controlled scores at some of the combination's rows: `logits` [n, V] are the network's scores (log-
+    // probabilities up to a constant per row) at rows `pick` (int64 indices into combined.rows; undefined: every
+    // row, in order). Adds the logit and candidate deltas; forbidden tokens and `never_id` (the mask token, or -1)
+    // get -inf; fixed positions become one-hot. Not renormalised: a draw or an argmax does not need it.
+    static at::Tensor controlled(const at::Tensor& logits, const Combined& combined, const at::Tensor& pick,
+                                 int64_t never_id);
+    // controlled() over every position of log-probabilities [B, L, V] (combined.rows undefined or all of them),
+    // renormalised.
     static at::Tensor apply(const at::Tensor& logp, const Combined& combined, int64_t never_id);
 
     size_t size() const { return controllers_.size(); }
@@ -81,6 +100,7 @@ private:
     std::shared_ptr<plugins::StepInputShare> inputs_;  // the step's inputs for controllers in processes of their own
     Family family_;
     int64_t mask_id_;
+    int64_t vocab_size_;
 };
 
 }  // namespace rudder

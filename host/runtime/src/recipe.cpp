@@ -22,7 +22,7 @@ std::string join_issues(const std::vector<RecipeIssue>& issues) { return json_in
 
 void parse_sampler(ObjectReader& s, const RecipeLimits& limits, SamplerSpec& out) {
     // The family decides which names are valid; the generator checks that once the model is known.
-    if (auto v = s.choice("name", {"ddpm", "ddim", "euler", "analytic"})) out.name = *v;
+    if (auto v = s.choice("name", {"ddpm", "ddim", "euler", "analytic", "first_hitting"})) out.name = *v;
     if (auto v = s.integer("steps", 1, limits.max_steps)) out.steps = *v;
     if (auto v = s.number("eta", 0.0, 1.0)) out.eta = *v;
     if (auto v = s.choice("x0", {"model", "interpolate", "clamp"})) out.x0 = *v;
@@ -33,8 +33,11 @@ void parse_sampler(ObjectReader& s, const RecipeLimits& limits, SamplerSpec& out
     s.reject_unknown_keys();
     if (s.has("eta") && out.name != "ddim" && !out.name.empty())
         s.issue("eta", "'eta' applies to the ddim sampler only, not '" + out.name + "'");
-    if (s.has("noise_scale") && (out.name == "euler" || out.name == "analytic"))
+    if (s.has("noise_scale") && (out.name == "euler" || out.name == "analytic" || out.name == "first_hitting"))
         s.issue("noise_scale", "'noise_scale' applies to the continuous samplers (ddpm, ddim) only, not '" + out.name + "'");
+    if (s.has("steps") && out.name == "first_hitting")
+        s.issue("steps", "'steps' does not apply to the first_hitting sampler: it takes one step per position "
+                         "(max_length), each unmasking one position per sample");
 }
 
 void parse_guidance(ObjectReader& g, GuidanceSpec& out) {
@@ -170,6 +173,7 @@ Recipe parse_recipe(const std::string& text, const std::filesystem::path& base_d
         else root.issue("device", "expected 'cpu', 'cuda' or 'cuda:<index>', got '" + d + "'");
     }
     if (auto v = root.choice("isolation", {"in_process", "process"})) r.isolation = *v;
+    if (auto v = root.integer("candidates", 1, 4096)) r.candidates = *v;
     if (auto sampler = root.object("sampler")) {
         ObjectReader s(*sampler, "/sampler", found);
         parse_sampler(s, limits, r.sampler);

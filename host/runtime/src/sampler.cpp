@@ -134,12 +134,12 @@ DiscreteSampler::DiscreteSampler(const MaskSchedule& schedule, Kind kind, int64_
 }
 
 double DiscreteSampler::t(int64_t i) const {
-    return 1.0 - static_cast<double>(i) / static_cast<double>(steps_);
+    const double share = 1.0 - static_cast<double>(i) / static_cast<double>(steps_);
+    if (kind_ != Kind::first_hitting) return share;
+    return std::min(1.0, share / schedule_.mask_prob(1.0));  // m(t) = (1 - eps) t
 }
 
-double DiscreteSampler::t_next(int64_t i) const {
-    return i + 1 >= steps_ ? 0.0 : 1.0 - static_cast<double>(i + 1) / static_cast<double>(steps_);
-}
+double DiscreteSampler::t_next(int64_t i) const { return i + 1 >= steps_ ? 0.0 : t(i + 1); }
 
 at::Tensor DiscreteSampler::init(int64_t batch, int64_t len, int64_t mask_id, const at::Device& device) const {
     if (batch < 1 || len < 1) {
@@ -154,6 +154,8 @@ double DiscreteSampler::unmask_prob(int64_t i) const {
         throw std::invalid_argument("DiscreteSampler: step " + std::to_string(i) + " out of range [0, " +
                                     std::to_string(steps_) + ")");
     }
+    if (kind_ == Kind::first_hitting)
+        throw std::logic_error("DiscreteSampler: first_hitting unmasks one position per step, not each with a probability");
     if (i + 1 == steps_) return 1.0;
     const double t_cur = t(i), s = t_next(i);
     if (kind_ == Kind::analytic) {
@@ -163,6 +165,39 @@ double DiscreteSampler::unmask_prob(int64_t i) const {
     const double sbar = schedule_.sigma_bar(t_cur);
     const double p = (t_cur - s) * schedule_.sigma(t_cur) * std::exp(-sbar) / -std::expm1(-sbar);
     return std::clamp(p, 0.0, 1.0);
+}
+
+at::Tensor DiscreteSampler::choose(const at::Tensor& masked, int64_t i, at::Generator& gen) const {
+    if (!masked.defined() || masked.scalar_type() != at::kBool || masked.dim() != 2) {
+        throw std::invalid_argument("DiscreteSampler::choose: masked must be bool [B, L], got " +
+                                    (masked.defined() ? shape_string(masked) : std::string("undefined")));
+    }
+    if (i < 0 || i >= steps_) {
+        throw std::invalid_argument("DiscreteSampler: step " + std::to_string(i) + " out of range [0, " +
+                                    std::to_string(steps_) + ")");
+    }
+    const at::Tensor u = rand_like_device({masked.size(0), masked.size(1)}, gen, masked);
+    if (kind_ != Kind::first_hitting) return masked.logical_and(u.lt(unmask_prob(i)));
+    // The largest of the masked positions' uniforms is a uniform choice among them.
+    const at::Tensor pick = u.masked_fill(masked.logical_not(), -1.0f).argmax(1, true);
+    return at::zeros_like(masked).scatter_(1, pick, true).logical_and_(masked);
+}
+
+at::Tensor DiscreteSampler::draw(const at::Tensor& scores, at::Generator& gen) {
+    if (!scores.defined() || !scores.is_floating_point() || scores.dim() != 2) {
+        throw std::invalid_argument("DiscreteSampler::draw: scores must be floating-point [n, V], got " +
+                                    (scores.defined() ? shape_string(scores) : std::string("undefined")));
+    }
+    if (scores.size(0) == 0) return at::empty({0}, scores.options().dtype(at::kLong));
+    // Gumbel-max: argmax(score + G), G = -log(-log(u)), is a draw from softmax(score). The floor keeps G finite.
+    const at::Tensor uniform = at::rand(scores.sizes(), gen, at::TensorOptions().dtype(at::kDouble))
+                                   .clamp_min_(1e-300)
+                                   .to(scores.device());
+    const auto [best, index] = (scores.to(at::kDouble) - uniform.log().neg_().log_()).max(1);
+    // max passes NaN through and picks some -inf where all are: either leaves the chosen score non-finite.
+    const at::Tensor stuck = best.isfinite().logical_not();
+    if (stuck.any().item<bool>()) throw NothingToSample(stuck.nonzero()[0][0].item<int64_t>());
+    return index;
 }
 
 at::Tensor DiscreteSampler::step(const at::Tensor& tokens, const at::Tensor& logp0, int64_t i, int64_t mask_id,
@@ -183,25 +218,12 @@ at::Tensor DiscreteSampler::step(const at::Tensor& tokens, const at::Tensor& log
         throw std::invalid_argument("DiscreteSampler::step: mask_id " + std::to_string(mask_id) +
                                     " outside the vocabulary [0, " + std::to_string(V) + ")");
     }
-    const double p = unmask_prob(i);
-
-    // Both draws happen every step, whatever is masked, so the generator advances the same way for a given shape.
-    const at::Tensor u = rand_like_device({B, L}, gen, tokens);
-    const at::Tensor unmask = tokens.eq(mask_id).logical_and(u.lt(p));
-
-    // Gumbel-max: argmax(log p + G) is a sample of softmax(log p). The floor keeps -log(-log(u)) finite.
-    const at::Tensor uniform = rand_like_device({B, L, V}, gen, logp0).clamp_min(1e-20);
-    const at::Tensor gumbel = uniform.log().neg().log().neg();
-    at::Tensor scores = logp0.to(at::kFloat) + gumbel;
-    scores.select(2, mask_id).fill_(-std::numeric_limits<float>::infinity());
-    const at::Tensor sampled = scores.argmax(2);
-    // argmax passes NaN through and picks some -inf where all are: either leaves the chosen score non-finite.
-    const at::Tensor stuck = unmask.logical_and(scores.gather(2, sampled.unsqueeze(2)).squeeze(2).isfinite().logical_not());
-    if (stuck.any().item<bool>()) {
-        const at::Tensor where = stuck.nonzero()[0];
-        throw NothingToSample(where[0].item<int64_t>(), where[1].item<int64_t>());
-    }
-    return at::where(unmask, sampled, tokens);
+    const at::Tensor positions = choose(tokens.eq(mask_id), i, gen).view({-1}).nonzero().squeeze(1);
+    at::Tensor scores = logp0.reshape({B * L, V}).index_select(0, positions);
+    scores.select(1, mask_id).fill_(-std::numeric_limits<float>::infinity());
+    at::Tensor next = tokens.clone();
+    next.view({-1}).index_copy_(0, positions, draw(scores, gen));
+    return next;
 }
 
 }  // namespace rudder

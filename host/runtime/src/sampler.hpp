@@ -56,43 +56,58 @@ private:
     std::vector<int64_t> timesteps_;  // decreasing, length = steps
 };
 
-// Discrete (absorbing) family. Both samplers unmask positions using the clean-token distribution p0 at masked
+// Discrete (absorbing) family. Every sampler unmasks positions using the clean-token distribution p0 at masked
 // positions; committed (unmasked) tokens never change.
-//   euler:    first-order step of the reverse rates, P(unmask at this step) = (t - s) * sigma(t) e^{-sbar(t)} /
-//             (1 - e^{-sbar(t)}), clipped to [0, 1];
-//   analytic: Tweedie tau-leaping, exact for absorbing diffusion: P(unmask) = (m(t) - m(s)) / m(t), m = mask_prob.
-// The last step (t_next = 0) unmasks every remaining position.
-// Thrown by DiscreteSampler::step when a position that unmasks has nothing to sample: its distribution holds NaN,
-// or gives every token zero probability. The caller, which knows where the distribution came from, names the cause.
+//   euler:         first-order step of the reverse rates, P(unmask at this step) = (t - s) * sigma(t) e^{-sbar(t)} /
+//                  (1 - e^{-sbar(t)}), clipped to [0, 1];
+//   analytic:      Tweedie tau-leaping, exact for absorbing diffusion: P(unmask) = (m(t) - m(s)) / m(t), m = mask_prob.
+//                  The last step (t_next = 0) unmasks every remaining position.
+//   first_hitting: one step per position (steps = L): each step unmasks exactly one masked position per sequence,
+//                  chosen uniformly. Under absorbing noise every masked position unmasks at an independent time, so
+//                  the next one to unmask is uniform among them; walking from one unmasking to the next instead of
+//                  through a fixed time grid skips the steps where nothing happens and never unmasks two positions
+//                  from one network call (Zheng et al. 2024, "Masked diffusion models are secretly time-agnostic
+//                  masked models"). With a network that does not read t (the bundled ones) it samples the model's
+//                  distribution exactly; its times t(i) are where the schedule expects the masked share 1 - i/L.
+// Thrown when a row that must be sampled has nothing to sample: its distribution holds NaN, or gives every token
+// zero probability. `row` is the row of the scores given to DiscreteSampler::draw; the caller, which knows which
+// position that is and where the distribution came from, names the cause.
 class NothingToSample : public std::runtime_error {
 public:
-    NothingToSample(int64_t sample, int64_t position)
-        : std::runtime_error("no token can be sampled at sample " + std::to_string(sample) + ", position " +
-                             std::to_string(position)),
-          sample(sample),
-          position(position) {}
-    int64_t sample, position;
+    explicit NothingToSample(int64_t row)
+        : std::runtime_error("no token can be sampled at row " + std::to_string(row)), row(row) {}
+    int64_t row;
 };
 
 class DiscreteSampler {
 public:
-    enum class Kind { euler, analytic };
+    enum class Kind { euler, analytic, first_hitting };
+    // `steps`: the time grid's steps (euler, analytic); first_hitting takes the sequence length.
     DiscreteSampler(const MaskSchedule& schedule, Kind kind, int64_t steps);
 
     int64_t steps() const { return steps_; }
-    double t(int64_t i) const;       // 1 - i / steps
-    double t_next(int64_t i) const;  // 1 - (i + 1) / steps (0 after the last)
+    double t(int64_t i) const;       // euler, analytic: 1 - i / steps; first_hitting: m^-1(1 - i / steps), at most 1
+    double t_next(int64_t i) const;  // t(i + 1) (0 after the last)
 
     // All positions masked.
     at::Tensor init(int64_t batch, int64_t len, int64_t mask_id, const at::Device& device) const;
 
-    // One step. `logp0`: [B, L, V] log-probabilities of the clean token (the mask token must have -inf or
-    // very low mass; the sampler never emits mask_id). Returns the new tokens [B, L]. Throws NothingToSample
-    // when a position that unmasks has no finite score (checked on the B x L chosen scores, not the whole tensor).
+    // Which positions step i unmasks, bool [B, L], given `masked` (bool [B, L]): euler and analytic each masked
+    // position independently with unmask_prob(i) (one uniform draw per position); first_hitting one masked position
+    // per sequence, uniformly (none in a sequence with none masked). Draws the same numbers whatever is masked.
+    at::Tensor choose(const at::Tensor& masked, int64_t i, at::Generator& gen) const;
+
+    // One token per row of `scores` [n, V]: log-probabilities up to a constant per row, -inf for tokens that may not
+    // be drawn. Gumbel-max in float64: float32 Gumbel noise is cut off at about 16, which at large vocabularies
+    // measurably under-samples the tail (Zheng et al. 2024). Returns int64 [n]; throws NothingToSample.
+    static at::Tensor draw(const at::Tensor& scores, at::Generator& gen);
+
+    // choose + draw: one step on `logp0` [B, L, V] (the mask token must be -inf there, or it may be drawn). For tests
+    // and simple loops; the generator calls the two parts itself so that it scores only the rows it draws.
     at::Tensor step(const at::Tensor& tokens, const at::Tensor& logp0, int64_t i, int64_t mask_id,
                     at::Generator& gen) const;
 
-    // Probability that a masked position is unmasked during step i.
+    // Probability that a masked position is unmasked during step i (euler, analytic).
     double unmask_prob(int64_t i) const;
 
 private:

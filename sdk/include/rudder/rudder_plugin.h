@@ -110,6 +110,10 @@ enum {
 /* Accepts tensors on the run's device (e.g. CUDA). Without it every tensor the controller sees is in CPU memory:
  * the host copies inputs to the CPU and outputs back, so a plain C plugin works unchanged on any device. */
 #define RUDDER_CAP_ANY_DEVICE ((uint64_t)1 << 6)
+/* ABI 1.2 (placeholder values; documented with the rest of 1.2) */
+#define RUDDER_CAP_ROWS ((uint64_t)1 << 7)
+#define RUDDER_CAP_PACKED_MASK ((uint64_t)1 << 8)
+#define RUDDER_CAP_CANDIDATES ((uint64_t)1 << 9)
 
 /* Bits of rudder_contribution.written: which outputs the controller actually wrote this call. */
 #define RUDDER_WROTE_LOGIT_DELTA (1u << 0)

@@ -113,17 +113,15 @@ private:
     at::Tensor run_continuous(int64_t batch, at::Generator& gen, const StepTick& tick);
     at::Tensor run_discrete(int64_t batch, at::Generator& gen, const StepTick& tick);
     std::string decode(const int64_t* row, int64_t* n_tokens) const;
-    // The sampler's temperature applied to log-probabilities (renormalised); unchanged at 1.
     uint64_t estimate_peak_bytes(int64_t batch) const;
     // The estimate for batches of `batch` against the memory limit: "" when within it, else why not.
     std::string over_memory_limit(int64_t batch) const;
     // What controllers' begin() sees for a batch of `batch` sequences of this run.
     plugins::RunShape run_shape(int64_t batch) const;
-    at::Tensor with_temperature(const at::Tensor& log_probs) const;
-    // The GenerationFault for step `i` that could not sample at (sample, position): the model's log-probabilities
-    // `logp` are checked there first, so the message blames the model or the controls.
-    GenerationFault fault_at(int64_t i, int64_t sample, int64_t position, const at::Tensor& logp) const;
-    at::Tensor estimate_x0(const at::Tensor& adjusted, const at::Tensor& logp, const at::Tensor& model_x0,
+    // The GenerationFault for step `i` that could not sample at (sample, position): the model's scores there
+    // (`scores`, [V]) are checked first, so the message blames the model or the controls.
+    GenerationFault fault_at(int64_t i, int64_t sample, int64_t position, const at::Tensor& scores) const;
+    at::Tensor estimate_x0(const at::Tensor& controlled, const at::Tensor& logits, const at::Tensor& model_x0,
                            double t) const;
 
     Recipe recipe_;

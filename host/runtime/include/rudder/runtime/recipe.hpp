@@ -27,8 +27,8 @@ private:
 };
 
 struct SamplerSpec {
-    std::string name;            // continuous: ddpm | ddim; discrete: euler | analytic; "" = family default
-    int64_t steps = 200;
+    std::string name;            // continuous: ddpm | ddim; discrete: euler | analytic | first_hitting; "" = default
+    int64_t steps = 200;         // first_hitting: set to max_length by the generator
     double eta = 0.0;            // ddim only
     std::string x0 = "interpolate";  // continuous: model | interpolate | clamp
     double clamp_below_t = 0.0;  // continuous: clamp x0 to the nearest embedding once t <= this
@@ -80,6 +80,8 @@ struct Recipe {
     // Where controllers run unless their own "isolation" says: "in_process" | "process"; unset = the host's default
     // ($RUDDER_ISOLATION, else in_process).
     std::optional<std::string> isolation;
+    // k: each step's most likely tokens per row that the host offers controllers declaring RUDDER_CAP_CANDIDATES.
+    int64_t candidates = 64;
     GuidanceSpec guidance;
     std::vector<ControllerSpec> controllers;
     std::filesystem::path base_dir; // the recipe file's folder: relative paths resolve against it
