@@ -165,6 +165,15 @@ TEST(Recipe, NoiseScaleOnlyForContinuousSamplersAndInRange) {
                      0.8);
 }
 
+TEST(Recipe, FirstHittingTakesNoStepsAndCandidatesAreBounded) {
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "first_hitting", "steps": 50}})"),
+                          "/sampler/steps", "one step per position"));
+    EXPECT_EQ(parse_recipe(R"({"model": "m", "sampler": {"name": "first_hitting"}})", ".").sampler.name, "first_hitting");
+    EXPECT_EQ(parse_recipe(R"({"model": "m"})", ".").candidates, 64);
+    EXPECT_EQ(parse_recipe(R"({"model": "m", "candidates": 8})", ".").candidates, 8);
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "candidates": 0})"), "/candidates", "in [1, 4096]"));
+}
+
 TEST(Recipe, ControllerLabelsAreUnique) {
     const auto r = parse_recipe(R"({"model": "m", "controllers": [
         {"plugin": "span", "params": {}}, {"plugin": "span"}, {"plugin": "./x/rudder_span.so", "name": "own"}]})", ".");
