@@ -437,7 +437,6 @@ struct ControllerInstance::Impl {
         uint32_t present = 0;
         const auto put = [&](uint32_t bit, const at::Tensor& input, const isolation::Region& region) {
             if ((share.filled & bit) == 0) input_tensor(region, input.sizes(), input.scalar_type()).copy_(input);
-            share.filled |= bit;
             present |= bit;
         };
         const auto put_checked = [&](uint32_t bit, const at::Tensor& tensor, const char* name, at::ScalarType dtype,
@@ -456,6 +455,7 @@ struct ControllerInstance::Impl {
             put(isolation::kHasCandidates, r.candidate_ids, at_.candidate_ids);
             put(isolation::kHasCandidates, r.candidate_logp, at_.candidate_logp);
         }
+        share.filled |= present;  // after all are in: one bit covers both candidate tensors
 
         isolation::Writer request;
         request.put<int32_t>(in.phase).put<int32_t>(in.step).put<int32_t>(in.total_steps).put<int32_t>(in.guide_iter)
