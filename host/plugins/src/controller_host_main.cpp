@@ -284,14 +284,7 @@ struct Child {
         if ((passed & 1) != 0 && fds[next] >= 0) map_shared(fds[next++], size, true, shm, shm_size);
         if ((passed & 2) != 0 && fds[next] >= 0) map_shared(fds[next++], input_size, false, inputs, inputs_size);
         continuous = run.family == RUDDER_FAMILY_CONTINUOUS;
-        run_shape = forms::StepShape{};
-        run_shape.family = run.family;
-        run_shape.B = B;
-        run_shape.L = L;
-        run_shape.V = V;
-        run_shape.D = continuous ? D : 0;
-        run_shape.negotiated = negotiated;
-        run_shape.candidates = run_shape.has(RUDDER_CAP_CANDIDATES) ? run_candidates : 0;
+        run_shape = forms::run_shape(run.family, B, L, V, D, run_candidates, negotiated);
         layout = output_layout(run_shape, has_embedding);
         in_layout = input_layout(B, L, V, continuous ? D : 0, run_candidates);
         if (shm == nullptr || layout.total > shm_size || inputs == nullptr || in_layout.total > inputs_size) {

@@ -300,18 +300,12 @@ struct ControllerInstance::Impl {
         return std::move(w.data());
     }
 
-    // The run and this step as they decide what the controller gets (forms::input_forms, forms::output_dims).
-    forms::StepShape step_shape(bool predict, int64_t rows) const {
-        forms::StepShape st;
-        st.family = shape.family;
-        st.B = shape.batch_size;
-        st.L = shape.seq_len;
-        st.V = shape.vocab_size;
-        st.D = shape.family == RUDDER_FAMILY_CONTINUOUS ? shape.embed_dim : 0;
-        st.rows = rows;
-        st.candidates = run_info.struct_size > forms::kRunInfoSize11 ? run_info.candidates : 0;
+    // The run and this step as they decide what the controller gets (forms::input_forms, forms::output_dims); the
+    // step's rows are set once known.
+    forms::StepShape step_shape(bool predict) const {
+        forms::StepShape st = forms::run_shape(shape.family, shape.batch_size, shape.seq_len, shape.vocab_size,
+                                               shape.embed_dim, shape.candidates, negotiated);
         st.predict = predict;
-        st.negotiated = negotiated;
         return st;
     }
 
@@ -353,6 +347,9 @@ struct ControllerInstance::Impl {
         if (wanted.x0_rows) r.x0_rows = x0;
         if (wanted.candidates) {
             const int64_t k = run_info.candidates;
+            if (in.candidate_ids.defined() != in.candidate_logp.defined())
+                throw std::invalid_argument(where + ": host passed candidate_ids without candidate_logp, or the other "
+                                                    "way round");
             if (in.candidate_ids.defined()) {
                 r.candidate_ids = plugin_input(in.candidate_ids, "candidate_ids", at::kLong, {N, k}, device, where);
                 r.candidate_logp = plugin_input(in.candidate_logp, "candidate_logp", at::kFloat, {N, k}, device, where);
@@ -776,7 +773,7 @@ void ControllerInstance::begin(const RunShape& shape, RunServices* services) {
         run.embedding = s.embedding_view->bind(s.embedding);
     }
     run.find_model = &Impl::find_model;
-    run.candidates = has(RUDDER_CAP_CANDIDATES) ? shape.candidates : 0;  // the bit is negotiated away without 1.2
+    run.candidates = static_cast<int32_t>(s.step_shape(true).candidates);
 
     s.service_error.clear();
     if (s.remote != nullptr) {
@@ -786,7 +783,7 @@ void ControllerInstance::begin(const RunShape& shape, RunServices* services) {
             s.start_process(type_);
         }
         const int64_t D = continuous ? shape.embed_dim : 0;
-        s.layout = isolation::output_layout(s.step_shape(true, 0), s.embedding.defined());
+        s.layout = isolation::output_layout(s.step_shape(true), s.embedding.defined());
         if (s.inputs == nullptr) {
             s.inputs = std::make_shared<StepInputShare>();
             s.own_inputs = true;
@@ -865,7 +862,7 @@ StepOutputs ControllerInstance::step(const StepInputs& in) {
     const std::string when = " at step " + std::to_string(in.step) +
                              (predict ? std::string() : " (guide iteration " + std::to_string(in.guide_iter) + ")");
 
-    forms::StepShape st = s.step_shape(predict, 0);
+    forms::StepShape st = s.step_shape(predict);
     const forms::InputForms wanted = forms::input_forms(st);
     const Impl::RowInputs r = s.row_inputs(in, wanted, device);
     st.rows = r.count();

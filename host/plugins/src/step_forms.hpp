@@ -87,6 +87,21 @@ struct StepShape {
     bool has(uint64_t capability) const { return (negotiated.capabilities & capability) != 0; }
 };
 
+// The run as it decides what a controller gets (the step's rows and phase are set per step). `run_candidates`: the k
+// the run offers; a controller gets it only if it declares RUDDER_CAP_CANDIDATES (as negotiated).
+inline StepShape run_shape(rudder_family family, int64_t B, int64_t L, int64_t V, int64_t D, int64_t run_candidates,
+                           const Negotiated& negotiated) {
+    StepShape s;
+    s.family = family;
+    s.B = B;
+    s.L = L;
+    s.V = V;
+    s.D = family == RUDDER_FAMILY_CONTINUOUS ? D : 0;
+    s.negotiated = negotiated;
+    s.candidates = s.has(RUDDER_CAP_CANDIDATES) ? run_candidates : 0;
+    return s;
+}
+
 // Which inputs beyond the dense ones a controller reads at this step.
 struct InputForms {
     bool rows = false;        // rudder_step.rows [N]
