@@ -359,8 +359,8 @@ struct Child {
             const forms::OutputInfo& info = forms::kOutputInfo[o];
             char* data = at(layout.outputs[o]);
             const size_t bytes = static_cast<size_t>(dims[o].numel()) * (info.dtype.bits / 8);
-            if (forms::initial_value(o) == -1) {
-                std::fill_n(reinterpret_cast<int64_t*>(data), dims[o].numel(), int64_t{-1});
+            if (forms::initial_value(o) != 0) {  // fixed_tokens (int64, small): refilled with -1 every step
+                std::fill_n(reinterpret_cast<int64_t*>(data), dims[o].numel(), forms::initial_value(o));
             } else if ((dirty & (1u << o)) != 0) {
                 std::memset(data, 0, extent[o]);
             }
@@ -368,7 +368,7 @@ struct Child {
             handed_out[o] = out.*info.member = views[o].bind(data, info.dtype, dims[o]);
             handed |= 1u << o;
         }
-        dirty = (dirty & ~handed) | handed;  // until the call ends well, anything handed out may be written
+        dirty |= handed;  // until the call ends well, anything handed out may be written
 
         rudder_status status = RUDDER_OK;
         bool escaped = false;

@@ -281,6 +281,7 @@ public:
         out.written |= RUDDER_WROTE_LOGIT_DELTA;
     }
     int64_t rows() const { return rows_; }
+    // Candidates per row: the host's k when it offers them (which may differ from own_k), else own_k (at most V).
     int64_t k() const { return k_; }
     // The host gave the candidates (else they were found here).
     bool offered() const { return offered_; }
