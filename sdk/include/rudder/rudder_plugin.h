@@ -278,7 +278,8 @@ typedef struct rudder_contribution {
     DLTensor* forbidden;    /* uint8 [B, L, V], zero-filled: 1 forbids that token at that position.
                                [N, V] with RUDDER_CAP_ROWS; NULL with RUDDER_CAP_PACKED_MASK (see token_bits) */
 
-    /* ABI 1.2: read only if struct_size covers them. Host-allocated and initialised like the outputs above. */
+    /* ABI 1.2: read only if struct_size covers them. Like the outputs above: host-owned, allocated and initialised
+     * by the host, on rudder_run_info.device, valid during the step() call, written from the thread inside it. */
     /* HARD_CONSTRAINT + PACKED_MASK, PREDICT: uint32 [B, L, W] ([N, W] with RUDDER_CAP_ROWS), W = ceil(V / 32),
      * zero-filled; token v of a row is bit (v % 32) of word v / 32. Set RUDDER_WROTE_FORBIDDEN_BITS (set bits are
      * forbidden tokens) or RUDDER_WROTE_ALLOWED_BITS (set bits are the row's only allowed tokens: a row with no bit
