@@ -17,15 +17,21 @@ inline void check_fits(int64_t n, const rudder_run_info& run, const std::string&
                     RUDDER_ERR_INVALID_ARGUMENT);
 }
 
-// Hard constraints for exactly n content tokens: pad is forbidden before n and fixed from n on.
-inline void write_length(rudder_contribution& out, const rudder_run_info& run, int64_t n) {
+// Hard constraints for exactly n content tokens: pad is forbidden before n and fixed from n on. fixed_tokens is
+// [B, L] in every form; the pad ban is written in the form the host gave: bits at the step's rows (RUDDER_CAP_ROWS
+// and RUDDER_CAP_PACKED_MASK on a 1.2 host), else bytes at every position.
+inline void write_length(const rudder_step& step, rudder_contribution& out, const rudder_run_info& run, int64_t n) {
     View<int64_t> fixed(out.fixed_tokens);
-    View<uint8_t> forbidden(out.forbidden);
-    for (int64_t b = 0; b < fixed.size(0); ++b) {
-        for (int64_t i = 0; i < n; ++i) forbidden(b, i, run.pad_id) = 1;
+    for (int64_t b = 0; b < fixed.size(0); ++b)
         for (int64_t i = n; i < fixed.size(1); ++i) fixed(b, i) = run.pad_id;
-    }
-    out.written |= RUDDER_WROTE_FIXED_TOKENS | RUDDER_WROTE_FORBIDDEN;
+    const Rows rows(step, run);
+    TokenMask mask(out, run, TokenMask::kForbid);
+    for (int64_t r = 0; r < rows.size(); ++r)
+        if (rows.position(r) < n) mask.forbid(r, run.pad_id);
+    out.written |= RUDDER_WROTE_FIXED_TOKENS;
 }
+
+// What length and span declare: hard constraints in the cheapest forms (the pad ban as bits, at the step's rows).
+constexpr uint64_t kHardConstraintForms = RUDDER_CAP_HARD_CONSTRAINT | RUDDER_CAP_ROWS | RUDDER_CAP_PACKED_MASK;
 
 }  // namespace rudder::layout

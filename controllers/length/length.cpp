@@ -21,7 +21,7 @@ public:
 
     void step(const rudder_step& step, rudder_contribution& out) override {
         if (step.phase != RUDDER_PHASE_PREDICT) return;
-        rudder::layout::write_length(out, run_.info(), tokens_);
+        rudder::layout::write_length(step, out, run_.info(), tokens_);
     }
 
     void evaluate(const rudder_sample& sample, rudder_verdict& verdict) override {
@@ -42,5 +42,5 @@ static const char kSchema[] = R"schema({
 })schema";
 
 RUDDER_CONTROLLER(length_desc, Length, "length", "1.0.0", "the text has exactly N tokens (hard constraint)", kSchema,
-                  RUDDER_CAP_HARD_CONSTRAINT | RUDDER_CAP_EVALUATE | RUDDER_CAP_THREAD_SAFE)
+                  rudder::layout::kHardConstraintForms | RUDDER_CAP_EVALUATE | RUDDER_CAP_THREAD_SAFE)
 RUDDER_PLUGIN("rudder-length", &length_desc)

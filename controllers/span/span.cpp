@@ -69,7 +69,7 @@ public:
 
     void step(const rudder_step& step, rudder_contribution& out) override {
         if (step.phase != RUDDER_PHASE_PREDICT) return;
-        if (length_ > 0) rudder::layout::write_length(out, run_.info(), length_);
+        if (length_ > 0) rudder::layout::write_length(step, out, run_.info(), length_);
         rudder::View<int64_t> fixed(out.fixed_tokens);
         for (int64_t b = 0; b < fixed.size(0); ++b)
             for (const auto& [pos, id] : fixed_) fixed(b, pos) = id;
@@ -107,5 +107,5 @@ static const char kSchema[] = R"schema({
 
 RUDDER_CONTROLLER(span_desc, Span, "span", "1.0.0",
                   "fixed words at positions, prefix, suffix, infilling (hard constraint)", kSchema,
-                  RUDDER_CAP_HARD_CONSTRAINT | RUDDER_CAP_EVALUATE | RUDDER_CAP_THREAD_SAFE)
+                  rudder::layout::kHardConstraintForms | RUDDER_CAP_EVALUATE | RUDDER_CAP_THREAD_SAFE)
 RUDDER_PLUGIN("rudder-span", &span_desc)

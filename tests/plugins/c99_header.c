@@ -36,6 +36,19 @@ STATIC_CHECK(capability_bits, RUDDER_CAP_LOGIT_DELTA == 1 && RUDDER_CAP_GRADIENT
 STATIC_CHECK(written_bits, RUDDER_WROTE_LOGIT_DELTA == 1 && RUDDER_WROTE_GRAD == 2 && RUDDER_WROTE_LOG_PROB == 4 &&
                                RUDDER_WROTE_FIXED_TOKENS == 8 && RUDDER_WROTE_FORBIDDEN == 16);
 STATIC_CHECK(capabilities_are_64_bit, sizeof(((rudder_controller_desc*)0)->capabilities) == 8);
+/* ABI 1.2: the next bits, and members appended after every 1.1 member. */
+STATIC_CHECK(abi_minor, RUDDER_ABI_MINOR >= 2);
+STATIC_CHECK(capability_bits_1_2, RUDDER_CAP_ROWS == 128 && RUDDER_CAP_PACKED_MASK == 256 &&
+                                      RUDDER_CAP_CANDIDATES == 512);
+STATIC_CHECK(written_bits_1_2, RUDDER_WROTE_FORBIDDEN_BITS == 32 && RUDDER_WROTE_ALLOWED_BITS == 64 &&
+                                   RUDDER_WROTE_CANDIDATE_DELTA == 128);
+STATIC_CHECK(run_info_appended, offsetof(rudder_run_info, candidates) > offsetof(rudder_run_info, find_model));
+STATIC_CHECK(step_appended, offsetof(rudder_step, rows) > offsetof(rudder_step, masked) &&
+                                offsetof(rudder_step, candidate_ids) > offsetof(rudder_step, rows) &&
+                                offsetof(rudder_step, candidate_logp) > offsetof(rudder_step, candidate_ids));
+STATIC_CHECK(contribution_appended, offsetof(rudder_contribution, token_bits) > offsetof(rudder_contribution, forbidden) &&
+                                        offsetof(rudder_contribution, candidate_delta) >
+                                            offsetof(rudder_contribution, token_bits));
 
 /* The entry point's type must match what RUDDER_PLUGIN_ENTRY_SYMBOL names. */
 static const rudder_plugin* entry_with_the_right_type(uint32_t major, uint32_t minor) {
@@ -46,7 +59,13 @@ static const rudder_plugin* entry_with_the_right_type(uint32_t major, uint32_t m
 
 int main(void) {
     rudder_plugin_entry_fn entry = entry_with_the_right_type;
+    rudder_step step_1_1;
     if (entry(RUDDER_ABI_MAJOR, RUDDER_ABI_MINOR) != NULL) return 1;
+    /* RUDDER_HAS_MEMBER compiles as C99 and reads struct_size: a 1.1-sized step has no rows, a full one has. */
+    step_1_1.struct_size = (uint32_t)offsetof(rudder_step, rows);
+    if (RUDDER_HAS_MEMBER(&step_1_1, rudder_step, rows) || !RUDDER_HAS_MEMBER(&step_1_1, rudder_step, masked)) return 1;
+    step_1_1.struct_size = (uint32_t)sizeof(rudder_step);
+    if (!RUDDER_HAS_MEMBER(&step_1_1, rudder_step, candidate_logp)) return 1;
     printf("rudder plugin ABI %d.%d, entry symbol %s\n", RUDDER_ABI_MAJOR, RUDDER_ABI_MINOR,
            RUDDER_PLUGIN_ENTRY_SYMBOL);
     printf("sizeof: rudder_host %u, rudder_run_info %u, rudder_step %u, rudder_contribution %u, rudder_sample %u, "

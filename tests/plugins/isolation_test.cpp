@@ -284,6 +284,86 @@ TEST(Isolation, ANewRunShapeGetsNewSharedMemory) {
     EXPECT_TRUE(at::equal(good.step(step_inputs(big, 0)).logit_delta, reference.step(step_inputs(big, 0)).logit_delta));
 }
 
+// Steps with a varying number of rows: the child's row-shaped views grow, shrink and empty, and an output written
+// over more rows the step before is handed out zeroed again.
+const std::vector<std::vector<int64_t>> kRowsPerStep = {{0, 1, 2, 3, 4, 5}, {1, 2, 4}, {}, {3}, {0, 5}};
+
+TEST(Isolation, TheNewFormsReachTheChildAndComeBack) {
+    RunShape shape = discrete_shape();
+    shape.candidates = 3;
+    const std::pair<std::string, std::string> cases[] = {
+        {"forms#rows_mask", "{}"}, {"forms#rows_mask", R"({"write": "allow"})"}, {"forms#candidate_bonus", "{}"},
+        {"helper_forms", R"({"mask": "forbid"})"}, {"helper_forms", R"({"mask": "allow"})"}, {"abi11", "{}"}};
+    for (const auto& [name, params] : cases) {
+        const auto hash = name.find('#');
+        const ControllerType type =
+            hash == std::string::npos ? fixture_type(name) : fixture_type(name.substr(0, hash), name.substr(hash + 1));
+        ControllerInstance a(type, params, "x", Isolation::in_process);
+        ControllerInstance b(type, params, "x", Isolation::process);
+        a.begin(shape, nullptr);
+        b.begin(shape, nullptr);
+        StepInputs in = step_inputs(shape, 0);
+        in.x0_logits = distinct_x0(shape);
+        int32_t step = 0;
+        for (const auto& rows : kRowsPerStep) {
+            in.step = step++;
+            const StepInputs with = with_rows(in, shape, rows, shape.candidates);
+            const StepOutputs x = a.step(with), y = b.step(with);
+            EXPECT_EQ(x.bits_allowed, y.bits_allowed) << name;
+            const at::Tensor xs[] = {x.logit_delta, x.grad, x.log_prob, x.fixed_tokens, x.forbidden, x.token_bits,
+                                     x.candidate_delta};
+            const at::Tensor ys[] = {y.logit_delta, y.grad, y.log_prob, y.fixed_tokens, y.forbidden, y.token_bits,
+                                     y.candidate_delta};
+            for (int k = 0; k < 7; ++k) {
+                ASSERT_EQ(xs[k].defined(), ys[k].defined()) << name << " output " << k << " N=" << rows.size();
+                if (xs[k].defined()) {
+                    EXPECT_TRUE(at::equal(xs[k], ys[k])) << name << " output " << k << " N=" << rows.size();
+                }
+            }
+        }
+    }
+}
+
+TEST(Isolation, ThePluginSeesTheNewFormsAsInProcess) {
+    RunShape shape = discrete_shape();
+    shape.candidates = 2;
+    auto share = std::make_shared<StepInputShare>();
+    ControllerInstance forms(fixture_type("probe_forms"), "{}", "f", Isolation::process);
+    ControllerInstance plain(fixture_type("probe"), "{}", "p", Isolation::process);  // shares the inputs, reads x0 dense
+    ControllerInstance forms_reference(fixture_type("probe_forms"), "{}", "f");
+    ControllerInstance plain_reference(fixture_type("probe"), "{}", "p");
+    forms.share_step_inputs(share);
+    plain.share_step_inputs(share);
+    for (ControllerInstance* c : {&forms, &plain, &forms_reference, &plain_reference}) c->begin(shape, nullptr);
+    int32_t step = 0;
+    for (const auto& rows : kRowsPerStep) {
+        share->next_step();
+        const StepInputs in = with_rows(step_inputs(shape, step++), shape, rows, 2);
+        for (ControllerInstance* c : {&forms, &plain, &forms_reference, &plain_reference}) c->step(in);
+    }
+    EXPECT_THAT(detail_of(forms), HasSubstr("token_bits=[3,1]u32@1:0=0 candidate_delta=[3,2]f32@1:0=0;"));
+    EXPECT_EQ(detail_of(forms), detail_of(forms_reference));
+    EXPECT_EQ(detail_of(plain), detail_of(plain_reference));
+}
+
+TEST(Isolation, TheNewFormsChecksReadAsInProcess) {
+    RunShape shape = discrete_shape();
+    shape.candidates = 2;
+    for (const auto& [id, params] : std::vector<std::pair<std::string, std::string>>{
+             {"rows_mask", R"({"write": "both"})"}, {"rows_mask", R"({"write": "past_vocab"})"},
+             {"candidate_bonus", R"({"nan":true})"}}) {
+        const auto step_error = [&](ControllerInstance& c) {
+            c.begin(shape, nullptr);
+            return plugin_error_of([&] { c.step(with_rows(step_inputs(shape, 3), shape, {1, 2, 4}, 2)); });
+        };
+        ControllerInstance in_process(fixture_type("forms", id), params, "x", Isolation::in_process);
+        ControllerInstance isolated(fixture_type("forms", id), params, "x", Isolation::process);
+        const std::string expected = step_error(in_process);
+        EXPECT_THAT(expected, StartsWith("controller 'x' (" + id + ", rudder_forms.so): ")) << params;
+        EXPECT_EQ(step_error(isolated), expected) << params;
+    }
+}
+
 TEST(Isolation, AMissingHelperIsAClearError) {
     const std::string saved = std::getenv("RUDDER_CONTROLLER_HOST") != nullptr ? std::getenv("RUDDER_CONTROLLER_HOST") : "";
     ::setenv("RUDDER_CONTROLLER_HOST", "/nonexistent/rudder-controller-host", 1);

@@ -73,8 +73,9 @@ std::map<std::string, std::string> reasons_by_file(const std::vector<Rejection>&
 TEST(Registry, ListsTheGoodFixturesAndTheReasonsForTheRest) {
     Registry registry({fixture_dir()});
     EXPECT_EQ(ids_of(registry.controllers()),
-              (std::set<std::string>{"bad_header", "error_status", "faulty", "good", "hard", "nan", "newer_minor", "noop",
-                                     "pair_a", "pair_b", "probe", "slow", "throws"}));
+              (std::set<std::string>{"abi11", "bad_header", "candidate_bonus", "error_status", "faulty", "forms_probe",
+                                     "good", "hard", "helper_forms", "nan", "newer_minor", "noop", "pair_a", "pair_b",
+                                     "probe", "rows_mask", "slow", "throws"}));
 
     const auto reasons = reasons_by_file(registry.rejections());
     const std::map<std::string, std::string> expected = {
@@ -305,7 +306,7 @@ TEST(Registry, ConcurrentUseScansOnceAndAgrees) {
         });
     for (auto& thread : threads) thread.join();
     EXPECT_EQ(found, (std::vector<std::string>{"good", "hard", "good", "hard"}));
-    EXPECT_EQ(registry.controllers().size(), 13u);
+    EXPECT_EQ(registry.controllers().size(), 18u);
 }
 
 }  // namespace

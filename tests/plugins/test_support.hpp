@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 #include <stdexcept>
@@ -123,5 +124,91 @@ inline StepInputs step_inputs(const RunShape& shape, int32_t step, rudder_phase 
     }
     return in;
 }
+
+// x0 log-probabilities whose values differ within each row, so that a row's most likely tokens have one order.
+inline at::Tensor distinct_x0(const RunShape& shape) {
+    const int64_t B = shape.batch_size, L = shape.seq_len, V = shape.vocab_size;
+    return at::log_softmax(at::sin(at::arange(B * L * V, at::kFloat) * 1.7).view({B, L, V}), -1);
+}
+
+// `in` as the reverse loop hands a 1.2 PREDICT step: the rows (flat b * L + i, ascending), x0 at the rows and each
+// row's k most likely tokens (none for k = 0).
+inline StepInputs with_rows(StepInputs in, const RunShape& shape, const std::vector<int64_t>& rows, int64_t k) {
+    in.rows = at::tensor(rows, at::kLong);
+    in.x0_rows = in.x0_logits.reshape({-1, shape.vocab_size}).index_select(0, in.rows);
+    if (k > 0) {
+        auto [logp, ids] = at::topk(in.x0_rows, k, -1, true, true);
+        in.candidate_ids = ids;
+        in.candidate_logp = logp;
+    }
+    return in;
+}
+
+// The step's rows as the instance takes them: `in.rows`, or every position.
+inline at::Tensor rows_of(const StepInputs& in, const RunShape& shape) {
+    return in.rows.defined() ? in.rows : at::arange(shape.batch_size * shape.seq_len, at::kLong);
+}
+
+// A row-shaped [N, X] tensor over `rows` spread to [B, L, X] (0 elsewhere), or a dense one kept at `rows` only.
+inline at::Tensor at_rows_as_dense(const at::Tensor& value, const at::Tensor& rows, const RunShape& shape) {
+    const int64_t B = shape.batch_size, L = shape.seq_len, X = value.size(-1);
+    const at::Tensor flat = value.reshape({-1, X});
+    at::Tensor dense = at::zeros({B * L, X}, value.options());
+    dense.index_copy_(0, rows, flat.size(0) == rows.size(0) ? flat : flat.index_select(0, rows));
+    return dense.view({B, L, X});
+}
+
+// The token mask a StepOutputs carries, whatever its form (forbidden bytes, dense or at the rows; token bits of
+// forbidden or allowed tokens), as bool [B, L, V] at `rows` (false elsewhere): what a composer would forbid there.
+inline at::Tensor forbidden_as_dense(const StepOutputs& out, const at::Tensor& rows, const RunShape& shape) {
+    const int64_t V = shape.vocab_size;
+    if (out.forbidden.defined()) return at_rows_as_dense(out.forbidden.ne(0).to(at::kByte), rows, shape).to(at::kBool);
+    if (!out.token_bits.defined()) return at::zeros({shape.batch_size, shape.seq_len, V}, at::kBool);
+    const at::Tensor words = out.token_bits.reshape({-1, out.token_bits.size(-1)}).contiguous();
+    at::Tensor listed = at::zeros({words.size(0), V}, at::kByte);
+    const auto w = words.accessor<int32_t, 2>();
+    auto l = listed.accessor<uint8_t, 2>();
+    for (int64_t r = 0; r < words.size(0); ++r)
+        for (int64_t v = 0; v < V; ++v) l[r][v] = (static_cast<uint32_t>(w[r][v / 32]) >> (v % 32)) & 1u;
+    const at::Tensor forbidden = out.bits_allowed ? listed.eq(0).to(at::kByte) : listed;
+    return at_rows_as_dense(forbidden.view(out.token_bits.dim() == 2 ? std::vector<int64_t>{-1, V}
+                                                                      : std::vector<int64_t>{shape.batch_size, shape.seq_len, V}),
+                            rows, shape)
+        .to(at::kBool);
+}
+
+// The logit deltas a StepOutputs carries (logit_delta, dense or at the rows, plus candidate_delta at the step's
+// candidate_ids) as float [B, L, V] at `rows` (0 elsewhere).
+inline at::Tensor delta_as_dense(const StepOutputs& out, const StepInputs& in, const RunShape& shape) {
+    const at::Tensor rows = rows_of(in, shape);
+    at::Tensor delta = at::zeros({rows.size(0), shape.vocab_size});
+    if (out.logit_delta.defined())
+        delta += out.logit_delta.dim() == 2 ? out.logit_delta
+                                            : out.logit_delta.reshape({-1, shape.vocab_size}).index_select(0, rows);
+    if (out.candidate_delta.defined()) delta.scatter_add_(1, in.candidate_ids, out.candidate_delta);
+    return at_rows_as_dense(delta, rows, shape);
+}
+
+// Sets an environment variable for the life of the object, then restores what was there.
+class ScopedEnv {
+public:
+    ScopedEnv(const char* name, const char* value) : name_(name) {
+        if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+        ::setenv(name, value, 1);
+    }
+    ~ScopedEnv() {
+        if (had_)
+            ::setenv(name_, old_.c_str(), 1);
+        else
+            ::unsetenv(name_);
+    }
+    ScopedEnv(const ScopedEnv&) = delete;
+    ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+private:
+    const char* name_;
+    std::string old_;
+    bool had_ = false;
+};
 
 }  // namespace rudder::plugins::testing

@@ -14,6 +14,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -44,10 +45,19 @@ struct View {
     DLTensor* bind(void* data, DLDataType dtype, std::initializer_list<int64_t> sizes) {
         int32_t i = 0;
         for (int64_t s : sizes) shape[i++] = s;
+        return bind(data, dtype, i);
+    }
+    DLTensor* bind(void* data, DLDataType dtype, const rudder::plugins::forms::Dims& dims) {
+        std::copy(dims.size, dims.size + dims.ndim, shape);
+        return bind(data, dtype, dims.ndim);
+    }
+
+private:
+    DLTensor* bind(void* data, DLDataType dtype, int32_t ndim) {  // over shape[0..ndim), already set
         dl = DLTensor{};
         dl.data = data;
         dl.device = DLDevice{kDLCPU, 0};
-        dl.ndim = i;
+        dl.ndim = ndim;
         dl.dtype = dtype;
         dl.shape = shape;
         dl.strides = nullptr;
@@ -56,6 +66,8 @@ struct View {
         std::memcpy(original_shape, shape, sizeof shape);
         return &dl;
     }
+
+public:
     const char* changed_field() const {
         if (dl.data != original.data) return "data pointer";
         if (dl.ndim != original.ndim) return "ndim";
@@ -72,7 +84,10 @@ struct View {
     }
 };
 
-constexpr DLDataType kF32{kDLFloat, 32, 1}, kI64{kDLInt, 64, 1}, kU8{kDLUInt, 8, 1};
+using rudder::plugins::forms::kF32;
+using rudder::plugins::forms::kI64;
+using rudder::plugins::forms::kU8;
+namespace forms = rudder::plugins::forms;
 
 struct Child {
     const rudder_controller_desc* desc = nullptr;
@@ -83,11 +98,14 @@ struct Child {
     rudder_run_info run{};
     int64_t B = 0, L = 0, V = 0, D = 0;
     bool continuous = false;
-    // RUDDER_WROTE_* bits of the large outputs (logit_delta, grad, forbidden) that may not be all zeros any more:
-    // those the last step said it wrote, or every one it was handed if it failed. Only these are zeroed before the
-    // next step; an output the plugin was handed and did not write is still zeros (the ABI: a controller sets the
-    // bit of each output it writes).
+    forms::StepShape run_shape;  // the run and the controller's negotiated forms, as the host computed them
+    // The outputs (bit k: forms::Output k) that may not be all zeros any more: those the last step said it wrote, or
+    // every one it was handed if it failed; and how many bytes from each region's start that step handed out (a
+    // row-shaped output covers N rows, which vary). Only those bytes are zeroed before the next step; an output the
+    // plugin was handed and did not write is still zeros (the ABI: a controller sets the bit of each output it
+    // writes).
     uint32_t dirty = 0;
+    size_t extent[forms::kOutputs] = {};
     std::string model_dir;
     char* shm = nullptr;           // this controller's outputs and the embedding table (read-write)
     size_t shm_size = 0;
@@ -245,7 +263,6 @@ struct Child {
 
     void do_begin(Reader& r, const int (&fds)[kMaxFds]) {
         run = rudder_run_info{};
-        run.struct_size = sizeof(rudder_run_info);
         run.family = r.get<int32_t>();
         B = run.batch_size = r.get<int64_t>();
         L = run.seq_len = r.get<int64_t>();
@@ -259,18 +276,24 @@ struct Child {
         const auto size = r.get<uint64_t>(), input_size = r.get<uint64_t>();
         const auto passed = r.get<uint8_t>();  // bit 0: the output file came, bit 1: the input file came
         model_dir = r.text();
+        forms::Negotiated negotiated;
+        negotiated.abi12 = r.get<uint8_t>() != 0;
+        negotiated.capabilities = r.get<uint64_t>();
+        const auto run_candidates = r.get<int64_t>();  // k of the run: the shared input file is laid out for it
         int next = 0;
         if ((passed & 1) != 0 && fds[next] >= 0) map_shared(fds[next++], size, true, shm, shm_size);
         if ((passed & 2) != 0 && fds[next] >= 0) map_shared(fds[next++], input_size, false, inputs, inputs_size);
         continuous = run.family == RUDDER_FAMILY_CONTINUOUS;
-        layout = output_layout(B, L, V, continuous ? D : 0, desc->capabilities, has_embedding);
-        in_layout = input_layout(B, L, V, continuous ? D : 0);
+        run_shape = forms::run_shape(run.family, B, L, V, D, run_candidates, negotiated);
+        layout = output_layout(run_shape, has_embedding);
+        in_layout = input_layout(B, L, V, continuous ? D : 0, run_candidates);
         if (shm == nullptr || layout.total > shm_size || inputs == nullptr || in_layout.total > inputs_size) {
             Writer w;
             w.text("the host's shared memory does not fit the run");
             send_or_exit(kFatal, w);
             gone();
         }
+        run.struct_size = negotiated.abi12 ? sizeof(rudder_run_info) : forms::kRunInfoSize11;
         run.device = DLDevice{kDLCPU, 0};
         run.run_ctx = this;
         run.tokenize = &Child::tokenize;
@@ -280,6 +303,7 @@ struct Child {
         run.model_dir = model_dir.c_str();
         run.embedding = has_embedding ? embedding.bind(at(layout.embedding), kF32, {V, D}) : nullptr;
         run.find_model = &Child::find_model;
+        run.candidates = static_cast<int32_t>(run_shape.candidates);
         token_texts.clear();
         // A new run (or a new process after a crash, or a new layout): every output starts at zero.
         std::memset(shm, 0, layout.embedding.size != 0 ? layout.embedding.offset : layout.total);
@@ -296,7 +320,7 @@ struct Child {
 
     void do_step(Reader& r) {
         rudder_step step{};
-        step.struct_size = sizeof(rudder_step);
+        step.struct_size = run_shape.negotiated.abi12 ? sizeof(rudder_step) : forms::kStepSize11;
         step.phase = r.get<int32_t>();
         step.step = r.get<int32_t>();
         step.total_steps = r.get<int32_t>();
@@ -304,51 +328,47 @@ struct Child {
         step.t = r.get<double>();
         step.t_next = r.get<double>();
         const auto present = r.get<uint32_t>();
-        const bool predict = step.phase == RUDDER_PHASE_PREDICT;
-        View latent, x0_logits, tokens, masked;
+        const auto N = r.get<int64_t>();
+        if (N < 0 || N > B * L) throw std::runtime_error("a step with " + std::to_string(N) + " rows");
+        const int64_t k = run_shape.candidates;
+        View latent, x0_logits, tokens, masked, rows, candidate_ids, candidate_logp;
         if ((present & kHasLatent) != 0) step.latent = latent.bind(input(in_layout.latent), kF32, {B, L, D});
         if ((present & kHasLogits) != 0) step.x0_logits = x0_logits.bind(input(in_layout.x0_logits), kF32, {B, L, V});
+        if ((present & kHasX0Rows) != 0) step.x0_logits = x0_logits.bind(input(in_layout.x0_rows), kF32, {N, V});
         if ((present & kHasTokens) != 0) step.tokens = tokens.bind(input(in_layout.tokens), kI64, {B, L});
         if ((present & kHasMasked) != 0) step.masked = masked.bind(input(in_layout.masked), kU8, {B, L});
-
-        // Outputs, initialised as the ABI promises, in the shared memory the host reads them from.
-        const uint64_t caps = desc->capabilities;
-        View logit_delta, grad, log_prob, fixed_tokens, forbidden;
-        rudder_contribution out{};
-        out.struct_size = sizeof(rudder_contribution);
-        // The large outputs are zeroed only if the last step may have written them; the small ones always.
-        const auto zero_if_dirty = [&](const Region& region, uint32_t bit) {
-            if ((dirty & bit) != 0) std::memset(at(region), 0, region.size);
-            return at(region);
-        };
-        const auto zero = [&](const Region& region, size_t bytes) {
-            std::memset(at(region), 0, bytes);
-            return at(region);
-        };
-        if (predict) {
-            if ((caps & RUDDER_CAP_LOGIT_DELTA) != 0)
-                out.logit_delta =
-                    logit_delta.bind(zero_if_dirty(layout.logit_delta, RUDDER_WROTE_LOGIT_DELTA), kF32, {B, L, V});
-            if ((caps & RUDDER_CAP_HARD_CONSTRAINT) != 0) {
-                auto* fixed = reinterpret_cast<int64_t*>(at(layout.fixed_tokens));
-                std::fill(fixed, fixed + B * L, int64_t{-1});
-                out.fixed_tokens = fixed_tokens.bind(fixed, kI64, {B, L});
-                out.forbidden = forbidden.bind(zero_if_dirty(layout.forbidden, RUDDER_WROTE_FORBIDDEN), kU8, {B, L, V});
-            }
-            if ((caps & RUDDER_CAP_GRADIENT) != 0 && !continuous)
-                out.grad = grad.bind(zero_if_dirty(layout.grad, RUDDER_WROTE_GRAD), kF32, {B, L, V});
-            if ((caps & RUDDER_CAP_GRADIENT) != 0)
-                out.log_prob = log_prob.bind(zero(layout.log_prob, layout.log_prob.size), kF32, {B});
-        } else {
-            out.grad = grad.bind(zero_if_dirty(layout.grad, RUDDER_WROTE_GRAD), kF32, {B, L, D});
-            out.log_prob = log_prob.bind(zero(layout.log_prob, layout.log_prob.size), kF32, {B});
+        if ((present & kHasRows) != 0) step.rows = rows.bind(input(in_layout.rows), kI64, {N});
+        if ((present & kHasCandidates) != 0) {
+            step.candidate_ids = candidate_ids.bind(input(in_layout.candidate_ids), kI64, {N, k});
+            step.candidate_logp = candidate_logp.bind(input(in_layout.candidate_logp), kF32, {N, k});
         }
-        DLTensor* const handed_out[] = {out.logit_delta, out.grad, out.log_prob, out.fixed_tokens, out.forbidden};
-        const uint32_t large = RUDDER_WROTE_LOGIT_DELTA | RUDDER_WROTE_GRAD | RUDDER_WROTE_FORBIDDEN;
+
+        // Outputs, in the forms the host computed the same way, initialised as the ABI promises, in the shared memory
+        // the host reads them from.
+        forms::StepShape now = run_shape;
+        now.predict = step.phase == RUDDER_PHASE_PREDICT;
+        now.rows = N;
+        const auto dims = forms::output_dims(now);
+        rudder_contribution out{};
+        out.struct_size = run_shape.negotiated.abi12 ? sizeof(rudder_contribution) : forms::kContributionSize11;
+        View views[forms::kOutputs];
+        DLTensor* handed_out[forms::kOutputs] = {};
         uint32_t handed = 0;
-        for (uint32_t i = 0; i < 5; ++i)
-            if (handed_out[i] != nullptr) handed |= 1u << i;
-        dirty = (dirty & ~handed) | (handed & large);  // until the call ends well, anything handed out may be written
+        for (size_t o = 0; o < forms::kOutputs; ++o) {
+            if (!dims[o].present()) continue;
+            const forms::OutputInfo& info = forms::kOutputInfo[o];
+            char* data = at(layout.outputs[o]);
+            const size_t bytes = static_cast<size_t>(dims[o].numel()) * (info.dtype.bits / 8);
+            if (forms::initial_value(o) != 0) {  // fixed_tokens (int64, small): refilled with -1 every step
+                std::fill_n(reinterpret_cast<int64_t*>(data), dims[o].numel(), forms::initial_value(o));
+            } else if ((dirty & (1u << o)) != 0) {
+                std::memset(data, 0, extent[o]);
+            }
+            extent[o] = bytes;
+            handed_out[o] = out.*info.member = views[o].bind(data, info.dtype, dims[o]);
+            handed |= 1u << o;
+        }
+        dirty |= handed;  // until the call ends well, anything handed out may be written
 
         rudder_status status = RUDDER_OK;
         bool escaped = false;
@@ -361,18 +381,18 @@ struct Child {
         denoised.clear();
         if (escaped) return reply(kEscaped, RUDDER_ERR_INTERNAL, "step");
         if (status != RUDDER_OK) return reply(kFailed, status, rudder::plugins::plugin_message(desc, self));
-        const char* names[] = {"logit_delta", "grad", "log_prob", "fixed_tokens", "forbidden"};
-        DLTensor* const slots[] = {out.logit_delta, out.grad, out.log_prob, out.fixed_tokens, out.forbidden};
-        View* const views[] = {&logit_delta, &grad, &log_prob, &fixed_tokens, &forbidden};
-        for (size_t i = 0; i < 5; ++i) {
-            if (slots[i] != handed_out[i])
-                return reply(kRewroteHeader, RUDDER_OK, std::string("replaced the ") + names[i] + " tensor pointer");
-            if (handed_out[i] == nullptr) continue;
-            if (const char* field = views[i]->changed_field())
+        uint32_t written_outputs = 0;
+        for (size_t o = 0; o < forms::kOutputs; ++o) {
+            const forms::OutputInfo& info = forms::kOutputInfo[o];
+            if (out.*info.member != handed_out[o])
+                return reply(kRewroteHeader, RUDDER_OK, std::string("replaced the ") + info.name + " tensor pointer");
+            if (handed_out[o] == nullptr) continue;
+            if (const char* field = views[o].changed_field())
                 return reply(kRewroteHeader, RUDDER_OK,
-                             std::string("wrote a tensor with a changed ") + field + " (" + names[i] + ")");
+                             std::string("wrote a tensor with a changed ") + field + " (" + info.name + ")");
+            if ((out.written & info.written) != 0) written_outputs |= 1u << o;
         }
-        dirty = out.written & handed & large;  // the call ended well: what it wrote is all it wrote
+        dirty = written_outputs;  // the call ended well: what it wrote is all it wrote
         reply(kOk, RUDDER_OK, "", out.written);
     }
 

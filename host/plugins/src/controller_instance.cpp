@@ -3,6 +3,7 @@
 // checked after the call, and no exception ever crosses into plugin code.
 #include "library.hpp"
 #include "remote_controller.hpp"
+#include "step_forms.hpp"
 
 #include <rudder/plugins/plugins.hpp>
 
@@ -14,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <limits>
@@ -58,6 +60,24 @@ DLDataType to_dl_dtype(at::ScalarType type) {
     }
 }
 
+// The ATen dtype that holds a DLPack dtype of the ABI. ATen 1.13 has no uint32: token bits live in int32 tensors
+// and the plugin is told uint32.
+at::ScalarType aten_dtype(DLDataType dtype) {
+    if (dtype.code == kDLFloat && dtype.bits == 32) return at::kFloat;
+    if (dtype.code == kDLInt && dtype.bits == 64) return at::kLong;
+    if (dtype.code == kDLUInt && dtype.bits == 8) return at::kByte;
+    if (dtype.code == kDLUInt && dtype.bits == 32) return at::kInt;
+    throw std::invalid_argument("DLPack dtype code " + std::to_string(dtype.code) + " bits " +
+                                std::to_string(dtype.bits) + " has no place in the plugin ABI");
+}
+
+std::vector<int64_t> sizes_of(const forms::Dims& dims) { return std::vector<int64_t>(dims.size, dims.size + dims.ndim); }
+
+// StepOutputs' member for each output, in forms::Output order.
+at::Tensor StepOutputs::* const kResultMember[forms::kOutputs] = {
+    &StepOutputs::logit_delta, &StepOutputs::grad,       &StepOutputs::log_prob,       &StepOutputs::fixed_tokens,
+    &StepOutputs::forbidden,   &StepOutputs::token_bits, &StepOutputs::candidate_delta};
+
 std::string shape_text(at::IntArrayRef sizes) {
     std::string text = "[";
     for (size_t i = 0; i < sizes.size(); ++i) text += (i > 0 ? ", " : "") + std::to_string(sizes[i]);
@@ -77,14 +97,16 @@ struct TensorView {
     TensorView(const TensorView&) = delete;
     TensorView& operator=(const TensorView&) = delete;
 
-    DLTensor* bind(const at::Tensor& contiguous) {
+    DLTensor* bind(const at::Tensor& contiguous) { return bind(contiguous, to_dl_dtype(contiguous.scalar_type())); }
+    // With the dtype the plugin is told, where ATen holds it in another of the same width (uint32 in int32).
+    DLTensor* bind(const at::Tensor& contiguous, DLDataType dtype) {
         tensor = contiguous;
         const auto sizes = contiguous.sizes();
         std::copy(sizes.begin(), sizes.end(), shape.begin());
         dl.data = contiguous.data_ptr();
         dl.device = to_dl_device(contiguous.device());
         dl.ndim = static_cast<int32_t>(sizes.size());
-        dl.dtype = to_dl_dtype(contiguous.scalar_type());
+        dl.dtype = dtype;
         dl.shape = shape.data();
         dl.strides = nullptr;
         dl.byte_offset = 0;
@@ -132,17 +154,18 @@ struct StepInputShare::Impl {
     SharedMemory memory;
     uint64_t generation = 0;  // bumped each time a new file replaces the old (children must map the new one)
     isolation::InputLayout layout;
-    bool filled = false;      // this step's inputs are in
-    uint32_t present = 0;     // which of them (isolation::kHas*)
+    uint32_t filled = 0;      // which of this step's inputs are in (isolation::kHas*): each is copied in by the first
+                              // isolated controller of the step that reads it
 };
 
 StepInputShare::StepInputShare() : impl_(std::make_unique<Impl>()) {}
 StepInputShare::~StepInputShare() = default;
-void StepInputShare::next_step() { impl_->filled = false; }
+void StepInputShare::next_step() { impl_->filled = 0; }
 
 struct ControllerInstance::Impl {
     std::string where;  // "controller '<label>' (<id>, <file>)", the prefix of every message
     const rudder_controller_desc* desc = nullptr;
+    forms::Negotiated negotiated;  // the ABI forms the controller is spoken to in
     bool thread_safe = false;
     bool any_device = false;
     bool created = false;
@@ -277,69 +300,163 @@ struct ControllerInstance::Impl {
         return std::move(w.data());
     }
 
+    // The run and this step as they decide what the controller gets (forms::input_forms, forms::output_dims); the
+    // step's rows are set once known.
+    forms::StepShape step_shape(bool predict) const {
+        forms::StepShape st = forms::run_shape(shape.family, shape.batch_size, shape.seq_len, shape.vocab_size,
+                                               shape.embed_dim, shape.candidates, negotiated);
+        st.predict = predict;
+        return st;
+    }
+
+    // The step's ABI 1.2 inputs in the forms this controller reads, on `device`. A step without rows (a test that
+    // calls step() directly) has all B * L; x0 at the rows and the candidates are taken from x0_logits when the
+    // reverse loop did not give them.
+    struct RowInputs {
+        at::Tensor rows, x0_rows, candidate_ids, candidate_logp;
+        int64_t count() const { return rows.defined() ? rows.size(0) : 0; }
+    };
+    RowInputs row_inputs(const StepInputs& in, const forms::InputForms& wanted, const c10::Device& device) const {
+        RowInputs r;
+        if (!wanted.rows) return r;
+        const int64_t positions = shape.batch_size * shape.seq_len, V = shape.vocab_size;
+        if (in.rows.defined()) {
+            if (in.rows.dim() != 1 || in.rows.size(0) > positions)
+                throw std::invalid_argument(where + ": host passed rows of shape " + shape_text(in.rows.sizes()) +
+                                            ", the run expects [N] with N <= " + std::to_string(positions));
+            r.rows = plugin_input(in.rows, "rows", at::kLong, {in.rows.size(0)}, device, where);
+            const bool ascending = r.rows.size(0) < 2 || r.rows.slice(0, 1).gt(r.rows.slice(0, 0, -1)).all().item<bool>();
+            if (r.rows.size(0) > 0 && (!ascending || r.rows[0].item<int64_t>() < 0 || r.rows[-1].item<int64_t>() >= positions))
+                throw std::invalid_argument(where + ": host passed rows that are not ascending flat positions in [0, " +
+                                            std::to_string(positions) + ")");
+        } else {
+            r.rows = at::arange(positions, at::TensorOptions().dtype(at::kLong).device(device));
+        }
+        const int64_t N = r.count();
+        const bool need_x0 = wanted.x0_rows || (wanted.candidates && !in.candidate_ids.defined());
+        at::Tensor x0;
+        if (need_x0 && in.x0_rows.defined()) {
+            x0 = plugin_input(in.x0_rows, "x0_rows", at::kFloat, {N, V}, device, where);
+        } else if (need_x0) {
+            if (!in.x0_logits.defined()) throw std::invalid_argument(where + ": host passed no x0_logits in a PREDICT step");
+            const at::Tensor all =
+                plugin_input(in.x0_logits, "x0_logits", at::kFloat, {shape.batch_size, shape.seq_len, V}, device, where)
+                    .reshape({positions, V});
+            x0 = in.rows.defined() ? all.index_select(0, r.rows) : all;
+        }
+        if (wanted.x0_rows) r.x0_rows = x0;
+        if (wanted.candidates) {
+            const int64_t k = run_info.candidates;
+            if (in.candidate_ids.defined() != in.candidate_logp.defined())
+                throw std::invalid_argument(where + ": host passed candidate_ids without candidate_logp, or the other "
+                                                    "way round");
+            if (in.candidate_ids.defined()) {
+                r.candidate_ids = plugin_input(in.candidate_ids, "candidate_ids", at::kLong, {N, k}, device, where);
+                r.candidate_logp = plugin_input(in.candidate_logp, "candidate_logp", at::kFloat, {N, k}, device, where);
+            } else {
+                auto [logp, ids] = at::topk(x0, k, /*dim=*/-1, /*largest=*/true, /*sorted=*/true);
+                r.candidate_logp = logp.contiguous();
+                r.candidate_ids = ids.contiguous();
+            }
+        }
+        return r;
+    }
+
     // The checks every step's outputs get, wherever the controller ran: honest written bits, finite values, token
-    // ids in range; then the outputs move to the run's device. `values` are the five outputs in RUDDER_WROTE_* order.
-    StepOutputs finish_step(uint32_t written, uint32_t provided, const at::Tensor (&values)[5],
-                            const std::string& when) const {
-        static const char* const names[] = {"logit_delta", "grad", "log_prob", "fixed_tokens", "forbidden"};
+    // ids and token bits in range; then the outputs move to the run's device. `values` holds every output handed out
+    // (undefined where none was), `rows` the step's rows (to name a row of a row-shaped output).
+    StepOutputs finish_step(uint32_t written, const std::array<at::Tensor, forms::kOutputs>& values,
+                            const at::Tensor& rows, const std::string& when) const {
+        uint32_t provided = 0, known = 0;
+        for (size_t k = 0; k < forms::kOutputs; ++k) {
+            known |= forms::kOutputInfo[k].written;
+            if (values[k].defined()) provided |= forms::kOutputInfo[k].written;
+        }
         if ((written & ~provided) != 0) {
             std::string text;
-            for (uint32_t i = 0; i < 5; ++i)
-                if ((written & ~provided & (1u << i)) != 0) text += (text.empty() ? "" : ", ") + std::string(names[i]);
-            if ((written & ~provided & ~uint32_t{0x1f}) != 0) text += text.empty() ? "unknown bits" : ", unknown bits";
+            for (const auto& output : forms::kOutputInfo)
+                if ((written & ~provided & output.written) != 0) text += (text.empty() ? "" : ", ") + std::string(output.name);
+            if ((written & ~known) != 0) text += text.empty() ? "unknown bits" : ", unknown bits";
             throw PluginError(where + ": set written bits for outputs it was not given (" + text + ")" + when);
         }
+        if ((written & RUDDER_WROTE_FORBIDDEN_BITS) != 0 && (written & RUDDER_WROTE_ALLOWED_BITS) != 0)
+            throw PluginError(where + ": set both RUDDER_WROTE_FORBIDDEN_BITS and RUDDER_WROTE_ALLOWED_BITS" + when +
+                              "; token_bits holds either the forbidden or the allowed tokens");
         StepOutputs result;
-        at::Tensor* const destinations[] = {&result.logit_delta, &result.grad, &result.log_prob, &result.fixed_tokens,
-                                            &result.forbidden};
-        for (uint32_t i = 0; i < 5; ++i) {
-            if ((written & (1u << i)) == 0) continue;
-            const at::Tensor& value = values[i];
+        for (size_t k = 0; k < forms::kOutputs; ++k) {
+            const char* name = forms::kOutputInfo[k].name;
+            if ((written & forms::kOutputInfo[k].written) == 0) continue;
+            const at::Tensor& value = values[k];
             if (value.is_floating_point() && !at::isfinite(value).all().item<bool>())
-                throw PluginError(where + ": wrote NaN or Inf to " + names[i] + when);
-            if ((1u << i) == RUDDER_WROTE_FIXED_TOKENS) {
+                throw PluginError(where + ": wrote NaN or Inf to " + name + when);
+            if (k == forms::kFixedTokens) {
                 const at::Tensor outside = value.lt(-1).logical_or(value.ge(shape.vocab_size));
                 if (outside.any().item<bool>())
                     throw PluginError(where + ": wrote fixed_tokens value " +
                                       std::to_string(value.masked_select(outside)[0].item<int64_t>()) +
                                       " outside [-1, " + std::to_string(shape.vocab_size) + ")" + when);
             }
-            *destinations[i] = value.to(shape.device);  // back to the run's device if the plugin worked on the CPU
+            if (k == forms::kTokenBits) check_token_bits(value, rows, when);
+            result.*kResultMember[k] = value.to(shape.device);  // back to the run's device if the plugin worked on the CPU
         }
+        result.bits_allowed = (written & RUDDER_WROTE_ALLOWED_BITS) != 0;
         return result;
     }
 
+    // No bit at or past V: those would be tokens the vocabulary does not have. `bits` is [B, L, W] or, row-shaped,
+    // [N, W] over `rows`.
+    void check_token_bits(const at::Tensor& bits, const at::Tensor& rows, const std::string& when) const {
+        const int64_t V = shape.vocab_size, W = forms::token_words(V);
+        if (V % 32 == 0) return;
+        const auto past = static_cast<int32_t>(~((uint32_t{1} << (V % 32)) - 1));  // the last word's bits >= V
+        const at::Tensor bad = bits.reshape({-1, W}).select(1, W - 1).bitwise_and(past).ne(0);
+        if (!bad.any().item<bool>()) return;
+        const int64_t row = bad.nonzero()[0][0].item<int64_t>();
+        const int64_t position = bits.dim() == 2 ? rows[row].item<int64_t>() : row;
+        throw PluginError(where + ": wrote token_bits past the vocabulary (V = " + std::to_string(V) + ") in row " +
+                          std::to_string(row) + " (sequence " + std::to_string(position / shape.seq_len) +
+                          ", position " + std::to_string(position % shape.seq_len) + "), word " +
+                          std::to_string(W - 1) + when);
+    }
+
     // step() with the controller in a child process: inputs into the shared memory, the call, outputs out of it.
-    StepOutputs remote_step(const StepInputs& in, const std::string& when) {
+    StepOutputs remote_step(const StepInputs& in, forms::StepShape st, const forms::InputForms& wanted,
+                            const RowInputs& r, const std::string& when) {
         const int64_t B = shape.batch_size, L = shape.seq_len, V = shape.vocab_size, D = shape.embed_dim;
         const bool predict = in.phase == RUDDER_PHASE_PREDICT;
         const bool continuous = shape.family == RUDDER_FAMILY_CONTINUOUS;
         const c10::Device cpu(c10::kCPU);
-        // The inputs go into the run's shared input file once per step: the first isolated controller to step
-        // copies them (and checks them, as in-process), the others find them there.
+        // The inputs go into the run's shared input file once per step: the first isolated controller that reads one
+        // copies it in (and checks it, as in-process), the others find it there.
         StepInputShare::Impl& share = *inputs->impl_;
-        if (own_inputs || !share.filled) {
-            const isolation::InputLayout& at_ = share.layout;
-            uint32_t present = 0;
-            const auto put = [&](const at::Tensor& tensor, const char* name, at::ScalarType dtype,
-                                 std::vector<int64_t> sizes, const isolation::Region& region, uint32_t bit) {
-                if (!tensor.defined()) return;
-                const at::Tensor input = plugin_input(tensor, name, dtype, sizes, cpu, where);
-                input_tensor(region, sizes, dtype).copy_(input);
-                present |= bit;
-            };
-            if (continuous) put(in.latent, "latent", at::kFloat, {B, L, D}, at_.latent, isolation::kHasLatent);
-            put(in.x0_logits, "x0_logits", at::kFloat, {B, L, V}, at_.x0_logits, isolation::kHasLogits);
-            put(in.tokens, "tokens", at::kLong, {B, L}, at_.tokens, isolation::kHasTokens);
-            if (!continuous) put(in.masked, "masked", at::kByte, {B, L}, at_.masked, isolation::kHasMasked);
-            share.present = present;
-            share.filled = true;
+        if (own_inputs) share.filled = 0;
+        const isolation::InputLayout& at_ = share.layout;
+        uint32_t present = 0;
+        const auto put = [&](uint32_t bit, const at::Tensor& input, const isolation::Region& region) {
+            if ((share.filled & bit) == 0) input_tensor(region, input.sizes(), input.scalar_type()).copy_(input);
+            present |= bit;
+        };
+        const auto put_checked = [&](uint32_t bit, const at::Tensor& tensor, const char* name, at::ScalarType dtype,
+                                     std::vector<int64_t> sizes, const isolation::Region& region) {
+            if (!tensor.defined()) return;
+            put(bit, (share.filled & bit) != 0 ? tensor : plugin_input(tensor, name, dtype, sizes, cpu, where), region);
+        };
+        if (continuous) put_checked(isolation::kHasLatent, in.latent, "latent", at::kFloat, {B, L, D}, at_.latent);
+        if (!wanted.x0_rows)
+            put_checked(isolation::kHasLogits, in.x0_logits, "x0_logits", at::kFloat, {B, L, V}, at_.x0_logits);
+        put_checked(isolation::kHasTokens, in.tokens, "tokens", at::kLong, {B, L}, at_.tokens);
+        if (!continuous) put_checked(isolation::kHasMasked, in.masked, "masked", at::kByte, {B, L}, at_.masked);
+        if (wanted.rows) put(isolation::kHasRows, r.rows, at_.rows);
+        if (wanted.x0_rows) put(isolation::kHasX0Rows, r.x0_rows, at_.x0_rows);
+        if (wanted.candidates) {
+            put(isolation::kHasCandidates, r.candidate_ids, at_.candidate_ids);
+            put(isolation::kHasCandidates, r.candidate_logp, at_.candidate_logp);
         }
-        const uint32_t present = share.present;
+        share.filled |= present;  // after all are in: one bit covers both candidate tensors
 
         isolation::Writer request;
         request.put<int32_t>(in.phase).put<int32_t>(in.step).put<int32_t>(in.total_steps).put<int32_t>(in.guide_iter)
-            .put<double>(in.t).put<double>(in.t_next).put<uint32_t>(present);
+            .put<double>(in.t).put<double>(in.t_next).put<uint32_t>(present).put<int64_t>(r.count());
         struct EndOfStep {
             Impl& s;
             ~EndOfStep() {
@@ -350,33 +467,18 @@ struct ControllerInstance::Impl {
         service_error.clear();
         predict_step = predict ? &in : nullptr;
         const std::vector<char> reply = remote->call(isolation::kStep, request, "step", when, time_limit, server());
-        isolation::Reader r(reply);
-        const uint32_t written = check_reply(r, "step", when);
+        isolation::Reader reader(reply);
+        const uint32_t written = check_reply(reader, "step", when);
 
-        // What the child was given, as in-process: only the outputs the controller declared and the phase uses.
-        const bool gradient = (desc->capabilities & RUDDER_CAP_GRADIENT) != 0;
-        at::Tensor values[5];
-        uint32_t provided = 0;
-        const auto take = [&](uint32_t bit, const isolation::Region& region, std::vector<int64_t> sizes,
-                              at::ScalarType dtype) {
-            provided |= bit;
-            // Not copied: the composer reads the outputs before this controller's next step overwrites them.
-            if ((written & bit) != 0) values[__builtin_ctz(bit)] = shared_tensor(region, sizes, dtype);
-        };
-        if (predict) {
-            if ((desc->capabilities & RUDDER_CAP_LOGIT_DELTA) != 0)
-                take(RUDDER_WROTE_LOGIT_DELTA, layout.logit_delta, {B, L, V}, at::kFloat);
-            if ((desc->capabilities & RUDDER_CAP_HARD_CONSTRAINT) != 0) {
-                take(RUDDER_WROTE_FIXED_TOKENS, layout.fixed_tokens, {B, L}, at::kLong);
-                take(RUDDER_WROTE_FORBIDDEN, layout.forbidden, {B, L, V}, at::kByte);
-            }
-            if (gradient && !continuous) take(RUDDER_WROTE_GRAD, layout.grad, {B, L, V}, at::kFloat);
-            if (gradient) take(RUDDER_WROTE_LOG_PROB, layout.log_prob, {B}, at::kFloat);
-        } else {
-            take(RUDDER_WROTE_GRAD, layout.grad, {B, L, D}, at::kFloat);
-            take(RUDDER_WROTE_LOG_PROB, layout.log_prob, {B}, at::kFloat);
-        }
-        return finish_step(written, provided, values, when);
+        // What the child was given, as in-process, viewed where it wrote. Not copied: the composer reads the outputs
+        // before this controller's next step overwrites them.
+        st.rows = r.count();
+        const auto dims = forms::output_dims(st);
+        std::array<at::Tensor, forms::kOutputs> values;
+        for (size_t k = 0; k < forms::kOutputs; ++k)
+            if (dims[k].present())
+                values[k] = shared_tensor(layout.outputs[k], sizes_of(dims[k]), aten_dtype(forms::kOutputInfo[k].dtype));
+        return finish_step(written, values, r.rows, when);
     }
 
     // Starts the child and creates the instance there (PluginError if either fails).
@@ -557,6 +659,14 @@ struct ControllerInstance::Impl {
     }
 };
 
+bool dense_control_forms() {
+    const char* value = std::getenv("RUDDER_CONTROL_FORMS");
+    if (value == nullptr || *value == '\0') return false;
+    if (std::string(value) == "dense") return true;
+    throw PluginError(std::string("RUDDER_CONTROL_FORMS=") + value +
+                      " is not a form to give controllers: expected \"dense\" (or unset for the forms each declares)");
+}
+
 const char* isolation_name(Isolation isolation) {
     return isolation == Isolation::process ? "process" : "in_process";
 }
@@ -569,6 +679,8 @@ ControllerInstance::ControllerInstance(ControllerType type, const std::string& p
         throw PluginError("controller '" + label_ + "': its controller type is empty (no library loaded)");
     s.where = "controller '" + label_ + "' (" + type_.id() + ", " + type_.path.filename().string() + ")";
     s.desc = type_.desc;
+    s.negotiated = forms::negotiate(type_.abi_minor(), type_.capabilities(), dense_control_forms());
+    capabilities_ = s.negotiated.capabilities;
     s.thread_safe = has(RUDDER_CAP_THREAD_SAFE);
     s.any_device = has(RUDDER_CAP_ANY_DEVICE) && isolation_ == Isolation::in_process;  // a child sees CPU memory
     s.call_mutex = &type_.library->call_mutex();
@@ -624,10 +736,10 @@ void ControllerInstance::begin(const RunShape& shape, RunServices* services) {
     if (!continuous && shape.family != RUDDER_FAMILY_DISCRETE)
         throw std::invalid_argument(s.where + ": unknown diffusion family " + std::to_string(shape.family));
     if (shape.batch_size <= 0 || shape.seq_len <= 0 || shape.vocab_size <= 0 || shape.embed_dim < 0 ||
-        (continuous && shape.embed_dim == 0))
+        (continuous && shape.embed_dim == 0) || shape.candidates < 0 || shape.candidates > shape.vocab_size)
         throw std::invalid_argument(s.where + ": invalid run shape B=" + std::to_string(shape.batch_size) +
                                     " L=" + std::to_string(shape.seq_len) + " V=" + std::to_string(shape.vocab_size) +
-                                    " D=" + std::to_string(shape.embed_dim));
+                                    " D=" + std::to_string(shape.embed_dim) + " k=" + std::to_string(shape.candidates));
     s.begun = false;
     s.shape = shape;
     s.services = services;
@@ -635,7 +747,7 @@ void ControllerInstance::begin(const RunShape& shape, RunServices* services) {
 
     rudder_run_info& run = s.run_info;
     run = rudder_run_info{};
-    run.struct_size = sizeof(rudder_run_info);
+    run.struct_size = s.negotiated.abi12 ? sizeof(rudder_run_info) : forms::kRunInfoSize11;
     run.family = shape.family;
     run.batch_size = shape.batch_size;
     run.seq_len = shape.seq_len;
@@ -661,6 +773,7 @@ void ControllerInstance::begin(const RunShape& shape, RunServices* services) {
         run.embedding = s.embedding_view->bind(s.embedding);
     }
     run.find_model = &Impl::find_model;
+    run.candidates = static_cast<int32_t>(s.step_shape(true).candidates);
 
     s.service_error.clear();
     if (s.remote != nullptr) {
@@ -670,14 +783,13 @@ void ControllerInstance::begin(const RunShape& shape, RunServices* services) {
             s.start_process(type_);
         }
         const int64_t D = continuous ? shape.embed_dim : 0;
-        s.layout = isolation::output_layout(shape.batch_size, shape.seq_len, shape.vocab_size, D, capabilities(),
-                                            s.embedding.defined());
+        s.layout = isolation::output_layout(s.step_shape(true), s.embedding.defined());
         if (s.inputs == nullptr) {
             s.inputs = std::make_shared<StepInputShare>();
             s.own_inputs = true;
         }
         StepInputShare::Impl& share = *s.inputs->impl_;
-        share.layout = isolation::input_layout(shape.batch_size, shape.seq_len, shape.vocab_size, D);
+        share.layout = isolation::input_layout(shape.batch_size, shape.seq_len, shape.vocab_size, D, shape.candidates);
         std::vector<int> fds;
         uint8_t passed = 0;
         try {
@@ -689,7 +801,7 @@ void ControllerInstance::begin(const RunShape& shape, RunServices* services) {
         } catch (const std::exception& e) {
             throw PluginError(s.where + ": cannot share the run's tensors with its process: " + e.what());
         }
-        share.filled = false;
+        share.filled = 0;
         if (s.inputs_generation_sent != share.generation) {
             fds.push_back(share.memory.fd());
             passed |= 2;
@@ -701,7 +813,9 @@ void ControllerInstance::begin(const RunShape& shape, RunServices* services) {
             .put<int64_t>(run.vocab_size).put<int64_t>(run.embed_dim).put<int64_t>(run.pad_id)
             .put<int64_t>(run.mask_id).put<int64_t>(run.unk_id).put<int32_t>(run.total_steps)
             .put<uint8_t>(s.embedding.defined() ? 1 : 0).put<uint64_t>(s.shared.size())
-            .put<uint64_t>(share.memory.size()).put<uint8_t>(passed).text(s.model_dir);
+            .put<uint64_t>(share.memory.size()).put<uint8_t>(passed).text(s.model_dir)
+            .put<uint8_t>(s.negotiated.abi12 ? 1 : 0).put<uint64_t>(s.negotiated.capabilities)
+            .put<int64_t>(shape.candidates);
         const std::vector<char> reply =
             s.remote->call(isolation::kBegin, request, "begin", "", s.time_limit, s.server(), fds);
         s.inputs_generation_sent = share.generation;
@@ -748,12 +862,16 @@ StepOutputs ControllerInstance::step(const StepInputs& in) {
     const std::string when = " at step " + std::to_string(in.step) +
                              (predict ? std::string() : " (guide iteration " + std::to_string(in.guide_iter) + ")");
 
-    if (s.remote != nullptr) return s.remote_step(in, when);
+    forms::StepShape st = s.step_shape(predict);
+    const forms::InputForms wanted = forms::input_forms(st);
+    const Impl::RowInputs r = s.row_inputs(in, wanted, device);
+    st.rows = r.count();
+    if (s.remote != nullptr) return s.remote_step(in, st, wanted, r, when);
 
     // Inputs, on the device the plugin reads.
-    TensorView latent, x0_logits, tokens, masked;
+    TensorView latent, x0_logits, tokens, masked, rows, candidate_ids, candidate_logp;
     rudder_step step{};
-    step.struct_size = sizeof(rudder_step);
+    step.struct_size = s.negotiated.abi12 ? sizeof(rudder_step) : forms::kStepSize11;
     step.phase = in.phase;
     step.step = in.step;
     step.total_steps = in.total_steps;
@@ -762,32 +880,35 @@ StepOutputs ControllerInstance::step(const StepInputs& in) {
     step.t_next = in.t_next;
     if (in.latent.defined())
         step.latent = latent.bind(plugin_input(in.latent, "latent", at::kFloat, {B, L, D}, device, s.where));
-    if (in.x0_logits.defined())
+    if (wanted.x0_rows)
+        step.x0_logits = x0_logits.bind(r.x0_rows);
+    else if (in.x0_logits.defined())
         step.x0_logits = x0_logits.bind(plugin_input(in.x0_logits, "x0_logits", at::kFloat, {B, L, V}, device, s.where));
     if (in.tokens.defined())
         step.tokens = tokens.bind(plugin_input(in.tokens, "tokens", at::kLong, {B, L}, device, s.where));
     if (in.masked.defined())
         step.masked = masked.bind(plugin_input(in.masked, "masked", at::kByte, {B, L}, device, s.where));
-
-    // Outputs: only those the controller declared and this phase uses, initialised as the ABI promises.
-    const auto floats = at::TensorOptions().dtype(at::kFloat).device(device);
-    TensorView logit_delta, grad, log_prob, fixed_tokens, forbidden;
-    rudder_contribution out{};
-    out.struct_size = sizeof(rudder_contribution);
-    out.written = 0;
-    if (predict) {
-        if (has(RUDDER_CAP_LOGIT_DELTA)) out.logit_delta = logit_delta.bind(at::zeros({B, L, V}, floats));
-        if (has(RUDDER_CAP_HARD_CONSTRAINT)) {
-            out.fixed_tokens = fixed_tokens.bind(at::full({B, L}, -1, floats.dtype(at::kLong)));
-            out.forbidden = forbidden.bind(at::zeros({B, L, V}, floats.dtype(at::kByte)));
-        }
-        if (gradient && !continuous) out.grad = grad.bind(at::zeros({B, L, V}, floats));
-        if (gradient) out.log_prob = log_prob.bind(at::zeros({B}, floats));
-    } else {
-        out.grad = grad.bind(at::zeros({B, L, D}, floats));
-        out.log_prob = log_prob.bind(at::zeros({B}, floats));
+    if (wanted.rows) step.rows = rows.bind(r.rows);
+    if (wanted.candidates) {
+        step.candidate_ids = candidate_ids.bind(r.candidate_ids);
+        step.candidate_logp = candidate_logp.bind(r.candidate_logp);
     }
-    DLTensor* const handed_out[] = {out.logit_delta, out.grad, out.log_prob, out.fixed_tokens, out.forbidden};
+
+    // Outputs: only those the controller declared and this phase uses, in its forms, initialised as the ABI promises.
+    const auto dims = forms::output_dims(st);
+    std::array<TensorView, forms::kOutputs> views;
+    std::array<at::Tensor, forms::kOutputs> values;
+    std::array<DLTensor*, forms::kOutputs> handed_out{};
+    rudder_contribution out{};
+    out.struct_size = s.negotiated.abi12 ? sizeof(rudder_contribution) : forms::kContributionSize11;
+    out.written = 0;
+    for (size_t k = 0; k < forms::kOutputs; ++k) {
+        if (!dims[k].present()) continue;
+        const forms::OutputInfo& info = forms::kOutputInfo[k];
+        values[k] = at::full(sizes_of(dims[k]), forms::initial_value(k),
+                             at::TensorOptions().dtype(aten_dtype(info.dtype)).device(device));
+        handed_out[k] = out.*info.member = views[k].bind(values[k], info.dtype);
+    }
 
     // The call. Denoiser results the plugin asked for stay alive until this function returns.
     struct EndOfStep {
@@ -815,32 +936,17 @@ StepOutputs ControllerInstance::step(const StepInputs& in) {
     if (status != RUDDER_OK) throw PluginError(s.failure("step", status, message, when));
 
     // Validation: the plugin writes data in place and reports honestly what it wrote.
-    struct Output {
-        const char* name;
-        uint32_t bit;
-        TensorView* view;
-        DLTensor* const* slot;
-    };
-    const Output outputs[] = {{"logit_delta", RUDDER_WROTE_LOGIT_DELTA, &logit_delta, &out.logit_delta},
-                              {"grad", RUDDER_WROTE_GRAD, &grad, &out.grad},
-                              {"log_prob", RUDDER_WROTE_LOG_PROB, &log_prob, &out.log_prob},
-                              {"fixed_tokens", RUDDER_WROTE_FIXED_TOKENS, &fixed_tokens, &out.fixed_tokens},
-                              {"forbidden", RUDDER_WROTE_FORBIDDEN, &forbidden, &out.forbidden}};
-    uint32_t provided = 0;
-    for (size_t i = 0; i < std::size(outputs); ++i) {
-        const Output& output = outputs[i];
-        if (*output.slot != handed_out[i])
-            throw PluginError(s.where + ": replaced the " + output.name + " tensor pointer" + when +
+    for (size_t k = 0; k < forms::kOutputs; ++k) {
+        const forms::OutputInfo& info = forms::kOutputInfo[k];
+        if (out.*info.member != handed_out[k])
+            throw PluginError(s.where + ": replaced the " + info.name + " tensor pointer" + when +
                               "; outputs must be written in place");
-        if (handed_out[i] == nullptr) continue;
-        provided |= output.bit;
-        if (const char* field = output.view->changed_field())
-            throw PluginError(s.where + ": wrote a tensor with a changed " + field + " (" + output.name + ")" + when +
+        if (handed_out[k] == nullptr) continue;
+        if (const char* field = views[k].changed_field())
+            throw PluginError(s.where + ": wrote a tensor with a changed " + field + " (" + info.name + ")" + when +
                               "; outputs must be written in place");
     }
-    const at::Tensor values[] = {logit_delta.tensor, grad.tensor, log_prob.tensor, fixed_tokens.tensor,
-                                 forbidden.tensor};
-    return s.finish_step(out.written, provided, values, when);
+    return s.finish_step(out.written, values, r.rows, when);
 }
 
 Verdict ControllerInstance::evaluate(int64_t index, const std::vector<int64_t>& tokens, int64_t n_tokens,

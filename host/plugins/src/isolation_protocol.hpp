@@ -10,6 +10,8 @@
 // the same layouts (input_layout(), output_layout()).
 #pragma once
 
+#include "step_forms.hpp"
+
 #include <rudder/rudder_plugin.h>
 
 #include <sys/socket.h>
@@ -211,16 +213,18 @@ inline bool receive_message(int socket, Header& header, std::vector<char>& paylo
 // Where each tensor lives in its shared memory file, in bytes from its start; size 0 = absent. Both sides compute
 // it from the same fields. The inputs are in one file that every isolated controller of a run shares (mapped
 // read-only by the children); each controller's outputs and the run's embedding table are in a file of its own.
+// A step's rows vary in number (N <= B * L): every row-shaped region holds B * L rows, and a step uses the first N.
 struct Region {
     size_t offset = 0, size = 0;
 };
 struct InputLayout {
     Region latent, x0_logits, tokens, masked;
+    Region rows, x0_rows, candidate_ids, candidate_logp;  // ABI 1.2
     size_t total = 0;
 };
 struct OutputLayout {
-    Region logit_delta, grad, log_prob, fixed_tokens, forbidden;
-    Region embedding;  // run info (continuous)
+    Region outputs[forms::kOutputs];  // by forms::Output
+    Region embedding;                 // run info (continuous)
     size_t total = 0;
 };
 
@@ -238,8 +242,8 @@ struct Placer {
 };
 }  // namespace detail
 
-// D = 0 for the discrete family.
-inline InputLayout input_layout(int64_t B, int64_t L, int64_t V, int64_t D) {
+// D = 0 for the discrete family; k: the candidates per row the run offers (0: none).
+inline InputLayout input_layout(int64_t B, int64_t L, int64_t V, int64_t D, int64_t k) {
     using detail::bytes;
     InputLayout layout;
     detail::Placer place;
@@ -248,27 +252,36 @@ inline InputLayout input_layout(int64_t B, int64_t L, int64_t V, int64_t D) {
     place(layout.x0_logits, bytes(B, L, V, 4));
     place(layout.tokens, bytes(B, L, 1, 8));
     place(layout.masked, continuous ? 0 : bytes(B, L, 1, 1));
+    place(layout.rows, bytes(B, L, 1, 8));
+    // Only touched when a controller of the run reads x0 at the rows: the file is sparse until then.
+    place(layout.x0_rows, bytes(B, L, V, 4));
+    place(layout.candidate_ids, bytes(B, L, k, 8));
+    place(layout.candidate_logp, bytes(B, L, k, 4));
     layout.total = std::max<size_t>(place.at, 64);
     return layout;
 }
 
-inline OutputLayout output_layout(int64_t B, int64_t L, int64_t V, int64_t D, uint64_t capabilities, bool embedding) {
-    using detail::bytes;
+// `run`: the run's shape and the controller's negotiated forms (its rows and step fields do not matter). Each output
+// gets the room its largest form takes: all B * L rows, and for grad the larger of the PREDICT and GUIDE shapes.
+inline OutputLayout output_layout(forms::StepShape run, bool embedding) {
+    run.rows = run.B * run.L;
+    run.predict = true;
+    const auto predict = forms::output_dims(run);
+    run.predict = false;
+    const auto guide = run.has(RUDDER_CAP_GRADIENT) ? forms::output_dims(run) : std::array<forms::Dims, forms::kOutputs>{};
     OutputLayout layout;
     detail::Placer place;
-    place(layout.logit_delta, (capabilities & RUDDER_CAP_LOGIT_DELTA) != 0 ? bytes(B, L, V, 4) : 0);
-    const bool gradient = (capabilities & RUDDER_CAP_GRADIENT) != 0;
-    place(layout.grad, gradient ? bytes(B, L, std::max(V, D), 4) : 0);
-    place(layout.log_prob, gradient ? bytes(B, 1, 1, 4) : 0);
-    const bool hard = (capabilities & RUDDER_CAP_HARD_CONSTRAINT) != 0;
-    place(layout.fixed_tokens, hard ? bytes(B, L, 1, 8) : 0);
-    place(layout.forbidden, hard ? bytes(B, L, V, 1) : 0);
-    place(layout.embedding, embedding ? bytes(V, D, 1, 4) : 0);
+    for (size_t k = 0; k < forms::kOutputs; ++k) {
+        const size_t element = forms::kOutputInfo[k].dtype.bits / 8;
+        place(layout.outputs[k], static_cast<size_t>(std::max(predict[k].numel(), guide[k].numel())) * element);
+    }
+    place(layout.embedding, embedding ? detail::bytes(run.V, run.D, 1, 4) : 0);
     layout.total = std::max<size_t>(place.at, 64);
     return layout;
 }
 
 // Step flags: which inputs the host filled in.
 constexpr uint32_t kHasLatent = 1, kHasLogits = 2, kHasTokens = 4, kHasMasked = 8;
+constexpr uint32_t kHasRows = 16, kHasX0Rows = 32, kHasCandidates = 64;  // ABI 1.2
 
 }  // namespace rudder::plugins::isolation

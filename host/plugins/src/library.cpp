@@ -359,6 +359,9 @@ std::vector<std::string> capability_names(uint64_t capabilities) {
         {RUDDER_CAP_EVALUATE, "evaluate"},
         {RUDDER_CAP_THREAD_SAFE, "thread_safe"},
         {RUDDER_CAP_ANY_DEVICE, "any_device"},
+        {RUDDER_CAP_ROWS, "rows"},
+        {RUDDER_CAP_PACKED_MASK, "packed_mask"},
+        {RUDDER_CAP_CANDIDATES, "candidates"},
     };
     std::vector<std::string> names;
     uint64_t unknown = capabilities;

@@ -14,6 +14,14 @@
 //
 // Every exception is caught at the boundary and becomes a status plus last_error(); no C++ type crosses the ABI.
 // Header-only and free of LibTorch, so a plugin needs nothing but this folder and DLPack.
+//
+// ABI 1.2 forms (RUDDER_CAP_ROWS, RUDDER_CAP_PACKED_MASK, RUDDER_CAP_CANDIDATES): Rows, RowView, TokenMask and
+// Candidates read and write a step in whichever form the host gave, so one controller source runs on a 1.1 host (and
+// under RUDDER_CONTROL_FORMS=dense) with the dense buffers and on a 1.2 host with the forms it declares:
+//
+//     const rudder::Rows rows(s, run_.info());                 // row r -> position (batch(r), position(r))
+//     rudder::TokenMask mask(out, run_.info());                // bits in token_bits, or bytes in forbidden
+//     for (int64_t r = 0; r < rows.size(); ++r) if (rows.position(r) < n) mask.forbid(r, pad);
 #ifndef RUDDER_CONTROLLER_HPP
 #define RUDDER_CONTROLLER_HPP
 
@@ -91,6 +99,214 @@ public:
 private:
     T* data_ = nullptr;
     std::vector<int64_t> shape_;
+};
+
+// ABI 1.2 members, or nullptr / 0 where the host's struct has none (a 1.1 host, or RUDDER_CONTROL_FORMS=dense).
+inline const DLTensor* rows_of(const rudder_step& s) {
+    return RUDDER_HAS_MEMBER(&s, rudder_step, rows) ? s.rows : nullptr;
+}
+inline const DLTensor* candidate_ids_of(const rudder_step& s) {
+    return RUDDER_HAS_MEMBER(&s, rudder_step, candidate_ids) ? s.candidate_ids : nullptr;
+}
+inline const DLTensor* candidate_logp_of(const rudder_step& s) {
+    return RUDDER_HAS_MEMBER(&s, rudder_step, candidate_logp) ? s.candidate_logp : nullptr;
+}
+inline DLTensor* token_bits_of(const rudder_contribution& out) {
+    return RUDDER_HAS_MEMBER(&out, rudder_contribution, token_bits) ? out.token_bits : nullptr;
+}
+inline DLTensor* candidate_delta_of(const rudder_contribution& out) {
+    return RUDDER_HAS_MEMBER(&out, rudder_contribution, candidate_delta) ? out.candidate_delta : nullptr;
+}
+inline int64_t candidates_of(const rudder_run_info& run) {
+    return RUDDER_HAS_MEMBER(&run, rudder_run_info, candidates) ? run.candidates : 0;
+}
+
+// The rows a step's buffers are read and written by: the positions the step samples when the host gave this
+// controller the row form (RUDDER_CAP_ROWS on a 1.2 host: x0_logits and the row-shaped outputs are [N, ...]),
+// otherwise every position in order, row r = b * L + i (the dense [B, L, ...] buffers, a 1.1 host, the GUIDE phase).
+class Rows {
+public:
+    Rows(const rudder_step& step, const rudder_run_info& run) : L_(run.seq_len) {
+        const DLTensor* rows = rows_of(step);
+        if (rows != nullptr && step.x0_logits != nullptr && step.x0_logits->ndim == 2) {
+            View<const int64_t> view(rows);
+            flat_ = view.data();
+            n_ = view.size(0);
+        } else {
+            n_ = run.batch_size * run.seq_len;
+        }
+    }
+    int64_t size() const { return n_; }
+    // The row's position as the flat index b * L + i.
+    int64_t flat(int64_t r) const { return flat_ != nullptr ? flat_[r] : r; }
+    int64_t batch(int64_t r) const { return flat(r) / L_; }
+    int64_t position(int64_t r) const { return flat(r) % L_; }
+    // The buffers are dense: every position is a row.
+    bool every_position() const { return flat_ == nullptr; }
+
+private:
+    const int64_t* flat_ = nullptr;
+    int64_t n_ = 0, L_ = 1;
+};
+
+// A buffer one row at a time, whether it is [N, X] over the step's rows or [B, L, X] dense: row r is Rows' row r
+// in both (a dense buffer's rows are its B * L positions). For x0_logits, logit_delta, forbidden, the discrete grad.
+template <class T> class RowView {
+public:
+    RowView() = default;
+    explicit RowView(const DLTensor* t) : view_(t) {
+        if (view_.ndim() < 2) throw Error("RowView needs a tensor of at least 2 dimensions", RUDDER_ERR_INTERNAL);
+        width_ = view_.size(view_.ndim() - 1);
+        rows_ = width_ > 0 ? view_.numel() / width_ : 0;
+    }
+    int64_t rows() const { return rows_; }
+    int64_t width() const { return width_; }
+    T* operator[](int64_t r) const { return view_.data() + r * width_; }
+    T& operator()(int64_t r, int64_t x) const { return view_.data()[r * width_ + x]; }
+
+private:
+    View<T> view_;
+    int64_t rows_ = 0, width_ = 0;
+};
+
+// The step's token mask, written one way whatever form the host gave: bits in token_bits (RUDDER_CAP_PACKED_MASK on
+// a 1.2 host) or bytes in forbidden (declare RUDDER_CAP_HARD_CONSTRAINT), rows as Rows numbers them. A mask either
+// forbids tokens (kForbid) or lists each row's allowed tokens (kAllow: a row without any then allows nothing, which
+// the host reports as a conflict; allow_all() leaves a row free). Over bytes, kAllow starts with every token
+// forbidden and allow() lifts one. Making the mask sets the written bit: an untouched kForbid mask constrains nothing.
+// Tokens must be in [0, V); the host checks bits, not each call.
+class TokenMask {
+public:
+    enum Meaning { kForbid, kAllow };
+    TokenMask(rudder_contribution& out, const rudder_run_info& run, Meaning meaning = kForbid)
+        : meaning_(meaning), V_(run.vocab_size) {
+        if (DLTensor* bits = token_bits_of(out)) {
+            packed_ = true;
+            bits_ = RowView<uint32_t>(bits);
+            out.written |= meaning == kAllow ? RUDDER_WROTE_ALLOWED_BITS : RUDDER_WROTE_FORBIDDEN_BITS;
+        } else if (out.forbidden != nullptr) {
+            bytes_ = RowView<uint8_t>(out.forbidden);
+            if (meaning == kAllow) std::fill(bytes_[0], bytes_[0] + bytes_.rows() * bytes_.width(), uint8_t{1});
+            out.written |= RUDDER_WROTE_FORBIDDEN;
+        } else {
+            throw Error("the host gave no token mask: declare RUDDER_CAP_HARD_CONSTRAINT", RUDDER_ERR_INTERNAL);
+        }
+    }
+    // Bits in token_bits (else bytes in forbidden).
+    bool packed() const { return packed_; }
+    void forbid(int64_t row, int64_t token) {
+        expect(kForbid, "forbid");
+        set(row, token, true);
+    }
+    void allow(int64_t row, int64_t token) {
+        expect(kAllow, "allow");
+        set(row, token, false);
+    }
+    void allow_all(int64_t row) {
+        expect(kAllow, "allow_all");
+        if (!packed_) {
+            std::fill(bytes_[row], bytes_[row] + V_, uint8_t{0});
+            return;
+        }
+        uint32_t* words = bits_[row];
+        std::fill(words, words + V_ / 32, ~uint32_t{0});
+        if (V_ % 32 != 0) words[V_ / 32] = (uint32_t{1} << (V_ % 32)) - 1;
+    }
+
+private:
+    void expect(Meaning meaning, const char* call) const {
+        if (meaning != meaning_)
+            throw Error(std::string("TokenMask::") + call + " on a mask made for " +
+                            (meaning_ == kAllow ? "allowed" : "forbidden") + " tokens",
+                        RUDDER_ERR_INTERNAL);
+    }
+    // In bits a set bit is the listed token (forbidden or allowed); in bytes 1 is always "forbidden".
+    void set(int64_t row, int64_t token, bool forbidden) {
+        if (!packed_)
+            bytes_(row, token) = forbidden ? 1 : 0;
+        else
+            bits_(row, token / 32) |= uint32_t{1} << (token % 32);
+    }
+    Meaning meaning_;
+    int64_t V_;
+    bool packed_ = false;
+    RowView<uint32_t> bits_;
+    RowView<uint8_t> bytes_;
+};
+
+// Each row's candidate tokens, most likely first, and a delta for each, rows as Rows numbers them. On a 1.2 host that
+// offers them (RUDDER_CAP_CANDIDATES, rudder_run_info.candidates = k > 0): the host's candidate_ids and candidate_logp
+// [N, k], deltas into candidate_delta. Otherwise (a 1.1 host, dense forms, a run without candidates) they are found
+// here as the `own_k` most likely tokens of each row of x0_logits (ties: the lower id first), and a delta goes into
+// logit_delta at its token, so declare RUDDER_CAP_LOGIT_DELTA too. Either way a token that is no candidate gets no
+// delta. Making it sets the written bit. PREDICT phase only.
+class Candidates {
+public:
+    Candidates(const rudder_step& step, rudder_contribution& out, int64_t own_k) {
+        const DLTensor* ids = candidate_ids_of(step);
+        DLTensor* delta = candidate_delta_of(out);
+        if (ids != nullptr && delta != nullptr) {
+            ids_ = View<const int64_t>(ids);
+            logp_ = View<const float>(candidate_logp_of(step));
+            delta_ = View<float>(delta);
+            rows_ = ids_.size(0);
+            k_ = ids_.size(1);
+            offered_ = true;
+            out.written |= RUDDER_WROTE_CANDIDATE_DELTA;
+            return;
+        }
+        if (step.x0_logits == nullptr) throw Error("candidates exist only in the PREDICT phase", RUDDER_ERR_INTERNAL);
+        if (out.logit_delta == nullptr)
+            throw Error("the host offers no candidates here, so deltas go into logit_delta: declare "
+                        "RUDDER_CAP_LOGIT_DELTA as well as RUDDER_CAP_CANDIDATES",
+                        RUDDER_ERR_INTERNAL);
+        const RowView<const float> x0(step.x0_logits);
+        logit_delta_ = RowView<float>(out.logit_delta);
+        rows_ = x0.rows();
+        k_ = std::min<int64_t>(own_k, x0.width());
+        own_ids_.resize(static_cast<size_t>(rows_ * k_));
+        own_logp_.resize(own_ids_.size());
+        std::vector<int64_t> order(static_cast<size_t>(x0.width()));
+        for (int64_t r = 0; r < rows_; ++r) {
+            const float* lp = x0[r];
+            for (size_t v = 0; v < order.size(); ++v) order[v] = static_cast<int64_t>(v);
+            std::partial_sort(order.begin(), order.begin() + k_, order.end(), [lp](int64_t a, int64_t b) {
+                return lp[a] > lp[b] || (lp[a] == lp[b] && a < b);
+            });
+            for (int64_t j = 0; j < k_; ++j) {
+                own_ids_[static_cast<size_t>(r * k_ + j)] = order[static_cast<size_t>(j)];
+                own_logp_[static_cast<size_t>(r * k_ + j)] = lp[order[static_cast<size_t>(j)]];
+            }
+        }
+        out.written |= RUDDER_WROTE_LOGIT_DELTA;
+    }
+    int64_t rows() const { return rows_; }
+    // Candidates per row: the host's k when it offers them (which may differ from own_k), else own_k (at most V).
+    int64_t k() const { return k_; }
+    // The host gave the candidates (else they were found here).
+    bool offered() const { return offered_; }
+    int64_t id(int64_t r, int64_t j) const {
+        return offered_ ? ids_(r, j) : own_ids_[static_cast<size_t>(r * k_ + j)];
+    }
+    float logp(int64_t r, int64_t j) const {
+        return offered_ ? logp_(r, j) : own_logp_[static_cast<size_t>(r * k_ + j)];
+    }
+    void set_delta(int64_t r, int64_t j, float value) {
+        if (offered_)
+            delta_(r, j) = value;
+        else
+            logit_delta_(r, id(r, j)) = value;
+    }
+
+private:
+    View<const int64_t> ids_;
+    View<const float> logp_;
+    View<float> delta_;
+    RowView<float> logit_delta_;
+    std::vector<int64_t> own_ids_;
+    std::vector<float> own_logp_;
+    int64_t rows_ = 0, k_ = 0;
+    bool offered_ = false;
 };
 
 // The run's services with C++ types. Valid between begin() and the next begin()/destroy().

@@ -1,5 +1,5 @@
 /*
- * rudder_plugin.h — the Rudder controller plugin ABI, version 1.1.
+ * rudder_plugin.h — the Rudder controller plugin ABI, version 1.2.
  *
  * A controller plugin is a shared library that steers the reverse (denoising) loop of a diffusion language
  * model. At each step the host asks every active controller for a contribution — a logit delta, a gradient,
@@ -31,7 +31,15 @@
  * major. Within a major, changes are append-only: new members go at the end of structs, new enum values and
  * capability bits are added, nothing is removed or reordered. Every struct starts with `struct_size`; a
  * reader touches a member only if `struct_size` covers it, so an older plugin works with a newer host and the
- * other way round.
+ * other way round. RUDDER_HAS_MEMBER(ptr, type, member) says whether a struct covers a member.
+ *
+ * Forms (ABI 1.2). A controller may ask for cheaper forms of its step's tensors than the dense [B, L, ...] ones:
+ * RUDDER_CAP_ROWS (only the positions the step samples), RUDDER_CAP_PACKED_MASK (token masks as bits) and
+ * RUDDER_CAP_CANDIDATES (deltas for each row's k most likely tokens only). A host gives them only to a controller
+ * whose descriptor says abi_minor >= 2; a 1.1 host knows none of them, and a 1.2 host run with
+ * RUDDER_CONTROL_FORMS=dense presents itself as one (1.1 struct sizes, dense buffers), so a controller that reads
+ * the 1.2 members only where struct_size covers them and falls back to the dense forms runs on both
+ * (rudder_controller.hpp's Rows, RowView, TokenMask and Candidates do this).
  *
  * Threads. The host calls one controller instance from one thread at a time (not always the same thread).
  * Different instances of the same controller may run on different threads at the same time only if the
@@ -54,7 +62,7 @@ extern "C" {
 #endif
 
 #define RUDDER_ABI_MAJOR 1
-#define RUDDER_ABI_MINOR 1
+#define RUDDER_ABI_MINOR 2
 
 #if defined(_WIN32)
 #define RUDDER_EXPORT __declspec(dllexport)
@@ -110,9 +118,15 @@ enum {
 /* Accepts tensors on the run's device (e.g. CUDA). Without it every tensor the controller sees is in CPU memory:
  * the host copies inputs to the CPU and outputs back, so a plain C plugin works unchanged on any device. */
 #define RUDDER_CAP_ANY_DEVICE ((uint64_t)1 << 6)
-/* ABI 1.2 (placeholder values; documented with the rest of 1.2) */
+/* ABI 1.2; the host honours these only for a controller whose descriptor says abi_minor >= 2, and not at all with
+ * RUDDER_CONTROL_FORMS=dense. */
+/* The PREDICT outputs with a position axis over the vocabulary (logit_delta, forbidden, token_bits, the discrete
+ * grad) and x0_logits cover only the step's rows (rudder_step.rows): [N, ...] instead of [B, L, ...]. */
 #define RUDDER_CAP_ROWS ((uint64_t)1 << 7)
+/* With HARD_CONSTRAINT: token masks come as bits (rudder_contribution.token_bits) instead of forbidden's bytes. */
 #define RUDDER_CAP_PACKED_MASK ((uint64_t)1 << 8)
+/* Reads each row's k most likely tokens (rudder_step.candidate_ids, candidate_logp) and writes a delta for each
+ * (rudder_contribution.candidate_delta) instead of a logit delta over the whole vocabulary. */
 #define RUDDER_CAP_CANDIDATES ((uint64_t)1 << 9)
 
 /* Bits of rudder_contribution.written: which outputs the controller actually wrote this call. */
@@ -121,6 +135,16 @@ enum {
 #define RUDDER_WROTE_LOG_PROB (1u << 2)
 #define RUDDER_WROTE_FIXED_TOKENS (1u << 3)
 #define RUDDER_WROTE_FORBIDDEN (1u << 4)
+/* ABI 1.2. token_bits holds forbidden tokens (FORBIDDEN_BITS) or the allowed tokens of each row (ALLOWED_BITS):
+ * set exactly one of the two when writing token_bits; both is an error. */
+#define RUDDER_WROTE_FORBIDDEN_BITS (1u << 5)
+#define RUDDER_WROTE_ALLOWED_BITS (1u << 6)
+#define RUDDER_WROTE_CANDIDATE_DELTA (1u << 7)
+
+/* Whether the struct at `ptr` (one that starts with struct_size) covers `member` of `type`: read a member that a
+ * later minor appended only if this is true. */
+#define RUDDER_HAS_MEMBER(ptr, type, member) \
+    ((ptr)->struct_size >= offsetof(type, member) + sizeof(((const type*)0)->member))
 
 /* Log levels. Guarded because rudder.h defines the same type and values: both may be included. RUDDER_LOG_OFF is a
  * threshold only (rudder_set_log), never the level of a message. */
@@ -195,6 +219,12 @@ typedef struct rudder_run_info {
      * RUDDER_ERR_BUFFER_TOO_SMALL if it did not fit, RUDDER_ERR_INVALID_ARGUMENT if there is no such model (the
      * host's message, naming what it searched, is in the run's error report). */
     rudder_status (*find_model)(void* run_ctx, const char* name, char* out, size_t capacity, size_t* n_bytes);
+
+    /* ABI 1.2: read only if struct_size covers it (a 1.1 host, or RUDDER_CONTROL_FORMS=dense, has not). */
+    /* k: the candidates per row this controller gets at each PREDICT step (rudder_step.candidate_ids [N, k]). Set
+     * only for a controller that declares RUDDER_CAP_CANDIDATES; 0 when the host offers none (then candidate_ids
+     * and candidate_delta are NULL). Fixed for the run. */
+    int32_t candidates;
 } rudder_run_info;
 
 /* ---------------------------------------------------------------------------------------------------------
@@ -210,28 +240,54 @@ typedef struct rudder_step {
     double t;             /* diffusion time of the inputs, in (0, 1]; 1 = pure noise */
     double t_next;        /* time the sampler is stepping to */
     const DLTensor* latent;    /* continuous: float32 [B, L, D] (x_t, or the guided iterate in GUIDE) */
-    const DLTensor* x0_logits; /* PREDICT: float32 [B, L, V] log-probabilities of the clean token */
+    const DLTensor* x0_logits; /* PREDICT: float32 [B, L, V] log-probabilities of the clean token ([N, V] at the
+                                  step's rows with RUDDER_CAP_ROWS); GUIDE: NULL */
     const DLTensor* tokens;    /* int64 [B, L]: discrete: the current state (mask_id where masked);
                                   continuous: argmax of x0_logits, the current best guess */
     const DLTensor* masked;    /* discrete: uint8 [B, L], 1 where the position is still masked */
+
+    /* ABI 1.2: read only if struct_size covers them (a 1.1 host, or RUDDER_CONTROL_FORMS=dense, has not). Same
+     * ownership, lifetime and device as the members above; the thread is the one inside step(). */
+    /* PREDICT, every 1.2 controller: int64 [N], the step's rows: the positions it samples, as flat indices b * L + i,
+     * ascending (discrete: the positions that unmask this step, N may be 0; continuous: all B * L). GUIDE: NULL.
+     * With RUDDER_CAP_ROWS, x0_logits is [N, V] (row r is position rows[r]) and so are the row-shaped outputs. */
+    const DLTensor* rows;
+    /* PREDICT, RUDDER_CAP_CANDIDATES and rudder_run_info.candidates = k > 0: int64 [N, k], each row's k most likely
+     * tokens under x0_logits, most likely first; and float32 [N, k], their log-probabilities. NULL otherwise. */
+    const DLTensor* candidate_ids;
+    const DLTensor* candidate_logp;
 } rudder_step;
 
 /* ---------------------------------------------------------------------------------------------------------
  * One step's outputs. Host-allocated and initialised; NULL for outputs the controller did not declare or the
- * phase does not use. Write in place (never replace `data`, shapes or dtypes) and set the `written` bits.
- * The host checks shapes, dtypes and that every written value is finite; a violation fails the run with an
- * error naming the controller.
+ * phase does not use (a struct_size of 1.1 has no 1.2 members at all). Write in place (never replace `data`,
+ * shapes or dtypes) and set the `written` bits. The host checks shapes, dtypes and that every written value is
+ * finite; a violation fails the run with an error naming the controller.
  * ------------------------------------------------------------------------------------------------------- */
 typedef struct rudder_contribution {
     uint32_t struct_size;
     uint32_t written;       /* RUDDER_WROTE_* bits, set by the controller; host sets 0 before the call */
-    DLTensor* logit_delta;  /* float32 [B, L, V], zero-filled: added (times the weight) to x0 log-probs */
+    DLTensor* logit_delta;  /* float32 [B, L, V] ([N, V] with RUDDER_CAP_ROWS), zero-filled: added (times the
+                               weight) to x0 log-probs */
     DLTensor* grad;         /* float32, zero-filled. GUIDE: [B, L, D] = d log p(c|x) / dx.
-                               discrete PREDICT: [B, L, V] = d log p(c) / d onehot(tokens); the host turns it
-                               into a logit delta by first-order Taylor: g[v] - g[current token] */
+                               discrete PREDICT: [B, L, V] ([N, V] with RUDDER_CAP_ROWS) =
+                               d log p(c) / d onehot(tokens); the host turns it into a logit delta by
+                               first-order Taylor: g[v] - g[current token] */
     DLTensor* log_prob;     /* float32 [B], zero-filled: log p(c | x) if the controller knows it (reported) */
     DLTensor* fixed_tokens; /* int64 [B, L], filled with -1: a token id here fixes that position */
-    DLTensor* forbidden;    /* uint8 [B, L, V], zero-filled: 1 forbids that token at that position */
+    DLTensor* forbidden;    /* uint8 [B, L, V], zero-filled: 1 forbids that token at that position.
+                               [N, V] with RUDDER_CAP_ROWS; NULL with RUDDER_CAP_PACKED_MASK (see token_bits) */
+
+    /* ABI 1.2: read only if struct_size covers them. Like the outputs above: host-owned, allocated and initialised
+     * by the host, on rudder_run_info.device, valid during the step() call, written from the thread inside it. */
+    /* HARD_CONSTRAINT + PACKED_MASK, PREDICT: uint32 [B, L, W] ([N, W] with RUDDER_CAP_ROWS), W = ceil(V / 32),
+     * zero-filled; token v of a row is bit (v % 32) of word v / 32. Set RUDDER_WROTE_FORBIDDEN_BITS (set bits are
+     * forbidden tokens) or RUDDER_WROTE_ALLOWED_BITS (set bits are the row's only allowed tokens: a row with no bit
+     * set then allows nothing, a conflict the host reports). A bit at or past V is an error. */
+    DLTensor* token_bits;
+    /* CANDIDATES, PREDICT, k > 0: float32 [N, k], zero-filled: added (times the weight) to the log-probability of
+     * candidate_ids[r, j] at row r. Set RUDDER_WROTE_CANDIDATE_DELTA. NULL when the step offers no candidates. */
+    DLTensor* candidate_delta;
 } rudder_contribution;
 
 /* A finished sample, for evaluate(). Host-owned, valid during the call. */

@@ -145,11 +145,17 @@ enum class Isolation { in_process, process };
 // "in_process" / "process".
 const char* isolation_name(Isolation isolation);
 
-// The step's inputs (latent, x0_logits, tokens, masked) in one shared memory file for the controllers of a run that
-// run in processes of their own: each step's inputs are copied there once, not once per controller, and every child
-// maps them read-only. Its owner (the composer) hands it to each instance before begin() and calls next_step()
-// before each step's (or guide iteration's) calls. An instance given none keeps one of its own and refills it at
-// every step.
+// $RUDDER_CONTROL_FORMS. Unset or empty: each controller gets the forms it declares. "dense": the host speaks to every
+// controller as a plugin ABI 1.1 host would (1.1 struct sizes, dense [B, L, ...] buffers, no rows, no candidates), so
+// that one controller's samples can be compared in both forms. Throws PluginError naming the variable for any other
+// value. Read by each ControllerInstance when it is made.
+bool dense_control_forms();
+
+// The step's inputs (latent, x0_logits, tokens, masked; rows, x0 at the rows, candidates) in one shared memory file
+// for the controllers of a run that run in processes of their own: each step's input is copied there once, by the
+// first controller that reads it, not once per controller, and every child maps them read-only. Its owner (the
+// composer) hands it to each instance before begin() and calls next_step() before each step's (or guide
+// iteration's) calls. An instance given none keeps one of its own and refills it at every step.
 class StepInputShare {
 public:
     StepInputShare();
@@ -181,7 +187,10 @@ public:
 
     const std::string& label() const { return label_; }
     const ControllerType& type() const { return type_; }
-    uint64_t capabilities() const { return type_.capabilities(); }
+    // The capabilities this instance runs with: the declared ones, less the ABI 1.2 forms (RUDDER_CAP_ROWS,
+    // RUDDER_CAP_PACKED_MASK, RUDDER_CAP_CANDIDATES) when the controller was built for ABI 1.1 or
+    // RUDDER_CONTROL_FORMS=dense. They say which forms step()'s outputs come in.
+    uint64_t capabilities() const { return capabilities_; }
     bool has(uint64_t capability) const { return (capabilities() & capability) != 0; }
     Isolation isolation() const { return isolation_; }
     // False once the controller's process has died or was killed (process isolation): every later call fails
@@ -200,6 +209,8 @@ public:
     void set_time_limit(double seconds);
     // Allocates the outputs the controller declared for this phase, calls step(), validates what it wrote. With
     // process isolation the outputs on the CPU view the instance's shared memory: valid until its next step().
+    // ABI 1.2: a PREDICT step without `rows` has all B * L rows; x0 at the rows and the candidates (k =
+    // RunShape::candidates) are taken from x0_logits where `in` does not give them.
     StepOutputs step(const StepInputs& in);
     // Verdict on one finished sample (tokens on the CPU, length seq_len).
     Verdict evaluate(int64_t index, const std::vector<int64_t>& tokens, int64_t n_tokens, const std::string& text);
@@ -209,6 +220,7 @@ private:
     ControllerType type_;
     std::string label_;
     Isolation isolation_ = Isolation::in_process;
+    uint64_t capabilities_ = 0;
     void* self_ = nullptr;
     std::unique_ptr<Impl> impl_;
 };
