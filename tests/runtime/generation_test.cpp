@@ -340,6 +340,20 @@ std::vector<SampleResult> run(const std::string& text) {
 const std::string kFirstParty = R"({"plugin": "length", "params": {"tokens": 7}},
     {"plugin": "span", "params": {"prefix": "The Eagle"}})";
 
+// ABI 1.2's packed masks end to end: allowed bits (tokens 1 and 2 only: the unknown word and the mask) against a
+// fixed prefix, which the conflict names with the controller whose bits forbid it.
+TEST(GenerationForms, AFixedTokenThatAllowedBitsExcludeNamesBothControllers) {
+    try {
+        run(recipe_text("discrete", R"({"plugin": "rows_mask", "name": "allow", "params": {"write": "allow"}},
+                                      {"plugin": "span", "params": {"prefix": "The"}})",
+                        8));
+        ADD_FAILURE() << "the run did not fail";
+    } catch (const rudder::ConstraintConflict& e) {
+        EXPECT_NE(std::string(e.what()).find("controller 'span' fixes token id "), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("at position 0, which 'allow' forbids"), std::string::npos) << e.what();
+    }
+}
+
 TEST(GenerationIsolation, FirstPartyControllersGiveTheSameSamplesInAProcessOfTheirOwn) {
     for (const std::string family : {"discrete", "continuous"}) {
         const auto in_process = run(recipe_text(family, kFirstParty, 8));

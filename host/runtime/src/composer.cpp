@@ -220,11 +220,26 @@ Combined Composer::predict(const plugins::StepInputs& in) {
         }
     }
     if (out.forbidden.defined()) {
-        at::Tensor none_left = out.forbidden.all(1);
+        // The mask token is never drawn, so a row that allows only it allows nothing.
+        at::Tensor none_left = mask_id_ >= 0 ? out.forbidden.index_fill(1, at::tensor({mask_id_}, out.rows.options()), true).all(1)
+                                             : out.forbidden.all(1);
         if (out.fixed.defined()) none_left.logical_and_(out.fixed.reshape({-1}).index_select(0, out.rows).lt(0));
         if (none_left.any().item<bool>()) {
-            const int64_t position = out.rows[none_left.nonzero()[0][0].item<int64_t>()].item<int64_t>();
-            throw ConstraintConflict("the controllers forbid every token at position " + std::to_string(position % L));
+            const int64_t row = none_left.nonzero()[0][0].item<int64_t>();
+            const int64_t position = out.rows[row].item<int64_t>();
+            std::string who;  // the forbidders at that row: one that leaves nothing alone, else all of them
+            for (const auto& [k, f] : forbidders) {
+                if (!f[row].any().item<bool>()) continue;
+                const std::string name = "'" + controllers_[k].instance->label() + "'";
+                if (f[row].all().item<bool>() || (mask_id_ >= 0 && f[row].index_fill(0, at::tensor({mask_id_}, out.rows.options()), true).all().item<bool>())) {
+                    who = "controller " + name;
+                    break;
+                }
+                who += (who.empty() ? "controllers " : ", ") + name;
+            }
+            throw ConstraintConflict(who + " forbid" + (who.rfind("controllers ", 0) == 0 ? "" : "s") +
+                                     " every token at position " + std::to_string(position % L) + " (sample " +
+                                     std::to_string(position / L) + ")");
         }
     }
     return out;
