@@ -8,7 +8,7 @@ TSAN_BUILD ?= build-tsan
 # numerics (which `make test` covers), take 10 of the sanitized suite's 20 CPU-minutes, and add no new code paths.
 SANITIZE_EXCLUDE ?= ^nets\.Training\.
 
-.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long bench bench-threads bench-memory clean
+.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long bench bench-threads bench-memory bench-eager clean
 
 all: build
 
@@ -77,6 +77,11 @@ bench-threads: build
 # The run-memory estimate against peak RSS for 16 shapes (about 5 minutes).
 bench-memory: build
 	bench/memory_estimate.sh $(BUILD)
+
+# Rudder against a PyTorch eager loop of the algorithm it had before the lean step (bench/eager_reference.py): both
+# families, unconditional and length+span, batch 1, 16, 64, threads 1 and 2 (about 40 minutes; needs python3-torch).
+bench-eager: build
+	python3 bench/eager_vs_rudder.py
 
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log $(SANITIZE_BUILD) $(SANITIZE_BUILD).configure.log $(TSAN_BUILD) \

@@ -64,9 +64,10 @@ def main():
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
-    for path in (RUDDER, SYSTEM_PYTHON):
-        if not os.access(path, os.X_OK):
-            sys.exit(f"{path} is missing: build Rudder (make) and install python3-torch (scripts/install-deps.sh)")
+    if not os.access(RUDDER, os.X_OK):
+        sys.exit(f"{RUDDER} is missing: build Rudder first (make)")
+    if subprocess.run([SYSTEM_PYTHON, "-c", "import torch"], capture_output=True).returncode != 0:
+        sys.exit(f"{SYSTEM_PYTHON} cannot import torch: install Debian's python3-torch (apt-get install python3-torch)")
     cases = args.cases.split(",")
     for c in cases:
         if c not in CASES:
