@@ -339,17 +339,23 @@ Generator::Generator(Recipe recipe, plugins::Registry& registry, const std::vect
 
 uint64_t Generator::estimate_peak_bytes(int64_t batch) const {
     // The step's own [B, L, V] float tensors beyond the denoiser's, in units of one, as measured against peak RSS
-    // (docs/results.md): the log-softmax of the network's output, the composer's copy and its renormalisation,
-    // and, discrete, the Gumbel draw (uniforms, two logarithms, the scores); freed ones are partly reused.
+    // (docs/results.md). The lean step draws over the rows only, so a step without controllers holds little beyond
+    // the network's output: discrete, its SUBS form (log-softmax, clamp, carry-over); continuous, nothing for
+    // clamping and the softmax and its product for interpolation. Freed tensors are partly reused.
     const bool discrete = model_.family == Family::discrete;
-    double units = discrete ? 6.5 : 3;
-    if (recipe_.sampler.temperature != 1.0) units += 2;  // the division and its log-softmax
+    double units = discrete ? 3.5 : (recipe_.sampler.x0 == "clamp" ? 0 : 2);
+    bool whole_x0 = false;
     for (size_t k = 0; k < composer_->size(); ++k) {
         const auto& c = composer_->instance(k);
+        const bool rows = c.has(RUDDER_CAP_ROWS);
+        whole_x0 = whole_x0 || !rows;
         if (c.has(RUDDER_CAP_LOGIT_DELTA)) units += 2;              // its buffer and the weighted copy
         if (c.has(RUDDER_CAP_GRADIENT)) units += discrete ? 3 : 1;  // its buffer (discrete: and the Taylor terms)
-        if (c.has(RUDDER_CAP_HARD_CONSTRAINT)) units += 0.25;       // the forbidden bytes
+        if (c.has(RUDDER_CAP_HARD_CONSTRAINT) && !rows) units += 0.25;  // the forbidden bytes
+        // A delta on a model that takes conditions may come from the re-entrant denoise (cfg): its [n, B, L, V].
+        if (c.has(RUDDER_CAP_LOGIT_DELTA) && model_.denoiser->conditional()) units += 5;
     }
+    if (whole_x0) units += 1;  // the log-softmax of the network's output that they read
     const double unit = static_cast<double>(batch) * static_cast<double>(recipe_.max_length) *
                         static_cast<double>(model_.tokenizer->vocab_size()) * 4;
     return resident_bytes() + model_.denoiser->working_bytes(batch, recipe_.max_length) +
