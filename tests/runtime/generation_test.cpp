@@ -2,7 +2,7 @@
 // exact corpus denoiser. With the closed-form posterior a constraint must select exactly the matching sentences.
 #include <gtest/gtest.h>
 
-#include <ATen/Context.h>
+#include <ATen/ATen.h>
 
 #include <unistd.h>
 
@@ -318,6 +318,74 @@ TEST(GenerationStats, DiscreteStepsWhereNothingUnmasksCallNoNetwork) {
     EXPECT_LT(with_cache, 100);
     EXPECT_EQ(with_cache, without);
     for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].tokens, b[i].tokens);
+}
+
+// Bring your own denoiser: a model built in the program, not read from a folder. This one is certain of one
+// sentence (log-probability 0 for its token at each position, -30 for every other).
+class OneSentence final : public rudder::Denoiser {
+public:
+    OneSentence(std::vector<int64_t> ids, int64_t vocab) : ids_(std::move(ids)), vocab_(vocab) {}
+    rudder::Family family() const override { return rudder::Family::discrete; }
+    int64_t vocab_size() const override { return vocab_; }
+    int64_t embed_dim() const override { return 0; }
+    void to(const at::Device&) override {}
+    rudder::DenoiserOutput denoise(const at::Tensor& x, double, const std::vector<std::string>&,
+                                   const rudder::Evidence&) override {
+        at::Tensor logits = at::full({x.size(0), x.size(1), vocab_}, -30.0f);
+        for (int64_t i = 0; i < x.size(1); ++i)
+            logits.select(1, i).select(1, i < static_cast<int64_t>(ids_.size()) ? ids_[static_cast<size_t>(i)] : 0).fill_(0.0f);
+        return {logits, {}};
+    }
+
+private:
+    std::vector<int64_t> ids_;
+    int64_t vocab_;
+};
+
+rudder::Model own_model(int64_t denoiser_vocab_extra = 0) {
+    rudder::Model m;
+    m.name = "own";
+    m.family = rudder::Family::discrete;
+    auto tok = std::make_shared<rudder::WordTokenizer>(rudder::WordTokenizer::from_words({"red", "green", "blue"}));
+    m.denoiser = std::make_shared<OneSentence>(tok->encode("blue green red"), tok->vocab_size() + denoiser_vocab_extra);
+    m.tokenizer = std::move(tok);
+    return m;
+}
+
+const char* const kOwnRecipe = R"({"model": "not looked up", "sampler": {"name": "analytic", "steps": 8},
+    "samples": 3, "max_length": 5, "controllers": [{"plugin": "span", "params": {"words": [{"position": 3,
+    "text": "green"}]}}]})";
+
+TEST(BringYourOwnDenoiser, GeneratesWithTheGivenModel) {
+    Generator g(rudder::parse_recipe(kOwnRecipe, "."), own_model(), registry());
+    EXPECT_EQ(g.recipe().model, "own");
+    EXPECT_EQ(g.model().denoiser->vocab_size(), 6);
+    const auto samples = g.generate();
+    ASSERT_EQ(samples.size(), 3u);
+    for (const auto& s : samples) {
+        // The denoiser's sentence, with the span's word (found through the model's tokenizer) at position 3.
+        EXPECT_EQ(s.text, "blue green red green");
+        ASSERT_EQ(s.controls.size(), 1u);
+        EXPECT_EQ(s.controls[0].verdict.satisfied, 1);
+    }
+}
+
+TEST(BringYourOwnDenoiser, ModelThatDoesNotHoldTogetherIsAnIssueAtModel) {
+    auto expect_model_issue = [](rudder::Model model, const std::string& recipe, const std::string& words) {
+        try {
+            Generator g(rudder::parse_recipe(recipe, "."), std::move(model), registry());
+            ADD_FAILURE() << "accepted: " << words;
+        } catch (const rudder::RecipeError& e) {
+            ASSERT_EQ(e.issues().size(), 1u) << e.what();
+            EXPECT_EQ(e.issues()[0].pointer, "/model");
+            EXPECT_NE(e.issues()[0].message.find(words), std::string::npos) << e.what();
+        }
+    };
+    expect_model_issue(own_model(1), kOwnRecipe, "the denoiser has 7 tokens of vocabulary, the tokenizer 6");
+    rudder::Model no_denoiser = own_model();
+    no_denoiser.denoiser.reset();
+    expect_model_issue(std::move(no_denoiser), kOwnRecipe, "has no denoiser");
+    expect_model_issue(own_model(), R"({"model": "x", "family": "continuous"})", "is not a continuous model");
 }
 
 }  // namespace

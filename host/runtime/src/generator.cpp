@@ -205,6 +205,35 @@ bool keep_freed_memory_in_process() {
 Generator::Generator(Recipe recipe, plugins::Registry& registry, const std::vector<fs::path>& model_path,
                      std::vector<RecipeIssue> earlier_issues)
     : recipe_(std::move(recipe)), device_(c10::kCPU) {
+    set_up(registry, model_path, std::move(earlier_issues), [this, &model_path] {
+        std::optional<Family> family;
+        if (recipe_.family) family = *recipe_.family == "continuous" ? Family::continuous : Family::discrete;
+        return load_model(resolve_model(recipe_.model, recipe_.base_dir, model_path), family);
+    });
+}
+
+Generator::Generator(Recipe recipe, Model model, plugins::Registry& registry, const std::vector<fs::path>& model_path,
+                     std::vector<RecipeIssue> earlier_issues)
+    : recipe_(std::move(recipe)), device_(c10::kCPU) {
+    recipe_.model = model.name;
+    set_up(registry, model_path, std::move(earlier_issues), [this, &model] {
+        // What load_model guarantees of a model directory, checked here for a model built by the caller.
+        if (model.tokenizer == nullptr || model.denoiser == nullptr)
+            throw ModelError("model '" + model.name + "' has no " + (model.tokenizer == nullptr ? "tokenizer" : "denoiser"));
+        if (model.denoiser->family() != model.family)
+            throw ModelError("model '" + model.name + "' is " + family_name(model.family) + " but its denoiser is " +
+                             family_name(model.denoiser->family()));
+        if (model.denoiser->vocab_size() != model.tokenizer->vocab_size())
+            throw ModelError("model '" + model.name + "': the denoiser has " + std::to_string(model.denoiser->vocab_size()) +
+                             " tokens of vocabulary, the tokenizer " + std::to_string(model.tokenizer->vocab_size()));
+        if (recipe_.family && *recipe_.family != family_name(model.family))
+            throw ModelError("model '" + model.name + "' is not a " + *recipe_.family + " model");
+        return std::move(model);
+    });
+}
+
+void Generator::set_up(plugins::Registry& registry, const std::vector<fs::path>& model_path,
+                       std::vector<RecipeIssue> earlier_issues, const std::function<Model()>& load) {
     std::vector<RecipeIssue> issues = std::move(earlier_issues);
     // A value the parser already reported (or one inside it) is not checked again here.
     auto reported = [&](const std::string& pointer) {
@@ -221,9 +250,7 @@ Generator::Generator(Recipe recipe, plugins::Registry& registry, const std::vect
     bool model_ok = false;
     if (!reported("/model") && !reported("/family")) {
         try {
-            std::optional<Family> family;
-            if (recipe_.family) family = *recipe_.family == "continuous" ? Family::continuous : Family::discrete;
-            model_ = load_model(resolve_model(recipe_.model, recipe_.base_dir, model_path), family);
+            model_ = load();
             model_.denoiser->to(device_);
             model_ok = true;
         } catch (const std::exception& e) {

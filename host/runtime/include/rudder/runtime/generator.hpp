@@ -92,6 +92,15 @@ public:
     Generator(Recipe recipe, plugins::Registry& registry,
               const std::vector<std::filesystem::path>& model_path = default_model_path(),
               std::vector<RecipeIssue> earlier_issues = {});
+    // Bring your own denoiser: the same with a model the caller built (any Denoiser, with its tokenizer) instead
+    // of the recipe's "model", which is not looked up (it becomes model.name; recipe text still needs one for
+    // parse_recipe, any name will do). For a C++ application that builds Rudder as a CMake subproject and links
+    // rudder_runtime (the C API has no such entry point). A model without a tokenizer or denoiser, a denoiser of
+    // another family or vocabulary size than the model's, or a recipe "family" the model is not, is an issue at
+    // /model; everything else is checked as above.
+    Generator(Recipe recipe, Model model, plugins::Registry& registry,
+              const std::vector<std::filesystem::path>& model_path = default_model_path(),
+              std::vector<RecipeIssue> earlier_issues = {});
     ~Generator();
 
     std::vector<SampleResult> generate(const ProgressCallback& progress = {}, const SampleCallback& on_sample = {},
@@ -108,6 +117,9 @@ public:
 
 private:
     class Services;
+    // Both constructors: the model from `load` (its exceptions are issues at /model), then everything else.
+    void set_up(plugins::Registry& registry, const std::vector<std::filesystem::path>& model_path,
+                std::vector<RecipeIssue> earlier_issues, const std::function<Model()>& load);
     // Called by the reverse loops after each step with the step count, t, and how to get the current best tokens.
     using StepTick = std::function<void(int64_t, double, const std::function<at::Tensor()>&)>;
     at::Tensor run_continuous(int64_t batch, at::Generator& gen, const StepTick& tick);
