@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
@@ -386,6 +387,23 @@ TEST(BringYourOwnDenoiser, ModelThatDoesNotHoldTogetherIsAnIssueAtModel) {
     no_denoiser.denoiser.reset();
     expect_model_issue(std::move(no_denoiser), kOwnRecipe, "has no denoiser");
     expect_model_issue(own_model(), R"({"model": "x", "family": "continuous"})", "is not a continuous model");
+}
+
+// A controller that steers through candidate deltas only (CANDIDATES + ROWS, no LOGIT_DELTA) takes part in the
+// PREDICT step: the forms fixture's candidate_bonus writing a NaN fails the run, naming candidate_delta.
+TEST(GenerationForms, CandidateDeltaOnlyControllerTakesPart) {
+    if (const char* forms = std::getenv("RUDDER_CONTROL_FORMS"); forms != nullptr && *forms != '\0')
+        GTEST_SKIP() << "RUDDER_CONTROL_FORMS=" << forms << ": no controller gets candidates";
+    static rudder::plugins::Registry fixtures({fs::path(RUDDER_TEST_PLUGIN_DIR), fs::path(RUDDER_TEST_FIXTURE_DIR)});
+    Generator g(rudder::parse_recipe(recipe_text("discrete", R"({"plugin": "candidate_bonus", "params": {"nan": true}})", 8),
+                                     "."),
+                fixtures);
+    try {
+        g.generate();
+        FAIL() << "the candidate delta was not asked for";
+    } catch (const rudder::plugins::PluginError& e) {
+        EXPECT_NE(std::string(e.what()).find("NaN or Inf to candidate_delta"), std::string::npos) << e.what();
+    }
 }
 
 }  // namespace

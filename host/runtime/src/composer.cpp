@@ -80,10 +80,15 @@ void Composer::merge_fixed(Combined& out, const at::Tensor& fixed, size_t owner,
     owners.masked_fill_(mine, static_cast<int64_t>(owner));
 }
 
+uint64_t Composer::predict_capabilities() const {
+    // A controller that writes candidate deltas only (CANDIDATES without LOGIT_DELTA) steers too.
+    return RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_HARD_CONSTRAINT | RUDDER_CAP_CANDIDATES |
+           (family_ == Family::discrete ? RUDDER_CAP_GRADIENT : 0);
+}
+
 Composer::Reads Composer::reads(double t) const {
     Reads r;
-    const uint64_t predict_caps = RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_HARD_CONSTRAINT |
-                                  (family_ == Family::discrete ? RUDDER_CAP_GRADIENT : 0);
+    const uint64_t predict_caps = predict_capabilities();
     for (const auto& c : controllers_) {
         if (!c.active.contains(t) || !c.failure.empty() || (c.instance->capabilities() & predict_caps) == 0) continue;
         r.any = true;  // a controller takes part in this PREDICT step
@@ -135,9 +140,7 @@ Combined Composer::predict(const plugins::StepInputs& in) {
     for (size_t k = 0; k < controllers_.size(); ++k) {
         auto& c = controllers_[k];
         if (!c.active.contains(in.t)) continue;
-        const uint64_t predict_caps = RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_HARD_CONSTRAINT |
-                                      (family_ == Family::discrete ? RUDDER_CAP_GRADIENT : 0);
-        if ((c.instance->capabilities() & predict_caps) == 0) continue;
+        if ((c.instance->capabilities() & predict_capabilities()) == 0) continue;
         plugins::StepOutputs o;
         if (!take_part(c, [&] { o = c.instance->step(in); })) continue;
         const bool sums = out.logit_delta.defined() || out.candidate_delta.defined();

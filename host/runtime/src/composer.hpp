@@ -95,6 +95,8 @@ public:
     const std::string& failure(size_t i) const { return controllers_[i].failure; }
 
 private:
+    // The capabilities that make a controller take part in a PREDICT step of this family.
+    uint64_t predict_capabilities() const;
     void merge_fixed(Combined& out, const at::Tensor& fixed, size_t owner, at::Tensor& owners);
     std::vector<ComposedController> controllers_;
     std::shared_ptr<plugins::StepInputShare> inputs_;  // the step's inputs for controllers in processes of their own
