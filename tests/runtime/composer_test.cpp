@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <limits>
+
 #include "composer.hpp"
 
 namespace {
@@ -33,6 +35,48 @@ TEST(ComposerApply, DeltasForbiddenAndFixedTokens) {
 TEST(ComposerApply, NothingContributedKeepsTheDistribution) {
     const at::Tensor logp = at::log_softmax(at::randn({2, 3, 5}), -1);
     EXPECT_TRUE(at::allclose(Composer::apply(logp, Combined{}, -1), logp, 1e-5, 1e-6));
+}
+
+TEST(ComposerControlled, ForbiddenTokensAreTheSameAsMaskedFill) {
+    // A mask without runs, logits with -inf, NaN and +inf among them: the branch-free float32 path sets exactly the
+    // values masked_fill_ sets; float64 takes masked_fill_ itself.
+    at::Tensor logits = at::randn({3, 1000});
+    logits.index_put_({0, 1}, -std::numeric_limits<float>::infinity());
+    logits.index_put_({1, 2}, std::numeric_limits<float>::quiet_NaN());
+    logits.index_put_({2, 3}, std::numeric_limits<float>::infinity());
+    Combined c;
+    c.forbidden = at::rand({3, 1000}).lt(0.5);
+    c.forbidden.index_put_({1, 2}, true);
+    for (const auto dtype : {at::kFloat, at::kDouble}) {
+        const at::Tensor x = logits.to(dtype);
+        const at::Tensor expected = x.clone().masked_fill_(c.forbidden, -std::numeric_limits<double>::infinity());
+        const at::Tensor got = Composer::controlled(x, c, {}, -1);
+        EXPECT_TRUE(got.isnan().equal(expected.isnan()));
+        EXPECT_TRUE(at::nan_to_num(got, 7.0).equal(at::nan_to_num(expected, 7.0))) << dtype;
+    }
+}
+
+TEST(ComposerCandidates, TopCandidatesAreTheTopK) {
+    // Large vocabularies take the two-stage path (with a short last chunk when V is not a multiple of its chunk);
+    // small ones at::topk itself. The scores and their order are at::topk's; each id holds its score.
+    for (const int64_t V : {151936, 151937, 300}) {
+        const at::Tensor scores = at::log_softmax(at::randn({4, V}), 1);
+        const auto [top, ids] = Composer::top_candidates(scores, 64);
+        const auto [expected_top, expected_ids] = scores.topk(std::min<int64_t>(64, V), 1);
+        EXPECT_TRUE(top.equal(expected_top)) << V;
+        EXPECT_TRUE(ids.equal(expected_ids)) << V;
+        EXPECT_TRUE(scores.gather(1, ids).equal(top)) << V;
+    }
+    // Ties: the same scores, and each id holds its score (which of the tied tokens is not promised).
+    const at::Tensor tied = at::randint(0, 5, {2, 151936}).to(at::kFloat);
+    const auto [top, ids] = Composer::top_candidates(tied, 64);
+    EXPECT_TRUE(top.equal(std::get<0>(tied.topk(64, 1))));
+    EXPECT_TRUE(tied.gather(1, ids).equal(top));
+    EXPECT_EQ(std::get<0>(at::_unique(ids[0])).size(0), 64);
+    // The last chunk holds the largest score.
+    at::Tensor last = at::zeros({1, 151937});
+    last.index_put_({0, 151936}, 5.0f);
+    EXPECT_EQ(std::get<1>(Composer::top_candidates(last, 3))[0][0].item<int64_t>(), 151936);
 }
 
 }  // namespace

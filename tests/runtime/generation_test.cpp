@@ -144,6 +144,20 @@ TEST_P(Generation, ConflictingControllersAreNamed) {
 
 INSTANTIATE_TEST_SUITE_P(BothFamilies, Generation, ::testing::Values("discrete", "continuous"));
 
+// A fixed token that another controller's packed mask forbids (span's pad after 5 tokens, length's ban of pad before
+// 6): continuous, so every position is a row of the first step and the conflict is found there.
+TEST(GenerationErrors, FixedTokenAPackedMaskForbidsIsNamed) {
+    try {
+        generate(recipe_text("continuous", R"({"plugin": "length", "params": {"tokens": 6}},
+                                              {"plugin": "span", "params": {"suffix": ".", "length": 5}})"));
+        FAIL() << "a fixed pad that length forbids was accepted";
+    } catch (const rudder::ConstraintConflict& e) {
+        EXPECT_NE(std::string(e.what()).find("'span' fixes token id 0 at position 5, which 'length' forbids"),
+                  std::string::npos)
+            << e.what();
+    }
+}
+
 TEST(GenerationErrors, RecipeProblemsFoundWhenLoadingNameTheirPointer) {
     const std::string text = R"({"model": ")" + rudder::testing::corpus_model_dir().string() +
                              R"(", "family": "discrete", "sampler": {"name": "ddim"}, "device": "cuda",

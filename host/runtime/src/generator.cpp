@@ -156,7 +156,7 @@ void fill_reads(plugins::StepInputs& in, const Composer::Reads& reads, const at:
                                     : at::log_softmax(every_row ? logits : logits.index_select(0, in.rows), -1);
     }
     if (reads.candidates) {
-        const auto [logp_top, ids] = in.x0_rows.topk(std::min(candidates, V), 1);
+        const auto [logp_top, ids] = Composer::top_candidates(in.x0_rows, candidates);
         in.candidate_ids = ids;
         in.candidate_logp = logp_top;
     }
@@ -658,7 +658,10 @@ at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const Step
         const at::Tensor drawn_at_row = unmask.view({-1}).index_select(0, combined.rows).nonzero().squeeze(1);
         if (drawn_at_row.size(0) > 0) {
             const at::Tensor positions = combined.rows.index_select(0, drawn_at_row);
-            at::Tensor scores = Composer::controlled(logits.index_select(0, positions), combined, drawn_at_row, mask_id);
+            // Every row drawn (none fixed this step): the combination's rows as they are, no copy of them.
+            const bool every_row_drawn = drawn_at_row.size(0) == combined.rows.size(0);
+            at::Tensor scores = Composer::controlled(logits.index_select(0, positions), combined,
+                                                     every_row_drawn ? at::Tensor() : drawn_at_row, mask_id);
             if (T != 1.0) scores.div_(T);
             at::Tensor drawn;
             try {
