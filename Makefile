@@ -8,7 +8,7 @@ TSAN_BUILD ?= build-tsan
 # numerics (which `make test` covers), take 10 of the sanitized suite's 20 CPU-minutes, and add no new code paths.
 SANITIZE_EXCLUDE ?= ^nets\.Training\.
 
-.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long bench bench-threads bench-memory bench-eager clean
+.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long bench bench-threads bench-memory bench-eager bench-vocab clean
 
 all: build
 
@@ -82,6 +82,11 @@ bench-memory: build
 # families, unconditional and length+span, batch 1, 16, 64, threads 1 and 2 (about 40 minutes; needs python3-torch).
 bench-eager: build
 	python3 bench/eager_vs_rudder.py
+
+# Per-step time and peak memory at a vocabulary of 151,936 and 1,024 positions, batch 1 and 8, with 0, 1 and 4
+# controllers, dense ABI 1.1 forms against 1.2 (bench/large_vocab_bench.cpp; each run a process of its own).
+bench-vocab: build
+	$(BUILD)/bin/rudder_large_vocab_bench
 
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log $(SANITIZE_BUILD) $(SANITIZE_BUILD).configure.log $(TSAN_BUILD) \
