@@ -443,6 +443,8 @@ const std::string kFirstParty = R"({"plugin": "length", "params": {"tokens": 7}}
 // ABI 1.2's packed masks end to end: allowed bits (tokens 1 and 2 only: the unknown word and the mask) against a
 // fixed prefix, which the conflict names with the controller whose bits forbid it.
 TEST(GenerationForms, AFixedTokenThatAllowedBitsExcludeNamesBothControllers) {
+    if (const char* forms = std::getenv("RUDDER_CONTROL_FORMS"); forms != nullptr && *forms != '\0')
+        GTEST_SKIP() << "RUDDER_CONTROL_FORMS=" << forms << ": rows_mask needs the 1.2 forms";
     try {
         run(recipe_text("discrete", R"({"plugin": "rows_mask", "name": "allow", "params": {"write": "allow"}},
                                       {"plugin": "span", "params": {"prefix": "The"}})",
