@@ -385,7 +385,7 @@ def read_recipe(path, args):
         elif c["plugin"] == "span":
             check_keys(c.get("params", {}), {"prefix"}, f"controllers/{n}/params")
         else:
-            fail(f"controllers/{n}: plugin '{c['plugin']}' is not implemented (only length and span)")
+            fail(f"controllers/{n}: plugin '{c['plugin']}' has no eager counterpart here: the reference covers the length and span controllers only")
 
     seed = args.seed if args.seed is not None else recipe.get("seed", 0)
     samples = args.samples if args.samples is not None else recipe.get("samples", 1)

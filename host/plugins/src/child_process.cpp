@@ -9,6 +9,15 @@
 
 namespace rudder::plugins {
 
+void start_with_default_signals(posix_spawnattr_t& attr) {
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &all);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+}
+
 ChildEnd wait_for_child(pid_t pid, std::chrono::steady_clock::time_point deadline) {
     ChildEnd end;
     for (;;) {

@@ -2,6 +2,7 @@
 // ended, waited for until a deadline, then killed.
 #pragma once
 
+#include <spawn.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -17,6 +18,9 @@ struct ChildEnd {
 
 // Polls `pid` until it ends or `deadline` passes; past the deadline (or if waiting fails) kills it and reaps it.
 ChildEnd wait_for_child(pid_t pid, std::chrono::steady_clock::time_point deadline);
+
+// The child starts with no blocked signals and default dispositions, whatever this process has set.
+void start_with_default_signals(posix_spawnattr_t& attr);
 
 // "signal 11 (Segmentation fault)".
 std::string signal_text(int sig);

@@ -68,20 +68,7 @@ private:
     }
 
 public:
-    const char* changed_field() const {
-        if (dl.data != original.data) return "data pointer";
-        if (dl.ndim != original.ndim) return "ndim";
-        if (dl.shape != original.shape) return "shape pointer";
-        if (std::memcmp(shape, original_shape, sizeof(int64_t) * static_cast<size_t>(original.ndim)) != 0) return "shape";
-        if (dl.dtype.code != original.dtype.code || dl.dtype.bits != original.dtype.bits ||
-            dl.dtype.lanes != original.dtype.lanes)
-            return "dtype";
-        if (dl.device.device_type != original.device.device_type || dl.device.device_id != original.device.device_id)
-            return "device";
-        if (dl.strides != original.strides) return "strides";
-        if (dl.byte_offset != original.byte_offset) return "byte_offset";
-        return nullptr;
-    }
+    const char* changed_field() const { return rudder::plugins::forms::changed_header_field(dl, original, shape, original_shape); }
 };
 
 using rudder::plugins::forms::kF32;

@@ -117,18 +117,7 @@ struct TensorView {
 
     // What the plugin changed in the header, or nullptr if nothing.
     const char* changed_field() const {
-        if (dl.data != original.data) return "data pointer";
-        if (dl.ndim != original.ndim) return "ndim";
-        if (dl.shape != original.shape) return "shape pointer";
-        if (!std::equal(shape.begin(), shape.begin() + original.ndim, original_shape.begin())) return "shape";
-        if (dl.dtype.code != original.dtype.code || dl.dtype.bits != original.dtype.bits ||
-            dl.dtype.lanes != original.dtype.lanes)
-            return "dtype";
-        if (dl.device.device_type != original.device.device_type || dl.device.device_id != original.device.device_id)
-            return "device";
-        if (dl.strides != original.strides) return "strides";
-        if (dl.byte_offset != original.byte_offset) return "byte_offset";
-        return nullptr;
+        return forms::changed_header_field(dl, original, shape.data(), original_shape.data());
     }
 };
 

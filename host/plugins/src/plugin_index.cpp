@@ -190,13 +190,7 @@ ScanResult scan_in_child(const fs::path& scanner, const fs::path& library, doubl
     posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
     posix_spawn_file_actions_adddup2(&actions, err_write.get(), 2);
     posix_spawn_file_actions_adddup2(&actions, result_write.get(), 3);
-    // The child starts with no blocked signals and default dispositions, whatever this process has set.
-    sigset_t none, all;
-    sigemptyset(&none);
-    sigfillset(&all);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &all);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    start_with_default_signals(attr);
 
     const std::string scanner_text = scanner.string(), library_text = library.string();
     // The child's own backstop: should this process die first, the child still ends (SIGALRM).

@@ -97,12 +97,7 @@ RemoteController::RemoteController(const ControllerType& type, std::string where
     posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_adddup2(&actions, 2, 1);  // what the plugin prints never mixes into our stdout
     posix_spawn_file_actions_adddup2(&actions, theirs, kChildSocketFd);
-    sigset_t none, all;
-    sigemptyset(&none);
-    sigfillset(&all);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &all);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    start_with_default_signals(attr);
     const std::string helper_text = helper.string(), library_text = type.path.string(), id = type.id(),
                       parent = std::to_string(::getpid());
     char* argv[] = {const_cast<char*>(helper_text.c_str()), const_cast<char*>(library_text.c_str()),

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace rudder::plugins::forms {
 
@@ -33,6 +34,24 @@ inline Negotiated negotiate(uint32_t controller_abi_minor, uint64_t declared, bo
     n.abi12 = controller_abi_minor >= 2 && !dense;
     n.capabilities = n.abi12 ? declared : declared & ~kCapabilities12;
     return n;
+}
+
+// What a plugin changed in a tensor header it was handed (`dl`, against its `original` and the shape values
+// `original_shape`; `shape` is the storage dl.shape was handed pointing at), or nullptr if nothing: the in-process
+// adapter and the isolated child check every handed header this way.
+inline const char* changed_header_field(const DLTensor& dl, const DLTensor& original, const int64_t* shape,
+                                        const int64_t* original_shape) {
+    if (dl.data != original.data) return "data pointer";
+    if (dl.ndim != original.ndim) return "ndim";
+    if (dl.shape != original.shape) return "shape pointer";
+    if (std::memcmp(shape, original_shape, sizeof(int64_t) * static_cast<size_t>(original.ndim)) != 0) return "shape";
+    if (dl.dtype.code != original.dtype.code || dl.dtype.bits != original.dtype.bits || dl.dtype.lanes != original.dtype.lanes)
+        return "dtype";
+    if (dl.device.device_type != original.device.device_type || dl.device.device_id != original.device.device_id)
+        return "device";
+    if (dl.strides != original.strides) return "strides";
+    if (dl.byte_offset != original.byte_offset) return "byte_offset";
+    return nullptr;
 }
 
 // 32-bit words per row of token bits.
