@@ -142,10 +142,11 @@ private:
 }  // namespace
 
 RUDDER_CONTROLLER(mask_desc, Mask, "vocab_mask", "1.0.0", "benchmark: forbids a fixed pseudo-random half of the vocabulary",
-                  "{}", RUDDER_CAP_HARD_CONSTRAINT | RUDDER_CAP_ROWS | RUDDER_CAP_PACKED_MASK | RUDDER_CAP_THREAD_SAFE)
+                  "{}", RUDDER_CAP_HARD_CONSTRAINT | RUDDER_CAP_ROWS | RUDDER_CAP_PACKED_MASK | RUDDER_CAP_IGNORES_X0 |
+                      RUDDER_CAP_THREAD_SAFE)
 RUDDER_CONTROLLER(boost_desc, Boost, "vocab_boost", "1.0.0", "benchmark: +1 to 16 tokens, dense logit_delta", "{}",
-                  RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_THREAD_SAFE)
+                  RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_IGNORES_X0 | RUDDER_CAP_THREAD_SAFE)
 RUDDER_CONTROLLER(boost_candidates_desc, BoostCandidates, "vocab_boost_candidates", "1.0.0",
                   "benchmark: +1 to 16 tokens where they are candidates (candidate_delta)", "{}",
-                  RUDDER_CAP_CANDIDATES | RUDDER_CAP_ROWS | RUDDER_CAP_THREAD_SAFE)
+                  RUDDER_CAP_CANDIDATES | RUDDER_CAP_ROWS | RUDDER_CAP_IGNORES_X0 | RUDDER_CAP_THREAD_SAFE)
 RUDDER_PLUGIN("rudder-bench-vocab", &mask_desc, &boost_desc, &boost_candidates_desc)

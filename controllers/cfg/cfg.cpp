@@ -114,7 +114,7 @@ static const char kSchema[] = R"schema({
 
 RUDDER_CONTROLLER(cfg_desc, ClassifierFreeGuidance, "cfg", "1.0.0",
                   "classifier-free guidance towards a meaning representation (both families)", kSchema,
-                  RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_EVALUATE | RUDDER_CAP_THREAD_SAFE)
+                  RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_IGNORES_X0 | RUDDER_CAP_EVALUATE | RUDDER_CAP_THREAD_SAFE)
 static const char kSemanticSchema[] = R"schema({
   "type": "object",
   "properties": {
@@ -126,5 +126,5 @@ static const char kSemanticSchema[] = R"schema({
 
 RUDDER_CONTROLLER(semantic_desc, Semantic, "semantic", "1.0.0",
                   "the text expresses given meaning-representation fields (classifier-free guidance; both families)",
-                  kSemanticSchema, RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_EVALUATE | RUDDER_CAP_THREAD_SAFE)
+                  kSemanticSchema, RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_IGNORES_X0 | RUDDER_CAP_EVALUATE | RUDDER_CAP_THREAD_SAFE)
 RUDDER_PLUGIN("rudder-cfg", &cfg_desc, &semantic_desc)

@@ -31,7 +31,9 @@ inline void write_length(const rudder_step& step, rudder_contribution& out, cons
     out.written |= RUDDER_WROTE_FIXED_TOKENS;
 }
 
-// What length and span declare: hard constraints in the cheapest forms (the pad ban as bits, at the step's rows).
-constexpr uint64_t kHardConstraintForms = RUDDER_CAP_HARD_CONSTRAINT | RUDDER_CAP_ROWS | RUDDER_CAP_PACKED_MASK;
+// What length and span declare: hard constraints in the cheapest forms (the pad ban as bits, at the step's rows),
+// and that they never read x0.
+constexpr uint64_t kHardConstraintForms =
+    RUDDER_CAP_HARD_CONSTRAINT | RUDDER_CAP_ROWS | RUDDER_CAP_PACKED_MASK | RUDDER_CAP_IGNORES_X0;
 
 }  // namespace rudder::layout

@@ -32,7 +32,7 @@ TEST(Forms, EveryNewBufferHasItsShapeAndStartValue) {
     probe.step(with_rows(step_inputs(shape, 0), shape, {1, 2, 4}, 3));
     probe.step(step_inputs(shape, 1));  // no rows given: every position is a row, candidates from x0_logits
     const std::string detail = detail_of(probe);
-    EXPECT_THAT(detail, HasSubstr("candidates=3;"));
+    EXPECT_THAT(detail, HasSubstr("candidates=3 forms=896;"));  // ROWS | PACKED_MASK | CANDIDATES
     EXPECT_THAT(detail, HasSubstr("step=0/10 guide=0 t=1 in: latent=- x0_logits=[3,8]f32@1:0=mixed "
                                   "tokens=[2,3]i64@1:0=mixed masked=[2,3]u8@1:0=mixed out: logit_delta=[3,8]f32@1:0=0 "
                                   "grad=[3,8]f32@1:0=0 log_prob=[2]f32@1:0=0 fixed_tokens=[2,3]i64@1:0=-1 forbidden=-; "
@@ -52,6 +52,33 @@ TEST(Forms, EveryNewBufferHasItsShapeAndStartValue) {
                                             "token_bits=[0,1]u32@1:0=0 candidate_delta=[0,3]f32@1:0=0;"));
 }
 
+TEST(Forms, AControllerThatIgnoresX0GetsNoneAndTheOtherFormsAsBefore) {
+    const RunShape shape = shape_with_candidates(3);
+    ControllerInstance probe(fixture_type("probe_forms", "forms_probe_ignores_x0"), "{}", "p");
+    EXPECT_TRUE(probe.has(RUDDER_CAP_IGNORES_X0));
+    probe.begin(shape, nullptr);
+    probe.step(with_rows(step_inputs(shape, 0), shape, {1, 2, 4}, 3));
+    probe.step(step_inputs(shape, 1));  // no rows or candidates given: the adapter takes them from x0_logits
+    const std::string detail = detail_of(probe);
+    EXPECT_THAT(detail, HasSubstr("candidates=3 forms=1920;"));  // and IGNORES_X0
+    EXPECT_THAT(detail, HasSubstr("step=0/10 guide=0 t=1 in: latent=- x0_logits=- tokens=[2,3]i64@1:0=mixed "
+                                  "masked=[2,3]u8@1:0=mixed out: logit_delta=[3,8]f32@1:0=0 grad=[3,8]f32@1:0=0 "
+                                  "log_prob=[2]f32@1:0=0 fixed_tokens=[2,3]i64@1:0=-1 forbidden=-; "
+                                  "forms: rows=[3]i64@1:0=mixed candidate_ids=[3,3]i64@1:0=mixed "
+                                  "candidate_logp=[3,3]f32@1:0=mixed token_bits=[3,1]u32@1:0=0 "
+                                  "candidate_delta=[3,3]f32@1:0=0;"));
+    EXPECT_THAT(detail, HasSubstr("step=1/10 guide=0 t=0.9 in: latent=- x0_logits=- "));
+    EXPECT_THAT(detail, HasSubstr("forms: rows=[6]i64@1:0=mixed candidate_ids=[6,3]i64@1:0=mixed "));
+
+    // A 1.1 host (here: dense forms) knows no IGNORES_X0: x0_logits as ever.
+    const ScopedEnv dense("RUDDER_CONTROL_FORMS", "dense");
+    ControllerInstance on_dense(fixture_type("probe_forms", "forms_probe_ignores_x0"), "{}", "p");
+    EXPECT_FALSE(on_dense.has(RUDDER_CAP_IGNORES_X0));
+    on_dense.begin(shape, nullptr);
+    on_dense.step(with_rows(step_inputs(shape, 0), shape, {1, 2, 4}, 3));
+    EXPECT_THAT(detail_of(on_dense), HasSubstr("in: latent=- x0_logits=[2,3,8]f32@1:0=mixed"));
+}
+
 TEST(Forms, TokenBitsHaveAWordPer32Tokens) {
     RunShape shape = discrete_shape();
     shape.vocab_size = 40;
@@ -69,7 +96,7 @@ TEST(Forms, WithoutCandidatesOrOutsidePredictTheNewMembersAreNull) {
     ControllerInstance probe(fixture_type("probe_forms"), "{}", "p");
     probe.begin(none, nullptr);
     probe.step(step_inputs(none, 0));
-    EXPECT_THAT(detail_of(probe), HasSubstr("candidates=0;"));
+    EXPECT_THAT(detail_of(probe), HasSubstr("candidates=0 forms=896;"));
     EXPECT_THAT(detail_of(probe), HasSubstr("candidate_ids=- candidate_logp=- token_bits=[6,1]u32@1:0=0 "
                                             "candidate_delta=-;"));
 
@@ -210,7 +237,7 @@ TEST(Forms, RudderControlFormsDenseSpeaksAsA11Host) {
     probe.begin(shape, nullptr);
     probe.step(with_rows(step_inputs(shape, 0), shape, {1, 2, 4}, 3));
     const std::string detail = detail_of(probe);
-    EXPECT_THAT(detail, HasSubstr("candidates=0;"));
+    EXPECT_THAT(detail, HasSubstr("candidates=0 forms=0;"));
     EXPECT_THAT(detail, HasSubstr("in: latent=- x0_logits=[2,3,8]f32@1:0=mixed tokens=[2,3]i64@1:0=mixed "
                                   "masked=[2,3]u8@1:0=mixed out: logit_delta=[2,3,8]f32@1:0=0 grad=[2,3,8]f32@1:0=0 "
                                   "log_prob=[2]f32@1:0=0 fixed_tokens=[2,3]i64@1:0=-1 forbidden=[2,3,8]u8@1:0=0; "

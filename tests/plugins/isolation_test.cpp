@@ -332,20 +332,28 @@ TEST(Isolation, ThePluginSeesTheNewFormsAsInProcess) {
     RunShape shape = discrete_shape();
     shape.candidates = 2;
     auto share = std::make_shared<StepInputShare>();
+    const ControllerType ignores_x0 = fixture_type("probe_forms", "forms_probe_ignores_x0");
+    ControllerInstance blind(ignores_x0, "{}", "b", Isolation::process);  // reads no x0 at all
     ControllerInstance forms(fixture_type("probe_forms"), "{}", "f", Isolation::process);
     ControllerInstance plain(fixture_type("probe"), "{}", "p", Isolation::process);  // shares the inputs, reads x0 dense
+    ControllerInstance blind_reference(ignores_x0, "{}", "b");
     ControllerInstance forms_reference(fixture_type("probe_forms"), "{}", "f");
     ControllerInstance plain_reference(fixture_type("probe"), "{}", "p");
+    blind.share_step_inputs(share);
     forms.share_step_inputs(share);
     plain.share_step_inputs(share);
-    for (ControllerInstance* c : {&forms, &plain, &forms_reference, &plain_reference}) c->begin(shape, nullptr);
+    const std::vector<ControllerInstance*> all = {&blind, &forms, &plain, &blind_reference, &forms_reference,
+                                                  &plain_reference};
+    for (ControllerInstance* c : all) c->begin(shape, nullptr);
     int32_t step = 0;
     for (const auto& rows : kRowsPerStep) {
         share->next_step();
         const StepInputs in = with_rows(step_inputs(shape, step++), shape, rows, 2);
-        for (ControllerInstance* c : {&forms, &plain, &forms_reference, &plain_reference}) c->step(in);
+        for (ControllerInstance* c : all) c->step(in);
     }
     EXPECT_THAT(detail_of(forms), HasSubstr("token_bits=[3,1]u32@1:0=0 candidate_delta=[3,2]f32@1:0=0;"));
+    EXPECT_THAT(detail_of(blind), HasSubstr("x0_logits=- "));
+    EXPECT_EQ(detail_of(blind), detail_of(blind_reference));
     EXPECT_EQ(detail_of(forms), detail_of(forms_reference));
     EXPECT_EQ(detail_of(plain), detail_of(plain_reference));
 }

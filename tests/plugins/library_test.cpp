@@ -134,8 +134,8 @@ TEST(CapabilityNames, NamesEveryBitAndShowsUnknownOnes) {
                                RUDDER_CAP_ANY_DEVICE),
               (std::vector<std::string>{"logit_delta", "gradient", "hard_constraint", "needs_fresh_logits",
                                         "evaluate", "thread_safe", "any_device"}));
-    EXPECT_EQ(capability_names(RUDDER_CAP_ROWS | RUDDER_CAP_PACKED_MASK | RUDDER_CAP_CANDIDATES),
-              (std::vector<std::string>{"rows", "packed_mask", "candidates"}));
+    EXPECT_EQ(capability_names(RUDDER_CAP_ROWS | RUDDER_CAP_PACKED_MASK | RUDDER_CAP_CANDIDATES | RUDDER_CAP_IGNORES_X0),
+              (std::vector<std::string>{"rows", "packed_mask", "candidates", "ignores_x0"}));
     EXPECT_EQ(capability_names(RUDDER_CAP_GRADIENT | (uint64_t{1} << 40)),
               (std::vector<std::string>{"gradient", "bit40"}));
 }

@@ -57,6 +57,36 @@ TEST(ComposerControlled, ForbiddenTokensAreTheSameAsMaskedFill) {
     }
 }
 
+TEST(ComposerControlled, ForbiddenBitsAreTheSameAsTheirBytes) {
+    // Packed bits applied in one pass set what the unpacked mask sets: V not a multiple of 32 (the last word is
+    // short), words with no bit, every bit and some bits, at picked rows and at all of them, float32 and float64.
+    const int64_t N = 4, V = 1000, W = (V + 31) / 32;
+    at::Tensor forbidden = at::rand({N, V}).lt(0.5);
+    forbidden[1].zero_();
+    forbidden[2].narrow(0, 64, 64).fill_(true);
+    forbidden.index_put_({3, V - 1}, true);
+    at::Tensor words = at::zeros({N, W}, at::kLong);  // token v is bit v % 32 of word v / 32
+    for (int64_t v = 0; v < V; ++v)
+        words.select(1, v / 32).bitwise_or_(forbidden.select(1, v).to(at::kLong) * (int64_t{1} << (v % 32)));
+    Combined bytes, bits;
+    bytes.forbidden = forbidden;
+    bits.forbidden_bits = words.to(at::kInt);  // the low 32 bits, as the packed masks come
+    EXPECT_TRUE(bits.forbidden_mask(V).equal(forbidden));
+    at::Tensor logits = at::randn({N, V});
+    logits.index_put_({0, 1}, std::numeric_limits<float>::quiet_NaN());
+    const at::Tensor pick = at::tensor({3, 0, 2}, at::kLong);
+    for (const auto dtype : {at::kFloat, at::kDouble}) {
+        const at::Tensor x = logits.to(dtype);
+        for (const at::Tensor& rows : {at::Tensor(), pick}) {
+            const at::Tensor scores = rows.defined() ? x.index_select(0, rows) : x;
+            const at::Tensor expected = Composer::controlled(scores, bytes, rows, 5);
+            const at::Tensor got = Composer::controlled(scores, bits, rows, 5);
+            EXPECT_TRUE(got.isnan().equal(expected.isnan()));
+            EXPECT_TRUE(at::nan_to_num(got, 7.0).equal(at::nan_to_num(expected, 7.0))) << dtype;
+        }
+    }
+}
+
 TEST(ComposerCandidates, TopCandidatesAreTheTopK) {
     // Large vocabularies take the two-stage path (with a short last chunk when V is not a multiple of its chunk);
     // small ones at::topk itself. The scores and their order are at::topk's; each id holds its score.

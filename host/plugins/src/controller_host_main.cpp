@@ -291,6 +291,7 @@ struct Child {
         run.embedding = has_embedding ? embedding.bind(at(layout.embedding), kF32, {V, D}) : nullptr;
         run.find_model = &Child::find_model;
         run.candidates = static_cast<int32_t>(run_shape.candidates);
+        run.forms = negotiated.capabilities & forms::kCapabilities12;
         token_texts.clear();
         // A new run (or a new process after a crash, or a new layout): every output starts at zero.
         std::memset(shm, 0, layout.embedding.size != 0 ? layout.embedding.offset : layout.total);

@@ -431,7 +431,7 @@ struct ControllerInstance::Impl {
             put(bit, (share.filled & bit) != 0 ? tensor : plugin_input(tensor, name, dtype, sizes, cpu, where), region);
         };
         if (continuous) put_checked(isolation::kHasLatent, in.latent, "latent", at::kFloat, {B, L, D}, at_.latent);
-        if (!wanted.x0_rows)
+        if (wanted.x0 && !wanted.x0_rows)
             put_checked(isolation::kHasLogits, in.x0_logits, "x0_logits", at::kFloat, {B, L, V}, at_.x0_logits);
         put_checked(isolation::kHasTokens, in.tokens, "tokens", at::kLong, {B, L}, at_.tokens);
         if (!continuous) put_checked(isolation::kHasMasked, in.masked, "masked", at::kByte, {B, L}, at_.masked);
@@ -763,6 +763,7 @@ void ControllerInstance::begin(const RunShape& shape, RunServices* services) {
     }
     run.find_model = &Impl::find_model;
     run.candidates = static_cast<int32_t>(s.step_shape(true).candidates);
+    run.forms = s.negotiated.capabilities & forms::kCapabilities12;
 
     s.service_error.clear();
     if (s.remote != nullptr) {
@@ -871,7 +872,7 @@ StepOutputs ControllerInstance::step(const StepInputs& in) {
         step.latent = latent.bind(plugin_input(in.latent, "latent", at::kFloat, {B, L, D}, device, s.where));
     if (wanted.x0_rows)
         step.x0_logits = x0_logits.bind(r.x0_rows);
-    else if (in.x0_logits.defined())
+    else if (wanted.x0 && in.x0_logits.defined())
         step.x0_logits = x0_logits.bind(plugin_input(in.x0_logits, "x0_logits", at::kFloat, {B, L, V}, device, s.where));
     if (in.tokens.defined())
         step.tokens = tokens.bind(plugin_input(in.tokens, "tokens", at::kLong, {B, L}, device, s.where));

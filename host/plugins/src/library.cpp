@@ -362,6 +362,7 @@ std::vector<std::string> capability_names(uint64_t capabilities) {
         {RUDDER_CAP_ROWS, "rows"},
         {RUDDER_CAP_PACKED_MASK, "packed_mask"},
         {RUDDER_CAP_CANDIDATES, "candidates"},
+        {RUDDER_CAP_IGNORES_X0, "ignores_x0"},
     };
     std::vector<std::string> names;
     uint64_t unknown = capabilities;

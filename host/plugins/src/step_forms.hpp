@@ -13,7 +13,8 @@
 namespace rudder::plugins::forms {
 
 // The capability bits ABI 1.2 added: the cheaper forms of a step's tensors.
-constexpr uint64_t kCapabilities12 = RUDDER_CAP_ROWS | RUDDER_CAP_PACKED_MASK | RUDDER_CAP_CANDIDATES;
+constexpr uint64_t kCapabilities12 =
+    RUDDER_CAP_ROWS | RUDDER_CAP_PACKED_MASK | RUDDER_CAP_CANDIDATES | RUDDER_CAP_IGNORES_X0;
 
 // The structs as ABI 1.1 had them (each ends where 1.2 appended its first member): what a host that speaks to a
 // controller as a 1.1 host sets struct_size to.
@@ -124,6 +125,7 @@ inline StepShape run_shape(rudder_family family, int64_t B, int64_t L, int64_t V
 // Which inputs beyond the dense ones a controller reads at this step.
 struct InputForms {
     bool rows = false;        // rudder_step.rows [N]
+    bool x0 = true;           // x0_logits at all (PREDICT; not with RUDDER_CAP_IGNORES_X0)
     bool x0_rows = false;     // x0_logits is [N, V] at the rows instead of [B, L, V]
     bool candidates = false;  // candidate_ids, candidate_logp [N, k]
 };
@@ -132,7 +134,8 @@ inline InputForms input_forms(const StepShape& s) {
     InputForms f;
     if (!s.predict || !s.negotiated.abi12) return f;
     f.rows = true;
-    f.x0_rows = s.has(RUDDER_CAP_ROWS);
+    f.x0 = !s.has(RUDDER_CAP_IGNORES_X0);
+    f.x0_rows = f.x0 && s.has(RUDDER_CAP_ROWS);
     f.candidates = s.has(RUDDER_CAP_CANDIDATES) && s.candidates > 0;
     return f;
 }

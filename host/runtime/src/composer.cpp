@@ -1,6 +1,7 @@
 #include "composer.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <spdlog/spdlog.h>
 
 #include <cstring>
@@ -93,7 +94,7 @@ Composer::Reads Composer::reads(double t) const {
     for (const auto& c : controllers_) {
         if (!c.active.contains(t) || !c.failure.empty() || (c.instance->capabilities() & predict_caps) == 0) continue;
         r.any = true;  // a controller takes part in this PREDICT step
-        (c.instance->has(RUDDER_CAP_ROWS) ? r.x0_rows : r.whole_x0) = true;
+        if (!c.instance->has(RUDDER_CAP_IGNORES_X0)) (c.instance->has(RUDDER_CAP_ROWS) ? r.x0_rows : r.whole_x0) = true;
         r.candidates = r.candidates || c.instance->has(RUDDER_CAP_CANDIDATES);
     }
     return r;
@@ -159,7 +160,47 @@ void fill_forbidden(at::Tensor& x, const at::Tensor& forbidden) {
     bits.bitwise_xor_(bits.bitwise_xor(negative_infinity_bits()).bitwise_and_(forbidden.to(at::kInt).neg_()));
 }
 
+// x[forbidden] = -inf for packed bits [n, W] over x [n, V], in one pass over x: no [n, V] mask is made. Branch-free
+// within a word (a select per token, which vectorises); a word without bits is skipped.
+void fill_forbidden_bits(at::Tensor& x, const at::Tensor& bits) {
+    const int64_t n = x.size(0), V = x.size(1);
+    if (!x.device().is_cpu() || x.scalar_type() != at::kFloat || !x.is_contiguous()) {
+        fill_forbidden(x, unpack_bits(bits, V));
+        return;
+    }
+    const at::Tensor words = bits.contiguous();
+    const int64_t W = words.size(1);
+    auto* data = reinterpret_cast<uint32_t*>(x.data_ptr<float>());
+    const auto* word_data = reinterpret_cast<const uint32_t*>(words.data_ptr<int32_t>());
+    const auto forbidden_value = static_cast<uint32_t>(negative_infinity_bits());
+    at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+            uint32_t* row = data + r * V;
+            const uint32_t* row_words = word_data + r * W;
+            for (int64_t w = 0; w < W; ++w) {
+                const uint32_t m = row_words[w];
+                if (m == 0) continue;
+                uint32_t* p = row + w * 32;
+                const int64_t count = std::min<int64_t>(32, V - w * 32);
+                if (count == 32) {
+                    for (int j = 0; j < 32; ++j) {
+                        const uint32_t select = 0u - ((m >> j) & 1u);
+                        p[j] = (p[j] & ~select) | (forbidden_value & select);
+                    }
+                } else {
+                    for (int64_t j = 0; j < count; ++j)
+                        if ((m >> j) & 1u) p[j] = forbidden_value;
+                }
+            }
+        }
+    });
+}
+
 }  // namespace
+
+at::Tensor Combined::forbidden_mask(int64_t vocab_size) const {
+    return forbidden_bits.defined() ? unpack_bits(forbidden_bits, vocab_size) : forbidden;
+}
 
 Combined Composer::predict(const plugins::StepInputs& in) {
     if (inputs_ != nullptr) inputs_->next_step();
@@ -225,10 +266,10 @@ Combined Composer::predict(const plugins::StepInputs& in) {
         }
     }
     const bool only_packed = packed.defined() && !out.forbidden.defined();
-    if (packed.defined()) {
-        const at::Tensor unpacked = unpack_bits(packed, vocab_size_);
-        out.forbidden = out.forbidden.defined() ? unpacked.logical_or(out.forbidden) : unpacked;
-    }
+    if (only_packed)
+        out.forbidden_bits = packed;  // applied to the scores as bits
+    else if (packed.defined())
+        out.forbidden = unpack_bits(packed, vocab_size_).logical_or(out.forbidden);
     auto not_finite_at = [&](const at::Tensor& sum) {
         if (!sum.defined()) return;
         // Finite iff its least and greatest values are (a NaN makes both NaN): one pass, no [N, V] temporaries.
@@ -261,7 +302,7 @@ Combined Composer::predict(const plugins::StepInputs& in) {
                                    ": a finished sample cannot hold it");
         }
     }
-    if (out.fixed.defined() && (out.forbidden.defined() || !whole_masks.empty())) {
+    if (out.fixed.defined() && !forbidders.empty()) {
         // A fixed token that a controller forbids: at the rows for every forbidder, and at every position for those
         // that wrote whole masks (a fixed position is committed, so it may never be one of the step's rows).
         const at::Tensor fixed_flat = out.fixed.reshape({-1});
@@ -285,7 +326,7 @@ Combined Composer::predict(const plugins::StepInputs& in) {
                 conflict(out.rows[hit.nonzero()[0][0].item<int64_t>()].item<int64_t>(), static_cast<int64_t>(f.owner));
         }
     }
-    if (out.forbidden.defined()) {
+    if (!forbidders.empty()) {
         // The mask token is never drawn, so a row that allows only it allows nothing. Counted on the bits when every
         // mask came as bits, else per row as a sum (all(1) over bool [N, V] takes about twice as long).
         at::Tensor none_left;
@@ -344,6 +385,7 @@ at::Tensor Composer::controlled(const at::Tensor& logits, const Combined& c, con
     if (c.candidate_delta.defined()) x.scatter_add_(1, at_pick(c.candidate_ids), at_pick(c.candidate_delta));
     if (never_id >= 0) x.select(1, never_id).fill_(neg_inf);
     if (c.forbidden.defined()) fill_forbidden(x, at_pick(c.forbidden));
+    if (c.forbidden_bits.defined()) fill_forbidden_bits(x, at_pick(c.forbidden_bits));
     if (c.fixed.defined()) {
         at::Tensor fixed = c.fixed.reshape({-1});
         if (c.rows.defined()) fixed = fixed.index_select(0, c.rows);

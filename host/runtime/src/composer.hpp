@@ -44,8 +44,12 @@ struct Combined {
     at::Tensor logit_delta;      // float32 [N, V]: sum of weight_i * delta_i (+ Taylor-converted gradients)
     at::Tensor candidate_ids;    // int64 [N, k]: the step's candidates, when a controller wrote deltas for them
     at::Tensor candidate_delta;  // float32 [N, k]: sum of weight_i * candidate_delta_i
-    at::Tensor forbidden;        // bool [N, V]
+    at::Tensor forbidden;        // bool [N, V]; or, when every forbidder wrote bits, undefined and:
+    at::Tensor forbidden_bits;   // int32 [N, ceil(V / 32)]: token v forbidden = bit v % 32 of word v / 32
     at::Tensor fixed;            // int64 [B, L]: token id, or -1 where free (every position, not only the rows)
+
+    // The forbidden tokens as bool [N, V] whichever form they are in; undefined if none.
+    at::Tensor forbidden_mask(int64_t vocab_size) const;
 };
 
 class Composer {
@@ -58,7 +62,7 @@ public:
     void begin(const plugins::RunShape& shape, plugins::RunServices* services);
 
     // PREDICT phase for every controller active at in.t, over in.rows (undefined: every position). Outputs over
-    // [B, L, ...] are cut to the rows, packed token bits unpacked. Discrete gradients (w.r.t. one-hot tokens) become
+    // [B, L, ...] are cut to the rows; packed token bits stay packed unless a forbidder wrote bytes. Discrete gradients (w.r.t. one-hot tokens) become
     // logit deltas by first-order Taylor: g[v] - g[current token]. Throws ConstraintConflict naming the controllers
     // (found at the rows, and at every fixed position for controllers that wrote whole [B, L, V] masks), and
     // CompositionError when the weighted deltas are not finite or a controller fixes the mask token.

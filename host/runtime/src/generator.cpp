@@ -94,10 +94,11 @@ DiscreteSampler::Kind discrete_kind(const std::string& name) {
 }
 
 // The constraints as the denoiser takes them: whole [B, L, V] masks, which the combination has when its rows are every
-// position (the generator asks for that from denoisers that use evidence).
-Evidence evidence_of(const Combined& c, int64_t batch, int64_t len) {
-    const bool whole = c.forbidden.defined() && c.forbidden.size(0) == batch * len;
-    return Evidence{c.fixed, whole ? c.forbidden.view({batch, len, -1}) : at::Tensor()};
+// position (the generator asks for that from denoisers that use evidence; others get no mask, which costs nothing).
+Evidence evidence_of(const Combined& c, int64_t batch, int64_t len, int64_t vocab_size, bool uses_evidence) {
+    const at::Tensor forbidden = uses_evidence ? c.forbidden_mask(vocab_size) : at::Tensor();
+    const bool whole = forbidden.defined() && forbidden.size(0) == batch * len;
+    return Evidence{c.fixed, whole ? forbidden.view({batch, len, -1}) : at::Tensor()};
 }
 
 // The most likely token of each row: max(-1)'s index, which ATen 1.13 computes ~4x faster than argmax(-1).
@@ -138,7 +139,8 @@ bool same_tensor(const at::Tensor& a, const at::Tensor& b) {
 
 // Whether two steps' hard constraints are the same (they usually are: most controllers constrain every step alike).
 bool same_constraints(const Combined& a, const Combined& b) {
-    return same_tensor(a.fixed, b.fixed) && same_tensor(a.forbidden, b.forbidden) && same_tensor(a.rows, b.rows);
+    return same_tensor(a.fixed, b.fixed) && same_tensor(a.forbidden, b.forbidden) &&
+           same_tensor(a.forbidden_bits, b.forbidden_bits) && same_tensor(a.rows, b.rows);
 }
 
 // What the controllers active at t read, filled in: x0 whole (log-probabilities [B, L, V]) or at the rows, and the
@@ -150,15 +152,17 @@ void fill_reads(plugins::StepInputs& in, const Composer::Reads& reads, const at:
         if (!logp.defined()) logp = at::log_softmax(logits, -1);
         in.x0_logits = logp.view({batch, L, V});
     }
-    if (reads.x0_rows || reads.candidates) {
-        const bool every_row = in.rows.size(0) == batch * L;
-        in.x0_rows = logp.defined() ? (every_row ? logp : logp.index_select(0, in.rows))
-                                    : at::log_softmax(every_row ? logits : logits.index_select(0, in.rows), -1);
-    }
+    const bool every_row = in.rows.size(0) == batch * L;
+    auto at_rows = [&](const at::Tensor& t) { return every_row ? t : t.index_select(0, in.rows); };
+    if (reads.x0_rows) in.x0_rows = logp.defined() ? at_rows(logp) : at::log_softmax(at_rows(logits), -1);
     if (reads.candidates) {
-        const auto [logp_top, ids] = Composer::top_candidates(in.x0_rows, candidates);
+        // Without x0 at the rows, the candidates come from the scores (the same order), normalised by each row's
+        // log-sum-exp: one pass that writes nothing [N, V].
+        const at::Tensor scores = in.x0_rows.defined() ? in.x0_rows : at_rows(logp.defined() ? logp : logits);
+        auto [top, ids] = Composer::top_candidates(scores, candidates);
+        if (!in.x0_rows.defined() && !logp.defined()) top.sub_(at::logsumexp(scores, 1, /*keepdim=*/true));
         in.candidate_ids = ids;
-        in.candidate_logp = logp_top;
+        in.candidate_logp = top;
     }
 }
 
@@ -375,7 +379,7 @@ uint64_t Generator::estimate_peak_bytes(int64_t batch) const {
     for (size_t k = 0; k < composer_->size(); ++k) {
         const auto& c = composer_->instance(k);
         const bool rows = c.has(RUDDER_CAP_ROWS);
-        whole_x0 = whole_x0 || !rows;
+        whole_x0 = whole_x0 || (!rows && !c.has(RUDDER_CAP_IGNORES_X0));
         if (c.has(RUDDER_CAP_LOGIT_DELTA)) units += 2;              // its buffer and the weighted copy
         if (c.has(RUDDER_CAP_GRADIENT)) units += discrete ? 3 : 1;  // its buffer (discrete: and the Taylor terms)
         if (c.has(RUDDER_CAP_HARD_CONSTRAINT) && !rows) units += 0.25;  // the forbidden bytes
@@ -525,11 +529,13 @@ at::Tensor Generator::run_continuous(int64_t batch, at::Generator& gen, const St
     const int64_t steps = sampler.steps(), mask_id = model_.tokenizer->mask_id();
     at::Tensor x = sampler.init({batch, L, E.size(1)}, gen, E);
     const at::Tensor every_row = at::arange(batch * L, at::TensorOptions().dtype(at::kLong).device(device_));
+    const bool uses_evidence = model_.denoiser->uses_evidence();
+    const auto evidence = [&](const Combined& c) { return evidence_of(c, batch, L, V, uses_evidence); };
     Combined last;
 
     for (int64_t i = 0; i < steps; ++i) {
         const double t = sampler.t(i), t_next = sampler.t_next(i);
-        DenoiserOutput out = model_.denoiser->denoise(x, t, {}, evidence_of(last, batch, L));
+        DenoiserOutput out = model_.denoiser->denoise(x, t, {}, evidence(last));
         ++stats_.denoiser_calls;
         at::Tensor logits = out.logits.to(at::kFloat).reshape({batch * L, V}), logp;
 
@@ -542,8 +548,8 @@ at::Tensor Generator::run_continuous(int64_t batch, at::Generator& gen, const St
         fill_reads(in, reads, logits, logp, batch, L, recipe_.candidates);
         Combined combined = reads.any ? composer_->predict(in) : Combined{};
         combined.rows = every_row;
-        if (model_.denoiser->uses_evidence() && !same_constraints(combined, last)) {
-            out = model_.denoiser->denoise(x, t, {}, evidence_of(combined, batch, L));
+        if (uses_evidence && !same_constraints(combined, last)) {
+            out = model_.denoiser->denoise(x, t, {}, evidence(combined));
             ++stats_.denoiser_calls;
             logits = out.logits.to(at::kFloat).reshape({batch * L, V});
         }
@@ -602,13 +608,14 @@ at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const Step
     const bool always_fresh = !recipe_.sampler.cache || composer_->needs_fresh_logits();
     // A denoiser that conditions on the constraints takes them whole: the controllers then see every position.
     const bool every_row = model_.denoiser->uses_evidence();
+    const auto evidence = [&](const Combined& c) { return evidence_of(c, batch, L, V, every_row); };
     const double T = recipe_.sampler.temperature;
     at::Tensor tokens = sampler.init(batch, L, mask_id, device_);
     at::Tensor logits, logp;  // the network's scores for `tokens` [B * L, V], and their log-softmax once needed
     Combined seen;            // the constraints the denoiser's last call was given
     bool stale = true;
     auto denoise = [&](double t, const Combined& constraints) {
-        logits = model_.denoiser->denoise(tokens, t, {}, evidence_of(constraints, batch, L)).logits.to(at::kFloat)
+        logits = model_.denoiser->denoise(tokens, t, {}, evidence(constraints)).logits.to(at::kFloat)
                      .reshape({batch * L, V});
         logp = at::Tensor();
         ++stats_.denoiser_calls;
@@ -639,7 +646,7 @@ at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const Step
         in.rows = every_row ? at::arange(batch * L, tokens.options()) : unmask.view({-1}).nonzero().squeeze(1);
         const Composer::Reads reads = composer_->reads(t);
         fill_reads(in, reads, logits, logp, batch, L, recipe_.candidates);
-        const Combined combined = reads.any ? composer_->predict(in) : Combined{in.rows, {}, {}, {}, {}, {}};
+        const Combined combined = reads.any ? composer_->predict(in) : Combined{in.rows, {}, {}, {}, {}, {}, {}};
 
         // Fixed tokens are committed at once, and the denoiser sees them (and, if it can use them, the other
         // constraints) before this step samples. A position fixed now is not drawn.

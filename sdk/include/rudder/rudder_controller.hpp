@@ -120,6 +120,10 @@ inline DLTensor* candidate_delta_of(const rudder_contribution& out) {
 inline int64_t candidates_of(const rudder_run_info& run) {
     return RUDDER_HAS_MEMBER(&run, rudder_run_info, candidates) ? run.candidates : 0;
 }
+// The ABI 1.2 forms the host gives this controller (RUDDER_CAP_* bits); none from a 1.1 host.
+inline uint64_t forms_of(const rudder_run_info& run) {
+    return RUDDER_HAS_MEMBER(&run, rudder_run_info, forms) ? run.forms : 0;
+}
 
 // The rows a step's buffers are read and written by: the positions the step samples when the host gave this
 // controller the row form (RUDDER_CAP_ROWS on a 1.2 host: x0_logits and the row-shaped outputs are [N, ...]),
@@ -128,7 +132,7 @@ class Rows {
 public:
     Rows(const rudder_step& step, const rudder_run_info& run) : L_(run.seq_len) {
         const DLTensor* rows = rows_of(step);
-        if (rows != nullptr && step.x0_logits != nullptr && step.x0_logits->ndim == 2) {
+        if (rows != nullptr && (forms_of(run) & RUDDER_CAP_ROWS) != 0) {
             View<const int64_t> view(rows);
             flat_ = view.data();
             n_ = view.size(0);

@@ -35,7 +35,8 @@
  *
  * Forms (ABI 1.2). A controller may ask for cheaper forms of its step's tensors than the dense [B, L, ...] ones:
  * RUDDER_CAP_ROWS (only the positions the step samples), RUDDER_CAP_PACKED_MASK (token masks as bits) and
- * RUDDER_CAP_CANDIDATES (deltas for each row's k most likely tokens only). A host gives them only to a controller
+ * RUDDER_CAP_CANDIDATES (deltas for each row's k most likely tokens only), and may say it never reads x0_logits
+ * (RUDDER_CAP_IGNORES_X0). A host gives them only to a controller
  * whose descriptor says abi_minor >= 2; a 1.1 host knows none of them, and a 1.2 host run with
  * RUDDER_CONTROL_FORMS=dense presents itself as one (1.1 struct sizes, dense buffers), so a controller that reads
  * the 1.2 members only where struct_size covers them and falls back to the dense forms runs on both
@@ -128,6 +129,9 @@ enum {
 /* Reads each row's k most likely tokens (rudder_step.candidate_ids, candidate_logp) and writes a delta for each
  * (rudder_contribution.candidate_delta) instead of a logit delta over the whole vocabulary. */
 #define RUDDER_CAP_CANDIDATES ((uint64_t)1 << 9)
+/* Never reads rudder_step.x0_logits: the host passes NULL there and skips the log-softmax over the vocabulary that
+ * input costs (candidate_ids and candidate_logp, which the host computes itself, are still given). */
+#define RUDDER_CAP_IGNORES_X0 ((uint64_t)1 << 10)
 
 /* Bits of rudder_contribution.written: which outputs the controller actually wrote this call. */
 #define RUDDER_WROTE_LOGIT_DELTA (1u << 0)
@@ -225,6 +229,10 @@ typedef struct rudder_run_info {
      * only for a controller that declares RUDDER_CAP_CANDIDATES; 0 when the host offers none (then candidate_ids
      * and candidate_delta are NULL). Fixed for the run. */
     int32_t candidates;
+    /* The ABI 1.2 forms this host gives the controller for the run: the controller's declared RUDDER_CAP_ROWS,
+     * PACKED_MASK, CANDIDATES and IGNORES_X0 bits that it honours. A row-shaped buffer is [N, ...] exactly when
+     * RUDDER_CAP_ROWS is set here (and the step has rows); x0_logits is NULL when RUDDER_CAP_IGNORES_X0 is. */
+    uint64_t forms;
 } rudder_run_info;
 
 /* ---------------------------------------------------------------------------------------------------------
@@ -241,7 +249,7 @@ typedef struct rudder_step {
     double t_next;        /* time the sampler is stepping to */
     const DLTensor* latent;    /* continuous: float32 [B, L, D] (x_t, or the guided iterate in GUIDE) */
     const DLTensor* x0_logits; /* PREDICT: float32 [B, L, V] log-probabilities of the clean token ([N, V] at the
-                                  step's rows with RUDDER_CAP_ROWS); GUIDE: NULL */
+                                  step's rows with RUDDER_CAP_ROWS); NULL with RUDDER_CAP_IGNORES_X0; GUIDE: NULL */
     const DLTensor* tokens;    /* int64 [B, L]: discrete: the current state (mask_id where masked);
                                   continuous: argmax of x0_logits, the current best guess */
     const DLTensor* masked;    /* discrete: uint8 [B, L], 1 where the position is still masked */
