@@ -21,6 +21,7 @@
 #include <limits>
 #include <memory>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -77,6 +78,49 @@ std::vector<int64_t> sizes_of(const forms::Dims& dims) { return std::vector<int6
 at::Tensor StepOutputs::* const kResultMember[forms::kOutputs] = {
     &StepOutputs::logit_delta, &StepOutputs::grad,       &StepOutputs::log_prob,       &StepOutputs::fixed_tokens,
     &StepOutputs::forbidden,   &StepOutputs::token_bits, &StepOutputs::candidate_delta};
+
+// Checks that run on every output of every controller at every step. A CPU tensor is read in place, in one pass with
+// no temporaries: at a step's few rows ATen's dispatch of the three or four operators a check takes costs more than
+// the check, and over a dense [B, L, V] buffer the temporaries cost more than the pass. Other devices use ATen.
+bool in_cpu_memory(const at::Tensor& t, at::ScalarType dtype) {
+    return t.device().is_cpu() && t.scalar_type() == dtype && t.is_contiguous();
+}
+
+// No NaN or infinity in a floating-point tensor.
+bool all_finite(const at::Tensor& t) {
+    if (!in_cpu_memory(t, at::kFloat)) return at::isfinite(t).all().item<bool>();
+    const auto* bits = static_cast<const uint32_t*>(t.data_ptr());
+    constexpr uint32_t kExponent = 0x7f800000u;  // all ones: infinity or NaN
+    uint32_t not_finite = 0;
+    for (int64_t k = 0, n = t.numel(); k < n; ++k) not_finite |= (bits[k] & kExponent) == kExponent ? 1u : 0u;
+    return not_finite == 0;
+}
+
+// The first value of an int64 tensor outside [low, high), if any.
+std::optional<int64_t> first_outside(const at::Tensor& t, int64_t low, int64_t high) {
+    if (!in_cpu_memory(t, at::kLong)) {
+        const at::Tensor outside = t.lt(low).logical_or(t.ge(high));
+        if (!outside.any().item<bool>()) return std::nullopt;
+        return t.masked_select(outside)[0].item<int64_t>();
+    }
+    const int64_t* v = t.data_ptr<int64_t>();
+    for (int64_t k = 0, n = t.numel(); k < n; ++k)
+        if (v[k] < low || v[k] >= high) return v[k];
+    return std::nullopt;
+}
+
+// Whether int64 [N] values ascend strictly within [0, end).
+bool ascending_within(const at::Tensor& t, int64_t end) {
+    const int64_t n = t.size(0);
+    if (n == 0) return true;
+    if (!in_cpu_memory(t, at::kLong))
+        return (n < 2 || t.slice(0, 1).gt(t.slice(0, 0, -1)).all().item<bool>()) && t[0].item<int64_t>() >= 0 &&
+               t[-1].item<int64_t>() < end;
+    const int64_t* v = t.data_ptr<int64_t>();
+    for (int64_t k = 1; k < n; ++k)
+        if (v[k] <= v[k - 1]) return false;
+    return v[0] >= 0 && v[n - 1] < end;
+}
 
 std::string shape_text(at::IntArrayRef sizes) {
     std::string text = "[";
@@ -314,8 +358,7 @@ struct ControllerInstance::Impl {
                 throw std::invalid_argument(where + ": host passed rows of shape " + shape_text(in.rows.sizes()) +
                                             ", the run expects [N] with N <= " + std::to_string(positions));
             r.rows = plugin_input(in.rows, "rows", at::kLong, {in.rows.size(0)}, device, where);
-            const bool ascending = r.rows.size(0) < 2 || r.rows.slice(0, 1).gt(r.rows.slice(0, 0, -1)).all().item<bool>();
-            if (r.rows.size(0) > 0 && (!ascending || r.rows[0].item<int64_t>() < 0 || r.rows[-1].item<int64_t>() >= positions))
+            if (!ascending_within(r.rows, positions))
                 throw std::invalid_argument(where + ": host passed rows that are not ascending flat positions in [0, " +
                                             std::to_string(positions) + ")");
         } else {
@@ -376,13 +419,11 @@ struct ControllerInstance::Impl {
             const char* name = forms::kOutputInfo[k].name;
             if ((written & forms::kOutputInfo[k].written) == 0) continue;
             const at::Tensor& value = values[k];
-            if (value.is_floating_point() && !at::isfinite(value).all().item<bool>())
+            if (value.is_floating_point() && !all_finite(value))
                 throw PluginError(where + ": wrote NaN or Inf to " + name + when);
             if (k == forms::kFixedTokens) {
-                const at::Tensor outside = value.lt(-1).logical_or(value.ge(shape.vocab_size));
-                if (outside.any().item<bool>())
-                    throw PluginError(where + ": wrote fixed_tokens value " +
-                                      std::to_string(value.masked_select(outside)[0].item<int64_t>()) +
+                if (const auto outside = first_outside(value, -1, shape.vocab_size))
+                    throw PluginError(where + ": wrote fixed_tokens value " + std::to_string(*outside) +
                                       " outside [-1, " + std::to_string(shape.vocab_size) + ")" + when);
             }
             if (k == forms::kTokenBits) check_token_bits(value, rows, when);

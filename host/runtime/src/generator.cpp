@@ -144,23 +144,21 @@ bool same_constraints(const Combined& a, const Combined& b) {
 }
 
 // What the controllers active at t read, filled in: x0 whole (log-probabilities [B, L, V]) or at the rows, and the
-// candidates. `logits` [B * L, V] are the network's scores; `logp` caches their log-softmax between steps.
-void fill_reads(plugins::StepInputs& in, const Composer::Reads& reads, const at::Tensor& logits, at::Tensor& logp,
-                int64_t batch, int64_t L, int64_t candidates) {
+// candidates. `logits` [B * L, V] are the network's output, `row_logits` [N, V] the same at in.rows; `logp` caches
+// their log-softmax between steps (controllers that read x0 get it normalised again, as they always have).
+void fill_reads(plugins::StepInputs& in, const Composer::Reads& reads, const at::Tensor& logits,
+                const at::Tensor& row_logits, at::Tensor& logp, int64_t batch, int64_t L, int64_t candidates) {
     const int64_t V = logits.size(1);
     if (reads.whole_x0) {
         if (!logp.defined()) logp = at::log_softmax(logits, -1);
         in.x0_logits = logp.view({batch, L, V});
     }
     const bool every_row = in.rows.size(0) == batch * L;
-    auto at_rows = [&](const at::Tensor& t) { return every_row ? t : t.index_select(0, in.rows); };
-    if (reads.x0_rows) in.x0_rows = logp.defined() ? at_rows(logp) : at::log_softmax(at_rows(logits), -1);
+    if (reads.x0_rows)
+        in.x0_rows = logp.defined() ? (every_row ? logp : logp.index_select(0, in.rows)) : at::log_softmax(row_logits, -1);
     if (reads.candidates) {
-        // Without x0 at the rows, the candidates come from the scores (the same order), normalised by each row's
-        // log-sum-exp: one pass that writes nothing [N, V].
-        const at::Tensor scores = in.x0_rows.defined() ? in.x0_rows : at_rows(logp.defined() ? logp : logits);
-        auto [top, ids] = Composer::top_candidates(scores, candidates);
-        if (!in.x0_rows.defined() && !logp.defined()) top.sub_(at::logsumexp(scores, 1, /*keepdim=*/true));
+        // Read by no controller, x0 is not normalised for them: the denoiser's output already is (DenoiserOutput).
+        auto [top, ids] = Composer::top_candidates(in.x0_rows.defined() ? in.x0_rows : row_logits, candidates);
         in.candidate_ids = ids;
         in.candidate_logp = top;
     }
@@ -545,7 +543,7 @@ at::Tensor Generator::run_continuous(int64_t batch, at::Generator& gen, const St
         in.rows = every_row;
         const bool steered = reads.any || composer_->wants_guidance(t_next);
         in.tokens = steered ? most_likely(logits).view({batch, L}) : at::zeros({batch, L}, every_row.options());
-        fill_reads(in, reads, logits, logp, batch, L, recipe_.candidates);
+        fill_reads(in, reads, logits, logits, logp, batch, L, recipe_.candidates);
         Combined combined = reads.any ? composer_->predict(in) : Combined{};
         combined.rows = every_row;
         if (uses_evidence && !same_constraints(combined, last)) {
@@ -644,8 +642,10 @@ at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const Step
 
         plugins::StepInputs in = predict_inputs(i, sampler.steps(), t, t_next, {}, {}, tokens, masked.to(at::kByte));
         in.rows = every_row ? at::arange(batch * L, tokens.options()) : unmask.view({-1}).nonzero().squeeze(1);
+        // The network's scores at the step's rows: the controllers' candidates and the draw read them.
+        at::Tensor row_logits = every_row ? logits : logits.index_select(0, in.rows);
         const Composer::Reads reads = composer_->reads(t);
-        fill_reads(in, reads, logits, logp, batch, L, recipe_.candidates);
+        fill_reads(in, reads, logits, row_logits, logp, batch, L, recipe_.candidates);
         const Combined combined = reads.any ? composer_->predict(in) : Combined{in.rows, {}, {}, {}, {}, {}, {}};
 
         // Fixed tokens are committed at once, and the denoiser sees them (and, if it can use them, the other
@@ -659,7 +659,10 @@ at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const Step
             }
             unmask.logical_and_(is_fixed.logical_not());
         }
-        if (changed || (model_.denoiser->uses_evidence() && !same_constraints(combined, seen))) denoise(t, combined);
+        if (changed || (model_.denoiser->uses_evidence() && !same_constraints(combined, seen))) {
+            denoise(t, combined);
+            row_logits = every_row ? logits : logits.index_select(0, in.rows);
+        }
 
         // Draw at the positions that unmask: the controlled scores of those rows only, at the temperature.
         const at::Tensor drawn_at_row = unmask.view({-1}).index_select(0, combined.rows).nonzero().squeeze(1);
@@ -667,8 +670,9 @@ at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const Step
             const at::Tensor positions = combined.rows.index_select(0, drawn_at_row);
             // Every row drawn (none fixed this step): the combination's rows as they are, no copy of them.
             const bool every_row_drawn = drawn_at_row.size(0) == combined.rows.size(0);
-            at::Tensor scores = Composer::controlled(logits.index_select(0, positions), combined,
-                                                     every_row_drawn ? at::Tensor() : drawn_at_row, mask_id);
+            const at::Tensor pick = every_row_drawn ? at::Tensor() : drawn_at_row;
+            at::Tensor scores = Composer::controlled(pick.defined() ? row_logits.index_select(0, pick) : row_logits,
+                                                     combined, pick, mask_id);
             if (T != 1.0) scores.div_(T);
             at::Tensor drawn;
             try {
