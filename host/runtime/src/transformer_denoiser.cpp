@@ -1,6 +1,7 @@
 #include "transformer_denoiser.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -119,7 +120,7 @@ DenoiserOutput TransformerDenoiser::run(const at::Tensor& x, double t, const std
 
 DenoiserOutput TransformerDenoiser::denoise(const at::Tensor& x, double t, const std::vector<std::string>& conditions,
                                             const Evidence& /*evidence*/) {
-    at::NoGradGuard no_grad;
+    c10::InferenceMode inference;
     return run(x, t, conditions);
 }
 
