@@ -39,10 +39,11 @@ STATIC_CHECK(capabilities_are_64_bit, sizeof(((rudder_controller_desc*)0)->capab
 /* ABI 1.2: the next bits, and members appended after every 1.1 member. */
 STATIC_CHECK(abi_minor, RUDDER_ABI_MINOR >= 2);
 STATIC_CHECK(capability_bits_1_2, RUDDER_CAP_ROWS == 128 && RUDDER_CAP_PACKED_MASK == 256 &&
-                                      RUDDER_CAP_CANDIDATES == 512);
+                                      RUDDER_CAP_CANDIDATES == 512 && RUDDER_CAP_IGNORES_X0 == 1024);
 STATIC_CHECK(written_bits_1_2, RUDDER_WROTE_FORBIDDEN_BITS == 32 && RUDDER_WROTE_ALLOWED_BITS == 64 &&
                                    RUDDER_WROTE_CANDIDATE_DELTA == 128);
-STATIC_CHECK(run_info_appended, offsetof(rudder_run_info, candidates) > offsetof(rudder_run_info, find_model));
+STATIC_CHECK(run_info_appended, offsetof(rudder_run_info, candidates) > offsetof(rudder_run_info, find_model) &&
+                                    offsetof(rudder_run_info, forms) > offsetof(rudder_run_info, candidates));
 STATIC_CHECK(step_appended, offsetof(rudder_step, rows) > offsetof(rudder_step, masked) &&
                                 offsetof(rudder_step, candidate_ids) > offsetof(rudder_step, rows) &&
                                 offsetof(rudder_step, candidate_logp) > offsetof(rudder_step, candidate_ids));
