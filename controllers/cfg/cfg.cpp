@@ -126,5 +126,6 @@ static const char kSemanticSchema[] = R"schema({
 
 RUDDER_CONTROLLER(semantic_desc, Semantic, "semantic", "1.0.0",
                   "the text expresses given meaning-representation fields (classifier-free guidance; both families)",
-                  kSemanticSchema, RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_IGNORES_X0 | RUDDER_CAP_EVALUATE | RUDDER_CAP_THREAD_SAFE)
+                  kSemanticSchema,
+                  RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_IGNORES_X0 | RUDDER_CAP_EVALUATE | RUDDER_CAP_THREAD_SAFE)
 RUDDER_PLUGIN("rudder-cfg", &cfg_desc, &semantic_desc)

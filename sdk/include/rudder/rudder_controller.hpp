@@ -132,7 +132,12 @@ class Rows {
 public:
     Rows(const rudder_step& step, const rudder_run_info& run) : L_(run.seq_len) {
         const DLTensor* rows = rows_of(step);
-        if (rows != nullptr && (forms_of(run) & RUDDER_CAP_ROWS) != 0) {
+        // The host says which form it gave (rudder_run_info.forms); a 1.2 host from before that member was appended
+        // shows the row form in x0_logits' shape.
+        const bool row_form = RUDDER_HAS_MEMBER(&run, rudder_run_info, forms)
+                                  ? (run.forms & RUDDER_CAP_ROWS) != 0
+                                  : step.x0_logits != nullptr && step.x0_logits->ndim == 2;
+        if (rows != nullptr && row_form) {
             View<const int64_t> view(rows);
             flat_ = view.data();
             n_ = view.size(0);
