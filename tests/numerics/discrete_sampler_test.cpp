@@ -2,7 +2,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
+#include <vector>
 #include <stdexcept>
 
 #include "sampler.hpp"
@@ -172,6 +174,93 @@ TEST(DiscreteSampler, FirstHittingChoosesUniformlyAmongTheMaskedPositions) {
     const at::Tensor share = sampler.choose(masked, 0, gen).sum(0).to(at::kDouble) / double(B);
     EXPECT_EQ(share[1].item<double>(), 0.0);
     for (int64_t i : {0, 2, 3, 4}) EXPECT_NEAR(share[i].item<double>(), 0.25, 0.01) << i;  // ~4 standard errors
+}
+
+TEST(DiscreteSampler, ConfidenceSharesTheStepsAmongBlocksLeftToRight) {
+    // 10 positions in blocks of 4 (4, 4, 2), 7 steps: 3, 2, 2 of them.
+    const DiscreteSampler sampler(MaskSchedule(), DiscreteSampler::Kind::confidence, 7, 4);
+    EXPECT_EQ(sampler.blocks(10), 3);
+    const std::vector<std::array<int64_t, 3>> expected = {{0, 4, 3}, {0, 4, 2}, {0, 4, 1}, {4, 8, 2},
+                                                          {4, 8, 1}, {8, 10, 2}, {8, 10, 1}};
+    for (int64_t i = 0; i < 7; ++i) {
+        const auto block = sampler.block_of(i, 10);
+        EXPECT_EQ((std::array<int64_t, 3>{block.begin, block.end, block.steps_left}), expected[i]) << "step " << i;
+    }
+    EXPECT_THROW(DiscreteSampler(MaskSchedule(), DiscreteSampler::Kind::confidence, 2, 4).block_of(0, 10),
+                 std::invalid_argument);  // 2 steps for 3 blocks
+    EXPECT_EQ(DiscreteSampler(MaskSchedule(), DiscreteSampler::Kind::confidence, 5).blocks(10), 1);
+    EXPECT_THROW(sampler.unmask_prob(0), std::logic_error);
+    // choose: the masked positions of the step's block only, whatever is masked elsewhere.
+    auto gen = make_gen(0);
+    at::Tensor masked = at::ones({2, 10}, at::kBool);
+    masked.index_put_({1, 5}, false);
+    const at::Tensor chosen = sampler.choose(masked, 3, gen);
+    at::Tensor expected_chosen = at::zeros({2, 10}, at::kBool);
+    expected_chosen.narrow(1, 4, 4).fill_(true);
+    expected_chosen.index_put_({1, 5}, false);
+    EXPECT_TRUE(at::equal(chosen, expected_chosen));
+}
+
+TEST(DiscreteSampler, ConfidenceKeepsTheMostConfidentShareOfTheDrawn) {
+    // Sequence 0: 5 drawn, 2 steps left -> 3 kept, the most confident; ties go left. Sequence 1: 1 drawn, kept.
+    at::Tensor drawn = at::zeros({2, 6}, at::kBool);
+    drawn[0].narrow(0, 0, 5).fill_(true);
+    drawn.index_put_({1, 3}, true);
+    const at::Tensor confidence = at::tensor({0.1f, 0.9f, 0.5f, 0.5f, 0.2f, 1.0f, 0.f, 0.f, 0.f, 0.3f, 0.f, 0.f}).view({2, 6});
+    const at::Tensor kept = DiscreteSampler::keep_most_confident(drawn, confidence, 2);
+    const at::Tensor expected = at::tensor({0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0}).ne(0).view({2, 6});
+    EXPECT_TRUE(at::equal(kept, expected)) << kept;  // position 5 is the most confident but was not drawn
+    EXPECT_TRUE(at::equal(DiscreteSampler::keep_most_confident(drawn, confidence, 1), drawn));  // the last step
+}
+
+TEST(DiscreteSampler, ConfidenceOrders) {
+    // Row 0: one sure token; row 1: two equally likely; row 2: spread over four.
+    const at::Tensor p = at::tensor({0.97f, 0.01f, 0.01f, 0.01f, 0.5f, 0.5f, 0.f, 0.f, 0.25f, 0.25f, 0.25f, 0.25f}).view({3, 4});
+    const at::Tensor scores = p.log();
+    const at::Tensor tokens = at::tensor({0, 1, 2}, at::kLong);
+    const auto with = [&](DiscreteSampler::Order order) {
+        return DiscreteSampler(MaskSchedule(), DiscreteSampler::Kind::confidence, 4, 0, order).confidence(scores, tokens);
+    };
+    EXPECT_TRUE(at::allclose(with(DiscreteSampler::Order::probability), at::tensor({0.97f, 0.5f, 0.25f})));
+    EXPECT_TRUE(at::allclose(with(DiscreteSampler::Order::margin), at::tensor({0.96f, 0.f, 0.f}), 1e-5, 1e-6));
+    const at::Tensor entropy = with(DiscreteSampler::Order::entropy);  // minus the entropy, finite with p = 0 tokens
+    EXPECT_TRUE(entropy.isfinite().all().item<bool>());
+    EXPECT_NEAR(entropy[1].item<float>(), -std::log(2.0), 1e-5);
+    EXPECT_NEAR(entropy[2].item<float>(), -std::log(4.0), 1e-5);
+    EXPECT_GT(entropy[0].item<float>(), entropy[1].item<float>());
+}
+
+TEST(DiscreteSampler, ConfidenceStepsUnmaskEveryPositionBlockByBlock) {
+    const int64_t B = 3, L = 10, V = 6;
+    const DiscreteSampler sampler(MaskSchedule(), DiscreteSampler::Kind::confidence, 7, 4);
+    auto gen = make_gen(5);
+    at::Tensor logp = at::log_softmax(at::randn({B, L, V}), -1);
+    logp.select(2, kMask).fill_(-INFINITY);
+    at::Tensor x = sampler.init(B, L, kMask, at::Device(at::kCPU));
+    for (int64_t i = 0; i < 7; ++i) {
+        const auto block = sampler.block_of(i, L);
+        const at::Tensor before = x.eq(kMask);
+        x = sampler.step(x, logp, i, kMask, gen);
+        const at::Tensor unmasked = before.logical_and(x.ne(kMask));
+        // Only the block's positions change, ceil(m / steps_left) of them per sequence.
+        EXPECT_FALSE(unmasked.narrow(1, 0, block.begin).any().item<bool>()) << "step " << i;
+        EXPECT_FALSE(unmasked.narrow(1, block.end, L - block.end).any().item<bool>()) << "step " << i;
+        const at::Tensor m = before.narrow(1, block.begin, block.end - block.begin).sum(1);
+        EXPECT_TRUE(at::equal(unmasked.sum(1), m.add(block.steps_left - 1).div(block.steps_left, "floor"))) << "step " << i;
+    }
+    EXPECT_FALSE(x.eq(kMask).any().item<bool>());
+}
+
+TEST(DiscreteSampler, TruncateKeepsTopKAndTheNucleus) {
+    at::Tensor scores = at::tensor({0.5f, 0.2f, 0.15f, 0.1f, 0.05f}).log().view({1, 5}).repeat({2, 1});
+    DiscreteSampler::truncate(scores, 2, 1.0);
+    EXPECT_TRUE(scores.isfinite().equal(at::tensor({1, 1, 0, 0, 0}).ne(0).view({1, 5}).repeat({2, 1})));
+    at::Tensor nucleus = at::tensor({0.5f, 0.2f, 0.15f, 0.1f, 0.05f}).log().view({1, 5});
+    DiscreteSampler::truncate(nucleus, 0, 0.8);  // 0.5 + 0.2 < 0.8 <= 0.5 + 0.2 + 0.15
+    EXPECT_TRUE(nucleus.isfinite().equal(at::tensor({1, 1, 1, 0, 0}).ne(0).view({1, 5})));
+    at::Tensor tiny = at::tensor({0.5f, 0.2f, 0.3f}).log().view({1, 3});
+    DiscreteSampler::truncate(tiny, 0, 0.01);  // the best token always stays
+    EXPECT_TRUE(tiny.isfinite().equal(at::tensor({1, 0, 0}).ne(0).view({1, 3})));
 }
 
 TEST(DiscreteSampler, DrawNamesTheRowWithNothingToSample) {

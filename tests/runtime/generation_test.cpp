@@ -169,7 +169,7 @@ TEST(GenerationErrors, RecipeProblemsFoundWhenLoadingNameTheirPointer) {
     } catch (const rudder::RecipeError& e) {
         std::map<std::string, std::string> by_pointer;
         for (const auto& i : e.issues()) by_pointer[i.pointer] = i.message;
-        EXPECT_NE(by_pointer["/sampler/name"].find("'euler', 'analytic' or 'first_hitting'"), std::string::npos);
+        EXPECT_NE(by_pointer["/sampler/name"].find("'euler', 'analytic', 'first_hitting' or 'confidence'"), std::string::npos);
         EXPECT_NE(by_pointer["/controllers/0/plugin"].find("did you mean 'length'"), std::string::npos)
             << by_pointer["/controllers/0/plugin"];
         EXPECT_NE(by_pointer["/controllers/1/params"].find("/tokens"), std::string::npos);
@@ -192,6 +192,42 @@ TEST(GenerationErrors, NoiseScaleOnADiscreteModel) {
         EXPECT_EQ(e.issues()[0].pointer, "/sampler/noise_scale");
         EXPECT_NE(e.issues()[0].message.find("applies to continuous models"), std::string::npos) << e.what();
     }
+}
+
+// The confidence sampler on the exact corpus denoiser, in blocks, with top-k: hard constraints hold, and keeping the
+// most confident draws of an exact posterior gives corpus sentences.
+TEST(GenerationConfidence, BlocksKeepTheConstraintsAndGiveCorpusSentences) {
+    const std::string text = R"({"model": ")" + rudder::testing::corpus_model_dir().string() +
+                             R"(", "family": "discrete", "sampler": {"name": "confidence", "steps": 14,
+                             "block_length": 7, "order": "margin", "top_k": 3}, "samples": 16, "batch_size": 8,
+                             "max_length": 14, "seed": 3, "controllers": [{"plugin": "length", "params": {"tokens": 7}},
+                             {"plugin": "span", "params": {"words": [{"position": 2, "text": "a"}]}}]})";
+    const auto samples = generate(text);
+    ASSERT_EQ(samples.size(), 16u);
+    for (const auto& s : samples) EXPECT_EQ(s.n_tokens, 7) << s.text;
+    const Tally t = tally(samples);
+    EXPECT_EQ(t.satisfied, 1.0);
+    EXPECT_GE(t.in_corpus, 0.9) << samples[0].text;
+}
+
+TEST(GenerationErrors, ConfidenceNeedsAStepPerBlockAndABlockWithinTheLength) {
+    const auto issues_of = [](const std::string& sampler) {
+        const std::string text = R"({"model": ")" + rudder::testing::corpus_model_dir().string() +
+                                 R"(", "family": "discrete", "max_length": 14, "sampler": )" + sampler + "}";
+        try {
+            Generator g(rudder::parse_recipe(text, "."), registry());
+        } catch (const rudder::RecipeError& e) {
+            std::map<std::string, std::string> by_pointer;
+            for (const auto& i : e.issues()) by_pointer[i.pointer] = i.message;
+            return by_pointer;
+        }
+        return std::map<std::string, std::string>{};
+    };
+    auto by_pointer = issues_of(R"({"name": "confidence", "steps": 3, "block_length": 2})");
+    EXPECT_NE(by_pointer["/sampler/steps"].find("3 steps for 7 blocks"), std::string::npos) << by_pointer["/sampler/steps"];
+    by_pointer = issues_of(R"({"name": "confidence", "steps": 30, "block_length": 20})");
+    EXPECT_NE(by_pointer["/sampler/block_length"].find("longer than max_length 14"), std::string::npos);
+    EXPECT_TRUE(issues_of(R"({"name": "confidence", "steps": 7, "block_length": 2})").empty());
 }
 
 // A copy of the corpus model whose config.json recommends `sampler` (the "sampler" entry, keyed by family).

@@ -165,6 +165,27 @@ TEST(Recipe, NoiseScaleOnlyForContinuousSamplersAndInRange) {
                      0.8);
 }
 
+TEST(Recipe, ConfidenceSettingsAndTruncationAreChecked) {
+    const rudder::Recipe r = parse_recipe(R"({"model": "m", "sampler": {"name": "confidence", "steps": 32, "order": "margin",
+                                     "block_length": 8, "top_k": 5, "top_p": 0.9}})", ".");
+    EXPECT_EQ(r.sampler.order, "margin");
+    EXPECT_EQ(r.sampler.block_length, 8);
+    EXPECT_EQ(r.sampler.top_k, 5);
+    EXPECT_DOUBLE_EQ(r.sampler.top_p, 0.9);
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "analytic", "order": "margin"}})"),
+                          "/sampler/order", "confidence sampler only, not 'analytic'"));
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"block_length": 4}})"), "/sampler/block_length",
+                          "confidence sampler only (name it)"));
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "confidence", "order": "greedy"}})"),
+                          "/sampler/order", "probability"));
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "ddim", "top_k": 3}})"), "/sampler/top_k",
+                          "discrete samplers only"));
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "analytic", "top_p": 0}})"),
+                          "/sampler/top_p", "above 0"));
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "analytic", "top_p": 1.5}})"),
+                          "/sampler/top_p", "[0, 1]"));
+}
+
 TEST(Recipe, FirstHittingTakesNoStepsAndCandidatesAreBounded) {
     EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "first_hitting", "steps": 50}})"),
                           "/sampler/steps", "one step per position"));

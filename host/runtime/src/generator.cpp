@@ -90,7 +90,12 @@ ContinuousSampler::Kind continuous_kind(const std::string& name) {
 }
 DiscreteSampler::Kind discrete_kind(const std::string& name) {
     if (name == "first_hitting") return DiscreteSampler::Kind::first_hitting;
+    if (name == "confidence") return DiscreteSampler::Kind::confidence;
     return name == "euler" ? DiscreteSampler::Kind::euler : DiscreteSampler::Kind::analytic;
+}
+DiscreteSampler::Order confidence_order(const std::string& name) {
+    if (name == "margin") return DiscreteSampler::Order::margin;
+    return name == "entropy" ? DiscreteSampler::Order::entropy : DiscreteSampler::Order::probability;
 }
 
 // The constraints as the denoiser takes them: whole [B, L, V] masks, which the combination has when its rows are every
@@ -296,8 +301,19 @@ void Generator::set_up(plugins::Registry& registry, const std::vector<fs::path>&
                                                    (continuous ? "discrete" : "continuous") + " models; model '" +
                                                    model_.name + "' is " + family_name(model_.family) + " (use " +
                                                    (continuous ? "'ddpm' or 'ddim'"
-                                                               : "'euler', 'analytic' or 'first_hitting'") + ")"});
+                                                               : "'euler', 'analytic', 'first_hitting' or 'confidence'") + ")"});
         if (name == "first_hitting") recipe_.sampler.steps = recipe_.max_length;
+        if (name == "confidence") {
+            const int64_t L = recipe_.max_length, b = recipe_.sampler.block_length;
+            if (b > L)
+                issues.push_back({"/sampler/block_length", "block_length " + std::to_string(b) +
+                                                               " is longer than max_length " + std::to_string(L)});
+            const int64_t blocks = b > 0 && b < L ? (L + b - 1) / b : 1;
+            if (recipe_.sampler.steps < blocks)
+                issues.push_back({"/sampler/steps", std::to_string(recipe_.sampler.steps) + " steps for " +
+                                                        std::to_string(blocks) + " blocks of " + std::to_string(b) +
+                                                        " positions: the confidence sampler needs a step per block"});
+        }
         if (!continuous && recipe_.sampler.noise_scale != 1.0 && !reported("/sampler/noise_scale"))
             issues.push_back({"/sampler/noise_scale", "'noise_scale' applies to continuous models; model '" +
                                                           model_.name + "' is " + family_name(model_.family)});
@@ -602,7 +618,8 @@ at::Tensor Generator::run_continuous(int64_t batch, at::Generator& gen, const St
 
 at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const StepTick& tick) {
     const int64_t L = recipe_.max_length, V = model_.tokenizer->vocab_size(), mask_id = model_.tokenizer->mask_id();
-    const DiscreteSampler sampler(model_.mask_schedule, discrete_kind(recipe_.sampler.name), recipe_.sampler.steps);
+    const DiscreteSampler sampler(model_.mask_schedule, discrete_kind(recipe_.sampler.name), recipe_.sampler.steps,
+                                  recipe_.sampler.block_length, confidence_order(recipe_.sampler.order));
     const bool always_fresh = !recipe_.sampler.cache || composer_->needs_fresh_logits();
     // A denoiser that conditions on the constraints takes them whole: the controllers then see every position.
     const bool every_row = model_.denoiser->uses_evidence();
@@ -674,6 +691,8 @@ at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const Step
             at::Tensor scores = Composer::controlled(pick.defined() ? row_logits.index_select(0, pick) : row_logits,
                                                      combined, pick, mask_id);
             if (T != 1.0) scores.div_(T);
+            if (recipe_.sampler.top_k > 0 || recipe_.sampler.top_p < 1.0)
+                DiscreteSampler::truncate(scores, recipe_.sampler.top_k, recipe_.sampler.top_p);
             at::Tensor drawn;
             try {
                 drawn = DiscreteSampler::draw(scores, gen);
@@ -681,8 +700,15 @@ at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const Step
                 const int64_t position = positions[e.row].item<int64_t>();
                 throw fault_at(i, position / L, position % L, logits[position]);
             }
+            at::Tensor committed = positions;
+            if (sampler.kind() == DiscreteSampler::Kind::confidence) {
+                // Of the tokens drawn, the ones the model is most confident in are kept; the rest stay masked.
+                const at::Tensor kept = sampler.kept_rows(positions, scores, drawn, batch, L, i);
+                committed = positions.index_select(0, kept);
+                drawn = drawn.index_select(0, kept);
+            }
             tokens = tokens.clone();
-            tokens.view({-1}).index_copy_(0, positions, drawn);
+            tokens.view({-1}).index_copy_(0, committed, drawn);
             stale = true;
         }
         tick(i + 1, t_next, best_guess);

@@ -84,7 +84,7 @@ json recommended_sampler(const json& config, Family family, const fs::path& file
 bool is_sampler_of(const std::string& sampler_name, Family family) {
     return family == Family::continuous ? (sampler_name == "ddpm" || sampler_name == "ddim")
                                         : (sampler_name == "euler" || sampler_name == "analytic" ||
-                                           sampler_name == "first_hitting");
+                                           sampler_name == "first_hitting" || sampler_name == "confidence");
 }
 
 std::vector<fs::path> default_model_path() {

@@ -22,7 +22,7 @@ std::string join_issues(const std::vector<RecipeIssue>& issues) { return json_in
 
 void parse_sampler(ObjectReader& s, const RecipeLimits& limits, SamplerSpec& out) {
     // The family decides which names are valid; the generator checks that once the model is known.
-    if (auto v = s.choice("name", {"ddpm", "ddim", "euler", "analytic", "first_hitting"})) out.name = *v;
+    if (auto v = s.choice("name", {"ddpm", "ddim", "euler", "analytic", "first_hitting", "confidence"})) out.name = *v;
     if (auto v = s.integer("steps", 1, limits.max_steps)) out.steps = *v;
     if (auto v = s.number("eta", 0.0, 1.0)) out.eta = *v;
     if (auto v = s.choice("x0", {"model", "interpolate", "clamp"})) out.x0 = *v;
@@ -30,10 +30,24 @@ void parse_sampler(ObjectReader& s, const RecipeLimits& limits, SamplerSpec& out
     if (auto v = s.number("noise_scale", 0.0, 2.0)) out.noise_scale = *v;
     if (auto v = s.boolean("cache")) out.cache = *v;
     if (auto v = s.number("temperature", 0.01, 100.0)) out.temperature = *v;
+    if (auto v = s.integer("top_k", 0, int64_t{1} << 31)) out.top_k = *v;
+    if (auto v = s.number("top_p", 0.0, 1.0)) out.top_p = *v;
+    if (auto v = s.choice("order", {"probability", "margin", "entropy"})) out.order = *v;
+    if (auto v = s.integer("block_length", 1, int64_t{1} << 31)) out.block_length = *v;
     s.reject_unknown_keys();
+    if (s.has("top_p") && out.top_p <= 0.0) s.issue("top_p", "'top_p' must be above 0 (1 keeps every token)");
+    const bool discrete_name = out.name == "euler" || out.name == "analytic" || out.name == "first_hitting" ||
+                               out.name == "confidence";
+    for (const char* key : {"top_k", "top_p"})
+        if (s.has(key) && !out.name.empty() && !discrete_name)
+            s.issue(key, std::string("'") + key + "' applies to the discrete samplers only, not '" + out.name + "'");
+    for (const char* key : {"order", "block_length"})
+        if (s.has(key) && out.name != "confidence")
+            s.issue(key, std::string("'") + key + "' applies to the confidence sampler only" +
+                             (out.name.empty() ? std::string(" (name it)") : ", not '" + out.name + "'"));
     if (s.has("eta") && out.name != "ddim" && !out.name.empty())
         s.issue("eta", "'eta' applies to the ddim sampler only, not '" + out.name + "'");
-    if (s.has("noise_scale") && (out.name == "euler" || out.name == "analytic" || out.name == "first_hitting"))
+    if (s.has("noise_scale") && discrete_name)
         s.issue("noise_scale", "'noise_scale' applies to the continuous samplers (ddpm, ddim) only, not '" + out.name + "'");
     if (s.has("steps") && out.name == "first_hitting")
         s.issue("steps", "'steps' does not apply to the first_hitting sampler: it takes one step per position "

@@ -128,9 +128,94 @@ at::Tensor ContinuousSampler::q_sample(const at::Tensor& x0, int64_t k, at::Gene
 // ---------------------------------------------------------------------------------------------------------------
 // Discrete family
 
-DiscreteSampler::DiscreteSampler(const MaskSchedule& schedule, Kind kind, int64_t steps)
-    : schedule_(schedule), kind_(kind), steps_(steps) {
+DiscreteSampler::DiscreteSampler(const MaskSchedule& schedule, Kind kind, int64_t steps, int64_t block_length,
+                                 Order order)
+    : schedule_(schedule), kind_(kind), steps_(steps), block_length_(block_length), order_(order) {
     if (steps < 1) throw std::invalid_argument("DiscreteSampler: steps must be >= 1, got " + std::to_string(steps));
+    if (block_length < 0)
+        throw std::invalid_argument("DiscreteSampler: block_length must be >= 0, got " + std::to_string(block_length));
+}
+
+int64_t DiscreteSampler::blocks(int64_t length) const {
+    const int64_t b = block_length_ > 0 ? std::min(block_length_, length) : length;
+    return (length + b - 1) / b;
+}
+
+DiscreteSampler::Block DiscreteSampler::block_of(int64_t i, int64_t length) const {
+    const int64_t n = blocks(length);
+    if (steps_ < n) {
+        throw std::invalid_argument("confidence sampler: " + std::to_string(steps_) + " steps for " +
+                                    std::to_string(n) + " blocks; each block needs a step");
+    }
+    if (i < 0 || i >= steps_) {
+        throw std::invalid_argument("DiscreteSampler: step " + std::to_string(i) + " out of range [0, " +
+                                    std::to_string(steps_) + ")");
+    }
+    // The steps are shared evenly, the first steps_ % n blocks taking one more.
+    const int64_t base = steps_ / n, extra = steps_ % n, b = block_length_ > 0 ? std::min(block_length_, length) : length;
+    int64_t first = 0;
+    for (int64_t k = 0; k < n; ++k) {
+        const int64_t count = base + (k < extra ? 1 : 0);
+        if (i < first + count) return Block{k * b, std::min(length, (k + 1) * b), first + count - i};
+        first += count;
+    }
+    throw std::logic_error("DiscreteSampler::block_of: no block for step " + std::to_string(i));
+}
+
+at::Tensor DiscreteSampler::keep_most_confident(const at::Tensor& drawn, const at::Tensor& confidence,
+                                                int64_t steps_left) {
+    if (steps_left < 1) throw std::invalid_argument("keep_most_confident: steps_left must be >= 1");
+    const int64_t B = drawn.size(0), L = drawn.size(1);
+    const at::Tensor kept_count = drawn.sum(1).add_(steps_left - 1).div_(steps_left, "floor");  // ceil(m / r)
+    const at::Tensor score = confidence.to(at::kFloat).masked_fill(drawn.logical_not(), -std::numeric_limits<float>::infinity());
+    // Rank by confidence, highest first; a stable sort keeps equal ones in position order.
+    const at::Tensor order = std::get<1>(score.sort(/*stable=*/true, /*dim=*/1, /*descending=*/true));
+    const at::Tensor rank = at::empty_like(order).scatter_(1, order, at::arange(L, order.options()).expand({B, L}));
+    return rank.lt(kept_count.unsqueeze(1)).logical_and_(drawn);
+}
+
+at::Tensor DiscreteSampler::kept_rows(const at::Tensor& positions, const at::Tensor& scores, const at::Tensor& tokens,
+                                      int64_t batch, int64_t length, int64_t i) const {
+    const int64_t n = batch * length;
+    const at::Tensor drawn = at::zeros({n}, positions.options().dtype(at::kBool)).index_fill_(0, positions, true);
+    const at::Tensor conf = at::zeros({n}, scores.options().dtype(at::kFloat)).index_copy_(0, positions, confidence(scores, tokens));
+    const at::Tensor kept = keep_most_confident(drawn.view({batch, length}), conf.view({batch, length}),
+                                                block_of(i, length).steps_left);
+    return kept.view({-1}).index_select(0, positions).nonzero().squeeze(1);
+}
+
+at::Tensor DiscreteSampler::confidence(const at::Tensor& scores, const at::Tensor& tokens) const {
+    const at::Tensor logp = at::log_softmax(scores.to(at::kFloat), 1);
+    switch (order_) {
+        case Order::probability: return logp.gather(1, tokens.unsqueeze(1)).squeeze(1).exp();
+        case Order::margin: {
+            if (logp.size(1) < 2) return logp.exp().squeeze(1);
+            const at::Tensor top = std::get<0>(logp.topk(2, 1)).exp();
+            return top.select(1, 0) - top.select(1, 1);
+        }
+        case Order::entropy: {
+            const at::Tensor p = logp.exp();  // 0 * -inf is NaN: tokens that cannot be drawn add nothing
+            return at::where(p.gt(0), p * logp, at::zeros_like(p)).sum(1);  // minus the entropy
+        }
+    }
+    throw std::logic_error("DiscreteSampler::confidence: unknown order");
+}
+
+void DiscreteSampler::truncate(at::Tensor& scores, int64_t top_k, double top_p) {
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    const int64_t V = scores.size(1);
+    if (top_k > 0 && top_k < V) {
+        // Ties with the k-th score stay (as in Hugging Face's top-k filter).
+        const at::Tensor kth = std::get<0>(scores.topk(top_k, 1)).narrow(1, top_k - 1, 1);
+        scores.masked_fill_(scores.lt(kth), neg_inf);
+    }
+    if (top_p < 1.0) {
+        const auto [sorted, index] = scores.sort(1, /*descending=*/true);
+        const at::Tensor p = at::softmax(sorted.to(at::kDouble), 1);
+        // A token stays while the tokens above it hold less than top_p: the smallest set reaching top_p.
+        const at::Tensor dropped_sorted = (p.cumsum(1) - p).ge(top_p);
+        scores.masked_fill_(at::zeros_like(dropped_sorted).scatter_(1, index, dropped_sorted), neg_inf);
+    }
 }
 
 double DiscreteSampler::t(int64_t i) const {
@@ -154,8 +239,8 @@ double DiscreteSampler::unmask_prob(int64_t i) const {
         throw std::invalid_argument("DiscreteSampler: step " + std::to_string(i) + " out of range [0, " +
                                     std::to_string(steps_) + ")");
     }
-    if (kind_ == Kind::first_hitting)
-        throw std::logic_error("DiscreteSampler: first_hitting unmasks one position per step, not each with a probability");
+    if (kind_ == Kind::first_hitting || kind_ == Kind::confidence)
+        throw std::logic_error("DiscreteSampler: first_hitting and confidence choose positions, not each with a probability");
     if (i + 1 == steps_) return 1.0;
     const double t_cur = t(i), s = t_next(i);
     if (kind_ == Kind::analytic) {
@@ -175,6 +260,12 @@ at::Tensor DiscreteSampler::choose(const at::Tensor& masked, int64_t i, at::Gene
     if (i < 0 || i >= steps_) {
         throw std::invalid_argument("DiscreteSampler: step " + std::to_string(i) + " out of range [0, " +
                                     std::to_string(steps_) + ")");
+    }
+    if (kind_ == Kind::confidence) {
+        const Block block = block_of(i, masked.size(1));
+        at::Tensor in_block = at::zeros_like(masked);
+        in_block.narrow(1, block.begin, block.end - block.begin).copy_(masked.narrow(1, block.begin, block.end - block.begin));
+        return in_block;
     }
     const at::Tensor u = rand_like_device({masked.size(0), masked.size(1)}, gen, masked);
     if (kind_ != Kind::first_hitting) return masked.logical_and(u.lt(unmask_prob(i)));
@@ -218,11 +309,17 @@ at::Tensor DiscreteSampler::step(const at::Tensor& tokens, const at::Tensor& log
         throw std::invalid_argument("DiscreteSampler::step: mask_id " + std::to_string(mask_id) +
                                     " outside the vocabulary [0, " + std::to_string(V) + ")");
     }
-    const at::Tensor positions = choose(tokens.eq(mask_id), i, gen).view({-1}).nonzero().squeeze(1);
+    at::Tensor positions = choose(tokens.eq(mask_id), i, gen).view({-1}).nonzero().squeeze(1);
     at::Tensor scores = logp0.reshape({B * L, V}).index_select(0, positions);
     scores.select(1, mask_id).fill_(-std::numeric_limits<float>::infinity());
+    at::Tensor drawn = draw(scores, gen);
+    if (kind_ == Kind::confidence) {
+        const at::Tensor rows = kept_rows(positions, scores, drawn, B, L, i);
+        positions = positions.index_select(0, rows);
+        drawn = drawn.index_select(0, rows);
+    }
     at::Tensor next = tokens.clone();
-    next.view({-1}).index_copy_(0, positions, draw(scores, gen));
+    next.view({-1}).index_copy_(0, positions, drawn);
     return next;
 }
 

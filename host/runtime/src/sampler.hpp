@@ -69,6 +69,12 @@ private:
 //                  from one network call (Zheng et al. 2024, "Masked diffusion models are secretly time-agnostic
 //                  masked models"). With a network that does not read t (the bundled ones) it samples the model's
 //                  distribution exactly; its times t(i) are where the schedule expects the masked share 1 - i/L.
+//   confidence:    LLaDA's low-confidence remasking and Dream's orders (Nie et al. 2025, "Large Language Diffusion
+//                  Models"; Ye et al. 2025, "Dream 7B"): every step draws a token at each masked position of the
+//                  current block, keeps the ceil(m / r) of them the model is most confident in (m masked in the
+//                  block, r steps left for it) and leaves the rest masked. Blocks of block_length positions are
+//                  decoded left to right (semi-autoregressive), the steps shared evenly among them. Not a sampler
+//                  of the model's distribution: it trades diversity for fluency, as those models are used.
 // Thrown when a row that must be sampled has nothing to sample: its distribution holds NaN, or gives every token
 // zero probability. `row` is the row of the scores given to DiscreteSampler::draw; the caller, which knows which
 // position that is and where the distribution came from, names the cause.
@@ -81,9 +87,15 @@ public:
 
 class DiscreteSampler {
 public:
-    enum class Kind { euler, analytic, first_hitting };
-    // `steps`: the time grid's steps (euler, analytic); first_hitting takes the sequence length.
-    DiscreteSampler(const MaskSchedule& schedule, Kind kind, int64_t steps);
+    enum class Kind { euler, analytic, first_hitting, confidence };
+    // Which drawn tokens `confidence` keeps first: the most probable, the largest gap between the two most probable
+    // tokens of the position, or the position whose distribution has the least entropy.
+    enum class Order { probability, margin, entropy };
+    // `steps`: the time grid's steps (euler, analytic, confidence); first_hitting takes the sequence length.
+    // `block_length` (confidence; 0: the whole sequence is one block), `order` (confidence).
+    DiscreteSampler(const MaskSchedule& schedule, Kind kind, int64_t steps, int64_t block_length = 0,
+                    Order order = Order::probability);
+    Kind kind() const { return kind_; }
 
     int64_t steps() const { return steps_; }
     double t(int64_t i) const;       // euler, analytic: 1 - i / steps; first_hitting: m^-1(1 - i / steps), at most 1
@@ -95,15 +107,43 @@ public:
     // Which positions step i unmasks, bool [B, L], given `masked` (bool [B, L]): euler and analytic each masked
     // position independently with unmask_prob(i) (one uniform draw per position); first_hitting one masked position
     // per sequence, uniformly (none in a sequence with none masked). Draws the same numbers whatever is masked.
+    // confidence: the masked positions of step i's block, where a token is drawn (keep_most_confident says which
+    // stay); draws nothing.
     at::Tensor choose(const at::Tensor& masked, int64_t i, at::Generator& gen) const;
+
+    // confidence: the blocks of a sequence of `length` positions, and step i's block [begin, end) with the steps
+    // left for it, step i included. Throws std::invalid_argument when there are fewer steps than blocks.
+    int64_t blocks(int64_t length) const;
+    struct Block {
+        int64_t begin = 0, end = 0, steps_left = 1;
+    };
+    Block block_of(int64_t i, int64_t length) const;
+
+    // confidence: which of the step's `drawn` positions (bool [B, L]) are kept, bool [B, L]: in each sequence the
+    // ceil(m / steps_left) with the highest `confidence` (float [B, L]), m its drawn positions (all of them when
+    // fewer are left). Ties go to the leftmost position.
+    static at::Tensor keep_most_confident(const at::Tensor& drawn, const at::Tensor& confidence, int64_t steps_left);
+    // confidence, step i: of the rows drawn (flat `positions` [n] over [batch, length], ascending, their `scores`
+    // [n, V] and drawn `tokens` [n]), the indices of those kept (int64 [m], ascending): keep_most_confident.
+    at::Tensor kept_rows(const at::Tensor& positions, const at::Tensor& scores, const at::Tensor& tokens, int64_t batch,
+                         int64_t length, int64_t i) const;
+    // The confidence of each row's draw under the sampler's order: `scores` [n, V] (controlled, at the temperature;
+    // -inf where not drawable), `tokens` int64 [n] the drawn tokens. float32 [n], higher = more confident.
+    at::Tensor confidence(const at::Tensor& scores, const at::Tensor& tokens) const;
+
+    // Keeps each row's `top_k` highest scores (0: all) and the smallest set of highest scores whose probabilities
+    // (softmax of the row) sum to at least `top_p` (1: all); the rest become -inf. The row's best token is always
+    // kept. `scores` [n, V] float, changed in place.
+    static void truncate(at::Tensor& scores, int64_t top_k, double top_p);
 
     // One token per row of `scores` [n, V]: log-probabilities up to a constant per row, -inf for tokens that may not
     // be drawn. Gumbel-max in float64: float32 Gumbel noise is cut off at about 16, which at large vocabularies
     // measurably under-samples the tail (Zheng et al. 2024). Returns int64 [n]; throws NothingToSample.
     static at::Tensor draw(const at::Tensor& scores, at::Generator& gen);
 
-    // choose + draw: one step on `logp0` [B, L, V] (the mask token must be -inf there, or it may be drawn). For tests
-    // and simple loops; the generator calls the two parts itself so that it scores only the rows it draws.
+    // choose + draw (+ keep_most_confident): one step on `logp0` [B, L, V] (the mask token must be -inf there, or it
+    // may be drawn). For tests and simple loops; the generator calls the parts itself so that it scores only the
+    // rows it draws.
     at::Tensor step(const at::Tensor& tokens, const at::Tensor& logp0, int64_t i, int64_t mask_id,
                     at::Generator& gen) const;
 
@@ -114,6 +154,8 @@ private:
     MaskSchedule schedule_;
     Kind kind_;
     int64_t steps_;
+    int64_t block_length_;
+    Order order_;
 };
 
 }  // namespace rudder

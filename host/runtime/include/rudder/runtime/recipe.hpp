@@ -27,7 +27,8 @@ private:
 };
 
 struct SamplerSpec {
-    std::string name;            // continuous: ddpm | ddim; discrete: euler | analytic | first_hitting; "" = default
+    std::string name;            // continuous: ddpm | ddim; discrete: euler | analytic | first_hitting | confidence;
+                                 // "" = default
     int64_t steps = 200;         // first_hitting: set to max_length by the generator
     double eta = 0.0;            // ddim only
     std::string x0 = "interpolate";  // continuous: model | interpolate | clamp
@@ -35,6 +36,10 @@ struct SamplerSpec {
     double noise_scale = 1.0;    // continuous: multiplies the noise each stochastic reverse step adds
     bool cache = true;           // discrete: skip the network when no token changed since its last call
     double temperature = 1.0;    // divides the controlled clean-token log-probabilities before they are used
+    int64_t top_k = 0;           // discrete: draw among each position's k most likely tokens only (0: all)
+    double top_p = 1.0;          // discrete: draw within the smallest set of tokens holding this probability
+    std::string order = "probability";  // confidence: which drawn tokens are kept first (probability | margin | entropy)
+    int64_t block_length = 0;    // confidence: positions unmask block by block, left to right (0: one block)
 };
 
 struct GuidanceSpec {
