@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <rudder/text/bpe_tokenizer.hpp>
@@ -124,6 +125,27 @@ TEST(BpeCompare, Qwen25TokenizerJson) {
     EXPECT_EQ(tok.pad_id(), 151643);
     // decode stops at pad, which these texts hold; the comparison reads without one.
     compare("qwen2_5", BpeTokenizer::load_json(file.string()), true);  // NFC
+}
+
+// encode shares its cache of pieces between threads; each thread must still get the reference's ids.
+TEST(BpeCompare, Qwen25FromSeveralThreads) {
+    const auto file = reference_dir() / "qwen2_5" / "tokenizer.json";
+    if (!std::filesystem::exists(file)) GTEST_SKIP() << "no " << file << ": the fixture text.bpe.fetch_reference needs node and npm";
+    const BpeTokenizer tok = BpeTokenizer::load_json(file.string());
+    const std::vector<Case> cases = read_reference("qwen2_5");
+    std::vector<size_t> mismatches(4, 0);
+    std::vector<std::thread> threads;
+    for (size_t t = 0; t < mismatches.size(); ++t) {
+        threads.emplace_back([&, t] {
+            // Each thread starts at a different text, so they fill the cache in different orders.
+            for (size_t k = 0; k < cases.size(); ++k) {
+                const Case& c = cases[(k + t * cases.size() / 4) % cases.size()];
+                if (tok.encode(c.text) != c.ids) ++mismatches[t];
+            }
+        });
+    }
+    for (auto& thread : threads) thread.join();
+    for (size_t t = 0; t < mismatches.size(); ++t) EXPECT_EQ(mismatches[t], 0u) << "thread " << t;
 }
 
 }  // namespace

@@ -63,6 +63,7 @@ public:
     // The id of a token as the file writes it; -1 if there is none.
     int64_t id(const std::string& token) const;
 
+    // Defined in bpe_tokenizer.cpp; named here so that the file's readers there can fill it.
     struct Model;
 
 private:
