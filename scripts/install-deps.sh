@@ -15,6 +15,9 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# node and npm: the BPE tokenizer tests fetch their reference (Hugging Face's JavaScript tokenizers) from npm. Only
+# when there is no npm at all: a Node.js installed another way (NodeSource's nodejs ships its own npm) is kept.
+command -v npm > /dev/null || missing+=(nodejs npm)
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
 if [ ${#missing[@]} -gt 0 ]; then
