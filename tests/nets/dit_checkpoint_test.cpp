@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,9 @@
 #include <rudder/nn/denoiser_net.hpp>
 #include <rudder/nn/dit_checkpoint.hpp>
 #include <rudder/nn/safetensors.hpp>
+#include <rudder/runtime/model.hpp>
+
+#include "dit_checkpoint_denoiser.hpp"
 
 namespace {
 namespace fs = std::filesystem;
@@ -224,6 +228,50 @@ TEST_F(DitCheckpoint, RefusesAnIndexNamingAMissingShard) {
     const std::string misassigned = load_error(moved);
     EXPECT_NE(misassigned.find("tensor '" + name + "', which model.safetensors.index.json assigns to"), std::string::npos)
         << misassigned;
+}
+
+TEST_F(DitCheckpoint, DenoiserGivesTheCleanLogProbsAtTheScheduleNoiseLevel) {
+    auto net = std::make_shared<DitNetwork>(DitNetwork::load(root_ / "sedd"));
+    rudder::DitCheckpointDenoiser denoiser(net);
+    EXPECT_EQ(denoiser.family(), rudder::Family::discrete);
+    EXPECT_EQ(denoiser.vocab_size(), 300);
+    EXPECT_EQ(denoiser.max_length(), 16);
+    const at::Tensor tokens = reference("sedd.tokens");
+    const double t = 0.6;
+    const double sigma = -std::log1p(-(1 - 1e-3) * t);  // SEDD's log-linear total noise
+    EXPECT_DOUBLE_EQ(net->sigma_at(t), sigma);
+    const auto out = denoiser.denoise(tokens, t, {});
+    EXPECT_TRUE(at::equal(out.logits, net->clean_log_probs(tokens, at::full({tokens.size(0)}, sigma, at::kFloat))));
+    EXPECT_THROW(denoiser.denoise(tokens, t, {"a condition", "", ""}), std::invalid_argument);
+}
+
+TEST_F(DitCheckpoint, ModelLoadingRecognisesTheLayoutAndAsksForTheBpeTokenizer) {
+    for (const std::string name : {"mdlm", "sedd"}) {
+        try {
+            rudder::load_model(root_ / name, std::nullopt);
+            ADD_FAILURE() << name << " loaded without a tokenizer";
+        } catch (const ModelError& e) {
+            EXPECT_NE(std::string(e.what()).find("checkpoint in Hugging Face layout"), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("byte-level BPE tokenizer"), std::string::npos) << e.what();
+        }
+    }
+    try {
+        rudder::load_model(root_ / "mdlm", rudder::Family::continuous);
+        ADD_FAILURE() << "an MDLM checkpoint loaded as a continuous model";
+    } catch (const ModelError& e) {
+        EXPECT_NE(std::string(e.what()).find("not a continuous one"), std::string::npos) << e.what();
+    }
+    // A config Rudder cannot run is reported as such, not as a missing tokenizer.
+    const fs::path dir = copy_of("sedd", "sedd_uniform_model");
+    json config = rudder::read_json_file(dir / "config.json");
+    config["graph"]["type"] = "uniform";
+    write_json(dir / "config.json", config);
+    try {
+        rudder::load_model(dir, std::nullopt);
+        ADD_FAILURE() << "a uniform-graph SEDD config was accepted";
+    } catch (const ModelError& e) {
+        EXPECT_NE(std::string(e.what()).find("graph.type"), std::string::npos) << e.what();
+    }
 }
 
 }  // namespace
