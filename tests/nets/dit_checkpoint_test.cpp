@@ -156,6 +156,8 @@ TEST_F(DitCheckpoint, RecognisesBothConfigsAndNotRuddersOwn) {
     EXPECT_TRUE(rudder::nn::is_dit_checkpoint_config(rudder::read_json_file(root_ / "mdlm" / "config.json")));
     EXPECT_TRUE(rudder::nn::is_dit_checkpoint_config(rudder::read_json_file(root_ / "sedd" / "config.json")));
     EXPECT_FALSE(rudder::nn::is_dit_checkpoint_config(json{{"format_version", 1}, {"type", "transformer"}}));
+    EXPECT_FALSE(rudder::nn::is_dit_checkpoint_config(json{{"model", {{"type", 3}}}, {"graph", json::object()}, {"tokens", 9}}));
+    EXPECT_FALSE(rudder::nn::is_dit_checkpoint_config(json::array()));
 }
 
 TEST_F(DitCheckpoint, RefusesAMissingTensor) {

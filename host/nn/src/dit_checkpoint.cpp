@@ -134,8 +134,8 @@ at::Tensor rotate_half(const at::Tensor& x) {
 bool is_dit_checkpoint_config(const json& config) {
     if (!config.is_object() || config.contains("format_version")) return false;
     if (config.contains("model_type") && config.at("model_type") == "mdlm") return true;
-    return config.contains("model") && config.at("model").is_object() && config.at("model").value("type", "") == "ddit" &&
-           config.contains("graph") && config.contains("tokens");
+    return config.contains("model") && config.at("model").is_object() && config.at("model").contains("type") &&
+           config.at("model").at("type") == "ddit" && config.contains("graph") && config.contains("tokens");
 }
 
 DitConfig parse_dit_config(const json& config, const fs::path& file) {
@@ -218,7 +218,10 @@ DitNetwork DitNetwork::load(const fs::path& dir) {
 
     // Each tensor is taken as it was read (float32) or widened once: the weights are never held twice.
     std::map<std::string, at::Tensor> by_name;
-    for (auto& [name, tensor] : st.tensors) by_name[name] = tensor.scalar_type() == at::kFloat ? tensor : tensor.to(at::kFloat);
+    for (auto& [name, tensor] : st.tensors) {
+        at::Tensor read = std::move(tensor);  // a half-precision original is freed as soon as it is widened
+        by_name[name] = read.scalar_type() == at::kFloat ? read : read.to(at::kFloat);
+    }
     st.tensors.clear();
     auto take = [&](const std::string& name) {
         const auto found = by_name.find(name);
