@@ -8,6 +8,9 @@ those repositories define (see host/nn/include/rudder/nn/dit_checkpoint.hpp). Wr
 copied: the reference must be independent of the C++ it checks.
 
 usage: dit_checkpoint_fixture.py OUT_DIR     exit 77 when PyTorch is missing (the test then skips)
+       dit_checkpoint_fixture.py --real-size OUT_DIR
+           an MDLM checkpoint of mdlm-owt's sizes (hidden 768, 12 blocks, 12 heads, cond 128, 1024 positions,
+           vocabulary 50258; 680 MB), random weights and no reference, for tests/nets/dit_timing.cpp
 """
 import json
 import math
@@ -181,6 +184,15 @@ def write_model(out, name, config, weights, shards=1):
 
 
 def main():
+    if sys.argv[1] == "--real-size":
+        TINY.update(hidden=768, cond=128, blocks=12, heads=12, length=1024, tokens=50257)
+        vocab = TINY["tokens"] + 1
+        config = {"architectures": ["MDLM"], "cond_dim": 128, "dropout": 0.1, "hidden_dim": 768, "model_length": 1024,
+                  "model_type": "mdlm", "n_blocks": 12, "n_heads": 12, "return_dict": False,
+                  "time_conditioning": False, "torch_dtype": "float32", "transformers_version": "4.38.2",
+                  "vocab_size": vocab}
+        write_model(sys.argv[2], "", config, random_weights("backbone.", vocab, torch.Generator().manual_seed(17)))
+        return
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     gen = torch.Generator().manual_seed(17)
