@@ -6,6 +6,8 @@
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
