@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <set>
 
 namespace rudder {
 namespace fs = std::filesystem;
@@ -299,6 +300,54 @@ SafeTensors read_safetensors(std::istream& in, uint64_t file_size, const fs::pat
                 if (bytes[b] > 1) fail(file, "BOOL tensor '" + e.name + "' holds the byte " + std::to_string(bytes[b]));
         }
         result.tensors.emplace_back(e.name, std::move(t));
+    }
+    return result;
+}
+
+SafeTensors load_sharded_safetensors(const fs::path& index_file, const SafeTensorsSelection& selection) {
+    json index;
+    try {
+        index = read_json_file(index_file);
+    } catch (const ModelError& e) {
+        throw SafeTensorsError(e.what());
+    }
+    if (!index.is_object() || !index.contains("weight_map") || !index.at("weight_map").is_object())
+        fail(index_file, "a sharded checkpoint's index must be a JSON object with a \"weight_map\" object");
+    // Shards in the order they first appear, each with the tensors the map gives it.
+    std::vector<std::string> shards;
+    std::map<std::string, std::string> shard_of;
+    for (const auto& [name, value] : index.at("weight_map").items()) {
+        if (!value.is_string()) fail(index_file, "weight_map entry '" + name + "' must name a file, got " + value.dump());
+        const std::string shard = value.get<std::string>();
+        const fs::path relative = fs::path(shard).lexically_normal();
+        if (shard.empty() || !relative.is_relative() || *relative.begin() == ".." || relative.has_parent_path())
+            fail(index_file, "weight_map entry '" + name + "' names \"" + shard +
+                                 "\", which is not a file beside the index");
+        if (std::find(shards.begin(), shards.end(), shard) == shards.end()) shards.push_back(shard);
+        shard_of[name] = shard;
+    }
+    if (shards.empty()) fail(index_file, "the weight_map names no tensor");
+    SafeTensors result;
+    for (const auto& shard : shards) {
+        const fs::path file = index_file.parent_path() / shard;
+        std::error_code ec;
+        if (!fs::is_regular_file(file, ec))
+            fail(index_file, "shard '" + shard + "' named by the weight_map does not exist (" + file.string() + ")");
+        std::set<std::string> in_header;  // every tensor of the shard's header, read or not
+        auto in_this_shard = [&](const SafeTensorsEntry& entry) {
+            const auto found = shard_of.find(entry.name);
+            if (found == shard_of.end() || found->second != shard)
+                fail(file, "holds tensor '" + entry.name + "', which " + index_file.filename().string() +
+                               (found == shard_of.end() ? " does not list" : " assigns to '" + found->second + "'"));
+            in_header.insert(entry.name);
+            return selection ? selection(entry) : true;
+        };
+        SafeTensors part = load_safetensors(file, in_this_shard);
+        for (const auto& [name, owner] : shard_of)
+            if (owner == shard && !in_header.count(name))
+                fail(file, "lacks tensor '" + name + "', which " + index_file.filename().string() + " assigns to it");
+        for (auto& [key, value] : part.metadata) result.metadata.emplace(key, value);
+        for (auto& named : part.tensors) result.tensors.push_back(std::move(named));
     }
     return result;
 }

@@ -64,6 +64,15 @@ SafeTensors load_safetensors(const std::filesystem::path& file, const SafeTensor
 SafeTensors read_safetensors(std::istream& in, uint64_t size, const std::filesystem::path& file,
                              const SafeTensorsSelection& selection = {});
 
+// A checkpoint sharded in Hugging Face's layout: `index_file` (model.safetensors.index.json) is
+// {"metadata": {...}, "weight_map": {tensor name: shard file}}, the shards being safetensors files in the index's
+// folder. Reads every shard the map names (with `selection`, as load_safetensors) into one SafeTensors, tensors in
+// shard order. Refused, with a SafeTensorsError naming the index or the shard: an index that is not such an
+// object, a shard name outside the index's folder, a missing or unreadable shard, a tensor in a shard that the map
+// does not assign to that shard, and a tensor of the map that its shard does not hold.
+SafeTensors load_sharded_safetensors(const std::filesystem::path& index_file,
+                                     const SafeTensorsSelection& selection = {});
+
 // Rewrites `file` with every floating-point tensor stored as `dtype` ("float16", "bfloat16" or "float32");
 // other tensors and the metadata are kept. Networks load such files into their float32 parameters
 // (nn::load_module_tensors converts), so float16 storage halves a model's size at a rounding of 2^-11

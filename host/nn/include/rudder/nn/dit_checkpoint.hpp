@@ -1,0 +1,98 @@
+// The DiT of MDLM (kuleshov-group/mdlm-owt) and SEDD (louaaron/sedd-small), loaded from their public checkpoints in
+// Hugging Face layout (config.json + model.safetensors, or model.safetensors.index.json + shards) and run in
+// float32. docs/checkpoints.md describes what loads and what is refused.
+//
+// The network, as the authors' code defines it (read in kuleshov-group/mdlm models/dit.py and the hub's
+// modeling_mdlm.py / configuration_mdlm.py; louaaron/Score-Entropy-Discrete-Diffusion model/transformer.py and
+// model/rotary.py), with H = hidden size, C = cond_dim, V = vocabulary (GPT-2's 50,257 + mask = 50,258), N blocks:
+//   x = vocab_embed.embedding[tokens]                                       [V, H]
+//   c = silu(sigma_map.mlp.2(silu(sigma_map.mlp.0(timestep_features(sigma)))))
+//         sigma_map.mlp.0: weight [C, 256], bias [C]; sigma_map.mlp.2: weight [C, C], bias [C]
+//         timestep_features: [cos(sigma f), sin(sigma f)], f_i = 10000^(-i/128), i < 128
+//   per block i (blocks.i.):
+//     shift1, scale1, gate1, shift2, scale2, gate2 = adaLN_modulation(c)    weight [6H, C], bias [6H]
+//     h = LN(x) * norm1.weight * (1 + scale1) + shift1                       LN without affine; norm1.weight [H]
+//     q, k, v = attn_qkv(h) (no bias)                                        weight [3H, H]
+//     q, k rotated (rotate-half form, base 10000, over the head dimension); bidirectional softmax attention
+//     x = x + gate1 * attn_out(attention) (no bias)                          weight [H, H]
+//     h = LN(x) * norm2.weight * (1 + scale2) + shift2                       norm2.weight [H]
+//     x = x + gate2 * mlp.2(gelu_tanh(mlp.0(h)))                             mlp.0 [4H, H] + [4H]; mlp.2 [H, 4H] + [H]
+//   output_layer: shift, scale = adaLN_modulation(c) ([2H, C], [2H]);
+//     out = linear(LN(x) * norm_final.weight * (1 + scale) + shift)         linear weight [V, H], bias [V]
+//   rotary_emb.inv_freq [H / heads / 2]: a buffer, recomputed here and checked against the file when present.
+// MDLM's hub checkpoint holds these under "backbone." (its MDLM wrapper's DITBackbone); SEDD's without a prefix.
+// MDLM-OWT has time_conditioning false: its sigma is replaced by 0, so c is a constant.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <rudder/nn/model_files.hpp>
+
+namespace rudder::nn {
+
+enum class DitFlavor { mdlm, sedd };
+
+struct DitConfig {
+    DitFlavor flavor = DitFlavor::mdlm;
+    int64_t vocab_size = 0;  // including the mask token, which is the last id
+    int64_t hidden_size = 0;
+    int64_t cond_dim = 0;
+    int64_t n_blocks = 0;
+    int64_t n_heads = 0;
+    int64_t max_length = 0;          // MDLM's model_length, SEDD's model.length
+    bool time_conditioning = false;  // MDLM: from the config; SEDD: always
+    bool scale_by_sigma = false;     // SEDD only: the log score is offset by log(e^sigma - 1) + log(V - 1)
+    double schedule_eps = 1e-3;      // the log-linear schedule's eps: sigma(t) = -log(1 - (1 - eps) t)
+
+    int64_t mask_id() const { return vocab_size - 1; }
+    std::string tensor_prefix() const { return flavor == DitFlavor::mdlm ? "backbone." : ""; }
+};
+
+// Whether a config.json is one of these checkpoints' (MDLM: "model_type": "mdlm"; SEDD: a "model" object of
+// "type" "ddit" beside "graph" and "tokens") rather than a Rudder model directory's.
+bool is_dit_checkpoint_config(const nlohmann::json& config);
+
+// Reads the fields the network depends on. A field this reader does not know, a missing or mistyped one, and a
+// value it cannot run (SEDD's uniform graph, a non-log-linear noise) are a ModelError naming `file` and the field.
+DitConfig parse_dit_config(const nlohmann::json& config, const std::filesystem::path& file);
+
+class DitNetwork {
+public:
+    // Loads `dir`: config.json, then model.safetensors or, failing that, model.safetensors.index.json and its
+    // shards. Every tensor must be present with its shape (float32, float16 or bfloat16; held as float32), and
+    // nothing else may be in the files. Throws ModelError (SafeTensorsError for the weights) naming the file.
+    static DitNetwork load(const std::filesystem::path& dir);
+
+    const DitConfig& config() const { return config_; }
+    void to(const at::Device& device);
+
+    // The network's raw output [B, L, V] for tokens int64 [B, L] and noise levels sigma float [B] (MDLM without
+    // time conditioning ignores sigma, as its code does).
+    at::Tensor forward(const at::Tensor& tokens, const at::Tensor& sigma) const;
+    // SEDD's log score [B, L, V] as its SEDD.forward returns it (scale_by_sigma offset, 0 at each input token).
+    at::Tensor sedd_log_score(const at::Tensor& tokens, const at::Tensor& sigma) const;
+    // Log-probabilities [B, L, V] of the clean token, Rudder's discrete output: at a masked position the
+    // log-softmax of the raw output over every token but the mask; at an unmasked position 0 at its own token.
+    // Impossible entries are kImpossibleLogProb. For MDLM this is SUBS; for SEDD's absorbing graph it is exact for
+    // the true score (see the .cpp).
+    at::Tensor clean_log_probs(const at::Tensor& tokens, const at::Tensor& sigma) const;
+    // The total noise the network is given at diffusion time t in (0, 1]: the log-linear schedule's.
+    double sigma_at(double t) const;
+
+private:
+    struct Block {
+        at::Tensor norm1, qkv, attn_out, norm2, mlp_in_w, mlp_in_b, mlp_out_w, mlp_out_b, ada_w, ada_b;
+    };
+    DitConfig config_;
+    at::Tensor embedding_, sigma_in_w_, sigma_in_b_, sigma_out_w_, sigma_out_b_;
+    std::vector<Block> blocks_;
+    at::Tensor final_norm_, final_ada_w_, final_ada_b_, head_w_, head_b_;
+};
+
+}  // namespace rudder::nn

@@ -1,0 +1,353 @@
+#include <rudder/nn/dit_checkpoint.hpp>
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <rudder/nn/denoiser_net.hpp>
+#include <rudder/nn/safetensors.hpp>
+
+namespace rudder::nn {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+[[noreturn]] void config_fail(const fs::path& file, const std::string& field, const std::string& what) {
+    throw ModelError("'" + file.string() + "': field '" + field + "': " + what);
+}
+
+int64_t positive_int(const json& object, const std::string& key, const std::string& field, const fs::path& file) {
+    if (!object.contains(key)) config_fail(file, field, "missing (a positive integer)");
+    const json& v = object.at(key);
+    if (!v.is_number_integer() || v.get<int64_t>() <= 0) config_fail(file, field, "expected a positive integer, got " + v.dump());
+    return v.get<int64_t>();
+}
+
+bool boolean(const json& object, const std::string& key, const std::string& field, const fs::path& file) {
+    if (!object.contains(key)) config_fail(file, field, "missing (true or false)");
+    if (!object.at(key).is_boolean()) config_fail(file, field, "expected true or false, got " + object.at(key).dump());
+    return object.at(key).get<bool>();
+}
+
+void check_known(const json& object, const std::set<std::string>& known, const std::string& prefix, const fs::path& file) {
+    for (const auto& [key, value] : object.items())
+        if (!known.count(key)) config_fail(file, prefix + key, "unknown field: this reader does not know what it changes");
+}
+
+// Keys every Hugging Face PretrainedConfig may write that do not change the network.
+const std::set<std::string> kHubMetadata = {"architectures", "auto_map",          "model_type",  "torch_dtype",
+                                            "transformers_version", "_name_or_path", "return_dict",
+                                            "output_hidden_states", "output_attentions", "dropout"};
+
+DitConfig parse_mdlm(const json& config, const fs::path& file) {
+    std::set<std::string> known = kHubMetadata;
+    for (const char* k : {"vocab_size", "model_length", "hidden_dim", "cond_dim", "n_blocks", "n_heads", "time_conditioning"})
+        known.insert(k);
+    check_known(config, known, "", file);
+    if (config.contains("torch_dtype")) {
+        const json& d = config.at("torch_dtype");
+        if (d != "float32" && d != "float16" && d != "bfloat16")
+            config_fail(file, "torch_dtype", "expected float32, float16 or bfloat16, got " + d.dump());
+    }
+    DitConfig c;
+    c.flavor = DitFlavor::mdlm;
+    c.vocab_size = positive_int(config, "vocab_size", "vocab_size", file);
+    c.max_length = positive_int(config, "model_length", "model_length", file);
+    c.hidden_size = positive_int(config, "hidden_dim", "hidden_dim", file);
+    c.cond_dim = positive_int(config, "cond_dim", "cond_dim", file);
+    c.n_blocks = positive_int(config, "n_blocks", "n_blocks", file);
+    c.n_heads = positive_int(config, "n_heads", "n_heads", file);
+    c.time_conditioning = boolean(config, "time_conditioning", "time_conditioning", file);
+    return c;
+}
+
+DitConfig parse_sedd(const json& config, const fs::path& file) {
+    // The hub config is SEDD's whole training config (PyTorchModelHubMixin saves what the model was built from);
+    // only "tokens", "graph", "noise" and "model" concern the network.
+    check_known(config, {"tokens", "graph", "noise", "model", "ngpus", "training", "data", "eval", "optim", "sampling",
+                         "hydra", "work_dir", "wandb"},
+                "", file);
+    DitConfig c;
+    c.flavor = DitFlavor::sedd;
+    c.time_conditioning = true;
+    const int64_t tokens = positive_int(config, "tokens", "tokens", file);
+    if (!config.contains("graph")) config_fail(file, "graph", "missing (an object with \"type\": \"absorb\")");
+    const json& graph = config.at("graph");
+    if (!graph.is_object()) config_fail(file, "graph", "expected an object");
+    check_known(graph, {"type", "file", "report_all"}, "graph.", file);
+    if (!graph.contains("type") || graph.at("type") != "absorb")
+        config_fail(file, "graph.type",
+                    "only \"absorb\" is supported (the uniform graph's score does not map to clean-token "
+                    "probabilities here), got " + (graph.contains("type") ? graph.at("type").dump() : std::string("nothing")));
+    c.vocab_size = tokens + 1;  // the absorbing graph adds the mask token
+    if (config.contains("noise")) {
+        const json& noise = config.at("noise");
+        if (!noise.is_object()) config_fail(file, "noise", "expected an object");
+        check_known(noise, {"type", "sigma_min", "sigma_max"}, "noise.", file);
+        if (!noise.contains("type") || noise.at("type") != "loglinear")
+            config_fail(file, "noise.type", "only \"loglinear\" is supported, got " +
+                                                (noise.contains("type") ? noise.at("type").dump() : std::string("nothing")));
+    }
+    if (!config.contains("model") || !config.at("model").is_object()) config_fail(file, "model", "missing (an object)");
+    const json& model = config.at("model");
+    check_known(model, {"name", "type", "hidden_size", "cond_dim", "length", "n_blocks", "n_heads", "scale_by_sigma", "dropout"},
+                "model.", file);
+    if (!model.contains("type") || model.at("type") != "ddit")
+        config_fail(file, "model.type", "only \"ddit\" is supported");
+    c.hidden_size = positive_int(model, "hidden_size", "model.hidden_size", file);
+    c.cond_dim = positive_int(model, "cond_dim", "model.cond_dim", file);
+    c.max_length = positive_int(model, "length", "model.length", file);
+    c.n_blocks = positive_int(model, "n_blocks", "model.n_blocks", file);
+    c.n_heads = positive_int(model, "n_heads", "model.n_heads", file);
+    c.scale_by_sigma = boolean(model, "scale_by_sigma", "model.scale_by_sigma", file);
+    return c;
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+    std::ostringstream out;
+    out << at::IntArrayRef(shape);
+    return out.str();
+}
+
+// x * (1 + scale) + shift with the per-sample [B, H] modulation broadcast over positions.
+at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
+    return x * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
+}
+
+// LayerNorm without bias as the authors define it: normalised without affine parameters, then times the weight.
+at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight) {
+    return at::layer_norm(x, {x.size(-1)}, {}, {}, 1e-5) * weight;
+}
+
+at::Tensor rotate_half(const at::Tensor& x) {
+    const int64_t half = x.size(-1) / 2;
+    return at::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
+}
+
+}  // namespace
+
+bool is_dit_checkpoint_config(const json& config) {
+    if (!config.is_object() || config.contains("format_version")) return false;
+    if (config.contains("model_type") && config.at("model_type") == "mdlm") return true;
+    return config.contains("model") && config.at("model").is_object() && config.at("model").contains("type") &&
+           config.at("model").at("type") == "ddit" && config.contains("graph") && config.contains("tokens");
+}
+
+DitConfig parse_dit_config(const json& config, const fs::path& file) {
+    if (!config.is_object()) throw ModelError("'" + file.string() + "' must hold a JSON object");
+    if (config.contains("model_type")) {
+        if (config.at("model_type") != "mdlm")
+            config_fail(file, "model_type", "only \"mdlm\" is supported, got " + config.at("model_type").dump());
+        return parse_mdlm(config, file);
+    }
+    if (config.contains("model") && config.contains("graph")) return parse_sedd(config, file);
+    throw ModelError("'" + file.string() +
+                     "' is neither an MDLM config (\"model_type\": \"mdlm\") nor a SEDD config (\"model\", \"graph\", \"tokens\")");
+}
+
+DitNetwork DitNetwork::load(const fs::path& dir) {
+    const fs::path config_file = dir / "config.json";
+    DitNetwork net;
+    DitConfig& c = net.config_;
+    c = parse_dit_config(read_json_file(config_file), config_file);
+    if (c.hidden_size % c.n_heads != 0 || (c.hidden_size / c.n_heads) % 2 != 0)
+        config_fail(config_file, c.flavor == DitFlavor::mdlm ? "n_heads" : "model.n_heads",
+                    "the hidden size must split into heads of an even width (rotary embedding)");
+
+    const int64_t H = c.hidden_size, C = c.cond_dim, V = c.vocab_size, head_dim = H / c.n_heads;
+    const std::string p = c.tensor_prefix();
+    std::map<std::string, std::vector<int64_t>> expected = {
+        {p + "vocab_embed.embedding", {V, H}},
+        {p + "sigma_map.mlp.0.weight", {C, 256}},
+        {p + "sigma_map.mlp.0.bias", {C}},
+        {p + "sigma_map.mlp.2.weight", {C, C}},
+        {p + "sigma_map.mlp.2.bias", {C}},
+        {p + "output_layer.norm_final.weight", {H}},
+        {p + "output_layer.linear.weight", {V, H}},
+        {p + "output_layer.linear.bias", {V}},
+        {p + "output_layer.adaLN_modulation.weight", {2 * H, C}},
+        {p + "output_layer.adaLN_modulation.bias", {2 * H}},
+    };
+    for (int64_t i = 0; i < c.n_blocks; ++i) {
+        const std::string b = p + "blocks." + std::to_string(i) + ".";
+        expected[b + "norm1.weight"] = {H};
+        expected[b + "attn_qkv.weight"] = {3 * H, H};
+        expected[b + "attn_out.weight"] = {H, H};
+        expected[b + "norm2.weight"] = {H};
+        expected[b + "mlp.0.weight"] = {4 * H, H};
+        expected[b + "mlp.0.bias"] = {4 * H};
+        expected[b + "mlp.2.weight"] = {H, 4 * H};
+        expected[b + "mlp.2.bias"] = {H};
+        expected[b + "adaLN_modulation.weight"] = {6 * H, C};
+        expected[b + "adaLN_modulation.bias"] = {6 * H};
+    }
+    const std::string inv_freq_name = p + "rotary_emb.inv_freq";  // a buffer: optional, checked if present
+
+    const fs::path single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
+    std::error_code ec;
+    const bool sharded = !fs::exists(single, ec) && fs::exists(index, ec);
+    if (!sharded && !fs::exists(single, ec))
+        throw ModelError("'" + dir.string() + "': neither model.safetensors nor model.safetensors.index.json (only "
+                         "safetensors weights are read; pytorch_model.bin is not)");
+    const fs::path weights_file = sharded ? index : single;
+    auto check_entry = [&](const SafeTensorsEntry& e) {
+        std::vector<int64_t> want;
+        if (e.name == inv_freq_name) {
+            want = {head_dim / 2};
+        } else {
+            const auto found = expected.find(e.name);
+            if (found == expected.end())
+                throw SafeTensorsError("'" + weights_file.string() + "': unexpected tensor '" + e.name + "' (not part of the " +
+                                       (c.flavor == DitFlavor::mdlm ? "MDLM" : "SEDD") + " DiT this config describes)");
+            want = found->second;
+        }
+        if (e.shape != want)
+            throw SafeTensorsError("'" + weights_file.string() + "': tensor '" + e.name + "' has shape " + shape_string(e.shape) +
+                                   ", the config implies " + shape_string(want));
+        if (e.dtype != at::kFloat && e.dtype != at::kHalf && e.dtype != at::kBFloat16)
+            throw SafeTensorsError("'" + weights_file.string() + "': tensor '" + e.name + "' has dtype " +
+                                   std::string(c10::toString(e.dtype)) + " (float32, float16 or bfloat16 expected)");
+        return true;
+    };
+    SafeTensors st = sharded ? load_sharded_safetensors(index, check_entry) : load_safetensors(single, check_entry);
+
+    // Each tensor is taken as it was read (float32) or widened once: the weights are never held twice.
+    std::map<std::string, at::Tensor> by_name;
+    for (auto& [name, tensor] : st.tensors) {
+        at::Tensor read = std::move(tensor);  // a half-precision original is freed as soon as it is widened
+        by_name[name] = read.scalar_type() == at::kFloat ? read : read.to(at::kFloat);
+    }
+    st.tensors.clear();
+    auto take = [&](const std::string& name) {
+        const auto found = by_name.find(name);
+        if (found == by_name.end()) throw SafeTensorsError("'" + weights_file.string() + "': missing tensor '" + name + "'");
+        at::Tensor t = std::move(found->second);
+        by_name.erase(found);
+        return t;
+    };
+    for (const auto& [name, shape] : expected)
+        if (!by_name.count(name)) throw SafeTensorsError("'" + weights_file.string() + "': missing tensor '" + name + "'");
+    if (by_name.count(inv_freq_name)) {
+        const at::Tensor stored = take(inv_freq_name);
+        const at::Tensor computed = at::pow(10000.0, -at::arange(0, head_dim, 2, at::kFloat) / static_cast<double>(head_dim));
+        // Tolerant enough for a buffer stored in bfloat16 (8 bits of mantissa); another base is far outside it.
+        if (!at::allclose(stored, computed, 1e-2, 1e-6))
+            throw SafeTensorsError("'" + weights_file.string() + "': tensor '" + inv_freq_name +
+                                   "' is not the rotary frequencies of base 10000 this reader computes");
+    }
+    net.embedding_ = take(p + "vocab_embed.embedding");
+    net.sigma_in_w_ = take(p + "sigma_map.mlp.0.weight");
+    net.sigma_in_b_ = take(p + "sigma_map.mlp.0.bias");
+    net.sigma_out_w_ = take(p + "sigma_map.mlp.2.weight");
+    net.sigma_out_b_ = take(p + "sigma_map.mlp.2.bias");
+    for (int64_t i = 0; i < c.n_blocks; ++i) {
+        const std::string b = p + "blocks." + std::to_string(i) + ".";
+        net.blocks_.push_back(Block{take(b + "norm1.weight"), take(b + "attn_qkv.weight"), take(b + "attn_out.weight"),
+                                    take(b + "norm2.weight"), take(b + "mlp.0.weight"), take(b + "mlp.0.bias"),
+                                    take(b + "mlp.2.weight"), take(b + "mlp.2.bias"), take(b + "adaLN_modulation.weight"),
+                                    take(b + "adaLN_modulation.bias")});
+    }
+    net.final_norm_ = take(p + "output_layer.norm_final.weight");
+    net.final_ada_w_ = take(p + "output_layer.adaLN_modulation.weight");
+    net.final_ada_b_ = take(p + "output_layer.adaLN_modulation.bias");
+    net.head_w_ = take(p + "output_layer.linear.weight");
+    net.head_b_ = take(p + "output_layer.linear.bias");
+    return net;
+}
+
+void DitNetwork::to(const at::Device& device) {
+    for (at::Tensor* t : {&embedding_, &sigma_in_w_, &sigma_in_b_, &sigma_out_w_, &sigma_out_b_, &final_norm_, &final_ada_w_,
+                          &final_ada_b_, &head_w_, &head_b_})
+        *t = t->to(device);
+    for (auto& b : blocks_)
+        for (at::Tensor* t : {&b.norm1, &b.qkv, &b.attn_out, &b.norm2, &b.mlp_in_w, &b.mlp_in_b, &b.mlp_out_w, &b.mlp_out_b,
+                              &b.ada_w, &b.ada_b})
+            *t = t->to(device);
+}
+
+double DitNetwork::sigma_at(double t) const { return -std::log1p(-(1.0 - config_.schedule_eps) * t); }
+
+at::Tensor DitNetwork::forward(const at::Tensor& tokens, const at::Tensor& sigma_in) const {
+    const DitConfig& c = config_;
+    if (tokens.dim() != 2 || tokens.scalar_type() != at::kLong)
+        throw std::invalid_argument("DitNetwork::forward: tokens must be int64 [B, L]");
+    const int64_t B = tokens.size(0), L = tokens.size(1), H = c.hidden_size, heads = c.n_heads, head_dim = H / heads;
+    if (L < 1 || L > c.max_length)
+        throw std::invalid_argument("DitNetwork::forward: " + std::to_string(L) + " positions; the network takes 1 to " +
+                                    std::to_string(c.max_length));
+    if (tokens.numel() > 0 && (tokens.min().item<int64_t>() < 0 || tokens.max().item<int64_t>() >= c.vocab_size))
+        throw std::invalid_argument("DitNetwork::forward: a token id outside [0, " + std::to_string(c.vocab_size) + ")");
+    if (sigma_in.dim() != 1 || sigma_in.size(0) != B)
+        throw std::invalid_argument("DitNetwork::forward: sigma must be [B]");
+    const auto device = embedding_.device();
+    at::Tensor sigma = sigma_in.to(device, at::kFloat);
+    if (!c.time_conditioning) sigma = at::zeros_like(sigma);  // what MDLM's backbone does without time conditioning
+
+    // Noise-level features: the DiT's sinusoidal timestep embedding (256 features, max period 10000).
+    const int64_t half = 128;
+    const at::Tensor freqs =
+        at::exp(-std::log(10000.0) * at::arange(half, at::TensorOptions().dtype(at::kFloat).device(device)) / static_cast<double>(half));
+    const at::Tensor args = sigma.unsqueeze(1) * freqs.unsqueeze(0);
+    const at::Tensor features = at::cat({at::cos(args), at::sin(args)}, -1);
+    const at::Tensor cond = at::silu(at::linear(at::silu(at::linear(features, sigma_in_w_, sigma_in_b_)), sigma_out_w_, sigma_out_b_));
+
+    // Rotary tables [L, 1, head_dim] (rotate-half form: the frequencies repeated over both halves).
+    const at::Tensor inv_freq =
+        at::pow(10000.0, -at::arange(0, head_dim, 2, at::TensorOptions().dtype(at::kFloat).device(device)) / static_cast<double>(head_dim));
+    const at::Tensor angles = at::outer(at::arange(L, inv_freq.options()), inv_freq);
+    const at::Tensor both = at::cat({angles, angles}, -1).unsqueeze(1);
+    const at::Tensor cos = both.cos(), sin = both.sin();
+    const double attention_scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+
+    at::Tensor x = at::embedding(embedding_, tokens.to(device));
+    for (const Block& b : blocks_) {
+        const auto mod = at::linear(cond, b.ada_w, b.ada_b).chunk(6, 1);
+        at::Tensor h = modulate(layer_norm(x, b.norm1), mod[0], mod[1]);
+        const at::Tensor qkv = at::linear(h, b.qkv).view({B, L, 3, heads, head_dim});
+        const at::Tensor q = qkv.select(2, 0), k = qkv.select(2, 1), v = qkv.select(2, 2);  // [B, L, heads, d]
+        const at::Tensor q_rot = (q * cos + rotate_half(q) * sin).transpose(1, 2);
+        const at::Tensor k_rot = (k * cos + rotate_half(k) * sin).transpose(1, 2);
+        const at::Tensor weights = at::softmax(at::matmul(q_rot, k_rot.transpose(-2, -1)) * attention_scale, -1);
+        const at::Tensor attended = at::matmul(weights, v.transpose(1, 2)).transpose(1, 2).reshape({B, L, H});
+        x = x + mod[2].unsqueeze(1) * at::linear(attended, b.attn_out);
+        h = modulate(layer_norm(x, b.norm2), mod[3], mod[4]);
+        x = x + mod[5].unsqueeze(1) * at::linear(at::gelu(at::linear(h, b.mlp_in_w, b.mlp_in_b), "tanh"), b.mlp_out_w, b.mlp_out_b);
+    }
+    const auto mod = at::linear(cond, final_ada_w_, final_ada_b_).chunk(2, 1);
+    return at::linear(modulate(layer_norm(x, final_norm_), mod[0], mod[1]), head_w_, head_b_);
+}
+
+at::Tensor DitNetwork::sedd_log_score(const at::Tensor& tokens, const at::Tensor& sigma_in) const {
+    at::Tensor out = forward(tokens, sigma_in);
+    const at::Tensor sigma = sigma_in.to(out.device(), at::kFloat);
+    if (config_.scale_by_sigma) {
+        // log(e^sigma - 1), through expm1 where sigma is small, as SEDD computes it.
+        const at::Tensor esigm1_log = at::where(sigma < 0.5, at::expm1(sigma), sigma.exp() - 1).log();
+        out = out - esigm1_log.view({-1, 1, 1}) - std::log(static_cast<double>(out.size(-1) - 1));
+    }
+    return out.scatter(-1, tokens.to(out.device()).unsqueeze(-1), 0.0);
+}
+
+// Why one mapping serves both: MDLM's SUBS is defined on the raw output exactly so. For SEDD's absorbing graph the
+// true log score at a masked position is log p0(y | x_t) - log(e^sigma - 1) for every clean token y (the ratio of
+// unmasking to y over staying masked), so the clean-token distribution is the softmax of the score over y != mask:
+// every per-sample offset (scale_by_sigma's included) cancels, and the raw output gives it directly. The network's
+// score is not exactly normalised; the softmax normalises it, which is what SEDD's analytic (Tweedie) step does.
+at::Tensor DitNetwork::clean_log_probs(const at::Tensor& tokens, const at::Tensor& sigma) const {
+    at::Tensor raw = forward(tokens, sigma);
+    const int64_t mask = config_.mask_id();
+    raw.select(-1, mask).fill_(-std::numeric_limits<float>::infinity());
+    at::Tensor out = at::log_softmax(raw, -1);
+    out.select(-1, mask).fill_(kImpossibleLogProb);
+    const at::Tensor ids = tokens.to(out.device());
+    const at::Tensor unmasked = (ids != mask).unsqueeze(-1);
+    const at::Tensor carried = at::full_like(out, kImpossibleLogProb).scatter_(-1, ids.unsqueeze(-1), 0.0);
+    return at::where(unmasked, carried, out);
+}
+
+}  // namespace rudder::nn

@@ -1,0 +1,54 @@
+// MDLM's and SEDD's public checkpoints (nn/dit_checkpoint.hpp) as the Denoiser the reverse loop calls, and the
+// model loader's seam for them. docs/checkpoints.md.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json_fwd.hpp>
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <rudder/runtime/denoiser.hpp>
+#include <rudder/runtime/model.hpp>
+
+namespace rudder {
+
+namespace nn {
+class DitNetwork;
+}
+
+// Discrete family. denoise() gives the clean-token log-probabilities (nn::DitNetwork::clean_log_probs) at the noise
+// level sigma(t) of the checkpoint's log-linear schedule (MDLM-OWT, trained without time conditioning, ignores it).
+// The mask token is the last id (GPT-2's 50,257 tokens, then the mask). Unconditional: a condition is an error.
+class DitCheckpointDenoiser final : public Denoiser {
+public:
+    explicit DitCheckpointDenoiser(std::shared_ptr<nn::DitNetwork> network);
+    ~DitCheckpointDenoiser() override;
+
+    Family family() const override { return Family::discrete; }
+    int64_t vocab_size() const override;
+    int64_t embed_dim() const override { return 0; }
+    int64_t max_length() const override;
+    void to(const at::Device& device) override;
+    // Per sample: a block's activations (residual, q/k/v, attention output, the 4H MLP layer and its activation),
+    // the attention scores and their softmax, and the output with its log-softmax.
+    uint64_t working_bytes(int64_t batch, int64_t length) const override;
+    DenoiserOutput denoise(const at::Tensor& x, double t, const std::vector<std::string>& conditions,
+                           const Evidence& evidence = {}) override;
+
+    const nn::DitNetwork& network() const { return *network_; }
+
+private:
+    std::shared_ptr<nn::DitNetwork> network_;
+};
+
+// A model directory whose config.json is an MDLM or SEDD checkpoint's (nn::is_dit_checkpoint_config). Its tokenizer
+// is GPT-2's byte-level BPE, which Rudder does not have yet (it is being added in host/text): until then this
+// throws a ModelError saying so, before reading gigabytes of weights. The checked config is read first, so a
+// config Rudder could not run is reported as such rather than as a missing tokenizer.
+Model load_dit_checkpoint_model(const std::filesystem::path& dir, const nlohmann::json& config, std::optional<Family> family);
+
+}  // namespace rudder

@@ -1,0 +1,281 @@
+// MDLM and SEDD checkpoints in Hugging Face layout (nn/dit_checkpoint.hpp): tiny random-weight checkpoints written
+// by dit_checkpoint_fixture.py with the public checkpoints' tensor names, shapes and config fields, loaded here and
+// compared with that script's plain-PyTorch (float64) forward of the same network; then the files each refusal
+// names. Skips, saying why, where python3-torch is missing.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <rudder/nn/denoiser_net.hpp>
+#include <rudder/nn/dit_checkpoint.hpp>
+#include <rudder/nn/safetensors.hpp>
+#include <rudder/runtime/model.hpp>
+
+#include "dit_checkpoint_denoiser.hpp"
+
+namespace {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using rudder::ModelError;
+using rudder::nn::DitNetwork;
+
+class DitCheckpoint : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        root_ = fs::temp_directory_path() / ("rudder_dit_test_" + std::to_string(::getpid()));
+        fs::remove_all(root_);
+        const std::string command =
+            std::string(RUDDER_PYTHON3) + " " + RUDDER_DIT_FIXTURE + " " + root_.string() + " > " + (root_.string() + ".log") + " 2>&1";
+        const int status = std::system(command.c_str());
+        fixture_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+    static void TearDownTestSuite() {
+        fs::remove_all(root_);
+        fs::remove(root_.string() + ".log");
+    }
+    void SetUp() override {
+        if (fixture_status_ == 77) GTEST_SKIP() << "python3-torch is missing (scripts/install-deps.sh installs it)";
+        ASSERT_EQ(fixture_status_, 0) << "dit_checkpoint_fixture.py failed; see " << root_.string() << ".log";
+    }
+    static at::Tensor reference(const std::string& name) {
+        static const rudder::SafeTensors all = rudder::load_safetensors(root_ / "reference.safetensors");
+        const at::Tensor* t = all.find(name);
+        if (!t) throw std::runtime_error("reference tensor '" + name + "' missing");
+        return *t;
+    }
+    // A copy of a generated checkpoint to break.
+    static fs::path copy_of(const std::string& name, const std::string& as) {
+        const fs::path to = root_ / as;
+        fs::remove_all(to);
+        fs::copy(root_ / name, to);
+        return to;
+    }
+    static void write_json(const fs::path& file, const json& value) { std::ofstream(file) << value.dump(2); }
+
+    static fs::path root_;
+    static int fixture_status_;
+};
+fs::path DitCheckpoint::root_;
+int DitCheckpoint::fixture_status_ = -1;
+
+double max_difference(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+std::string load_error(const fs::path& dir) {
+    try {
+        DitNetwork::load(dir);
+    } catch (const ModelError& e) {
+        return e.what();
+    }
+    return "(loaded)";
+}
+
+TEST_F(DitCheckpoint, MdlmMatchesTheReferenceForward) {
+    for (const std::string name : {"mdlm", "mdlm_time_sharded"}) {
+        const DitNetwork net = DitNetwork::load(root_ / name);
+        EXPECT_EQ(net.config().flavor, rudder::nn::DitFlavor::mdlm);
+        EXPECT_EQ(net.config().vocab_size, 300);
+        EXPECT_EQ(net.config().time_conditioning, name != "mdlm");
+        const at::Tensor tokens = reference(name + ".tokens"), sigma = reference(name + ".sigma");
+        const at::Tensor raw = net.forward(tokens, sigma);
+        const double raw_diff = max_difference(raw, reference(name + ".raw"));
+        const double probs_diff = max_difference(net.clean_log_probs(tokens, sigma), reference(name + ".clean_log_probs"));
+        std::cout << name << ": max |raw - reference| = " << raw_diff << ", log-probs " << probs_diff << "\n";
+        EXPECT_LT(raw_diff, 1e-5) << name;
+        EXPECT_LT(probs_diff, 1e-5) << name;
+    }
+}
+
+TEST_F(DitCheckpoint, MdlmWithoutTimeConditioningIgnoresSigma) {
+    const DitNetwork net = DitNetwork::load(root_ / "mdlm");
+    const at::Tensor tokens = reference("mdlm.tokens");
+    const at::Tensor a = net.forward(tokens, at::full({tokens.size(0)}, 0.01));
+    const at::Tensor b = net.forward(tokens, at::full({tokens.size(0)}, 5.0));
+    EXPECT_TRUE(at::equal(a, b));
+    const DitNetwork timed = DitNetwork::load(root_ / "mdlm_time_sharded");
+    EXPECT_GT(max_difference(timed.forward(tokens, at::full({tokens.size(0)}, 0.01)),
+                             timed.forward(tokens, at::full({tokens.size(0)}, 5.0))),
+              1e-3);
+}
+
+TEST_F(DitCheckpoint, SeddMatchesTheReferenceForwardScoreAndMapping) {
+    const DitNetwork net = DitNetwork::load(root_ / "sedd");
+    EXPECT_EQ(net.config().flavor, rudder::nn::DitFlavor::sedd);
+    EXPECT_EQ(net.config().vocab_size, 300);  // tokens + the absorbing state
+    EXPECT_TRUE(net.config().scale_by_sigma);
+    const at::Tensor tokens = reference("sedd.tokens"), sigma = reference("sedd.sigma");
+    const double raw_diff = max_difference(net.forward(tokens, sigma), reference("sedd.raw"));
+    const double score_diff = max_difference(net.sedd_log_score(tokens, sigma), reference("sedd.log_score"));
+    const double probs_diff = max_difference(net.clean_log_probs(tokens, sigma), reference("sedd.clean_log_probs"));
+    std::cout << "sedd: max |raw - reference| = " << raw_diff << ", log score " << score_diff << ", log-probs " << probs_diff
+              << "\n";
+    EXPECT_LT(raw_diff, 1e-5);
+    EXPECT_LT(score_diff, 1e-5);
+    EXPECT_LT(probs_diff, 1e-5);
+    // The mapping: at masked positions the clean-token distribution is the softmax of the log score over the
+    // tokens other than the mask, whatever per-sample offset scale_by_sigma put on it.
+    const at::Tensor score = net.sedd_log_score(tokens, sigma);
+    const at::Tensor probs = net.clean_log_probs(tokens, sigma);
+    const int64_t mask = net.config().mask_id();
+    const at::Tensor masked_row = score[1][0].slice(0, 0, mask);
+    EXPECT_LT(max_difference(at::log_softmax(masked_row, 0), probs[1][0].slice(0, 0, mask)), 1e-5);
+    EXPECT_EQ(probs[1][0][mask].item<float>(), rudder::nn::kImpossibleLogProb);
+}
+
+TEST_F(DitCheckpoint, CleanLogProbsAreDistributionsThatKeepUnmaskedTokens) {
+    const DitNetwork net = DitNetwork::load(root_ / "mdlm");
+    const at::Tensor tokens = reference("mdlm.tokens");
+    const at::Tensor probs = net.clean_log_probs(tokens, reference("mdlm.sigma"));
+    EXPECT_LT(max_difference(probs.exp().sum(-1), at::ones({tokens.size(0), tokens.size(1)})), 1e-5);
+    const int64_t mask = net.config().mask_id();
+    for (int64_t i = 0; i < tokens.size(1); ++i) {
+        const int64_t id = tokens[2][i].item<int64_t>();
+        if (id != mask) {
+            EXPECT_EQ(probs[2][i][id].item<float>(), 0.0f);
+        }
+    }
+}
+
+TEST_F(DitCheckpoint, HalfPrecisionWeightsLoadWidened) {
+    const fs::path dir = copy_of("mdlm", "mdlm_bf16");
+    EXPECT_GT(rudder::convert_floating_tensors(dir / "model.safetensors", "bfloat16"), 0u);
+    const DitNetwork net = DitNetwork::load(dir);
+    const at::Tensor tokens = reference("mdlm.tokens");
+    const at::Tensor raw = net.forward(tokens, reference("mdlm.sigma"));
+    EXPECT_EQ(raw.scalar_type(), at::kFloat);
+    EXPECT_TRUE(raw.isfinite().all().item<bool>());
+}
+
+TEST_F(DitCheckpoint, RecognisesBothConfigsAndNotRuddersOwn) {
+    EXPECT_TRUE(rudder::nn::is_dit_checkpoint_config(rudder::read_json_file(root_ / "mdlm" / "config.json")));
+    EXPECT_TRUE(rudder::nn::is_dit_checkpoint_config(rudder::read_json_file(root_ / "sedd" / "config.json")));
+    EXPECT_FALSE(rudder::nn::is_dit_checkpoint_config(json{{"format_version", 1}, {"type", "transformer"}}));
+    EXPECT_FALSE(rudder::nn::is_dit_checkpoint_config(json{{"model", {{"type", 3}}}, {"graph", json::object()}, {"tokens", 9}}));
+    EXPECT_FALSE(rudder::nn::is_dit_checkpoint_config(json::array()));
+}
+
+TEST_F(DitCheckpoint, RefusesAMissingTensor) {
+    const fs::path dir = copy_of("mdlm", "missing_tensor");
+    auto st = rudder::load_safetensors(dir / "model.safetensors");
+    std::vector<std::pair<std::string, at::Tensor>> kept;
+    for (auto& named : st.tensors)
+        if (named.first != "backbone.blocks.1.mlp.2.bias") kept.push_back(named);
+    rudder::save_safetensors(dir / "model.safetensors", kept);
+    EXPECT_NE(load_error(dir).find("missing tensor 'backbone.blocks.1.mlp.2.bias'"), std::string::npos) << load_error(dir);
+}
+
+TEST_F(DitCheckpoint, RefusesAWrongShapeAndAnExtraTensor) {
+    const fs::path dir = copy_of("sedd", "wrong_shape");
+    auto st = rudder::load_safetensors(dir / "model.safetensors");
+    for (auto& named : st.tensors)
+        if (named.first == "blocks.0.attn_qkv.weight") named.second = at::zeros({3 * 64, 32});
+    rudder::save_safetensors(dir / "model.safetensors", st.tensors);
+    const std::string shape_error = load_error(dir);
+    EXPECT_NE(shape_error.find("tensor 'blocks.0.attn_qkv.weight' has shape [192, 32], the config implies [192, 64]"),
+              std::string::npos)
+        << shape_error;
+
+    auto extra = rudder::load_safetensors(root_ / "sedd" / "model.safetensors");
+    extra.tensors.emplace_back("blocks.2.norm1.weight", at::ones({64}));
+    rudder::save_safetensors(dir / "model.safetensors", extra.tensors);
+    EXPECT_NE(load_error(dir).find("unexpected tensor 'blocks.2.norm1.weight'"), std::string::npos) << load_error(dir);
+}
+
+TEST_F(DitCheckpoint, RefusesUnknownAndUnsupportedConfigFields) {
+    const fs::path dir = copy_of("mdlm", "unknown_field");
+    json config = rudder::read_json_file(dir / "config.json");
+    config["attention_window"] = 128;
+    write_json(dir / "config.json", config);
+    EXPECT_NE(load_error(dir).find("field 'attention_window': unknown field"), std::string::npos) << load_error(dir);
+
+    config.erase("attention_window");
+    config.erase("n_heads");
+    write_json(dir / "config.json", config);
+    EXPECT_NE(load_error(dir).find("field 'n_heads': missing"), std::string::npos) << load_error(dir);
+
+    const fs::path sedd = copy_of("sedd", "uniform_graph");
+    json sedd_config = rudder::read_json_file(sedd / "config.json");
+    sedd_config["graph"]["type"] = "uniform";
+    write_json(sedd / "config.json", sedd_config);
+    EXPECT_NE(load_error(sedd).find("field 'graph.type': only \"absorb\""), std::string::npos) << load_error(sedd);
+
+    sedd_config["graph"]["type"] = "absorb";
+    sedd_config["model"]["mlp_ratio"] = 8;
+    write_json(sedd / "config.json", sedd_config);
+    EXPECT_NE(load_error(sedd).find("field 'model.mlp_ratio': unknown field"), std::string::npos) << load_error(sedd);
+}
+
+TEST_F(DitCheckpoint, RefusesAnIndexNamingAMissingShard) {
+    const fs::path dir = copy_of("mdlm_time_sharded", "missing_shard");
+    fs::remove(dir / "model-00002-of-00003.safetensors");
+    const std::string error = load_error(dir);
+    EXPECT_NE(error.find("shard 'model-00002-of-00003.safetensors' named by the weight_map does not exist"), std::string::npos)
+        << error;
+
+    // A shard holding a tensor the index gives to another shard.
+    const fs::path moved = copy_of("mdlm_time_sharded", "misassigned_shard");
+    json index = rudder::read_json_file(moved / "model.safetensors.index.json");
+    const std::string name = index["weight_map"].begin().key();
+    index["weight_map"][name] = index["weight_map"][name] == "model-00001-of-00003.safetensors"
+                                    ? "model-00002-of-00003.safetensors"
+                                    : "model-00001-of-00003.safetensors";
+    write_json(moved / "model.safetensors.index.json", index);
+    // Whichever shard is read first says it: the one holding the tensor, or the one the index gives it to.
+    const std::string misassigned = load_error(moved);
+    EXPECT_NE(misassigned.find("tensor '" + name + "', which model.safetensors.index.json assigns to"), std::string::npos)
+        << misassigned;
+}
+
+TEST_F(DitCheckpoint, DenoiserGivesTheCleanLogProbsAtTheScheduleNoiseLevel) {
+    auto net = std::make_shared<DitNetwork>(DitNetwork::load(root_ / "sedd"));
+    rudder::DitCheckpointDenoiser denoiser(net);
+    EXPECT_EQ(denoiser.family(), rudder::Family::discrete);
+    EXPECT_EQ(denoiser.vocab_size(), 300);
+    EXPECT_EQ(denoiser.max_length(), 16);
+    const at::Tensor tokens = reference("sedd.tokens");
+    const double t = 0.6;
+    const double sigma = -std::log1p(-(1 - 1e-3) * t);  // SEDD's log-linear total noise
+    EXPECT_DOUBLE_EQ(net->sigma_at(t), sigma);
+    const auto out = denoiser.denoise(tokens, t, {});
+    EXPECT_TRUE(at::equal(out.logits, net->clean_log_probs(tokens, at::full({tokens.size(0)}, sigma, at::kFloat))));
+    EXPECT_THROW(denoiser.denoise(tokens, t, {"a condition", "", ""}), std::invalid_argument);
+}
+
+TEST_F(DitCheckpoint, ModelLoadingRecognisesTheLayoutAndAsksForTheBpeTokenizer) {
+    for (const std::string name : {"mdlm", "sedd"}) {
+        try {
+            rudder::load_model(root_ / name, std::nullopt);
+            ADD_FAILURE() << name << " loaded without a tokenizer";
+        } catch (const ModelError& e) {
+            EXPECT_NE(std::string(e.what()).find("checkpoint in Hugging Face layout"), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("byte-level BPE tokenizer"), std::string::npos) << e.what();
+        }
+    }
+    try {
+        rudder::load_model(root_ / "mdlm", rudder::Family::continuous);
+        ADD_FAILURE() << "an MDLM checkpoint loaded as a continuous model";
+    } catch (const ModelError& e) {
+        EXPECT_NE(std::string(e.what()).find("not a continuous one"), std::string::npos) << e.what();
+    }
+    // A config Rudder cannot run is reported as such, not as a missing tokenizer.
+    const fs::path dir = copy_of("sedd", "sedd_uniform_model");
+    json config = rudder::read_json_file(dir / "config.json");
+    config["graph"]["type"] = "uniform";
+    write_json(dir / "config.json", config);
+    try {
+        rudder::load_model(dir, std::nullopt);
+        ADD_FAILURE() << "a uniform-graph SEDD config was accepted";
+    } catch (const ModelError& e) {
+        EXPECT_NE(std::string(e.what()).find("graph.type"), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace
