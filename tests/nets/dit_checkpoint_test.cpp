@@ -256,7 +256,7 @@ TEST_F(DitCheckpoint, ModelLoadingRecognisesTheLayoutAndAsksForTheBpeTokenizer) 
             ADD_FAILURE() << name << " loaded without a tokenizer";
         } catch (const ModelError& e) {
             EXPECT_NE(std::string(e.what()).find("checkpoint in Hugging Face layout"), std::string::npos) << e.what();
-            EXPECT_NE(std::string(e.what()).find("byte-level BPE tokenizer"), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("sampling it is not supported yet"), std::string::npos) << e.what();
         }
     }
     try {

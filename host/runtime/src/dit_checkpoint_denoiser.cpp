@@ -50,8 +50,9 @@ Model load_dit_checkpoint_model(const fs::path& dir, const nlohmann::json& confi
         throw ModelError("'" + dir.string() + "' is " + what + " checkpoint: a discrete (masked) diffusion model, not a " +
                          family_name(*family) + " one");
     throw ModelError("'" + dir.string() + "' is " + what + " checkpoint in Hugging Face layout; its network loads " +
-                     "(rudder::nn::DitNetwork), but sampling it needs GPT-2's byte-level BPE tokenizer, which this " +
-                     "build of Rudder does not have yet");
+                     "(rudder::nn::DitNetwork), but sampling it is not supported yet: GPT-2's byte-level BPE " +
+                     "tokenizer (rudder::BpeTokenizer) and the checkpoint's mask token are not yet joined to the " +
+                     "network as a model");
 }
 
 }  // namespace rudder

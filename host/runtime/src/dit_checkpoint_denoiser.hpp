@@ -46,8 +46,8 @@ private:
 };
 
 // A model directory whose config.json is an MDLM or SEDD checkpoint's (nn::is_dit_checkpoint_config). Its tokenizer
-// is GPT-2's byte-level BPE, which Rudder does not have yet (it is being added in host/text): until then this
-// throws a ModelError saying so, before reading gigabytes of weights. The checked config is read first, so a
+// is GPT-2's byte-level BPE (rudder::BpeTokenizer, host/text), not yet joined to the network with the checkpoint's
+// mask token as a Model: until then this throws a ModelError saying so, before reading gigabytes of weights. The checked config is read first, so a
 // config Rudder could not run is reported as such rather than as a missing tokenizer.
 Model load_dit_checkpoint_model(const std::filesystem::path& dir, const nlohmann::json& config, std::optional<Family> family);
 
