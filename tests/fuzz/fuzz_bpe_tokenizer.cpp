@@ -11,26 +11,13 @@
 #include <nlohmann/json.hpp>
 #include <rudder/text/bpe_tokenizer.hpp>
 
-namespace {
+#include "../text/byte_level_alphabet.hpp"
 
-std::string utf8(uint32_t cp) {
-    std::string out;
-    if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-    return out;
-}
+namespace {
 
 nlohmann::json small_file(bool qwen_style) {
     nlohmann::json vocab = nlohmann::json::object();
-    uint32_t extra = 256;
-    for (int b = 0; b < 256; ++b) {
-        const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-        vocab[utf8(printable ? static_cast<uint32_t>(b) : extra++)] = b;
-    }
+    for (int b = 0; b < 256; ++b) vocab[rudder::testing::byte_char(b)] = b;
     vocab["he"] = 256;
     vocab["ll"] = 257;
     vocab["hell"] = 258;

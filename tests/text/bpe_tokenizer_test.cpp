@@ -7,33 +7,15 @@
 
 #include <rudder/text/bpe_tokenizer.hpp>
 
+#include "byte_level_alphabet.hpp"
+
 namespace rudder {
 namespace {
 
 using json = nlohmann::json;
 using Ids = std::vector<int64_t>;
 
-std::string utf8(uint32_t cp) {
-    std::string out;
-    if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-    return out;
-}
-
-// GPT-2's bytes_to_unicode, written out again so the test does not read the code it checks.
-std::string byte_char(int b) {
-    int extra = 0;
-    for (int c = 0; c < b; ++c) {
-        const bool printable = (c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174 && c <= 255);
-        if (!printable) ++extra;
-    }
-    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-    return utf8(printable ? static_cast<uint32_t>(b) : 256u + static_cast<uint32_t>(extra));
-}
+using testing::byte_char;
 
 // A small GPT-2-style file: byte b is id b, then "he" 256, "ll" 257, "hell" 258, "Ġw" 259, "o" merges nothing more;
 // "<|end|>" 260 and "<|end|>x" 261 are added tokens.

@@ -23,7 +23,10 @@ json read_json_file(const fs::path& file) {
 
 json read_model_config(const fs::path& dir) {
     const fs::path file = dir / "config.json";
-    json config = read_json_file(file);
+    return checked_model_config(read_json_file(file), file);
+}
+
+json checked_model_config(json config, const fs::path& file) {
     if (!config.is_object()) throw ModelError("'" + file.string() + "' must hold a JSON object");
     if (!config.contains("format_version")) throw ModelError("'" + file.string() + "': missing key 'format_version'");
     if (config.at("format_version") != json(kModelFormatVersion))

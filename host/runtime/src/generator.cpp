@@ -308,7 +308,7 @@ void Generator::set_up(plugins::Registry& registry, const std::vector<fs::path>&
             if (b > L)
                 issues.push_back({"/sampler/block_length", "block_length " + std::to_string(b) +
                                                                " is longer than max_length " + std::to_string(L)});
-            const int64_t blocks = b > 0 && b < L ? (L + b - 1) / b : 1;
+            const int64_t blocks = DiscreteSampler::block_count(L, b);
             if (recipe_.sampler.steps < blocks)
                 issues.push_back({"/sampler/steps", std::to_string(recipe_.sampler.steps) + " steps for " +
                                                         std::to_string(blocks) + " blocks of " + std::to_string(b) +

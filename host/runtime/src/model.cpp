@@ -167,11 +167,9 @@ Model load_model(const fs::path& dir, std::optional<Family> family) {
     const fs::path file = dir / "config.json";
     // MDLM's and SEDD's public checkpoints keep their own config.json (no format_version): recognised before the
     // format check, so that they are not refused as a Rudder model of an unknown version.
-    if (fs::exists(file)) {
-        const json own = read_json_file(file);
-        if (nn::is_dit_checkpoint_config(own)) return load_dit_checkpoint_model(dir, own, family);
-    }
-    const json config = read_model_config(dir);
+    json own = read_json_file(file);
+    if (nn::is_dit_checkpoint_config(own)) return load_dit_checkpoint_model(dir, own, family);
+    const json config = checked_model_config(std::move(own), file);
     Model m;
     m.dir = dir;
     m.name = fs::path(dir).lexically_normal().filename().string();

@@ -136,8 +136,15 @@ DiscreteSampler::DiscreteSampler(const MaskSchedule& schedule, Kind kind, int64_
         throw std::invalid_argument("DiscreteSampler: block_length must be >= 0, got " + std::to_string(block_length));
 }
 
-int64_t DiscreteSampler::blocks(int64_t length) const {
-    const int64_t b = block_length_ > 0 ? std::min(block_length_, length) : length;
+namespace {
+// Positions per block of the confidence sampler (the last block may be shorter).
+int64_t block_size(int64_t length, int64_t block_length) {
+    return block_length > 0 ? std::min(block_length, length) : length;
+}
+}  // namespace
+
+int64_t DiscreteSampler::block_count(int64_t length, int64_t block_length) {
+    const int64_t b = block_size(length, block_length);
     return (length + b - 1) / b;
 }
 
@@ -152,7 +159,7 @@ DiscreteSampler::Block DiscreteSampler::block_of(int64_t i, int64_t length) cons
                                     std::to_string(steps_) + ")");
     }
     // The steps are shared evenly, the first steps_ % n blocks taking one more.
-    const int64_t base = steps_ / n, extra = steps_ % n, b = block_length_ > 0 ? std::min(block_length_, length) : length;
+    const int64_t base = steps_ / n, extra = steps_ % n, b = block_size(length, block_length_);
     int64_t first = 0;
     for (int64_t k = 0; k < n; ++k) {
         const int64_t count = base + (k < extra ? 1 : 0);

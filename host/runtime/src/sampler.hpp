@@ -113,7 +113,9 @@ public:
 
     // confidence: the blocks of a sequence of `length` positions, and step i's block [begin, end) with the steps
     // left for it, step i included. Throws std::invalid_argument when there are fewer steps than blocks.
-    int64_t blocks(int64_t length) const;
+    int64_t blocks(int64_t length) const { return block_count(length, block_length_); }
+    // The blocks of `block_length` positions (0: one block) a sequence of `length` positions splits into.
+    static int64_t block_count(int64_t length, int64_t block_length);
     struct Block {
         int64_t begin = 0, end = 0, steps_left = 1;
     };

@@ -1,5 +1,7 @@
 #include <rudder/text/bpe_tokenizer.hpp>
 
+#include <rudder/rudder_json.hpp>
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <utf8proc.h>
@@ -372,17 +374,14 @@ std::string replace_invalid_utf8(std::string_view bytes) {
 
 namespace {
 
+using json_input::shown;  // a value in a message, cut short
+
 // The JSON path of a member, for messages: "pre_tokenizer.pretokenizers[1].type".
 std::string path_of(const std::string& parent, const std::string& key) { return parent.empty() ? key : parent + "." + key; }
 
 [[noreturn]] void unsupported(const std::string& source, const std::string& path, const std::string& found,
                               const std::string& supported) {
     throw std::runtime_error(source + ": " + path + " is " + found + "; Rudder's BPE supports " + supported);
-}
-
-std::string dump(const json& value) {
-    std::string text = value.dump();
-    return text.size() > 80 ? text.substr(0, 77) + "..." : text;
 }
 
 // A member that must be absent, null, or equal to one of `allowed`.
@@ -393,7 +392,7 @@ void expect_member(const std::string& source, const json& object, const std::str
     for (const json& value : allowed) {
         if (*found == value) return;
     }
-    unsupported(source, path_of(parent, key), dump(*found), supported);
+    unsupported(source, path_of(parent, key), shown(*found), supported);
 }
 
 const json& member(const std::string& source, const json& object, const std::string& parent, const std::string& key) {
@@ -403,9 +402,9 @@ const json& member(const std::string& source, const json& object, const std::str
 }
 
 std::string type_of(const std::string& source, const json& object, const std::string& path) {
-    if (!object.is_object()) unsupported(source, path, dump(object), "an object with a \"type\"");
+    if (!object.is_object()) unsupported(source, path, shown(object), "an object with a \"type\"");
     const json& type = member(source, object, path, "type");
-    if (!type.is_string()) unsupported(source, path_of(path, "type"), dump(type), "a string");
+    if (!type.is_string()) unsupported(source, path_of(path, "type"), shown(type), "a string");
     return type.get<std::string>();
 }
 
@@ -422,7 +421,7 @@ void read_pre_tokenizer(const std::string& source, const json& pre, const std::s
         if (use_regex == pre.end() || use_regex->is_null() || *use_regex == true) {
             model.splits.push_back(std::make_unique<Regex>(kGpt2Pattern, source + ": " + path));
         } else if (*use_regex != false) {
-            unsupported(source, path_of(path, "use_regex"), dump(*use_regex), "true or false");
+            unsupported(source, path_of(path, "use_regex"), shown(*use_regex), "true or false");
         }
         return;
     }
@@ -433,7 +432,7 @@ void read_pre_tokenizer(const std::string& source, const json& pre, const std::s
         const json& pattern = member(source, pre, path, "pattern");
         const std::string pattern_path = path_of(path, "pattern");
         if (!pattern.is_object() || !pattern.contains("Regex") || !pattern["Regex"].is_string() || pattern.size() != 1) {
-            unsupported(source, pattern_path, dump(pattern), "{\"Regex\": \"...\"}");
+            unsupported(source, pattern_path, shown(pattern), "{\"Regex\": \"...\"}");
         }
         model.splits.push_back(std::make_unique<Regex>(pattern["Regex"].get<std::string>(), source + ": " + pattern_path));
         return;
@@ -451,7 +450,7 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::stri
     } catch (const json::parse_error& e) {
         throw std::runtime_error(source + ": not JSON: " + e.what());
     }
-    if (!root.is_object()) unsupported(source, "the top level", dump(root), "an object");
+    if (!root.is_object()) unsupported(source, "the top level", shown(root), "an object");
     auto model = std::make_unique<Model>();
 
     // Truncation and padding change what encode returns; Rudder pads and cuts sequences itself.
@@ -468,17 +467,17 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::stri
     expect_member(source, bpe, "model", "end_of_word_suffix", {""}, "\"\" or null");
     std::string model_unk;
     if (bpe.contains("unk_token") && !bpe["unk_token"].is_null()) {
-        if (!bpe["unk_token"].is_string()) unsupported(source, "model.unk_token", dump(bpe["unk_token"]), "a string or null");
+        if (!bpe["unk_token"].is_string()) unsupported(source, "model.unk_token", shown(bpe["unk_token"]), "a string or null");
         model_unk = bpe["unk_token"].get<std::string>();
     }
     const json& vocab = member(source, bpe, "model", "vocab");
-    if (!vocab.is_object()) unsupported(source, "model.vocab", dump(vocab), "an object {token: id}");
+    if (!vocab.is_object()) unsupported(source, "model.vocab", shown(vocab), "an object {token: id}");
     for (const auto& [text, id] : vocab.items()) {
-        if (!id.is_number_integer()) unsupported(source, "model.vocab[\"" + text + "\"]", dump(id), "an integer id");
+        if (!id.is_number_integer()) unsupported(source, "model.vocab[\"" + text + "\"]", shown(id), "an integer id");
         model->add_token(text, id.get<int64_t>(), false, source + ": model.vocab");
     }
     const json& merges = member(source, bpe, "model", "merges");
-    if (!merges.is_array()) unsupported(source, "model.merges", dump(merges), "an array");
+    if (!merges.is_array()) unsupported(source, "model.merges", shown(merges), "an array");
     for (size_t rank = 0; rank < merges.size(); ++rank) {
         const json& merge = merges[rank];
         const std::string path = "model.merges[" + std::to_string(rank) + "]";
@@ -487,7 +486,7 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::stri
             const std::string text = merge.get<std::string>();
             const size_t space = text.find(' ');
             if (space == std::string::npos || text.find(' ', space + 1) != std::string::npos) {
-                unsupported(source, path, dump(merge), "\"left right\" with one space");
+                unsupported(source, path, shown(merge), "\"left right\" with one space");
             }
             left = text.substr(0, space);
             right = text.substr(space + 1);
@@ -495,7 +494,7 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::stri
             left = merge[0].get<std::string>();
             right = merge[1].get<std::string>();
         } else {
-            unsupported(source, path, dump(merge), "\"left right\" or [\"left\", \"right\"]");
+            unsupported(source, path, shown(merge), "\"left right\" or [\"left\", \"right\"]");
         }
         const auto l = model->ids.find(left), r = model->ids.find(right), m = model->ids.find(left + right);
         if (l == model->ids.end() || r == model->ids.end() || m == model->ids.end()) {
@@ -518,7 +517,7 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::stri
     if (pre.is_null()) unsupported(source, "pre_tokenizer", "null", "ByteLevel, or a Sequence of Splits ending in ByteLevel");
     if (type_of(source, pre, "pre_tokenizer") == "Sequence") {
         const json& steps = member(source, pre, "pre_tokenizer", "pretokenizers");
-        if (!steps.is_array() || steps.empty()) unsupported(source, "pre_tokenizer.pretokenizers", dump(steps), "a non-empty array");
+        if (!steps.is_array() || steps.empty()) unsupported(source, "pre_tokenizer.pretokenizers", shown(steps), "a non-empty array");
         for (size_t i = 0; i < steps.size(); ++i) {
             read_pre_tokenizer(source, steps[i], "pre_tokenizer.pretokenizers[" + std::to_string(i) + "]",
                                i + 1 == steps.size(), *model);
@@ -529,26 +528,26 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::stri
 
     const json& decoder = member(source, root, "", "decoder");
     if (decoder.is_null() || type_of(source, decoder, "decoder") != "ByteLevel") {
-        unsupported(source, "decoder", dump(decoder), "{\"type\": \"ByteLevel\"}");
+        unsupported(source, "decoder", shown(decoder), "{\"type\": \"ByteLevel\"}");
     }
     // The ByteLevel post-processor only trims offsets, which Rudder does not report; templates would add tokens.
     if (root.contains("post_processor") && !root["post_processor"].is_null() &&
         type_of(source, root["post_processor"], "post_processor") != "ByteLevel") {
-        unsupported(source, "post_processor.type", dump(root["post_processor"]["type"]),
+        unsupported(source, "post_processor.type", shown(root["post_processor"]["type"]),
                     "\"ByteLevel\" or a null post-processor (no added BOS/EOS templates)");
     }
 
     if (root.contains("added_tokens") && !root["added_tokens"].is_null()) {
         const json& added = root["added_tokens"];
-        if (!added.is_array()) unsupported(source, "added_tokens", dump(added), "an array");
+        if (!added.is_array()) unsupported(source, "added_tokens", shown(added), "an array");
         for (size_t i = 0; i < added.size(); ++i) {
             const std::string path = "added_tokens[" + std::to_string(i) + "]";
             const json& token = added[i];
-            if (!token.is_object()) unsupported(source, path, dump(token), "an object");
+            if (!token.is_object()) unsupported(source, path, shown(token), "an object");
             const json& content = member(source, token, path, "content");
             const json& id = member(source, token, path, "id");
-            if (!content.is_string()) unsupported(source, path_of(path, "content"), dump(content), "a string");
-            if (!id.is_number_integer()) unsupported(source, path_of(path, "id"), dump(id), "an integer");
+            if (!content.is_string()) unsupported(source, path_of(path, "content"), shown(content), "a string");
+            if (!id.is_number_integer()) unsupported(source, path_of(path, "id"), shown(id), "an integer");
             expect_member(source, token, path, "single_word", {false}, "false");
             expect_member(source, token, path, "lstrip", {false}, "false");
             expect_member(source, token, path, "rstrip", {false}, "false");

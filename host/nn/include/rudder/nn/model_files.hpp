@@ -27,6 +27,8 @@ nlohmann::json read_json_file(const std::filesystem::path& file);
 
 // `dir`/config.json: a JSON object of this format version. Throws ModelError naming the file.
 nlohmann::json read_model_config(const std::filesystem::path& dir);
+// The same check of a config already read from `file`: returns it, or throws ModelError naming the file.
+nlohmann::json checked_model_config(nlohmann::json config, const std::filesystem::path& file);
 
 // The string at `key` of `object` (a part of `file`'s config); ModelError "missing string" otherwise.
 std::string config_string(const nlohmann::json& object, const std::string& key, const std::filesystem::path& file);
