@@ -1,7 +1,6 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 
 #include <limits>
 
@@ -59,7 +58,8 @@ TEST(ComposerControlled, ForbiddenTokensAreTheSameAsMaskedFill) {
 
 TEST(ComposerControlled, ForbiddenBitsAreTheSameAsTheirBytes) {
     // Packed bits applied in one pass set what the unpacked mask sets: V not a multiple of 32 (the last word is
-    // short), words with no bit, every bit and some bits, at picked rows and at all of them, float32 and float64.
+    // short), words with no bit, every bit and some bits, at picked rows and at all of them, float32 and float64, with
+    // and without a logit delta.
     const int64_t N = 4, V = 1000, W = (V + 31) / 32;
     at::Tensor forbidden = at::rand({N, V}).lt(0.5);
     forbidden[1].zero_();
@@ -75,41 +75,23 @@ TEST(ComposerControlled, ForbiddenBitsAreTheSameAsTheirBytes) {
     at::Tensor logits = at::randn({N, V});
     logits.index_put_({0, 1}, std::numeric_limits<float>::quiet_NaN());
     const at::Tensor pick = at::tensor({3, 0, 2}, at::kLong);
-    for (const auto dtype : {at::kFloat, at::kDouble}) {
-        const at::Tensor x = logits.to(dtype);
-        for (const at::Tensor& rows : {at::Tensor(), pick}) {
-            const at::Tensor scores = rows.defined() ? x.index_select(0, rows) : x;
-            const at::Tensor expected = Composer::controlled(scores, bytes, rows, 5);
-            const at::Tensor got = Composer::controlled(scores, bits, rows, 5);
-            EXPECT_TRUE(got.isnan().equal(expected.isnan()));
-            EXPECT_TRUE(at::nan_to_num(got, 7.0).equal(at::nan_to_num(expected, 7.0))) << dtype;
+    const at::Tensor delta = at::randn({N, V});
+    for (const bool with_delta : {false, true}) {
+        // Without a logit delta the bits are applied while the scores are copied; with one, to the sum in place.
+        bytes.logit_delta = bits.logit_delta = with_delta ? delta : at::Tensor();
+        for (const auto dtype : {at::kFloat, at::kDouble}) {
+            const at::Tensor x = logits.to(dtype);
+            for (const at::Tensor& rows : {at::Tensor(), pick}) {
+                const at::Tensor scores = rows.defined() ? x.index_select(0, rows) : x;
+                const at::Tensor before = at::nan_to_num(scores, 7.0);
+                const at::Tensor expected = Composer::controlled(scores, bytes, rows, 5);
+                const at::Tensor got = Composer::controlled(scores, bits, rows, 5);
+                EXPECT_TRUE(got.isnan().equal(expected.isnan()));
+                EXPECT_TRUE(at::nan_to_num(got, 7.0).equal(at::nan_to_num(expected, 7.0))) << dtype << with_delta;
+                EXPECT_TRUE(at::nan_to_num(scores, 7.0).equal(before)) << "the scores were changed";
+            }
         }
     }
-}
-
-TEST(ComposerCandidates, TopCandidatesAreTheTopK) {
-    // Large vocabularies take the two-stage path (with a short last chunk when V is not a multiple of its chunk);
-    // small ones at::topk itself. The scores and their order are at::topk's; each id holds its score.
-    for (const int64_t V : {151936, 151937, 300}) {
-        at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(V));
-        const at::Tensor scores = at::log_softmax(at::randn({4, V}, gen), 1);
-        const auto [top, ids] = Composer::top_candidates(scores, 64);
-        // The k largest scores in at::topk's order, each at its id (which of two equal scores comes first, or makes
-        // the cut, is not promised: compared through the scores, not the ids).
-        EXPECT_TRUE(top.equal(std::get<0>(scores.topk(std::min<int64_t>(64, V), 1)))) << V;
-        EXPECT_TRUE(scores.gather(1, ids).equal(top)) << V;
-        EXPECT_EQ(std::get<0>(at::_unique(ids[0])).size(0), std::min<int64_t>(64, V)) << V;
-    }
-    // Ties: the same scores, and each id holds its score (which of the tied tokens is not promised).
-    const at::Tensor tied = at::randint(0, 5, {2, 151936}).to(at::kFloat);
-    const auto [top, ids] = Composer::top_candidates(tied, 64);
-    EXPECT_TRUE(top.equal(std::get<0>(tied.topk(64, 1))));
-    EXPECT_TRUE(tied.gather(1, ids).equal(top));
-    EXPECT_EQ(std::get<0>(at::_unique(ids[0])).size(0), 64);
-    // The last chunk holds the largest score.
-    at::Tensor last = at::zeros({1, 151937});
-    last.index_put_({0, 151936}, 5.0f);
-    EXPECT_EQ(std::get<1>(Composer::top_candidates(last, 3))[0][0].item<int64_t>(), 151936);
 }
 
 }  // namespace

@@ -386,9 +386,7 @@ struct ControllerInstance::Impl {
                 r.candidate_ids = plugin_input(in.candidate_ids, "candidate_ids", at::kLong, {N, k}, device, where);
                 r.candidate_logp = plugin_input(in.candidate_logp, "candidate_logp", at::kFloat, {N, k}, device, where);
             } else {
-                auto [logp, ids] = at::topk(x0, k, /*dim=*/-1, /*largest=*/true, /*sorted=*/true);
-                r.candidate_logp = logp.contiguous();
-                r.candidate_ids = ids.contiguous();
+                std::tie(r.candidate_logp, r.candidate_ids) = top_candidates(x0, k);
             }
         }
         return r;

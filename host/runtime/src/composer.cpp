@@ -221,13 +221,16 @@ void fill_forbidden(at::Tensor& x, const at::Tensor& forbidden) {
     bits.bitwise_xor_(bits.bitwise_xor(negative_infinity_bits()).bitwise_and_(forbidden.to(at::kInt).neg_()));
 }
 
-// x[forbidden] = -inf for packed bits [n, W] over x [n, V], in one pass over x: no [n, V] mask is made. Within a
-// word, a select per token against a table of the 32 bits (which vectorises: 0.18 ms for 8 rows of 151,936 at one
-// thread, where shifting the word by the token's bit takes 0.9); a word without bits is skipped.
-void fill_forbidden_bits(at::Tensor& x, const at::Tensor& bits) {
-    const int64_t n = x.size(0), V = x.size(1);
-    if (!x.device().is_cpu() || x.scalar_type() != at::kFloat || !x.is_contiguous()) {
-        fill_forbidden(x, unpack_bits(bits, V));
+// to = from with -inf where the packed bits [n, W] are set, over [n, V], in one pass (`to` may be `from`): no [n, V]
+// mask is made, and a copy needs no second pass. Within a word, a select per token against a table of the 32 bits
+// (which vectorises: 0.18 ms for 8 rows of 151,936 at one thread, where shifting the word by the token's bit takes
+// 0.9).
+void copy_forbidding_bits(const at::Tensor& from, const at::Tensor& bits, at::Tensor& to) {
+    const int64_t n = to.size(0), V = to.size(1);
+    if (!to.device().is_cpu() || to.scalar_type() != at::kFloat || !to.is_contiguous() ||
+        from.scalar_type() != at::kFloat || !from.is_contiguous()) {
+        if (!to.is_same(from)) to.copy_(from);
+        fill_forbidden(to, unpack_bits(bits, V));
         return;
     }
     static constexpr auto kBit = [] {
@@ -237,24 +240,26 @@ void fill_forbidden_bits(at::Tensor& x, const at::Tensor& bits) {
     }();
     const at::Tensor words = bits.contiguous();
     const int64_t W = words.size(1), whole_words = V / 32;
-    auto* data = reinterpret_cast<uint32_t*>(x.data_ptr<float>());
+    const auto* source = reinterpret_cast<const uint32_t*>(from.data_ptr<float>());
+    auto* target = reinterpret_cast<uint32_t*>(to.data_ptr<float>());
     const auto* word_data = reinterpret_cast<const uint32_t*>(words.data_ptr<int32_t>());
     const auto forbidden_value = static_cast<uint32_t>(negative_infinity_bits());
     at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) {
-            uint32_t* row = data + r * V;
+            const uint32_t* in = source + r * V;
+            uint32_t* out = target + r * V;
             const uint32_t* row_words = word_data + r * W;
             for (int64_t w = 0; w < whole_words; ++w) {
                 const uint32_t m = row_words[w];
-                if (m == 0) continue;
-                uint32_t* p = row + w * 32;
+                const uint32_t* p = in + w * 32;
+                uint32_t* q = out + w * 32;
                 for (int j = 0; j < 32; ++j) {
                     const uint32_t select = (m & kBit[j]) != 0 ? ~uint32_t{0} : 0;
-                    p[j] = (p[j] & ~select) | (forbidden_value & select);
+                    q[j] = (p[j] & ~select) | (forbidden_value & select);
                 }
             }
             for (int64_t v = whole_words * 32; v < V; ++v)  // the short last word
-                if ((row_words[whole_words] & kBit[v % 32]) != 0) row[v] = forbidden_value;
+                out[v] = (row_words[whole_words] & kBit[v % 32]) != 0 ? forbidden_value : in[v];
         }
     });
 }
@@ -442,11 +447,19 @@ at::Tensor Composer::controlled(const at::Tensor& logits, const Combined& c, con
         const at::Tensor rows = t.dim() == 3 ? t.reshape({-1, t.size(2)}) : t;
         return pick.defined() ? rows.index_select(0, pick) : rows;
     };
-    at::Tensor x = c.logit_delta.defined() ? logits + at_pick(c.logit_delta) : logits.clone();
+    at::Tensor x;
+    if (c.logit_delta.defined()) x = logits + at_pick(c.logit_delta);
+    if (c.forbidden_bits.defined()) {
+        // Without a delta, copied and forbidden in the same pass. A candidate delta added after -inf leaves -inf.
+        at::Tensor to = x.defined() ? x : at::empty_like(logits, at::MemoryFormat::Contiguous);
+        copy_forbidding_bits(x.defined() ? x : logits, at_pick(c.forbidden_bits), to);
+        x = to;
+    } else if (!x.defined()) {
+        x = logits.clone();
+    }
     if (c.candidate_delta.defined()) x.scatter_add_(1, at_pick(c.candidate_ids), at_pick(c.candidate_delta));
     if (never_id >= 0) x.select(1, never_id).fill_(neg_inf);
     if (c.forbidden.defined()) fill_forbidden(x, at_pick(c.forbidden));
-    if (c.forbidden_bits.defined()) fill_forbidden_bits(x, at_pick(c.forbidden_bits));
     if (c.fixed.defined()) {
         at::Tensor fixed = c.fixed.reshape({-1});
         if (c.rows.defined()) fixed = fixed.index_select(0, c.rows);
@@ -459,28 +472,6 @@ at::Tensor Composer::controlled(const at::Tensor& logits, const Combined& c, con
         }
     }
     return x;
-}
-
-std::tuple<at::Tensor, at::Tensor> Composer::top_candidates(const at::Tensor& scores, int64_t k) {
-    // In two stages when the vocabulary is large: the row's maximum in each chunk of kChunk tokens, the k chunks with
-    // the largest maxima, then the top k of those chunks' k * kChunk tokens. Every token above the k-th largest
-    // score t is in one of those chunks (a chunk left out has a maximum no larger than the k maxima kept, so a token
-    // above t there would make k + 1 tokens above t), and the k maxima kept are each at least t, so the chunks hold
-    // the k largest scores. A third of at::topk's time for 8 rows of 151,936 (a fifth for one row), measured.
-    constexpr int64_t kChunk = 64;
-    const int64_t N = scores.size(0), V = scores.size(1);
-    k = std::min(k, V);
-    if (k * kChunk * 4 > V) return scores.topk(k, 1);
-    const int64_t whole = V / kChunk;
-    at::Tensor maxima = scores.narrow(1, 0, whole * kChunk).reshape({N, whole, kChunk}).amax(2);
-    if (whole * kChunk < V) maxima = at::cat({maxima, scores.narrow(1, whole * kChunk, V - whole * kChunk).amax(1, true)}, 1);
-    const at::Tensor chunks = std::get<1>(maxima.topk(k, 1, /*largest=*/true, /*sorted=*/false));
-    const at::Tensor ids = chunks.unsqueeze(2).mul(kChunk).add(at::arange(kChunk, chunks.options())).view({N, -1});
-    const at::Tensor past_end = ids.ge(V);  // the last chunk may be short
-    at::Tensor values = scores.gather(1, ids.clamp_max(V - 1));
-    values.masked_fill_(past_end, -std::numeric_limits<float>::infinity());
-    auto [top, place] = values.topk(k, 1);
-    return {top, ids.gather(1, place)};
 }
 
 at::Tensor Composer::apply(const at::Tensor& logp, const Combined& combined, int64_t never_id) {

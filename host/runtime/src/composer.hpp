@@ -90,10 +90,6 @@ public:
     // get -inf; fixed positions become one-hot. Not renormalised: a draw or an argmax does not need it.
     static at::Tensor controlled(const at::Tensor& logits, const Combined& combined, const at::Tensor& pick,
                                  int64_t never_id);
-    // Each row's k (at most V) highest scores of `scores` [N, V] and their tokens, highest first: (scores [N, k],
-    // int64 ids [N, k]) — the step's candidates from the log-probabilities at its rows. A tie at the k-th score may be
-    // broken otherwise than at::topk breaks it.
-    static std::tuple<at::Tensor, at::Tensor> top_candidates(const at::Tensor& scores, int64_t k);
     // controlled() over every position of log-probabilities [B, L, V] (combined.rows undefined or all of them),
     // renormalised.
     static at::Tensor apply(const at::Tensor& logp, const Combined& combined, int64_t never_id);

@@ -163,7 +163,7 @@ void fill_reads(plugins::StepInputs& in, const Composer::Reads& reads, const at:
         in.x0_rows = logp.defined() ? (every_row ? logp : logp.index_select(0, in.rows)) : at::log_softmax(row_logits, -1);
     if (reads.candidates) {
         // Read by no controller, x0 is not normalised for them: the denoiser's output already is (DenoiserOutput).
-        auto [top, ids] = Composer::top_candidates(in.x0_rows.defined() ? in.x0_rows : row_logits, candidates);
+        auto [top, ids] = plugins::top_candidates(in.x0_rows.defined() ? in.x0_rows : row_logits, candidates);
         in.candidate_ids = ids;
         in.candidate_logp = top;
     }

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace rudder::plugins {
@@ -93,6 +94,11 @@ struct StepInputs {
     at::Tensor candidate_ids;   // PREDICT: int64 [N, k], each row's k most likely tokens, most likely first;
     at::Tensor candidate_logp;  // float32 [N, k], their log-probabilities (both undefined if none is offered)
 };
+
+// Each row's k (at most V) highest scores of `scores` [N, V] and their tokens, highest first: (scores [N, k], int64
+// ids [N, k]), the step's candidates from the log-probabilities at its rows. On the CPU a tie goes to the lower id and
+// NaN ranks as -inf; on other devices ties and NaN are at::topk's.
+std::tuple<at::Tensor, at::Tensor> top_candidates(const at::Tensor& scores, int64_t k);
 
 // Host-side implementation of the run services (tokenizer, re-entrant denoiser). Exceptions thrown here become
 // error statuses for the plugin.
