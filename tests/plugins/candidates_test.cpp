@@ -38,6 +38,14 @@ TEST(Candidates, AreTheTopKTiesToTheLowerId) {
     const auto [top, ids] = top_candidates(at::tensor({nan, -inf, 2.0f, nan, 1.0f}).view({1, 5}), 4);
     EXPECT_TRUE(ids.equal(at::tensor({2, 4, 0, 1}, at::kLong).view({1, 4})));
     EXPECT_TRUE(std::isnan(top[0][2].item<float>()));
+    // Past the first block too: NaN in blocks that hold the largest scores.
+    at::Tensor spread = at::randn({1, 1000});
+    spread.index_put_({0, at::tensor({100, 101, 500, 999}, at::kLong)}, std::numeric_limits<float>::quiet_NaN());
+    spread.index_put_({0, at::tensor({102, 501}, at::kLong)}, 9.0f);
+    const auto [spread_top, spread_ids] = top_candidates(spread, 8);
+    const at::Tensor order = std::get<1>(at::sort(at::nan_to_num(spread, -inf), /*stable=*/true, 1, /*descending=*/true));
+    EXPECT_TRUE(spread_ids.equal(order.narrow(1, 0, 8)));
+    EXPECT_EQ(spread_top[0][0].item<float>(), 9.0f);
 }
 
 }  // namespace
