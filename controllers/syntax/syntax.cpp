@@ -85,12 +85,27 @@ public:
             out.written |= RUDDER_WROTE_GRAD | (log_prob != nullptr ? RUDDER_WROTE_LOG_PROB : 0u);
             return;
         }
-        if (step.phase != RUDDER_PHASE_PREDICT || out.logit_delta == nullptr) return;
-        const int64_t B = run.batch_size, L = run.seq_len, V = run.vocab_size;
-        grad_.resize(static_cast<size_t>(B * L * V));
-        classifier_->guide(step.tokens->data, B, L, step.t, target_, grad_.data(), nullptr);
-        write_top_k_deltas(step, static_cast<float*>(out.logit_delta->data), B * L, V);
-        out.written |= RUDDER_WROTE_LOGIT_DELTA;
+        if (step.phase != RUDDER_PHASE_PREDICT) return;
+        const rudder::Rows rows(step, run);
+        if (rows.size() == 0) return;
+        // The denoiser's most likely tokens at each row, most likely first: the host's candidates where it offers
+        // them (the delta goes to candidate_delta), else found here from x0 (the delta goes to logit_delta).
+        rudder::Candidates candidates(step, out, top_k_);
+        const int64_t k = std::min(top_k_, candidates.k());
+        scores_.resize(static_cast<size_t>(rows.size() * k));
+        if (scoring_ == Scoring::exact)
+            score_exactly(step, rows, candidates, k);
+        else
+            score_by_gradient(step, rows, candidates, k);
+        // Only differences within a row matter: shifted so that the lowest scored candidate gets 0, which every
+        // other token gets too (never favoured over a candidate). The gradient's scores are relative to the current
+        // token, which scores 0 and counts as one of them.
+        for (int64_t r = 0; r < rows.size(); ++r) {
+            const float* row = scores_.data() + r * k;
+            float lowest = *std::min_element(row, row + k);
+            if (scoring_ == Scoring::gradient) lowest = std::min(lowest, 0.0f);
+            for (int64_t j = 0; j < k; ++j) candidates.set_delta(r, j, row[j] - lowest);
+        }
     }
 
 protected:
@@ -98,6 +113,11 @@ protected:
     void read_params(rudder::Params& p) {
         top_k_ = p->integer("top_k", 1, 1 << 24).value_or(top_k_);
         classifier_name_ = p->text("classifier").value_or("");
+        const std::string scoring = p->text("scoring").value_or("gradient");
+        if (scoring == "exact")
+            scoring_ = Scoring::exact;
+        else if (scoring != "gradient")
+            p->issue("scoring", "expected \"gradient\" or \"exact\", got \"" + scoring + "\"");
     }
 
     virtual const char* classifier_kind() const = 0;    // for messages: "syntax classifier"
@@ -106,31 +126,47 @@ protected:
     virtual rs::ClassifierTarget build_target(const rs::TextClassifier& c, int64_t length) = 0;
 
 private:
-    // Discrete guidance: the first-order (Taylor) change of log p(c) when a position's token becomes v,
-    // g[v] - g[current], trusted only among the denoiser's top_k candidates at that position, as FUDGE reranks
-    // only the base model's top candidates. The linear estimate is poor far from the current input, and without the
-    // cut it favours rare tokens whose embeddings happen to align with the gradient, which costs fluency. Every
-    // other token gets the lowest candidate delta, so it is never favoured over a candidate.
-    void write_top_k_deltas(const rudder_step& step, float* delta, int64_t rows, int64_t V) {
-        const auto* logits = static_cast<const float*>(step.x0_logits->data);
+    // Discrete guidance scores each row's k most likely tokens v by log p(c | x with the row's position set to v),
+    // up to a constant per row, into scores_ [rows, k]. FUDGE-like, only the denoiser's top candidates are scored:
+    // the classifier is trusted near the denoiser's own predictions, and rare tokens stay out.
+    //
+    // "gradient" (Taylor): the first-order change g[v] - g[current] from one gradient of log p(c | x_t) with respect
+    // to the one-hot tokens. One classifier pass (and its backward) per step, but the linear estimate is poor far
+    // from the current input: without the cut it favours rare tokens whose embeddings align with the gradient.
+    void score_by_gradient(const rudder_step& step, const rudder::Rows& rows, const rudder::Candidates& candidates, int64_t k) {
+        const rudder_run_info& run = run_.info();
+        const int64_t B = run.batch_size, L = run.seq_len, V = run.vocab_size;
+        grad_.resize(static_cast<size_t>(B * L * V));
+        classifier_->guide(step.tokens->data, B, L, step.t, target_, grad_.data(), nullptr);
         const auto* tokens = static_cast<const int64_t*>(step.tokens->data);
-        const int64_t k = std::min(top_k_, V);
-        order_.resize(static_cast<size_t>(V));
-        for (int64_t r = 0; r < rows; ++r) {
-            const float* g = grad_.data() + r * V;
-            const float* lp = logits + r * V;
-            const float current = g[tokens[r]];
-            for (int64_t v = 0; v < V; ++v) order_[static_cast<size_t>(v)] = v;
-            std::nth_element(order_.begin(), order_.begin() + (k - 1), order_.end(),
-                             [&](int64_t a, int64_t b) { return lp[a] > lp[b]; });
-            float lowest = 0.0f;
-            for (int64_t j = 0; j < k; ++j) lowest = std::min(lowest, g[order_[static_cast<size_t>(j)]] - current);
-            float* d = delta + r * V;
-            std::fill(d, d + V, lowest);
-            for (int64_t j = 0; j < k; ++j) {
-                const int64_t v = order_[static_cast<size_t>(j)];
-                d[v] = g[v] - current;
+        for (int64_t r = 0; r < rows.size(); ++r) {
+            const int64_t position = rows.flat(r);
+            const float* g = grad_.data() + position * V;
+            const float current = g[tokens[position]];
+            for (int64_t j = 0; j < k; ++j) scores_[static_cast<size_t>(r * k + j)] = g[candidates.id(r, j)] - current;
+        }
+    }
+
+    // "exact": log p(c | x) itself for each substitution (predictor guidance as Nisonoff et al. and Schiff et al.
+    // describe it, one position at a time): rows * k classifier passes per step, batched, no backward. The
+    // substituted sequences are states at t_next, the time the step goes to.
+    void score_exactly(const rudder_step& step, const rudder::Rows& rows, const rudder::Candidates& candidates, int64_t k) {
+        const int64_t L = run_.info().seq_len;
+        const auto* tokens = static_cast<const int64_t*>(step.tokens->data);
+        const double t = step.t_next > 0 ? step.t_next : step.t;
+        const int64_t total = rows.size() * k;
+        // At most kExactBatch sequences per classifier call, so a step with many rows stays in bounded memory.
+        constexpr int64_t kExactBatch = 512;
+        for (int64_t first = 0; first < total; first += kExactBatch) {
+            const int64_t n = std::min(kExactBatch, total - first);
+            substituted_.resize(static_cast<size_t>(n * L));
+            for (int64_t s = 0; s < n; ++s) {
+                const int64_t r = (first + s) / k, j = (first + s) % k;
+                int64_t* sequence = substituted_.data() + s * L;
+                std::copy(tokens + rows.batch(r) * L, tokens + (rows.batch(r) + 1) * L, sequence);
+                sequence[rows.position(r)] = candidates.id(r, j);
             }
+            classifier_->guide(substituted_.data(), n, L, t, target_, nullptr, scores_.data() + first);
         }
     }
 
@@ -157,10 +193,13 @@ private:
         if (!classifier_ || classifier_->dir() != fs::path(dir)) classifier_ = rs::TextClassifier::load(dir, classifier_type());
     }
 
+    enum class Scoring { gradient, exact };
     std::string classifier_name_;
     int64_t top_k_ = 10;
-    std::vector<float> grad_;      // discrete: d log p(c) / d one-hot tokens [B, L, V]
-    std::vector<int64_t> order_;   // discrete: candidate ranking scratch
+    Scoring scoring_ = Scoring::gradient;
+    std::vector<float> grad_;              // discrete, gradient: d log p(c) / d one-hot tokens [B, L, V]
+    std::vector<float> scores_;            // discrete: the step's candidate scores [rows, k]
+    std::vector<int64_t> substituted_;     // discrete, exact: a batch of substituted sequences [n, L]
     std::shared_ptr<rs::TextClassifier> classifier_;
     rs::ClassifierTarget target_;
 };
@@ -409,12 +448,17 @@ private:
 
 }  // namespace
 
+// Discrete guidance reads and writes only the step's rows and their candidates (plugin ABI 1.2); x0 is read only
+// where the host offers no candidates.
+static constexpr uint64_t kDiscreteForms = RUDDER_CAP_ROWS | RUDDER_CAP_CANDIDATES;
+
 // The keys every syntax controller takes, in each schema below.
 #define SYNTAX_COMMON_KEYS                                                                                           \
     "\"classifier\": { \"type\": \"string\", \"description\": \"noisy syntax classifier: bundled name or path (default <model>-syntax)\" }, " \
     "\"tagger\": { \"type\": \"string\", \"description\": \"the tagger that judges (default ewt-tagger)\" }, "                   \
     "\"parser\": { \"type\": \"string\", \"description\": \"the parser that judges (default gum-parser)\" }, "                   \
-    "\"top_k\": { \"type\": \"integer\", \"minimum\": 1, \"description\": \"discrete: guide among the denoiser's top k tokens (default 10)\" }"
+    "\"top_k\": { \"type\": \"integer\", \"minimum\": 1, \"description\": \"discrete: guide among the denoiser's top k tokens (default 10)\" }, " \
+    "\"scoring\": { \"enum\": [\"gradient\", \"exact\"], \"description\": \"discrete: score the candidates by the classifier's gradient (default) or exactly, one classifier pass each\" }"
 
 static const char kPosSchema[] = R"({ "type": "object", "properties": {
     "tags": { "description": "target PTB tags, one per word: an array or one space-separated string" }, )" SYNTAX_COMMON_KEYS
@@ -427,19 +471,20 @@ static const char kTreeSchema[] = R"({ "type": "object", "properties": {
     R"(}, "required": ["tree"], "additionalProperties": false })";
 
 RUDDER_CONTROLLER(pos_desc, Pos, "pos", "1.0.0", "a target part-of-speech sequence (noisy-classifier guidance)",
-                  kPosSchema, RUDDER_CAP_GRADIENT | RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_EVALUATE)
+                  kPosSchema, RUDDER_CAP_GRADIENT | RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_EVALUATE | kDiscreteForms)
 RUDDER_CONTROLLER(span_desc, SyntaxSpan, "syntax_span", "1.0.0",
                   "words [start, end) form a constituent with a given label (noisy-classifier guidance)", kSpanSchema,
-                  RUDDER_CAP_GRADIENT | RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_EVALUATE)
+                  RUDDER_CAP_GRADIENT | RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_EVALUATE | kDiscreteForms)
 RUDDER_CONTROLLER(tree_desc, SyntaxTree, "syntax_tree", "1.0.0", "a target constituency tree (noisy-classifier guidance)",
-                  kTreeSchema, RUDDER_CAP_GRADIENT | RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_EVALUATE)
+                  kTreeSchema, RUDDER_CAP_GRADIENT | RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_EVALUATE | kDiscreteForms)
 static const char kSentimentSchema[] = R"schema({ "type": "object", "properties": {
     "polarity": { "type": "string", "description": "the target class: positive or negative" },
     "classifier": { "type": "string", "description": "noisy sentiment classifier: bundled name or path (default <model>-sentiment)" },
     "judge": { "type": "string", "description": "clean-text classifier that judges (default e2e-sentiment-judge)" },
-    "top_k": { "type": "integer", "minimum": 1, "description": "discrete: guide among the denoiser's top k tokens (default 10)" }
+    "top_k": { "type": "integer", "minimum": 1, "description": "discrete: guide among the denoiser's top k tokens (default 10)" },
+    "scoring": { "enum": ["gradient", "exact"], "description": "discrete: score the candidates by the classifier's gradient (default) or exactly, one classifier pass each" }
   }, "required": ["polarity"], "additionalProperties": false })schema";
 
 RUDDER_CONTROLLER(sentiment_desc, Sentiment, "sentiment", "1.0.0", "the text's polarity (noisy-classifier guidance)",
-                  kSentimentSchema, RUDDER_CAP_GRADIENT | RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_EVALUATE)
+                  kSentimentSchema, RUDDER_CAP_GRADIENT | RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_EVALUATE | kDiscreteForms)
 RUDDER_PLUGIN("rudder-syntax", &pos_desc, &span_desc, &tree_desc, &sentiment_desc)

@@ -140,6 +140,24 @@ for s in lines:
     assert c["syntax_span"]["score"] in (0.0, 1.0), c
     assert 0.0 <= c["syntax_tree"]["score"] <= 1.0, c
 PY
+    # Exact candidate scoring: every sample judged, and both scorings give the same samples through the 1.2 forms
+    # (rows, the host's candidates) as through the dense 1.1 buffers (every position, candidates found by the
+    # controller), where a tie between candidates goes to the lower id alike.
+    sed 's/"tags": "NNP VBZ JJ NN .",/"tags": "NNP VBZ JJ NN .", "scoring": "exact",/' "$work/pos.json" > "$work/pos_exact.json"
+    grep -q '"scoring": "exact"' "$work/pos_exact.json" || fail "pos_exact.json: $(cat "$work/pos_exact.json")"
+    for recipe in pos pos_exact; do
+      (cd "$work" && RUDDER_MODEL_PATH="$work" "$rudder" generate $recipe.json > $recipe.rows.jsonl 2>"$work/err") \
+        || fail "generate $recipe exit $?: $(cat "$work/err")"
+      (cd "$work" && RUDDER_CONTROL_FORMS=dense RUDDER_MODEL_PATH="$work" "$rudder" generate $recipe.json > $recipe.dense.jsonl \
+        2>"$work/err") || fail "generate $recipe (dense) exit $?: $(cat "$work/err")"
+      cmp "$work/$recipe.rows.jsonl" "$work/$recipe.dense.jsonl" || fail "$recipe: the 1.2 and the dense forms differ"
+      [ "$(grep -c '"pos":{"satisfied"' "$work/$recipe.rows.jsonl")" = 3 ] || fail "$recipe: $(cat "$work/$recipe.rows.jsonl")"
+    done
+    cmp -s "$work/pos.rows.jsonl" "$work/pos_exact.rows.jsonl" && fail "exact scoring changed nothing"
+    sed 's/"scoring": "exact"/"scoring": "exactly"/' "$work/pos_exact.json" > "$work/bad_scoring.json"
+    err=$(cd "$work" && RUDDER_MODEL_PATH="$work" "$rudder" generate bad_scoring.json 2>&1 >/dev/null); code=$?
+    [ $code -ne 0 ] || fail "an unknown scoring must fail"
+    grep -q '/scoring: expected "gradient" or "exact", got "exactly"' <<<"$err" || fail "$err"
     # Bad targets are refused with what is known; a classifier for another family is refused by name.
     sed 's/NNP VBZ JJ NN ./NNP XYZ/' "$work/pos.json" > "$work/bad_tag.json"
     err=$(cd "$work" && RUDDER_MODEL_PATH="$work" "$rudder" generate bad_tag.json 2>&1 >/dev/null); code=$?
