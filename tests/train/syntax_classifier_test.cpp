@@ -158,6 +158,21 @@ TEST_F(TextClassifierTraining, TrainsForEachFamilyAndGuidesWithExactGradients) {
                 largest = std::max(largest, std::abs(g));
             }
             EXPECT_GT(largest, 0.0f) << "the one-hot gradient is all zero";
+
+            // Exact candidate scoring (the syntax controllers' "scoring": "exact") batches every substitution of a
+            // position: the masked word set to each token of the vocabulary, scored in one call, is each scored alone.
+            const int64_t V = classifier->vocab_size();
+            at::Tensor substituted = tokens[0].unsqueeze(0).repeat({V, 1});
+            substituted.select(1, 1).copy_(at::arange(V, at::kLong));
+            std::vector<float> batched(static_cast<size_t>(V));
+            classifier->guide(substituted.data_ptr<int64_t>(), V, L, 0.1, target_of(true), nullptr, batched.data());
+            for (int64_t v = 0; v < V; ++v) {
+                float alone = 0;
+                classifier->guide(substituted[v].data_ptr<int64_t>(), 1, L, 0.1, target_of(true), nullptr, &alone);
+                EXPECT_NEAR(batched[static_cast<size_t>(v)], alone, 1e-5f) << "token " << v;
+            }
+            EXPECT_GT(*std::max_element(batched.begin(), batched.end()) - *std::min_element(batched.begin(), batched.end()),
+                      1e-3f) << "every substitution scores the same";
         }
         for (int64_t b = 0; b < B; ++b) {
             EXPECT_LT(lp_true[static_cast<size_t>(b)], 0.0f);

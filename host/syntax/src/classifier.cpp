@@ -113,8 +113,9 @@ void TextClassifier::guide(const void* input, int64_t batch, int64_t length, dou
         const at::Tensor tokens = at::from_blob(const_cast<void*>(input), {batch, length}, at::kLong);
         x = at::one_hot(tokens, net.vocab_size()).to(at::kFloat);
     }
-    at::AutoGradMode grad_mode(true);  // the sampling loop runs without autograd; guidance needs it here
-    x.set_requires_grad(true);
+    // The sampling loop runs without autograd; the gradient needs it here, the log-probabilities alone do not.
+    at::AutoGradMode grad_mode(grad != nullptr);
+    if (grad != nullptr) x.set_requires_grad(true);
     const at::Tensor h = net.hidden(x, at::full({batch}, t, at::kFloat));
 
     // Each term: log of the probability mass on the allowed classes, a masked logsumexp.
