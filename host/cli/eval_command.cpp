@@ -349,6 +349,10 @@ struct TaskResult {
     double perplexity = 0.0;
     double seconds = 0.0;  // generation only (model and plugin loading excluded)
     double seconds_per_sample() const { return samples ? seconds / static_cast<double>(samples) : 0.0; }
+    // The cost of control beside the time: network evaluations of one sequence, and (discrete) positions drawn,
+    // each of which a candidate-scoring controller scores.
+    int64_t denoised_sequences = 0, rows_drawn = 0;
+    double per_sample(int64_t n) const { return samples ? static_cast<double>(n) / static_cast<double>(samples) : 0.0; }
 };
 
 json result_json(const TaskResult& r) {
@@ -368,13 +372,15 @@ json result_json(const TaskResult& r) {
             {"all_satisfied", r.order.size() > 1 ? json(r.all_success()) : json(nullptr)},
             {"bleu", r.bleu ? json(*r.bleu) : json(nullptr)},
             {"teacher_perplexity", r.perplexity},
-            {"seconds_per_sample", r.seconds_per_sample()}};
+            {"seconds_per_sample", r.seconds_per_sample()},
+            {"network_evaluations_per_sample", r.per_sample(r.denoised_sequences)},
+            {"rows_drawn_per_sample", r.family == "discrete" ? json(r.per_sample(r.rows_drawn)) : json(nullptr)}};
 }
 
 std::string markdown(const std::vector<TaskResult>& results) {
     std::ostringstream md;
-    md << "| task | family | targets | control: success (satisfied) / mean score | teacher ppl | s/sample |\n"
-       << "| --- | --- | ---: | --- | ---: | ---: |\n";
+    md << "| task | family | targets | control: success (satisfied) / mean score | teacher ppl | s/sample | network evals/sample |\n"
+       << "| --- | --- | ---: | --- | ---: | ---: | ---: |\n";
     char buf[160];
     for (const auto& r : results) {
         std::string controls;
@@ -392,7 +398,8 @@ std::string markdown(const std::vector<TaskResult>& results) {
             std::snprintf(buf, sizeof buf, "; BLEU-4 of the middle: %.2f", 100.0 * *r.bleu);
             controls += buf;
         }
-        std::snprintf(buf, sizeof buf, " | %.2f | %.2f |", r.perplexity, r.seconds_per_sample());
+        std::snprintf(buf, sizeof buf, " | %.2f | %.2f | %.1f |", r.perplexity, r.seconds_per_sample(),
+                      r.per_sample(r.denoised_sequences));
         md << "| " << r.name << " | " << r.family << " | " << r.targets << " | " << (controls.empty() ? "—" : controls) << buf << "\n";
     }
     return md.str();
@@ -488,6 +495,8 @@ int run_eval(const EvalOptions& o) {
             const auto start = std::chrono::steady_clock::now();
             const auto samples = generator.generate();
             result.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            result.denoised_sequences += generator.stats().denoised_sequences;
+            result.rows_drawn += generator.stats().rows_drawn;
             for (const auto& s : samples) {
                 ++result.samples;
                 texts.push_back(s.text);

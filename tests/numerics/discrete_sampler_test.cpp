@@ -48,6 +48,81 @@ TEST(DiscreteSampler, AnalyticChainTelescopesToNothingMasked) {
     }
 }
 
+DiscreteSampler remasking_sampler(int64_t steps, DiscreteSampler::Remasking::Strategy strategy, double eta,
+                                  double from_t = 1.0, double to_t = 0.0) {
+    DiscreteSampler::Remasking r;
+    r.strategy = strategy;
+    r.eta = eta;
+    r.from_t = from_t;
+    r.to_t = to_t;
+    return DiscreteSampler(MaskSchedule(1e-3), DiscreteSampler::Kind::analytic, steps, 0,
+                           DiscreteSampler::Order::probability, r);
+}
+
+TEST(DiscreteSampler, RemaskingProbabilitiesFollowTheStrategy) {
+    using Strategy = DiscreteSampler::Remasking::Strategy;
+    const MaskSchedule schedule(1e-3);
+    const int64_t steps = 20;
+    const DiscreteSampler cap = remasking_sampler(steps, Strategy::cap, 0.05);
+    const DiscreteSampler rescale = remasking_sampler(steps, Strategy::rescale, 0.5);
+    const DiscreteSampler window = remasking_sampler(steps, Strategy::cap, 0.05, 0.6, 0.3);
+    const DiscreteSampler plain(schedule, DiscreteSampler::Kind::analytic, steps);
+    EXPECT_TRUE(cap.remasks());
+    EXPECT_FALSE(plain.remasks());
+    for (int64_t i = 0; i < steps; ++i) {
+        const double m_t = schedule.mask_prob(cap.t(i)), m_s = schedule.mask_prob(cap.t_next(i));
+        const double sigma_max = std::min(1.0, m_s / (1.0 - m_t));
+        EXPECT_NEAR(cap.remask_prob(i), std::min(0.05, sigma_max), 1e-12) << i;
+        EXPECT_NEAR(rescale.remask_prob(i), 0.5 * sigma_max, 1e-12) << i;
+        const bool inside = cap.t(i) <= 0.6 + 1e-12 && cap.t(i) >= 0.3 - 1e-12;
+        EXPECT_EQ(window.remask_prob(i) > 0.0, inside) << i << " at t " << cap.t(i);
+        EXPECT_EQ(plain.remask_prob(i), 0.0);
+        // ReMDM's unmasking probability keeps the masked share on the schedule: m(t) (1 - p) + (1 - m(t)) sigma = m(s).
+        for (const DiscreteSampler* sampler : {&cap, &rescale, &window}) {
+            const double p = sampler->unmask_prob(i), sigma = sampler->remask_prob(i);
+            ASSERT_GE(p, 0.0);
+            ASSERT_LE(p, 1.0);
+            EXPECT_NEAR(m_t * (1.0 - p) + (1.0 - m_t) * sigma, i + 1 == steps ? 0.0 : m_s, 1e-12) << i;
+        }
+    }
+    // The last step remasks nothing and unmasks everything.
+    EXPECT_EQ(cap.remask_prob(steps - 1), 0.0);
+    EXPECT_EQ(rescale.unmask_prob(steps - 1), 1.0);
+    DiscreteSampler::Remasking r;
+    r.strategy = Strategy::cap;
+    r.eta = 0.1;
+    EXPECT_THROW(DiscreteSampler(schedule, DiscreteSampler::Kind::euler, 5, 0, DiscreteSampler::Order::probability, r),
+                 std::invalid_argument);
+    r.to_t = 0.5;
+    r.from_t = 0.4;
+    EXPECT_THROW(DiscreteSampler(schedule, DiscreteSampler::Kind::analytic, 5, 0, DiscreteSampler::Order::probability, r),
+                 std::invalid_argument);
+}
+
+// Run as a chain over many positions, remasking masks committed tokens again and the masked share still follows the
+// schedule step by step (the expected share, from the probabilities, within five binomial deviations); the last
+// step leaves nothing masked.
+TEST(DiscreteSampler, RemaskingChainKeepsTheMaskedShare) {
+    const int64_t B = 200, L = 100, V = 3, steps = 40;
+    const DiscreteSampler sampler = remasking_sampler(steps, DiscreteSampler::Remasking::Strategy::cap, 0.1);
+    auto gen = make_gen(11);
+    const at::Tensor logp0 = at::zeros({B, L, V});
+    at::Tensor x = sampler.init(B, L, kMask, at::Device(at::kCPU));
+    double expected = 1.0;
+    int64_t remasked = 0;
+    for (int64_t i = 0; i < steps; ++i) {
+        const at::Tensor before = x.ne(kMask);
+        x = sampler.step(x, logp0, i, kMask, gen);
+        remasked += before.logical_and(x.eq(kMask)).sum().item<int64_t>();
+        expected = expected * (1.0 - sampler.unmask_prob(i)) + (1.0 - expected) * sampler.remask_prob(i);
+        const double share = x.eq(kMask).to(at::kDouble).mean().item<double>();
+        const double deviation = std::sqrt(std::max(expected * (1.0 - expected), 1e-12) / (B * L));
+        EXPECT_NEAR(share, expected, 5 * deviation + 1e-12) << "step " << i;
+    }
+    EXPECT_GT(remasked, B * L / 10) << "remasking masked almost nothing again";
+    EXPECT_FALSE(x.eq(kMask).any().item<bool>());
+}
+
 TEST(DiscreteSampler, EulerEqualsAnalyticOnTheLogLinearSchedule) {
     // For sigma_bar(t) = -log(1 - (1-eps) t): sigma(t) e^{-sbar} / (1 - e^{-sbar}) = (1-eps) / ((1-eps) t) = 1/t,
     // so Euler's first-order probability (t - s) / t equals the analytic (m(t) - m(s)) / m(t) exactly; the two

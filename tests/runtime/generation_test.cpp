@@ -210,6 +210,46 @@ TEST(GenerationConfidence, BlocksKeepTheConstraintsAndGiveCorpusSentences) {
     EXPECT_GE(t.in_corpus, 0.9) << samples[0].text;
 }
 
+// Remasking (ReMDM) on the exact corpus denoiser: committed tokens are masked again and drawn anew, yet the hard
+// constraints hold (a fixed word is never remasked; a redrawn position is constrained again) and the samples stay
+// corpus sentences.
+TEST(GenerationRemasking, HardConstraintsHoldWhileCommittedTokensAreRemasked) {
+    const std::string text = R"({"model": ")" + rudder::testing::corpus_model_dir().string() +
+                             R"(", "family": "discrete", "sampler": {"name": "analytic", "steps": 200,
+                             "remask": {"strategy": "cap", "eta": 0.05}}, "samples": 16, "batch_size": 8,
+                             "max_length": 14, "seed": 3, "controllers": [{"plugin": "length", "params": {"tokens": 7}},
+                             {"plugin": "span", "params": {"words": [{"position": 2, "text": "a"}]}}]})";
+    Generator g(rudder::parse_recipe(text, "."), registry());
+    const auto samples = g.generate();
+    ASSERT_EQ(samples.size(), 16u);
+    EXPECT_GT(g.stats().remasked, 16) << "remasking masked almost nothing again";
+    for (const auto& s : samples) EXPECT_EQ(s.n_tokens, 7) << s.text;
+    const Tally t = tally(samples);
+    EXPECT_EQ(t.satisfied, 1.0);
+    EXPECT_GE(t.in_corpus, 0.9) << samples[0].text;
+}
+
+TEST(GenerationErrors, RemaskingTakesTheAnalyticSamplerAndAWindowFromNoisyToClean) {
+    const auto issues_of = [](const std::string& sampler) {
+        std::vector<rudder::RecipeIssue> issues;
+        rudder::parse_recipe(R"({"model": "m", "sampler": )" + sampler + "}", ".", {}, &issues);
+        std::map<std::string, std::string> by_pointer;
+        for (const auto& issue : issues) by_pointer[issue.pointer] += issue.message;
+        return by_pointer;
+    };
+    auto by_pointer = issues_of(R"({"name": "first_hitting", "remask": {"strategy": "cap"}})");
+    EXPECT_NE(by_pointer["/sampler/remask"].find("applies to the analytic sampler only, not 'first_hitting'"),
+              std::string::npos);
+    by_pointer = issues_of(R"({"name": "analytic", "remask": {"strategy": "always", "eta": 2}})");
+    EXPECT_FALSE(by_pointer["/sampler/remask/strategy"].empty());
+    EXPECT_FALSE(by_pointer["/sampler/remask/eta"].empty());
+    by_pointer = issues_of(R"({"name": "analytic", "remask": {"eta": 0.1, "from_t": 0.2, "to_t": 0.5, "from": 1}})");
+    EXPECT_NE(by_pointer["/sampler/remask/strategy"].find("required"), std::string::npos);
+    EXPECT_NE(by_pointer["/sampler/remask"].find("to_t (0.500000) must not exceed from_t (0.200000)"), std::string::npos);
+    EXPECT_FALSE(by_pointer["/sampler/remask/from"].empty());
+    EXPECT_TRUE(issues_of(R"({"name": "analytic", "remask": {"strategy": "rescale", "eta": 0.5, "to_t": 0.1}})").empty());
+}
+
 TEST(GenerationErrors, ConfidenceNeedsAStepPerBlockAndABlockWithinTheLength) {
     const auto issues_of = [](const std::string& sampler) {
         const std::string text = R"({"model": ")" + rudder::testing::corpus_model_dir().string() +

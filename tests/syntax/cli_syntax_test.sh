@@ -180,7 +180,7 @@ JSON
 JSON
     "$rudder" train -q "$work/teacher.json" || fail "teacher train exit $?"
     out=$(cd "$work" && RUDDER_MODEL_PATH="$work" "$rudder" eval suite.json -o results 2>"$work/err") || fail "eval exit $?: $(cat "$work/err")"
-    grep -q "^| pos, guided | discrete | 3 | pos: [0-9.]*% / [0-9.]*; syntax_span: .*syntax_tree: .* | [0-9.]* | [0-9.]* |$" <<<"$out" || fail "$out"
+    grep -q "^| pos, guided | discrete | 3 | pos: [0-9.]*% / [0-9.]*; syntax_span: .*syntax_tree: .* | [0-9.]* | [0-9.]* | [0-9.]* |$" <<<"$out" || fail "$out"
     grep -q "^| pos, unguided | discrete | 3 |" <<<"$out" || fail "$out"
     python3 - "$work/results" <<'PY' || fail "results: $(cat "$work/results/results.json")"
 import json, sys, os
@@ -191,6 +191,8 @@ assert set(tasks) == {"pos, guided", "pos, unguided", "span", "tree"}, tasks
 for t in tasks.values():
     assert t["targets"] == 3 and t["samples"] == 3 and t["teacher_perplexity"] > 1 and t["seconds_per_sample"] > 0, t
     assert t["controls"]["pos"]["judged"] == 3, t
+    # 12 steps over at most 12 positions: a network call per step that draws, each position drawn once.
+    assert 1 <= t["network_evaluations_per_sample"] <= 12 and t["rows_drawn_per_sample"] == 12, t
 samples = [json.loads(l) for l in open(os.path.join(d, "samples", "span.jsonl"))]
 assert len(samples) == 3 and all(len(s["target"]["params"]["syntax_span"]["span"]) == 3 and s["target"]["reference"] for s in samples), samples
 PY

@@ -97,6 +97,15 @@ DiscreteSampler::Order confidence_order(const std::string& name) {
     if (name == "margin") return DiscreteSampler::Order::margin;
     return name == "entropy" ? DiscreteSampler::Order::entropy : DiscreteSampler::Order::probability;
 }
+DiscreteSampler::Remasking remasking_of(const RemaskSpec& spec) {
+    DiscreteSampler::Remasking r;
+    using Strategy = DiscreteSampler::Remasking::Strategy;
+    r.strategy = spec.strategy == "cap" ? Strategy::cap : spec.strategy == "rescale" ? Strategy::rescale : Strategy::none;
+    r.eta = spec.eta;
+    r.from_t = spec.from_t;
+    r.to_t = spec.to_t;
+    return r;
+}
 
 // The constraints as the denoiser takes them: whole [B, L, V] masks, which the combination has when its rows are every
 // position (the generator asks for that from denoisers that use evidence; others get no mask, which costs nothing).
@@ -551,6 +560,7 @@ at::Tensor Generator::run_continuous(int64_t batch, at::Generator& gen, const St
         const double t = sampler.t(i), t_next = sampler.t_next(i);
         DenoiserOutput out = model_.denoiser->denoise(x, t, {}, evidence(last));
         ++stats_.denoiser_calls;
+        stats_.denoised_sequences += batch;
         at::Tensor logits = out.logits.to(at::kFloat).reshape({batch * L, V}), logp;
 
         // The controllers see the log-probabilities and their most likely tokens only when one of them reads them.
@@ -565,6 +575,7 @@ at::Tensor Generator::run_continuous(int64_t batch, at::Generator& gen, const St
         if (uses_evidence && !same_constraints(combined, last)) {
             out = model_.denoiser->denoise(x, t, {}, evidence(combined));
             ++stats_.denoiser_calls;
+            stats_.denoised_sequences += batch;
             logits = out.logits.to(at::kFloat).reshape({batch * L, V});
         }
 
@@ -619,7 +630,8 @@ at::Tensor Generator::run_continuous(int64_t batch, at::Generator& gen, const St
 at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const StepTick& tick) {
     const int64_t L = recipe_.max_length, V = model_.tokenizer->vocab_size(), mask_id = model_.tokenizer->mask_id();
     const DiscreteSampler sampler(model_.mask_schedule, discrete_kind(recipe_.sampler.name), recipe_.sampler.steps,
-                                  recipe_.sampler.block_length, confidence_order(recipe_.sampler.order));
+                                  recipe_.sampler.block_length, confidence_order(recipe_.sampler.order),
+                                  remasking_of(recipe_.sampler.remask));
     const bool always_fresh = !recipe_.sampler.cache || composer_->needs_fresh_logits();
     // A denoiser that conditions on the constraints takes them whole: the controllers then see every position.
     const bool every_row = model_.denoiser->uses_evidence();
@@ -634,6 +646,7 @@ at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const Step
                      .reshape({batch * L, V});
         logp = at::Tensor();
         ++stats_.denoiser_calls;
+        stats_.denoised_sequences += batch;
         stale = false;
         seen = constraints;
     };
@@ -645,12 +658,26 @@ at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const Step
         return at::where(tokens.eq(mask_id), most_likely(scores).view({batch, L}), tokens);
     };
 
+    // Remasking never touches a position a controller fixed: a hard constraint stays met.
+    at::Tensor pinned = sampler.remasks() ? at::zeros({batch, L}, tokens.options().dtype(at::kBool)) : at::Tensor();
     for (int64_t i = 0; i < sampler.steps(); ++i) {
         const double t = sampler.t(i), t_next = sampler.t_next(i);
         const at::Tensor masked = tokens.eq(mask_id);
         // Which positions unmask is drawn first: a step where none does changes nothing, and costs nothing more.
         at::Tensor unmask = sampler.choose(masked, i, gen);
+        // Which committed tokens are masked again (remasking): chosen from the step's state, as unmasking is, and
+        // applied after the draw, so this step's draws still see them.
+        at::Tensor remask = sampler.remasks() ? sampler.remask(masked.logical_not().logical_and_(pinned.logical_not()), i, gen)
+                                              : at::Tensor();
+        const bool remasks = remask.defined() && remask.any().item<bool>();
+        const auto apply_remask = [&] {
+            if (!remasks) return;
+            tokens = tokens.masked_fill(remask, mask_id);
+            stats_.remasked += remask.sum().item<int64_t>();
+            stale = true;
+        };
         if (!unmask.any().item<bool>()) {
+            apply_remask();
             tick(i + 1, t_next, best_guess);
             continue;
         }
@@ -675,6 +702,10 @@ at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const Step
                 changed = true;
             }
             unmask.logical_and_(is_fixed.logical_not());
+            if (pinned.defined()) {
+                pinned.logical_or_(is_fixed);
+                remask.logical_and_(is_fixed.logical_not());
+            }
         }
         if (changed || (model_.denoiser->uses_evidence() && !same_constraints(combined, seen))) {
             denoise(t, combined);
@@ -707,10 +738,12 @@ at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const Step
                 committed = positions.index_select(0, kept);
                 drawn = drawn.index_select(0, kept);
             }
+            stats_.rows_drawn += positions.size(0);
             tokens = tokens.clone();
             tokens.view({-1}).index_copy_(0, committed, drawn);
             stale = true;
         }
+        apply_remask();
         tick(i + 1, t_next, best_guess);
     }
     stats_.steps += sampler.steps();

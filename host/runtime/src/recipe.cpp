@@ -34,6 +34,20 @@ void parse_sampler(ObjectReader& s, const RecipeLimits& limits, SamplerSpec& out
     if (auto v = s.number("top_p", 0.0, 1.0)) out.top_p = *v;
     if (auto v = s.choice("order", {"probability", "margin", "entropy"})) out.order = *v;
     if (auto v = s.integer("block_length", 1, int64_t{1} << 31)) out.block_length = *v;
+    if (auto remask = s.object("remask")) {
+        ObjectReader r(*remask, s.pointer("remask"), s.issues());
+        if (auto v = r.choice("strategy", {"none", "cap", "rescale"}, kRequired)) out.remask.strategy = *v;
+        if (auto v = r.number("eta", 0.0, 1.0)) out.remask.eta = *v;
+        if (auto v = r.number("from_t", 0.0, 1.0)) out.remask.from_t = *v;
+        if (auto v = r.number("to_t", 0.0, 1.0)) out.remask.to_t = *v;
+        r.reject_unknown_keys();
+        if (out.remask.to_t > out.remask.from_t)
+            s.issue("remask", "to_t (" + std::to_string(out.remask.to_t) + ") must not exceed from_t (" +
+                                  std::to_string(out.remask.from_t) + "): the window runs from noisy to clean");
+        if (out.name != "analytic")
+            s.issue("remask", "'remask' applies to the analytic sampler only" +
+                                  (out.name.empty() ? std::string(" (name it)") : ", not '" + out.name + "'"));
+    }
     s.reject_unknown_keys();
     if (s.has("top_p") && out.top_p <= 0.0) s.issue("top_p", "'top_p' must be above 0 (1 keeps every token)");
     const bool discrete_name = out.name == "euler" || out.name == "analytic" || out.name == "first_hitting" ||

@@ -129,11 +129,18 @@ at::Tensor ContinuousSampler::q_sample(const at::Tensor& x0, int64_t k, at::Gene
 // Discrete family
 
 DiscreteSampler::DiscreteSampler(const MaskSchedule& schedule, Kind kind, int64_t steps, int64_t block_length,
-                                 Order order)
-    : schedule_(schedule), kind_(kind), steps_(steps), block_length_(block_length), order_(order) {
+                                 Order order, Remasking remasking)
+    : schedule_(schedule), kind_(kind), steps_(steps), block_length_(block_length), order_(order), remasking_(remasking) {
     if (steps < 1) throw std::invalid_argument("DiscreteSampler: steps must be >= 1, got " + std::to_string(steps));
     if (block_length < 0)
         throw std::invalid_argument("DiscreteSampler: block_length must be >= 0, got " + std::to_string(block_length));
+    if (remasks()) {
+        if (kind != Kind::analytic) throw std::invalid_argument("DiscreteSampler: remasking takes the analytic sampler");
+        if (!(remasking.eta >= 0.0 && remasking.eta <= 1.0))
+            throw std::invalid_argument("DiscreteSampler: remasking eta must be in [0, 1], got " + std::to_string(remasking.eta));
+        if (!(remasking.to_t >= 0.0 && remasking.to_t <= remasking.from_t && remasking.from_t <= 1.0))
+            throw std::invalid_argument("DiscreteSampler: the remasking window needs 0 <= to_t <= from_t <= 1");
+    }
 }
 
 namespace {
@@ -252,11 +259,38 @@ double DiscreteSampler::unmask_prob(int64_t i) const {
     const double t_cur = t(i), s = t_next(i);
     if (kind_ == Kind::analytic) {
         const double m_t = schedule_.mask_prob(t_cur);
-        return (m_t - schedule_.mask_prob(s)) / m_t;
+        // ReMDM: (a(s) - (1 - sigma) a(t)) / (1 - a(t)) with a = 1 - m; sigma = 0 is the plain posterior.
+        return std::min(1.0, (m_t - schedule_.mask_prob(s) + remask_prob(i) * (1.0 - m_t)) / m_t);
     }
     const double sbar = schedule_.sigma_bar(t_cur);
     const double p = (t_cur - s) * schedule_.sigma(t_cur) * std::exp(-sbar) / -std::expm1(-sbar);
     return std::clamp(p, 0.0, 1.0);
+}
+
+double DiscreteSampler::remask_prob(int64_t i) const {
+    if (!remasks()) return 0.0;
+    if (i < 0 || i >= steps_) {
+        throw std::invalid_argument("DiscreteSampler: step " + std::to_string(i) + " out of range [0, " +
+                                    std::to_string(steps_) + ")");
+    }
+    const double t_cur = t(i), s = t_next(i);
+    if (t_cur > remasking_.from_t || t_cur < remasking_.to_t) return 0.0;
+    // The most a step may remask: every token remasked beyond it would leave more masked at s than m(s).
+    const double committed = 1.0 - schedule_.mask_prob(t_cur);
+    const double sigma_max = committed > 0.0 ? std::min(1.0, schedule_.mask_prob(s) / committed) : 0.0;
+    return remasking_.strategy == Remasking::Strategy::cap ? std::min(remasking_.eta, sigma_max)
+                                                           : remasking_.eta * sigma_max;
+}
+
+at::Tensor DiscreteSampler::remask(const at::Tensor& committed, int64_t i, at::Generator& gen) const {
+    if (!committed.defined() || committed.scalar_type() != at::kBool || committed.dim() != 2) {
+        throw std::invalid_argument("DiscreteSampler::remask: committed must be bool [B, L], got " +
+                                    (committed.defined() ? shape_string(committed) : std::string("undefined")));
+    }
+    const double sigma = remask_prob(i);
+    if (sigma <= 0.0) return at::zeros_like(committed);
+    const at::Tensor u = rand_like_device({committed.size(0), committed.size(1)}, gen, committed);
+    return committed.logical_and(u.lt(sigma));
 }
 
 at::Tensor DiscreteSampler::choose(const at::Tensor& masked, int64_t i, at::Generator& gen) const {
@@ -316,7 +350,9 @@ at::Tensor DiscreteSampler::step(const at::Tensor& tokens, const at::Tensor& log
         throw std::invalid_argument("DiscreteSampler::step: mask_id " + std::to_string(mask_id) +
                                     " outside the vocabulary [0, " + std::to_string(V) + ")");
     }
-    at::Tensor positions = choose(tokens.eq(mask_id), i, gen).view({-1}).nonzero().squeeze(1);
+    const at::Tensor masked = tokens.eq(mask_id);
+    at::Tensor positions = choose(masked, i, gen).view({-1}).nonzero().squeeze(1);
+    const at::Tensor remasked = remask(masked.logical_not(), i, gen);
     at::Tensor scores = logp0.reshape({B * L, V}).index_select(0, positions);
     scores.select(1, mask_id).fill_(-std::numeric_limits<float>::infinity());
     at::Tensor drawn = draw(scores, gen);
@@ -327,7 +363,7 @@ at::Tensor DiscreteSampler::step(const at::Tensor& tokens, const at::Tensor& log
     }
     at::Tensor next = tokens.clone();
     next.view({-1}).index_copy_(0, positions, drawn);
-    return next;
+    return next.masked_fill_(remasked, mask_id);
 }
 
 }  // namespace rudder

@@ -69,6 +69,12 @@ private:
 //                  from one network call (Zheng et al. 2024, "Masked diffusion models are secretly time-agnostic
 //                  masked models"). With a network that does not read t (the bundled ones) it samples the model's
 //                  distribution exactly; its times t(i) are where the schedule expects the masked share 1 - i/L.
+//   analytic with remasking (ReMDM; Wang et al. 2025, "Remasking discrete diffusion models with inference-time
+//                  scaling"): committed tokens are masked again with probability sigma(i) per step, and masked
+//                  positions unmask with (a(s) - (1 - sigma) a(t)) / (1 - a(t)), a = 1 - m, so the share masked after
+//                  each step is still m(s) and a step's draws see the other positions' later tokens. It lets an early
+//                  choice be revised (by the model, and by guidance when the position is drawn again). The last step
+//                  (s = 0) remasks nothing and unmasks everything.
 //   confidence:    LLaDA's low-confidence remasking and Dream's orders (Nie et al. 2025, "Large Language Diffusion
 //                  Models"; Ye et al. 2025, "Dream 7B"): every step draws a token at each masked position of the
 //                  current block, keeps the ceil(m / r) of them the model is most confident in (m masked in the
@@ -85,17 +91,26 @@ public:
     int64_t row;
 };
 
+// ReMDM's remasking probability sigma(i) at step i from t to s: at most sigma_max = min(1, m(s) / (1 - m(t)));
+// cap: min(eta, sigma_max); rescale: eta * sigma_max; 0 outside from_t >= t >= to_t.
+struct DiscreteRemasking {
+    enum class Strategy { none, cap, rescale } strategy = Strategy::none;
+    double eta = 0.0, from_t = 1.0, to_t = 0.0;
+};
+
 class DiscreteSampler {
 public:
     enum class Kind { euler, analytic, first_hitting, confidence };
     // Which drawn tokens `confidence` keeps first: the most probable, the largest gap between the two most probable
     // tokens of the position, or the position whose distribution has the least entropy.
     enum class Order { probability, margin, entropy };
+    using Remasking = DiscreteRemasking;
     // `steps`: the time grid's steps (euler, analytic, confidence); first_hitting takes the sequence length.
-    // `block_length` (confidence; 0: the whole sequence is one block), `order` (confidence).
+    // `block_length` (confidence; 0: the whole sequence is one block), `order` (confidence), `remasking` (analytic).
     DiscreteSampler(const MaskSchedule& schedule, Kind kind, int64_t steps, int64_t block_length = 0,
-                    Order order = Order::probability);
+                    Order order = Order::probability, Remasking remasking = {});
     Kind kind() const { return kind_; }
+    bool remasks() const { return remasking_.strategy != Remasking::Strategy::none; }
 
     int64_t steps() const { return steps_; }
     double t(int64_t i) const;       // euler, analytic: 1 - i / steps; first_hitting: m^-1(1 - i / steps), at most 1
@@ -143,14 +158,19 @@ public:
     // measurably under-samples the tail (Zheng et al. 2024). Returns int64 [n]; throws NothingToSample.
     static at::Tensor draw(const at::Tensor& scores, at::Generator& gen);
 
-    // choose + draw (+ keep_most_confident): one step on `logp0` [B, L, V] (the mask token must be -inf there, or it
+    // choose + draw (+ keep_most_confident, + remask): one step on `logp0` [B, L, V] (the mask token must be -inf there, or it
     // may be drawn). For tests and simple loops; the generator calls the parts itself so that it scores only the
     // rows it draws.
     at::Tensor step(const at::Tensor& tokens, const at::Tensor& logp0, int64_t i, int64_t mask_id,
                     at::Generator& gen) const;
 
-    // Probability that a masked position is unmasked during step i (euler, analytic).
+    // Probability that a masked position is unmasked during step i (euler, analytic; with remasking, ReMDM's).
     double unmask_prob(int64_t i) const;
+    // Probability that a committed token is masked again during step i (sigma(i); 0 without remasking).
+    double remask_prob(int64_t i) const;
+    // Which of the `committed` positions (bool [B, L]: unmasked and free to change) step i masks again, bool [B, L]:
+    // each with remask_prob(i), one uniform per position drawn only on steps where that is above 0.
+    at::Tensor remask(const at::Tensor& committed, int64_t i, at::Generator& gen) const;
 
 private:
     MaskSchedule schedule_;
@@ -158,6 +178,7 @@ private:
     int64_t steps_;
     int64_t block_length_;
     Order order_;
+    Remasking remasking_;
 };
 
 }  // namespace rudder

@@ -26,6 +26,17 @@ private:
     std::vector<RecipeIssue> issues_;
 };
 
+// ReMDM remasking (Wang et al. 2025): each reverse step from t to s masks every committed token again with
+// probability sigma, and unmasks masked positions a little more often, so that the share masked at s stays m(s).
+// sigma is at most sigma_max = min(1, m(s) / (1 - m(t))), the most the process allows; "cap" takes
+// min(eta, sigma_max), "rescale" eta * sigma_max. Only while from_t >= t >= to_t.
+struct RemaskSpec {
+    std::string strategy = "none";  // none | cap | rescale
+    double eta = 0.02;
+    double from_t = 1.0, to_t = 0.0;
+    bool on() const { return strategy != "none"; }
+};
+
 struct SamplerSpec {
     std::string name;            // continuous: ddpm | ddim; discrete: euler | analytic | first_hitting | confidence;
                                  // "" = default
@@ -40,6 +51,7 @@ struct SamplerSpec {
     double top_p = 1.0;          // discrete: draw within the smallest set of tokens holding this probability
     std::string order = "probability";  // confidence: which drawn tokens are kept first (probability | margin | entropy)
     int64_t block_length = 0;    // confidence: positions unmask block by block, left to right (0: one block)
+    RemaskSpec remask;           // analytic: committed tokens may be masked again (ReMDM)
 };
 
 struct GuidanceSpec {
