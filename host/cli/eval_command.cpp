@@ -69,6 +69,8 @@ struct Task {
     std::vector<ControlTarget> controls;  // empty: no controller receives a target
     bool evaluate_only = false;
     json params = json::object();  // merged into the (one) control's params after the target (e.g. {"gamma": 4})
+    std::optional<double> weight;  // the (one) control's weight instead of the recipe's
+    json sampler = json::object(); // merged into the recipe's sampler (e.g. {"steps": 50})
     TargetSource targets;
 };
 
@@ -130,6 +132,8 @@ Suite read_suite(const fs::path& file) {
             task.recipe = base / t.text("recipe", json_input::kRequired).value_or("");
             task.evaluate_only = t.boolean("evaluate_only").value_or(false);
             task.params = t.object("params").value_or(json::object());
+            task.weight = t.number("weight", 0.0, 1e6);
+            task.sampler = t.object("sampler").value_or(json::object());
             if (t.has("controls")) {
                 // A composition: {"semantic": "fields", "syntax_tree": "tree"}, every target from the same text.
                 if (t.has("control") || t.has("target")) {
@@ -138,6 +142,7 @@ Suite read_suite(const fs::path& file) {
                     t.text("target").value_or("");
                 }
                 if (t.has("params")) t.issue("params", "applies to a task with one \"control\"; a composition's recipe holds its params");
+                if (t.has("weight")) t.issue("weight", "applies to a task with one \"control\"; a composition's recipe holds its weights");
                 const json controls = t.object("controls", json_input::kRequired).value_or(json::object());
                 json_input::ObjectReader kinds(controls, p + "/controls", issues);
                 for (const auto& item : controls.items())
@@ -147,6 +152,7 @@ Suite read_suite(const fs::path& file) {
                 const std::string target = t.choice("target", kTargetKinds).value_or(std::string("none"));
                 const std::string control = t.text("control").value_or("");
                 if (!task.params.empty() && control.empty()) t.issue("params", "needs \"control\": the controller they go to");
+                if (task.weight && control.empty()) t.issue("weight", "needs \"control\": the controller it goes to");
                 if (target != "none" && control.empty()) t.issue("control", "required with a target: the recipe controller that receives it");
                 if (!control.empty()) task.controls.push_back({control, target});
             }
@@ -476,11 +482,16 @@ int run_eval(const EvalOptions& o) {
                         if (!c.contains("params")) c["params"] = json::object();
                         c["params"].update(params);
                         c["params"].update(task.params);
+                        if (task.weight) c["weight"] = *task.weight;
                     }
                 }
                 if (!found)
                     throw std::runtime_error("task '" + task.name + "': the recipe '" + task.recipe.string() +
                                              "' has no controller named '" + control + "'");
+            }
+            if (!task.sampler.empty()) {
+                if (!recipe.contains("sampler") || !recipe["sampler"].is_object()) recipe["sampler"] = json::object();
+                recipe["sampler"].update(task.sampler);
             }
             if (task.evaluate_only && recipe.contains("controllers") && recipe.at("controllers").is_array())
                 for (auto& c : recipe["controllers"]) c["evaluate_only"] = true;

@@ -172,8 +172,14 @@ PY
   "tasks": [ {"name": "pos, guided", "recipe": "pos.json", "control": "pos", "target": "pos"},
              {"name": "pos, unguided", "recipe": "pos.json", "control": "pos", "target": "pos", "evaluate_only": true},
              {"name": "span", "recipe": "pos.json", "control": "syntax_span", "target": "span"},
-             {"name": "tree", "recipe": "pos.json", "control": "syntax_tree", "target": "tree"} ] }
+             {"name": "tree", "recipe": "pos.json", "control": "syntax_tree", "target": "tree"},
+             {"name": "pos alone, weight 0", "recipe": "pos_alone.json", "control": "pos", "target": "pos", "weight": 0},
+             {"name": "pos alone, unguided", "recipe": "pos_alone.json", "control": "pos", "target": "pos", "evaluate_only": true},
+             {"name": "span, remasking", "recipe": "pos.json", "control": "syntax_span", "target": "span",
+              "sampler": {"steps": 24, "remask": {"strategy": "cap", "eta": 0.2}}} ] }
 JSON
+    python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); r["controllers"] = r["controllers"][:1]; print(json.dumps(r))' \
+      "$work/pos.json" > "$work/pos_alone.json" || fail "pos_alone.json"
     cat > "$work/teacher.json" <<JSON
 { "kind": "teacher", "data": {"train": "e2e.csv"}, "network": {"dim": 16, "layers": 1, "heads": 2},
   "training": {"steps": 20, "batch_size": 8, "seed": 1, "threads": 1, "checkpoint_every": 0}, "max_length": 12, "out": "teacher" }
@@ -187,19 +193,28 @@ import json, sys, os
 d = sys.argv[1]
 r = json.load(open(os.path.join(d, "results.json")))
 tasks = {t["task"]: t for t in r["tasks"]}
-assert set(tasks) == {"pos, guided", "pos, unguided", "span", "tree"}, tasks
-for t in tasks.values():
+assert set(tasks) == {"pos, guided", "pos, unguided", "span", "tree", "pos alone, weight 0", "pos alone, unguided",
+                      "span, remasking"}, tasks
+for name, t in tasks.items():
     assert t["targets"] == 3 and t["samples"] == 3 and t["teacher_perplexity"] > 1 and t["seconds_per_sample"] > 0, t
     assert t["controls"]["pos"]["judged"] == 3, t
-    # 12 steps over at most 12 positions: a network call per step that draws, each position drawn once.
-    assert 1 <= t["network_evaluations_per_sample"] <= 12 and t["rows_drawn_per_sample"] == 12, t
+    if name == "span, remasking":
+        # The task's sampler settings took: 24 steps, and remasked positions drawn again.
+        assert 1 <= t["network_evaluations_per_sample"] <= 24 and t["rows_drawn_per_sample"] > 12, t
+    else:
+        # 12 steps over 12 positions: a network call per step that draws, each position drawn once.
+        assert 1 <= t["network_evaluations_per_sample"] <= 12 and t["rows_drawn_per_sample"] == 12, t
+# The task's weight took: at weight 0 the recipe's one control steers nothing, as if it only judged.
+texts = lambda name: [json.loads(l)["text"] for l in open(os.path.join(d, "samples", name + ".jsonl"))]
+assert texts("pos-alone--weight-0") == texts("pos-alone--unguided"), (texts("pos-alone--weight-0"), texts("pos-alone--unguided"))
 samples = [json.loads(l) for l in open(os.path.join(d, "samples", "span.jsonl"))]
 assert len(samples) == 3 and all(len(s["target"]["params"]["syntax_span"]["span"]) == 3 and s["target"]["reference"] for s in samples), samples
 PY
-    printf '{"tasks": [{"name": "x", "recipe": "nowhere.json", "target": "tree"}], "teacher": 3}\n' > "$work/bad_suite.json"
+    printf '{"tasks": [{"name": "x", "recipe": "nowhere.json", "target": "tree", "weight": 2, "sampler": 3}], "teacher": 3}\n' > "$work/bad_suite.json"
     err=$("$rudder" eval "$work/bad_suite.json" 2>&1 >/dev/null); code=$?
     [ $code -eq 2 ] || fail "expected exit 2, got $code: $err"
-    for want in "/teacher: expected" "/tasks/0/control: required with a target" "/tasks/0/recipe: no recipe file" "/tasks/0/targets: no target file"; do
+    for want in "/teacher: expected" "/tasks/0/control: required with a target" "/tasks/0/recipe: no recipe file" \
+                "/tasks/0/targets: no target file" "/tasks/0/weight: needs \"control\"" "/tasks/0/sampler: expected"; do
       grep -qF "$want" <<<"$err" || fail "missing '$want' in: $err"
     done
     ;;
