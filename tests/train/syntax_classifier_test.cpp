@@ -10,6 +10,8 @@
 #include <random>
 
 #include <rudder/nn/safetensors.hpp>
+#include <rudder/plugins/loader.hpp>
+#include <rudder/plugins/plugins.hpp>
 #include <rudder/runtime/model.hpp>
 #include <rudder/syntax/classifier.hpp>
 #include <rudder/text/tokenizer.hpp>
@@ -188,6 +190,104 @@ TEST_F(TextClassifierTraining, TrainsForEachFamilyAndGuidesWithExactGradients) {
         classifier->guide(family == "continuous" ? static_cast<const void*>(zeros.data_ptr<float>()) : pads.data(), B, L,
                           0.5, everything, nullptr, lp_all.data());
         for (float v : lp_all) EXPECT_NEAR(v, 0.0f, 1e-4f);
+    }
+}
+
+// The run services the syntax controllers call: the denoiser's vocabulary, and model names taken as paths.
+class VocabularyServices final : public plugins::RunServices {
+public:
+    explicit VocabularyServices(const std::filesystem::path& denoiser)
+        : dir_(denoiser), vocabulary_(WordTokenizer::load((denoiser / "vocab.txt").string())) {
+        for (int64_t id = 0; id < vocabulary_.vocab_size(); ++id) words_.push_back(vocabulary_.token(id));
+    }
+    const WordTokenizer& vocabulary() const { return vocabulary_; }
+    std::vector<int64_t> tokenize(const std::string& text) override { return vocabulary_.encode(text); }
+    std::string detokenize(const int64_t* ids, int64_t n) override { return vocabulary_.decode(ids, n); }
+    const std::string* token_text(int64_t id) override {
+        return id >= 0 && id < static_cast<int64_t>(words_.size()) ? &words_[static_cast<size_t>(id)] : nullptr;
+    }
+    at::Tensor denoise(const plugins::StepInputs&, const std::vector<std::string>&) override {
+        throw std::logic_error("no conditioning here");
+    }
+    std::string model_dir() override { return dir_.string(); }
+    std::string find_model(const std::string& name) override { return name; }
+
+private:
+    std::filesystem::path dir_;
+    WordTokenizer vocabulary_;
+    std::vector<std::string> words_;
+};
+
+// Exact candidate scoring ("scoring": "exact") through the pos controller as a run loads it, with every token of the
+// tiny vocabulary a candidate: each row's deltas are log p(target | x with the row's position set to that token), by
+// brute force one substitution at a time with the classifier at t_next, less the row's lowest.
+TEST_F(TextClassifierTraining, ExactCandidateScoringIsTheClassifierOnEverySubstitution) {
+    const auto denoiser = train_denoiser("discrete");
+    const json config = classifier_config(denoiser, write_annotations(denoiser), "classifier-discrete");
+    ASSERT_TRUE(train::train(train::parse_train_config(config, dir_.path())).finished);
+    const std::string classifier_dir = config["out"].get<std::string>();
+    auto classifier = syntax::TextClassifier::load(classifier_dir);
+    VocabularyServices services(denoiser);
+    const WordTokenizer& vocabulary = services.vocabulary();
+
+    const int64_t B = 2, L = 10, V = vocabulary.vocab_size();
+    plugins::RunShape shape;
+    shape.family = RUDDER_FAMILY_DISCRETE;
+    shape.batch_size = B;
+    shape.seq_len = L;
+    shape.vocab_size = V;
+    shape.pad_id = vocabulary.pad_id();
+    shape.mask_id = vocabulary.mask_id();
+    shape.unk_id = vocabulary.unk_id();
+    shape.total_steps = 10;
+    shape.candidates = static_cast<int32_t>(V);
+    plugins::ControllerType type;
+    for (auto& t : plugins::load_library(std::filesystem::path(RUDDER_TEST_SYNTAX_PLUGIN)))
+        if (t.id() == "pos") type = t;
+    const json params = {{"tags", "NN VBZ NN VBZ"}, {"classifier", classifier_dir}, {"scoring", "exact"}, {"top_k", V}};
+    plugins::ControllerInstance pos(type, params.dump(), "pos");
+    pos.begin(shape, &services);
+
+    // Half the words of two texts committed, the rest masked; three masked positions are the step's rows.
+    at::Tensor tokens = at::full({B, L}, vocabulary.mask_id(), at::kLong);
+    for (int64_t b = 0; b < B; ++b) {
+        const auto ids = vocabulary.encode(test::micro_records()[static_cast<size_t>(b)].ref);
+        for (int64_t i = 0; i < L && i < static_cast<int64_t>(ids.size()); i += 2) tokens[b][i] = ids[static_cast<size_t>(i)];
+    }
+    plugins::StepInputs in;
+    in.phase = RUDDER_PHASE_PREDICT;
+    in.step = 4;
+    in.total_steps = 10;
+    in.t = 0.6;
+    in.t_next = 0.5;
+    in.tokens = tokens;
+    in.masked = tokens.eq(vocabulary.mask_id()).to(at::kByte);
+    in.x0_logits = at::log_softmax(at::sin(at::arange(B * L * V, at::kFloat) * 0.37).view({B, L, V}), -1);
+    const std::vector<int64_t> rows = {1, 5, L + 3};
+    in.rows = at::tensor(rows, at::kLong);
+    const plugins::StepOutputs out = pos.step(in);
+    ASSERT_TRUE(out.candidate_delta.defined());
+    ASSERT_EQ(out.candidate_delta.sizes(), (at::IntArrayRef{3, V}));
+    const at::Tensor ids = std::get<1>(plugins::top_candidates(in.x0_logits.view({B * L, V}).index_select(0, in.rows), V));
+
+    syntax::ClassifierTarget target;
+    for (const char* tag : {"NN", "VBZ", "NN", "VBZ"}) target.tags.push_back({classifier->tag_class(tag)});
+    target.tags.resize(L, {0});  // no word after the fourth
+    for (size_t r = 0; r < rows.size(); ++r) {
+        const int64_t b = rows[r] / L, position = rows[r] % L;
+        std::vector<float> by_token(static_cast<size_t>(V));
+        for (int64_t v = 0; v < V; ++v) {
+            at::Tensor one = tokens[b].clone().unsqueeze(0);
+            one[0][position] = v;
+            classifier->guide(one.data_ptr<int64_t>(), 1, L, in.t_next, target, nullptr, &by_token[static_cast<size_t>(v)]);
+        }
+        const float lowest = *std::min_element(by_token.begin(), by_token.end());
+        for (int64_t j = 0; j < V; ++j) {
+            const int64_t v = ids[static_cast<int64_t>(r)][j].item<int64_t>();
+            EXPECT_NEAR(out.candidate_delta[static_cast<int64_t>(r)][j].item<float>(), by_token[static_cast<size_t>(v)] - lowest, 1e-4f)
+                << "row " << rows[r] << ", token " << v;
+        }
+        EXPECT_GT(out.candidate_delta[static_cast<int64_t>(r)].max().item<float>(), 1e-3f) << "row " << rows[r] << " is flat";
     }
 }
 
