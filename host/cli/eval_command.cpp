@@ -71,6 +71,7 @@ struct Task {
     json params = json::object();  // merged into the (one) control's params after the target (e.g. {"gamma": 4})
     std::optional<double> weight;  // the (one) control's weight instead of the recipe's
     json sampler = json::object(); // merged into the recipe's sampler (e.g. {"steps": 50})
+    json guidance = json::object();  // merged into the recipe's guidance (e.g. {"gradient_steps": 5})
     TargetSource targets;
 };
 
@@ -134,6 +135,7 @@ Suite read_suite(const fs::path& file) {
             task.params = t.object("params").value_or(json::object());
             task.weight = t.number("weight", 0.0, 1e6);
             task.sampler = t.object("sampler").value_or(json::object());
+            task.guidance = t.object("guidance").value_or(json::object());
             if (t.has("controls")) {
                 // A composition: {"semantic": "fields", "syntax_tree": "tree"}, every target from the same text.
                 if (t.has("control") || t.has("target")) {
@@ -489,9 +491,10 @@ int run_eval(const EvalOptions& o) {
                     throw std::runtime_error("task '" + task.name + "': the recipe '" + task.recipe.string() +
                                              "' has no controller named '" + control + "'");
             }
-            if (!task.sampler.empty()) {
-                if (!recipe.contains("sampler") || !recipe["sampler"].is_object()) recipe["sampler"] = json::object();
-                recipe["sampler"].update(task.sampler);
+            for (const auto& [key, settings] : {std::pair<const char*, const json*>{"sampler", &task.sampler}, {"guidance", &task.guidance}}) {
+                if (settings->empty()) continue;
+                if (!recipe.contains(key) || !recipe[key].is_object()) recipe[key] = json::object();
+                recipe[key].update(*settings);
             }
             if (task.evaluate_only && recipe.contains("controllers") && recipe.at("controllers").is_array())
                 for (auto& c : recipe["controllers"]) c["evaluate_only"] = true;

@@ -210,11 +210,11 @@ assert texts("pos-alone--weight-0") == texts("pos-alone--unguided"), (texts("pos
 samples = [json.loads(l) for l in open(os.path.join(d, "samples", "span.jsonl"))]
 assert len(samples) == 3 and all(len(s["target"]["params"]["syntax_span"]["span"]) == 3 and s["target"]["reference"] for s in samples), samples
 PY
-    printf '{"tasks": [{"name": "x", "recipe": "nowhere.json", "target": "tree", "weight": 2, "sampler": 3}], "teacher": 3}\n' > "$work/bad_suite.json"
+    printf '{"tasks": [{"name": "x", "recipe": "nowhere.json", "target": "tree", "weight": 2, "sampler": 3, "guidance": []}], "teacher": 3}\n' > "$work/bad_suite.json"
     err=$("$rudder" eval "$work/bad_suite.json" 2>&1 >/dev/null); code=$?
     [ $code -eq 2 ] || fail "expected exit 2, got $code: $err"
     for want in "/teacher: expected" "/tasks/0/control: required with a target" "/tasks/0/recipe: no recipe file" \
-                "/tasks/0/targets: no target file" "/tasks/0/weight: needs \"control\"" "/tasks/0/sampler: expected"; do
+                "/tasks/0/targets: no target file" "/tasks/0/weight: needs \"control\"" "/tasks/0/sampler: expected" "/tasks/0/guidance: expected"; do
       grep -qF "$want" <<<"$err" || fail "missing '$want' in: $err"
     done
     ;;
