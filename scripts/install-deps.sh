@@ -8,6 +8,7 @@ packages=(
   libboost-dev libboost-filesystem-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libdlpack-dev zlib1g-dev
   libssl-dev   # OpenSSL libcrypto: SHA-256 of plugin files (recipe pins)
   libpcre2-dev libutf8proc-dev   # BPE tokenizers: Unicode regexes of the pre-split, NFC
+  libcpp-httplib-dev prometheus-cpp-dev   # rudder serve: HTTP and its /metrics
   libgtest-dev libbenchmark-dev python3   # python3: the Python binding and its test, JSON checks in the CLI tests
   python3-torch   # the MDLM/SEDD checkpoint test writes its random-weight checkpoints and reference outputs with it
   clang libclang-rt-14-dev                # make test-sanitize: ASan/UBSan build and the libFuzzer targets

@@ -45,5 +45,6 @@ void add_score_command(CLI::App& app, Commands& commands);     // score (score_c
 void add_bench_command(CLI::App& app, Commands& commands);     // bench (bench_command.cpp)
 void add_eval_command(CLI::App& app, Commands& commands);      // eval (eval_command.cpp)
 void add_syntax_commands(CLI::App& app, Commands& commands);   // annotate, eval-annotator (syntax_commands.cpp)
+void add_serve_command(CLI::App& app, Commands& commands);     // serve (serve_command.cpp)
 
 }  // namespace rudder::cli

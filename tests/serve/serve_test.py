@@ -1,0 +1,244 @@
+"""rudder serve on loopback, one case per run: python3 serve_test.py RUDDER CASE.
+
+Each case starts its own server on a free port (--port 0, read from its first line on stderr) with the bundled
+models and first-party plugins, talks to it over HTTP with the standard library only, and stops it.
+"""
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+RUDDER = sys.argv[1]
+CASE = sys.argv[2]
+
+# A discrete recipe that is quick, and a continuous one that runs long enough to be caught in the middle.
+QUICK = {"model": "e2e-discrete", "sampler": {"name": "analytic", "steps": 20}, "samples": 2,
+         "controllers": [{"plugin": "length", "params": {"tokens": 8}}]}
+LONG = {"model": "e2e-continuous", "sampler": {"name": "ddpm", "steps": 1000}, "samples": 4}
+
+
+def fail(message):
+    print("FAIL:", message)
+    sys.exit(1)
+
+
+class Server:
+    def __init__(self, *args):
+        self.proc = subprocess.Popen([RUDDER, "serve", "--port", "0", "--threads", "1", *args],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stderr.readline()
+        if "listening on http://127.0.0.1:" not in line:
+            fail("no listening line: " + line + self.proc.stderr.read())
+        self.port = int(line.split("127.0.0.1:")[1].split()[0])
+        self.log = []
+        threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True).start()
+
+    def connection(self, timeout=120):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, raw=None):
+        c = self.connection()
+        data = raw if raw is not None else (json.dumps(body) if body is not None else None)
+        c.request(method, path, body=data, headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        text = r.read().decode()
+        c.close()
+        return r.status, dict(r.getheaders()), text
+
+    def json(self, method, path, body=None, raw=None):
+        status, headers, text = self.request(method, path, body, raw)
+        try:
+            return status, headers, json.loads(text)
+        except ValueError:
+            fail(f"{method} {path}: not JSON ({status}): {text[:300]}")
+
+    def open_stream(self, body):
+        c = self.connection()
+        c.request("POST", "/v1/generate", body=json.dumps(dict(body, stream=True)))
+        r = c.getresponse()
+        if r.status != 200 or not r.getheader("Content-Type", "").startswith("text/event-stream"):
+            fail(f"stream: {r.status} {r.getheaders()}")
+        return c, r
+
+    def metric(self, name):
+        _, _, text = self.request("GET", "/metrics")
+        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=120)
+
+
+def events(response):
+    """Server-Sent Events from a response, as (event, data) pairs, as they arrive."""
+    event = None
+    for raw in response:
+        line = raw.decode().rstrip("\n")
+        if line.startswith("event: "):
+            event = line[len("event: "):]
+        elif line.startswith("data: "):
+            yield event, json.loads(line[len("data: "):])
+
+
+def case_endpoints():
+    with tempfile.TemporaryDirectory() as d:
+        named = os.path.join(d, "quick.json")
+        json.dump(QUICK, open(named, "w"))
+        s = Server("--recipe", "quick=" + named)
+        try:
+            status, _, body = s.json("GET", "/healthz")
+            assert status == 200 and body == {"status": "ok"}, body
+            status, _, body = s.json("GET", "/v1/models")
+            assert status == 200 and "e2e-discrete" in body["models"], body
+            status, _, body = s.json("GET", "/v1/plugins")
+            by_id = {c["id"]: c for c in body["controllers"]}
+            assert status == 200 and by_id["length"]["params_schema"]["properties"]["tokens"], by_id.get("length")
+            assert "logit_delta" in by_id["cfg"]["capabilities"], by_id["cfg"]
+
+            # Generate: the samples as `rudder generate` writes them, the request's overrides applied.
+            status, _, body = s.json("POST", "/v1/generate", {"recipe": QUICK, "seed": 5})
+            assert status == 200 and len(body["samples"]) == 2, body
+            for sample in body["samples"]:
+                assert sample["controls"]["length"] == {"satisfied": True, "score": 8.0}, sample
+            status, _, again = s.json("POST", "/v1/generate", {"recipe": QUICK, "seed": 5})
+            assert again == body, "the same seed gave other samples"
+            status, _, body = s.json("POST", "/v1/generate",
+                                     {"recipe": "quick", "samples": 3, "params": {"length": {"tokens": 6}}})
+            assert status == 200 and len(body["samples"]) == 3, body
+            assert all(x["controls"]["length"]["score"] == 6.0 for x in body["samples"]), body
+
+            # Validate: the recipe's problems with pointers into the request, as `rudder validate` finds them.
+            status, _, body = s.json("POST", "/v1/validate", {"recipe": QUICK})
+            assert status == 200 and body["valid"] and body["model"] == "e2e-discrete", body
+            bad = dict(QUICK, controllers=[{"plugin": "lenght"}], sampler={"name": "ddim"})
+            status, _, body = s.json("POST", "/v1/validate", {"recipe": bad})
+            pointers = {i["pointer"]: i["message"] for i in body["issues"]}
+            assert status == 400 and not body["valid"], body
+            assert "did you mean 'length'" in pointers["/recipe/controllers/0/plugin"], pointers
+            assert "/recipe/sampler/name" in pointers, pointers
+
+            # Streamed: an event per reverse step with the current texts, then the samples and "done".
+            c, r = s.open_stream({"recipe": QUICK})
+            seen = list(events(r))
+            c.close()
+            steps = [d for e, d in seen if e == "step"]
+            assert len(steps) == 20 and [d["step"] for d in steps] == list(range(1, 21)), steps[:3]
+            assert all(len(d["texts"]) == 2 for d in steps) and steps[-1]["t"] == 0.0, steps[-1]
+            samples = [d for e, d in seen if e == "sample"]
+            assert len(samples) == 2 and all(x["controls"]["length"]["satisfied"] for x in samples), samples
+            assert seen[-1][0] == "done", seen[-1]
+
+            metrics = s.request("GET", "/metrics")[2]
+            assert 'rudder_http_requests_total{code="200",path="/v1/generate"} 4' in metrics, metrics
+            assert s.metric("rudder_samples_total") == 2 + 2 + 3 + 2, metrics
+            assert s.metric("rudder_reverse_steps_total") >= 80, metrics
+        finally:
+            code = s.stop()
+        assert code == 0, f"exit {code}: {''.join(s.log)}"
+
+
+def case_bad_requests():
+    s = Server("--max-body", "4096")
+    try:
+        for raw, want_status, want in [
+            ("{not json", 400, "not valid JSON"),
+            ("[1, 2]", 400, "must be a JSON object"),
+            (json.dumps({"recipe": QUICK, "seed": -1, "colour": 1}), 400, "/colour"),
+            (json.dumps({"recipe": "nothing"}), 400, "no recipe named 'nothing' on this server (it was started with none)"),
+            (json.dumps({"recipe": QUICK, "params": {"span": {"prefix": "The"}}}), 400, "no controller named 'span'"),
+            (json.dumps({"recipe": dict(QUICK, batch_size=0)}), 400, "/recipe/batch_size"),
+            (json.dumps({"recipe": dict(QUICK, model="nowhere")}), 400, "/recipe/model"),
+        ]:
+            status, _, text = s.request("POST", "/v1/generate", raw=raw)
+            assert status == want_status and want in text, (raw, status, text)
+            assert "error" in json.loads(text), text
+        status, _, text = s.request("POST", "/v1/generate", raw=json.dumps({"recipe": QUICK, "pad": "x" * 5000}))
+        assert status == 413, (status, text)
+        status, _, body = s.json("GET", "/no/such/path")
+        assert status == 404 and "error" in body, body
+        # A controller that fails in the middle of a run: 500 with its message, and the server goes on.
+        failing = dict(QUICK, controllers=[{"plugin": "span", "params": {"prefix": "The", "suffix": ".", "length": 8}},
+                                           {"plugin": "length", "params": {"tokens": 5}}])
+        status, _, body = s.json("POST", "/v1/generate", {"recipe": failing})
+        assert status == 500 and "controllers 'span' and 'length' fix different tokens" in body["error"], body
+        assert s.json("POST", "/v1/generate", {"recipe": QUICK})[0] == 200
+        assert s.metric('rudder_generation_failures_total{cause="invalid request"}') == 7
+        assert s.metric('rudder_generation_failures_total{cause="run error"}') == 1
+        assert s.metric('rudder_http_requests_total{code="404",path="other"}') == 1
+    finally:
+        code = s.stop()
+    assert code == 0, f"exit {code}: {''.join(s.log)}"
+
+
+def case_queue_and_disconnect():
+    # One at a time and nobody waiting: a second request while one runs is refused with 503 and Retry-After.
+    s = Server("--parallel", "1", "--queue", "0")
+    try:
+        c, r = s.open_stream({"recipe": LONG})
+        stream = events(r)
+        first = next(stream)
+        assert first[0] == "step", first
+        status, headers, body = s.json("POST", "/v1/generate", {"recipe": QUICK})
+        assert status == 503 and headers.get("Retry-After") == "5" and "queue is full" in body["error"], (status, headers, body)
+        # The client goes away: the run is cancelled within a step or two and the turn is free again.
+        c.close()
+        deadline = time.time() + 30
+        while time.time() < deadline and s.metric('rudder_generation_failures_total{cause="disconnected"}') < 1:
+            time.sleep(0.1)
+        assert s.metric('rudder_generation_failures_total{cause="disconnected"}') == 1, s.request("GET", "/metrics")[2]
+        steps_then = s.metric("rudder_reverse_steps_total")
+        assert steps_then < 4 * 100, f"{steps_then} steps ran after the client left"
+        status, _, body = s.json("POST", "/v1/generate", {"recipe": QUICK})
+        assert status == 200, body
+        assert s.metric("rudder_queue_length") == 0 and s.metric("rudder_generations_running") == 0
+    finally:
+        code = s.stop()
+    assert code == 0, f"exit {code}: {''.join(s.log)}"
+
+
+def case_timeout():
+    s = Server("--timeout", "0.5")
+    try:
+        status, _, body = s.json("POST", "/v1/generate", {"recipe": LONG})
+        assert status == 504 and "limit of 0.5" in body["error"], (status, body)
+        c, r = s.open_stream({"recipe": LONG})
+        seen = list(events(r))
+        c.close()
+        assert seen[-1][0] == "error" and "limit of 0.5" in seen[-1][1]["error"], seen[-1]
+        assert s.metric('rudder_generation_failures_total{cause="timeout"}') == 2
+    finally:
+        code = s.stop()
+    assert code == 0, f"exit {code}: {''.join(s.log)}"
+
+
+def case_sigterm_drain():
+    # SIGTERM while a generation runs: readiness fails, new work is refused, the running one finishes, then exit 0.
+    s = Server()
+    c, r = s.open_stream({"recipe": dict(LONG, sampler={"name": "ddpm", "steps": 300}, samples=2)})
+    stream = events(r)
+    assert next(stream)[0] == "step"
+    s.proc.send_signal(signal.SIGTERM)
+    deadline = time.time() + 10
+    while time.time() < deadline and s.json("GET", "/healthz")[0] != 503:
+        time.sleep(0.05)
+    status, _, body = s.json("GET", "/healthz")
+    assert status == 503 and body == {"status": "draining"}, (status, body)
+    status, headers, body = s.json("POST", "/v1/generate", {"recipe": QUICK})
+    assert status == 503 and "shutting down" in body["error"] and "Retry-After" in headers, (status, body)
+    rest = list(stream)
+    c.close()
+    assert [e for e, _ in rest if e == "sample"] == ["sample", "sample"] and rest[-1][0] == "done", rest[-3:]
+    code = s.proc.wait(timeout=60)
+    assert code == 0, f"exit {code}: {''.join(s.log)}"
+    assert any("stopping" in line for line in s.log), s.log
+
+
+{"endpoints": case_endpoints, "bad_requests": case_bad_requests, "queue_and_disconnect": case_queue_and_disconnect,
+ "timeout": case_timeout, "sigterm_drain": case_sigterm_drain}[CASE]()
+print("ok:", CASE)
