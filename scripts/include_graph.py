@@ -22,11 +22,12 @@ ALLOWED = {
     "syntax": {"sdk", "text", "nn"},
     "runtime": {"sdk", "base", "plugins", "text", "nn"},
     "train": {"sdk", "text", "nn", "syntax"},
-    "cli": {"sdk", "base", "plugins", "text", "nn", "syntax", "runtime", "train"},
+    "serve": {"sdk", "base", "plugins", "text", "nn", "runtime"},
+    "cli": {"sdk", "base", "plugins", "text", "nn", "syntax", "runtime", "train", "serve"},
     "embed": {"sdk", "base", "plugins", "text", "nn", "runtime"},
     "controllers": {"sdk", "text", "syntax"},
 }
-HOST_LAYERS = ["base", "plugins", "text", "nn", "syntax", "runtime", "train", "cli", "embed"]
+HOST_LAYERS = ["base", "plugins", "text", "nn", "syntax", "runtime", "train", "serve", "cli", "embed"]
 SOURCE = re.compile(r"\.(c|cc|cpp|h|hpp)$")
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
 
