@@ -46,5 +46,6 @@ void add_bench_command(CLI::App& app, Commands& commands);     // bench (bench_c
 void add_eval_command(CLI::App& app, Commands& commands);      // eval (eval_command.cpp)
 void add_syntax_commands(CLI::App& app, Commands& commands);   // annotate, eval-annotator (syntax_commands.cpp)
 void add_serve_command(CLI::App& app, Commands& commands);     // serve (serve_command.cpp)
+void add_likelihood_command(CLI::App& app, Commands& commands);  // likelihood (likelihood_command.cpp)
 
 }  // namespace rudder::cli

@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
     cli::add_eval_command(app, commands);
     cli::add_syntax_commands(app, commands);
     cli::add_serve_command(app, commands);
+    cli::add_likelihood_command(app, commands);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

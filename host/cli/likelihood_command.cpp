@@ -1,0 +1,86 @@
+// `rudder likelihood MODEL FILE`: a discrete model's own bound on the negative log-likelihood of texts (the
+// absorbing-diffusion negative ELBO, rudder/runtime/likelihood.hpp), per token and as a perplexity bound.
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include <rudder/nn/compute_threads.hpp>
+#include <rudder/runtime/likelihood.hpp>
+#include <rudder/runtime/model.hpp>
+#include <rudder/text/text_files.hpp>
+
+#include "commands.hpp"
+
+namespace rudder::cli {
+namespace {
+
+using json = nlohmann::json;
+
+struct Options {
+    std::string model, file;
+    LikelihoodOptions likelihood;
+    int64_t max_texts = 0;
+    bool as_json = false, quiet = false;
+};
+
+int cmd_likelihood(const Options& o) {
+    const Model model = load_model(resolve_model(o.model, std::filesystem::current_path(), default_model_path()), Family::discrete);
+    std::vector<std::string> texts = read_texts(o.file);
+    if (o.max_texts > 0 && static_cast<int64_t>(texts.size()) > o.max_texts) texts.resize(static_cast<size_t>(o.max_texts));
+    ComputeShare share;
+    const LikelihoodReport r = absorbing_nelbo(model, texts, o.likelihood, [&](int64_t done, int64_t total) {
+        if (!o.quiet) std::fprintf(stderr, "\r%lld/%lld texts", static_cast<long long>(done), static_cast<long long>(total));
+    });
+    if (!o.quiet) std::fprintf(stderr, "\n");
+    if (o.as_json) {
+        std::cout << json({{"model", model.name},
+                           {"nats_per_token", r.nats_per_token()},
+                           {"standard_error", r.standard_error_per_token()},
+                           {"perplexity_bound", r.perplexity_bound()},
+                           {"nats_per_text", r.nats_per_text()},
+                           {"texts", r.texts},
+                           {"tokens", r.tokens},
+                           {"length", r.length},
+                           {"draws", r.draws},
+                           {"unknown_tokens", r.unknown_tokens},
+                           {"skipped_too_long", r.skipped_too_long}})
+                         .dump()
+                  << "\n";
+        return kExitOk;
+    }
+    std::printf("negative ELBO %.4f nats per token (standard error %.4f): perplexity at most %.3f\n", r.nats_per_token(),
+                r.standard_error_per_token(), r.perplexity_bound());
+    std::printf("%lld texts, %lld tokens including one end token per text, %lld positions each, %lld draws per text\n",
+                static_cast<long long>(r.texts), static_cast<long long>(r.tokens), static_cast<long long>(r.length),
+                static_cast<long long>(r.draws));
+    std::printf("unknown words scored as <unk>: %lld\n", static_cast<long long>(r.unknown_tokens));
+    if (r.skipped_too_long)
+        std::printf("not scored: %lld texts longer than %lld positions\n", static_cast<long long>(r.skipped_too_long),
+                    static_cast<long long>(r.length));
+    return kExitOk;
+}
+
+}  // namespace
+
+void add_likelihood_command(CLI::App& app, Commands& commands) {
+    auto o = std::make_shared<Options>();
+    auto* cmd = app.add_subcommand("likelihood", "A discrete model's bound on the negative log-likelihood of texts (its negative ELBO)");
+    cmd->add_option("model", o->model, "Discrete model: a bundled name or a directory")->required();
+    cmd->add_option("file", o->file, "E2E CSV (its refs), JSON Lines with a \"text\" field, or one text per line")
+        ->required()
+        ->check(CLI::ExistingFile);
+    cmd->add_option("--draws", o->likelihood.draws, "Monte Carlo draws (time and mask) per text (default 16)")->check(CLI::Range(1, 100000));
+    cmd->add_option("--seed", o->likelihood.seed, "Seed of the draws (default 0)");
+    cmd->add_option("--batch-size", o->likelihood.batch_size, "Texts per network call (default 64)")->check(CLI::Range(1, 4096));
+    cmd->add_option("--length", o->likelihood.length, "Positions per sequence (default: the network's, else the longest text + 1)")
+        ->check(CLI::Range(1, 1 << 20));
+    cmd->add_option("--max-texts", o->max_texts, "Score at most the first N texts")->check(CLI::Range(1, 1 << 30));
+    cmd->add_flag("--json", o->as_json, "Machine-readable output");
+    cmd->add_flag("-q,--quiet", o->quiet, "No progress on stderr");
+    commands.add_threads_option(cmd);
+    commands.list.push_back({cmd, [o] { return cmd_likelihood(*o); }});
+}
+
+}  // namespace rudder::cli

@@ -1,0 +1,49 @@
+// A discrete model's own likelihood bound: the negative ELBO of absorbing (masked) diffusion, as MDLM states it in
+// continuous time (Sahoo et al. 2024, "Simple and effective masked diffusion language models", eq. 11):
+//
+//   -log p(x) <= E_{t ~ U(0, 1]} E_{z_t ~ q(z_t | x)} [ a'(t) / (1 - a(t)) * sum_{i masked in z_t} log p(x_i | z_t) ]
+//
+// with a(t) = 1 - m(t) the share of tokens kept and m(t) = (1 - eps) t Rudder's masking probability, so the weight
+// -a'(t) / (1 - a(t)) is 1 / t. The bound is tight when p(x_i | z_t) is the true posterior (the exact corpus
+// denoiser's), and it is how MDLM and SEDD compare models. Estimated by Monte Carlo: per batch of texts, `draws`
+// times one t stratified in ((k + u) / draws) and one mask draw per text. `rudder likelihood` (docs/cli.md).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <rudder/runtime/model.hpp>
+
+namespace rudder {
+
+struct LikelihoodOptions {
+    int64_t draws = 16;       // Monte Carlo draws (t, mask) per text
+    uint64_t seed = 0;
+    int64_t batch_size = 64;  // texts per network call
+    int64_t length = 0;       // positions per sequence (texts are padded to it); 0: the network's, else the longest text
+};
+
+struct LikelihoodReport {
+    int64_t texts = 0;             // texts scored
+    int64_t tokens = 0;            // their tokens, with one end token per text (as the teacher counts them)
+    int64_t length = 0;            // positions per padded sequence
+    int64_t unknown_tokens = 0;    // words the tokenizer did not know, scored as its unknown token
+    int64_t skipped_too_long = 0;  // texts with more tokens than `length`
+    int64_t draws = 0;
+    double nelbo_sum = 0.0;        // nats, over all texts: a bound on -log p of the whole file
+    double nelbo_sq_sum = 0.0;     // sum of each text's squared estimate (for the standard error)
+    double nats_per_token() const { return tokens ? nelbo_sum / static_cast<double>(tokens) : 0.0; }
+    double perplexity_bound() const;  // exp(nats_per_token): the model's perplexity is at most this
+    double nats_per_text() const { return texts ? nelbo_sum / static_cast<double>(texts) : 0.0; }
+    // Standard error of nats_per_token from the spread of the per-text estimates.
+    double standard_error_per_token() const;
+};
+
+// Throws std::invalid_argument for a model that is not of the discrete (absorbing) family, or bad options.
+// `progress(texts done, texts)` is called after every batch.
+LikelihoodReport absorbing_nelbo(const Model& model, const std::vector<std::string>& texts, const LikelihoodOptions& options,
+                                 const std::function<void(int64_t, int64_t)>& progress = {});
+
+}  // namespace rudder
