@@ -8,7 +8,7 @@ TSAN_BUILD ?= build-tsan
 # numerics (which `make test` covers), take 10 of the sanitized suite's 20 CPU-minutes, and add no new code paths.
 SANITIZE_EXCLUDE ?= ^nets\.Training\.
 
-.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long bench bench-threads bench-memory bench-eager bench-vocab clean
+.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long bench bench-threads bench-memory bench-eager bench-vocab bench-serve clean
 
 all: build
 
@@ -87,6 +87,11 @@ bench-eager: build
 # controllers, dense ABI 1.1 forms against 1.2 (bench/large_vocab_bench.cpp; each run a process of its own).
 bench-vocab: build
 	$(BUILD)/bin/rudder_large_vocab_bench
+
+# rudder serve under 1, 8 and 32 concurrent clients on loopback, against rudder generate one request after another
+# (bench/serve_load.py; a few minutes).
+bench-serve: build
+	python3 bench/serve_load.py
 
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log $(SANITIZE_BUILD) $(SANITIZE_BUILD).configure.log $(TSAN_BUILD) \
