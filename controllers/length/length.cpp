@@ -16,7 +16,7 @@ public:
 
     void begin(const rudder_run_info& run) override {
         Controller::begin(run);
-        rudder::layout::check_fits(tokens_, run, "length " + std::to_string(tokens_));
+        rudder::layout::check_length(tokens_, run, "length " + std::to_string(tokens_));
     }
 
     void step(const rudder_step& step, rudder_contribution& out) override {

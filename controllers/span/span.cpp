@@ -64,7 +64,7 @@ public:
                 fixed_[pos] = ids[k];
             }
         }
-        if (length_ > 0) rudder::layout::check_fits(length_, run, "length " + std::to_string(length_));
+        if (length_ > 0) rudder::layout::check_length(length_, run, "length " + std::to_string(length_));
     }
 
     void step(const rudder_step& step, rudder_contribution& out) override {

@@ -183,6 +183,53 @@ def write_model(out, name, config, weights, shards=1):
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
 
 
+def byte_level_alphabet():
+    """GPT-2's printable stand-in for each byte: printable Latin-1 bytes stand for themselves, the rest map to
+    256 + n in byte order."""
+    kept = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in kept:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return chars
+
+
+def write_gpt2_like_tokenizer(folder, size):
+    """vocab.json and merges.txt in GPT-2's own format with `size` tokens: the 256 bytes, merges learnt from a
+    small text (the most frequent adjacent pair first), and <|endoftext|> last."""
+    chars = byte_level_alphabet()
+    text = ("the cat sat on the mat and the dog sat on the log then the cat and the dog ate the food at the "
+            "restaurant near the river in the city centre where the food is cheap and the coffee is good ") * 3
+    words = [[chars[b] for b in (" " + w if i else w).encode()] for i, w in enumerate(text.split())]
+    vocab = [chars[b] for b in range(256)]
+    merges = []
+    while len(vocab) < size - 1:
+        pairs = {}
+        for w in words:
+            for a, b in zip(w, w[1:]):
+                pairs[(a, b)] = pairs.get((a, b), 0) + 1
+        if not pairs:
+            raise SystemExit("the fixture's text has too few pairs for a vocabulary of %d" % size)
+        best = min(pairs, key=lambda p: (-pairs[p], p))
+        merges.append(best)
+        vocab.append(best[0] + best[1])
+        for w in words:
+            i = 0
+            while i + 1 < len(w):
+                if (w[i], w[i + 1]) == best:
+                    w[i:i + 2] = [best[0] + best[1]]
+                i += 1
+    vocab.append("<|endoftext|>")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump({t: i for i, t in enumerate(vocab)}, f, ensure_ascii=False)
+    with open(os.path.join(folder, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
+
+
 def main():
     if sys.argv[1] == "--real-size":
         TINY.update(hidden=768, cond=128, blocks=12, heads=12, length=1024, tokens=50257)
@@ -238,6 +285,8 @@ def main():
                       "sedd.log_score": sedd_log_score(raw, tokens, sigma).float(),
                       "sedd.clean_log_probs": clean_log_probs(raw, tokens, vocab - 1).float()})
     save_safetensors(os.path.join(out, "reference.safetensors"), reference)
+    # A GPT-2-like tokenizer of the tiny vocabulary less the mask, to sample the tiny checkpoints as models.
+    write_gpt2_like_tokenizer(os.path.join(out, "gpt2_like_tokenizer"), TINY["tokens"])
 
 
 if __name__ == "__main__":

@@ -14,11 +14,16 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
+#include <algorithm>
 
 #include <rudder/nn/denoiser_net.hpp>
 #include <rudder/nn/dit_checkpoint.hpp>
 #include <rudder/nn/safetensors.hpp>
+#include <rudder/plugins/plugins.hpp>
+#include <rudder/runtime/generator.hpp>
 #include <rudder/runtime/model.hpp>
+#include <rudder/runtime/recipe.hpp>
 
 #include "dit_checkpoint_denoiser.hpp"
 
@@ -249,14 +254,14 @@ TEST_F(DitCheckpoint, DenoiserGivesTheCleanLogProbsAtTheScheduleNoiseLevel) {
     EXPECT_THROW(denoiser.denoise(tokens, t, {"a condition", "", ""}), std::invalid_argument);
 }
 
-TEST_F(DitCheckpoint, ModelLoadingRecognisesTheLayoutAndAsksForTheBpeTokenizer) {
+TEST_F(DitCheckpoint, ModelLoadingRecognisesTheLayoutAndAsksForTheTokenizer) {
     for (const std::string name : {"mdlm", "sedd"}) {
         try {
             rudder::load_model(root_ / name, std::nullopt);
             ADD_FAILURE() << name << " loaded without a tokenizer";
         } catch (const ModelError& e) {
-            EXPECT_NE(std::string(e.what()).find("checkpoint in Hugging Face layout"), std::string::npos) << e.what();
-            EXPECT_NE(std::string(e.what()).find("sampling it is not supported yet"), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("checkpoint without its tokenizer"), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("tokenizer.json (or vocab.json and merges.txt)"), std::string::npos) << e.what();
         }
     }
     try {
@@ -275,6 +280,70 @@ TEST_F(DitCheckpoint, ModelLoadingRecognisesTheLayoutAndAsksForTheBpeTokenizer) 
         ADD_FAILURE() << "a uniform-graph SEDD config was accepted";
     } catch (const ModelError& e) {
         EXPECT_NE(std::string(e.what()).find("graph.type"), std::string::npos) << e.what();
+    }
+    // A tokenizer of another size than the network's vocabulary less the mask: refused with both sizes.
+    const fs::path other = copy_of("mdlm", "mdlm_other_tokenizer");
+    json bytes_only = json::object();
+    const json full = rudder::read_json_file(root_ / "gpt2_like_tokenizer" / "vocab.json");
+    for (const auto& [token, id] : full.items())
+        if (id.get<int64_t>() < 256) bytes_only[token] = id;
+    bytes_only["<|endoftext|>"] = 256;
+    write_json(other / "vocab.json", bytes_only);
+    std::ofstream(other / "merges.txt") << "#version: 0.2\n";
+    try {
+        rudder::load_model(other, std::nullopt);
+        ADD_FAILURE() << "a tokenizer of 257 tokens was accepted for a network of 300";
+    } catch (const ModelError& e) {
+        EXPECT_NE(std::string(e.what()).find("the tokenizer has 257 tokens, and with the mask 258; the network has 300"),
+                  std::string::npos) << e.what();
+    }
+}
+
+// With GPT-2's tokenizer files beside it (here GPT-2's format with the tiny vocabulary) a checkpoint is a discrete
+// model: the mask is the id after the tokenizer's, there is no padding token, and a recipe samples it with controls.
+TEST_F(DitCheckpoint, WithItsTokenizerACheckpointIsAModelThatARecipeSamples) {
+    rudder::plugins::Registry registry({fs::path(RUDDER_TEST_PLUGIN_DIR)});
+    for (const std::string name : {"mdlm", "sedd"}) {
+        SCOPED_TRACE(name);
+        const fs::path dir = copy_of(name, name + "_with_tokenizer");
+        for (const char* file : {"vocab.json", "merges.txt"}) fs::copy(root_ / "gpt2_like_tokenizer" / file, dir / file);
+        const rudder::Model model = rudder::load_model(dir, std::nullopt);
+        EXPECT_EQ(model.family, rudder::Family::discrete);
+        EXPECT_EQ(model.tokenizer->type(), "bpe");
+        EXPECT_EQ(model.tokenizer->vocab_size(), 300);
+        EXPECT_EQ(model.tokenizer->mask_id(), 299);
+        EXPECT_EQ(model.tokenizer->pad_id(), -1);
+        EXPECT_EQ(model.tokenizer->token(299), "<mask>");
+        const std::vector<int64_t> ids = model.tokenizer->encode("the cat sat near the river");
+        EXPECT_EQ(model.tokenizer->decode(ids.data(), static_cast<int64_t>(ids.size())), "the cat sat near the river");
+        std::vector<int64_t> with_mask = ids;
+        with_mask.insert(with_mask.begin() + 1, 299);
+        EXPECT_EQ(model.tokenizer->decode(with_mask.data(), static_cast<int64_t>(with_mask.size())),
+                  "the<mask> cat sat near the river");
+
+        const std::string recipe = R"({"model": ")" + dir.string() + R"(", "sampler": {"name": "analytic", "steps": 8},
+            "samples": 3, "seed": 4, "controllers": [{"plugin": "span", "params": {"prefix": "the cat"}}]})";
+        rudder::Generator generator(rudder::parse_recipe(recipe, "."), registry);
+        const auto samples = generator.generate();
+        ASSERT_EQ(samples.size(), 3u);
+        const std::vector<int64_t> prefix = model.tokenizer->encode("the cat");
+        for (const auto& s : samples) {
+            ASSERT_EQ(s.tokens.size(), 16u);
+            EXPECT_EQ(s.n_tokens, 16) << "no padding token: the text is the whole sequence";
+            EXPECT_TRUE(std::none_of(s.tokens.begin(), s.tokens.end(), [](int64_t id) { return id == 299; })) << s.text;
+            EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), s.tokens.begin())) << s.text;
+            EXPECT_EQ(s.text.rfind("the cat", 0), 0u) << s.text;
+            EXPECT_EQ(s.text, model.tokenizer->decode(s.tokens.data(), 16));
+        }
+        // A length needs a padding token to end the text: refused, saying so.
+        const std::string with_length = R"({"model": ")" + dir.string() + R"(", "sampler": {"name": "analytic", "steps": 8},
+            "controllers": [{"plugin": "length", "params": {"tokens": 5}}]})";
+        try {
+            rudder::Generator refused(rudder::parse_recipe(with_length, "."), registry);
+            ADD_FAILURE() << "a length was accepted for a model without a padding token";
+        } catch (const std::exception& e) {
+            EXPECT_NE(std::string(e.what()).find("this model has none"), std::string::npos) << e.what();
+        }
     }
 }
 

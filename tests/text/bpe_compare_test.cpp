@@ -111,6 +111,23 @@ TEST(BpeCompare, Gpt2TokenizerJson) {
     compare("gpt2", BpeTokenizer::load_json(file.string()), false);
 }
 
+// MDLM's and SEDD's GPT-2 checkpoints have GPT-2's 50,257 tokens and their mask after them (mdlm-owt's vocab_size
+// is 50,258): the real tokenizer file with the mask added, as the model loader joins them.
+TEST(BpeCompare, Gpt2WithTheCheckpointsMaskToken) {
+    const auto file = reference_dir() / "gpt2" / "tokenizer.json";
+    if (!std::filesystem::exists(file)) GTEST_SKIP() << "no " << file << ": the fixture text.bpe.fetch_reference needs node and npm";
+    const WithMaskToken tok(std::make_shared<BpeTokenizer>(BpeTokenizer::load_json(file.string())));
+    EXPECT_EQ(tok.vocab_size(), 50258);
+    EXPECT_EQ(tok.mask_id(), 50257);
+    EXPECT_EQ(tok.pad_id(), -1);
+    EXPECT_EQ(tok.token(50256), "<|endoftext|>");
+    std::vector<int64_t> ids = tok.encode("Hello world<|endoftext|>");
+    ASSERT_EQ(ids.size(), 3u);
+    EXPECT_EQ(ids.back(), 50256);
+    ids.insert(ids.begin() + 1, tok.mask_id());
+    EXPECT_EQ(tok.decode(ids.data(), static_cast<int64_t>(ids.size())), "Hello<mask> world<|endoftext|>");
+}
+
 TEST(BpeCompare, Gpt2VocabAndMerges) {
     const auto dir = reference_dir() / "gpt2";
     if (!std::filesystem::exists(dir / "vocab.json")) GTEST_SKIP() << "no " << dir / "vocab.json" << ": the fixture text.bpe.fetch_reference needs node and npm";

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include <rudder/nn/dit_checkpoint.hpp>
+#include <rudder/text/bpe_tokenizer.hpp>
 
 namespace rudder {
 namespace fs = std::filesystem;
@@ -42,6 +43,27 @@ DenoiserOutput DitCheckpointDenoiser::denoise(const at::Tensor& x, double t, con
     return DenoiserOutput{network_->clean_log_probs(x, sigma), {}};
 }
 
+namespace {
+
+// GPT-2's byte-level BPE from the checkpoint's folder: tokenizer.json (Hugging Face's), else vocab.json and
+// merges.txt (GPT-2's own pair). Neither checkpoint ships one (both use Hugging Face's "gpt2" tokenizer).
+std::shared_ptr<const Tokenizer> checkpoint_tokenizer(const fs::path& dir, const std::string& what) {
+    try {
+        if (fs::exists(dir / "tokenizer.json"))
+            return std::make_shared<BpeTokenizer>(BpeTokenizer::load_json((dir / "tokenizer.json").string()));
+        if (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt"))
+            return std::make_shared<BpeTokenizer>(
+                BpeTokenizer::load_vocab_merges((dir / "vocab.json").string(), (dir / "merges.txt").string()));
+    } catch (const std::runtime_error& e) {
+        throw ModelError(std::string("the tokenizer of ") + what + " checkpoint: " + e.what());
+    }
+    throw ModelError("'" + dir.string() + "' is " + what + " checkpoint without its tokenizer: put GPT-2's " +
+                     "tokenizer.json (or vocab.json and merges.txt) from Hugging Face's gpt2 repository beside " +
+                     "config.json (docs/checkpoints.md)");
+}
+
+}  // namespace
+
 Model load_dit_checkpoint_model(const fs::path& dir, const nlohmann::json& config, std::optional<Family> family) {
     const fs::path file = dir / "config.json";
     const nn::DitConfig parsed = nn::parse_dit_config(config, file);
@@ -49,10 +71,21 @@ Model load_dit_checkpoint_model(const fs::path& dir, const nlohmann::json& confi
     if (family && *family != Family::discrete)
         throw ModelError("'" + dir.string() + "' is " + what + " checkpoint: a discrete (masked) diffusion model, not a " +
                          family_name(*family) + " one");
-    throw ModelError("'" + dir.string() + "' is " + what + " checkpoint in Hugging Face layout; its network loads " +
-                     "(rudder::nn::DitNetwork), but sampling it is not supported yet: GPT-2's byte-level BPE " +
-                     "tokenizer (rudder::BpeTokenizer) and the checkpoint's mask token are not yet joined to the " +
-                     "network as a model");
+    // The tokenizer first: it is small, and a folder without one is refused before gigabytes of weights are read.
+    auto tokenizer = std::make_shared<WithMaskToken>(checkpoint_tokenizer(dir, what));
+    if (tokenizer->vocab_size() != parsed.vocab_size)
+        throw ModelError("'" + dir.string() + "': the tokenizer has " + std::to_string(tokenizer->vocab_size() - 1) +
+                         " tokens, and with the mask " + std::to_string(tokenizer->vocab_size()) + "; the network has " +
+                         std::to_string(parsed.vocab_size) + " (the mask is its last id): another tokenizer than the one "
+                         "it was trained with");
+    Model model;
+    model.name = dir.filename().string();
+    model.dir = dir;
+    model.family = Family::discrete;
+    model.tokenizer = tokenizer;
+    model.denoiser = std::make_shared<DitCheckpointDenoiser>(std::make_shared<nn::DitNetwork>(nn::DitNetwork::load(dir)));
+    model.mask_schedule = MaskSchedule(parsed.schedule_eps);
+    return model;
 }
 
 }  // namespace rudder

@@ -45,10 +45,11 @@ private:
     std::shared_ptr<nn::DitNetwork> network_;
 };
 
-// A model directory whose config.json is an MDLM or SEDD checkpoint's (nn::is_dit_checkpoint_config). Its tokenizer
-// is GPT-2's byte-level BPE (rudder::BpeTokenizer, host/text), not yet joined to the network with the checkpoint's
-// mask token as a Model: until then this throws a ModelError saying so, before reading gigabytes of weights. The checked config is read first, so a
-// config Rudder could not run is reported as such rather than as a missing tokenizer.
+// A model directory whose config.json is an MDLM or SEDD checkpoint's (nn::is_dit_checkpoint_config), with GPT-2's
+// tokenizer beside it (tokenizer.json, or vocab.json and merges.txt): the discrete model of the network
+// (DitCheckpointDenoiser) and GPT-2's byte-level BPE with the checkpoint's mask as one token more (WithMaskToken).
+// GPT-2 has no padding token, so texts are the whole sequence. The config is checked first, then the tokenizer
+// (a folder without one is refused before its weights are read), then the weights.
 Model load_dit_checkpoint_model(const std::filesystem::path& dir, const nlohmann::json& config, std::optional<Family> family);
 
 }  // namespace rudder

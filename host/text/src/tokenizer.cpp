@@ -187,4 +187,29 @@ const std::string& WordTokenizer::token(int64_t id) const {
     return tokens_[static_cast<size_t>(id)];
 }
 
+WithMaskToken::WithMaskToken(std::shared_ptr<const Tokenizer> tokenizer, std::string mask_text)
+    : tokenizer_(std::move(tokenizer)), mask_text_(std::move(mask_text)) {
+    if (!tokenizer_) throw std::invalid_argument("WithMaskToken: a tokenizer is required");
+    if (tokenizer_->mask_id() >= 0)
+        throw std::invalid_argument("WithMaskToken: the tokenizer has a mask token already (id " +
+                                    std::to_string(tokenizer_->mask_id()) + ")");
+}
+
+std::string WithMaskToken::decode(const int64_t* ids, int64_t n) const {
+    const int64_t pad = pad_id(), mask = mask_id();
+    std::string text;
+    int64_t start = 0;
+    for (int64_t i = 0; i <= n; ++i) {
+        const bool end = i == n || ids[i] == pad;
+        if (!end && ids[i] != mask) continue;
+        text += tokenizer_->decode(ids + start, i - start);  // the run of the tokenizer's own ids before it
+        if (end) break;
+        text += mask_text_;
+        start = i + 1;
+    }
+    return text;
+}
+
+const std::string& WithMaskToken::token(int64_t id) const { return id == mask_id() ? mask_text_ : tokenizer_->token(id); }
+
 }  // namespace rudder

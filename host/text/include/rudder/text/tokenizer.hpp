@@ -73,4 +73,26 @@ private:
     std::unordered_map<std::string, int64_t> index_;
 };
 
+// A tokenizer and one token more, after its vocabulary, as the mask (id = the tokenizer's vocab_size()): for models
+// whose mask is not a token of their tokenizer's files, as MDLM's and SEDD's GPT-2 checkpoints (GPT-2's 50,257
+// tokens, then the mask). Encoding is the tokenizer's (it never emits the mask); decoding writes the mask as
+// `mask_text` and stops at the first pad_id(), as every tokenizer does.
+class WithMaskToken final : public Tokenizer {
+public:
+    explicit WithMaskToken(std::shared_ptr<const Tokenizer> tokenizer, std::string mask_text = "<mask>");
+
+    std::vector<int64_t> encode(std::string_view text) const override { return tokenizer_->encode(text); }
+    std::string decode(const int64_t* ids, int64_t n) const override;
+    int64_t vocab_size() const override { return tokenizer_->vocab_size() + 1; }
+    const std::string& token(int64_t id) const override;
+    int64_t pad_id() const override { return tokenizer_->pad_id(); }
+    int64_t unk_id() const override { return tokenizer_->unk_id(); }
+    int64_t mask_id() const override { return tokenizer_->vocab_size(); }
+    std::string type() const override { return tokenizer_->type(); }
+
+private:
+    std::shared_ptr<const Tokenizer> tokenizer_;
+    std::string mask_text_;
+};
+
 }  // namespace rudder
