@@ -134,8 +134,13 @@ def case_endpoints():
             assert len(samples) == 2 and all(x["controls"]["length"]["satisfied"] for x in samples), samples
             assert seen[-1][0] == "done", seen[-1]
 
-            metrics = s.request("GET", "/metrics")[2]
-            assert 'rudder_http_requests_total{code="200",path="/v1/generate"} 4' in metrics, metrics
+            # A request is counted once its response is complete: for the stream, after its last chunk, which the
+            # client may have read before the server's logger has run.
+            want = 'rudder_http_requests_total{code="200",path="/v1/generate"} 4'
+            deadline = time.monotonic() + 10
+            while want not in (metrics := s.request("GET", "/metrics")[2]) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert want in metrics, metrics
             assert s.metric("rudder_samples_total") == 2 + 2 + 3 + 2, metrics
             assert s.metric("rudder_reverse_steps_total") >= 80, metrics
         finally:

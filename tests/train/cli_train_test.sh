@@ -258,7 +258,7 @@ JSON
              {"name": "infill", "recipe": "one.json", "control": "span", "target": "infill"} ] }
 JSON
     out=$(cd "$work" && RUDDER_MODEL_PATH="$work" "$rudder" eval -q suite.json -o results) || fail "eval exit $?"
-    grep -q "^| composed | discrete | 4 | .*\*\*all: [0-9.]*%\*\* | [0-9.]* | [0-9.]* |$" <<<"$out" || fail "$out"
+    grep -q "^| composed | discrete | 4 | .*\*\*all: [0-9.]*%\*\* | [0-9.]* | [0-9.]* | [0-9.]* |$" <<<"$out" || fail "$out"
     grep -q "^| infill | discrete | 4 | span: 100.0% / 1.000; BLEU-4 of the middle: [0-9.]* |" <<<"$out" || fail "$out"
     python3 - "$work/results" <<'PY' || fail "eval results: $(cat "$work/results/results.json")"
 import json, os, sys

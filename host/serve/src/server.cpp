@@ -334,8 +334,10 @@ struct Server::State {
                             metrics.samples.Increment();
                             gone = gone || !send("sample", sample_json(s));
                         });
-                    if (!gone) send("done", {{"seconds", std::chrono::duration<double>(Clock::now() - arrived).count()}});
-                    metrics.latency.Observe(std::chrono::duration<double>(Clock::now() - arrived).count());
+                    // Observed before "done", so a client that has read the stream finds the run in the metrics.
+                    const double seconds = std::chrono::duration<double>(Clock::now() - arrived).count();
+                    metrics.latency.Observe(seconds);
+                    if (!gone) send("done", {{"seconds", seconds}});
                 } catch (const Cancelled&) {
                     metrics.failed(gone ? "disconnected" : "timeout");
                     if (!gone) send("error", {{"error", timeout_message}});
