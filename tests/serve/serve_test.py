@@ -159,6 +159,9 @@ def case_bad_requests():
             (json.dumps({"recipe": QUICK, "params": {"span": {"prefix": "The"}}}), 400, "no controller named 'span'"),
             (json.dumps({"recipe": dict(QUICK, batch_size=0)}), 400, "/recipe/batch_size"),
             (json.dumps({"recipe": dict(QUICK, model="nowhere")}), 400, "/recipe/model"),
+            # Params for a controller whose plugin is not a name: a bad request, not the server's failure.
+            (json.dumps({"recipe": dict(QUICK, controllers=[{"plugin": 5}]), "params": {"length": {"tokens": 4}}}), 400,
+             "no controller named 'length'"),
         ]:
             status, _, text = s.request("POST", "/v1/generate", raw=raw)
             assert status == want_status and want in text, (raw, status, text)
@@ -173,7 +176,7 @@ def case_bad_requests():
         status, _, body = s.json("POST", "/v1/generate", {"recipe": failing})
         assert status == 500 and "controllers 'span' and 'length' fix different tokens" in body["error"], body
         assert s.json("POST", "/v1/generate", {"recipe": QUICK})[0] == 200
-        assert s.metric('rudder_generation_failures_total{cause="invalid request"}') == 7
+        assert s.metric('rudder_generation_failures_total{cause="invalid request"}') == 8
         assert s.metric('rudder_generation_failures_total{cause="run error"}') == 1
         assert s.metric('rudder_http_requests_total{code="404",path="other"}') == 1
     finally:

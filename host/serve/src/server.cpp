@@ -202,14 +202,17 @@ GenerateRequest read_request(const std::string& body, const ServerOptions& optio
             bool found = false;
             if (out.recipe.contains("controllers") && out.recipe["controllers"].is_array())
                 for (auto& c : out.recipe["controllers"]) {
-                    if (!c.is_object() || c.value("name", c.value("plugin", std::string())) != name) continue;
+                    // A controller is named by its "name", else its "plugin"; a malformed one is the recipe's issue.
+                    const char* key = c.is_object() && c.contains("name") ? "name" : "plugin";
+                    if (!c.is_object() || !c.contains(key) || c[key] != name) continue;
                     found = true;
                     if (!value.is_object()) continue;
                     if (!c.contains("params") || !c["params"].is_object()) c["params"] = json::object();
                     c["params"].update(value);
                 }
-            if (!found) issues.push_back({"/params/" + name, "the recipe has no controller named '" + name + "'"});
-            else if (!value.is_object()) issues.push_back({"/params/" + name, "expected an object of params"});
+            const std::string pointer = "/params/" + name;
+            if (!found) issues.push_back({pointer, "the recipe has no controller named '" + name + "'"});
+            else if (!value.is_object()) issues.push_back({pointer, "expected an object of params"});
         }
     }
     if (!issues.empty()) throw RequestError{400, "invalid request", issues};
