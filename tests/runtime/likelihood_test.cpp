@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
+#include <string>
 
 #include <rudder/runtime/likelihood.hpp>
 
@@ -49,6 +51,34 @@ TEST(Likelihood, AContinuousModelAndBadOptionsAreRefused) {
     LikelihoodOptions none;
     none.draws = 0;
     EXPECT_THROW(absorbing_nelbo(discrete, {"The Eagle is a pub ."}, none), std::invalid_argument);
+}
+
+// The corpus model's words with no padding token, as a checkpoint trained on packed text has.
+class NoPadTokenizer final : public Tokenizer {
+public:
+    explicit NoPadTokenizer(std::shared_ptr<const Tokenizer> words) : words_(std::move(words)) {}
+    std::vector<int64_t> encode(std::string_view text) const override { return words_->encode(text); }
+    std::string decode(const int64_t* ids, int64_t n) const override { return words_->decode(ids, n); }
+    int64_t vocab_size() const override { return words_->vocab_size(); }
+    const std::string& token(int64_t id) const override { return words_->token(id); }
+    int64_t pad_id() const override { return -1; }
+    int64_t unk_id() const override { return words_->unk_id(); }
+    int64_t mask_id() const override { return words_->mask_id(); }
+    std::string type() const override { return words_->type(); }
+
+private:
+    std::shared_ptr<const Tokenizer> words_;
+};
+
+TEST(Likelihood, AModelWithoutAPaddingTokenIsRefusedSayingWhy) {
+    Model model = load_model(testing::corpus_model_dir(), Family::discrete);
+    model.tokenizer = std::make_shared<NoPadTokenizer>(model.tokenizer);
+    try {
+        absorbing_nelbo(model, {"The Eagle is a pub ."}, {});
+        FAIL() << "a model without a padding token was scored";
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("has no padding token"), std::string::npos) << e.what();
+    }
 }
 
 }  // namespace

@@ -29,6 +29,10 @@ LikelihoodReport absorbing_nelbo(const Model& model, const std::vector<std::stri
         throw std::invalid_argument("likelihood: draws and batch size must be at least 1, the length 0 or more");
     const Tokenizer& tokenizer = *model.tokenizer;
     const int64_t pad = tokenizer.pad_id(), mask = tokenizer.mask_id(), unk = tokenizer.unk_id();
+    // Texts are scored as the padded sequences the model generates; a checkpoint trained on packed text has no pad.
+    if (pad < 0)
+        throw std::invalid_argument("the likelihood bound pads each text to the network's positions, and '" + model.name +
+                                    "' has no padding token (a checkpoint trained on packed text); it is not computed for it");
     LikelihoodReport report;
     report.draws = options.draws;
 
