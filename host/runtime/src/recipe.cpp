@@ -20,6 +20,17 @@ using json_input::ObjectReader;
 
 std::string join_issues(const std::vector<RecipeIssue>& issues) { return json_input::describe(issues, "(recipe)"); }
 
+// A window of diffusion time in `window` ({"from_t", "to_t"}, from noisy to clean) read into from_t and to_t where
+// given; a window that runs backwards is an issue at `key` of `parent`.
+void read_time_window(ObjectReader& window, ObjectReader& parent, const char* key, double& from_t, double& to_t) {
+    if (auto v = window.number("from_t", 0.0, 1.0)) from_t = *v;
+    if (auto v = window.number("to_t", 0.0, 1.0)) to_t = *v;
+    window.reject_unknown_keys();
+    if (to_t > from_t)
+        parent.issue(key, "to_t (" + std::to_string(to_t) + ") must not exceed from_t (" + std::to_string(from_t) +
+                              "): the window runs from noisy to clean");
+}
+
 void parse_sampler(ObjectReader& s, const RecipeLimits& limits, SamplerSpec& out) {
     // The family decides which names are valid; the generator checks that once the model is known.
     if (auto v = s.choice("name", {"ddpm", "ddim", "euler", "analytic", "first_hitting", "confidence"})) out.name = *v;
@@ -38,12 +49,7 @@ void parse_sampler(ObjectReader& s, const RecipeLimits& limits, SamplerSpec& out
         ObjectReader r(*remask, s.pointer("remask"), s.issues());
         if (auto v = r.choice("strategy", {"none", "cap", "rescale"}, kRequired)) out.remask.strategy = *v;
         if (auto v = r.number("eta", 0.0, 1.0)) out.remask.eta = *v;
-        if (auto v = r.number("from_t", 0.0, 1.0)) out.remask.from_t = *v;
-        if (auto v = r.number("to_t", 0.0, 1.0)) out.remask.to_t = *v;
-        r.reject_unknown_keys();
-        if (out.remask.to_t > out.remask.from_t)
-            s.issue("remask", "to_t (" + std::to_string(out.remask.to_t) + ") must not exceed from_t (" +
-                                  std::to_string(out.remask.from_t) + "): the window runs from noisy to clean");
+        read_time_window(r, s, "remask", out.remask.from_t, out.remask.to_t);
         if (out.name != "analytic")
             s.issue("remask", "'remask' applies to the analytic sampler only" +
                                   (out.name.empty() ? std::string(" (name it)") : ", not '" + out.name + "'"));
@@ -96,12 +102,7 @@ ControllerSpec parse_controller(ObjectReader& item) {
     if (auto v = item.choice("on_failure", {"fail", "continue"})) spec.on_failure = *v;
     if (auto active = item.object("active")) {
         ObjectReader a(*active, item.pointer("active"), item.issues());
-        if (auto v = a.number("from_t", 0.0, 1.0)) spec.active.from_t = *v;
-        if (auto v = a.number("to_t", 0.0, 1.0)) spec.active.to_t = *v;
-        a.reject_unknown_keys();
-        if (spec.active.to_t > spec.active.from_t)
-            item.issue("active", "to_t (" + std::to_string(spec.active.to_t) + ") must not exceed from_t (" +
-                                     std::to_string(spec.active.from_t) + "): the window runs from noisy to clean");
+        read_time_window(a, item, "active", spec.active.from_t, spec.active.to_t);
     }
     if (auto v = item.boolean("evaluate_only")) spec.active.never = *v;
     if (auto v = item.object("params")) spec.params = std::move(*v);
