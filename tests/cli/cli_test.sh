@@ -217,6 +217,10 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 r["sampler"]["steps"] = min(r["sampler"].get("steps", 100), 12)
 r["samples"] = 2
+# Exact candidate scoring costs a classifier pass per candidate: a few candidates exercise the same path.
+for c in r.get("controllers", []):
+    if c.get("params", {}).get("scoring") == "exact":
+        c["params"]["top_k"] = min(c["params"]["top_k"], 8)
 json.dump(r, open(sys.argv[2], "w"))
 PY
       "$rudder" generate -q "$work/$name.json" -o "$work/$name.in.jsonl" 2> "$work/err.txt" \
