@@ -31,6 +31,12 @@ void add_serve_command(CLI::App& app, Commands& commands) {
     serve->add_option("--parallel", o->server.parallel, "Generations that run at once (default 1)")->check(CLI::Range(1, 256));
     serve->add_option("--queue", o->server.queue_limit, "Generations that may wait; more are refused with 503 (default 16)")
         ->check(CLI::Range(0, 100000));
+    serve->add_option("--batch", o->server.batch_samples,
+                      "Most samples one run serves for waiting requests of the same recipe without a fixed seed (default 32; 1: no sharing)")
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+    serve->add_option("--cache", o->server.cached_generators,
+                      "Loaded generators kept for requests of the same recipe (default 8; 0: each request loads its own)")
+        ->check(CLI::Range(int64_t{0}, int64_t{4096}));
     serve->add_option("--max-body", o->server.max_body_bytes, "Largest request body in bytes (default 1 MiB)")
         ->check(CLI::Range(int64_t{64}, int64_t{1} << 30));
     serve->add_option("--timeout", o->server.timeout_seconds, "Seconds a generation may take from its arrival (default 600)")
@@ -54,9 +60,9 @@ void add_serve_command(CLI::App& app, Commands& commands) {
         std::signal(SIGPIPE, SIG_IGN);  // a client that goes away is a failed write, not the end of the server
         serve::Server server(o->server);
         server.listen();
-        std::fprintf(stderr, "rudder serve: listening on http://%s:%d (%lld at a time, %lld may wait)\n",
+        std::fprintf(stderr, "rudder serve: listening on http://%s:%d (%lld at a time, %lld may wait, up to %lld samples a run)\n",
                      o->server.host.c_str(), server.port(), static_cast<long long>(o->server.parallel),
-                     static_cast<long long>(o->server.queue_limit));
+                     static_cast<long long>(o->server.queue_limit), static_cast<long long>(o->server.batch_samples));
         std::fflush(stderr);
         std::signal(SIGINT, on_stop_signal);
         std::signal(SIGTERM, on_stop_signal);

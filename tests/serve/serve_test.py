@@ -210,6 +210,87 @@ def case_queue_and_disconnect():
     assert code == 0, f"exit {code}: {''.join(s.log)}"
 
 
+def case_batching():
+    # Requests of one recipe without a fixed seed that wait together are served by one run: each gets its own rows
+    # (re-indexed from 0), and the run's seed and rows reproduce them exactly. Seeded requests run alone, and the
+    # generators stay loaded between requests.
+    s = Server("--parallel", "1", "--queue", "8")
+    try:
+        def wait_for(name, value):
+            deadline = time.time() + 60
+            while time.time() < deadline and s.metric(name) != value:
+                time.sleep(0.05)
+            assert s.metric(name) == value, (name, s.request("GET", "/metrics")[2])
+
+        def block():
+            c, r = s.open_stream({"recipe": LONG})
+            stream = events(r)
+            assert next(stream)[0] == "step"
+            return c
+
+        def in_thread(body, out, key):
+            t = threading.Thread(target=lambda: out.__setitem__(key, s.json("POST", "/v1/generate", body)))
+            t.start()
+            return t
+
+        blocker = block()
+        answers, threads = {}, []
+        for i, n in enumerate([2, 1, 3]):
+            threads.append(in_thread({"recipe": QUICK, "samples": n}, answers, i))
+            wait_for("rudder_queue_length", i + 1)  # in this order in the queue
+        streamed = []
+        c, r = s.open_stream({"recipe": QUICK, "samples": 2})
+        reader = threading.Thread(target=lambda: streamed.extend(events(r)))
+        reader.start()
+        wait_for("rudder_queue_length", 4)
+        blocker.close()  # the long run is cancelled; the worker takes the four waiting requests as one run
+        for t in threads + [reader]:
+            t.join(timeout=120)
+        c.close()
+        runs = []
+        for i, n in enumerate([2, 1, 3]):
+            status, _, body = answers[i]
+            assert status == 200 and len(body["samples"]) == n, body
+            assert [x["index"] for x in body["samples"]] == list(range(n)), body
+            assert all(x["controls"]["length"]["satisfied"] for x in body["samples"]), body
+            runs.append(body["run"])
+        done = [d for e, d in streamed if e == "done"]
+        assert done and done[0]["run"]["first"] == 6, streamed[-3:]
+        runs.append(done[0]["run"])
+        assert [x["first"] for x in runs] == [0, 2, 3, 6], runs
+        assert all(x["requests"] == 4 and x["samples"] == 8 and x["seed"] == runs[0]["seed"] for x in runs), runs
+        steps = [d for e, d in streamed if e == "step"]
+        assert len(steps) == 20 and all(len(d["texts"]) == 2 and d["first"] == 0 for d in steps), steps[:2]
+        stream_samples = [d for e, d in streamed if e == "sample"]
+        assert [x["index"] for x in stream_samples] == [0, 1], stream_samples
+        assert s.metric("rudder_runs_total") == 2, s.request("GET", "/metrics")[2]
+
+        # The run's seed and rows give the same samples from a run alone (a fixed seed: not shared).
+        loads = s.metric("rudder_generator_loads_total")
+        status, _, alone = s.json("POST", "/v1/generate", {"recipe": QUICK, "samples": 8, "seed": runs[0]["seed"]})
+        assert status == 200 and alone["run"] == {"seed": runs[0]["seed"], "samples": 8, "requests": 1, "first": 0}, alone
+        texts = [x["text"] for x in alone["samples"]]
+        batched = [x["text"] for i in range(3) for x in answers[i][2]["samples"]] + [x["text"] for x in stream_samples]
+        assert texts == batched, (texts, batched)
+        assert s.metric("rudder_generator_loads_total") == loads, "a cached generator of the recipe was not reused"
+
+        # Seeded requests that wait together still run one by one, each with its own seed.
+        blocker = block()
+        answers, threads = {}, []
+        for i in range(2):
+            threads.append(in_thread({"recipe": QUICK, "seed": 11 + i}, answers, i))
+        wait_for("rudder_queue_length", 2)
+        blocker.close()
+        for t in threads:
+            t.join(timeout=120)
+        assert [answers[i][2]["run"] for i in range(2)] == [
+            {"seed": 11 + i, "samples": 2, "requests": 1, "first": 0} for i in range(2)], answers
+        assert s.metric("rudder_runs_total") == 2 + 1 + 1 + 2
+    finally:
+        code = s.stop()
+    assert code == 0, f"exit {code}: {''.join(s.log)}"
+
+
 def case_timeout():
     s = Server("--timeout", "0.5")
     try:
@@ -247,6 +328,6 @@ def case_sigterm_drain():
     assert any("stopping" in line for line in s.log), s.log
 
 
-{"endpoints": case_endpoints, "bad_requests": case_bad_requests, "queue_and_disconnect": case_queue_and_disconnect,
+{"endpoints": case_endpoints, "bad_requests": case_bad_requests, "batching": case_batching, "queue_and_disconnect": case_queue_and_disconnect,
  "timeout": case_timeout, "sigterm_drain": case_sigterm_drain}[CASE]()
 print("ok:", CASE)

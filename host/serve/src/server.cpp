@@ -11,11 +11,17 @@
 #include <prometheus/text_serializer.h>
 
 #include <chrono>
+#include <algorithm>
+#include <atomic>
 #include <condition_variable>
-#include <fstream>
-#include <mutex>
-#include <set>
 #include <cstdint>
+#include <deque>
+#include <fstream>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <set>
 #include <thread>
 
 #include <rudder/plugins/plugins.hpp>
@@ -45,6 +51,10 @@ struct Metrics {
         prometheus::BuildCounter().Name("rudder_reverse_steps_total").Help("Reverse steps taken, all generations").Register(registry).Add({});
     prometheus::Counter& samples =
         prometheus::BuildCounter().Name("rudder_samples_total").Help("Samples generated").Register(registry).Add({});
+    prometheus::Counter& runs =
+        prometheus::BuildCounter().Name("rudder_runs_total").Help("Reverse loops run; one run may serve several requests").Register(registry).Add({});
+    prometheus::Counter& loads =
+        prometheus::BuildCounter().Name("rudder_generator_loads_total").Help("Generators built (a recipe's model and plugins loaded) rather than reused").Register(registry).Add({});
     prometheus::Histogram& latency =
         prometheus::BuildHistogram().Name("rudder_generation_seconds").Help("Time from a generation's arrival to its last sample")
             .Register(registry).Add({}, prometheus::Histogram::BucketBoundaries{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300});
@@ -53,53 +63,118 @@ struct Metrics {
     void failed(const std::string& cause) { failures.Add({{"cause", cause}}).Increment(); }
 };
 
-// Who may generate now: `parallel` at a time, `queue_limit` more waiting their turn, none once draining.
-class Turns {
-public:
-    Turns(int64_t parallel, int64_t queue_limit, Metrics& metrics)
-        : parallel_(parallel), queue_limit_(queue_limit), metrics_(metrics) {}
-    enum class Entry { admitted, full, draining };
+// A request's generation once admitted: what it asks for, and the events its run delivers to the request's thread.
+struct Job {
+    struct Event {
+        std::string name;  // "step" (streamed requests only), "sample", then "done" or "error"
+        json data;
+    };
+    std::string key;                       // requests with the same key can share a generator and a run
+    std::unique_ptr<Generator> generator;  // checked out for it; a shared run uses the first job's, the rest go back
+    int64_t samples = 1;
+    std::optional<uint64_t> seed;          // fixed by the request or its recipe: the job runs alone
+    bool streams = false;
+    // The request's thread has stopped listening (its client went away, or its time ran out): a run stops serving
+    // it, and is cancelled once it serves nobody.
+    std::atomic<bool> abandoned{false};
 
-    // A place in line, given back when the ticket is destroyed (whether or not its turn came).
-    class Ticket {
+    // From the run's thread.
+    void deliver(std::string name, json data) {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            events_.push_back({std::move(name), std::move(data)});
+        }
+        arrived_.notify_one();
+    }
+    // From the request's thread: the next event, or none if `deadline` passes first.
+    std::optional<Event> next(Clock::time_point deadline) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        if (!arrived_.wait_until(lock, deadline, [&] { return !events_.empty(); })) return std::nullopt;
+        Event e = std::move(events_.front());
+        events_.pop_front();
+        return e;
+    }
+
+private:
+    std::mutex mutex_;
+    std::condition_variable arrived_;
+    std::deque<Event> events_;
+};
+
+// Generators kept between requests, so a recipe's model and controllers load once; beyond `capacity` the least
+// recently used is dropped. A generator whose run failed or was cancelled is not kept.
+class GeneratorCache {
+public:
+    explicit GeneratorCache(int64_t capacity) : capacity_(static_cast<size_t>(capacity)) {}
+    std::unique_ptr<Generator> take(const std::string& key) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (auto it = idle_.begin(); it != idle_.end(); ++it)
+            if (it->first == key) {
+                auto generator = std::move(it->second);
+                idle_.erase(it);
+                return generator;
+            }
+        return nullptr;
+    }
+    void give_back(const std::string& key, std::unique_ptr<Generator> generator) {
+        std::vector<std::unique_ptr<Generator>> dropped;  // unloaded outside the lock
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (generator) idle_.emplace_front(key, std::move(generator));
+        while (idle_.size() > capacity_) {
+            dropped.push_back(std::move(idle_.back().second));
+            idle_.pop_back();
+        }
+    }
+
+private:
+    const size_t capacity_;
+    std::mutex mutex_;
+    std::list<std::pair<std::string, std::unique_ptr<Generator>>> idle_;  // most recently used first
+};
+
+// Who runs when: `parallel` workers, each running one reverse loop at a time for the job at the head of the queue
+// and, when that job has no fixed seed, the waiting jobs with the same key (up to `batch_samples` samples in all).
+// Up to `queue_limit` requests wait beyond the idle workers; none are admitted once draining.
+class Scheduler {
+public:
+    enum class Entry { admitted, full, draining };
+    using Run = std::function<void(std::vector<std::shared_ptr<Job>>&)>;
+
+    Scheduler(const ServerOptions& options, Metrics& metrics) : options_(options), metrics_(metrics) {}
+    ~Scheduler() { stop_workers(); }
+
+    void start_workers(const Run& run) {
+        for (int64_t i = 0; i < options_.parallel; ++i) workers_.emplace_back([this, run] { work(run); });
+    }
+
+    // An admitted request's place, given back when destroyed: out of the queue if its job is still there, and its
+    // job abandoned if a run still serves it.
+    class Place {
     public:
-        explicit Ticket(Turns& turns) : turns_(turns) {}
-        ~Ticket() { turns_.leave(running_); }
-        Ticket(const Ticket&) = delete;
-        Ticket& operator=(const Ticket&) = delete;
-        void wait_turn() {
-            turns_.wait_turn();
-            running_ = true;
+        explicit Place(Scheduler& scheduler) : scheduler_(scheduler) {}
+        ~Place() { scheduler_.leave(job_); }
+        Place(const Place&) = delete;
+        Place& operator=(const Place&) = delete;
+        void submit(std::shared_ptr<Job> job) {
+            job_ = job;
+            scheduler_.submit(std::move(job));
         }
 
     private:
-        Turns& turns_;
-        bool running_ = false;
+        Scheduler& scheduler_;
+        std::shared_ptr<Job> job_;
     };
 
-    // A place in line, or (null) why there is none.
-    std::unique_ptr<Ticket> enter(Entry& entry) {
+    // A place, or (null) why there is none.
+    std::unique_ptr<Place> admit(Entry& entry) {
         std::lock_guard<std::mutex> lock(mutex_);
-        entry = draining_ ? Entry::draining : running_ + waiting_ >= parallel_ + queue_limit_ ? Entry::full : Entry::admitted;
+        const int64_t idle_workers = options_.parallel - busy_workers_;
+        entry = draining_ ? Entry::draining : waiting_ >= options_.queue_limit + idle_workers ? Entry::full : Entry::admitted;
         if (entry != Entry::admitted) return nullptr;
         ++waiting_;
-        metrics_.waiting.Set(static_cast<double>(waiting_));
-        return std::make_unique<Ticket>(*this);
-    }
-    void wait_turn() {
-        std::unique_lock<std::mutex> lock(mutex_);
-        changed_.wait(lock, [&] { return running_ < parallel_; });
-        --waiting_;
-        ++running_;
-        metrics_.waiting.Set(static_cast<double>(waiting_));
-        metrics_.running.Set(static_cast<double>(running_));
-    }
-    void leave(bool running) {
-        std::lock_guard<std::mutex> lock(mutex_);
-        --(running ? running_ : waiting_);
-        metrics_.running.Set(static_cast<double>(running_));
-        metrics_.waiting.Set(static_cast<double>(waiting_));
-        changed_.notify_all();
+        ++open_;
+        update_gauges();
+        return std::make_unique<Place>(*this);
     }
     void drain() {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -110,18 +185,89 @@ public:
         std::lock_guard<std::mutex> lock(mutex_);
         return draining_;
     }
+    // Until every admitted request has been answered.
     void wait_idle() {
         std::unique_lock<std::mutex> lock(mutex_);
-        changed_.wait(lock, [&] { return running_ == 0 && waiting_ == 0; });
+        changed_.wait(lock, [&] { return open_ == 0; });
+    }
+    void stop_workers() {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            stopping_ = true;
+            changed_.notify_all();
+        }
+        for (auto& worker : workers_)
+            if (worker.joinable()) worker.join();
+    }
+    // Called by a run before it delivers its last events, so a client that has them finds the worker free.
+    void run_ended(size_t jobs) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        --busy_workers_;
+        running_ -= static_cast<int64_t>(jobs);
+        update_gauges();
     }
 
 private:
-    const int64_t parallel_, queue_limit_;
+    void submit(std::shared_ptr<Job> job) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        queue_.push_back(std::move(job));
+        changed_.notify_all();
+    }
+    void leave(const std::shared_ptr<Job>& job) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (job) job->abandoned = true;
+        const auto queued = job ? std::find(queue_.begin(), queue_.end(), job) : queue_.end();
+        if (!job || queued != queue_.end()) --waiting_;  // not yet submitted, or still waiting for a run
+        if (queued != queue_.end()) queue_.erase(queued);
+        --open_;
+        update_gauges();
+        changed_.notify_all();
+    }
+    void work(const Run& run) {
+        for (;;) {
+            std::vector<std::shared_ptr<Job>> jobs;
+            {
+                std::unique_lock<std::mutex> lock(mutex_);
+                changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+                if (queue_.empty()) return;
+                jobs.push_back(queue_.front());
+                queue_.pop_front();
+                int64_t samples = jobs[0]->samples;
+                if (!jobs[0]->seed)
+                    for (auto it = queue_.begin(); it != queue_.end();) {
+                        const Job& j = **it;
+                        if (j.key == jobs[0]->key && !j.seed && samples + j.samples <= options_.batch_samples) {
+                            samples += j.samples;
+                            jobs.push_back(*it);
+                            it = queue_.erase(it);
+                        } else {
+                            ++it;
+                        }
+                    }
+                waiting_ -= static_cast<int64_t>(jobs.size());
+                running_ += static_cast<int64_t>(jobs.size());
+                ++busy_workers_;
+                update_gauges();
+            }
+            run(jobs);
+        }
+    }
+    void update_gauges() {
+        metrics_.waiting.Set(static_cast<double>(waiting_));
+        metrics_.running.Set(static_cast<double>(running_));
+    }
+
+    const ServerOptions& options_;
     Metrics& metrics_;
     mutable std::mutex mutex_;
     std::condition_variable changed_;
-    int64_t running_ = 0, waiting_ = 0;
-    bool draining_ = false;
+    std::deque<std::shared_ptr<Job>> queue_;
+    int64_t waiting_ = 0;       // admitted, not yet in a run
+    int64_t running_ = 0;       // in a run
+    int64_t open_ = 0;          // admitted, not yet answered
+    int64_t busy_workers_ = 0;
+    bool draining_ = false, stopping_ = false;
+    std::vector<std::thread> workers_;
 };
 
 // A request that cannot be served, with the status to answer and, for recipe problems, their pointers.
@@ -156,7 +302,16 @@ struct GenerateRequest {
     fs::path base_dir = ".";
     std::string pointer_prefix;  // "/recipe" for an inline recipe: where its problems are in the request
     bool stream = false;
+    std::optional<uint64_t> seed;  // the request's, else the recipe's; none: each run draws one
 };
+
+// Requests whose recipes differ only in seed and samples share generators, and runs.
+std::string share_key(const GenerateRequest& request) {
+    json shape = request.recipe;
+    shape.erase("seed");
+    shape.erase("samples");
+    return request.base_dir.string() + "\n" + shape.dump();
+}
 
 GenerateRequest read_request(const std::string& body, const ServerOptions& options) {
     json j;
@@ -195,6 +350,9 @@ GenerateRequest read_request(const std::string& body, const ServerOptions& optio
     r.reject_unknown_keys();
     if (out.recipe.is_object()) {
         if (seed) out.recipe["seed"] = *seed;
+        // A recipe's seed that is not a valid one is an issue parse_recipe reports.
+        if (out.recipe.contains("seed") && out.recipe["seed"].is_number_integer() && out.recipe["seed"].get<int64_t>() >= 0)
+            out.seed = out.recipe["seed"].get<uint64_t>();
         if (samples) out.recipe["samples"] = *samples;
         if (max_length) out.recipe["max_length"] = *max_length;
         // Params by controller name (or plugin), merged over the recipe's.
@@ -226,21 +384,24 @@ struct Server::State {
         : options(std::move(o)),
           model_path(options.model_path.empty() ? default_model_path() : options.model_path),
           registry(options.plugin_path.empty() ? plugins::Registry::default_search_path() : options.plugin_path),
-          turns(options.parallel, options.queue_limit, metrics) {}
+          cache(options.cached_generators),
+          scheduler(options, metrics) {}
 
     ServerOptions options;
     std::vector<fs::path> model_path;
     plugins::Registry registry;  // scanned once, shared by every request (it locks itself)
     Metrics metrics;
-    Turns turns;
+    GeneratorCache cache;
+    Scheduler scheduler;
     httplib::Server http;
     int port = -1;
     std::thread stopper;
     std::once_flag stop_once;
 
     // The recipe of a request, checked and loaded: every problem (the request's, the recipe's, its model's and
-    // controllers') at once, with pointers into the request.
-    std::unique_ptr<Generator> generator_for(const GenerateRequest& request) {
+    // controllers') at once, with pointers into the request. A recipe that differs from a cached generator's only
+    // in seed and samples (which parse_recipe checks) takes that generator. `samples`: the recipe's.
+    std::unique_ptr<Generator> generator_for(const GenerateRequest& request, const std::string& key, int64_t* samples) {
         std::vector<RecipeIssue> issues;
         const auto prefixed = [&](std::vector<RecipeIssue> found) {
             for (auto& issue : found) issue.pointer = request.pointer_prefix + issue.pointer;
@@ -248,7 +409,12 @@ struct Server::State {
         };
         try {
             Recipe recipe = parse_recipe(request.recipe.dump(), request.base_dir, options.limits, &issues);
-            return std::make_unique<Generator>(std::move(recipe), registry, model_path, std::move(issues));
+            *samples = recipe.samples;
+            if (issues.empty())
+                if (auto cached = cache.take(key)) return cached;
+            auto generator = std::make_unique<Generator>(std::move(recipe), registry, model_path, std::move(issues));
+            metrics.loads.Increment();
+            return generator;
         } catch (const RecipeError& e) {
             throw RequestError{400, "invalid recipe", prefixed(e.issues())};
         }
@@ -257,6 +423,72 @@ struct Server::State {
     void reply(httplib::Response& res, int status, const json& body) {
         res.status = status;
         res.set_content(body.dump() + "\n", "application/json");
+    }
+
+    // One reverse loop for `jobs` (one, or several with the same recipe and no fixed seed): their samples are
+    // consecutive rows of one run, in the order of `jobs`. Runs on a worker's thread.
+    void run(std::vector<std::shared_ptr<Job>>& jobs) {
+        std::unique_ptr<Generator> generator = std::move(jobs[0]->generator);
+        for (size_t i = 1; i < jobs.size(); ++i) cache.give_back(jobs[i]->key, std::move(jobs[i]->generator));
+        std::vector<int64_t> first(jobs.size());  // each job's first row in the run
+        int64_t total = 0;
+        bool streams = false;
+        for (size_t i = 0; i < jobs.size(); ++i) {
+            first[i] = total;
+            total += jobs[i]->samples;
+            streams = streams || jobs[i]->streams;
+        }
+        const uint64_t seed = jobs[0]->seed ? *jobs[0]->seed : std::random_device{}() & 0x7fffffffu;
+        const auto job_of = [&](int64_t row) {
+            return static_cast<size_t>(std::upper_bound(first.begin(), first.end(), row) - first.begin() - 1);
+        };
+        metrics.runs.Increment();
+        std::string error;
+        bool finished = false;
+        try {
+            generator->generate(
+                [&](const Progress& p) {
+                    metrics.steps.Increment();
+                    if (std::all_of(jobs.begin(), jobs.end(), [](const auto& j) { return j->abandoned.load(); })) return false;
+                    if (!streams) return true;
+                    const std::vector<std::string> texts = p.current_texts();  // rows samples_done.. of the run
+                    const int64_t rows = static_cast<int64_t>(texts.size());
+                    for (size_t i = 0; i < jobs.size(); ++i) {
+                        if (!jobs[i]->streams || jobs[i]->abandoned) continue;
+                        const int64_t begin = std::max(first[i], p.samples_done);
+                        const int64_t end = std::min(first[i] + jobs[i]->samples, p.samples_done + rows);
+                        if (begin >= end) continue;  // none of its rows in this batch
+                        jobs[i]->deliver("step", {{"batch", p.batch}, {"batches", p.batches}, {"step", p.step},
+                                                  {"steps", p.steps}, {"t", p.t}, {"first", begin - first[i]},
+                                                  {"texts", std::vector<std::string>(texts.begin() + (begin - p.samples_done),
+                                                                                     texts.begin() + (end - p.samples_done))}});
+                    }
+                    return true;
+                },
+                [&](const SampleResult& s) {
+                    metrics.samples.Increment();
+                    const size_t i = job_of(s.index);
+                    json sample = sample_json(s);
+                    sample["index"] = s.index - first[i];
+                    jobs[i]->deliver("sample", std::move(sample));
+                },
+                RunOverrides{total, seed});
+            finished = true;
+        } catch (const Cancelled&) {
+            error = "the generation was cancelled";  // every job abandoned: nobody listens
+        } catch (const std::exception& e) {
+            error = e.what();
+        }
+        // A generator whose run did not finish may hold a controller's failed state: it is not reused.
+        if (finished) cache.give_back(jobs[0]->key, std::move(generator));
+        scheduler.run_ended(jobs.size());
+        for (size_t i = 0; i < jobs.size(); ++i) {
+            if (!finished) {
+                jobs[i]->deliver("error", {{"error", error}});
+                continue;
+            }
+            jobs[i]->deliver("done", {{"run", {{"seed", seed}, {"samples", total}, {"requests", jobs.size()}, {"first", first[i]}}}});
+        }
     }
 
     void handle_generate(const httplib::Request& req, httplib::Response& res) {
@@ -269,101 +501,104 @@ struct Server::State {
             return reply(res, e.status, error_json(e));
         }
         // A place in line before the recipe's model and plugins are loaded: a refused request costs nothing.
-        Turns::Entry entry = Turns::Entry::admitted;
-        std::shared_ptr<Turns::Ticket> ticket = turns.enter(entry);
-        if (!ticket) {
-            metrics.failed(entry == Turns::Entry::full ? "queue full" : "draining");
+        Scheduler::Entry entry = Scheduler::Entry::admitted;
+        std::shared_ptr<Scheduler::Place> place = scheduler.admit(entry);
+        if (!place) {
+            metrics.failed(entry == Scheduler::Entry::full ? "queue full" : "draining");
             res.set_header("Retry-After", std::to_string(options.retry_after_seconds));
-            return reply(res, 503, {{"error", entry == Turns::Entry::full
+            return reply(res, 503, {{"error", entry == Scheduler::Entry::full
                                                   ? "the queue is full (" + std::to_string(options.queue_limit) + " waiting); try again later"
                                                   : std::string("the server is shutting down")}});
         }
-        std::shared_ptr<Generator> generator;
+        auto job = std::make_shared<Job>();
+        job->key = share_key(request);
         try {
-            generator = generator_for(request);
+            job->generator = generator_for(request, job->key, &job->samples);
         } catch (const RequestError& e) {
             metrics.failed("invalid request");
             return reply(res, e.status, error_json(e));
         }
-        const double limit = options.timeout_seconds;
-        const auto past_limit = [arrived, limit] { return std::chrono::duration<double>(Clock::now() - arrived).count() > limit; };
-        const std::string timeout_message = "the generation ran past the server's limit of " + std::to_string(limit) + " s";
+        job->seed = request.seed;
+        job->streams = request.stream;
+        place->submit(job);
+
+        const auto deadline = arrived + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.timeout_seconds));
+        const std::string timeout_message = "the generation ran past the server's limit of " + std::to_string(options.timeout_seconds) + " s";
+        const auto seconds_since_arrival = [arrived] { return std::chrono::duration<double>(Clock::now() - arrived).count(); };
         if (!request.stream) {
-            ticket->wait_turn();
             json samples = json::array();
-            try {
-                generator->generate(
-                    [&](const Progress&) {
-                        metrics.steps.Increment();
-                        return !past_limit();
-                    },
-                    [&](const SampleResult& s) {
-                        samples.push_back(sample_json(s));
-                        metrics.samples.Increment();
-                    });
-            } catch (const Cancelled&) {
-                metrics.failed("timeout");
-                return reply(res, 504, {{"error", timeout_message}});
-            } catch (const std::exception& e) {
-                metrics.failed("run error");
-                return reply(res, 500, {{"error", e.what()}});
+            for (;;) {
+                std::optional<Job::Event> event = job->next(deadline);
+                if (!event) {
+                    metrics.failed("timeout");
+                    return reply(res, 504, {{"error", timeout_message}});
+                }
+                if (event->name == "sample") {
+                    samples.push_back(std::move(event->data));
+                } else if (event->name == "done") {
+                    metrics.latency.Observe(seconds_since_arrival());
+                    return reply(res, 200, {{"samples", samples}, {"run", event->data["run"]}});
+                } else if (event->name == "error") {
+                    metrics.failed("run error");
+                    return reply(res, 500, event->data);
+                }
             }
-            metrics.latency.Observe(std::chrono::duration<double>(Clock::now() - arrived).count());
-            return reply(res, 200, {{"samples", samples}});
         }
-        // Streamed: the run happens as the response is written, on this connection's thread. An event per reverse
-        // step (each sample's current best text), one per sample, then "done"; a failed write (the client went away)
-        // cancels the run at that step. The ticket goes with the response, so its place is given back even when
-        // the response is never written.
+        // Streamed: the run's events are written as they arrive, on this connection's thread: a step event per
+        // reverse step (each of its samples' current best text), one per sample, then "done". A failed write (the
+        // client went away) abandons the job, which cancels its run at the next step when it serves nobody else.
+        // The place goes with the response, so it is given back even when the response is never written.
         res.set_header("Cache-Control", "no-cache");
         res.set_chunked_content_provider(
             "text/event-stream",
-            [this, ticket, generator, arrived, past_limit, timeout_message](size_t, httplib::DataSink& sink) {
-                const auto send = [&](const char* event, const json& data) {
-                    const std::string text = std::string("event: ") + event + "\ndata: " + data.dump() + "\n\n";
+            [this, place, job, deadline, timeout_message, seconds_since_arrival](size_t, httplib::DataSink& sink) {
+                const auto send = [&](const std::string& event, const json& data) {
+                    const std::string text = "event: " + event + "\ndata: " + data.dump() + "\n\n";
                     return sink.write(text.data(), text.size());
                 };
-                ticket->wait_turn();
-                bool gone = false;
-                try {
-                    generator->generate(
-                        [&](const Progress& p) {
-                            metrics.steps.Increment();
-                            gone = !send("step", {{"batch", p.batch}, {"batches", p.batches}, {"step", p.step},
-                                                  {"steps", p.steps}, {"t", p.t}, {"texts", p.current_texts()}});
-                            return !gone && !past_limit();
-                        },
-                        [&](const SampleResult& s) {
-                            metrics.samples.Increment();
-                            gone = gone || !send("sample", sample_json(s));
-                        });
-                    // Observed before "done", so a client that has read the stream finds the run in the metrics.
-                    const double seconds = std::chrono::duration<double>(Clock::now() - arrived).count();
-                    metrics.latency.Observe(seconds);
-                    if (!gone) send("done", {{"seconds", seconds}});
-                } catch (const Cancelled&) {
-                    metrics.failed(gone ? "disconnected" : "timeout");
-                    if (!gone) send("error", {{"error", timeout_message}});
-                } catch (const std::exception& e) {
-                    metrics.failed("run error");
-                    send("error", {{"error", e.what()}});
+                for (;;) {
+                    std::optional<Job::Event> event = job->next(deadline);
+                    if (!event) {
+                        job->abandoned = true;
+                        metrics.failed("timeout");
+                        send("error", {{"error", timeout_message}});
+                        break;
+                    }
+                    if (event->name == "done") {
+                        // Observed before "done" is written, so a client that has read the stream finds the run
+                        // in the metrics.
+                        const double seconds = seconds_since_arrival();
+                        metrics.latency.Observe(seconds);
+                        send("done", {{"seconds", seconds}, {"run", event->data["run"]}});
+                        break;
+                    }
+                    if (event->name == "error") metrics.failed("run error");
+                    if (!send(event->name, event->data)) {
+                        job->abandoned = true;
+                        if (event->name != "error") metrics.failed("disconnected");
+                        break;
+                    }
+                    if (event->name == "error") break;
                 }
                 sink.done();
                 return true;
             },
-            [ticket](bool) mutable { ticket.reset(); });
+            [place](bool) mutable { place.reset(); });
     }
 
     void handle_validate(const httplib::Request& req, httplib::Response& res) {
         try {
             const GenerateRequest request = read_request(req.body, options);
-            const auto generator = generator_for(request);
+            const std::string key = share_key(request);
+            int64_t samples = 0;
+            std::unique_ptr<Generator> generator = generator_for(request, key, &samples);
             reply(res, 200, {{"valid", true},
                              {"model", generator->model().name},
                              {"family", family_name(generator->model().family)},
                              {"sampler", generator->recipe().sampler.name},
                              {"controllers", generator->recipe().controllers.size()},
                              {"estimated_peak_bytes", generator->estimated_peak_bytes()}});
+            cache.give_back(key, std::move(generator));  // a generation of this recipe that follows finds it loaded
         } catch (const RequestError& e) {
             json body = error_json(e);
             body["valid"] = false;
@@ -394,8 +629,9 @@ struct Server::State {
 
     void routes() {
         http.set_payload_max_length(static_cast<size_t>(options.max_body_bytes));
-        // A thread per connection: the running and waiting generations, and a few for health, metrics and refusals.
-        const size_t threads = static_cast<size_t>(options.parallel + options.queue_limit + 4);
+        // A thread per connection: the requests waiting (at most the queue and one per idle worker), those in runs
+        // (at most a run's samples per worker), and a few for health, metrics and refusals.
+        const size_t threads = static_cast<size_t>(options.queue_limit + options.parallel * (1 + options.batch_samples) + 4);
         http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
         http.Post("/v1/generate", [this](const httplib::Request& req, httplib::Response& res) { handle_generate(req, res); });
         http.Post("/v1/validate", [this](const httplib::Request& req, httplib::Response& res) { handle_validate(req, res); });
@@ -406,7 +642,7 @@ struct Server::State {
         });
         http.Get("/v1/plugins", [this](const httplib::Request&, httplib::Response& res) { handle_plugins(res); });
         http.Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
-            const bool draining = turns.draining();
+            const bool draining = scheduler.draining();
             reply(res, draining ? 503 : 200, {{"status", draining ? "draining" : "ok"}});
         });
         http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -440,12 +676,17 @@ struct Server::State {
 Server::Server(ServerOptions options) : state_(std::make_unique<State>(std::move(options))) {
     if (state_->options.parallel < 1) throw std::invalid_argument("serve: parallel must be at least 1");
     if (state_->options.queue_limit < 0) throw std::invalid_argument("serve: the queue limit must be 0 or more");
+    if (state_->options.batch_samples < 1) throw std::invalid_argument("serve: a run must hold at least 1 sample");
+    if (state_->options.cached_generators < 0) throw std::invalid_argument("serve: the generator cache must hold 0 or more");
     state_->routes();
+    State* s = state_.get();
+    s->scheduler.start_workers([s](std::vector<std::shared_ptr<Job>>& jobs) { s->run(jobs); });
 }
 
 Server::~Server() {
     stop();
     if (state_->stopper.joinable()) state_->stopper.join();
+    state_->scheduler.stop_workers();  // before the cache and metrics the workers use are destroyed
 }
 
 void Server::listen() {
@@ -466,14 +707,15 @@ void Server::run() {
 void Server::stop() {
     State& s = *state_;
     std::call_once(s.stop_once, [&s] {
-        s.turns.drain();
+        s.scheduler.drain();
         s.stopper = std::thread([&s] {
-            s.turns.wait_idle();
+            s.scheduler.wait_idle();
+            s.scheduler.stop_workers();
             s.http.stop();
         });
     });
 }
 
-bool Server::draining() const { return state_->turns.draining(); }
+bool Server::draining() const { return state_->scheduler.draining(); }
 
 }  // namespace rudder::serve
