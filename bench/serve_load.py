@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
-"""Load on `rudder serve` (loopback only): C concurrent clients each sending the same generate request until N
-requests are answered, for each C given; beside it, the same N requests run one after another by `rudder generate`
-(one process per request, as a script would). Prints requests/s, samples/s, p50/p99 latency and failures, and the
-server's RSS at the start and the end.
+"""Load on `rudder serve` (loopback only): C concurrent clients each sending the same generate request (no seed,
+so requests may share runs) until N requests are answered, for each C given, against two servers side by side: one
+that shares runs (--batch 32) and one that does not (--batch 1), the order alternating per level. Beside them, the
+same requests run one after another by `rudder generate` (one process per request, as a script would). Prints
+requests/s, samples/s, p50/p99 latency, failures and requests per run, the batching gain, and each server's RSS at
+the start and the end. --soak S then loads the sharing server for S more seconds at the largest level and reports
+its RSS every minute (memory flat under load).
 
-    python3 bench/serve_load.py [--clients 1,8,32] [--requests 64] [--parallel 1] [--threads 1] [--samples 4]
+    python3 bench/serve_load.py [--clients 1,8,32] [--requests 64] [--parallel 1] [--threads 1] [--samples 4] [--soak 600]
+                                [--model e2e-discrete] [--sampler '{"name": "analytic", "steps": 100, "temperature": 0.5}']
 
-Run from the repository root after `make` (make bench-serve). Bounded in count: every level sends --requests.
+Run from the repository root after `make` (make bench-serve). Bounded in count and time.
 """
 import argparse
 import http.client
@@ -23,8 +27,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUDDER = os.path.join(ROOT, "build", "bin", "rudder")
 
 
-def recipe(samples):
-    return {"model": "e2e-discrete", "sampler": {"name": "analytic", "steps": 100, "temperature": 0.5}, "samples": samples,
+def recipe(args):
+    return {"model": args.model, "sampler": json.loads(args.sampler), "samples": args.samples,
             "controllers": [{"plugin": "length", "params": {"tokens": 12}}, {"plugin": "span", "params": {"prefix": "The Eagle"}}]}
 
 
@@ -41,7 +45,25 @@ def percentile(values, q):
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
-def load(port, clients, requests, body):
+def metric(port, name):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ") or line.startswith(name + "{"))
+
+
+def start_server(args, batch, queue):
+    server = subprocess.Popen([RUDDER, "serve", "--port", "0", "--threads", str(args.threads), "--parallel", str(args.parallel),
+                               "--queue", str(queue), "--batch", str(batch)], stderr=subprocess.PIPE, text=True)
+    line = server.stderr.readline()
+    if "127.0.0.1:" not in line:
+        raise SystemExit("rudder serve did not start: " + line + server.stderr.read())
+    threading.Thread(target=server.stderr.read, daemon=True).start()
+    return server, int(line.split("127.0.0.1:")[1].split()[0])
+
+
+def load(port, clients, requests, body, until=None):
     latencies, failures, lock = [], [], threading.Lock()
     remaining = [requests]
 
@@ -49,7 +71,7 @@ def load(port, clients, requests, body):
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
         while True:
             with lock:
-                if remaining[0] == 0:
+                if remaining[0] == 0 or (until is not None and time.monotonic() > until):
                     break
                 remaining[0] -= 1
             start = time.perf_counter()
@@ -81,40 +103,65 @@ def main():
     ap.add_argument("--parallel", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--samples", type=int, default=4)
+    ap.add_argument("--model", default="e2e-discrete")
+    ap.add_argument("--sampler", default='{"name": "analytic", "steps": 100, "temperature": 0.5}', help="the recipe's sampler, JSON")
+    ap.add_argument("--batch", type=int, default=32, help="--batch of the sharing server")
     ap.add_argument("--sequential", type=int, default=16, help="requests run one after another by rudder generate")
+    ap.add_argument("--soak", type=float, default=0, help="seconds of load on the sharing server after the levels")
     args = ap.parse_args()
-    body = json.dumps({"recipe": recipe(args.samples)})
+    body = json.dumps({"recipe": recipe(args)})
     levels = [int(c) for c in args.clients.split(",")]
-    server = subprocess.Popen([RUDDER, "serve", "--port", "0", "--threads", str(args.threads), "--parallel", str(args.parallel),
-                               "--queue", str(max(levels) + 1)], stderr=subprocess.PIPE, text=True)
-    line = server.stderr.readline()
-    port = int(line.split("127.0.0.1:")[1].split()[0])
-    rss_start = rss_kb(server.pid)
+    servers = {b: start_server(args, b, max(levels) + 1) for b in (args.batch, 1)}
+    rss_start = {b: rss_kb(p.pid) for b, (p, _) in servers.items()}
     print(f"rudder serve --parallel {args.parallel} --threads {args.threads}; {args.samples} samples per request "
-          f"(e2e-discrete, analytic 100 steps, length + span)")
-    print("| clients | requests | failed | requests/s | samples/s | p50 s | p99 s |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          f"({args.model}, sampler {args.sampler}, length + span)")
+    print("| clients | server | requests | failed | requests/s | samples/s | p50 s | p99 s | requests per run |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    gains = []
     try:
-        for clients in levels:
-            seconds, latencies, failures = load(port, clients, args.requests, body)
-            ok = len(latencies)
-            print(f"| {clients} | {args.requests} | {len(failures)} | {ok / seconds:.2f} | {ok * args.samples / seconds:.2f} | "
-                  f"{percentile(latencies, 0.5):.3f} | {percentile(latencies, 0.99):.3f} |", flush=True)
-        rss_end = rss_kb(server.pid)
+        for k, clients in enumerate(levels):
+            rate = {}
+            for b in ((args.batch, 1) if k % 2 == 0 else (1, args.batch)):
+                port = servers[b][1]
+                runs_before = metric(port, "rudder_runs_total")
+                seconds, latencies, failures = load(port, clients, args.requests, body)
+                runs = metric(port, "rudder_runs_total") - runs_before
+                ok = len(latencies)
+                rate[b] = ok / seconds
+                print(f"| {clients} | --batch {b} | {args.requests} | {len(failures)} | {ok / seconds:.2f} | "
+                      f"{ok * args.samples / seconds:.2f} | {percentile(latencies, 0.5):.3f} | {percentile(latencies, 0.99):.3f} | "
+                      f"{ok / max(runs, 1):.2f} |", flush=True)
+            gains.append((clients, rate[args.batch] / rate[1]))
+        rss_end = {b: rss_kb(p.pid) for b, (p, _) in servers.items()}
+        if args.soak > 0:
+            p, port = servers[args.batch]
+            print(f"soak: {max(levels)} clients on --batch {args.batch} for {args.soak:.0f} s; RSS (MB) every minute:", flush=True)
+            end = time.monotonic() + args.soak
+            total, fails = 0, 0
+            samples = [rss_kb(p.pid) / 1024]
+            while time.monotonic() < end:
+                _, latencies, failures = load(port, max(levels), 10 ** 9, body, until=min(end, time.monotonic() + 60))
+                total, fails = total + len(latencies), fails + len(failures)
+                samples.append(rss_kb(p.pid) / 1024)
+                print(f"  {samples[-1]:.1f}", flush=True)
+            print(f"soak: {total} requests, {fails} failed; RSS {samples[0]:.1f} MB at the start, {samples[-1]:.1f} MB at the end")
     finally:
-        server.terminate()
-        server.wait(timeout=120)
+        for p, _ in servers.values():
+            p.terminate()
+            p.wait(timeout=120)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(recipe(args.samples), f)
+        json.dump(recipe(args), f)
     start = time.perf_counter()
     for i in range(args.sequential):
         subprocess.run([RUDDER, "generate", "-q", "--threads", str(args.threads), "--seed", str(i), f.name],
                        check=True, stdout=subprocess.DEVNULL)
     seconds = time.perf_counter() - start
     os.unlink(f.name)
-    print(f"| rudder generate, one after another | {args.sequential} | 0 | {args.sequential / seconds:.2f} | "
-          f"{args.sequential * args.samples / seconds:.2f} | | |")
-    print(f"server RSS: {rss_start / 1024:.1f} MB at the start, {rss_end / 1024:.1f} MB at the end")
+    print(f"| | rudder generate, one after another | {args.sequential} | 0 | {args.sequential / seconds:.2f} | "
+          f"{args.sequential * args.samples / seconds:.2f} | | | 1 |")
+    print("batching gain (requests/s, --batch %d over --batch 1): %s" % (args.batch, ", ".join(f"{c} clients {g:.2f}x" for c, g in gains)))
+    for b in servers:
+        print(f"server --batch {b} RSS: {rss_start[b] / 1024:.1f} MB at the start, {rss_end[b] / 1024:.1f} MB at the end")
 
 
 if __name__ == "__main__":

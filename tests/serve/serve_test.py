@@ -212,8 +212,10 @@ def case_queue_and_disconnect():
 
 def case_batching():
     # Requests of one recipe without a fixed seed that wait together are served by one run: each gets its own rows
-    # (re-indexed from 0), and the run's seed and rows reproduce them exactly. Seeded requests run alone, and the
-    # generators stay loaded between requests.
+    # (re-indexed from 0), and the run's seed and rows reproduce them exactly. Seeded requests run alone, and so do
+    # requests of the discrete analytic sampler (its runs do not batch well); the generators stay loaded between
+    # requests.
+    shared = dict(QUICK, sampler={"name": "confidence", "steps": 20})
     s = Server("--parallel", "1", "--queue", "8")
     try:
         def wait_for(name, value):
@@ -236,10 +238,10 @@ def case_batching():
         blocker = block()
         answers, threads = {}, []
         for i, n in enumerate([2, 1, 3]):
-            threads.append(in_thread({"recipe": QUICK, "samples": n}, answers, i))
+            threads.append(in_thread({"recipe": shared, "samples": n}, answers, i))
             wait_for("rudder_queue_length", i + 1)  # in this order in the queue
         streamed = []
-        c, r = s.open_stream({"recipe": QUICK, "samples": 2})
+        c, r = s.open_stream({"recipe": shared, "samples": 2})
         reader = threading.Thread(target=lambda: streamed.extend(events(r)))
         reader.start()
         wait_for("rudder_queue_length", 4)
@@ -270,7 +272,7 @@ def case_batching():
 
         # The run's seed and rows give the same samples from a run alone (a fixed seed: not shared).
         loads = s.metric("rudder_generator_loads_total")
-        status, _, alone = s.json("POST", "/v1/generate", {"recipe": QUICK, "samples": 8, "seed": runs[0]["seed"]})
+        status, _, alone = s.json("POST", "/v1/generate", {"recipe": shared, "samples": 8, "seed": runs[0]["seed"]})
         assert status == 200 and alone["run"] == {"seed": runs[0]["seed"], "samples": 8, "requests": 1, "first": 0}, alone
         texts = [x["text"] for x in alone["samples"]]
         answered = [[x["text"] for x in answers[i][2]["samples"]] for i in range(3)] + [[x["text"] for x in stream_samples]]
@@ -278,18 +280,20 @@ def case_batching():
             assert got == texts[run["first"]:run["first"] + len(got)], (run, got, texts)
         assert s.metric("rudder_generator_loads_total") == loads, "a cached generator of the recipe was not reused"
 
-        # Seeded requests that wait together still run one by one, each with its own seed.
+        # Seeded requests that wait together still run one by one, each with its own seed; so do unseeded ones of
+        # the analytic sampler.
         blocker = block()
         answers, threads = {}, []
-        for i in range(2):
-            threads.append(in_thread({"recipe": QUICK, "seed": 11 + i}, answers, i))
-        wait_for("rudder_queue_length", 2)
+        for i, body in enumerate([{"recipe": shared, "seed": 11}, {"recipe": shared, "seed": 12}, {"recipe": QUICK}, {"recipe": QUICK}]):
+            threads.append(in_thread(body, answers, i))
+        wait_for("rudder_queue_length", 4)
         blocker.close()
         for t in threads:
             t.join(timeout=120)
         assert [answers[i][2]["run"] for i in range(2)] == [
             {"seed": 11 + i, "samples": 2, "requests": 1, "first": 0} for i in range(2)], answers
-        assert s.metric("rudder_runs_total") == 2 + 1 + 1 + 2
+        assert all(answers[i][2]["run"]["requests"] == 1 for i in (2, 3)), answers
+        assert s.metric("rudder_runs_total") == 2 + 1 + 1 + 4
     finally:
         code = s.stop()
     assert code == 0, f"exit {code}: {''.join(s.log)}"

@@ -446,6 +446,10 @@ plugins::RunShape Generator::run_shape(int64_t batch) const {
 
 Generator::~Generator() = default;
 
+bool Generator::batching_pays() const {
+    return model_.family == Family::continuous || discrete_kind(recipe_.sampler.name) != DiscreteSampler::Kind::analytic;
+}
+
 std::string Generator::decode(const int64_t* row, int64_t* n_tokens) const {
     const std::vector<int64_t> ids(row, row + recipe_.max_length);
     *n_tokens = content_length(ids, model_.tokenizer->pad_id());

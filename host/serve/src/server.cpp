@@ -72,7 +72,8 @@ struct Job {
     std::string key;                       // requests with the same key can share a generator and a run
     std::unique_ptr<Generator> generator;  // checked out for it; a shared run uses the first job's, the rest go back
     int64_t samples = 1;
-    std::optional<uint64_t> seed;          // fixed by the request or its recipe: the job runs alone
+    std::optional<uint64_t> seed;          // fixed by the request or its recipe
+    bool shares = false;                   // may share a run: no fixed seed, and a recipe whose runs batch well
     bool streams = false;
     // The request's thread has stopped listening (its client went away, or its time ran out): a run stops serving
     // it, and is cancelled once it serves nobody.
@@ -133,7 +134,7 @@ private:
 };
 
 // Who runs when: `parallel` workers, each running one reverse loop at a time for the job at the head of the queue
-// and, when that job has no fixed seed, the waiting jobs with the same key (up to `batch_samples` samples in all).
+// and, when that job may share, the waiting jobs with the same key that may (up to `batch_samples` samples in all).
 // Up to `queue_limit` requests wait beyond the idle workers; none are admitted once draining.
 class Scheduler {
 public:
@@ -233,10 +234,10 @@ private:
                 jobs.push_back(queue_.front());
                 queue_.pop_front();
                 int64_t samples = jobs[0]->samples;
-                if (!jobs[0]->seed)
+                if (jobs[0]->shares)
                     for (auto it = queue_.begin(); it != queue_.end();) {
                         const Job& j = **it;
-                        if (j.key == jobs[0]->key && !j.seed && samples + j.samples <= options_.batch_samples) {
+                        if (j.key == jobs[0]->key && j.shares && samples + j.samples <= options_.batch_samples) {
                             samples += j.samples;
                             jobs.push_back(*it);
                             it = queue_.erase(it);
@@ -519,6 +520,7 @@ struct Server::State {
             return reply(res, e.status, error_json(e));
         }
         job->seed = request.seed;
+        job->shares = !request.seed && job->generator->batching_pays();
         job->streams = request.stream;
         place->submit(job);
 

@@ -10,9 +10,9 @@
 // GET /v1/models, GET /v1/plugins, GET /healthz, GET /metrics (Prometheus text format).
 //
 // Generations run on `parallel` workers, one reverse loop each at a time; up to `queue_limit` more requests wait,
-// and a request beyond that is answered 503 with Retry-After. A worker that takes a request without a fixed seed
-// takes with it the waiting requests of the same recipe (seed and samples aside), up to `batch_samples` samples,
-// and serves them all from one run. Generators (a recipe's model and controllers, loaded) are kept for the next
+// and a request beyond that is answered 503 with Retry-After. A worker that takes a request without a fixed seed,
+// of a recipe whose runs batch well (Generator::batching_pays), takes with it the waiting requests of the same
+// recipe (seed and samples aside), up to `batch_samples` samples, and serves them all from one run. Generators (a recipe's model and controllers, loaded) are kept for the next
 // request of the same recipe, `cached_generators` of them. stop() drains: new generations are refused with 503,
 // the running and waiting ones finish, then the listener closes.
 #pragma once
