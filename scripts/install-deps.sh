@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libbenchmark-dev python3   # python3: the Python binding and its test, JSON checks in the CLI tests
   python3-torch   # the MDLM/SEDD checkpoint test writes its random-weight checkpoints and reference outputs with it
   clang libclang-rt-14-dev                # make test-sanitize: ASan/UBSan build and the libFuzzer targets
+  chromium   # the playground's browser test (serve.playground), driven by playwright-core from npm
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -29,6 +29,8 @@
 #include <rudder/runtime/model.hpp>
 #include <rudder/nn/schedule.hpp>
 
+#include "playground_page.hpp"
+
 namespace rudder::serve {
 namespace {
 
@@ -643,6 +645,7 @@ struct Server::State {
             reply(res, 200, {{"models", models}});
         });
         http.Get("/v1/plugins", [this](const httplib::Request&, httplib::Response& res) { handle_plugins(res); });
+        http.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(playground_page(), "text/html; charset=utf-8"); });
         http.Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
             const bool draining = scheduler.draining();
             reply(res, draining ? 503 : 200, {{"status", draining ? "draining" : "ok"}});
@@ -668,7 +671,7 @@ struct Server::State {
         });
         // Paths outside the API are counted together: a scan of random paths must not grow the metrics.
         http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-            static const std::set<std::string> known = {"/v1/generate", "/v1/validate", "/v1/models", "/v1/plugins",
+            static const std::set<std::string> known = {"/", "/v1/generate", "/v1/validate", "/v1/models", "/v1/plugins",
                                                         "/healthz", "/metrics"};
             metrics.answered(known.count(req.path) ? req.path : "other", res.status);
         });
