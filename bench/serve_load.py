@@ -82,7 +82,7 @@ def load(port, clients, requests, body, until=None):
                 ok = r.status == 200
             except (OSError, http.client.HTTPException) as e:
                 ok, c = False, http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-                r = e
+                r = f"{type(e).__name__}: {e}"
             with lock:
                 (latencies if ok else failures).append(time.perf_counter() - start if ok else str(getattr(r, "status", r)))
         c.close()
@@ -117,7 +117,7 @@ def main():
           f"({args.model}, sampler {args.sampler}, length + span)")
     print("| clients | server | requests | failed | requests/s | samples/s | p50 s | p99 s | requests per run |")
     print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    gains = []
+    gains, failure_reasons = [], {}
     try:
         for k, clients in enumerate(levels):
             rate = {}
@@ -127,6 +127,8 @@ def main():
                 seconds, latencies, failures = load(port, clients, args.requests, body)
                 runs = metric(port, "rudder_runs_total") - runs_before
                 ok = len(latencies)
+                for reason in failures:
+                    failure_reasons[f"{clients} clients, --batch {b}: {reason}"] = failure_reasons.get(f"{clients} clients, --batch {b}: {reason}", 0) + 1
                 rate[b] = ok / seconds
                 print(f"| {clients} | --batch {b} | {args.requests} | {len(failures)} | {ok / seconds:.2f} | "
                       f"{ok * args.samples / seconds:.2f} | {percentile(latencies, 0.5):.3f} | {percentile(latencies, 0.99):.3f} | "
@@ -159,6 +161,8 @@ def main():
     os.unlink(f.name)
     print(f"| | rudder generate, one after another | {args.sequential} | 0 | {args.sequential / seconds:.2f} | "
           f"{args.sequential * args.samples / seconds:.2f} | | | 1 |")
+    if failure_reasons:
+        print("failed requests: " + "; ".join(f"{reason} x{n}" for reason, n in sorted(failure_reasons.items())))
     print("batching gain (requests/s, --batch %d over --batch 1): %s" % (args.batch, ", ".join(f"{c} clients {g:.2f}x" for c, g in gains)))
     for b in servers:
         print(f"server --batch {b} RSS: {rss_start[b] / 1024:.1f} MB at the start, {rss_end[b] / 1024:.1f} MB at the end")
