@@ -255,6 +255,32 @@ PY
     "$rudder" --version | grep -Eq "^rudder [0-9]+\.[0-9]+\.[0-9]+ \(plugin ABI [0-9]+\.[0-9]+\)$" ||
       fail "--version: $("$rudder" --version)"
     ;;
+  eval_shard_merge)
+    # An eval spread over shards (--shard K/N) and merged (--merge) writes what one run writes: the same samples byte
+    # for byte, the same results but for the timing. A merge that lacks a shard, or a shard given twice, says so.
+    suite=$here/../../examples/eval/hard_constraints.json
+    "$rudder" eval "$suite" --only discrete --targets 3 --threads 1 -q -o "$work/one" > /dev/null || fail "eval: exit $?"
+    for k in 0 1; do
+      "$rudder" eval "$suite" --only discrete --targets 3 --threads 1 -q --shard $k/2 -o "$work/s$k" > "$work/shard.out" \
+        || fail "shard $k: exit $?"
+      [ -s "$work/shard.out" ] && fail "a shard printed results: $(cat "$work/shard.out")"
+    done
+    "$rudder" eval "$suite" --only discrete -q --merge "$work/s0" "$work/s1" -o "$work/merged" > /dev/null || fail "merge: exit $?"
+    diff -r "$work/one/samples" "$work/merged/samples" > /dev/null || fail "merged samples differ from one run's"
+    python3 - "$work/one/results.json" "$work/merged/results.json" <<'PY' || fail "merged results differ from one run's"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+for r in a["tasks"] + b["tasks"]:
+    r.pop("seconds_per_sample")
+sys.exit(0 if a == b and len(a["tasks"]) == 4 and a["tasks"][0]["targets"] == 3 else 1)
+PY
+    out=$("$rudder" eval "$suite" --only discrete -q --merge "$work/s0" -o "$work/m2" 2>&1) && fail "a merge without shard 1 succeeded"
+    grep -q "shard 1/2 is missing" <<<"$out" || fail "missing shard not named: $out"
+    out=$("$rudder" eval "$suite" --only discrete -q --merge "$work/s0" "$work/s0" -o "$work/m3" 2>&1) && fail "a shard given twice merged"
+    grep -q "appears twice" <<<"$out" || fail "duplicate target not named: $out"
+    out=$("$rudder" eval "$suite" --shard 2/2 -o "$work/s2" 2>&1) && fail "--shard 2/2 accepted"
+    grep -q "expected K/N with 0 <= K < N" <<<"$out" || fail "bad --shard not explained: $out"
+    ;;
   missing_file)
     "$rudder" generate "$work/none.json" > /dev/null 2>&1; code=$?
     [ $code -eq 2 ] || fail "expected exit 2, got $code"
