@@ -13,6 +13,7 @@ packages=(
   python3-torch   # the MDLM/SEDD checkpoint test writes its random-weight checkpoints and reference outputs with it
   clang libclang-rt-14-dev                # make test-sanitize: ASan/UBSan build and the libFuzzer targets
   chromium   # the playground's browser test (serve.playground), driven by playwright-core from npm
+  python3-distributed   # rudder.dask (bulk generation and sharded evals on Dask) and its test
 )
 missing=()
 for p in "${packages[@]}"; do

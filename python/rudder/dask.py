@@ -1,0 +1,183 @@
+"""Rudder on Dask: bulk generation and evaluations spread over the workers of a Dask cluster.
+
+    from distributed import Client
+    import rudder.dask
+
+    client = Client("tcp://scheduler:8786")
+    # One generation per target, each with its own seed, samples and controller params; results in target order.
+    results = rudder.dask.generate("examples/recipes/length_span_discrete.json",
+                                   [{"seed": i, "samples": 2, "params": {"length": {"tokens": 8 + i % 4}}} for i in range(100)],
+                                   client)
+    # An eval suite, shard k of n on a worker (`rudder eval --shard k/n`), merged here as one run would write it.
+    rudder.dask.evaluate("examples/eval/hard_constraints.json", client, out="hard_constraints-results")
+
+or from a shell: python3 -m rudder.dask eval SUITE --scheduler tcp://scheduler:8786 [-o OUT] [--only TEXT] [--targets N]
+[--threads T] [--shards N].
+
+Every target runs with the seed it would have in one process, so the results are the same samples, byte for
+byte, as a single-process run's. Workers need Rudder installed where they run (librudder.so for generate, found as
+the binding finds it; the `rudder` command for evaluate, from $RUDDER_BIN, the PATH, or this checkout's build/).
+Each worker process keeps the generators it made, so a recipe's model and controllers load once per worker.
+"""
+
+import argparse
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+__all__ = ["generate", "evaluate", "main"]
+
+RecipeLike = Union[str, os.PathLike, Dict[str, Any]]
+
+
+def _recipe_dict(recipe: RecipeLike) -> (Dict[str, Any], Optional[str]):
+    """The recipe as a dict, and the folder its relative paths resolve against (a file's folder)."""
+    if isinstance(recipe, dict):
+        return copy.deepcopy(recipe), None
+    if isinstance(recipe, str) and recipe.lstrip().startswith("{"):
+        return json.loads(recipe), None
+    path = os.path.abspath(os.fspath(recipe))
+    with open(path) as f:
+        return json.load(f), os.path.dirname(path)
+
+
+def _with_params(recipe: Dict[str, Any], params: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+    """The recipe with `params` merged over the params of the controller of that name (or plugin)."""
+    out = copy.deepcopy(recipe)
+    for name, values in params.items():
+        matches = [c for c in out.get("controllers", []) if c.get("name", c.get("plugin")) == name]
+        if not matches:
+            raise ValueError(f"the recipe has no controller named '{name}'")
+        for c in matches:
+            c.setdefault("params", {}).update(values)
+    return out
+
+
+# Generators made in this (worker) process, by recipe: a recipe's model and controllers load once per worker.
+_generators: Dict[str, Any] = {}
+_generators_lock = threading.Lock()
+
+
+def _generate_chunk(recipe: Dict[str, Any], base_dir: Optional[str], targets: List[Dict[str, Any]]):
+    import rudder  # on the worker
+    results = []
+    for target in targets:
+        recipe_text = json.dumps(_with_params(recipe, target.get("params", {})), sort_keys=True)
+        key = (base_dir or "") + "\n" + recipe_text
+        with _generators_lock:
+            generator = _generators.get(key)
+            if generator is None:
+                generator = _generators[key] = rudder.Generator(recipe_text, base_dir=base_dir)
+        results.append(generator.generate(samples=target.get("samples"), seed=target.get("seed")))
+    return results
+
+
+def generate(recipe: RecipeLike, targets: Sequence[Dict[str, Any]], client, *, chunk: Optional[int] = None):
+    """One generation per target over the client's workers; returns, in target order, each target's samples
+    (lists of rudder.Sample). A target is a dict with any of "seed" and "samples" (the recipe's when missing) and
+    "params" ({controller name: params merged over the recipe's}). `chunk` targets go to a worker at a time
+    (default: the targets spread evenly, four chunks per worker thread)."""
+    recipe, base_dir = _recipe_dict(recipe)
+    targets = list(targets)
+    for i, target in enumerate(targets):
+        unknown = set(target) - {"seed", "samples", "params"}
+        if unknown:
+            raise ValueError(f"target {i}: unknown keys {sorted(unknown)} (seed, samples, params)")
+        _with_params(recipe, target.get("params", {}))  # a bad controller name fails here, not on a worker
+    if not targets:
+        return []
+    if chunk is None:
+        threads = sum(client.nthreads().values()) or 1
+        chunk = max(1, -(-len(targets) // (4 * threads)))
+    futures = [client.submit(_generate_chunk, recipe, base_dir, targets[i:i + chunk], pure=False)
+               for i in range(0, len(targets), chunk)]
+    return [samples for part in client.gather(futures) for samples in part]
+
+
+def _rudder_bin(explicit: Optional[str] = None) -> str:
+    up = [os.path.abspath(__file__)]
+    for _ in range(5):
+        up.append(os.path.dirname(up[-1]))
+    # This checkout's build (<repo>/python/rudder/dask.py), or the installed prefix's (<prefix>/<libdir>/rudder/python/rudder).
+    candidates = [explicit, os.environ.get("RUDDER_BIN"), shutil.which("rudder"),
+                  os.path.join(up[3], "build", "bin", "rudder"), os.path.join(up[5], "bin", "rudder")]
+    for c in candidates:
+        if c and os.access(c, os.X_OK):
+            return c
+    raise FileNotFoundError("no `rudder` command: set RUDDER_BIN, put it on the PATH, or build this checkout")
+
+
+def _eval_shard(suite: str, shard: str, options: List[str], rudder_bin: Optional[str]) -> str:
+    """On a worker: `rudder eval SUITE --shard K/N` into a scratch folder; returns its shard.jsonl text."""
+    with tempfile.TemporaryDirectory(prefix="rudder-shard-") as out:
+        run = subprocess.run([_rudder_bin(rudder_bin), "eval", suite, "--shard", shard, "-o", out, "-q", *options],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if run.returncode != 0:
+            raise RuntimeError(f"rudder eval --shard {shard} failed ({run.returncode}): {run.stderr.strip()}")
+        with open(os.path.join(out, "shard.jsonl")) as f:
+            return f.read()
+
+
+def evaluate(suite: Union[str, os.PathLike], client, *, out: Optional[str] = None, only: Optional[str] = None,
+             targets: Optional[int] = None, threads: int = 1, shards: Optional[int] = None,
+             rudder_bin: Optional[str] = None) -> str:
+    """`rudder eval SUITE` with its targets spread over the client's workers: shard k of n (targets k, k+n, ...)
+    runs as `rudder eval --shard k/n` on a worker, its outcomes come back through Dask, and `rudder eval --merge`
+    writes OUT (results.json, results.md, samples/) here as one run would. Returns the results table (markdown).
+    `shards` defaults to the workers' threads; `threads` is each shard's --threads."""
+    suite = os.path.abspath(os.fspath(suite))
+    if shards is None:
+        shards = sum(client.nthreads().values()) or 1
+    options = ["--threads", str(threads)]
+    if only:
+        options += ["--only", only]
+    if targets:
+        options += ["--targets", str(targets)]
+    futures = [client.submit(_eval_shard, suite, f"{k}/{shards}", options, rudder_bin, pure=False) for k in range(shards)]
+    texts = client.gather(futures)
+    out = out or os.path.splitext(os.path.basename(suite))[0] + "-results"
+    with tempfile.TemporaryDirectory(prefix="rudder-merge-") as scratch:
+        dirs = []
+        for k, text in enumerate(texts):
+            d = os.path.join(scratch, f"shard-{k}")
+            os.makedirs(d)
+            with open(os.path.join(d, "shard.jsonl"), "w") as f:
+                f.write(text)
+            dirs.append(d)
+        merge = [_rudder_bin(rudder_bin), "eval", suite, "-q", "-o", out, "--merge", *dirs]
+        if only:
+            merge += ["--only", only]
+        run = subprocess.run(merge, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if run.returncode != 0:
+            raise RuntimeError(f"rudder eval --merge failed ({run.returncode}): {run.stderr.strip()}")
+        return run.stdout
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m rudder.dask", description="Rudder on a Dask cluster")
+    sub = ap.add_subparsers(dest="command", required=True)
+    ev = sub.add_parser("eval", help="rudder eval SUITE, its targets spread over the cluster's workers")
+    ev.add_argument("suite")
+    ev.add_argument("--scheduler", required=True, help="the Dask scheduler's address (tcp://host:8786)")
+    ev.add_argument("-o", "--out", help="folder for results.json, results.md and samples/ (default <suite>-results)")
+    ev.add_argument("--only", help="only the tasks whose name contains this text")
+    ev.add_argument("--targets", type=int, help="at most this many targets per task")
+    ev.add_argument("--threads", type=int, default=1, help="compute threads of each shard (default 1)")
+    ev.add_argument("--shards", type=int, help="shards (default: the workers' threads)")
+    args = ap.parse_args(argv)
+    from distributed import Client
+    from rudder.dask import evaluate as evaluate_here  # by module name, so the workers unpickle rudder.dask's functions
+    with Client(args.scheduler) as client:
+        print(evaluate_here(args.suite, client, out=args.out, only=args.only, targets=args.targets, threads=args.threads,
+                       shards=args.shards), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""rudder.dask on a Dask scheduler with two worker processes on loopback: bulk generation and a sharded eval give
+the samples a single process gives, byte for byte. Exits 77 (skipped), saying why, without python3-distributed.
+
+    python3 dask_test.py RUDDER REPO
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+RUDDER, REPO = sys.argv[1], sys.argv[2]
+try:
+    from distributed import Client, LocalCluster
+except ImportError as e:
+    print(f"SKIP: Dask's distributed is not importable ({e}); Debian's python3-distributed provides it")
+    sys.exit(77)
+import rudder
+import rudder.dask
+
+
+def main():
+    recipe = os.path.join(REPO, "examples", "recipes", "length_span_discrete.json")
+    targets = [{"seed": 3 + i, "samples": 1 + i % 2, "params": {"length": {"tokens": 7 + i % 3}}} for i in range(7)]
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        assert len(client.nthreads()) == 2, client.nthreads()
+        # Bulk generation: in target order, each target as one process generates it.
+        spread = rudder.dask.generate(recipe, targets, client, chunk=2)
+        here = [rudder.Generator(rudder.dask._with_params(json.load(open(recipe)), t["params"]), base_dir=os.path.dirname(recipe))
+                .generate(samples=t["samples"], seed=t["seed"]) for t in targets]
+        assert [[(s.text, s.tokens, s.controls) for s in x] for x in spread] == \
+               [[(s.text, s.tokens, s.controls) for s in x] for x in here], (spread, here)
+        assert [len(x) for x in spread] == [t["samples"] for t in targets]
+        assert all(x.controls["length"].satisfied for part in spread for x in part)
+        try:
+            rudder.dask.generate(recipe, [{"params": {"lenght": {}}}], client)
+            raise AssertionError("a target naming no controller of the recipe was accepted")
+        except ValueError as e:
+            assert "no controller named 'lenght'" in str(e), e
+
+        # A sharded eval: two shards on the workers, merged here; the same samples and results as one run.
+        suite = os.path.join(REPO, "examples", "eval", "hard_constraints.json")
+        with tempfile.TemporaryDirectory() as d:
+            table = rudder.dask.evaluate(suite, client, out=os.path.join(d, "dask"), only="discrete", targets=3, rudder_bin=RUDDER)
+            assert table.count("| discrete |") == 4, table
+            subprocess.run([RUDDER, "eval", suite, "--only", "discrete", "--targets", "3", "--threads", "1", "-q", "-o",
+                            os.path.join(d, "one")], check=True, stdout=subprocess.DEVNULL)
+            for name in sorted(os.listdir(os.path.join(d, "one", "samples"))):
+                one = open(os.path.join(d, "one", "samples", name), "rb").read()
+                spread = open(os.path.join(d, "dask", "samples", name), "rb").read()
+                assert one == spread and one, name
+            results = [json.load(open(os.path.join(d, x, "results.json"))) for x in ("one", "dask")]
+            for r in results:
+                for task in r["tasks"]:
+                    task.pop("seconds_per_sample")
+            assert results[0] == results[1], results
+    print("ok: rudder.dask generate and evaluate on two workers")
+
+
+if __name__ == "__main__":
+    main()
