@@ -14,6 +14,7 @@ packages=(
   clang libclang-rt-14-dev                # make test-sanitize: ASan/UBSan build and the libFuzzer targets
   chromium   # the playground's browser test (serve.playground), driven by playwright-core from npm
   python3-distributed   # rudder.dask (bulk generation and sharded evals on Dask) and its test
+  nginx      # serve.nginx_replicas: two rudder serve replicas behind it (run unprivileged by the test; see below)
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -29,6 +30,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # Debian starts the nginx it installs as a system web server on port 80; the test runs its own on loopback, so a
+  # service this script brought in is stopped and disabled again.
+  if [[ " ${missing[*]} " == *" nginx "* ]] && [ -d /run/systemd/system ]; then
+    echo "stopping and disabling the nginx service just installed (the tests start their own)"
+    $sudo systemctl disable --now nginx > /dev/null 2>&1 || true
+  fi
 fi
 
 # OpenBLAS's OpenMP build shares LibTorch's OpenMP pool, so matrix products and elementwise work are split by the

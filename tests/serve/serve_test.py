@@ -336,6 +336,7 @@ def case_sigterm_drain():
     assert any("stopping" in line for line in s.log), s.log
 
 
-{"endpoints": case_endpoints, "bad_requests": case_bad_requests, "batching": case_batching, "queue_and_disconnect": case_queue_and_disconnect,
- "timeout": case_timeout, "sigterm_drain": case_sigterm_drain}[CASE]()
-print("ok:", CASE)
+if __name__ == "__main__":  # nginx_test.py imports the helpers
+    {"endpoints": case_endpoints, "bad_requests": case_bad_requests, "batching": case_batching,
+     "queue_and_disconnect": case_queue_and_disconnect, "timeout": case_timeout, "sigterm_drain": case_sigterm_drain}[CASE]()
+    print("ok:", CASE)
