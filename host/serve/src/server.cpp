@@ -72,7 +72,11 @@ struct Job {
         json data;
     };
     std::string key;                       // requests with the same key can share a generator and a run
-    std::unique_ptr<Generator> generator;  // checked out for it; a shared run uses the first job's, the rest go back
+    json recipe;                           // the request's recipe, overrides applied, and where its paths resolve
+    fs::path base_dir;
+    // Built to check the request (a recipe no generator was built for before), else none: the run takes a cached
+    // generator of its key or builds one. A shared run uses the first job's; the others go back to the cache.
+    std::unique_ptr<Generator> generator;
     int64_t samples = 1;
     std::optional<uint64_t> seed;          // fixed by the request or its recipe
     bool shares = false;                   // may share a run: no fixed seed, and a recipe whose runs batch well
@@ -105,10 +109,25 @@ private:
 };
 
 // Generators kept between requests, so a recipe's model and controllers load once; beyond `capacity` the least
-// recently used is dropped. A generator whose run failed or was cancelled is not kept.
+// recently used is dropped. A generator whose run failed or was cancelled is not kept. The cache also remembers
+// the keys generators were built for (their recipes passed every check), so a request of a known recipe is not
+// checked by building another generator while it waits.
 class GeneratorCache {
 public:
     explicit GeneratorCache(int64_t capacity) : capacity_(static_cast<size_t>(capacity)) {}
+    // For a known key, whether its runs batch well (Generator::batching_pays); nothing for a key not known.
+    std::optional<bool> known(const std::string& key) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (const auto& [k, batching_pays] : known_)
+            if (k == key) return batching_pays;
+        return std::nullopt;
+    }
+    void remember(const std::string& key, const Generator& generator) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        known_.remove_if([&](const auto& entry) { return entry.first == key; });
+        known_.emplace_front(key, generator.batching_pays());
+        if (known_.size() > kKnownKeys) known_.pop_back();
+    }
     std::unique_ptr<Generator> take(const std::string& key) {
         std::lock_guard<std::mutex> lock(mutex_);
         for (auto it = idle_.begin(); it != idle_.end(); ++it)
@@ -130,9 +149,11 @@ public:
     }
 
 private:
+    static constexpr size_t kKnownKeys = 256;
     const size_t capacity_;
     std::mutex mutex_;
     std::list<std::pair<std::string, std::unique_ptr<Generator>>> idle_;  // most recently used first
+    std::list<std::pair<std::string, bool>> known_;                       // most recently built first
 };
 
 // Who runs when: `parallel` workers, each running one reverse loop at a time for the job at the head of the queue
@@ -208,6 +229,20 @@ public:
         --busy_workers_;
         running_ -= static_cast<int64_t>(jobs);
         update_gauges();
+    }
+    // Jobs a worker took but will not run now: first in line again, in their order (those abandoned meanwhile
+    // are dropped).
+    void put_back(const std::vector<std::shared_ptr<Job>>& jobs) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        running_ -= static_cast<int64_t>(jobs.size());
+        auto at = queue_.begin();
+        for (const auto& job : jobs) {
+            if (job->abandoned) continue;
+            at = std::next(queue_.insert(at, job));
+            ++waiting_;
+        }
+        update_gauges();
+        changed_.notify_all();
     }
 
 private:
@@ -403,8 +438,10 @@ struct Server::State {
 
     // The recipe of a request, checked and loaded: every problem (the request's, the recipe's, its model's and
     // controllers') at once, with pointers into the request. A recipe that differs from a cached generator's only
-    // in seed and samples (which parse_recipe checks) takes that generator. `samples`: the recipe's.
-    std::unique_ptr<Generator> generator_for(const GenerateRequest& request, const std::string& key, int64_t* samples) {
+    // in seed and samples (which parse_recipe checks) takes that generator; with `unless_known`, a recipe a
+    // generator was built for before gets none (it passed every check then). `samples`: the recipe's.
+    std::unique_ptr<Generator> generator_for(const GenerateRequest& request, const std::string& key, int64_t* samples,
+                                             bool unless_known = false) {
         std::vector<RecipeIssue> issues;
         const auto prefixed = [&](std::vector<RecipeIssue> found) {
             for (auto& issue : found) issue.pointer = request.pointer_prefix + issue.pointer;
@@ -413,10 +450,13 @@ struct Server::State {
         try {
             Recipe recipe = parse_recipe(request.recipe.dump(), request.base_dir, options.limits, &issues);
             *samples = recipe.samples;
-            if (issues.empty())
+            if (issues.empty()) {
+                if (unless_known && cache.known(key).has_value()) return nullptr;
                 if (auto cached = cache.take(key)) return cached;
+            }
             auto generator = std::make_unique<Generator>(std::move(recipe), registry, model_path, std::move(issues));
             metrics.loads.Increment();
+            cache.remember(key, *generator);
             return generator;
         } catch (const RecipeError& e) {
             throw RequestError{400, "invalid recipe", prefixed(e.issues())};
@@ -428,11 +468,44 @@ struct Server::State {
         res.set_content(body.dump() + "\n", "application/json");
     }
 
-    // One reverse loop for `jobs` (one, or several with the same recipe and no fixed seed): their samples are
-    // consecutive rows of one run, in the order of `jobs`. Runs on a worker's thread.
+    // The jobs a worker took (one, or several of one recipe that may share): one run for them all, or for as many
+    // as the recipe's memory limit allows. Runs on the worker's thread.
     void run(std::vector<std::shared_ptr<Job>>& jobs) {
         std::unique_ptr<Generator> generator = std::move(jobs[0]->generator);
         for (size_t i = 1; i < jobs.size(); ++i) cache.give_back(jobs[i]->key, std::move(jobs[i]->generator));
+        if (!generator) generator = cache.take(jobs[0]->key);
+        if (!generator) {
+            // A recipe that passed every check when a generator was last built for it; if it no longer does (a model
+            // or plugin file changed), every job hears why.
+            try {
+                GenerateRequest request;
+                request.recipe = jobs[0]->recipe;
+                request.base_dir = jobs[0]->base_dir;
+                int64_t samples = 0;
+                generator = generator_for(request, jobs[0]->key, &samples);
+            } catch (const RequestError& e) {
+                std::string message = e.message;
+                for (const auto& issue : e.issues) message += "; " + issue.pointer + ": " + issue.message;
+                scheduler.run_ended(jobs.size());
+                for (auto& job : jobs) job->deliver("error", {{"error", message}});
+                return;
+            }
+        }
+        // Shared rows past the recipe's memory limit: the last jobs wait again, first in line, for the next run.
+        int64_t total = 0;
+        for (const auto& job : jobs) total += job->samples;
+        std::vector<std::shared_ptr<Job>> later;
+        while (jobs.size() > 1 && !generator->fits_memory_limit(total)) {
+            total -= jobs.back()->samples;
+            later.insert(later.begin(), jobs.back());
+            jobs.pop_back();
+        }
+        if (!later.empty()) scheduler.put_back(later);
+        run_one(std::move(generator), jobs);
+    }
+
+    // One reverse loop for `jobs`: their samples are consecutive rows of one run, in the order of `jobs`.
+    void run_one(std::unique_ptr<Generator> generator, std::vector<std::shared_ptr<Job>>& jobs) {
         std::vector<int64_t> first(jobs.size());  // each job's first row in the run
         int64_t total = 0;
         bool streams = false;
@@ -515,14 +588,16 @@ struct Server::State {
         }
         auto job = std::make_shared<Job>();
         job->key = share_key(request);
+        job->recipe = request.recipe;
+        job->base_dir = request.base_dir;
         try {
-            job->generator = generator_for(request, job->key, &job->samples);
+            job->generator = generator_for(request, job->key, &job->samples, /*unless_known=*/true);
         } catch (const RequestError& e) {
             metrics.failed("invalid request");
             return reply(res, e.status, error_json(e));
         }
         job->seed = request.seed;
-        job->shares = !request.seed && job->generator->batching_pays();
+        job->shares = !request.seed && (job->generator ? job->generator->batching_pays() : cache.known(job->key).value_or(false));
         job->streams = request.stream;
         place->submit(job);
 
