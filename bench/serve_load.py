@@ -144,6 +144,8 @@ def main():
             while time.monotonic() < end:
                 _, latencies, failures = load(port, max(levels), 10 ** 9, body, until=min(end, time.monotonic() + 60))
                 total, fails = total + len(latencies), fails + len(failures)
+                for reason in failures:
+                    failure_reasons[f"soak: {reason}"] = failure_reasons.get(f"soak: {reason}", 0) + 1
                 samples.append(rss_kb(p.pid) / 1024)
                 print(f"  {samples[-1]:.1f}", flush=True)
             print(f"soak: {total} requests, {fails} failed; RSS {samples[0]:.1f} MB at the start, {samples[-1]:.1f} MB at the end")

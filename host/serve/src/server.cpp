@@ -708,6 +708,9 @@ struct Server::State {
 
     void routes() {
         http.set_payload_max_length(static_cast<size_t>(options.max_body_bytes));
+        // cpp-httplib closes a kept-alive connection after 5 requests by default: a client sending many then opens a
+        // connection every 5, through a listen backlog of 5 (compiled into Debian's library).
+        http.set_keep_alive_max_count(1000);
         // A thread per connection: the requests waiting (at most the queue and one per idle worker), those in runs
         // (at most a run's samples per worker), and a few for health, metrics and refusals.
         const size_t threads = static_cast<size_t>(options.queue_limit + options.parallel * (1 + options.batch_samples) + 4);
