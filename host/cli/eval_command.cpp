@@ -1,9 +1,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -16,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include <rudder/base/paths.hpp>
 #include <rudder/nn/compute_threads.hpp>
 #include <rudder/nn/config_error.hpp>
 #include <rudder/nn/teacher_model.hpp>
@@ -40,6 +46,7 @@ struct EvalOptions {
     std::string only;        // run only the tasks whose name contains this
     std::string shard;       // "K/N": generate only targets K, K+N, ... into <out>/shard.jsonl (no scoring)
     std::vector<std::string> merge;  // shard folders to summarise instead of generating
+    std::string dask;        // a Dask scheduler's address: the shards run on its workers (rudder.dask)
     bool quiet = false;
 };
 
@@ -744,6 +751,39 @@ int run_eval(const EvalOptions& o) {
     return 0;
 }
 
+// --dask: this process becomes `python3 -m rudder.dask eval ...` (the Python package beside the installed library),
+// which runs `rudder eval --shard k/n` on the cluster's workers and `rudder eval --merge` with this executable.
+// Dask's client is Python only, hence the hand-over rather than a C++ client.
+int run_on_dask(const EvalOptions& o, int threads) {
+    const fs::path package_dir = python_package_dir();
+    if (!fs::exists(package_dir / "rudder" / "dask.py"))
+        throw std::runtime_error("--dask: the Python package rudder is not at " + package_dir.string() +
+                                 " (an installed prefix or a build tree has it)");
+    const char* python_env = std::getenv("RUDDER_PYTHON");
+    const std::string python = python_env != nullptr && *python_env != '\0' ? python_env : "python3";
+    const fs::path suite_file = fs::absolute(o.suite);
+    const fs::path out_dir = o.out.empty() ? fs::path(suite_file.stem().string() + "-results") : fs::path(o.out);
+    std::vector<std::string> args{python, "-m", "rudder.dask", "eval", suite_file.string(), "--scheduler", o.dask,
+                                  "-o", out_dir.string(), "--threads", std::to_string(threads > 0 ? threads : 1)};
+    if (!o.only.empty()) args.insert(args.end(), {"--only", o.only});
+    if (o.targets > 0) args.insert(args.end(), {"--targets", std::to_string(o.targets)});
+    if (o.quiet) args.push_back("--quiet");
+    const char* python_path = std::getenv("PYTHONPATH");
+    const std::string search = package_dir.string() + (python_path != nullptr && *python_path != '\0' ? ":" + std::string(python_path) : "");
+    std::error_code ec;
+    const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+    if (setenv("PYTHONPATH", search.c_str(), 1) != 0 || (!ec && setenv("RUDDER_BIN", self.c_str(), 1) != 0))
+        throw std::runtime_error(std::string("--dask: cannot set the environment: ") + std::strerror(errno));
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    execvp(argv[0], argv.data());
+    throw std::runtime_error("--dask: cannot run " + python + " (" + std::strerror(errno) +
+                             "); RUDDER_PYTHON names the Python 3 to use, one with Dask's distributed");
+}
+
 }  // namespace
 
 void add_eval_command(CLI::App& app, Commands& commands) {
@@ -763,9 +803,14 @@ void add_eval_command(CLI::App& app, Commands& commands) {
     eval->add_option("--merge", o->merge, "Shard folders (--shard outputs) that together hold every target: summarise them "
                                           "into OUT exactly as one run would, without generating")
         ->excludes(shard);
+    eval->add_option("--dask", o->dask, "SCHEDULER: spread the targets over a Dask cluster's workers (tcp://host:8786): "
+                                        "shards run there, the merge here; --threads is each shard's (default 1); "
+                                        "needs Python 3 with Dask's distributed ($RUDDER_PYTHON, default python3)")
+        ->excludes(shard)
+        ->excludes("--merge");
     commands.add_threads_option(eval);
     eval->add_flag("-q,--quiet", o->quiet, "No progress on stderr");
-    commands.list.push_back({eval, [o] { return run_eval(*o); }});
+    commands.list.push_back({eval, [o, &commands] { return o->dask.empty() ? run_eval(*o) : run_on_dask(*o, commands.threads); }});
 }
 
 }  // namespace rudder::cli

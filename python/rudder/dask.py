@@ -12,7 +12,7 @@
     rudder.dask.evaluate("examples/eval/hard_constraints.json", client, out="hard_constraints-results")
 
 or from a shell: python3 -m rudder.dask eval SUITE --scheduler tcp://scheduler:8786 [-o OUT] [--only TEXT] [--targets N]
-[--threads T] [--shards N].
+[--threads T] [--shards N] [--quiet], which `rudder eval SUITE --dask tcp://scheduler:8786` runs.
 
 Every target runs with the seed it would have in one process, so the results are the same samples, byte for
 byte, as a single-process run's. Workers need Rudder installed where they run (librudder.so for generate, found as
@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 __all__ = ["generate", "evaluate", "main"]
 
@@ -126,11 +126,12 @@ def _eval_shard(suite: str, shard: str, options: List[str], rudder_bin: Optional
 
 def evaluate(suite: Union[str, os.PathLike], client, *, out: Optional[str] = None, only: Optional[str] = None,
              targets: Optional[int] = None, threads: int = 1, shards: Optional[int] = None,
-             rudder_bin: Optional[str] = None) -> str:
+             rudder_bin: Optional[str] = None, progress: Optional[Callable[[int, int], None]] = None) -> str:
     """`rudder eval SUITE` with its targets spread over the client's workers: shard k of n (targets k, k+n, ...)
     runs as `rudder eval --shard k/n` on a worker, its outcomes come back through Dask, and `rudder eval --merge`
     writes OUT (results.json, results.md, samples/) here as one run would. Returns the results table (markdown).
-    `shards` defaults to the workers' threads; `threads` is each shard's --threads."""
+    `shards` defaults to the workers' threads; `threads` is each shard's --threads; `progress(done, shards)` is
+    called as shards finish."""
     suite = os.path.abspath(os.fspath(suite))
     if shards is None:
         shards = sum(client.nthreads().values()) or 1
@@ -140,6 +141,11 @@ def evaluate(suite: Union[str, os.PathLike], client, *, out: Optional[str] = Non
     if targets:
         options += ["--targets", str(targets)]
     futures = [client.submit(_eval_shard, suite, f"{k}/{shards}", options, rudder_bin, pure=False) for k in range(shards)]
+    if progress is not None:
+        from distributed import as_completed
+        progress(0, shards)
+        for done, _ in enumerate(as_completed(futures), 1):
+            progress(done, shards)
     texts = client.gather(futures)
     out = out or os.path.splitext(os.path.basename(suite))[0] + "-results"
     with tempfile.TemporaryDirectory(prefix="rudder-merge-") as scratch:
@@ -170,12 +176,35 @@ def main(argv: Optional[List[str]] = None) -> int:
     ev.add_argument("--targets", type=int, help="at most this many targets per task")
     ev.add_argument("--threads", type=int, default=1, help="compute threads of each shard (default 1)")
     ev.add_argument("--shards", type=int, help="shards (default: the workers' threads)")
+    ev.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     args = ap.parse_args(argv)
-    from distributed import Client
+    try:
+        from distributed import Client
+    except ImportError as e:
+        print(f"rudder.dask: Dask's distributed is not importable by {sys.executable} ({e}); Debian's python3-distributed "
+              "provides it (RUDDER_PYTHON picks the Python that `rudder eval --dask` runs)", file=sys.stderr)
+        return 2
     from rudder.dask import evaluate as evaluate_here  # by module name, so the workers unpickle rudder.dask's functions
-    with Client(args.scheduler) as client:
-        print(evaluate_here(args.suite, client, out=args.out, only=args.only, targets=args.targets, threads=args.threads,
-                       shards=args.shards), end="")
+
+    def progress(done: int, shards: int) -> None:
+        print(f"\r[dask] {done}/{shards} shards done", end="\n" if done == shards else "", file=sys.stderr, flush=True)
+
+    try:
+        client = Client(args.scheduler, timeout="10s")
+    except (OSError, TimeoutError) as e:
+        print(f"rudder.dask: no Dask scheduler answers at {args.scheduler} ({e})", file=sys.stderr)
+        return 1
+    with client:
+        try:
+            table = evaluate_here(args.suite, client, out=args.out, only=args.only, targets=args.targets,
+                                  threads=args.threads, shards=args.shards, progress=None if args.quiet else progress)
+        except RuntimeError as e:
+            print(f"rudder.dask: {e}", file=sys.stderr)
+            return 1
+    print(table, end="")
+    if not args.quiet:
+        out = args.out or os.path.splitext(os.path.basename(args.suite))[0] + "-results"
+        print(f"results in {out} (results.json, results.md, samples/)", file=sys.stderr)
     return 0
 
 

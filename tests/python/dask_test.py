@@ -20,6 +20,7 @@ import rudder.dask
 
 
 def main():
+    os.environ["RUDDER_BIN"] = RUDDER  # the workers' `rudder` (they inherit this environment)
     recipe = os.path.join(REPO, "examples", "recipes", "length_span_discrete.json")
     targets = [{"seed": 3 + i, "samples": 1 + i % 2, "params": {"length": {"tokens": 7 + i % 3}}} for i in range(7)]
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None) as cluster, \
@@ -55,7 +56,38 @@ def main():
                 for task in r["tasks"]:
                     task.pop("seconds_per_sample")
             assert results[0] == results[1], results
-    print("ok: rudder.dask generate and evaluate on two workers")
+
+            # The same through the CLI: `rudder eval --dask` hands over to python3 -m rudder.dask.
+            env = dict(os.environ, RUDDER_PYTHON=sys.executable)
+            env.pop("RUDDER_BIN")
+            run = subprocess.run([RUDDER, "eval", suite, "--dask", cluster.scheduler_address, "--only", "discrete",
+                                  "--targets", "3", "-o", os.path.join(d, "cli")], env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+            assert run.returncode == 0, run.stderr
+            assert run.stdout == table, (run.stdout, table)
+            assert "2/2 shards done" in run.stderr and "results in" in run.stderr, run.stderr
+            for name in sorted(os.listdir(os.path.join(d, "one", "samples"))):
+                assert open(os.path.join(d, "one", "samples", name), "rb").read() == \
+                       open(os.path.join(d, "cli", "samples", name), "rb").read(), name
+            # Clear errors: no scheduler there, no Python there, a Python without Dask, and --dask with --shard.
+            run = subprocess.run([RUDDER, "eval", suite, "--dask", "tcp://127.0.0.1:9", "-q", "-o", os.path.join(d, "x")],
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            assert run.returncode == 1 and "no Dask scheduler answers at tcp://127.0.0.1:9" in run.stderr, run.stderr
+            run = subprocess.run([RUDDER, "eval", suite, "--dask", cluster.scheduler_address, "-q"],
+                                 env=dict(env, RUDDER_PYTHON="/nonexistent/python3"), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+            assert run.returncode != 0 and "cannot run /nonexistent/python3" in run.stderr, run.stderr
+            os.makedirs(os.path.join(d, "no_dask", "distributed"))
+            with open(os.path.join(d, "no_dask", "distributed", "__init__.py"), "w") as f:
+                f.write("raise ImportError('hidden by the test')\n")
+            run = subprocess.run([RUDDER, "eval", suite, "--dask", cluster.scheduler_address, "-q"],
+                                 env=dict(env, PYTHONPATH=os.path.join(d, "no_dask") + ":" + env.get("PYTHONPATH", "")),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            assert run.returncode == 2 and "Dask's distributed is not importable" in run.stderr, run.stderr
+            run = subprocess.run([RUDDER, "eval", suite, "--dask", cluster.scheduler_address, "--shard", "0/2"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            assert run.returncode != 0 and "excludes" in run.stderr, run.stderr
+    print("ok: rudder.dask generate and evaluate on two workers, and rudder eval --dask")
 
 
 if __name__ == "__main__":

@@ -55,6 +55,7 @@ fs::path install_prefix() {
 
 fs::path bundled_plugin_dir() { return install_prefix() / RUDDER_INSTALL_LIBDIR / "rudder" / "plugins"; }
 fs::path bundled_model_dir() { return install_prefix() / RUDDER_INSTALL_DATADIR / "rudder" / "models"; }
+fs::path python_package_dir() { return install_prefix() / RUDDER_INSTALL_LIBDIR / "rudder" / "python"; }
 
 fs::path plugin_scanner_file() {
     if (const char* file = std::getenv("RUDDER_PLUGIN_SCANNER"); file != nullptr && *file != '\0') return file;

@@ -17,6 +17,9 @@ std::filesystem::path install_prefix();
 // <prefix>/<libdir>/rudder/plugins and <prefix>/<datadir>/rudder/models (the folders may not exist).
 std::filesystem::path bundled_plugin_dir();
 std::filesystem::path bundled_model_dir();
+// <prefix>/<libdir>/rudder/python: the folder holding the Python package `rudder` (in the build tree, a link to the
+// source's python/rudder).
+std::filesystem::path python_package_dir();
 // The helper that scans a plugin library in a child process: $RUDDER_PLUGIN_SCANNER if set, else
 // <prefix>/<libexecdir>/rudder/rudder-plugin-scan (the file may not exist).
 std::filesystem::path plugin_scanner_file();
