@@ -111,6 +111,31 @@ TEST(SafeTensors, ReadsAHandWrittenFileWithEntriesOutOfOrder) {
     EXPECT_TRUE(loaded.metadata.empty());
 }
 
+// load_safetensors gives tensors over a private mapping of the file: they outlive the file's name, a write to one
+// changes neither the file nor a second load, and data not aligned for its type is copied out correctly.
+TEST(SafeTensors, MappedTensorsOutliveTheFileAndWritesStayPrivate) {
+    ScratchDir dir;
+    const auto file = dir.path() / "w.safetensors";
+    const at::Tensor original = at::arange(1000, at::kFloat).reshape({10, 100});
+    save_safetensors(file, {{"w", original}, {"b", at::ones({3}, at::kHalf)}});
+    SafeTensors first = load_safetensors(file);
+    SafeTensors second = load_safetensors(file);
+    at::Tensor w = *first.find("w");
+    w.mul_(2);  // private: the file and the other load keep their values
+    EXPECT_TRUE(at::equal(second.find("w")->clone(), original));
+    EXPECT_TRUE(at::equal(load_safetensors(file).find("w")->clone(), original));
+    std::filesystem::remove(file);
+    EXPECT_TRUE(at::equal(w, original * 2));
+    EXPECT_TRUE(at::equal(*second.find("b"), at::ones({3}, at::kHalf)));
+
+    // A 55-byte header puts the data at offset 63: a float32 there is copied, and equal.
+    float values[3] = {1.5f, -2.25f, 3.0f};
+    std::string data(reinterpret_cast<const char*>(values), sizeof values);
+    write_raw(file, R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,12]}})", data);
+    const SafeTensors odd = load_safetensors(file);
+    EXPECT_TRUE(at::equal(*odd.find("x"), at::tensor({1.5f, -2.25f, 3.0f})));
+}
+
 TEST(SafeTensors, RefusesTruncatedFiles) {
     ScratchDir dir;
     const auto tiny = dir.path() / "tiny.safetensors";

@@ -178,6 +178,15 @@ DiscreteDenoiserNet::DiscreteDenoiserNet(const json& network_config, const Token
     head_ = register_module("head", std::make_shared<Affine>(W, V, kInitStd));
 }
 
+at::Tensor subs_log_probs(at::Tensor logits, const at::Tensor& tokens, int64_t mask_id) {
+    logits.select(-1, mask_id).fill_(-std::numeric_limits<float>::infinity());
+    at::Tensor out = at::log_softmax(logits, -1);
+    out.select(-1, mask_id).fill_(kImpossibleLogProb);
+    const at::Tensor ids = tokens.to(out.device());
+    const at::Tensor carried = at::full_like(out, kImpossibleLogProb).scatter_(-1, ids.unsqueeze(-1), 0.0);
+    return at::where(ids.ne(mask_id).unsqueeze(-1), carried, out);
+}
+
 at::Tensor DiscreteDenoiserNet::head_bias() const {
     // SUBS, zero masking probability: the clean token is never the mask. Put into the bias, the -inf costs no
     // extra pass over the [B, L, V] logits.

@@ -6,46 +6,21 @@
 #include <limits>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include <rudder/nn/denoiser_net.hpp>
 #include <rudder/nn/safetensors.hpp>
 
+#include "checkpoint_files.hpp"
+
 namespace rudder::nn {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using namespace checkpoint;
 
 namespace {
 
-[[noreturn]] void config_fail(const fs::path& file, const std::string& field, const std::string& what) {
-    throw ModelError("'" + file.string() + "': field '" + field + "': " + what);
-}
-
-int64_t positive_int(const json& object, const std::string& key, const std::string& field, const fs::path& file) {
-    if (!object.contains(key)) config_fail(file, field, "missing (a positive integer)");
-    const json& v = object.at(key);
-    if (!v.is_number_integer() || v.get<int64_t>() <= 0) config_fail(file, field, "expected a positive integer, got " + v.dump());
-    return v.get<int64_t>();
-}
-
-bool boolean(const json& object, const std::string& key, const std::string& field, const fs::path& file) {
-    if (!object.contains(key)) config_fail(file, field, "missing (true or false)");
-    if (!object.at(key).is_boolean()) config_fail(file, field, "expected true or false, got " + object.at(key).dump());
-    return object.at(key).get<bool>();
-}
-
-void check_known(const json& object, const std::set<std::string>& known, const std::string& prefix, const fs::path& file) {
-    for (const auto& [key, value] : object.items())
-        if (!known.count(key)) config_fail(file, prefix + key, "unknown field: this reader does not know what it changes");
-}
-
-// Keys every Hugging Face PretrainedConfig may write that do not change the network.
-const std::set<std::string> kHubMetadata = {"architectures", "auto_map",          "model_type",  "torch_dtype",
-                                            "transformers_version", "_name_or_path", "return_dict",
-                                            "output_hidden_states", "output_attentions", "dropout"};
-
 DitConfig parse_mdlm(const json& config, const fs::path& file) {
-    std::set<std::string> known = kHubMetadata;
+    std::set<std::string> known = hub_metadata_keys();
     for (const char* k : {"vocab_size", "model_length", "hidden_dim", "cond_dim", "n_blocks", "n_heads", "time_conditioning"})
         known.insert(k);
     check_known(config, known, "", file);
@@ -106,12 +81,6 @@ DitConfig parse_sedd(const json& config, const fs::path& file) {
     c.n_heads = positive_int(model, "n_heads", "model.n_heads", file);
     c.scale_by_sigma = boolean(model, "scale_by_sigma", "model.scale_by_sigma", file);
     return c;
-}
-
-std::string shape_string(const std::vector<int64_t>& shape) {
-    std::ostringstream out;
-    out << at::IntArrayRef(shape);
-    return out.str();
 }
 
 // x * (1 + scale) + shift with the per-sample [B, H] modulation broadcast over positions.
@@ -187,57 +156,15 @@ DitNetwork DitNetwork::load(const fs::path& dir) {
         expected[b + "adaLN_modulation.bias"] = {6 * H};
     }
     const std::string inv_freq_name = p + "rotary_emb.inv_freq";  // a buffer: optional, checked if present
-
-    const fs::path single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
-    std::error_code ec;
-    const bool sharded = !fs::exists(single, ec) && fs::exists(index, ec);
-    if (!sharded && !fs::exists(single, ec))
-        throw ModelError("'" + dir.string() + "': neither model.safetensors nor model.safetensors.index.json (only "
-                         "safetensors weights are read; pytorch_model.bin is not)");
-    const fs::path weights_file = sharded ? index : single;
-    auto check_entry = [&](const SafeTensorsEntry& e) {
-        std::vector<int64_t> want;
-        if (e.name == inv_freq_name) {
-            want = {head_dim / 2};
-        } else {
-            const auto found = expected.find(e.name);
-            if (found == expected.end())
-                throw SafeTensorsError("'" + weights_file.string() + "': unexpected tensor '" + e.name + "' (not part of the " +
-                                       (c.flavor == DitFlavor::mdlm ? "MDLM" : "SEDD") + " DiT this config describes)");
-            want = found->second;
-        }
-        if (e.shape != want)
-            throw SafeTensorsError("'" + weights_file.string() + "': tensor '" + e.name + "' has shape " + shape_string(e.shape) +
-                                   ", the config implies " + shape_string(want));
-        if (e.dtype != at::kFloat && e.dtype != at::kHalf && e.dtype != at::kBFloat16)
-            throw SafeTensorsError("'" + weights_file.string() + "': tensor '" + e.name + "' has dtype " +
-                                   std::string(c10::toString(e.dtype)) + " (float32, float16 or bfloat16 expected)");
-        return true;
-    };
-    SafeTensors st = sharded ? load_sharded_safetensors(index, check_entry) : load_safetensors(single, check_entry);
-
-    // Each tensor is taken as it was read (float32) or widened once: the weights are never held twice.
-    std::map<std::string, at::Tensor> by_name;
-    for (auto& [name, tensor] : st.tensors) {
-        at::Tensor read = std::move(tensor);  // a half-precision original is freed as soon as it is widened
-        by_name[name] = read.scalar_type() == at::kFloat ? read : read.to(at::kFloat);
-    }
-    st.tensors.clear();
-    auto take = [&](const std::string& name) {
-        const auto found = by_name.find(name);
-        if (found == by_name.end()) throw SafeTensorsError("'" + weights_file.string() + "': missing tensor '" + name + "'");
-        at::Tensor t = std::move(found->second);
-        by_name.erase(found);
-        return t;
-    };
-    for (const auto& [name, shape] : expected)
-        if (!by_name.count(name)) throw SafeTensorsError("'" + weights_file.string() + "': missing tensor '" + name + "'");
-    if (by_name.count(inv_freq_name)) {
+    Weights weights = load_weights(dir, expected, {{inv_freq_name, {head_dim / 2}}},
+                                   std::string("the ") + (c.flavor == DitFlavor::mdlm ? "MDLM" : "SEDD") + " DiT");
+    auto take = [&](const std::string& name) { return weights.take(name); };
+    if (weights.by_name.count(inv_freq_name)) {
         const at::Tensor stored = take(inv_freq_name);
         const at::Tensor computed = at::pow(10000.0, -at::arange(0, head_dim, 2, at::kFloat) / static_cast<double>(head_dim));
         // Tolerant enough for a buffer stored in bfloat16 (8 bits of mantissa); another base is far outside it.
         if (!at::allclose(stored, computed, 1e-2, 1e-6))
-            throw SafeTensorsError("'" + weights_file.string() + "': tensor '" + inv_freq_name +
+            throw SafeTensorsError("'" + weights.file.string() + "': tensor '" + inv_freq_name +
                                    "' is not the rotary frequencies of base 10000 this reader computes");
     }
     net.embedding_ = take(p + "vocab_embed.embedding");
@@ -339,15 +266,7 @@ at::Tensor DitNetwork::sedd_log_score(const at::Tensor& tokens, const at::Tensor
 // every per-sample offset (scale_by_sigma's included) cancels, and the raw output gives it directly. The network's
 // score is not exactly normalised; the softmax normalises it, which is what SEDD's analytic (Tweedie) step does.
 at::Tensor DitNetwork::clean_log_probs(const at::Tensor& tokens, const at::Tensor& sigma) const {
-    at::Tensor raw = forward(tokens, sigma);
-    const int64_t mask = config_.mask_id();
-    raw.select(-1, mask).fill_(-std::numeric_limits<float>::infinity());
-    at::Tensor out = at::log_softmax(raw, -1);
-    out.select(-1, mask).fill_(kImpossibleLogProb);
-    const at::Tensor ids = tokens.to(out.device());
-    const at::Tensor unmasked = (ids != mask).unsqueeze(-1);
-    const at::Tensor carried = at::full_like(out, kImpossibleLogProb).scatter_(-1, ids.unsqueeze(-1), 0.0);
-    return at::where(unmasked, carried, out);
+    return subs_log_probs(forward(tokens, sigma), tokens, config_.mask_id());
 }
 
 }  // namespace rudder::nn

@@ -5,12 +5,17 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
 #include <nlohmann/json.hpp>
 #include <rudder/rudder_json.hpp>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <memory>
 #include <fstream>
 #include <set>
 
@@ -196,17 +201,16 @@ void save_safetensors(const fs::path& file, const std::vector<std::pair<std::str
     }
 }
 
-SafeTensors load_safetensors(const fs::path& file, const SafeTensorsSelection& selection) {
-    std::error_code ec;
-    const uint64_t file_size = fs::file_size(file, ec);
-    if (ec) fail(file, "cannot read: " + ec.message());
-    std::ifstream in(file, std::ios::binary);
-    if (!in) fail(file, "cannot open for reading");
-    return read_safetensors(in, file_size, file, selection);
-}
+namespace {
 
-SafeTensors read_safetensors(std::istream& in, uint64_t file_size, const fs::path& file,
-                             const SafeTensorsSelection& selection) {
+// What the header says: the metadata and the tensors sorted by offset, their ranges checked to tile the data area.
+struct Layout {
+    std::map<std::string, std::string> metadata;
+    std::vector<Entry> entries;
+    uint64_t data_offset = 0;  // where the data area starts in the file (8 + the header length)
+};
+
+Layout read_layout(std::istream& in, uint64_t file_size, const fs::path& file) {
     if (!host_is_little_endian()) fail(file, "this machine is big-endian; safetensors data is little-endian");
     if (file_size < 8) fail(file, "truncated: " + std::to_string(file_size) + " bytes, shorter than the 8-byte header length");
 
@@ -235,20 +239,21 @@ SafeTensors read_safetensors(std::istream& in, uint64_t file_size, const fs::pat
     }
     if (!header.is_object()) fail(file, "header must be a JSON object, got " + std::string(header.type_name()));
 
-    SafeTensors result;
-    std::vector<Entry> entries;
+    Layout layout;
+    layout.data_offset = 8 + n;
     for (const auto& [name, value] : header.items()) {
         if (name == "__metadata__") {
             if (!value.is_object()) fail(file, "\"__metadata__\" must be an object of strings");
             for (const auto& [key, v] : value.items()) {
                 if (!v.is_string()) fail(file, "\"__metadata__\" value of '" + key + "' must be a string, got " + v.dump());
-                result.metadata[key] = v.get<std::string>();
+                layout.metadata[key] = v.get<std::string>();
             }
             continue;
         }
-        entries.push_back(parse_entry(file, name, value, data_size));
+        layout.entries.push_back(parse_entry(file, name, value, data_size));
     }
     // The data area must be covered exactly once, in some order: no overlap, no gap, nothing left over.
+    auto& entries = layout.entries;
     std::sort(entries.begin(), entries.end(),
               [](const Entry& a, const Entry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
     uint64_t expected = 0;
@@ -266,17 +271,102 @@ SafeTensors read_safetensors(std::istream& in, uint64_t file_size, const fs::pat
     }
     if (expected != data_size)
         fail(file, std::to_string(data_size - expected) + " bytes after the last tensor belong to no tensor");
+    return layout;
+}
 
-    std::vector<bool> wanted(entries.size(), true);
+std::vector<bool> selected(const Layout& layout, const SafeTensorsSelection& selection) {
+    std::vector<bool> wanted(layout.entries.size(), true);
     if (selection)
-        for (size_t i = 0; i < entries.size(); ++i)
-            wanted[i] = selection(SafeTensorsEntry{entries[i].name, entries[i].dtype->type, entries[i].shape});
+        for (size_t i = 0; i < layout.entries.size(); ++i) {
+            const Entry& e = layout.entries[i];
+            wanted[i] = selection(SafeTensorsEntry{e.name, e.dtype->type, e.shape});
+        }
+    return wanted;
+}
 
+void check_bool_bytes(const Entry& e, const void* data, const fs::path& file) {
+    if (e.dtype->type != at::kBool) return;
+    const auto* bytes = static_cast<const unsigned char*>(data);
+    for (uint64_t b = 0; b < e.end - e.begin; ++b)
+        if (bytes[b] > 1) fail(file, "BOOL tensor '" + e.name + "' holds the byte " + std::to_string(bytes[b]));
+}
+
+at::Tensor empty_tensor(const Entry& e, const fs::path& file) {
+    try {
+        return at::empty(e.shape, at::TensorOptions().dtype(e.dtype->type));
+    } catch (const std::exception& ex) {
+        fail(file, "cannot create tensor '" + e.name + "': " + ex.what());
+    }
+}
+
+// A file mapped copy-on-write: tensors over it read the file's pages where they are (shared with the page cache,
+// not copied into the process), and one written in place gets private copies of the pages it writes.
+struct Mapping {
+    void* base = MAP_FAILED;
+    size_t size = 0;
+    ~Mapping() {
+        if (base != MAP_FAILED) ::munmap(base, size);
+    }
+};
+
+}  // namespace
+
+SafeTensors load_safetensors(const fs::path& file, const SafeTensorsSelection& selection) {
+    std::error_code ec;
+    const uint64_t file_size = fs::file_size(file, ec);
+    if (ec) fail(file, "cannot read: " + ec.message());
+    std::ifstream in(file, std::ios::binary);
+    if (!in) fail(file, "cannot open for reading");
+    const Layout layout = read_layout(in, file_size, file);
+    const std::vector<bool> wanted = selected(layout, selection);
+    SafeTensors result;
+    result.metadata = layout.metadata;
+    if (file_size == layout.data_offset) {  // no data: nothing to map (an empty mapping is an error)
+        for (size_t i = 0; i < layout.entries.size(); ++i)
+            if (wanted[i]) result.tensors.emplace_back(layout.entries[i].name, empty_tensor(layout.entries[i], file));
+        return result;
+    }
+    auto mapping = std::make_shared<Mapping>();
+    {
+        const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) fail(file, std::string("cannot open for reading: ") + std::strerror(errno));
+        mapping->size = static_cast<size_t>(file_size);
+        mapping->base = ::mmap(nullptr, mapping->size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+        const int mmap_errno = errno;
+        ::close(fd);
+        if (mapping->base == MAP_FAILED) fail(file, std::string("cannot map: ") + std::strerror(mmap_errno));
+    }
+    const char* data = static_cast<const char*>(mapping->base) + layout.data_offset;
+    for (size_t i = 0; i < layout.entries.size(); ++i) {
+        if (!wanted[i]) continue;
+        const Entry& e = layout.entries[i];
+        char* at_data = const_cast<char*>(data + e.begin);
+        check_bool_bytes(e, at_data, file);
+        at::Tensor t;
+        // Over the mapping where the data is aligned for its type (always, for files written as the reference
+        // writer and save_safetensors write them), else copied out of it.
+        if (reinterpret_cast<uintptr_t>(at_data) % e.dtype->size == 0 && e.end > e.begin) {
+            t = at::from_blob(at_data, e.shape, [mapping](void*) {}, at::TensorOptions().dtype(e.dtype->type));
+        } else {
+            t = empty_tensor(e, file);
+            std::memcpy(t.data_ptr(), at_data, static_cast<size_t>(e.end - e.begin));
+        }
+        result.tensors.emplace_back(e.name, std::move(t));
+    }
+    return result;
+}
+
+SafeTensors read_safetensors(std::istream& in, uint64_t file_size, const fs::path& file,
+                             const SafeTensorsSelection& selection) {
+    const Layout layout = read_layout(in, file_size, file);
+    const std::vector<bool> wanted = selected(layout, selection);
+    SafeTensors result;
+    result.metadata = layout.metadata;
     // Skipped tensors are sought over where the stream can seek (files, memory), read past otherwise.
     const std::streampos data_start = in.tellg();
     uint64_t position = 0;  // in the data area
-    for (size_t i = 0; i < entries.size(); ++i) {
-        const Entry& e = entries[i];
+    for (size_t i = 0; i < layout.entries.size(); ++i) {
+        const Entry& e = layout.entries[i];
         if (!wanted[i]) continue;
         if (e.begin != position) {
             if (data_start != std::streampos(-1))
@@ -286,19 +376,10 @@ SafeTensors read_safetensors(std::istream& in, uint64_t file_size, const fs::pat
             if (!in) fail(file, "cannot reach the data of tensor '" + e.name + "'");
         }
         position = e.end;
-        at::Tensor t;
-        try {
-            t = at::empty(e.shape, at::TensorOptions().dtype(e.dtype->type));
-        } catch (const std::exception& ex) {
-            fail(file, "cannot create tensor '" + e.name + "': " + ex.what());
-        }
+        at::Tensor t = empty_tensor(e, file);
         in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(e.end - e.begin));
         if (!in) fail(file, "cannot read the data of tensor '" + e.name + "'");
-        if (e.dtype->type == at::kBool) {
-            const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
-            for (uint64_t b = 0; b < e.end - e.begin; ++b)
-                if (bytes[b] > 1) fail(file, "BOOL tensor '" + e.name + "' holds the byte " + std::to_string(bytes[b]));
-        }
+        check_bool_bytes(e, t.data_ptr(), file);
         result.tensors.emplace_back(e.name, std::move(t));
     }
     return result;

@@ -13,8 +13,10 @@
 #include <rudder/base/paths.hpp>
 #include <rudder/rudder_json.hpp>
 
+#include "bidirectional_llm_denoiser.hpp"
 #include "dit_checkpoint_denoiser.hpp"
 #include "transformer_denoiser.hpp"
+#include <rudder/nn/bidirectional_llm.hpp>
 #include <rudder/nn/dit_checkpoint.hpp>
 #include <rudder/runtime/recipe.hpp>
 
@@ -165,10 +167,11 @@ void write_corpus_model(const std::vector<std::string>& sentences, const fs::pat
 
 Model load_model(const fs::path& dir, std::optional<Family> family) {
     const fs::path file = dir / "config.json";
-    // MDLM's and SEDD's public checkpoints keep their own config.json (no format_version): recognised before the
+    // MDLM's, SEDD's, LLaDA's and Dream's public checkpoints keep their own config.json (no format_version): recognised before the
     // format check, so that they are not refused as a Rudder model of an unknown version.
     json own = read_json_file(file);
     if (nn::is_dit_checkpoint_config(own)) return load_dit_checkpoint_model(dir, own, family);
+    if (nn::is_bidirectional_llm_config(own)) return load_bidirectional_llm_model(dir, own, family);
     const json config = checked_model_config(std::move(own), file);
     Model m;
     m.dir = dir;

@@ -34,6 +34,11 @@ namespace rudder::nn {
 // computes p * log p over the distribution never meets 0 * inf.
 constexpr float kImpossibleLogProb = -1e4f;
 
+// MDLM's SUBS parameterisation over a network's raw output `logits` [B, L, V] for `tokens` int64 [B, L]: at a
+// masked position the log-softmax over every token but `mask_id`; at an unmasked position 0 at its own token.
+// Impossible entries (the mask, a committed position's other tokens) are kImpossibleLogProb. Writes into `logits`.
+at::Tensor subs_log_probs(at::Tensor logits, const at::Tensor& tokens, int64_t mask_id);
+
 // What both families have in common: config, trunk, input checks, condition dropout.
 class DenoiserNet : public TrainableNetwork {
 public:

@@ -59,8 +59,14 @@ void save_safetensors(const std::filesystem::path& file, const std::vector<std::
 // overlap or leave gaps, and BOOL bytes other than 0 and 1.
 // With a `selection`, only the tensors it accepts are read (the others are skipped, not read): a file whose header
 // names a tensor its reader does not expect is refused before gigabytes of it are read.
+// load_safetensors maps the file (copy-on-write) and gives tensors over the mapping, so the weights are not copied
+// into the process: their pages are the page cache's, read as they are first touched, and the mapping lasts as long
+// as any of its tensors. A tensor written in place gets private copies of the pages it writes. (A tensor whose data
+// is not aligned for its type, which neither the reference writer nor save_safetensors produces, is copied.) The
+// file must not be truncated or rewritten in place while its tensors live; save_safetensors replaces files by rename.
 SafeTensors load_safetensors(const std::filesystem::path& file, const SafeTensorsSelection& selection = {});
-// The same for `size` bytes from `in` (the fuzz tests read from memory); `file` names the source in messages.
+// The same for `size` bytes from `in`, read into tensors of their own (the fuzz tests read from memory); `file`
+// names the source in messages.
 SafeTensors read_safetensors(std::istream& in, uint64_t size, const std::filesystem::path& file,
                              const SafeTensorsSelection& selection = {});
 

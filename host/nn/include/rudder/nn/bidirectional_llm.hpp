@@ -1,0 +1,98 @@
+// LLaDA (GSAI-ML/LLaDA-8B-Base, -Instruct, LLaDA-1.5) and Dream (Dream-org/Dream-v0-Base-7B, -Instruct-7B): masked
+// diffusion language models that are LLaMA- and Qwen2-style transformers with bidirectional attention, loaded from
+// their public checkpoints in Hugging Face layout (config.json + model.safetensors or model.safetensors.index.json
+// and shards) and run in float32. docs/checkpoints.md says what loads and what is refused.
+//
+// The network, as the authors' code defines it (LLaDA's modeling_llada.py, an OLMo "llama" block; Dream's
+// modeling_dream.py, Qwen2's layers), with H = hidden size, I = MLP width, h = heads, g = key/value heads,
+// d = H / h, V = embedding rows, N layers; LLaDA's names first, Dream's after the slash:
+//   x = wte[tokens] / embed_tokens[tokens]                                               [V, H]
+//   per layer i (LLaDA: model.transformer.blocks.i.; Dream: model.layers.i.):
+//     a = rms(x) * attn_norm / input_layernorm                                           [H]
+//     q = a Wq (+ bq), k = a Wk (+ bk), v = a Wv (+ bv)   q_proj / self_attn.q_proj      [h d, H], [g d, H], [g d, H]
+//         (biases: Dream always, LLaDA when include_qkv_bias)
+//     q, k rotated (rotate-half form, base rope_theta over d); each key/value head serves h / g consecutive query
+//     heads; softmax(q k^T / sqrt(d)) v over every position (no causal mask)
+//     x = x + attended Wo                                  attn_out / self_attn.o_proj   [H, h d]
+//     m = rms(x) * ff_norm / post_attention_layernorm                                    [H]
+//     x = x + (silu(m Wgate) * (m Wup)) Wdown              ff_proj, up_proj, ff_out / mlp.gate_proj, up_proj,
+//                                                          down_proj                     [I, H], [I, H], [H, I]
+//   logits = (rms(x) * ln_f / norm) Wout                   model.transformer.ff_out / lm_head   [V, H]
+//                                                          (the embedding when weight_tying / tie_word_embeddings)
+//   rms(x) = x / sqrt(mean(x^2) + eps)
+// Dream predicts each token at the position before it (it was adapted from an autoregressive model): the
+// prediction for position i is the output at i - 1, and position 0 keeps its own.
+// Neither model is conditioned on the noise level: the network sees only the tokens, the mask among them.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <rudder/nn/model_files.hpp>
+
+namespace rudder::nn {
+
+enum class BidirectionalLlmFlavor { llada, dream };
+
+struct BidirectionalLlmConfig {
+    BidirectionalLlmFlavor flavor = BidirectionalLlmFlavor::llada;
+    int64_t vocab_size = 0;  // embedding and output rows (LLaDA's embedding_size, Dream's vocab_size)
+    int64_t hidden_size = 0;
+    int64_t intermediate_size = 0;
+    int64_t n_layers = 0;
+    int64_t n_heads = 0;
+    int64_t n_kv_heads = 0;
+    int64_t max_length = 0;  // max_sequence_length / max_position_embeddings
+    double rope_theta = 10000.0;
+    double rms_eps = 1e-5;
+    bool qkv_bias = false;
+    bool tied_output = false;  // the output projection is the embedding
+    int64_t mask_id = -1;
+    int64_t pad_id = -1;  // -1: none; LLaDA and Dream pad with their end-of-text token
+    int64_t eos_id = -1;
+
+    bool shifted() const { return flavor == BidirectionalLlmFlavor::dream; }
+    std::string name() const { return flavor == BidirectionalLlmFlavor::llada ? "LLaDA" : "Dream"; }
+};
+
+// Whether a config.json is LLaDA's ("model_type": "llada") or Dream's ("model_type": "Dream").
+bool is_bidirectional_llm_config(const nlohmann::json& config);
+
+// Reads the fields the network depends on. An unknown field, a missing or mistyped one, and a value this network
+// does not run (another activation or block type, ALiBi, rope scaling, sliding windows, a mask id outside the
+// vocabulary) are a ModelError naming `file` and the field.
+BidirectionalLlmConfig parse_bidirectional_llm_config(const nlohmann::json& config, const std::filesystem::path& file);
+
+class BidirectionalLlm {
+public:
+    // Loads `dir`: config.json, then model.safetensors or model.safetensors.index.json and its shards, mapped
+    // (load_safetensors): float32 weights are used in place, float16 and bfloat16 ones widened once. Every tensor
+    // must be present with its shape, and nothing else may be in the files. Throws ModelError naming the file.
+    static BidirectionalLlm load(const std::filesystem::path& dir);
+
+    const BidirectionalLlmConfig& config() const { return config_; }
+    void to(const at::Device& device);
+    // Bytes of the weights as held (float32).
+    uint64_t weight_bytes() const;
+
+    // The logits [B, L, V] for tokens int64 [B, L], Dream's shifted to the position they predict.
+    at::Tensor forward(const at::Tensor& tokens) const;
+    // Log-probabilities [B, L, vocab] of the clean token over the first `vocab` ids (the tokenizer's; the rows past
+    // it are padding no text uses): SUBS (nn::subs_log_probs) over the logits.
+    at::Tensor clean_log_probs(const at::Tensor& tokens, int64_t vocab) const;
+
+private:
+    struct Layer {
+        at::Tensor attn_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, ff_norm, gate_w, up_w, down_w;
+    };
+    BidirectionalLlmConfig config_;
+    at::Tensor embedding_, final_norm_, output_;
+    std::vector<Layer> layers_;
+};
+
+}  // namespace rudder::nn

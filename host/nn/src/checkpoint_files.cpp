@@ -1,0 +1,90 @@
+#include "checkpoint_files.hpp"
+
+#include <sstream>
+
+#include <rudder/nn/model_files.hpp>
+#include <rudder/nn/safetensors.hpp>
+
+namespace rudder::nn::checkpoint {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+void config_fail(const fs::path& file, const std::string& field, const std::string& what) {
+    throw ModelError("'" + file.string() + "': field '" + field + "': " + what);
+}
+
+int64_t positive_int(const json& object, const std::string& key, const std::string& field, const fs::path& file) {
+    if (!object.contains(key)) config_fail(file, field, "missing (a positive integer)");
+    const json& v = object.at(key);
+    if (!v.is_number_integer() || v.get<int64_t>() <= 0) config_fail(file, field, "expected a positive integer, got " + v.dump());
+    return v.get<int64_t>();
+}
+
+bool boolean(const json& object, const std::string& key, const std::string& field, const fs::path& file) {
+    if (!object.contains(key)) config_fail(file, field, "missing (true or false)");
+    if (!object.at(key).is_boolean()) config_fail(file, field, "expected true or false, got " + object.at(key).dump());
+    return object.at(key).get<bool>();
+}
+
+void check_known(const json& object, const std::set<std::string>& known, const std::string& prefix, const fs::path& file) {
+    for (const auto& [key, value] : object.items())
+        if (!known.count(key)) config_fail(file, prefix + key, "unknown field: this reader does not know what it changes");
+}
+
+const std::set<std::string>& hub_metadata_keys() {
+    static const std::set<std::string> keys = {"architectures", "auto_map",      "model_type",  "torch_dtype",
+                                               "transformers_version", "_name_or_path", "return_dict",
+                                               "output_hidden_states", "output_attentions", "dropout"};
+    return keys;
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+    std::ostringstream out;
+    out << at::IntArrayRef(shape);
+    return out.str();
+}
+
+at::Tensor Weights::take(const std::string& name) {
+    const auto found = by_name.find(name);
+    if (found == by_name.end()) throw SafeTensorsError("'" + file.string() + "': missing tensor '" + name + "'");
+    at::Tensor t = std::move(found->second);
+    by_name.erase(found);
+    return t;
+}
+
+Weights load_weights(const fs::path& dir, const Shapes& required, const Shapes& optional, const std::string& what) {
+    const fs::path single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
+    std::error_code ec;
+    const bool sharded = !fs::exists(single, ec) && fs::exists(index, ec);
+    if (!sharded && !fs::exists(single, ec))
+        throw ModelError("'" + dir.string() + "': neither model.safetensors nor model.safetensors.index.json (only "
+                         "safetensors weights are read; pytorch_model.bin is not)");
+    Weights weights;
+    weights.file = sharded ? index : single;
+    auto check_entry = [&](const SafeTensorsEntry& e) {
+        const auto in_required = required.find(e.name);
+        const auto in_optional = optional.find(e.name);
+        if (in_required == required.end() && in_optional == optional.end())
+            throw SafeTensorsError("'" + weights.file.string() + "': unexpected tensor '" + e.name + "' (not part of " +
+                                   what + " this config describes)");
+        const std::vector<int64_t>& want = in_required != required.end() ? in_required->second : in_optional->second;
+        if (e.shape != want)
+            throw SafeTensorsError("'" + weights.file.string() + "': tensor '" + e.name + "' has shape " + shape_string(e.shape) +
+                                   ", the config implies " + shape_string(want));
+        if (e.dtype != at::kFloat && e.dtype != at::kHalf && e.dtype != at::kBFloat16)
+            throw SafeTensorsError("'" + weights.file.string() + "': tensor '" + e.name + "' has dtype " +
+                                   std::string(c10::toString(e.dtype)) + " (float32, float16 or bfloat16 expected)");
+        return true;
+    };
+    SafeTensors st = sharded ? load_sharded_safetensors(index, check_entry) : load_safetensors(single, check_entry);
+    for (const auto& [name, shape] : required)
+        if (st.find(name) == nullptr) throw SafeTensorsError("'" + weights.file.string() + "': missing tensor '" + name + "'");
+    // Each tensor is taken as it was read (float32, over the mapping) or widened once: never held twice.
+    for (auto& [name, tensor] : st.tensors) {
+        at::Tensor read = std::move(tensor);
+        weights.by_name[name] = read.scalar_type() == at::kFloat ? read : read.to(at::kFloat);
+    }
+    return weights;
+}
+
+}  // namespace rudder::nn::checkpoint

@@ -1,0 +1,47 @@
+// What the readers of public checkpoints in Hugging Face layout (dit_checkpoint.cpp, bidirectional_llm.cpp) share:
+// config.json field checks with messages that name the file and the field, and the weights read against the
+// shapes a config implies.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace rudder::nn::checkpoint {
+
+[[noreturn]] void config_fail(const std::filesystem::path& file, const std::string& field, const std::string& what);
+// object[key] as a positive integer; `field` is its name in messages (a path such as "model.n_heads").
+int64_t positive_int(const nlohmann::json& object, const std::string& key, const std::string& field,
+                     const std::filesystem::path& file);
+bool boolean(const nlohmann::json& object, const std::string& key, const std::string& field,
+             const std::filesystem::path& file);
+// A ModelError for the first key of `object` not in `known`: a field whose effect the reader does not know.
+void check_known(const nlohmann::json& object, const std::set<std::string>& known, const std::string& prefix,
+                 const std::filesystem::path& file);
+// Keys every Hugging Face PretrainedConfig may write that do not change the network.
+const std::set<std::string>& hub_metadata_keys();
+std::string shape_string(const std::vector<int64_t>& shape);
+
+using Shapes = std::map<std::string, std::vector<int64_t>>;
+
+// The weights of `dir`: model.safetensors, else model.safetensors.index.json and its shards, mapped
+// (load_safetensors). Every tensor of `required` and those of `optional` that are present, with those shapes,
+// float32, float16 or bfloat16, held as float32 (float32 ones over the mapping, the others widened once); any
+// other tensor is refused before data is read. `what` names the model in messages ("an MDLM DiT").
+struct Weights {
+    std::filesystem::path file;  // the safetensors file or the index, for messages
+    std::map<std::string, at::Tensor> by_name;
+
+    // Removes and returns the tensor `name`; a SafeTensorsError naming the file when it is not there.
+    at::Tensor take(const std::string& name);
+};
+Weights load_weights(const std::filesystem::path& dir, const Shapes& required, const Shapes& optional,
+                     const std::string& what);
+
+}  // namespace rudder::nn::checkpoint

@@ -1,0 +1,96 @@
+#include "bidirectional_llm_denoiser.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <nlohmann/json.hpp>
+
+#include <stdexcept>
+
+#include <rudder/nn/bidirectional_llm.hpp>
+#include <rudder/text/bpe_tokenizer.hpp>
+
+namespace rudder {
+namespace fs = std::filesystem;
+
+BidirectionalLlmDenoiser::BidirectionalLlmDenoiser(std::shared_ptr<nn::BidirectionalLlm> network, int64_t vocab)
+    : network_(std::move(network)), vocab_(vocab) {
+    if (!network_) throw std::invalid_argument("BidirectionalLlmDenoiser: a network is required");
+}
+
+BidirectionalLlmDenoiser::~BidirectionalLlmDenoiser() = default;
+
+int64_t BidirectionalLlmDenoiser::max_length() const { return network_->config().max_length; }
+
+void BidirectionalLlmDenoiser::to(const at::Device& device) { network_->to(device); }
+
+uint64_t BidirectionalLlmDenoiser::working_bytes(int64_t batch, int64_t length) const {
+    const auto& c = network_->config();
+    const double L = static_cast<double>(length), H = static_cast<double>(c.hidden_size);
+    const double floats = L * (6 * H + 3 * static_cast<double>(c.intermediate_size)) +
+                          2.0 * static_cast<double>(c.n_heads) * L * L + 2.0 * L * static_cast<double>(c.vocab_size);
+    return static_cast<uint64_t>(static_cast<double>(batch) * floats * 4);
+}
+
+DenoiserOutput BidirectionalLlmDenoiser::denoise(const at::Tensor& x, double t, const std::vector<std::string>& conditions,
+                                                 const Evidence&) {
+    if (!(t >= 0.0 && t <= 1.0)) throw std::invalid_argument("denoise: t must be in [0, 1], got " + std::to_string(t));
+    for (const auto& condition : conditions)
+        if (!condition.empty())
+            throw std::invalid_argument("denoise: a condition was given, but " + network_->config().name() +
+                                        " checkpoints are unconditional here (a prompt is a prefix: the span control)");
+    c10::InferenceMode inference;
+    return DenoiserOutput{network_->clean_log_probs(x, vocab_), {}};
+}
+
+Model load_bidirectional_llm_model(const fs::path& dir, const nlohmann::json& config, std::optional<Family> family) {
+    const fs::path file = dir / "config.json";
+    const nn::BidirectionalLlmConfig parsed = nn::parse_bidirectional_llm_config(config, file);
+    const std::string what = parsed.name();
+    if (family && *family != Family::discrete)
+        throw ModelError("'" + dir.string() + "' is a " + what + " checkpoint: a discrete (masked) diffusion model, not a " +
+                         family_name(*family) + " one");
+    // The tokenizer first: it is small, and a folder without one is refused before gigabytes of weights are read.
+    const fs::path tokenizer_file = dir / "tokenizer.json";
+    if (!fs::exists(tokenizer_file))
+        throw ModelError("'" + dir.string() + "' is a " + what + " checkpoint without its tokenizer.json (the file from the "
+                         "model's Hugging Face repository; docs/checkpoints.md)");
+    std::shared_ptr<BpeTokenizer> tokenizer;
+    try {
+        // The config gives the special tokens by id, the tokenizer takes them by name: read once to name them.
+        const BpeTokenizer plain = BpeTokenizer::load_json(tokenizer_file.string());
+        auto name_of = [&](int64_t id, const char* field) {
+            if (id < 0) return std::string();
+            if (id >= plain.vocab_size())
+                throw ModelError("'" + file.string() + "': field '" + field + "': " + std::to_string(id) +
+                                 " is not a token of " + tokenizer_file.string() + " (" + std::to_string(plain.vocab_size()) +
+                                 " tokens): another tokenizer than the model's");
+            return plain.token(id);
+        };
+        BpeSpecialNames names;
+        names.mask = name_of(parsed.mask_id, "mask_token_id");
+        names.pad = name_of(parsed.pad_id >= 0 ? parsed.pad_id : parsed.eos_id, parsed.pad_id >= 0 ? "pad_token_id" : "eos_token_id");
+        tokenizer = std::make_shared<BpeTokenizer>(BpeTokenizer::load_json(tokenizer_file.string(), names));
+    } catch (const ModelError&) {
+        throw;
+    } catch (const std::exception& e) {
+        throw ModelError("the tokenizer of a " + what + " checkpoint: " + e.what());
+    }
+    if (tokenizer->vocab_size() > parsed.vocab_size)
+        throw ModelError("'" + dir.string() + "': the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
+                         " tokens, more than the network's " + std::to_string(parsed.vocab_size) +
+                         ": another tokenizer than the one it was trained with");
+    Model model;
+    model.name = dir.filename().string();
+    model.dir = dir;
+    model.family = Family::discrete;
+    model.tokenizer = tokenizer;
+    model.denoiser = std::make_shared<BidirectionalLlmDenoiser>(
+        std::make_shared<nn::BidirectionalLlm>(nn::BidirectionalLlm::load(dir)), tokenizer->vocab_size());
+    model.mask_schedule = MaskSchedule(1e-3);
+    // The authors' samplers: LLaDA's low-confidence remasking, Dream's entropy order.
+    model.recommended_sampler = {{"name", "confidence"},
+                                 {"order", parsed.flavor == nn::BidirectionalLlmFlavor::llada ? "probability" : "entropy"}};
+    return model;
+}
+
+}  // namespace rudder

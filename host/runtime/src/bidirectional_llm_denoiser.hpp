@@ -1,0 +1,54 @@
+// LLaDA's and Dream's public checkpoints (nn/bidirectional_llm.hpp) as the Denoiser the reverse loop calls, and the
+// model loader's seam for them. docs/checkpoints.md.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json_fwd.hpp>
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <rudder/runtime/denoiser.hpp>
+#include <rudder/runtime/model.hpp>
+
+namespace rudder {
+
+namespace nn {
+class BidirectionalLlm;
+}
+
+// Discrete family. denoise() gives the clean-token log-probabilities over the tokenizer's `vocab` ids
+// (nn::BidirectionalLlm::clean_log_probs); neither network reads the time. Unconditional: a condition is an error.
+class BidirectionalLlmDenoiser final : public Denoiser {
+public:
+    BidirectionalLlmDenoiser(std::shared_ptr<nn::BidirectionalLlm> network, int64_t vocab);
+    ~BidirectionalLlmDenoiser() override;
+
+    Family family() const override { return Family::discrete; }
+    int64_t vocab_size() const override { return vocab_; }
+    int64_t embed_dim() const override { return 0; }
+    int64_t max_length() const override;
+    void to(const at::Device& device) override;
+    // Per sample: a layer's activations (residual, q/k/v, attention output, the two MLP projections and their
+    // product), the attention scores and their softmax, and the logits with their log-softmax.
+    uint64_t working_bytes(int64_t batch, int64_t length) const override;
+    DenoiserOutput denoise(const at::Tensor& x, double t, const std::vector<std::string>& conditions,
+                           const Evidence& evidence = {}) override;
+
+    const nn::BidirectionalLlm& network() const { return *network_; }
+
+private:
+    std::shared_ptr<nn::BidirectionalLlm> network_;
+    int64_t vocab_;
+};
+
+// A model directory whose config.json is LLaDA's or Dream's (nn::is_bidirectional_llm_config), with the model's
+// tokenizer.json beside it: the discrete model of the network, its byte-level BPE with the config's mask and pad
+// (the end-of-text token both pad with, so a text ends where the model places it). The config is checked first,
+// then the tokenizer, then the weights.
+Model load_bidirectional_llm_model(const std::filesystem::path& dir, const nlohmann::json& config, std::optional<Family> family);
+
+}  // namespace rudder

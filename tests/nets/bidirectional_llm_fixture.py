@@ -1,0 +1,264 @@
+#!/usr/bin/python3
+"""Writes tiny random-weight LLaDA and Dream checkpoints in the public checkpoints' Hugging Face layout, with a
+byte-level BPE tokenizer.json holding each model's end-of-text and mask tokens, and the reference outputs of the
+same networks computed here in plain PyTorch (float64), for tests/nets/bidirectional_llm_test.
+
+The layout follows GSAI-ML/LLaDA-8B-Base (config.json of an LLaDAConfig, an OLMo-style "llama" block: tensors
+under "model.transformer.") and Dream-org/Dream-v0-Base-7B (config.json of a DreamConfig, Qwen2's tensor names);
+the math follows the description in host/nn/include/rudder/nn/bidirectional_llm.hpp, written here independently:
+rotary positions as complex rotations of the pairs (i, i + d/2), grouped key/value heads by index arithmetic.
+
+usage: bidirectional_llm_fixture.py OUT_DIR     exit 77 when PyTorch is missing (the test then skips)
+       bidirectional_llm_fixture.py --size dream-0.5b|llada-1b OUT_DIR
+           a random-weight checkpoint at a public model's shape for the timing and memory benchmark, no reference
+"""
+import json
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dit_checkpoint_fixture import save_safetensors, write_gpt2_like_tokenizer  # noqa: E402 (exits 77 without torch)
+
+import torch  # noqa: E402
+
+TOKENIZER_TOKENS = 280          # the byte-level vocabulary (256 bytes + merges), then the added tokens
+EOS, MASK = 280, 281            # <|endoftext|> and the mask token, added tokens
+NETWORK_VOCAB = 288             # the embedding is padded past the tokenizer, as the public models' are
+TINY = dict(hidden=64, heads=4, kv_heads=2, intermediate=96, layers=2, length=32)
+
+
+def llada_config(theta=500000.0):
+    # The fields of GSAI-ML/LLaDA-8B-Base's config.json, at tiny sizes.
+    return {"activation_type": "silu", "alibi": False, "alibi_bias_max": 8.0, "architectures": ["LLaDAModelLM"],
+            "attention_dropout": 0.0, "attention_layer_norm": False, "attention_layer_norm_with_affine": True,
+            "auto_map": {"AutoConfig": "configuration_llada.LLaDAConfig",
+                         "AutoModelForCausalLM": "modeling_llada.LLaDAModelLM",
+                         "AutoModel": "modeling_llada.LLaDAModelLM"},
+            "bias_for_layer_norm": False, "block_group_size": 1, "block_type": "llama", "d_model": TINY["hidden"],
+            "embedding_dropout": 0.0, "embedding_size": NETWORK_VOCAB, "eos_token_id": EOS, "flash_attention": False,
+            "include_bias": False, "include_qkv_bias": False, "init_cutoff_factor": None, "init_device": "meta",
+            "init_fn": "mitchell", "init_std": 0.02, "input_emb_norm": False, "layer_norm_type": "rms",
+            "layer_norm_with_affine": True, "mask_token_id": MASK, "max_sequence_length": TINY["length"],
+            "mlp_hidden_size": TINY["intermediate"], "mlp_ratio": 4, "model_type": "llada",
+            "multi_query_attention": None, "n_heads": TINY["heads"], "n_kv_heads": TINY["kv_heads"],
+            "n_layers": TINY["layers"], "pad_token_id": EOS, "precision": "amp_bf16", "residual_dropout": 0.0,
+            "rms_norm_eps": 1e-05, "rope": True, "rope_full_precision": True, "rope_theta": theta,
+            "scale_logits": False, "transformers_version": "4.46.3", "use_cache": False,
+            "vocab_size": EOS + 2, "weight_tying": False}
+
+
+def dream_config():
+    # The fields of Dream-org/Dream-v0-Base-7B's config.json, at tiny sizes.
+    return {"architectures": ["DreamModel"], "attention_dropout": 0.0,
+            "auto_map": {"AutoConfig": "configuration_dream.DreamConfig", "AutoModel": "modeling_dream.DreamModel"},
+            "bos_token_id": EOS, "eos_token_id": EOS, "hidden_act": "silu", "hidden_size": TINY["hidden"],
+            "initializer_range": 0.02, "intermediate_size": TINY["intermediate"], "mask_token_id": MASK,
+            "max_position_embeddings": TINY["length"], "max_window_layers": TINY["layers"], "model_type": "Dream",
+            "num_attention_heads": TINY["heads"], "num_hidden_layers": TINY["layers"],
+            "num_key_value_heads": TINY["kv_heads"], "pad_token_id": EOS, "rms_norm_eps": 1e-06, "rope_scaling": None,
+            "rope_theta": 1000000.0, "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+            "transformers_version": "4.46.2", "use_cache": True, "use_sliding_window": False,
+            "vocab_size": NETWORK_VOCAB}
+
+
+def names(flavor, i):
+    if flavor == "llada":
+        b = f"model.transformer.blocks.{i}."
+        return dict(attn_norm=b + "attn_norm.weight", q=b + "q_proj", k=b + "k_proj", v=b + "v_proj",
+                    o=b + "attn_out.weight", ff_norm=b + "ff_norm.weight", gate=b + "ff_proj.weight",
+                    up=b + "up_proj.weight", down=b + "ff_out.weight")
+    b = f"model.layers.{i}."
+    return dict(attn_norm=b + "input_layernorm.weight", q=b + "self_attn.q_proj", k=b + "self_attn.k_proj",
+                v=b + "self_attn.v_proj", o=b + "self_attn.o_proj.weight", ff_norm=b + "post_attention_layernorm.weight",
+                gate=b + "mlp.gate_proj.weight", up=b + "mlp.up_proj.weight", down=b + "mlp.down_proj.weight")
+
+
+def top_names(flavor):
+    if flavor == "llada":
+        return "model.transformer.wte.weight", "model.transformer.ln_f.weight", "model.transformer.ff_out.weight"
+    return "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"
+
+
+def random_weights(flavor, size, vocab, gen, dtype=torch.float32):
+    h, inter, heads, kv = size["hidden"], size["intermediate"], size["heads"], size["kv_heads"]
+    d = h // heads
+
+    def rnd(*shape, scale=None):
+        return (torch.randn(*shape, generator=gen) * (scale if scale is not None else 1 / math.sqrt(shape[-1]))).to(dtype)
+
+    emb, norm, out = top_names(flavor)
+    w = {emb: rnd(vocab, h, scale=1.0), norm: 1 + rnd(h, scale=0.1), out: rnd(vocab, h)}
+    for i in range(size["layers"]):
+        n = names(flavor, i)
+        w[n["attn_norm"]] = 1 + rnd(h, scale=0.1)
+        w[n["q"] + ".weight"] = rnd(heads * d, h)
+        w[n["k"] + ".weight"] = rnd(kv * d, h)
+        w[n["v"] + ".weight"] = rnd(kv * d, h)
+        if flavor == "dream":
+            w[n["q"] + ".bias"] = rnd(heads * d, scale=0.1)
+            w[n["k"] + ".bias"] = rnd(kv * d, scale=0.1)
+            w[n["v"] + ".bias"] = rnd(kv * d, scale=0.1)
+        w[n["o"]] = rnd(h, heads * d)
+        w[n["ff_norm"]] = 1 + rnd(h, scale=0.1)
+        w[n["gate"]] = rnd(inter, h)
+        w[n["up"]] = rnd(inter, h)
+        w[n["down"]] = rnd(h, inter)
+    return w
+
+
+def reference_logits(flavor, w, config, tokens):
+    """The network in float64, position by position where that is clearer than batched tensor code."""
+    w = {k: v.double() for k, v in w.items()}
+    h, heads, kv = TINY["hidden"], TINY["heads"], TINY["kv_heads"]
+    d = h // heads
+    theta = config["rope_theta"]
+    eps = config["rms_norm_eps"]
+    B, L = tokens.shape
+    emb, norm, out = top_names(flavor)
+
+    def rms(x, weight):
+        return weight * x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps)
+
+    def rotate(t):  # t [B, L, n, d]: the pair (t_j, t_{j + d/2}) as a complex number turned by position * freq_j
+        freq = theta ** (-torch.arange(0, d // 2, dtype=torch.float64) * 2 / d)
+        angle = torch.arange(L, dtype=torch.float64)[:, None] * freq[None, :]  # [L, d/2]
+        z = torch.complex(t[..., : d // 2], t[..., d // 2:]) * torch.polar(torch.ones_like(angle), angle)[None, :, None, :]
+        return torch.cat([z.real, z.imag], -1)
+
+    def lin(x, name, bias):  # q, k, v: "<name>.weight" and, for Dream, "<name>.bias"
+        y = x @ w[name + ".weight"].T
+        return y + w[name + ".bias"] if bias else y
+
+    x = w[emb][tokens]
+    for i in range(TINY["layers"]):
+        n = names(flavor, i)
+        a = rms(x, w[n["attn_norm"]])
+        biased = flavor == "dream"
+        q = rotate(lin(a, n["q"], biased).view(B, L, heads, d))
+        k = rotate(lin(a, n["k"], biased).view(B, L, kv, d))
+        v = lin(a, n["v"], biased).view(B, L, kv, d)
+        attended = torch.zeros(B, L, heads, d, dtype=torch.float64)
+        for head in range(heads):
+            g = head // (heads // kv)  # the key/value head this query head reads
+            scores = torch.einsum("bid,bjd->bij", q[:, :, head], k[:, :, g]) / math.sqrt(d)
+            attended[:, :, head] = torch.einsum("bij,bjd->bid", scores.softmax(-1), v[:, :, g])
+        x = x + attended.reshape(B, L, h) @ w[n["o"]].T
+        m = rms(x, w[n["ff_norm"]])
+        gate = m @ w[n["gate"]].T
+        x = x + (gate * torch.sigmoid(gate) * (m @ w[n["up"]].T)) @ w[n["down"]].T
+    logits = rms(x, w[norm]) @ w[out].T
+    if flavor == "dream":  # the prediction for position i comes from position i - 1; position 0 keeps its own
+        logits = torch.cat([logits[:, :1], logits[:, :-1]], 1)
+    return logits
+
+
+def clean_log_probs(logits, tokens, vocab):
+    out = logits[..., :vocab].clone()
+    out[..., MASK] = -math.inf
+    out = out.log_softmax(-1)
+    out[..., MASK] = -1e4
+    for bi in range(tokens.shape[0]):
+        for li in range(tokens.shape[1]):
+            if tokens[bi, li] != MASK:
+                out[bi, li] = -1e4
+                out[bi, li, tokens[bi, li]] = 0
+    return out
+
+
+def write_tokenizer_json(folder, mask_text):
+    """A Hugging Face tokenizer.json over the GPT-2-like vocabulary, with <|endoftext|> and the mask as added
+    tokens (ids EOS and MASK), as the public models' files hold theirs."""
+    scratch = os.path.join(folder, "_gpt2")
+    write_gpt2_like_tokenizer(scratch, TOKENIZER_TOKENS + 1)
+    with open(os.path.join(scratch, "vocab.json"), encoding="utf-8") as f:
+        vocab = json.load(f)
+    with open(os.path.join(scratch, "merges.txt"), encoding="utf-8") as f:
+        merges = [line.rstrip("\n") for line in f if line.strip() and not line.startswith("#version")]
+    vocab.pop("<|endoftext|>")
+    assert len(vocab) == TOKENIZER_TOKENS, len(vocab)
+
+    def added(i, text):
+        return {"id": i, "content": text, "single_word": False, "lstrip": False, "rstrip": False,
+                "normalized": False, "special": True}
+
+    doc = {"version": "1.0", "truncation": None, "padding": None,
+           "added_tokens": [added(EOS, "<|endoftext|>"), added(MASK, mask_text)],
+           "normalizer": None,
+           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+           "post_processor": None,
+           "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+           "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                     "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "vocab": vocab,
+                     "merges": merges}}
+    with open(os.path.join(folder, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False)
+    for name in ("vocab.json", "merges.txt"):
+        os.remove(os.path.join(scratch, name))
+    os.rmdir(scratch)
+
+
+def write_model(folder, config, weights, shards=1):
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    if shards == 1:
+        save_safetensors(os.path.join(folder, "model.safetensors"), weights)
+        return
+    weight_map, names_ = {}, list(weights)
+    for s in range(shards):
+        file = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        part = {n: weights[n] for n in names_[s::shards]}
+        save_safetensors(os.path.join(folder, file), part)
+        weight_map.update({n: file for n in part})
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": sum(t.numel() * t.element_size() for t in weights.values())},
+                   "weight_map": weight_map}, f, indent=2)
+
+
+def main():
+    if sys.argv[1] == "--size":
+        # Public shapes: Dream's is Qwen2.5-0.5B's (Dream-7B is Qwen2.5-7B's); LLaDA's the 1B of its scaling runs.
+        shape, out = sys.argv[2], sys.argv[3]
+        gen = torch.Generator().manual_seed(5)
+        if shape == "dream-0.5b":
+            TINY.update(hidden=896, heads=14, kv_heads=2, intermediate=4864, layers=24, length=1024)
+            config = dream_config()
+            config.update(hidden_size=896, num_attention_heads=14, num_key_value_heads=2, intermediate_size=4864,
+                          num_hidden_layers=24, max_window_layers=24, max_position_embeddings=1024, vocab_size=151936,
+                          mask_token_id=151666, eos_token_id=151643, bos_token_id=151643, pad_token_id=151643,
+                          tie_word_embeddings=False)
+            flavor, vocab = "dream", 151936
+        else:
+            raise SystemExit("unknown size " + shape)
+        write_model(out, config, random_weights(flavor, TINY, vocab, gen, torch.bfloat16))
+        return
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    gen = torch.Generator().manual_seed(23)
+    reference = {}
+    for flavor, config, mask_text, shards in (("llada", llada_config(), "<|mdm_mask|>", 1),
+                                              ("dream", dream_config(), "<|mask|>", 2)):
+        w = random_weights(flavor, TINY, NETWORK_VOCAB, gen)
+        folder = os.path.join(out, flavor)
+        write_model(folder, config, w, shards)
+        write_tokenizer_json(folder, mask_text)
+        tokens = torch.randint(0, TOKENIZER_TOKENS, (3, 20), generator=gen)
+        tokens[0, ::2] = MASK
+        tokens[1, :] = MASK
+        tokens[2, 5:12] = MASK
+        logits = reference_logits(flavor, w, config, tokens)
+        reference.update({f"{flavor}.tokens": tokens, f"{flavor}.logits": logits.float(),
+                          f"{flavor}.clean_log_probs": clean_log_probs(logits, tokens, EOS + 2).float()})
+    # LLaDA with weights stored in bfloat16 (as the public files are): widened on load, the same network.
+    w = random_weights("llada", TINY, NETWORK_VOCAB, gen, torch.bfloat16)
+    write_model(os.path.join(out, "llada_bf16"), llada_config(theta=10000.0), w)
+    write_tokenizer_json(os.path.join(out, "llada_bf16"), "<|mdm_mask|>")
+    tokens = torch.randint(0, TOKENIZER_TOKENS, (2, 9), generator=gen)
+    reference.update({"llada_bf16.tokens": tokens,
+                      "llada_bf16.logits": reference_logits("llada", w, llada_config(theta=10000.0), tokens).float()})
+    save_safetensors(os.path.join(out, "reference.safetensors"), reference)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,252 @@
+// LLaDA and Dream checkpoints in Hugging Face layout (nn/bidirectional_llm.hpp): tiny random-weight checkpoints
+// written by bidirectional_llm_fixture.py with the public checkpoints' tensor names, shapes and config fields, with
+// grouped key/value heads and an embedding padded past the tokenizer, compared with that script's plain-PyTorch
+// (float64) forward; the refusals; and the checkpoints as models a recipe samples with hard constraints. Skips,
+// saying why, where python3-torch is missing.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <rudder/nn/bidirectional_llm.hpp>
+#include <rudder/nn/denoiser_net.hpp>
+#include <rudder/nn/safetensors.hpp>
+#include <rudder/plugins/plugins.hpp>
+#include <rudder/runtime/generator.hpp>
+#include <rudder/runtime/model.hpp>
+#include <rudder/runtime/recipe.hpp>
+
+namespace {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using rudder::ModelError;
+using rudder::nn::BidirectionalLlm;
+
+constexpr int64_t kEos = 280, kMask = 281, kTokenizerVocab = 282, kNetworkVocab = 288;
+
+class BidirectionalLlmCheckpoint : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        root_ = fs::temp_directory_path() / ("rudder_bidirectional_llm_test_" + std::to_string(::getpid()));
+        fs::remove_all(root_);
+        const std::string command = std::string(RUDDER_PYTHON3) + " " + RUDDER_BIDIRECTIONAL_LLM_FIXTURE + " " +
+                                    root_.string() + " > " + (root_.string() + ".log") + " 2>&1";
+        const int status = std::system(command.c_str());
+        fixture_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+    static void TearDownTestSuite() {
+        fs::remove_all(root_);
+        fs::remove(root_.string() + ".log");
+    }
+    void SetUp() override {
+        if (fixture_status_ == 77) GTEST_SKIP() << "python3-torch is missing (scripts/install-deps.sh installs it)";
+        ASSERT_EQ(fixture_status_, 0) << "bidirectional_llm_fixture.py failed; see " << root_.string() << ".log";
+    }
+    static at::Tensor reference(const std::string& name) {
+        static const rudder::SafeTensors all = rudder::load_safetensors(root_ / "reference.safetensors");
+        const at::Tensor* t = all.find(name);
+        if (!t) throw std::runtime_error("reference tensor '" + name + "' missing");
+        return *t;
+    }
+    static fs::path copy_of(const std::string& name, const std::string& as) {
+        const fs::path to = root_ / as;
+        fs::remove_all(to);
+        fs::copy(root_ / name, to);
+        return to;
+    }
+    static void write_json(const fs::path& file, const json& value) { std::ofstream(file) << value.dump(2); }
+    // The message of the ModelError loading `dir` throws ("" if it loads).
+    static std::string load_error(const fs::path& dir) {
+        try {
+            BidirectionalLlm::load(dir);
+        } catch (const ModelError& e) {
+            return e.what();
+        }
+        return "";
+    }
+    // A copy of `name` whose config.json has `key` set to `value` (null removes it).
+    static fs::path with_config(const std::string& name, const std::string& as, const std::string& key, const json& value) {
+        const fs::path dir = copy_of(name, as);
+        json config = rudder::read_json_file(dir / "config.json");
+        if (value.is_null())
+            config.erase(key);
+        else
+            config[key] = value;
+        write_json(dir / "config.json", config);
+        return dir;
+    }
+
+    static fs::path root_;
+    static int fixture_status_;
+};
+fs::path BidirectionalLlmCheckpoint::root_;
+int BidirectionalLlmCheckpoint::fixture_status_ = -1;
+
+double max_difference(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+TEST_F(BidirectionalLlmCheckpoint, LladaAndDreamMatchTheReferenceForward) {
+    for (const std::string name : {"llada", "dream"}) {
+        SCOPED_TRACE(name);
+        const BidirectionalLlm net = BidirectionalLlm::load(root_ / name);
+        EXPECT_EQ(net.config().vocab_size, kNetworkVocab);
+        EXPECT_EQ(net.config().n_kv_heads, 2);
+        EXPECT_EQ(net.config().shifted(), name == "dream");
+        const at::Tensor tokens = reference(name + ".tokens");
+        const at::Tensor logits = net.forward(tokens);
+        ASSERT_EQ(logits.sizes(), (std::vector<int64_t>{3, 20, kNetworkVocab}));
+        EXPECT_LT(max_difference(logits, reference(name + ".logits")), 1e-4);
+        const at::Tensor logp = net.clean_log_probs(tokens, kTokenizerVocab);
+        ASSERT_EQ(logp.sizes(), (std::vector<int64_t>{3, 20, kTokenizerVocab}));
+        EXPECT_LT(max_difference(logp, reference(name + ".clean_log_probs")), 1e-4);
+        // Distributions over the tokenizer's ids at masked positions; certain of the token elsewhere.
+        EXPECT_LT((logp.exp().sum(-1) - 1).abs().max().item<double>(), 1e-5);
+        EXPECT_EQ(logp.select(-1, kMask).max().item<float>(), rudder::nn::kImpossibleLogProb);
+    }
+}
+
+TEST_F(BidirectionalLlmCheckpoint, Bfloat16WeightsLoadWidened) {
+    const BidirectionalLlm net = BidirectionalLlm::load(root_ / "llada_bf16");
+    EXPECT_LT(max_difference(net.forward(reference("llada_bf16.tokens")), reference("llada_bf16.logits")), 1e-4);
+    EXPECT_EQ(net.config().rope_theta, 10000.0);
+}
+
+TEST_F(BidirectionalLlmCheckpoint, RecognisesBothConfigsAndNotOthers) {
+    EXPECT_TRUE(rudder::nn::is_bidirectional_llm_config(rudder::read_json_file(root_ / "llada" / "config.json")));
+    EXPECT_TRUE(rudder::nn::is_bidirectional_llm_config(rudder::read_json_file(root_ / "dream" / "config.json")));
+    EXPECT_FALSE(rudder::nn::is_bidirectional_llm_config(json{{"model_type", "qwen2"}}));
+    EXPECT_FALSE(rudder::nn::is_bidirectional_llm_config(json{{"format_version", 1}, {"model_type", "llada"}}));
+}
+
+TEST_F(BidirectionalLlmCheckpoint, RefusesConfigsItDoesNotRunNamingTheField) {
+    const struct {
+        std::string model, key;
+        json value;
+        std::string expected;
+    } cases[] = {
+        {"llada", "block_type", "sequential", "field 'block_type': only \"llama\" is supported"},
+        {"llada", "alibi", true, "field 'alibi': only false is supported (rotary positions, not ALiBi)"},
+        {"llada", "rope_scaling_typo", 1, "field 'rope_scaling_typo': unknown field"},
+        {"llada", "n_kv_heads", 3, "field 'n_kv_heads': must divide the number of query heads (4)"},
+        {"llada", "mask_token_id", 999, "field 'mask_token_id': 999 is not an id of the 288 tokens"},
+        {"llada", "d_model", nullptr, "field 'd_model': missing (a positive integer)"},
+        {"dream", "rope_scaling", json{{"type", "yarn"}}, "field 'rope_scaling': only null is supported"},
+        {"dream", "hidden_act", "gelu", "field 'hidden_act': only \"silu\" is supported"},
+        {"dream", "use_sliding_window", true, "field 'use_sliding_window': only false is supported"},
+        {"dream", "num_attention_heads", 5, "field 'num_attention_heads': the hidden size must split into heads"},
+    };
+    int index = 0;
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.model + " " + c.key);
+        const fs::path dir = with_config(c.model, "bad_config_" + std::to_string(index++), c.key, c.value);
+        const std::string error = load_error(dir);
+        EXPECT_NE(error.find((dir / "config.json").string()), std::string::npos) << error;
+        EXPECT_NE(error.find(c.expected), std::string::npos) << error;
+    }
+}
+
+TEST_F(BidirectionalLlmCheckpoint, RefusesMissingWrongAndExtraTensors) {
+    const BidirectionalLlm reference_net = BidirectionalLlm::load(root_ / "llada");
+    const rudder::SafeTensors weights = rudder::load_safetensors(root_ / "llada" / "model.safetensors");
+    auto rewritten = [&](const std::string& as, const std::string& drop, const std::string& reshape, const std::string& add) {
+        const fs::path dir = copy_of("llada", as);
+        std::vector<std::pair<std::string, at::Tensor>> tensors;
+        for (const auto& [name, t] : weights.tensors) {
+            if (name == drop) continue;
+            tensors.emplace_back(name, name == reshape ? t.reshape({-1}) : t);
+        }
+        if (!add.empty()) tensors.emplace_back(add, at::zeros({2}));
+        rudder::save_safetensors(dir / "model.safetensors", tensors);
+        return load_error(dir);
+    };
+    std::string error = rewritten("missing", "model.transformer.blocks.1.up_proj.weight", "", "");
+    EXPECT_NE(error.find("missing tensor 'model.transformer.blocks.1.up_proj.weight'"), std::string::npos) << error;
+    error = rewritten("reshaped", "", "model.transformer.blocks.0.k_proj.weight", "");
+    EXPECT_NE(error.find("tensor 'model.transformer.blocks.0.k_proj.weight' has shape [2048], the config implies [32, 64]"),
+              std::string::npos) << error;
+    error = rewritten("extra", "", "", "model.transformer.blocks.0.q_proj.bias");
+    EXPECT_NE(error.find("unexpected tensor 'model.transformer.blocks.0.q_proj.bias' (not part of the LLaDA network"),
+              std::string::npos) << error;
+    // The same bias is expected once the config says the projections have one.
+    const fs::path biased = with_config("llada", "biased", "include_qkv_bias", true);
+    error = load_error(biased);
+    EXPECT_NE(error.find("missing tensor 'model.transformer.blocks"), std::string::npos) << error;
+    EXPECT_NE(error.find("_proj.bias"), std::string::npos) << error;
+}
+
+TEST_F(BidirectionalLlmCheckpoint, ModelLoadingAsksForTheTokenizerAndRefusesTheContinuousFamily) {
+    const fs::path bare = copy_of("dream", "dream_without_tokenizer");
+    fs::remove(bare / "tokenizer.json");
+    try {
+        rudder::load_model(bare, std::nullopt);
+        ADD_FAILURE() << "a Dream checkpoint loaded without its tokenizer";
+    } catch (const ModelError& e) {
+        EXPECT_NE(std::string(e.what()).find("is a Dream checkpoint without its tokenizer.json"), std::string::npos) << e.what();
+    }
+    try {
+        rudder::load_model(root_ / "llada", rudder::Family::continuous);
+        ADD_FAILURE() << "a LLaDA checkpoint loaded as a continuous model";
+    } catch (const ModelError& e) {
+        EXPECT_NE(std::string(e.what()).find("not a continuous one"), std::string::npos) << e.what();
+    }
+    const fs::path wrong_mask = with_config("llada", "llada_mask_past_tokenizer", "mask_token_id", 285);
+    try {
+        rudder::load_model(wrong_mask, std::nullopt);
+        ADD_FAILURE() << "a mask id past the tokenizer was accepted";
+    } catch (const ModelError& e) {
+        EXPECT_NE(std::string(e.what()).find("field 'mask_token_id': 285 is not a token of"), std::string::npos) << e.what();
+    }
+}
+
+// The mask and the end-of-text token come from the config, the texts end at the end-of-text token (the pad), and a
+// recipe samples both models with the confidence sampler they are used with, with a prefix and an exact length.
+TEST_F(BidirectionalLlmCheckpoint, ACheckpointIsAModelThatARecipeSamplesWithHardConstraints) {
+    rudder::plugins::Registry registry({fs::path(RUDDER_TEST_PLUGIN_DIR)});
+    for (const std::string name : {"llada", "dream"}) {
+        SCOPED_TRACE(name);
+        const fs::path dir = root_ / name;
+        const rudder::Model model = rudder::load_model(dir, std::nullopt);
+        EXPECT_EQ(model.family, rudder::Family::discrete);
+        EXPECT_EQ(model.tokenizer->vocab_size(), kTokenizerVocab);
+        EXPECT_EQ(model.denoiser->vocab_size(), kTokenizerVocab);
+        EXPECT_EQ(model.tokenizer->mask_id(), kMask);
+        EXPECT_EQ(model.tokenizer->pad_id(), kEos);
+        EXPECT_EQ(model.tokenizer->token(kMask), name == "llada" ? "<|mdm_mask|>" : "<|mask|>");
+        EXPECT_EQ(model.recommended_sampler.at("name"), "confidence");
+        std::vector<int64_t> ids = model.tokenizer->encode("the cat sat near the river");
+        EXPECT_EQ(model.tokenizer->decode(ids.data(), static_cast<int64_t>(ids.size())), "the cat sat near the river");
+        ids.push_back(kEos);
+        ids.push_back(ids.front());
+        EXPECT_EQ(model.tokenizer->decode(ids.data(), static_cast<int64_t>(ids.size())), "the cat sat near the river")
+            << "a text ends at the end-of-text token";
+
+        const std::string recipe = R"({"model": ")" + dir.string() + R"(", "max_length": 24,
+            "sampler": {"name": "confidence", "steps": 12, "block_length": 8}, "samples": 3, "seed": 4,
+            "controllers": [{"plugin": "span", "params": {"prefix": "the cat"}},
+                            {"plugin": "length", "params": {"tokens": 9}}]})";
+        rudder::Generator generator(rudder::parse_recipe(recipe, "."), registry);
+        const auto samples = generator.generate();
+        ASSERT_EQ(samples.size(), 3u);
+        const std::vector<int64_t> prefix = model.tokenizer->encode("the cat");
+        for (const auto& s : samples) {
+            ASSERT_EQ(s.tokens.size(), 24u);
+            EXPECT_EQ(s.n_tokens, 9) << s.text;
+            EXPECT_TRUE(std::none_of(s.tokens.begin(), s.tokens.end(), [](int64_t id) { return id == kMask; })) << s.text;
+            EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), s.tokens.begin())) << s.text;
+            EXPECT_EQ(s.text, model.tokenizer->decode(s.tokens.data(), 24));
+            EXPECT_EQ(s.text.rfind("the cat", 0), 0u) << s.text;
+            ASSERT_EQ(s.controls.size(), 2u);
+            for (const auto& control : s.controls) EXPECT_EQ(control.verdict.satisfied, 1) << control.label << ": " << s.text;
+        }
+    }
+}
+
+}  // namespace
