@@ -8,7 +8,7 @@ TSAN_BUILD ?= build-tsan
 # numerics (which `make test` covers), take 10 of the sanitized suite's 20 CPU-minutes, and add no new code paths.
 SANITIZE_EXCLUDE ?= ^nets\.Training\.
 
-.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long bench bench-threads bench-memory bench-eager bench-vocab bench-serve clean
+.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long bench bench-threads bench-memory bench-eager bench-vocab bench-checkpoint bench-serve clean
 
 all: build
 
@@ -87,6 +87,11 @@ bench-eager: build
 # controllers, dense ABI 1.1 forms against 1.2 (bench/large_vocab_bench.cpp; each run a process of its own).
 bench-vocab: build
 	$(BUILD)/bin/rudder_large_vocab_bench
+
+# MDLM's DiT at mdlm-owt's size (random weights), Rudder against PyTorch eager: forward of a reverse step at 128 and
+# 1,024 positions, load, resident memory (bench/checkpoint_eager.py; writes a 680 MB checkpoint under /tmp).
+bench-checkpoint: build
+	/usr/bin/python3 bench/checkpoint_eager.py --bench $(BUILD)/bin/rudder_checkpoint_bench
 
 # rudder serve under 1, 8 and 32 concurrent clients on loopback, against rudder generate one request after another
 # (bench/serve_load.py; a few minutes).

@@ -9,8 +9,9 @@ the math follows the description in host/nn/include/rudder/nn/bidirectional_llm.
 rotary positions as complex rotations of the pairs (i, i + d/2), grouped key/value heads by index arithmetic.
 
 usage: bidirectional_llm_fixture.py OUT_DIR     exit 77 when PyTorch is missing (the test then skips)
-       bidirectional_llm_fixture.py --size dream-0.5b|llada-1b OUT_DIR
-           a random-weight checkpoint at a public model's shape for the timing and memory benchmark, no reference
+       bidirectional_llm_fixture.py --size dream-0.5b OUT_DIR
+           a random-weight checkpoint of Qwen2.5-0.5B's shape in Dream's layout (bfloat16, 1.2 GB), with
+           reference.safetensors beside it (the logits for one input of 16 positions), for bench/checkpoint_bench.cpp
 """
 import json
 import math
@@ -231,7 +232,13 @@ def main():
             flavor, vocab = "dream", 151936
         else:
             raise SystemExit("unknown size " + shape)
-        write_model(out, config, random_weights(flavor, TINY, vocab, gen, torch.bfloat16))
+        w = random_weights(flavor, TINY, vocab, gen, torch.bfloat16)
+        write_model(out, config, w)
+        # The reference at this size, once: 16 positions, half masked (float64 weights: 8 bytes a parameter).
+        tokens = torch.randint(0, 151643, (1, 16), generator=gen)
+        tokens[0, ::2] = config["mask_token_id"]
+        save_safetensors(os.path.join(out, "reference.safetensors"),
+                         {"tokens": tokens, "logits": reference_logits(flavor, w, config, tokens).float()})
         return
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)

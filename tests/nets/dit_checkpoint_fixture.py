@@ -10,7 +10,8 @@ copied: the reference must be independent of the C++ it checks.
 usage: dit_checkpoint_fixture.py OUT_DIR     exit 77 when PyTorch is missing (the test then skips)
        dit_checkpoint_fixture.py --real-size OUT_DIR
            an MDLM checkpoint of mdlm-owt's sizes (hidden 768, 12 blocks, 12 heads, cond 128, 1024 positions,
-           vocabulary 50258; 680 MB), random weights and no reference, for tests/nets/dit_timing.cpp
+           vocabulary 50258; 680 MB), random weights, with reference.safetensors beside it (the raw output for one
+           input of 16 positions) for bench/checkpoint_bench.cpp
 """
 import json
 import math
@@ -238,7 +239,14 @@ def main():
                   "model_type": "mdlm", "n_blocks": 12, "n_heads": 12, "return_dict": False,
                   "time_conditioning": False, "torch_dtype": "float32", "transformers_version": "4.38.2",
                   "vocab_size": vocab}
-        write_model(sys.argv[2], "", config, random_weights("backbone.", vocab, torch.Generator().manual_seed(17)))
+        gen = torch.Generator().manual_seed(17)
+        w = random_weights("backbone.", vocab, gen)
+        write_model(sys.argv[2], "", config, w)
+        # The reference at this size, once: 16 positions, half masked (the float64 copy of the weights needs 1.4 GB).
+        tokens = torch.randint(0, vocab - 1, (1, 16), generator=gen)
+        tokens[0, ::2] = vocab - 1
+        raw = reference_raw(w, "backbone.", tokens, torch.zeros(1), False)
+        save_safetensors(os.path.join(sys.argv[2], "reference.safetensors"), {"tokens": tokens, "logits": raw.float()})
         return
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
