@@ -8,7 +8,8 @@ the load and at the peak. Each measurement is a process of its own; Rudder's and
     /usr/bin/python3 bench/checkpoint_eager.py [--dir DIR] [--positions 128,1024] [--rounds 3] [--repeats 2]
 
 The eager side loads the weights as a PyTorch user does (the file's tensors copied into the model's parameters,
-as load_state_dict does); Rudder maps the file and uses its float32 tensors in place. Needs /usr/bin/python3 with
+as load_state_dict does); Rudder maps the file and uses its float32 tensors in place, and is run a second time with
+RUDDER_MAP_WEIGHTS=0 (the file read into the process). Needs /usr/bin/python3 with
 python3-torch (the LibTorch Rudder links).
 """
 import argparse
@@ -115,8 +116,8 @@ def eager_child(folder, positions, repeats):
     print(json.dumps(out))
 
 
-def run(command):
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+def run(command, extra_env):
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", **extra_env)
     done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     if done.returncode != 0:
         sys.exit(f"checkpoint_eager: {' '.join(command)} failed ({done.returncode}): {done.stderr.strip()}")
@@ -142,11 +143,12 @@ def main():
     rows = {}
     for r in range(args.rounds):
         for positions in [int(x) for x in args.positions.split(",")]:
-            sides = [("rudder", [args.bench, args.dir, str(positions), str(args.repeats)]),
+            sides = [("rudder", [args.bench, args.dir, str(positions), str(args.repeats)], {}),
+                     ("rudder, copied", [args.bench, args.dir, str(positions), str(args.repeats)], {"RUDDER_MAP_WEIGHTS": "0"}),
                      ("eager", [sys.executable, os.path.abspath(__file__), "--child-eager", args.dir, str(positions),
-                                str(args.repeats)])]
-            for side, command in (sides if r % 2 == 0 else sides[::-1]):
-                result = run(command)
+                                str(args.repeats)], {})]
+            for side, command, env in (sides if r % 2 == 0 else sides[::-1]):
+                result = run(command, env)
                 rows.setdefault((positions, side), []).append(result)
                 print(f"round {r + 1}, L = {positions}, {side}: forward {', '.join(f'{s:.3f}' for s in result['forward_s'])} s, "
                       f"load {result['load_s']:.2f} s, checksum {result['checksum']:.6g}", file=sys.stderr, flush=True)
@@ -163,10 +165,10 @@ def main():
     for positions in sorted({p for p, _ in rows}):
         fw = {side: statistics.median([s for res in rows[(positions, side)] for s in res["forward_s"][1:]] or
                                       [s for res in rows[(positions, side)] for s in res["forward_s"]])
-              for side in ("rudder", "eager")}
-        sums = [res["checksum"] for side in ("rudder", "eager") for res in rows[(positions, side)]]
-        print(f"L = {positions}: eager / rudder forward time {fw['eager'] / fw['rudder']:.2f}x; checksums "
-              f"{min(sums):.6g} .. {max(sums):.6g}")
+              for side in ("rudder", "rudder, copied", "eager")}
+        sums = [res["checksum"] for side in fw for res in rows[(positions, side)]]
+        print(f"L = {positions}: forward time, eager / rudder {fw['eager'] / fw['rudder']:.2f}x, eager / rudder with "
+              f"RUDDER_MAP_WEIGHTS=0 {fw['eager'] / fw['rudder, copied']:.2f}x; checksums {min(sums):.6g} .. {max(sums):.6g}")
 
 
 if __name__ == "__main__":

@@ -180,11 +180,18 @@ DiscreteDenoiserNet::DiscreteDenoiserNet(const json& network_config, const Token
 
 at::Tensor subs_log_probs(at::Tensor logits, const at::Tensor& tokens, int64_t mask_id) {
     logits.select(-1, mask_id).fill_(-std::numeric_limits<float>::infinity());
-    at::Tensor out = at::log_softmax(logits, -1);
+    at::Tensor out = at::log_softmax(logits, -1).contiguous();
     out.select(-1, mask_id).fill_(kImpossibleLogProb);
-    const at::Tensor ids = tokens.to(out.device());
-    const at::Tensor carried = at::full_like(out, kImpossibleLogProb).scatter_(-1, ids.unsqueeze(-1), 0.0);
-    return at::where(ids.ne(mask_id).unsqueeze(-1), carried, out);
+    // An unmasked position is certain of its token (carry-over): only those rows are rewritten, so a step with most
+    // positions masked makes no further pass over [B, L, V].
+    const at::Tensor ids = tokens.to(out.device()).reshape({-1});
+    const at::Tensor rows = ids.ne(mask_id).nonzero().squeeze(1);
+    if (rows.numel() > 0) {
+        at::Tensor flat = out.view({-1, out.size(-1)});
+        flat.index_fill_(0, rows, kImpossibleLogProb);
+        flat.index_put_({rows, ids.index_select(0, rows)}, at::zeros({}, out.options()));
+    }
+    return out;
 }
 
 at::Tensor DiscreteDenoiserNet::head_bias() const {

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <fstream>
@@ -317,6 +318,10 @@ SafeTensors load_safetensors(const fs::path& file, const SafeTensorsSelection& s
     if (ec) fail(file, "cannot read: " + ec.message());
     std::ifstream in(file, std::ios::binary);
     if (!in) fail(file, "cannot open for reading");
+    // RUDDER_MAP_WEIGHTS=0: read into the process instead. A forward over weights in the process's own memory
+    // measured 2-3% faster than over the page cache's (docs/checkpoints.md), at the cost of a copy of the file.
+    if (const char* map = std::getenv("RUDDER_MAP_WEIGHTS"); map != nullptr && std::string(map) == "0")
+        return read_safetensors(in, file_size, file, selection);
     const Layout layout = read_layout(in, file_size, file);
     const std::vector<bool> wanted = selected(layout, selection);
     SafeTensors result;

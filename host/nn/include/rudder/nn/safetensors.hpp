@@ -64,6 +64,7 @@ void save_safetensors(const std::filesystem::path& file, const std::vector<std::
 // as any of its tensors. A tensor written in place gets private copies of the pages it writes. (A tensor whose data
 // is not aligned for its type, which neither the reference writer nor save_safetensors produces, is copied.) The
 // file must not be truncated or rewritten in place while its tensors live; save_safetensors replaces files by rename.
+// With the environment variable RUDDER_MAP_WEIGHTS=0 the file is read into tensors of their own instead.
 SafeTensors load_safetensors(const std::filesystem::path& file, const SafeTensorsSelection& selection = {});
 // The same for `size` bytes from `in`, read into tensors of their own (the fuzz tests read from memory); `file`
 // names the source in messages.
