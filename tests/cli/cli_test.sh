@@ -281,6 +281,26 @@ PY
     out=$("$rudder" eval "$suite" --shard 2/2 -o "$work/s2" 2>&1) && fail "--shard 2/2 accepted"
     grep -q "expected K/N with 0 <= K < N" <<<"$out" || fail "bad --shard not explained: $out"
     ;;
+  exclude_words)
+    # Both bundled models with the shipped recipes: no sample contains a banned word, and every verdict says so.
+    for family in discrete continuous; do
+      "$rudder" generate -q -n 8 "$here/../../examples/recipes/exclude_words_$family.json" -o "$work/$family.jsonl" \
+        || fail "$family: exit $?"
+      [ "$(grep -c '"exclude_words":{"satisfied":true,"score":0.0}' "$work/$family.jsonl")" -eq 8 ] \
+        || fail "$family verdicts: $(cat "$work/$family.jsonl")"
+      ! grep -qiE '"text":"[^"]*\b(restaurant|pub|coffee)\b' "$work/$family.jsonl" || fail "$family: a banned word: $(cat "$work/$family.jsonl")"
+    done
+    # Without the control the same recipe writes those words (so the test above can fail).
+    sed 's/{ "plugin": "exclude_words", "params": { "words": \["restaurant", "pub", "coffee"\] } }//' \
+      "$here/../../examples/recipes/exclude_words_discrete.json" > "$work/free.json"
+    "$rudder" generate -q -n 8 "$work/free.json" -o "$work/free.jsonl" || fail "unconstrained: exit $?"
+    grep -qiE '"text":"[^"]*\b(restaurant|pub|coffee)\b' "$work/free.jsonl" || fail "unconstrained samples lack the words"
+    # Bad params name their place.
+    printf '%s' '{"model": "e2e-discrete", "controllers": [{"plugin": "exclude_words", "params": {"words": ["two words", 3]}}]}' > "$work/bad.json"
+    err=$("$rudder" validate "$work/bad.json" 2>&1); code=$?
+    [ $code -ne 0 ] || fail "bad words accepted"
+    grep -q "/words/0" <<<"$err" && grep -q "/words/1" <<<"$err" || fail "bad words not named: $err"
+    ;;
   missing_file)
     "$rudder" generate "$work/none.json" > /dev/null 2>&1; code=$?
     [ $code -eq 2 ] || fail "expected exit 2, got $code"

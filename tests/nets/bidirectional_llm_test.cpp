@@ -207,7 +207,8 @@ TEST_F(BidirectionalLlmCheckpoint, ModelLoadingAsksForTheTokenizerAndRefusesTheC
 }
 
 // The mask and the end-of-text token come from the config, the texts end at the end-of-text token (the pad), and a
-// recipe samples both models with the confidence sampler they are used with, with a prefix and an exact length.
+// recipe samples both models with the confidence sampler they are used with, with a prefix, an exact length and
+// banned words (byte-level BPE spells each several ways, some of one token, some of several).
 TEST_F(BidirectionalLlmCheckpoint, ACheckpointIsAModelThatARecipeSamplesWithHardConstraints) {
     rudder::plugins::Registry registry({fs::path(RUDDER_TEST_PLUGIN_DIR)});
     for (const std::string name : {"llada", "dream"}) {
@@ -231,7 +232,8 @@ TEST_F(BidirectionalLlmCheckpoint, ACheckpointIsAModelThatARecipeSamplesWithHard
         const std::string recipe = R"({"model": ")" + dir.string() + R"(", "max_length": 24,
             "sampler": {"name": "confidence", "steps": 12, "block_length": 8}, "samples": 3, "seed": 4,
             "controllers": [{"plugin": "span", "params": {"prefix": "the cat"}},
-                            {"plugin": "length", "params": {"tokens": 9}}]})";
+                            {"plugin": "length", "params": {"tokens": 9}},
+                            {"plugin": "exclude_words", "params": {"words": ["dog", "sat", "food"]}}]})";
         rudder::Generator generator(rudder::parse_recipe(recipe, "."), registry);
         const auto samples = generator.generate();
         ASSERT_EQ(samples.size(), 3u);
@@ -243,7 +245,8 @@ TEST_F(BidirectionalLlmCheckpoint, ACheckpointIsAModelThatARecipeSamplesWithHard
             EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), s.tokens.begin())) << s.text;
             EXPECT_EQ(s.text, model.tokenizer->decode(s.tokens.data(), 24));
             EXPECT_EQ(s.text.rfind("the cat", 0), 0u) << s.text;
-            ASSERT_EQ(s.controls.size(), 2u);
+            for (const char* word : {"dog", "sat", "food"}) EXPECT_EQ(s.text.find(word), std::string::npos) << s.text;
+            ASSERT_EQ(s.controls.size(), 3u);
             for (const auto& control : s.controls) EXPECT_EQ(control.verdict.satisfied, 1) << control.label << ": " << s.text;
         }
     }
