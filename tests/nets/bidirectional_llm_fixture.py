@@ -19,7 +19,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dit_checkpoint_fixture import save_safetensors, write_gpt2_like_tokenizer  # noqa: E402 (exits 77 without torch)
+from dit_checkpoint_fixture import (clean_log_probs as subs, save_safetensors, write_gpt2_like_tokenizer,  # noqa: E402
+                                    write_model)  # (the import exits 77 without torch)
 
 import torch  # noqa: E402
 
@@ -155,16 +156,8 @@ def reference_logits(flavor, w, config, tokens):
 
 
 def clean_log_probs(logits, tokens, vocab):
-    out = logits[..., :vocab].clone()
-    out[..., MASK] = -math.inf
-    out = out.log_softmax(-1)
-    out[..., MASK] = -1e4
-    for bi in range(tokens.shape[0]):
-        for li in range(tokens.shape[1]):
-            if tokens[bi, li] != MASK:
-                out[bi, li] = -1e4
-                out[bi, li, tokens[bi, li]] = 0
-    return out
+    """SUBS over the tokenizer's ids (the embedding's padding rows left out)."""
+    return subs(logits[..., :vocab], tokens, MASK)
 
 
 def write_tokenizer_json(folder, mask_text):
@@ -199,24 +192,6 @@ def write_tokenizer_json(folder, mask_text):
     os.rmdir(scratch)
 
 
-def write_model(folder, config, weights, shards=1):
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
-    if shards == 1:
-        save_safetensors(os.path.join(folder, "model.safetensors"), weights)
-        return
-    weight_map, names_ = {}, list(weights)
-    for s in range(shards):
-        file = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
-        part = {n: weights[n] for n in names_[s::shards]}
-        save_safetensors(os.path.join(folder, file), part)
-        weight_map.update({n: file for n in part})
-    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
-        json.dump({"metadata": {"total_size": sum(t.numel() * t.element_size() for t in weights.values())},
-                   "weight_map": weight_map}, f, indent=2)
-
-
 def main():
     if sys.argv[1] == "--size":
         # Public shapes: Dream's is Qwen2.5-0.5B's (Dream-7B is Qwen2.5-7B's); LLaDA's the 1B of its scaling runs.
@@ -233,7 +208,7 @@ def main():
         else:
             raise SystemExit("unknown size " + shape)
         w = random_weights(flavor, TINY, vocab, gen, torch.bfloat16)
-        write_model(out, config, w)
+        write_model(out, "", config, w)
         # The reference at this size, once: 16 positions, half masked (float64 weights: 8 bytes a parameter).
         tokens = torch.randint(0, 151643, (1, 16), generator=gen)
         tokens[0, ::2] = config["mask_token_id"]
@@ -248,7 +223,7 @@ def main():
                                               ("dream", dream_config(), "<|mask|>", 2)):
         w = random_weights(flavor, TINY, NETWORK_VOCAB, gen)
         folder = os.path.join(out, flavor)
-        write_model(folder, config, w, shards)
+        write_model(out, flavor, config, w, shards)
         write_tokenizer_json(folder, mask_text)
         tokens = torch.randint(0, TOKENIZER_TOKENS, (3, 20), generator=gen)
         tokens[0, ::2] = MASK
@@ -259,7 +234,7 @@ def main():
                           f"{flavor}.clean_log_probs": clean_log_probs(logits, tokens, EOS + 2).float()})
     # LLaDA with weights stored in bfloat16 (as the public files are): widened on load, the same network.
     w = random_weights("llada", TINY, NETWORK_VOCAB, gen, torch.bfloat16)
-    write_model(os.path.join(out, "llada_bf16"), llada_config(theta=10000.0), w)
+    write_model(out, "llada_bf16", llada_config(theta=10000.0), w)
     write_tokenizer_json(os.path.join(out, "llada_bf16"), "<|mdm_mask|>")
     tokens = torch.randint(0, TOKENIZER_TOKENS, (2, 9), generator=gen)
     reference.update({"llada_bf16.tokens": tokens,
