@@ -353,8 +353,8 @@ SafeTensors load_safetensors(const fs::path& file, const SafeTensorsSelection& s
         if (reinterpret_cast<uintptr_t>(at_data) % e.dtype->size == 0 && e.end > e.begin) {
             t = at::from_blob(at_data, e.shape, [mapping](void*) {}, at::TensorOptions().dtype(e.dtype->type));
         } else {
-            t = empty_tensor(e, file);
-            std::memcpy(t.data_ptr(), at_data, static_cast<size_t>(e.end - e.begin));
+            t = empty_tensor(e, file);  // (an empty tensor has no data pointer to copy to)
+            if (e.end > e.begin) std::memcpy(t.data_ptr(), at_data, static_cast<size_t>(e.end - e.begin));
         }
         result.tensors.emplace_back(e.name, std::move(t));
     }
