@@ -15,10 +15,8 @@ python3-torch (the LibTorch Rudder links).
 import argparse
 import json
 import math
-import mmap
 import os
 import statistics
-import struct
 import subprocess
 import sys
 import time
@@ -34,33 +32,15 @@ def status_mb(field):
     return -1.0
 
 
-def load_state(path):
-    """safetensors by hand (python3-safetensors is not in Debian's torch stack): each tensor copied out of a mapping
-    of the file into memory of its own, as load_file + load_state_dict leave it."""
-    import torch
-    dtypes = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    state = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = e["data_offsets"]
-        raw = torch.frombuffer(data, dtype=torch.uint8, count=end - begin, offset=8 + n + begin)
-        state[name] = raw.view(dtypes[e["dtype"]]).reshape(e["shape"]).float().clone()
-    data.close()
-    return state
-
-
 def eager_child(folder, positions, repeats):
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(1)
     config = json.load(open(os.path.join(folder, "config.json")))
     start = time.perf_counter()
-    w = load_state(os.path.join(folder, "model.safetensors"))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from eager_reference import load_safetensors  # the file's tensors copied out, as load_state_dict leaves them
+    w = load_safetensors(os.path.join(folder, "model.safetensors"))
     out = {"positions": positions, "threads": torch.get_num_threads(), "load_s": time.perf_counter() - start,
            "rss_after_load_mb": {"anon": status_mb("RssAnon"), "file": status_mb("RssFile")}, "forward_s": []}
     p, heads, vocab = "backbone.", config["n_heads"], config["vocab_size"]

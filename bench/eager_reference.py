@@ -17,6 +17,7 @@ import argparse
 import ctypes
 import json
 import math
+import mmap
 import struct
 import sys
 import time
@@ -39,8 +40,10 @@ def fail(message):
 
 
 def load_safetensors(path):
-    """name -> float32 tensor. Weights may be stored as float16; Rudder widens them to float32 on load."""
-    data = bytearray(Path(path).read_bytes())  # writable, so torch.frombuffer does not warn
+    """name -> float32 tensor, each in memory of its own (as load_state_dict leaves a model's parameters). Weights
+    may be stored as float16 or bfloat16; Rudder widens them to float32 on load."""
+    with open(path, "rb") as f:  # mapped copy-on-write: writable, so torch.frombuffer does not warn
+        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
     (header_len,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8 : 8 + header_len])
     dtypes = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}

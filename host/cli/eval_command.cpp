@@ -668,10 +668,15 @@ std::map<std::string, std::vector<TargetOutcome>> read_shards(const std::vector<
     return out;
 }
 
+// -o, else <suite stem>-results in the current folder.
+fs::path output_dir(const EvalOptions& o) {
+    return o.out.empty() ? fs::path(fs::path(o.suite).stem().string() + "-results") : fs::path(o.out);
+}
+
 int run_eval(const EvalOptions& o) {
     const fs::path suite_file = o.suite;
     const Suite suite = read_suite(suite_file);
-    const fs::path out_dir = o.out.empty() ? fs::path(suite_file.stem().string() + "-results") : fs::path(o.out);
+    const fs::path out_dir = output_dir(o);
     const bool sharded = !o.shard.empty(), merging = !o.merge.empty();
     const auto [shard_k, shard_n] = sharded ? parse_shard(o.shard) : std::pair<int64_t, int64_t>{0, 1};
     fs::create_directories(sharded ? out_dir : out_dir / "samples");
@@ -761,10 +766,8 @@ int run_on_dask(const EvalOptions& o, int threads) {
                                  " (an installed prefix or a build tree has it)");
     const char* python_env = std::getenv("RUDDER_PYTHON");
     const std::string python = python_env != nullptr && *python_env != '\0' ? python_env : "python3";
-    const fs::path suite_file = fs::absolute(o.suite);
-    const fs::path out_dir = o.out.empty() ? fs::path(suite_file.stem().string() + "-results") : fs::path(o.out);
-    std::vector<std::string> args{python, "-m", "rudder.dask", "eval", suite_file.string(), "--scheduler", o.dask,
-                                  "-o", out_dir.string(), "--threads", std::to_string(threads > 0 ? threads : 1)};
+    std::vector<std::string> args{python, "-m", "rudder.dask", "eval", fs::absolute(o.suite).string(), "--scheduler", o.dask,
+                                  "-o", output_dir(o).string(), "--threads", std::to_string(threads > 0 ? threads : 1)};
     if (!o.only.empty()) args.insert(args.end(), {"--only", o.only});
     if (o.targets > 0) args.insert(args.end(), {"--targets", std::to_string(o.targets)});
     if (o.quiet) args.push_back("--quiet");

@@ -17,7 +17,7 @@ or from a shell: python3 -m rudder.dask eval SUITE --scheduler tcp://scheduler:8
 Every target runs with the seed it would have in one process, so the results are the same samples, byte for
 byte, as a single-process run's. Workers need Rudder installed where they run (librudder.so for generate, found as
 the binding finds it; the `rudder` command for evaluate, from $RUDDER_BIN, the PATH, or this checkout's build/).
-Each worker process keeps the generators it made, so a recipe's model and controllers load once per worker.
+Each worker process keeps the last 8 generators it made, so a recipe's model and controllers load once per worker.
 """
 
 import argparse
@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 __all__ = ["generate", "evaluate", "main"]
@@ -59,8 +60,10 @@ def _with_params(recipe: Dict[str, Any], params: Dict[str, Dict[str, Any]]) -> D
     return out
 
 
-# Generators made in this (worker) process, by recipe: a recipe's model and controllers load once per worker.
-_generators: Dict[str, Any] = {}
+# Generators made in this (worker) process, by recipe, the least recently used dropped beyond _KEPT_GENERATORS: a
+# recipe's model and controllers load once per worker, and targets that each differ in params do not pile up.
+_KEPT_GENERATORS = 8
+_generators: "OrderedDict[str, Any]" = OrderedDict()
 _generators_lock = threading.Lock()
 
 
@@ -74,6 +77,9 @@ def _generate_chunk(recipe: Dict[str, Any], base_dir: Optional[str], targets: Li
             generator = _generators.get(key)
             if generator is None:
                 generator = _generators[key] = rudder.Generator(recipe_text, base_dir=base_dir)
+                while len(_generators) > _KEPT_GENERATORS:
+                    _generators.popitem(last=False)
+            _generators.move_to_end(key)
         results.append(generator.generate(samples=target.get("samples"), seed=target.get("seed")))
     return results
 

@@ -7,11 +7,8 @@
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -25,6 +22,8 @@
 #include <rudder/runtime/model.hpp>
 #include <rudder/runtime/recipe.hpp>
 
+#include "generated_checkpoints.hpp"
+
 namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -33,37 +32,9 @@ using rudder::nn::BidirectionalLlm;
 
 constexpr int64_t kEos = 280, kMask = 281, kTokenizerVocab = 282, kNetworkVocab = 288;
 
-class BidirectionalLlmCheckpoint : public ::testing::Test {
+class BidirectionalLlmCheckpoint : public rudder::test::GeneratedCheckpoints {
 protected:
-    static void SetUpTestSuite() {
-        root_ = fs::temp_directory_path() / ("rudder_bidirectional_llm_test_" + std::to_string(::getpid()));
-        fs::remove_all(root_);
-        const std::string command = std::string(RUDDER_PYTHON3) + " " + RUDDER_BIDIRECTIONAL_LLM_FIXTURE + " " +
-                                    root_.string() + " > " + (root_.string() + ".log") + " 2>&1";
-        const int status = std::system(command.c_str());
-        fixture_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    }
-    static void TearDownTestSuite() {
-        fs::remove_all(root_);
-        fs::remove(root_.string() + ".log");
-    }
-    void SetUp() override {
-        if (fixture_status_ == 77) GTEST_SKIP() << "python3-torch is missing (scripts/install-deps.sh installs it)";
-        ASSERT_EQ(fixture_status_, 0) << "bidirectional_llm_fixture.py failed; see " << root_.string() << ".log";
-    }
-    static at::Tensor reference(const std::string& name) {
-        static const rudder::SafeTensors all = rudder::load_safetensors(root_ / "reference.safetensors");
-        const at::Tensor* t = all.find(name);
-        if (!t) throw std::runtime_error("reference tensor '" + name + "' missing");
-        return *t;
-    }
-    static fs::path copy_of(const std::string& name, const std::string& as) {
-        const fs::path to = root_ / as;
-        fs::remove_all(to);
-        fs::copy(root_ / name, to);
-        return to;
-    }
-    static void write_json(const fs::path& file, const json& value) { std::ofstream(file) << value.dump(2); }
+    static void SetUpTestSuite() { generate(RUDDER_BIDIRECTIONAL_LLM_FIXTURE, "rudder_bidirectional_llm_test"); }
     // The message of the ModelError loading `dir` throws ("" if it loads).
     static std::string load_error(const fs::path& dir) {
         try {
@@ -84,14 +55,9 @@ protected:
         write_json(dir / "config.json", config);
         return dir;
     }
-
-    static fs::path root_;
-    static int fixture_status_;
 };
-fs::path BidirectionalLlmCheckpoint::root_;
-int BidirectionalLlmCheckpoint::fixture_status_ = -1;
 
-double max_difference(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
+using rudder::test::max_difference;
 
 TEST_F(BidirectionalLlmCheckpoint, LladaAndDreamMatchTheReferenceForward) {
     for (const std::string name : {"llada", "dream"}) {

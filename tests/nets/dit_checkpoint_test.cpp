@@ -6,11 +6,8 @@
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -26,6 +23,7 @@
 #include <rudder/runtime/recipe.hpp>
 
 #include "dit_checkpoint_denoiser.hpp"
+#include "generated_checkpoints.hpp"
 
 namespace {
 namespace fs = std::filesystem;
@@ -33,46 +31,12 @@ using json = nlohmann::json;
 using rudder::ModelError;
 using rudder::nn::DitNetwork;
 
-class DitCheckpoint : public ::testing::Test {
+class DitCheckpoint : public rudder::test::GeneratedCheckpoints {
 protected:
-    static void SetUpTestSuite() {
-        root_ = fs::temp_directory_path() / ("rudder_dit_test_" + std::to_string(::getpid()));
-        fs::remove_all(root_);
-        const std::string command =
-            std::string(RUDDER_PYTHON3) + " " + RUDDER_DIT_FIXTURE + " " + root_.string() + " > " + (root_.string() + ".log") + " 2>&1";
-        const int status = std::system(command.c_str());
-        fixture_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    }
-    static void TearDownTestSuite() {
-        fs::remove_all(root_);
-        fs::remove(root_.string() + ".log");
-    }
-    void SetUp() override {
-        if (fixture_status_ == 77) GTEST_SKIP() << "python3-torch is missing (scripts/install-deps.sh installs it)";
-        ASSERT_EQ(fixture_status_, 0) << "dit_checkpoint_fixture.py failed; see " << root_.string() << ".log";
-    }
-    static at::Tensor reference(const std::string& name) {
-        static const rudder::SafeTensors all = rudder::load_safetensors(root_ / "reference.safetensors");
-        const at::Tensor* t = all.find(name);
-        if (!t) throw std::runtime_error("reference tensor '" + name + "' missing");
-        return *t;
-    }
-    // A copy of a generated checkpoint to break.
-    static fs::path copy_of(const std::string& name, const std::string& as) {
-        const fs::path to = root_ / as;
-        fs::remove_all(to);
-        fs::copy(root_ / name, to);
-        return to;
-    }
-    static void write_json(const fs::path& file, const json& value) { std::ofstream(file) << value.dump(2); }
-
-    static fs::path root_;
-    static int fixture_status_;
+    static void SetUpTestSuite() { generate(RUDDER_DIT_FIXTURE, "rudder_dit_test"); }
 };
-fs::path DitCheckpoint::root_;
-int DitCheckpoint::fixture_status_ = -1;
 
-double max_difference(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
+using rudder::test::max_difference;
 
 std::string load_error(const fs::path& dir) {
     try {

@@ -262,15 +262,6 @@ void BidirectionalLlm::to(const at::Device& device) {
             if (t->defined()) *t = t->to(device);
 }
 
-uint64_t BidirectionalLlm::weight_bytes() const {
-    uint64_t bytes = embedding_.nbytes() + final_norm_.nbytes() + (output_.is_same(embedding_) ? 0 : output_.nbytes());
-    for (const auto& l : layers_)
-        for (const at::Tensor* t : {&l.attn_norm, &l.q_w, &l.q_b, &l.k_w, &l.k_b, &l.v_w, &l.v_b, &l.o_w, &l.ff_norm,
-                                    &l.gate_w, &l.up_w, &l.down_w})
-            if (t->defined()) bytes += t->nbytes();
-    return bytes;
-}
-
 at::Tensor BidirectionalLlm::forward(const at::Tensor& tokens) const {
     const BidirectionalLlmConfig& c = config_;
     if (tokens.dim() != 2 || tokens.scalar_type() != at::kLong)

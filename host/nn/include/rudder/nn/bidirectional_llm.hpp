@@ -77,8 +77,6 @@ public:
 
     const BidirectionalLlmConfig& config() const { return config_; }
     void to(const at::Device& device);
-    // Bytes of the weights as held (float32).
-    uint64_t weight_bytes() const;
 
     // The logits [B, L, V] for tokens int64 [B, L], Dream's shifted to the position they predict.
     at::Tensor forward(const at::Tensor& tokens) const;
