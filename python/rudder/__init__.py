@@ -106,9 +106,11 @@ def _find_library() -> str:
     explicit = os.environ.get("RUDDER_LIBRARY")
     if explicit:
         return explicit
-    installed = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "librudder.so")
+    # Normalised before use: in the build tree this package is reached through a link (<libdir>/rudder/python/rudder),
+    # and ".." after a link would climb from where the link points.
+    installed = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "librudder.so"))
     if os.path.exists(installed):
-        return os.path.normpath(installed)
+        return installed
     return "librudder.so"  # the system's library path (ldconfig, LD_LIBRARY_PATH)
 
 

@@ -60,6 +60,7 @@ def main():
             # The same through the CLI: `rudder eval --dask` hands over to python3 -m rudder.dask.
             env = dict(os.environ, RUDDER_PYTHON=sys.executable)
             env.pop("RUDDER_BIN")
+            env.pop("RUDDER_LIBRARY", None)  # the package beside the executable finds its library by itself
             run = subprocess.run([RUDDER, "eval", suite, "--dask", cluster.scheduler_address, "--only", "discrete",
                                   "--targets", "3", "-o", os.path.join(d, "cli")], env=env, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
