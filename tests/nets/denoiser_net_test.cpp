@@ -18,6 +18,8 @@
 #include <rudder/nn/config_error.hpp>
 #include <rudder/nn/denoiser_net.hpp>
 #include <rudder/nn/safetensors.hpp>
+#include <rudder/nn/weights.hpp>
+#include <torch/optim/adam.h>
 #include <rudder/runtime/generator.hpp>
 
 #include "transformer_denoiser.hpp"
@@ -576,6 +578,117 @@ TEST(Weights, ModelConfigProblemsNameTheFileAndKey) {
     json inside = good;
     inside["weights"] = "./sub/../weights.safetensors";
     EXPECT_EQ(error(inside, Family::continuous), "");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// CDCD
+
+json cdcd_config(bool self_conditioning) {
+    json c = micro_config("continuous", true);
+    c["objective"] = "cdcd";
+    c["self_conditioning"] = self_conditioning;
+    c["embed_dim"] = 8;
+    c["schedule"] = {{"name", "cdcd"}, {"T", 100}, {"sigma_min", 1.0}, {"sigma_max", 50.0}, {"warp_bins", 10}};
+    return c;
+}
+
+TEST(Cdcd, TheNetworkPredictsADistributionWhoseMeanEmbeddingIsX0OverNormalisedRows) {
+    at::manual_seed(3);
+    nn::ContinuousDenoiserNet net(cdcd_config(true), *tokenizer());
+    net.eval();
+    at::NoGradGuard no_grad;
+    const at::Tensor E = net.diffused_embedding();
+    EXPECT_TRUE(at::allclose(E.norm(2, -1), at::full({E.size(0)}, std::sqrt(8.0)), 1e-5, 1e-5));
+    auto gen = make_gen(4);
+    const at::Tensor x = at::randn({3, kLength, 8}, gen);
+    const at::Tensor t = at::full({3}, 0.4);
+    const at::Tensor logits = net.clean_logits(x, t, {});
+    ASSERT_EQ(logits.sizes(), (std::vector<int64_t>{3, kLength, tokenizer()->vocab_size()}));
+    EXPECT_TRUE(at::allclose(net.predict_x0(x, t, {}), at::matmul(at::softmax(logits, -1), E), 1e-5, 1e-6));
+    // Self-conditioning is an input: another previous estimate, another prediction; none is the zero estimate.
+    const at::Tensor estimate = at::randn({3, kLength, 8}, gen);
+    EXPECT_FALSE(at::allclose(net.clean_logits(x, t, {}, estimate), logits));
+    EXPECT_TRUE(at::allclose(net.clean_logits(x, t, {}, at::zeros_like(estimate)), logits, 1e-5, 1e-6));
+    EXPECT_THROW(net.clean_logits(x, t, {}, at::zeros({3, kLength, 4})), std::invalid_argument);
+    // The Diffusion-LM objective has no distribution head.
+    EXPECT_THROW(continuous_net(false)->clean_logits(at::randn({1, kLength, 16}), at::full({1}, 0.5), {}), std::logic_error);
+
+    const auto names = net.named_parameters();
+    for (const char* name : {"embedding", "head.weight", "self_condition_proj.weight", "input_proj.weight"})
+        EXPECT_TRUE(names.contains(name)) << name;
+    EXPECT_FALSE(names.contains("output_proj.weight"));
+    EXPECT_TRUE(net.named_buffers().contains("warp_loss"));
+}
+
+// Training moves the warp toward the noise levels where the loss still changes, and the model's config carries
+// the warp the weights' running means give, so a model folder loads back to the same schedule.
+TEST(Cdcd, TrainingLearnsTheWarpAndTheModelFolderCarriesIt) {
+    at::manual_seed(5);
+    json config = cdcd_config(false);
+    config["schedule"]["warp_uniform"] = 0.05;
+    auto net = std::make_shared<nn::ContinuousDenoiserNet>(config, *tokenizer());
+    const std::vector<double> uniform = net->config()["schedule"]["warp"].get<std::vector<double>>();
+    for (size_t j = 0; j < uniform.size(); ++j) EXPECT_NEAR(uniform[j], static_cast<double>(j) / 10.0, 1e-12);
+    const nn::TrainingBatch batch{sentence_tokens().repeat({4, 1}), condition_tokens().repeat({4, 1})};
+    torch::optim::Adam adam(net->parameters(), torch::optim::AdamOptions(3e-3));
+    auto gen = make_gen(6);
+    net->train();
+    for (int step = 0; step < 40; ++step) {
+        adam.zero_grad();
+        net->loss(batch, gen).backward();
+        adam.step();
+    }
+    const std::vector<double> learned = net->config()["schedule"]["warp"].get<std::vector<double>>();
+    ASSERT_EQ(learned.size(), 11u);
+    double most = 0.0;
+    for (size_t j = 0; j + 1 < learned.size(); ++j) {
+        EXPECT_GE(learned[j + 1] - learned[j], 0.05 / 10 - 1e-12) << j;
+        most = std::max(most, learned[j + 1] - learned[j]);
+    }
+    EXPECT_GT(most, 0.2) << "the warp stayed near uniform";
+    EXPECT_EQ(net->schedule().warp()->cdf(), learned);
+
+    TempDir dir;
+    save_safetensors(dir.path() / "weights.safetensors", nn::module_tensors(*net));
+    const json model = model_config(*net);
+    const auto den = load_transformer_denoiser(model, dir.path(), tokenizer(), Family::continuous);
+    EXPECT_TRUE(at::allclose(den->embedding(), net->diffused_embedding().detach()));
+    json other = model;
+    other["schedule"]["warp"] = uniform;
+    try {
+        load_transformer_denoiser(other, dir.path(), tokenizer(), Family::continuous);
+        ADD_FAILURE() << "a warp other than the weights' was taken";
+    } catch (const ModelError& e) {
+        EXPECT_NE(std::string(e.what()).find("'schedule'"), std::string::npos) << e.what();
+    }
+}
+
+TEST(Cdcd, ConfigProblemsAreNamed) {
+    const auto& tok = *tokenizer();
+    auto cont = [&](json c) { return [c, &tok] { nn::ContinuousDenoiserNet net(c, tok); }; };
+    json c = cdcd_config(true);
+    c["schedule"] = {{"name", "sqrt"}};
+    std::string e = config_error(cont(c));
+    EXPECT_NE(e.find("/objective: the \"cdcd\" objective and the \"cdcd\" schedule go together"), std::string::npos) << e;
+    e = config_error(cont({{"self_conditioning", true}}));
+    EXPECT_NE(e.find("/self_conditioning"), std::string::npos) << e;
+    c = cdcd_config(false);
+    c["schedule"]["warp"] = {0.0, 0.5, 1.0};
+    e = config_error(cont(c));
+    EXPECT_NE(e.find("/schedule/warp"), std::string::npos) << e;
+    EXPECT_NE(e.find("warp_bins + 1 = 11"), std::string::npos) << e;
+    c["schedule"]["warp"] = {0.0, 0.1, 0.2, 0.3, 0.25, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0};
+    e = config_error(cont(c));
+    EXPECT_NE(e.find("decreases"), std::string::npos) << e;
+    c = cdcd_config(false);
+    c["schedule"]["sigma_max"] = 0.5;
+    c["schedule"]["warp_uniform"] = 1.5;
+    e = config_error(cont(c));
+    EXPECT_NE(e.find("/schedule/sigma_max"), std::string::npos) << e;
+    EXPECT_NE(e.find("/schedule/warp_uniform"), std::string::npos) << e;
+    // "cdcd" keys belong to the "cdcd" schedule.
+    e = config_error(cont({{"schedule", {{"name", "sqrt"}, {"sigma_max", 10}}}}));
+    EXPECT_NE(e.find("/schedule/sigma_max: unknown key"), std::string::npos) << e;
 }
 
 }  // namespace

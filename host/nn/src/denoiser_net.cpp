@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -89,9 +90,23 @@ at::Generator* DenoiserNet::dropout_generator(at::Generator& gen) const {
 // -------------------------------------------------------------------------------------------------------------
 // Continuous family
 
+namespace {
+
+// The time warp's running means forget old losses at this rate per example seen in a bin; their weight in the fit
+// is capped at the matching effective count.
+constexpr double kWarpDecay = 0.99;
+
+GaussianSchedule schedule_of(const DenoiserConfig& c) {
+    if (c.schedule != "cdcd") return GaussianSchedule::make(c.schedule, c.schedule_steps);
+    return GaussianSchedule::make_cdcd(c.warp.empty() ? TimeWarp::uniform(c.sigma_min, c.sigma_max, c.warp_bins)
+                                                      : TimeWarp(c.sigma_min, c.sigma_max, c.warp),
+                                       c.schedule_steps);
+}
+
+}  // namespace
+
 ContinuousDenoiserNet::ContinuousDenoiserNet(const json& network_config, const Tokenizer& tokenizer)
-    : DenoiserNet(DenoiserConfig::parse(network_config, tokenizer, Family::continuous)),
-      schedule_(GaussianSchedule::make(config_.schedule, config_.schedule_steps)) {
+    : DenoiserNet(DenoiserConfig::parse(network_config, tokenizer, Family::continuous)), schedule_(schedule_of(config_)) {
     const int64_t T = schedule_.T();
     std::vector<double> table(static_cast<size_t>(T) + 1);
     for (int64_t k = 0; k <= T; ++k) table[static_cast<size_t>(k)] = schedule_.alpha_bar(k);
@@ -103,11 +118,71 @@ ContinuousDenoiserNet::ContinuousDenoiserNet(const json& network_config, const T
     input_proj_ = register_module("input_proj", std::make_shared<Affine>(D, W, kInitStd));
     time_mlp1_ = register_module("time_mlp1", std::make_shared<Affine>(W, W, kInitStd));
     time_mlp2_ = register_module("time_mlp2", std::make_shared<Affine>(W, W, kInitStd));
-    output_proj_ = register_module("output_proj", std::make_shared<Affine>(W, D, kInitStd));
+    if (cdcd()) {
+        head_ = register_module("head", std::make_shared<Affine>(W, V, kInitStd));
+        if (config_.self_conditioning)
+            self_condition_proj_ = register_module("self_condition_proj", std::make_shared<Affine>(D, W, kInitStd));
+        // The running means start where the config's warp says nothing was seen yet: a config's warp is the learned
+        // one of a finished model, whose weights file then brings these buffers back.
+        warp_loss_ = register_buffer("warp_loss", at::zeros({config_.warp_bins}, at::kDouble));
+        warp_seen_ = register_buffer("warp_seen", at::zeros({config_.warp_bins}, at::kDouble));
+    } else {
+        output_proj_ = register_module("output_proj", std::make_shared<Affine>(W, D, kInitStd));
+    }
 }
 
-at::Tensor ContinuousDenoiserNet::predict_x0(const at::Tensor& x_t, const at::Tensor& t, const at::Tensor& condition,
-                                             at::Generator* gen) {
+json ContinuousDenoiserNet::config() const {
+    json j = config_.to_json();
+    if (cdcd()) j["schedule"]["warp"] = warp_cdf();
+    return j;
+}
+
+json ContinuousDenoiserNet::training_log() const {
+    if (!cdcd()) return json::object();
+    const at::Tensor loss = warp_loss_.cpu().contiguous();
+    const auto* l = loss.data_ptr<double>();
+    return {{"warp", warp_cdf()}, {"warp_loss", std::vector<double>(l, l + loss.numel())}};
+}
+
+TimeWarp ContinuousDenoiserNet::warp() const { return *schedule_.warp(); }
+
+std::vector<double> ContinuousDenoiserNet::warp_cdf() const {
+    if (!cdcd()) return {};
+    // Fitted from the running means when there are any (training, or weights that carry them); else the config's.
+    const at::Tensor seen = warp_seen_.cpu().contiguous(), loss = warp_loss_.cpu().contiguous();
+    if (seen.gt(0).all().item<bool>()) {
+        const auto* l = loss.data_ptr<double>();
+        const auto* w = seen.data_ptr<double>();
+        return fit_time_warp({l, l + loss.numel()}, {w, w + seen.numel()}, config_.warp_uniform);
+    }
+    return schedule_.warp()->cdf();
+}
+
+void ContinuousDenoiserNet::update_warp(const at::Tensor& levels, const at::Tensor& losses) {
+    const at::Tensor lv = levels.to(at::kCPU, at::kDouble).contiguous(), ls = losses.detach().to(at::kCPU, at::kDouble).contiguous();
+    at::NoGradGuard no_grad;
+    at::Tensor mean = warp_loss_.cpu().contiguous(), seen = warp_seen_.cpu().contiguous();
+    auto* m = mean.data_ptr<double>();
+    auto* w = seen.data_ptr<double>();
+    const int64_t K = config_.warp_bins;
+    const double cap = 1.0 / (1.0 - kWarpDecay);
+    for (int64_t b = 0; b < lv.numel(); ++b) {
+        const int64_t j = std::clamp(static_cast<int64_t>(lv.data_ptr<double>()[b] * static_cast<double>(K)), int64_t{0}, K - 1);
+        const double l = ls.data_ptr<double>()[b];
+        m[j] = w[j] > 0 ? kWarpDecay * m[j] + (1.0 - kWarpDecay) * l : l;
+        w[j] = std::min(w[j] + 1.0, cap);
+    }
+    warp_loss_.copy_(mean);
+    warp_seen_.copy_(seen);
+    schedule_ = GaussianSchedule::make_cdcd(TimeWarp(config_.sigma_min, config_.sigma_max, warp_cdf()), config_.schedule_steps);
+}
+
+at::Tensor ContinuousDenoiserNet::diffused_embedding() const {
+    if (!cdcd()) return embedding_;
+    return embedding_ * (std::sqrt(static_cast<double>(config_.embed_dim)) / embedding_.norm(2, -1, true).clamp_min(1e-12));
+}
+
+at::Tensor ContinuousDenoiserNet::check_inputs(const at::Tensor& x_t, const at::Tensor& t, const at::Tensor& condition) const {
     const int64_t D = config_.embed_dim;
     if (!x_t.defined() || x_t.dim() != 3 || x_t.size(2) != D || x_t.size(0) < 1 || x_t.size(1) < 1 ||
         !x_t.is_floating_point()) {
@@ -122,16 +197,95 @@ at::Tensor ContinuousDenoiserNet::predict_x0(const at::Tensor& x_t, const at::Te
     if (!t.defined() || t.dim() != 1 || t.size(0) != B) {
         throw std::invalid_argument("t must be [B] with B = " + std::to_string(B));
     }
-    const at::Tensor cond = check_condition(condition, B);
+    return check_condition(condition, B);
+}
 
-    // Sinusoidal embedding of the rescaled time, then a small MLP; added to every text position.
-    const at::Tensor time = time_mlp2_->forward(at::silu(time_mlp1_->forward(time_sinusoid(t.to(x_t.device()), config_.dim))));
+at::Tensor ContinuousDenoiserNet::hidden(const at::Tensor& x_t, const at::Tensor& level, const at::Tensor& condition,
+                                         const at::Tensor& self_condition, at::Generator* gen) {
+    // Sinusoidal embedding of the rescaled time (or noise level), then a small MLP; added to every text position.
+    const at::Tensor time =
+        time_mlp2_->forward(at::silu(time_mlp1_->forward(time_sinusoid(level.to(x_t.device()), config_.dim))));
+    at::Tensor h = input_proj_->forward(x_t.to(at::kFloat)) + time.unsqueeze(1);
+    if (self_condition_proj_) {
+        if (self_condition.defined()) {
+            if (!self_condition.sizes().equals(x_t.sizes()))
+                throw std::invalid_argument("self_condition must have x_t's shape " + shape_string(x_t) + ", got " +
+                                            shape_string(self_condition));
+            h = h + self_condition_proj_->forward(self_condition.to(at::kFloat));
+        } else {
+            h = h + self_condition_proj_->bias();  // the projection of zeros: no estimate yet
+        }
+    }
+    return trunk_->forward(h, condition, gen);
+}
 
-    const at::Tensor h = input_proj_->forward(x_t.to(at::kFloat)) + time.unsqueeze(1);
-    return output_proj_->forward(trunk_->forward(h, cond, gen));
+at::Tensor ContinuousDenoiserNet::clean_logits(const at::Tensor& x_t, const at::Tensor& t, const at::Tensor& condition,
+                                               const at::Tensor& self_condition, at::Generator* gen) {
+    if (!cdcd()) throw std::logic_error("clean_logits: the network was trained with the diffusion_lm objective (it predicts x0)");
+    const at::Tensor cond = check_inputs(x_t, t, condition);
+    // The sampler's times are warped times; the network reads the noise level they stand for.
+    const at::Tensor tc = t.to(at::kCPU, at::kDouble).contiguous();
+    std::vector<double> levels(static_cast<size_t>(tc.numel()));
+    const TimeWarp& w = *schedule_.warp();
+    for (int64_t b = 0; b < tc.numel(); ++b) levels[static_cast<size_t>(b)] = w.level(std::clamp(tc.data_ptr<double>()[b], 0.0, 1.0));
+    return head_->forward(hidden(x_t, at::tensor(levels, at::kFloat), cond, self_condition, gen));
+}
+
+at::Tensor ContinuousDenoiserNet::predict_x0(const at::Tensor& x_t, const at::Tensor& t, const at::Tensor& condition,
+                                             at::Generator* gen) {
+    if (cdcd()) return at::matmul(at::softmax(clean_logits(x_t, t, condition, {}, gen), -1), diffused_embedding());
+    const at::Tensor cond = check_inputs(x_t, t, condition);
+    return output_proj_->forward(hidden(x_t, t, cond, {}, gen));
 }
 
 at::Tensor ContinuousDenoiserNet::rounding_logits(const at::Tensor& x0) const { return at::matmul(x0, embedding_.t()); }
+
+at::Tensor ContinuousDenoiserNet::loss(const TrainingBatch& batch, at::Generator& gen) {
+    return cdcd() ? cdcd_loss(batch, gen) : diffusion_lm_loss(batch, gen);
+}
+
+// CDCD's objective (Dieleman et al. 2022, sections 3.1-3.4), per example:
+//   level ~ the time warp (training: u ~ U[0, 1], level = F^-1(u); dev loss: level ~ U[0, 1], the same at every
+//           evaluation whatever the warp), sigma = sigma_min (sigma_max / sigma_min)^level
+//   x     = (E[w] + sigma eps) / sqrt(1 + sigma^2)   E's rows normalised; the network's input scaled to unit variance
+//   loss  = mean_i -log p(w_i | x, sigma)            cross-entropy at every position, pads included (the model must
+//                                                    learn where the text ends); through x it also trains E
+// Self-conditioning: half the training batches first predict without it (no gradient) and feed that estimate,
+// softmax(logits) E, back as the second pass's extra input; the dev loss always runs both passes, as sampling does.
+at::Tensor ContinuousDenoiserNet::cdcd_loss(const TrainingBatch& batch, at::Generator& gen) {
+    const at::Tensor tokens = check_tokens(batch.tokens);
+    const int64_t B = tokens.size(0), L = tokens.size(1), D = config_.embed_dim;
+    const at::Tensor cond = drop_condition(check_condition(batch.condition, B), gen);
+    const auto device = tokens.device();
+
+    const at::Tensor u = at::rand({B}, gen, at::kDouble);
+    at::Tensor levels = u;
+    if (is_training()) {
+        const TimeWarp w = warp();
+        levels = u.clone();
+        auto* lv = levels.data_ptr<double>();
+        for (int64_t b = 0; b < B; ++b) lv[b] = w.level(lv[b]);
+    }
+    const at::Tensor sigma = at::exp(std::log(config_.sigma_min) + levels * (std::log(config_.sigma_max) - std::log(config_.sigma_min)));
+    const at::Tensor E = diffused_embedding();
+    const at::Tensor x0 = at::embedding(E, tokens);
+    const at::Tensor eps = at::randn({B, L, D}, gen, at::kFloat).to(device);
+    const at::Tensor s = sigma.to(at::kFloat).to(device).view({B, 1, 1});
+    const at::Tensor x = (x0 + s * eps) / (1.0 + s * s).sqrt();
+    const at::Tensor level_in = levels.to(at::kFloat);
+
+    at::Tensor self_condition;
+    const bool self_condition_now = config_.self_conditioning && (!is_training() || at::rand({1}, gen, at::kDouble).item<double>() < 0.5);
+    if (self_condition_now) {
+        at::NoGradGuard no_grad;
+        self_condition = at::matmul(at::softmax(head_->forward(hidden(x, level_in, cond, {}, nullptr)), -1), E).detach();
+    }
+    const at::Tensor logits = head_->forward(hidden(x, level_in, cond, self_condition, dropout_generator(gen)));
+    const at::Tensor target_logit = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1);
+    const at::Tensor per_example = (at::logsumexp(logits, -1) - target_logit).mean(1);  // [B]
+    if (is_training()) update_warp(levels, per_example);
+    return per_example.mean();
+}
 
 // Diffusion-LM's end-to-end objective (improved-diffusion's training_losses_e2e with x0 prediction), per example:
 //   x_start  = E[w] + sqrt(1 - ab_1) n        the embedding with the first step's noise ("x_start_mean" trick), so
@@ -141,7 +295,7 @@ at::Tensor ContinuousDenoiserNet::rounding_logits(const at::Tensor& x0) const { 
 //   rounding = mean_i -log softmax(x_start_i · E^T)[w_i]   (the decoder p(w | x_0), tied to E)
 //   prior    = mean |sqrt(ab_T) x_start|^2    (the L_T term; tiny under "sqrt", but it bounds E's scale)
 // Means run over positions (and embedding dimensions), pads included: the model must learn where the text ends.
-at::Tensor ContinuousDenoiserNet::loss(const TrainingBatch& batch, at::Generator& gen) {
+at::Tensor ContinuousDenoiserNet::diffusion_lm_loss(const TrainingBatch& batch, at::Generator& gen) {
     const at::Tensor tokens = check_tokens(batch.tokens);
     const int64_t B = tokens.size(0), L = tokens.size(1), D = config_.embed_dim, T = schedule_.T();
     const at::Tensor cond = drop_condition(check_condition(batch.condition, B), gen);

@@ -49,10 +49,37 @@ DenoiserConfig DenoiserConfig::parse(const json& config, const Tokenizer& tokeni
     if (family == Family::continuous) {
         if (c.dim % 2 != 0) r.issue("dim", "must be even (the time embedding is half cosines, half sines)");
         c.embed_dim = r.integer("embed_dim", 1, 4096).value_or(c.embed_dim);
+        c.objective = r.choice("objective", {"diffusion_lm", "cdcd"}).value_or(c.objective);
+        c.self_conditioning = r.boolean("self_conditioning").value_or(c.self_conditioning);
         json_input::ObjectReader s(r.object("schedule").value_or(json::object()), "/schedule", issues);
-        c.schedule = s.choice("name", {"sqrt", "cosine", "linear"}).value_or(c.schedule);
+        c.schedule = s.choice("name", {"sqrt", "cosine", "linear", "cdcd"}).value_or(c.objective == "cdcd" ? "cdcd" : c.schedule);
         c.schedule_steps = s.integer("T", 2, 1000000).value_or(c.schedule_steps);
+        if (c.schedule == "cdcd") {
+            c.sigma_min = s.number("sigma_min", 1e-6, 1e6).value_or(c.sigma_min);
+            c.sigma_max = s.number("sigma_max", 1e-6, 1e6).value_or(c.sigma_max);
+            if (!(c.sigma_max > c.sigma_min)) s.issue("sigma_max", "must be above sigma_min (" + std::to_string(c.sigma_min) + ")");
+            c.warp_bins = s.integer("warp_bins", 1, 100000).value_or(c.warp_bins);
+            c.warp_uniform = s.number("warp_uniform", 0.0, 1.0).value_or(c.warp_uniform);
+            if (const auto warp = s.array("warp")) {
+                std::vector<double> cdf;
+                for (const json& v : *warp) cdf.push_back(v.is_number() ? v.get<double>() : -1.0);
+                try {
+                    if (static_cast<int64_t>(cdf.size()) != c.warp_bins + 1)
+                        throw std::invalid_argument("has " + std::to_string(cdf.size()) + " values; warp_bins + 1 = " +
+                                                    std::to_string(c.warp_bins + 1) + " expected");
+                    TimeWarp(1.0, 2.0, cdf);  // checks the CDF alone
+                    c.warp = std::move(cdf);
+                } catch (const std::invalid_argument& e) {
+                    s.issue("warp", std::string("not a time warp's CDF (numbers nondecreasing from 0 to 1): ") + e.what());
+                }
+            }
+        }
         s.reject_unknown_keys();
+        if ((c.objective == "cdcd") != (c.schedule == "cdcd"))
+            r.issue("objective", "the \"cdcd\" objective and the \"cdcd\" schedule go together (got objective \"" +
+                                     c.objective + "\" with schedule \"" + c.schedule + "\")");
+        if (c.self_conditioning && c.objective != "cdcd")
+            r.issue("self_conditioning", "self-conditioning is implemented for the \"cdcd\" objective only");
     } else {
         json_input::ObjectReader m(r.object("mask_schedule").value_or(json::object()), "/mask_schedule", issues);
         c.mask_eps = m.number("eps", 0.0, 0.5).value_or(c.mask_eps);
@@ -85,6 +112,16 @@ json DenoiserConfig::to_json() const {
     if (family == Family::continuous) {
         j["embed_dim"] = embed_dim;
         j["schedule"] = {{"name", schedule}, {"T", schedule_steps}};
+        if (schedule == "cdcd") {
+            j["schedule"]["sigma_min"] = sigma_min;
+            j["schedule"]["sigma_max"] = sigma_max;
+            j["schedule"]["warp_bins"] = warp_bins;
+            j["schedule"]["warp_uniform"] = warp_uniform;
+            if (!warp.empty()) j["schedule"]["warp"] = warp;
+        }
+        // Written when not the defaults, so the configs of models trained before them stay as they were.
+        if (objective != "diffusion_lm") j["objective"] = objective;
+        if (self_conditioning) j["self_conditioning"] = true;
     } else {
         j["mask_schedule"] = {{"eps", mask_eps}};
     }

@@ -44,7 +44,10 @@ public:
         for (const auto& c : conditions) rows.insert(rows.end(), static_cast<size_t>(batch), c);
         std::vector<int64_t> repeat(static_cast<size_t>(state.dim()), 1);
         repeat[0] = n;
-        const at::Tensor logits = model_.denoiser->denoise(state.repeat(repeat), step.t, rows, {}).logits;
+        Evidence evidence;
+        if (self_condition_.defined() && model_.family == Family::continuous)
+            evidence.self_condition = self_condition_.repeat(repeat);
+        const at::Tensor logits = model_.denoiser->denoise(state.repeat(repeat), step.t, rows, evidence).logits;
         at::Tensor out = at::log_softmax(logits.to(at::kFloat), -1);
         std::vector<int64_t> shape{n, batch};
         for (int64_t d = 1; d < out.dim(); ++d) shape.push_back(out.size(d));
@@ -63,8 +66,12 @@ public:
         return fs::absolute(resolve_model(name, base_dir_, model_path_), ec).lexically_normal().string();
     }
 
+    // The loop's previous clean estimate for the rows of the next denoise() (a self-conditioned network reads it).
+    void set_self_condition(at::Tensor x0) { self_condition_ = std::move(x0); }
+
 private:
     const Model& model_;
+    at::Tensor self_condition_;
     fs::path base_dir_;                 // the recipe's folder: relative model paths start there
     std::vector<fs::path> model_path_;  // where bundled names are looked up
 };
@@ -112,7 +119,7 @@ DiscreteSampler::Remasking remasking_of(const RemaskSpec& spec) {
 Evidence evidence_of(const Combined& c, int64_t batch, int64_t len, int64_t vocab_size, bool uses_evidence) {
     const at::Tensor forbidden = uses_evidence ? c.forbidden_mask(vocab_size) : at::Tensor();
     const bool whole = forbidden.defined() && forbidden.size(0) == batch * len;
-    return Evidence{c.fixed, whole ? forbidden.view({batch, len, -1}) : at::Tensor()};
+    return Evidence{c.fixed, whole ? forbidden.view({batch, len, -1}) : at::Tensor(), at::Tensor()};
 }
 
 // The most likely token of each row: max(-1)'s index, which ATen 1.13 computes ~4x faster than argmax(-1).
@@ -557,11 +564,18 @@ at::Tensor Generator::run_continuous(int64_t batch, at::Generator& gen, const St
     at::Tensor x = sampler.init({batch, L, E.size(1)}, gen, E);
     const at::Tensor every_row = at::arange(batch * L, at::TensorOptions().dtype(at::kLong).device(device_));
     const bool uses_evidence = model_.denoiser->uses_evidence();
-    const auto evidence = [&](const Combined& c) { return evidence_of(c, batch, L, V, uses_evidence); };
+    // The previous step's clean estimate, for a self-conditioned network (CDCD); none before the first step.
+    at::Tensor previous_x0;
+    const auto evidence = [&](const Combined& c) {
+        Evidence e = evidence_of(c, batch, L, V, uses_evidence);
+        e.self_condition = previous_x0;
+        return e;
+    };
     Combined last;
 
     for (int64_t i = 0; i < steps; ++i) {
         const double t = sampler.t(i), t_next = sampler.t_next(i);
+        services_->set_self_condition(previous_x0);
         DenoiserOutput out = model_.denoiser->denoise(x, t, {}, evidence(last));
         ++stats_.denoiser_calls;
         stats_.denoised_sequences += batch;
@@ -590,6 +604,7 @@ at::Tensor Generator::run_continuous(int64_t batch, at::Generator& gen, const St
             fixed_mask = combined.fixed.ge(0).unsqueeze(-1);
             x0_hat = at::where(fixed_mask, at::embedding(E, combined.fixed.clamp_min(0)), x0_hat);
         }
+        previous_x0 = x0_hat;
         ContinuousSampler::Result res = sampler.step(x, x0_hat, i, gen);
         x = res.sample;
 

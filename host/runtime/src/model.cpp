@@ -57,6 +57,18 @@ Family parse_family(const std::string& name, const fs::path& file) {
 
 // config.json's "sampler": {"<family>": {sampler settings}}, checked as a recipe's sampler is; it names a sampler of
 // that family (it is a whole recommendation) and leaves out "steps" (how many to spend is the recipe's choice).
+// config.json's "schedule": {"name", "T"}, and for "cdcd" sigma_min, sigma_max and the time warp ("warp": its
+// CDF; "warp_bins" uniform bins when there is none).
+GaussianSchedule schedule_of(const json& s) {
+    if (!s.is_object()) throw std::invalid_argument("'schedule' must be an object");
+    const std::string name = s.value("name", "sqrt");
+    const int64_t T = s.value("T", int64_t{2000});
+    if (name != "cdcd") return GaussianSchedule::make(name, T);
+    const double sigma_min = s.value("sigma_min", 1.0), sigma_max = s.value("sigma_max", 300.0);
+    if (!s.contains("warp")) return GaussianSchedule::make_cdcd(TimeWarp::uniform(sigma_min, sigma_max, s.value("warp_bins", int64_t{100})), T);
+    return GaussianSchedule::make_cdcd(TimeWarp(sigma_min, sigma_max, s.at("warp").get<std::vector<double>>()), T);
+}
+
 json recommended_sampler(const json& config, Family family, const fs::path& file) {
     if (!config.contains("sampler")) return json::object();
     const json& by_family = config.at("sampler");
@@ -193,7 +205,7 @@ Model load_model(const fs::path& dir, std::optional<Family> family) {
 
     const json sched = config.value("schedule", json::object());
     try {
-        m.schedule = GaussianSchedule::make(sched.value("name", "sqrt"), sched.value("T", int64_t{2000}));
+        m.schedule = schedule_of(sched);
         m.mask_schedule = MaskSchedule(config.value("mask_schedule", json::object()).value("eps", 1e-3));
     } catch (const std::exception& e) {
         throw ModelError("'" + file.string() + "': bad schedule: " + e.what());

@@ -45,6 +45,8 @@ TransformerDenoiser::TransformerDenoiser(std::shared_ptr<nn::DenoiserNet> networ
     for (auto& p : network_->parameters()) p.requires_grad_(false);
     const auto params = network_->parameters();
     if (!params.empty()) device_ = params.front().device();
+    // CDCD's normalised rows are a function of the frozen weights: computed once, not at every step.
+    if (continuous_) diffused_embedding_ = continuous_->diffused_embedding().detach();
 }
 
 TransformerDenoiser::~TransformerDenoiser() = default;
@@ -57,21 +59,20 @@ int64_t TransformerDenoiser::embed_dim() const { return continuous_ ? continuous
 
 int64_t TransformerDenoiser::max_length() const { return network_->denoiser_config().max_length; }
 
-at::Tensor TransformerDenoiser::embedding() const {
-    return continuous_ ? continuous_->embedding().detach() : at::Tensor();
-}
+at::Tensor TransformerDenoiser::embedding() const { return diffused_embedding_; }
 
 bool TransformerDenoiser::conditional() const { return network_->conditional(); }
 
 void TransformerDenoiser::to(const at::Device& device) {
     network_->to(device);
     device_ = device;
+    if (continuous_) diffused_embedding_ = continuous_->diffused_embedding().detach();
 }
 
 uint64_t TransformerDenoiser::working_bytes(int64_t batch, int64_t length) const {
-    const nlohmann::json c = network_->config();
-    const double T = static_cast<double>(length + (conditional() ? c.value("max_condition_length", int64_t{0}) : 0));
-    const double dim = c.value("dim", 0.0), ff = c.value("ff_dim", 0.0), heads = c.value("heads", 0.0);
+    const nn::DenoiserConfig& c = network_->denoiser_config();
+    const double T = static_cast<double>(length + (conditional() ? c.max_condition_length : 0));
+    const auto dim = static_cast<double>(c.dim), ff = static_cast<double>(c.ff_dim), heads = static_cast<double>(c.heads);
     // Per sample, in floats: a layer's inputs, q/k/v, attention output and residuals (6 dim), the feed-forward's
     // hidden layer and its activation (2 ff), attention scores and their softmax (2 heads T^2); then the logits
     // and their log-softmax over the text's positions.
@@ -94,7 +95,8 @@ at::Tensor TransformerDenoiser::condition_tensor(const std::vector<std::string>&
     return nn::encode_conditions(*tokenizer_, conditions, network_->denoiser_config().max_condition_length).to(device_);
 }
 
-DenoiserOutput TransformerDenoiser::run(const at::Tensor& x, double t, const std::vector<std::string>& conditions) {
+DenoiserOutput TransformerDenoiser::run(const at::Tensor& x, double t, const std::vector<std::string>& conditions,
+                                        const Evidence& evidence) {
     if (!(t >= 0.0 && t <= 1.0)) throw std::invalid_argument("denoise: t must be in [0, 1], got " + std::to_string(t));
     if (!x.defined() || x.dim() < 2) throw std::invalid_argument("denoise: x must be [B, L] or [B, L, D]");
     const int64_t B = x.size(0);
@@ -106,8 +108,14 @@ DenoiserOutput TransformerDenoiser::run(const at::Tensor& x, double t, const std
                                         std::to_string(continuous_->embed_dim()) + "], got " + shape_string(x.sizes()));
         }
         const at::Tensor times = at::full({B}, t, x.options().dtype(at::kFloat));
-        out.x0 = continuous_->predict_x0(x, times, condition);
-        out.logits = at::log_softmax(continuous_->rounding_logits(out.x0), -1);
+        if (continuous_->cdcd()) {
+            const at::Tensor self_condition = continuous_->self_conditioned() ? evidence.self_condition : at::Tensor();
+            out.logits = at::log_softmax(continuous_->clean_logits(x, times, condition, self_condition), -1);
+            out.x0 = at::matmul(out.logits.exp(), embedding());  // score interpolation
+        } else {
+            out.x0 = continuous_->predict_x0(x, times, condition);
+            out.logits = at::log_softmax(continuous_->rounding_logits(out.x0), -1);
+        }
     } else {
         if (x.dim() != 2 || x.scalar_type() != at::kLong) {
             throw std::invalid_argument("denoise: the discrete family takes tokens as int64 [B, L], got " +
@@ -119,9 +127,9 @@ DenoiserOutput TransformerDenoiser::run(const at::Tensor& x, double t, const std
 }
 
 DenoiserOutput TransformerDenoiser::denoise(const at::Tensor& x, double t, const std::vector<std::string>& conditions,
-                                            const Evidence& /*evidence*/) {
+                                            const Evidence& evidence) {
     c10::InferenceMode inference;
-    return run(x, t, conditions);
+    return run(x, t, conditions, evidence);
 }
 
 DenoiserOutput TransformerDenoiser::denoise_with_grad(const at::Tensor& x, double t,
@@ -131,7 +139,7 @@ DenoiserOutput TransformerDenoiser::denoise_with_grad(const at::Tensor& x, doubl
                                "discrete family take gradients with respect to one-hot tokens in the controller");
     }
     at::AutoGradMode grad(true);
-    return run(x, t, conditions);
+    return run(x, t, conditions, {});
 }
 
 // -------------------------------------------------------------------------------------------------------------
@@ -164,9 +172,11 @@ std::shared_ptr<Denoiser> load_transformer_denoiser(const json& config, const fs
     // The sampler uses config.json's schedule; it must be the one the network learned.
     if (auto* c = dynamic_cast<nn::ContinuousDenoiserNet*>(network.get()); c && config.contains("schedule")) {
         const json& s = config.at("schedule");
-        const json trained = {{"name", c->schedule().name()}, {"T", c->schedule().T()}};
+        const json trained = c->config().at("schedule");
+        // A CDCD network's schedule includes its learned time warp, which its weights carry too: the two must agree.
+        const bool same_warp = !c->cdcd() || (s.is_object() && s.contains("warp") && s.at("warp") == trained.at("warp"));
         if (!s.is_object() || s.value("name", std::string("sqrt")) != c->schedule().name() ||
-            s.value("T", int64_t{2000}) != c->schedule().T()) {
+            s.value("T", int64_t{2000}) != c->schedule().T() || !same_warp) {
             throw ModelError(where + ": 'schedule' " + s.dump() + " differs from the one the network was trained with " +
                              trained.dump());
         }

@@ -33,8 +33,8 @@ class DiscreteDenoiserNet;
 
 class TransformerDenoiser final : public Denoiser {
 public:
-    // Takes the network for sampling: switches it to eval mode (no dropout) and freezes its parameters
-    // (requires_grad = false), so gradient guidance differentiates only with respect to the input.
+    // Takes the network for sampling, its weights loaded: switches it to eval mode (no dropout) and freezes its
+    // parameters (requires_grad = false), so gradient guidance differentiates only with respect to the input.
     TransformerDenoiser(std::shared_ptr<nn::DenoiserNet> network, std::shared_ptr<const Tokenizer> tokenizer);
     ~TransformerDenoiser() override;
 
@@ -42,7 +42,8 @@ public:
     int64_t vocab_size() const override;
     int64_t embed_dim() const override;
     int64_t max_length() const override;  // the network's learned positions
-    // Continuous: the learned embedding table [V, D] (detached). Discrete: undefined.
+    // Continuous: the embedding table the diffusion runs on [V, D] (detached; a CDCD network's normalised rows).
+    // Discrete: undefined.
     at::Tensor embedding() const override;
     bool conditional() const override;
     void to(const at::Device& device) override;
@@ -51,8 +52,9 @@ public:
 
     // logits: float32 log-probabilities [B, L, V] (discrete: SUBS, so the mask token and, at unmasked positions,
     // every other token have kImpossibleLogProb = -1e4); continuous: x0 [B, L, D] too. `conditions`: empty (no
-    // condition), or one meaning representation per row, "" for none. `evidence` is ignored: the network cannot
-    // condition on hard constraints (the composer applies them to its output). Runs without autograd.
+    // condition), or one meaning representation per row, "" for none. Of `evidence` only self_condition is read
+    // (by a self-conditioned CDCD network): the network cannot condition on hard constraints (the composer applies
+    // them to its output). Runs without autograd.
     DenoiserOutput denoise(const at::Tensor& x, double t, const std::vector<std::string>& conditions,
                            const Evidence& evidence = {}) override;
 
@@ -67,7 +69,8 @@ public:
     const nn::DenoiserNet& network() const { return *network_; }
 
 private:
-    DenoiserOutput run(const at::Tensor& x, double t, const std::vector<std::string>& conditions);
+    DenoiserOutput run(const at::Tensor& x, double t, const std::vector<std::string>& conditions,
+                       const Evidence& evidence);
     at::Tensor condition_tensor(const std::vector<std::string>& conditions, int64_t batch) const;
 
     std::shared_ptr<nn::DenoiserNet> network_;
@@ -75,6 +78,7 @@ private:
     nn::ContinuousDenoiserNet* continuous_ = nullptr;  // the family's view of network_
     nn::DiscreteDenoiserNet* discrete_ = nullptr;
     at::Device device_;
+    at::Tensor diffused_embedding_;  // continuous: the table embedding() returns, taken from the frozen weights
 };
 
 // Builds the network `config["network"]` describes for `family` (its "family", if present, must agree), loads

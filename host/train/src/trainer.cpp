@@ -198,12 +198,13 @@ void Trainer::log_step(int64_t step, double loss, std::optional<double> dev, dou
                   static_cast<long long>(step), static_cast<long long>(c_.steps), loss, dev_text, lr, rate,
                   rate > 0 ? duration_text(static_cast<double>(c_.steps - step) / rate).c_str() : "?");
     say(line);
-    const json entry = {{"step", step},
-                        {"loss", loss},
-                        {"dev_loss", dev ? json(*dev) : json(nullptr)},
-                        {"dev_accuracy", dev && last_dev_accuracy_ ? json(*last_dev_accuracy_) : json(nullptr)},
-                        {"lr", lr},
-                        {"seconds", seconds_before_ + run_seconds_}};
+    json entry = {{"step", step},
+                  {"loss", loss},
+                  {"dev_loss", dev ? json(*dev) : json(nullptr)},
+                  {"dev_accuracy", dev && last_dev_accuracy_ ? json(*last_dev_accuracy_) : json(nullptr)},
+                  {"lr", lr},
+                  {"seconds", seconds_before_ + run_seconds_}};
+    entry.update(network_->training_log());
     std::ofstream log(c_.out / "train_log.jsonl", std::ios::app);
     log << entry.dump() << "\n";
     if (!log) throw ModelError("cannot append to '" + (c_.out / "train_log.jsonl").string() + "'");

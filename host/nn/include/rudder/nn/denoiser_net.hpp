@@ -63,34 +63,70 @@ protected:
     std::shared_ptr<TransformerTrunk> trunk_;
 };
 
-// Embedding diffusion (Diffusion-LM, x0-parameterisation). Parameters: embedding [V, embed_dim] (the learned
-// token embeddings E, also the rounding head), input_proj.*, time_mlp1.*, time_mlp2.*, trunk.*, output_proj.*.
+// Embedding diffusion, trained one of two ways (network config "objective"):
+// - "diffusion_lm" (Diffusion-LM, x0-parameterisation): the network predicts x0 [B, L, D]; decoded by the rounding
+//   head tied to E. Parameters: embedding [V, embed_dim] (the learned token embeddings E), input_proj.*,
+//   time_mlp1.*, time_mlp2.*, trunk.*, output_proj.*.
+// - "cdcd" (Dieleman et al. 2022): the network predicts the clean token's distribution, x0 is its mean embedding
+//   (score interpolation), and one cross-entropy loss trains network and embeddings together. E's rows are used
+//   normalised to length sqrt(embed_dim) (unit scale per dimension), so the embeddings cannot outgrow the noise.
+//   Noise levels follow the learned time warp (nn/schedule.hpp), kept in the buffers warp_loss and warp_seen.
+//   Parameters: embedding, input_proj.*, time_mlp1.*, time_mlp2.*, trunk.*, head.* [V, dim], and with
+//   self_conditioning self_condition_proj.* (the previous clean estimate as a further input, Chen et al.'s
+//   self-conditioning as CDCD uses it).
 class ContinuousDenoiserNet final : public DenoiserNet {
 public:
     ContinuousDenoiserNet(const nlohmann::json& network_config, const Tokenizer& tokenizer);
 
     int64_t embed_dim() const { return config_.embed_dim; }
+    bool cdcd() const { return config_.objective == "cdcd"; }
+    bool self_conditioned() const { return config_.self_conditioning; }
+    // The noise schedule; for "cdcd" the one of the current time warp.
     const GaussianSchedule& schedule() const { return schedule_; }
     // The token embedding table E [V, embed_dim] (the parameter itself).
     const at::Tensor& embedding() const { return embedding_; }
+    // The table the diffusion runs on: E itself, or for "cdcd" its rows normalised to length sqrt(embed_dim).
+    at::Tensor diffused_embedding() const;
+    // "cdcd": the time warp's CDF now ("warp" in the schedule config).
+    std::vector<double> warp_cdf() const;
 
     // x0 estimate [B, L, D] from x_t [B, L, D] at diffusion times t (float [B] in [0, 1], on x_t's device).
-    // `gen`: dropout masks while training; nullptr for none.
+    // `gen`: dropout masks while training; nullptr for none. "cdcd": the mean embedding under clean_logits.
     at::Tensor predict_x0(const at::Tensor& x_t, const at::Tensor& t, const at::Tensor& condition,
                           at::Generator* gen = nullptr);
+    // "cdcd" only: the clean token's logits [B, L, V] from x_t at times t. `self_condition` [B, L, D]: the
+    // previous clean estimate, for a self-conditioned network (undefined: none, i.e. zeros).
+    at::Tensor clean_logits(const at::Tensor& x_t, const at::Tensor& t, const at::Tensor& condition,
+                            const at::Tensor& self_condition = {}, at::Generator* gen = nullptr);
     // The rounding head: unnormalised logits x0 · E^T [B, L, V]. Tied to E as in Diffusion-LM: the table that is
     // diffused is the one decoded, with no extra parameters, and the rounding loss that trains it is what keeps E
     // from collapsing under the MSE term.
     at::Tensor rounding_logits(const at::Tensor& x0) const;
 
-    // Diffusion-LM's end-to-end loss (see the .cpp for the terms).
+    // The objective's loss (see the .cpp for the terms). "cdcd" in training mode also updates the time warp.
     at::Tensor loss(const TrainingBatch& batch, at::Generator& gen) override;
+    nlohmann::json config() const override;
+    // "cdcd": {"warp": the CDF, "warp_loss": the running mean loss per bin}.
+    nlohmann::json training_log() const override;
 
 private:
+    // Checks x_t and t against the config; returns the condition checked.
+    at::Tensor check_inputs(const at::Tensor& x_t, const at::Tensor& t, const at::Tensor& condition) const;
+    // The trunk's text states from x_t, noise features `level` [B] (t itself, or for "cdcd" the normalised log
+    // noise level) and the self-conditioning input (undefined: none).
+    at::Tensor hidden(const at::Tensor& x_t, const at::Tensor& level, const at::Tensor& condition,
+                      const at::Tensor& self_condition, at::Generator* gen);
+    at::Tensor diffusion_lm_loss(const TrainingBatch& batch, at::Generator& gen);
+    at::Tensor cdcd_loss(const TrainingBatch& batch, at::Generator& gen);
+    // Adds per-example losses at their levels to the warp's running means and refits the warp and schedule.
+    void update_warp(const at::Tensor& levels, const at::Tensor& losses);
+    TimeWarp warp() const;
+
     GaussianSchedule schedule_;
     at::Tensor alpha_bar_;  // [T + 1] float64 on the CPU: the schedule as a table, for per-example lookup
     at::Tensor embedding_;
-    std::shared_ptr<Affine> input_proj_, time_mlp1_, time_mlp2_, output_proj_;
+    at::Tensor warp_loss_, warp_seen_;  // "cdcd": [warp_bins] float64
+    std::shared_ptr<Affine> input_proj_, time_mlp1_, time_mlp2_, output_proj_, head_, self_condition_proj_;
 };
 
 // Absorbing (masked) diffusion, MDLM's SUBS parameterisation. Parameters: token_embedding [V, dim], trunk.*, head.*.

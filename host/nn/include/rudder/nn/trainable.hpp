@@ -20,6 +20,8 @@ public:
     virtual at::Tensor loss(const TrainingBatch& batch, at::Generator& gen) = 0;
     // Everything needed to rebuild this network with the same shapes; stored as config.json's "network".
     virtual nlohmann::json config() const = 0;
+    // What the network learns besides its weights, added to each train_log.jsonl line (a CDCD network's time warp).
+    virtual nlohmann::json training_log() const { return nlohmann::json::object(); }
 };
 
 }  // namespace rudder::nn

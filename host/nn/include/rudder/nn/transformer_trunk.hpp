@@ -13,7 +13,12 @@
 //   dropout 0                           on the residual branches, training only. Off by default: a CPU budget
 //                                       of an hour is one or two passes over E2E, far from overfitting
 //   condition_dropout 0.1               share of training rows whose condition is replaced by all-pad
-//   continuous only: embed_dim 16, schedule {"name": "sqrt", "T": 2000}
+//   continuous only: embed_dim 16, schedule {"name": "sqrt", "T": 2000},
+//                    objective "diffusion_lm" (x0-MSE with a rounding term) | "cdcd" (cross-entropy, score
+//                    interpolation, normalised embeddings; needs the "cdcd" schedule and only it:
+//                    {"name": "cdcd", "T": 2000, "sigma_min": 1, "sigma_max": 300, "warp_bins": 100,
+//                    "warp_uniform": 0.5, "warp": [...]},
+//                    "warp" being the learned time warp's CDF, written by the trainer), self_conditioning false
 //   discrete only:   mask_schedule {"eps": 0.001}
 // A bad config throws ConfigError listing every problem with its JSON pointer (/dim, /schedule/T, ...), an
 // unknown key with a "did you mean". Initial parameters are drawn from LibTorch's default CPU generator
@@ -57,6 +62,12 @@ struct DenoiserConfig {
     int64_t embed_dim = 16;
     std::string schedule = "sqrt";
     int64_t schedule_steps = 2000;
+    std::string objective = "diffusion_lm";
+    bool self_conditioning = false;
+    double sigma_min = 1.0, sigma_max = 300.0;  // "cdcd" schedule
+    int64_t warp_bins = 100;
+    double warp_uniform = 0.5;  // share of the levels drawn uniformly whatever the fit (fit_time_warp's floor)
+    std::vector<double> warp;  // the time warp's CDF (warp_bins + 1 values); empty = uniform
     // discrete
     double mask_eps = 1e-3;
 

@@ -14,9 +14,13 @@ namespace rudder {
 
 // Hard constraints known at this step. A network cannot use them (the composer applies them to its output); the
 // exact corpus posterior conditions on them, so a constraint selects exactly the sentences that satisfy it.
+// Also what the loop estimated one step before, for a self-conditioned network.
 struct Evidence {
     at::Tensor fixed;      // int64 [B, L], token id or -1 (undefined: none)
     at::Tensor forbidden;  // bool [B, L, V] (undefined: none)
+    // Continuous: the previous step's clean estimate x0 [B, L, D] (undefined at the first step), read by a
+    // self-conditioned network (CDCD's self-conditioning). Not a constraint: empty() does not count it.
+    at::Tensor self_condition;
     bool empty() const { return !fixed.defined() && !forbidden.defined(); }
 };
 
