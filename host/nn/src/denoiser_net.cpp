@@ -96,17 +96,10 @@ namespace {
 // is capped at the matching effective count.
 constexpr double kWarpDecay = 0.99;
 
-GaussianSchedule schedule_of(const DenoiserConfig& c) {
-    if (c.schedule != "cdcd") return GaussianSchedule::make(c.schedule, c.schedule_steps);
-    return GaussianSchedule::make_cdcd(c.warp.empty() ? TimeWarp::uniform(c.sigma_min, c.sigma_max, c.warp_bins)
-                                                      : TimeWarp(c.sigma_min, c.sigma_max, c.warp),
-                                       c.schedule_steps);
-}
-
 }  // namespace
 
 ContinuousDenoiserNet::ContinuousDenoiserNet(const json& network_config, const Tokenizer& tokenizer)
-    : DenoiserNet(DenoiserConfig::parse(network_config, tokenizer, Family::continuous)), schedule_(schedule_of(config_)) {
+    : DenoiserNet(DenoiserConfig::parse(network_config, tokenizer, Family::continuous)), schedule_(config_.gaussian_schedule()) {
     const int64_t T = schedule_.T();
     std::vector<double> table(static_cast<size_t>(T) + 1);
     for (int64_t k = 0; k <= T; ++k) table[static_cast<size_t>(k)] = schedule_.alpha_bar(k);
@@ -177,10 +170,11 @@ void ContinuousDenoiserNet::update_warp(const at::Tensor& levels, const at::Tens
     schedule_ = GaussianSchedule::make_cdcd(TimeWarp(config_.sigma_min, config_.sigma_max, warp_cdf()), config_.schedule_steps);
 }
 
-at::Tensor ContinuousDenoiserNet::diffused_embedding() const {
-    if (!cdcd()) return embedding_;
-    return embedding_ * (std::sqrt(static_cast<double>(config_.embed_dim)) / embedding_.norm(2, -1, true).clamp_min(1e-12));
+at::Tensor cdcd_embedding(const at::Tensor& table) {
+    return table * (std::sqrt(static_cast<double>(table.size(-1))) / table.norm(2, -1, true).clamp_min(1e-12));
 }
+
+at::Tensor ContinuousDenoiserNet::diffused_embedding() const { return cdcd() ? cdcd_embedding(embedding_) : embedding_; }
 
 at::Tensor ContinuousDenoiserNet::check_inputs(const at::Tensor& x_t, const at::Tensor& t, const at::Tensor& condition) const {
     const int64_t D = config_.embed_dim;

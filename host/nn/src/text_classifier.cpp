@@ -13,7 +13,7 @@ namespace {
 
 // The keys of the network config that describe the trunk and the noise: read by DenoiserConfig::parse.
 const char* const kTrunkKeys[] = {"family", "vocab_size", "dim",  "layers",   "heads",        "ff_dim",
-                                  "max_length", "embed_dim", "schedule", "mask_schedule"};
+                                  "max_length", "embed_dim", "schedule", "mask_schedule", "objective"};
 
 DenoiserConfig trunk_config(const json& config, const Tokenizer& tokenizer) {
     if (!config.is_object() || !config.contains("family") ||
@@ -31,7 +31,7 @@ DenoiserConfig trunk_config(const json& config, const Tokenizer& tokenizer) {
 
 TextClassifierNet::TextClassifierNet(const json& config, const Tokenizer& tokenizer)
     : trunk_config_(trunk_config(config, tokenizer)),
-      schedule_(GaussianSchedule::make(trunk_config_.schedule, trunk_config_.schedule_steps)),
+      schedule_(trunk_config_.gaussian_schedule()),
       mask_schedule_(trunk_config_.mask_eps) {
     std::vector<ConfigIssue> issues;
     json_input::ObjectReader r(config, "", issues);

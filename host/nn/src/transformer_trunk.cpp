@@ -128,6 +128,13 @@ json DenoiserConfig::to_json() const {
     return j;
 }
 
+GaussianSchedule DenoiserConfig::gaussian_schedule() const {
+    if (schedule != "cdcd") return GaussianSchedule::make(schedule, schedule_steps);
+    return GaussianSchedule::make_cdcd(warp.empty() ? TimeWarp::uniform(sigma_min, sigma_max, warp_bins)
+                                                    : TimeWarp(sigma_min, sigma_max, warp),
+                                       schedule_steps);
+}
+
 // Pre-LayerNorm transformer block: x + Attn(LN(x)), then x + FF(LN(x)).
 class Block : public torch::nn::Module {
 public:

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include <rudder/nn/compute_threads.hpp>
+#include <rudder/nn/denoiser_net.hpp>
 #include <rudder/nn/model_files.hpp>
 #include <rudder/nn/safetensors.hpp>
 #include <rudder/nn/text_classifier.hpp>
@@ -108,7 +109,9 @@ void Trainer::copy_denoiser_embedding() {
     const SafeTensors saved = load_safetensors(weights, [](const SafeTensorsEntry& e) { return e.name == "embedding"; });
     const at::Tensor* table = saved.find("embedding");
     if (table == nullptr) throw ModelError("'" + weights.string() + "' has no tensor 'embedding' (not a continuous denoiser)");
-    classifier->set_noise_embedding(*table);
+    // A CDCD denoiser diffuses its table's rows normalised: the classifier must see the same.
+    const bool cdcd = denoiser.contains("network") && denoiser.at("network").value("objective", "") == "cdcd";
+    classifier->set_noise_embedding(cdcd ? nn::cdcd_embedding(*table) : *table);
 }
 
 void Trainer::build_network() {

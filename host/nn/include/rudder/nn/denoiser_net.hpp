@@ -39,6 +39,9 @@ constexpr float kImpossibleLogProb = -1e4f;
 // Impossible entries (the mask, a committed position's other tokens) are kImpossibleLogProb. Writes into `logits`.
 at::Tensor subs_log_probs(at::Tensor logits, const at::Tensor& tokens, int64_t mask_id);
 
+// CDCD's embedding table from the learned one `table` [V, D]: each row scaled to length sqrt(D).
+at::Tensor cdcd_embedding(const at::Tensor& table);
+
 // What both families have in common: config, trunk, input checks, condition dropout.
 class DenoiserNet : public TrainableNetwork {
 public:

@@ -75,6 +75,8 @@ struct DenoiserConfig {
     static DenoiserConfig parse(const nlohmann::json& config, const Tokenizer& tokenizer, Family family);
     // The full config, defaults filled in; parse(to_json()) gives this config back.
     nlohmann::json to_json() const;
+    // Continuous: the Gaussian schedule the config names ("cdcd": over the config's warp, uniform when it has none).
+    GaussianSchedule gaussian_schedule() const;
 };
 
 // Building blocks. Plain parameters and ATen calls rather than torch::nn modules: the maths is on the page, the
