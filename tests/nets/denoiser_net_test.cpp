@@ -691,5 +691,41 @@ TEST(Cdcd, ConfigProblemsAreNamed) {
     EXPECT_NE(e.find("/schedule/sigma_max: unknown key"), std::string::npos) << e;
 }
 
+TEST(ScoreEntropyNet, ConfigChoosesTheObjectiveAndGraphAndRoundTrips) {
+    const auto& tok = *tokenizer();
+    auto disc = [&](json c) { return [c, &tok] { nn::DiscreteDenoiserNet net(c, tok); }; };
+    json c = micro_config("discrete", false);
+    c["graph"] = "uniform";
+    std::string e = config_error(disc(c));
+    EXPECT_NE(e.find("/graph: the uniform graph is trained with the \"score_entropy\" objective"), std::string::npos) << e;
+    c["objective"] = "score_entropy";
+    c["uniform_schedule"] = {{"sigma_min", 5.0}, {"sigma_max", 2.0}};
+    e = config_error(disc(c));
+    EXPECT_NE(e.find("/uniform_schedule/sigma_max"), std::string::npos) << e;
+    c["uniform_schedule"] = {{"sigma_min", 1e-3}, {"sigma_max", 10.0}};
+    nn::DiscreteDenoiserNet uniform(c, tok);
+    EXPECT_TRUE(uniform.uniform());
+    EXPECT_NEAR(uniform.uniform_sigma_bar(0.0), 1e-3, 1e-15);
+    EXPECT_NEAR(uniform.uniform_sigma_bar(1.0), 10.0, 1e-12);
+    const double h = 1e-6;  // the rate is the total noise's derivative
+    EXPECT_NEAR(uniform.uniform_sigma(0.5), (uniform.uniform_sigma_bar(0.5 + h) - uniform.uniform_sigma_bar(0.5 - h)) / (2 * h), 1e-5);
+    const json j = uniform.config();
+    EXPECT_EQ(j["objective"], "score_entropy");
+    EXPECT_EQ(j["graph"], "uniform");
+    EXPECT_EQ(nn::DiscreteDenoiserNet(j, tok).config(), j);
+    // Defaults are not written: a SUBS model's config stays as it was.
+    EXPECT_FALSE(nn::DiscreteDenoiserNet(micro_config("discrete", false), tok).config().contains("objective"));
+    // The absorbing graph takes no uniform schedule, and the continuous family has neither key.
+    json absorb = micro_config("discrete", false);
+    absorb["objective"] = "score_entropy";
+    absorb["uniform_schedule"] = {{"sigma_min", 1e-3}};
+    e = config_error(disc(absorb));
+    EXPECT_NE(e.find("/uniform_schedule: unknown key"), std::string::npos) << e;
+    json cont = micro_config("continuous", false);
+    cont["objective"] = "score_entropy";
+    e = config_error([&] { nn::ContinuousDenoiserNet net(cont, tok); });
+    EXPECT_NE(e.find("/objective"), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace rudder

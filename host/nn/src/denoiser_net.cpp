@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "dropout.hpp"
+#include <rudder/nn/score_entropy.hpp>
 #include <rudder/nn/config_error.hpp>
 
 namespace rudder::nn {
@@ -324,6 +325,34 @@ DiscreteDenoiserNet::DiscreteDenoiserNet(const json& network_config, const Token
     const int64_t V = config_.vocab_size, W = config_.dim;
     token_embedding_ = register_parameter("token_embedding", init_normal({V, W}, kInitStd));
     head_ = register_module("head", std::make_shared<Affine>(W, V, kInitStd));
+    if (score_entropy() && !uniform()) {
+        // The absorbing score's output is the clean token's log-probability, unnormalised: start it at the uniform
+        // distribution's rather than at 0 (a total of V), or the first steps only learn the normaliser.
+        at::NoGradGuard no_grad;
+        head_->bias().fill_(-std::log(static_cast<double>(V - 1)));
+    }
+    if (uniform()) {
+        time_mlp1_ = register_module("time_mlp1", std::make_shared<Affine>(W, W, kInitStd));
+        time_mlp2_ = register_module("time_mlp2", std::make_shared<Affine>(W, W, kInitStd));
+    }
+}
+
+double DiscreteDenoiserNet::uniform_sigma_bar(double t) const {
+    return std::exp((1.0 - t) * std::log(config_.uniform_sigma_min) + t * std::log(config_.uniform_sigma_max));
+}
+
+double DiscreteDenoiserNet::uniform_sigma(double t) const {
+    return uniform_sigma_bar(t) * std::log(config_.uniform_sigma_max / config_.uniform_sigma_min);
+}
+
+at::Tensor DiscreteDenoiserNet::hidden(const at::Tensor& x_t, const at::Tensor& t, const at::Tensor& condition,
+                                       at::Generator* gen) {
+    at::Tensor h = at::embedding(token_embedding_, x_t);
+    if (uniform()) {
+        const at::Tensor time = time_mlp2_->forward(at::silu(time_mlp1_->forward(time_sinusoid(t.to(at::kFloat).to(h.device()), config_.dim))));
+        h = h + time.unsqueeze(1);
+    }
+    return trunk_->forward(h, condition, gen);
 }
 
 at::Tensor subs_log_probs(at::Tensor logits, const at::Tensor& tokens, int64_t mask_id) {
@@ -350,6 +379,9 @@ at::Tensor DiscreteDenoiserNet::head_bias() const {
 }
 
 at::Tensor DiscreteDenoiserNet::log_probs(const at::Tensor& tokens, const at::Tensor& condition) {
+    if (uniform())
+        throw std::logic_error("log_probs: a uniform-noise network's clean-token distribution needs its noise level; "
+                               "sampling uniform-noise models is not implemented yet");
     check_tokens(tokens);
     const at::Tensor cond = check_condition(condition, tokens.size(0));
     const at::Tensor hidden = trunk_->forward(at::embedding(token_embedding_, tokens), cond, nullptr);
@@ -371,6 +403,54 @@ at::Tensor DiscreteDenoiserNet::log_probs(const at::Tensor& tokens, const at::Te
 // MDLM's low-discrepancy sampler, t_b = (u + b / B) mod 1 mapped to [kMinTime, 1], which lowers the variance of
 // a batch's estimate at no cost.
 at::Tensor DiscreteDenoiserNet::loss(const TrainingBatch& batch, at::Generator& gen) {
+    return score_entropy() ? score_entropy_loss(batch, gen) : subs_loss(batch, gen);
+}
+
+// SEDD's diffusion-weighted denoising score entropy (its eq. 10): per position,
+//   sigma(t) * sum over y != x_t of Q[x_t, y] (s_y - r_y log s_y + K(r_y))      (nn::score_entropy)
+// with t drawn as for SUBS (MDLM's low-discrepancy draw in [kMinTime, 1]) and sigma(t) the noise rate: the
+// log-linear schedule's for "absorb", the geometric one's for "uniform". Summed over positions, divided by all
+// B * L. With the prior term (0 up to e^-sigma_bar(1)) this is the negative ELBO. The absorbing graph's score is
+// the output less log(e^sigma_bar - 1) (SEDD's scaling: the output then tracks the clean-token log-probability), and
+// only masked positions carry loss, so the head runs on them alone.
+at::Tensor DiscreteDenoiserNet::score_entropy_loss(const TrainingBatch& batch, at::Generator& gen) {
+    const at::Tensor tokens = check_tokens(batch.tokens);
+    if (tokens.eq(config_.mask_id).any().item<bool>())
+        throw std::invalid_argument("tokens hold the mask id " + std::to_string(config_.mask_id) + "; training text must be clean");
+    const int64_t B = tokens.size(0), L = tokens.size(1), V = config_.vocab_size;
+    const at::Tensor cond = drop_condition(check_condition(batch.condition, B), gen);
+    const auto device = tokens.device();
+    const Graph graph = uniform() ? Graph::uniform : Graph::absorb;
+
+    const at::Tensor u = at::rand({1}, gen, at::kDouble);
+    const at::Tensor t = at::fmod(u + at::arange(B, at::kDouble) / static_cast<double>(B), 1.0) * (1.0 - kMinTime) + kMinTime;
+    std::vector<double> sigma_bar(static_cast<size_t>(B)), rate(static_cast<size_t>(B));
+    for (int64_t b = 0; b < B; ++b) {
+        const double tb = t[b].item<double>();
+        sigma_bar[static_cast<size_t>(b)] = uniform() ? uniform_sigma_bar(tb) : mask_schedule_.sigma_bar(tb);
+        rate[static_cast<size_t>(b)] = uniform() ? uniform_sigma(tb) : mask_schedule_.sigma(tb);
+    }
+    const at::Tensor total = at::tensor(sigma_bar, at::kDouble), weight = at::tensor(rate, at::kDouble);
+    const at::Tensor x_t = sample_transition(graph, tokens, total, V, config_.mask_id, gen);
+
+    const at::Tensor states = hidden(x_t, t, cond, dropout_generator(gen)).reshape({B * L, -1});
+    const at::Tensor row_of = at::arange(B * L, at::kLong).div(L, "floor");  // the batch row of each position
+    at::Tensor where = at::arange(B * L, at::kLong).to(device);
+    if (!uniform()) where = x_t.reshape({B * L}).eq(config_.mask_id).nonzero().squeeze(1);
+    const at::Tensor rows = row_of.to(device).index_select(0, where);
+    at::Tensor log_score = head_->forward(states.index_select(0, where));
+    const at::Tensor row_total = total.to(device).index_select(0, rows);
+    if (!uniform()) {
+        // log(e^sigma_bar - 1) through expm1, as SEDD computes it where sigma_bar is small.
+        log_score = log_score - at::log(at::expm1(row_total)).to(log_score.scalar_type()).unsqueeze(1);
+    }
+    const at::Tensor entropy = nn::score_entropy(graph, log_score, x_t.reshape({B * L}).index_select(0, where),
+                                                 tokens.reshape({B * L}).index_select(0, where), row_total, config_.mask_id);
+    const at::Tensor weights = weight.to(device).index_select(0, rows).to(entropy.scalar_type());
+    return (entropy * weights).sum() / static_cast<double>(B * L);
+}
+
+at::Tensor DiscreteDenoiserNet::subs_loss(const TrainingBatch& batch, at::Generator& gen) {
     const at::Tensor tokens = check_tokens(batch.tokens);
     if (tokens.eq(config_.mask_id).any().item<bool>()) {
         throw std::invalid_argument("tokens hold the mask id " + std::to_string(config_.mask_id) +

@@ -13,7 +13,7 @@ namespace {
 
 // The keys of the network config that describe the trunk and the noise: read by DenoiserConfig::parse.
 const char* const kTrunkKeys[] = {"family", "vocab_size", "dim",  "layers",   "heads",        "ff_dim",
-                                  "max_length", "embed_dim", "schedule", "mask_schedule", "objective"};
+                                  "max_length", "embed_dim", "schedule", "mask_schedule", "objective", "graph", "uniform_schedule"};
 
 DenoiserConfig trunk_config(const json& config, const Tokenizer& tokenizer) {
     if (!config.is_object() || !config.contains("family") ||
@@ -45,6 +45,9 @@ TextClassifierNet::TextClassifierNet(const json& config, const Tokenizer& tokeni
     if (tags_.empty() && classes_.empty())
         r.issue("classes", "no head: give \"tags\" and \"labels\" (syntax) or \"classes\" (attribute), or both");
     if (classes_.size() == 1) r.issue("classes", "expected at least two classes");
+    if (trunk_config_.graph == "uniform")
+        issues.push_back({"/graph", "noisy classifiers for uniform-noise denoisers are not implemented (they are trained "
+                                    "on masking noise)"});
     if (!issues.empty()) throw ConfigError("text classifier network config", std::move(issues));
 
     const int64_t W = trunk_config_.dim, V = trunk_config_.vocab_size;

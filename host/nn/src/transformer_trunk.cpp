@@ -49,7 +49,7 @@ DenoiserConfig DenoiserConfig::parse(const json& config, const Tokenizer& tokeni
     if (family == Family::continuous) {
         if (c.dim % 2 != 0) r.issue("dim", "must be even (the time embedding is half cosines, half sines)");
         c.embed_dim = r.integer("embed_dim", 1, 4096).value_or(c.embed_dim);
-        c.objective = r.choice("objective", {"diffusion_lm", "cdcd"}).value_or(c.objective);
+        c.objective = r.choice("objective", {"diffusion_lm", "cdcd"}).value_or("diffusion_lm");
         c.self_conditioning = r.boolean("self_conditioning").value_or(c.self_conditioning);
         json_input::ObjectReader s(r.object("schedule").value_or(json::object()), "/schedule", issues);
         c.schedule = s.choice("name", {"sqrt", "cosine", "linear", "cdcd"}).value_or(c.objective == "cdcd" ? "cdcd" : c.schedule);
@@ -81,9 +81,21 @@ DenoiserConfig DenoiserConfig::parse(const json& config, const Tokenizer& tokeni
         if (c.self_conditioning && c.objective != "cdcd")
             r.issue("self_conditioning", "self-conditioning is implemented for the \"cdcd\" objective only");
     } else {
+        c.objective = r.choice("objective", {"subs", "score_entropy"}).value_or("subs");
+        c.graph = r.choice("graph", {"absorb", "uniform"}).value_or(c.graph);
+        if (c.graph == "uniform" && c.objective != "score_entropy")
+            r.issue("graph", "the uniform graph is trained with the \"score_entropy\" objective (SUBS is defined for masking only)");
         json_input::ObjectReader m(r.object("mask_schedule").value_or(json::object()), "/mask_schedule", issues);
         c.mask_eps = m.number("eps", 0.0, 0.5).value_or(c.mask_eps);
         m.reject_unknown_keys();
+        if (c.graph == "uniform") {
+            json_input::ObjectReader u(r.object("uniform_schedule").value_or(json::object()), "/uniform_schedule", issues);
+            c.uniform_sigma_min = u.number("sigma_min", 1e-8, 1e3).value_or(c.uniform_sigma_min);
+            c.uniform_sigma_max = u.number("sigma_max", 1e-8, 1e3).value_or(c.uniform_sigma_max);
+            if (!(c.uniform_sigma_max > c.uniform_sigma_min))
+                u.issue("sigma_max", "must be above sigma_min (" + std::to_string(c.uniform_sigma_min) + ")");
+            u.reject_unknown_keys();
+        }
     }
     r.reject_unknown_keys();
     for (int64_t id : {c.pad_id, c.mask_id}) {
@@ -124,6 +136,11 @@ json DenoiserConfig::to_json() const {
         if (self_conditioning) j["self_conditioning"] = true;
     } else {
         j["mask_schedule"] = {{"eps", mask_eps}};
+        if (objective != "subs") j["objective"] = objective;
+        if (graph != "absorb") {
+            j["graph"] = graph;
+            j["uniform_schedule"] = {{"sigma_min", uniform_sigma_min}, {"sigma_max", uniform_sigma_max}};
+        }
     }
     return j;
 }

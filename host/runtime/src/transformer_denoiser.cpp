@@ -41,6 +41,9 @@ TransformerDenoiser::TransformerDenoiser(std::shared_ptr<nn::DenoiserNet> networ
     }
     continuous_ = dynamic_cast<nn::ContinuousDenoiserNet*>(network_.get());
     discrete_ = dynamic_cast<nn::DiscreteDenoiserNet*>(network_.get());
+    if (discrete_ && discrete_->uniform())
+        throw std::invalid_argument("the network was trained with uniform noise (\"graph\": \"uniform\"); Rudder trains "
+                                    "such models but has no sampler for them yet");
     network_->eval();
     for (auto& p : network_->parameters()) p.requires_grad_(false);
     const auto params = network_->parameters();

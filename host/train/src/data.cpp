@@ -234,7 +234,8 @@ void load_annotations(const TrainConfig& c, TrainingData& d) {
         throw ModelError("'" + c.denoiser.string() + "' is not a trained denoiser (config.json \"type\": \"transformer\")");
     d.network_config = c.network;
     std::vector<ConfigIssue> issues;
-    for (const char* key : {"family", "vocab_size", "embed_dim", "schedule", "mask_schedule", "objective", "tags", "labels", "classes"}) {
+    for (const char* key : {"family", "vocab_size", "embed_dim", "schedule", "mask_schedule", "objective", "graph", "uniform_schedule",
+                            "tags", "labels", "classes"}) {
         if (d.network_config.contains(key)) {
             issues.push_back({std::string("/network/") + key, "filled in from the denoiser and the data; leave it out"});
             continue;

@@ -132,31 +132,47 @@ private:
     std::shared_ptr<Affine> input_proj_, time_mlp1_, time_mlp2_, output_proj_, head_, self_condition_proj_;
 };
 
-// Absorbing (masked) diffusion, MDLM's SUBS parameterisation. Parameters: token_embedding [V, dim], trunk.*, head.*.
-// No time input: for absorbing diffusion the clean-token posterior given x_t does not depend on t (the number of
-// masks already tells the noise level; MDLM finds time conditioning unnecessary), and without it the loop's cache
-// (skip the network while no token changed) is exact.
+// Discrete diffusion, trained one of two ways (network config "objective"):
+// - "subs" (MDLM): absorbing (masking) noise, the network's output the clean token's logits under MDLM's SUBS
+//   parameterisation. No time input: for absorbing diffusion the clean-token posterior given x_t does not depend on
+//   t (the number of masks already tells the noise level; MDLM finds time conditioning unnecessary), and without it
+//   the loop's cache (skip the network while no token changed) is exact.
+// - "score_entropy" (SEDD): the output is the log concrete score log s(x_t)_y ~ log p_t(y) / p_t(x_t), trained
+//   with the diffusion-weighted denoising score entropy (nn/score_entropy.hpp), over the "absorb" graph (log-linear
+//   noise, no time input: the score is the output less log(e^sigma_bar - 1), SEDD's scaling) or the "uniform" one
+//   (geometric noise, where any token may change at any time; the network reads t through a time embedding).
+// Parameters: token_embedding [V, dim], trunk.*, head.*, and for "uniform" time_mlp1.*, time_mlp2.*.
 class DiscreteDenoiserNet final : public DenoiserNet {
 public:
     DiscreteDenoiserNet(const nlohmann::json& network_config, const Tokenizer& tokenizer);
 
     const MaskSchedule& mask_schedule() const { return mask_schedule_; }
+    bool score_entropy() const { return config_.objective == "score_entropy"; }
+    bool uniform() const { return config_.graph == "uniform"; }
+    // "uniform": total noise sigma_bar(t) = sigma_min^(1 - t) sigma_max^t and its rate d sigma_bar / dt.
+    double uniform_sigma_bar(double t) const;
+    double uniform_sigma(double t) const;
 
     // Log-probabilities [B, L, V] of the clean token given tokens x_t [B, L] (mask_id at masked positions): the
     // mask token is impossible, and an unmasked position is certain of its own token (SUBS). Impossible entries
-    // are kImpossibleLogProb.
+    // are kImpossibleLogProb. For an absorbing score-entropy network, the softmax of its score over y != mask, which
+    // is the clean-token distribution the score implies (the scaling is the same for every y). Not for "uniform".
     at::Tensor log_probs(const at::Tensor& tokens, const at::Tensor& condition);
 
-    // MDLM's continuous-time ELBO for the log-linear schedule (see the .cpp for the derivation).
+    // "subs": MDLM's continuous-time ELBO for the log-linear schedule; "score_entropy": SEDD's DWDSE (see the .cpp).
     at::Tensor loss(const TrainingBatch& batch, at::Generator& gen) override;
 
 private:
     // The head's bias with -inf at the mask token.
     at::Tensor head_bias() const;
+    // The trunk's states [B, L, dim] for x_t; a "uniform" network adds the embedding of t (float [B]) first.
+    at::Tensor hidden(const at::Tensor& x_t, const at::Tensor& t, const at::Tensor& condition, at::Generator* gen);
+    at::Tensor subs_loss(const TrainingBatch& batch, at::Generator& gen);
+    at::Tensor score_entropy_loss(const TrainingBatch& batch, at::Generator& gen);
 
     MaskSchedule mask_schedule_;
     at::Tensor token_embedding_;
-    std::shared_ptr<Affine> head_;
+    std::shared_ptr<Affine> head_, time_mlp1_, time_mlp2_;
 };
 
 // The network of the family `network_config["family"]` names (required here). Throws ConfigError.

@@ -19,7 +19,9 @@
 //                    {"name": "cdcd", "T": 2000, "sigma_min": 1, "sigma_max": 300, "warp_bins": 100,
 //                    "warp_uniform": 0.5, "warp": [...]},
 //                    "warp" being the learned time warp's CDF, written by the trainer), self_conditioning false
-//   discrete only:   mask_schedule {"eps": 0.001}
+//   discrete only:   mask_schedule {"eps": 0.001}, objective "subs" (MDLM) | "score_entropy" (SEDD), graph "absorb" |
+//                    "uniform" (score_entropy only), uniform_schedule {"sigma_min": 1e-4, "sigma_max": 20} (geometric
+//                    total noise sigma_min^(1-t) sigma_max^t; "uniform" only)
 // A bad config throws ConfigError listing every problem with its JSON pointer (/dim, /schedule/T, ...), an
 // unknown key with a "did you mean". Initial parameters are drawn from LibTorch's default CPU generator
 // (at::manual_seed fixes them).
@@ -62,7 +64,7 @@ struct DenoiserConfig {
     int64_t embed_dim = 16;
     std::string schedule = "sqrt";
     int64_t schedule_steps = 2000;
-    std::string objective = "diffusion_lm";
+    std::string objective;  // continuous: "diffusion_lm" (default) | "cdcd"; discrete: "subs" (default) | "score_entropy"
     bool self_conditioning = false;
     double sigma_min = 1.0, sigma_max = 300.0;  // "cdcd" schedule
     int64_t warp_bins = 100;
@@ -70,6 +72,8 @@ struct DenoiserConfig {
     std::vector<double> warp;  // the time warp's CDF (warp_bins + 1 values); empty = uniform
     // discrete
     double mask_eps = 1e-3;
+    std::string graph = "absorb";                        // score_entropy: "absorb" | "uniform"
+    double uniform_sigma_min = 1e-4, uniform_sigma_max = 20.0;  // "uniform": geometric total noise
 
     // Reads `config` for `family`; throws ConfigError with every problem.
     static DenoiserConfig parse(const nlohmann::json& config, const Tokenizer& tokenizer, Family family);

@@ -1,0 +1,47 @@
+// SEDD's discrete diffusion (Lou et al. 2024, "Discrete Diffusion Modeling by Estimating the Ratios of the Data
+// Distribution"): the forward processes of its two transition matrices, and the denoising score entropy loss that
+// trains a network to estimate the concrete score s(x_t)_y = p_t(y) / p_t(x_t) between x_t and its one-token
+// neighbours y. Tokens diffuse independently per position, so everything here works on one position per row.
+//
+// Rates (column convention, dp/dt = sigma(t) Q p; Q[y, x] is the rate from x to y):
+//   absorb   Q[mask, x] = 1 for x != mask: a token turns into the mask token, which never changes.
+//            exp(sigma_bar Q): a token stays with alpha = exp(-sigma_bar), else it is the mask.
+//   uniform  Q = 1 1^T / V - I: a token turns into any token (itself included) at total rate 1, uniformly.
+//            exp(sigma_bar Q) = alpha I + (1 - alpha) 1 1^T / V: kept with alpha, else a uniform draw.
+// The uniform matrix is normalised so that sigma_bar means the same amount of noise whatever V is.
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+
+namespace rudder::nn {
+
+enum class Graph { absorb, uniform };
+const char* graph_name(Graph g);
+// "absorb" or "uniform"; std::invalid_argument naming both otherwise.
+Graph parse_graph(const std::string& name);
+
+// p_t(y | x0) for every y: float64 [N, V] for clean tokens `x0` (int64 [N]) at total noise `sigma_bar` (float64
+// [N]). `mask_id` is the absorbing state (ignored by the uniform graph).
+at::Tensor transition_probs(Graph graph, const at::Tensor& x0, const at::Tensor& sigma_bar, int64_t vocab_size,
+                            int64_t mask_id);
+
+// One draw of x_t ~ p_t(. | x0) per entry of `x0` (int64 [B, L]) with the row's total noise `sigma_bar` (float64 [B]).
+at::Tensor sample_transition(Graph graph, const at::Tensor& x0, const at::Tensor& sigma_bar, int64_t vocab_size,
+                             int64_t mask_id, at::Generator& gen);
+
+// The denoising score entropy of one position per row (SEDD, eq. 9 with the rates above):
+//   sum over y != x_t of Q[x_t, y] * ( s_y - r_y log s_y + K(r_y) ),  r_y = p_t(y | x0) / p_t(x_t | x0),
+//   K(a) = a (log a - 1),
+// where s_y = exp(log_score[., y]) is the network's concrete score. It is >= 0, and 0 exactly when s_y = r_y (the
+// true ratio for that clean token). The entry at y = x_t is never read. Absorbing rows whose x_t is not the mask
+// score 0 (nothing flows into an unmasked token). Inputs: log_score float [N, V], x_t and x0 int64 [N], sigma_bar
+// float64 [N] (> 0). Returns [N] in log_score's dtype, differentiable in log_score. Not yet weighted by sigma(t):
+// the diffusion-weighted loss (DWDSE) multiplies by the noise rate at t.
+at::Tensor score_entropy(Graph graph, const at::Tensor& log_score, const at::Tensor& x_t, const at::Tensor& x0,
+                         const at::Tensor& sigma_bar, int64_t mask_id);
+
+}  // namespace rudder::nn
