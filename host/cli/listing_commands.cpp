@@ -2,7 +2,10 @@
 // index (each library scanned in a child process), so a broken library is listed with its reason, never loaded here.
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include <rudder/plugins/plugins.hpp>
 #include <rudder/runtime/model.hpp>
@@ -52,8 +55,40 @@ int cmd_plugins(bool as_json) {
     return kExitOk;
 }
 
-int cmd_models() {
+// One model in words: the fields of describe_model, one per line.
+void print_description(const json& d) {
+    auto text = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+    std::cout << d.value("name", "") << "  (" << d.value("path", "") << ")\n";
+    for (const char* key : {"format", "kind", "families", "noise", "embed_dim", "network", "vocab_size", "mask_id",
+                            "conditional", "tokenizer", "recommended_sampler", "sampling", "controls", "trained_for"}) {
+        if (!d.contains(key) || d.at(key).is_null()) continue;
+        std::cout << "  " << key << ": " << text(d.at(key)) << "\n";
+    }
+    if (d.contains("weights") && d.at("weights").is_object()) {
+        const json& w = d.at("weights");
+        std::cout << "  weights: " << w.value("parameters", int64_t{0}) << " parameters, " << w.value("bytes", uint64_t{0})
+                  << " bytes in " << text(w.at("files")) << " (" << text(w.at("dtypes")) << ")\n";
+    }
+}
+
+int cmd_models(const std::vector<std::string>& names, bool as_json) {
+    if (!names.empty()) {
+        json all = json::array();
+        for (const auto& name : names) {
+            const json d = describe_model(resolve_model(name, std::filesystem::current_path(), default_model_path()));
+            if (as_json) all.push_back(d);
+            else print_description(d);
+        }
+        if (as_json) std::cout << (all.size() == 1 ? all[0] : all).dump(2) << "\n";
+        return kExitOk;
+    }
     const auto path = default_model_path();
+    if (as_json) {
+        json j = {{"search_path", json::array()}, {"models", list_models(path)}};
+        for (const auto& p : path) j["search_path"].push_back(p.string());
+        std::cout << j.dump(2) << "\n";
+        return kExitOk;
+    }
     std::cout << "search path:\n";
     for (const auto& p : path) std::cout << "  " << p.string() << "\n";
     std::cout << "models:\n";
@@ -68,8 +103,12 @@ void add_listing_commands(CLI::App& app, Commands& commands) {
     auto* plugins = app.add_subcommand("plugins", "List controller plugins found, and files rejected");
     plugins->add_flag("--json", *as_json, "Machine-readable output");
     commands.list.push_back({plugins, [as_json] { return cmd_plugins(*as_json); }});
-    auto* models = app.add_subcommand("models", "List bundled models");
-    commands.list.push_back({models, [] { return cmd_models(); }});
+    auto model_names = std::make_shared<std::vector<std::string>>();
+    auto models_json = std::make_shared<bool>(false);
+    auto* models = app.add_subcommand("models", "List bundled models, or describe the models named (bundled names or folders)");
+    models->add_option("model", *model_names, "A bundled model's name or a model folder (a Rudder model or a public checkpoint)");
+    models->add_flag("--json", *models_json, "Machine-readable output");
+    commands.list.push_back({models, [model_names, models_json] { return cmd_models(*model_names, *models_json); }});
 }
 
 }  // namespace rudder::cli

@@ -25,6 +25,21 @@ case $case in
     grep -q "^  length 1.0.0  abi 1.2  \[hard_constraint,evaluate,thread_safe,rows,packed_mask,ignores_x0\]" <<<"$out" \
       || fail "length's capabilities not named: $out"
     ;;
+  models)
+    out=$("$rudder" models) || fail "exit $?"
+    grep -q "^  e2e-continuous$" <<<"$out" || fail "bundled models not listed: $out"
+    # One model described: what it is, how it was trained, its sampler and weights, read from its folder.
+    out=$("$rudder" models e2e-continuous) || fail "exit $?"
+    grep -q "^  kind: continuous denoiser trained as Diffusion-LM" <<<"$out" || fail "kind missing: $out"
+    grep -q '^  recommended_sampler: {"name":"ddpm"' <<<"$out" || fail "sampler missing: $out"
+    grep -q "^  weights: [0-9]* parameters, [0-9]* bytes in \[\"model.safetensors\"\] (\[\"float16\"\])" <<<"$out" \
+      || fail "weights missing: $out"
+    out=$("$rudder" models "$work/model" --json) || fail "exit $?"
+    python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["kind"].startswith("exact corpus denoiser"), d' <<<"$out" \
+      || fail "corpus model not described as JSON: $out"
+    out=$("$rudder" models e2e-continous 2>&1) && fail "an unknown model was described"
+    grep -q "did you mean 'e2e-continuous'" <<<"$out" || fail "no suggestion: $out"
+    ;;
   plugins_rejected)
     out=$(RUDDER_PLUGIN_PATH="$fixtures" "$rudder" plugins --json) || fail "exit $?"
     grep -q '"id": "good"' <<<"$out" || fail "fixture plugin not found through RUDDER_PLUGIN_PATH: $out"

@@ -172,6 +172,22 @@ TEST_F(BidirectionalLlmCheckpoint, ModelLoadingAsksForTheTokenizerAndRefusesTheC
     }
 }
 
+// `rudder models DIR` describes both from their configs and weights' headers (Dream's sharded): the authors' sampler.
+TEST_F(BidirectionalLlmCheckpoint, DescriptionNamesTheArchitectureSamplerAndWeights) {
+    for (const std::string name : {"llada", "dream"}) {
+        SCOPED_TRACE(name);
+        const json d = rudder::describe_model(root_ / name);
+        EXPECT_EQ(d["kind"].get<std::string>().rfind(name == "llada" ? "LLaDA" : "Dream", 0), 0u) << d.dump();
+        EXPECT_EQ(d["recommended_sampler"]["name"], "confidence");
+        EXPECT_EQ(d["recommended_sampler"]["order"], name == "llada" ? "probability" : "entropy");
+        EXPECT_EQ(d["tokenizer"], "byte-level BPE, tokenizer.json");
+        const rudder::Model model = rudder::load_model(root_ / name, std::nullopt);
+        EXPECT_EQ(d["recommended_sampler"], model.recommended_sampler);
+        EXPECT_GT(d["weights"]["parameters"].get<int64_t>(), 0);
+        EXPECT_FALSE(d["weights"]["files"].empty());
+    }
+}
+
 // The mask and the end-of-text token come from the config, the texts end at the end-of-text token (the pad), and a
 // recipe samples both models with the confidence sampler they are used with, with a prefix, an exact length and
 // banned words (byte-level BPE spells each several ways, some of one token, some of several).

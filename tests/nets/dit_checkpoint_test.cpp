@@ -263,6 +263,26 @@ TEST_F(DitCheckpoint, ModelLoadingRecognisesTheLayoutAndAsksForTheTokenizer) {
     }
 }
 
+// `rudder models DIR` describes a checkpoint from its config and its weights' headers alone.
+TEST_F(DitCheckpoint, DescriptionNamesTheArchitectureSizesAndTokenizer) {
+    for (const std::string name : {"mdlm", "sedd"}) {
+        SCOPED_TRACE(name);
+        const json d = rudder::describe_model(root_ / name);
+        EXPECT_EQ(d["format"], "public checkpoint (Hugging Face layout)");
+        EXPECT_NE(d["kind"].get<std::string>().find(name == "mdlm" ? "MDLM" : "SEDD"), std::string::npos) << d.dump();
+        EXPECT_EQ(d["families"], json({"discrete"}));
+        EXPECT_EQ(d["vocab_size"], 300);
+        EXPECT_EQ(d["mask_id"], 299);
+        EXPECT_NE(d["tokenizer"].get<std::string>().find("missing"), std::string::npos);
+        // Every tensor counted from the header: the network's parameters.
+        int64_t parameters = 0;
+        for (const auto& [tensor_name, tensor] : rudder::load_safetensors(root_ / name / "model.safetensors").tensors)
+            parameters += tensor.numel();
+        EXPECT_EQ(d["weights"]["parameters"], parameters);
+        EXPECT_EQ(d["weights"]["bytes"], fs::file_size(root_ / name / "model.safetensors"));
+    }
+}
+
 // With GPT-2's tokenizer files beside it (here GPT-2's format with the tiny vocabulary) a checkpoint is a discrete
 // model: the mask is the id after the tokenizer's, there is no padding token, and a recipe samples it with controls.
 TEST_F(DitCheckpoint, WithItsTokenizerACheckpointIsAModelThatARecipeSamples) {

@@ -87,10 +87,12 @@ Model load_bidirectional_llm_model(const fs::path& dir, const nlohmann::json& co
     model.denoiser = std::make_shared<BidirectionalLlmDenoiser>(
         std::make_shared<nn::BidirectionalLlm>(nn::BidirectionalLlm::load(dir)), tokenizer->vocab_size());
     model.mask_schedule = MaskSchedule(1e-3);
-    // The authors' samplers: LLaDA's low-confidence remasking, Dream's entropy order.
-    model.recommended_sampler = {{"name", "confidence"},
-                                 {"order", parsed.flavor == nn::BidirectionalLlmFlavor::llada ? "probability" : "entropy"}};
+    model.recommended_sampler = bidirectional_llm_sampler(parsed.flavor);
     return model;
+}
+
+nlohmann::json bidirectional_llm_sampler(nn::BidirectionalLlmFlavor flavor) {
+    return {{"name", "confidence"}, {"order", flavor == nn::BidirectionalLlmFlavor::llada ? "probability" : "entropy"}};
 }
 
 }  // namespace rudder

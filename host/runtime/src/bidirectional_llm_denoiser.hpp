@@ -18,6 +18,7 @@ namespace rudder {
 
 namespace nn {
 class BidirectionalLlm;
+enum class BidirectionalLlmFlavor;
 }
 
 // Discrete family. denoise() gives the clean-token log-probabilities over the tokenizer's `vocab` ids
@@ -50,5 +51,9 @@ private:
 // (the end-of-text token both pad with, so a text ends where the model places it). The config is checked first,
 // then the tokenizer, then the weights.
 Model load_bidirectional_llm_model(const std::filesystem::path& dir, const nlohmann::json& config, std::optional<Family> family);
+
+// The authors' samplers, which such a model recommends: LLaDA's low-confidence remasking (probability order),
+// Dream's entropy order.
+nlohmann::json bidirectional_llm_sampler(nn::BidirectionalLlmFlavor flavor);
 
 }  // namespace rudder

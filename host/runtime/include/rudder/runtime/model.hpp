@@ -55,6 +55,12 @@ struct CorpusModelOptions {
 void write_corpus_model(const std::vector<std::string>& sentences, const std::filesystem::path& dir,
                         const CorpusModelOptions& options = {});
 
+// What the model folder `dir` holds, as JSON, from its config.json and its weights files' headers (no tensor is read):
+// name, path, format (a Rudder folder or a public checkpoint), kind, whether it is a diffusion model, families,
+// noise, network sizes, weights (files, bytes, parameters, dtypes), tokenizer, whether it takes a condition, the
+// recommended sampler and which controls apply. For `rudder models MODEL`. Throws ModelError as load_model does.
+nlohmann::json describe_model(const std::filesystem::path& dir);
+
 // Loads a model directory. `family` picks one for models that offer both; std::nullopt takes the model's first.
 // Throws ModelError naming the file and the problem (missing file, bad JSON, other format version, ...).
 Model load_model(const std::filesystem::path& dir, std::optional<Family> family);
