@@ -7,6 +7,8 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <rudder/nn/score_entropy.hpp>
 
@@ -104,6 +106,41 @@ TEST(ScoreEntropy, IsZeroExactlyAtTheTrueRatiosAndPositiveElsewhere) {
                                at::zeros({1}, at::kDouble), 2), std::invalid_argument);
     EXPECT_THROW(parse_graph("absorbing"), std::invalid_argument);
     EXPECT_EQ(parse_graph("uniform"), Graph::uniform);
+}
+
+// One position with a known clean distribution p0: the true score at t, s_y = p_t(y) / p_t(x_t), makes Tweedie's step
+// the exact reverse transition p(x_s | x_t) = p_s(x_s) p(x_t | x_s) / p_t(x_t) (Bayes over the forward kernels), and
+// Euler's a first-order approximation of it whose error shrinks with the step.
+TEST(ScoreEntropy, UniformTweedieStepIsExactForOnePositionAndEulerApproachesIt) {
+    const at::Tensor p0 = at::tensor({0.5, 0.3, 0.15, 0.05, 0.0}, at::kDouble);
+    auto kernel = [](double sigma_bar) {  // [from, to]: exp(sigma_bar Q) transposed, symmetric anyway
+        return at::linalg_matrix_exp(sigma_bar * rate_matrix(Graph::uniform));
+    };
+    for (const auto& [sigma_t, sigma_s] : std::vector<std::pair<double, double>>{{2.0, 1.5}, {0.8, 0.2}, {0.3, 0.29}}) {
+        const at::Tensor pt = at::matmul(kernel(sigma_t), p0), ps = at::matmul(kernel(sigma_s), p0);
+        const at::Tensor step = kernel(sigma_t - sigma_s);  // step[b, y] = p(x_t = b | x_s = y)
+        for (int64_t b = 0; b < kVocab; ++b) {
+            const at::Tensor exact = ps * step[b] / pt[b];
+            const at::Tensor log_score = (pt / pt[b]).log().unsqueeze(0);
+            const at::Tensor x_t = at::full({1}, b, at::kLong);
+            const at::Tensor delta = at::full({1}, sigma_t - sigma_s, at::kDouble);
+            const at::Tensor tweedie = uniform_tweedie_probs(log_score, x_t, delta)[0];
+            EXPECT_TRUE(at::allclose(tweedie, exact, 1e-10, 1e-12)) << sigma_t << " -> " << sigma_s << ", x_t " << b << "\n"
+                                                                  << tweedie << "\n" << exact;
+            const double euler_error = (uniform_euler_probs(log_score, x_t, delta)[0] - exact).abs().max().item<double>();
+            EXPECT_LT(euler_error, 2.0 * (sigma_t - sigma_s) * (sigma_t - sigma_s) + 1e-3) << sigma_t << " -> " << sigma_s;
+        }
+    }
+    // Rows are distributions even from a poor score (an inexact score can make Tweedie's product negative).
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+    const at::Tensor noisy = at::randn({16, kVocab}, gen, at::kDouble) * 3.0;
+    const at::Tensor x_t = at::randint(kVocab, {16}, gen, at::kLong);
+    for (const at::Tensor& p : {uniform_tweedie_probs(noisy, x_t, at::full({16}, 0.5, at::kDouble)),
+                                uniform_euler_probs(noisy, x_t, at::full({16}, 0.5, at::kDouble))}) {
+        EXPECT_TRUE(p.ge(0).all().item<bool>());
+        EXPECT_TRUE(at::allclose(p.sum(1), at::ones({16}, at::kDouble)));
+    }
+    EXPECT_THROW(uniform_tweedie_probs(noisy, x_t, at::full({16}, -0.1, at::kDouble)), std::invalid_argument);
 }
 
 }  // namespace

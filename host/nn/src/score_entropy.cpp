@@ -92,4 +92,41 @@ at::Tensor score_entropy(Graph graph, const at::Tensor& log_score, const at::Ten
     return (score_sum - weighted_log + k_sum) / static_cast<double>(V);
 }
 
+namespace {
+
+// The score as float64 ratios [N, V] with s = 1 at x_t, after the shape checks both steps share.
+at::Tensor ratios_at(const at::Tensor& log_score, const at::Tensor& x_t, const at::Tensor& sigma_delta, const char* what) {
+    check_rows(x_t, sigma_delta, what);
+    if (!log_score.defined() || log_score.dim() != 2 || log_score.size(0) != x_t.size(0))
+        throw std::invalid_argument(std::string(what) + ": log_score must be [N, V] with N = x_t's rows");
+    if (!(sigma_delta.ge(0).all().item<bool>())) throw std::invalid_argument(std::string(what) + ": sigma_delta must be >= 0");
+    return log_score.to(at::kDouble).exp().scatter(1, x_t.unsqueeze(1), 1.0);
+}
+
+at::Tensor normalised(at::Tensor p) {
+    p = p.clamp_min(0.0);
+    return p / p.sum(1, true);
+}
+
+}  // namespace
+
+at::Tensor uniform_tweedie_probs(const at::Tensor& log_score, const at::Tensor& x_t, const at::Tensor& sigma_delta) {
+    const at::Tensor s = ratios_at(log_score, x_t, sigma_delta, "uniform_tweedie_probs");
+    const double V = static_cast<double>(s.size(1));
+    const at::Tensor alpha = at::exp(-sigma_delta.to(at::kDouble)).to(s.device()).unsqueeze(1);  // [N, 1]
+    // exp(-d Q) = (1 / alpha) I + (1 - 1 / alpha) 1 1^T / V, the inverse of exp(d Q) = alpha I + (1 - alpha) 1 1^T / V.
+    const at::Tensor back = s / alpha + (1.0 - 1.0 / alpha) * s.sum(1, true) / V;
+    const at::Tensor forward = ((1.0 - alpha) / V).expand_as(s).clone().scatter_add_(1, x_t.unsqueeze(1), alpha);
+    return normalised(back * forward);
+}
+
+at::Tensor uniform_euler_probs(const at::Tensor& log_score, const at::Tensor& x_t, const at::Tensor& sigma_delta) {
+    const at::Tensor s = ratios_at(log_score, x_t, sigma_delta, "uniform_euler_probs");
+    const double V = static_cast<double>(s.size(1));
+    at::Tensor leave = (sigma_delta.to(at::kDouble).to(s.device()).unsqueeze(1) / V) * s;
+    leave = leave.scatter(1, x_t.unsqueeze(1), 0.0);
+    const at::Tensor stay = (1.0 - leave.sum(1, true)).clamp_min(0.0);
+    return normalised(leave.scatter(1, x_t.unsqueeze(1), stay));
+}
+
 }  // namespace rudder::nn

@@ -44,4 +44,15 @@ at::Tensor sample_transition(Graph graph, const at::Tensor& x0, const at::Tensor
 at::Tensor score_entropy(Graph graph, const at::Tensor& log_score, const at::Tensor& x_t, const at::Tensor& x0,
                          const at::Tensor& sigma_bar, int64_t mask_id);
 
+// The reverse steps over the uniform graph, for one position per row, from the concrete score s (log_score float
+// [N, V]; the entry at x_t is taken as 1) at x_t (int64 [N]), going back by `sigma_delta` (float64 [N]) = sigma_bar(t)
+// - sigma_bar(s) of total noise. Both return probabilities of x_s float64 [N, V] (rows sum to 1; negative values
+// that an inexact score gives are clipped at 0 first).
+// Tweedie tau-leaping (SEDD, section 4.2): p(x_s = y) ∝ [exp(-sigma_delta Q) s]_y exp(sigma_delta Q)[y, x_t]. Exact
+// for one position when s is the true ratio p_t(.) / p_t(x_t).
+at::Tensor uniform_tweedie_probs(const at::Tensor& log_score, const at::Tensor& x_t, const at::Tensor& sigma_delta);
+// Euler (SEDD, section 4.1): leaving x_t for y != x_t with probability sigma_delta * Q[x_t, y] * s_y, the reverse
+// rate (Q is symmetric here) over the step; staying with the rest.
+at::Tensor uniform_euler_probs(const at::Tensor& log_score, const at::Tensor& x_t, const at::Tensor& sigma_delta);
+
 }  // namespace rudder::nn
