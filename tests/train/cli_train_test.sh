@@ -122,6 +122,30 @@ JSON
     [ $code -eq 2 ] || fail "expected exit 2, got $code: $err"
     grep -q "/model: .* is a teacher language model" <<<"$err" || fail "$err"
     ;;
+  cdcd_generate)
+    # A micro CDCD denoiser through the CLI: config.json carries its learned warp, the model loads, and hard
+    # constraints and classifier-free guidance (which reads the self-conditioning too) run on it.
+    sed 's/"kind": "teacher"/"kind": "continuous"/; s/"out": "model"/"out": "cdcd"/' "$work/teacher.json" |
+      sed 's/"network": {"dim": 16, "layers": 1, "heads": 2}/"network": {"dim": 16, "layers": 1, "heads": 2, "embed_dim": 8, "objective": "cdcd", "self_conditioning": true, "schedule": {"name": "cdcd", "T": 200, "warp_bins": 10}}/' \
+      > "$work/cdcd.json"
+    "$rudder" train -q "$work/cdcd.json" || fail "train exit $?"
+    python3 - "$work/cdcd/config.json" <<'PY' || fail "config.json: $(cat "$work/cdcd/config.json")"
+import json, sys
+c = json.load(open(sys.argv[1]))
+w = c["schedule"]["warp"]
+assert c["schedule"]["name"] == "cdcd" and c["network"]["objective"] == "cdcd", c
+assert len(w) == 11 and w[0] == 0 and abs(w[-1] - 1) < 1e-12 and all(a <= b for a, b in zip(w, w[1:])), w
+PY
+    cat > "$work/cdcd_recipe.json" <<'JSON'
+{ "model": "cdcd", "sampler": {"name": "ddim", "steps": 20, "eta": 0, "x0": "interpolate"}, "samples": 3, "max_length": 12,
+  "controllers": [ {"plugin": "length", "params": {"tokens": 5}}, {"plugin": "span", "params": {"prefix": "Aromi"}},
+                   {"plugin": "cfg", "params": {"condition": "name[Aromi], food[French]", "gamma": 2}} ] }
+JSON
+    out=$("$rudder" generate -q "$work/cdcd_recipe.json") || fail "generate exit $?"
+    [ "$(grep -c '"length":{"satisfied":true,"score":5.0},"span":{"satisfied":true,"score":1.0}' <<<"$out")" -eq 3 ] || fail "$out"
+    out=$("$rudder" models "$work/cdcd") || fail "models exit $?"
+    grep -q "kind: continuous denoiser trained as CDCD" <<<"$out" || fail "$out"
+    ;;
   cfg_generate)
     # Classifier-free guidance on a micro conditional denoiser: it runs and judges; bad params and a model without
     # a condition are refused with messages that say why.

@@ -89,6 +89,11 @@ GaussianSchedule GaussianSchedule::make_cdcd(const TimeWarp& warp, int64_t T) {
     return schedule;
 }
 
+GaussianSchedule GaussianSchedule::make_cdcd(double sigma_min, double sigma_max, const std::vector<double>& warp,
+                                             int64_t bins, int64_t T) {
+    return make_cdcd(warp.empty() ? TimeWarp::uniform(sigma_min, sigma_max, bins) : TimeWarp(sigma_min, sigma_max, warp), T);
+}
+
 double GaussianSchedule::alpha_bar_at(double t) const {
     if (!(t >= 0.0 && t <= 1.0)) {
         throw std::invalid_argument("GaussianSchedule::alpha_bar_at: t must be in [0, 1], got " + std::to_string(t));

@@ -147,9 +147,7 @@ json DenoiserConfig::to_json() const {
 
 GaussianSchedule DenoiserConfig::gaussian_schedule() const {
     if (schedule != "cdcd") return GaussianSchedule::make(schedule, schedule_steps);
-    return GaussianSchedule::make_cdcd(warp.empty() ? TimeWarp::uniform(sigma_min, sigma_max, warp_bins)
-                                                    : TimeWarp(sigma_min, sigma_max, warp),
-                                       schedule_steps);
+    return GaussianSchedule::make_cdcd(sigma_min, sigma_max, warp, warp_bins, schedule_steps);
 }
 
 // Pre-LayerNorm transformer block: x + Attn(LN(x)), then x + FF(LN(x)).

@@ -64,9 +64,8 @@ GaussianSchedule schedule_of(const json& s) {
     const std::string name = s.value("name", "sqrt");
     const int64_t T = s.value("T", int64_t{2000});
     if (name != "cdcd") return GaussianSchedule::make(name, T);
-    const double sigma_min = s.value("sigma_min", 1.0), sigma_max = s.value("sigma_max", 300.0);
-    if (!s.contains("warp")) return GaussianSchedule::make_cdcd(TimeWarp::uniform(sigma_min, sigma_max, s.value("warp_bins", int64_t{100})), T);
-    return GaussianSchedule::make_cdcd(TimeWarp(sigma_min, sigma_max, s.at("warp").get<std::vector<double>>()), T);
+    return GaussianSchedule::make_cdcd(s.value("sigma_min", 1.0), s.value("sigma_max", 300.0),
+                                       s.value("warp", std::vector<double>{}), s.value("warp_bins", int64_t{100}), T);
 }
 
 json recommended_sampler(const json& config, Family family, const fs::path& file) {

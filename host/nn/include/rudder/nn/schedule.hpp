@@ -59,6 +59,9 @@ public:
     // sqrt(1 + sigma^2), it is sqrt(ab) x0 + sqrt(1 - ab) eps with ab = 1 / (1 + sigma^2). Step 0 is clean data
     // (ab = 1): the last reverse step goes from sigma_min to the clean estimate. Named "cdcd".
     static GaussianSchedule make_cdcd(const TimeWarp& warp, int64_t T);
+    // make_cdcd over `warp` (a CDF of bins + 1 values), or over the uniform warp of `bins` bins when it is empty.
+    static GaussianSchedule make_cdcd(double sigma_min, double sigma_max, const std::vector<double>& warp, int64_t bins,
+                                      int64_t T);
 
     int64_t T() const { return static_cast<int64_t>(alpha_bar_.size()) - 1; }
     const std::string& name() const { return name_; }
