@@ -19,6 +19,13 @@ namespace {
 
 constexpr double kMinTime = 1e-3;  // MDLM's sampling_eps: the discrete loss draws t from [kMinTime, 1]
 
+// MDLM's low-discrepancy draw of a batch's diffusion times: t_b = (u + b / B) mod 1 mapped to [kMinTime, 1], float64
+// [B] on the CPU (one uniform u from `gen`).
+at::Tensor low_discrepancy_times(int64_t B, at::Generator& gen) {
+    const at::Tensor u = at::rand({1}, gen, at::kDouble);
+    return at::fmod(u + at::arange(B, at::kDouble) / static_cast<double>(B), 1.0) * (1.0 - kMinTime) + kMinTime;
+}
+
 std::string shape_string(const at::Tensor& t) {
     std::ostringstream out;
     out << t.sizes();
@@ -101,10 +108,12 @@ constexpr double kWarpDecay = 0.99;
 
 ContinuousDenoiserNet::ContinuousDenoiserNet(const json& network_config, const Tokenizer& tokenizer)
     : DenoiserNet(DenoiserConfig::parse(network_config, tokenizer, Family::continuous)), schedule_(config_.gaussian_schedule()) {
-    const int64_t T = schedule_.T();
-    std::vector<double> table(static_cast<size_t>(T) + 1);
-    for (int64_t k = 0; k <= T; ++k) table[static_cast<size_t>(k)] = schedule_.alpha_bar(k);
-    alpha_bar_ = at::tensor(table, at::kDouble);
+    if (!cdcd()) {  // CDCD draws its noise levels through the warp, which training moves: no fixed table
+        const int64_t T = schedule_.T();
+        std::vector<double> table(static_cast<size_t>(T) + 1);
+        for (int64_t k = 0; k <= T; ++k) table[static_cast<size_t>(k)] = schedule_.alpha_bar(k);
+        alpha_bar_ = at::tensor(table, at::kDouble);
+    }
 
     const int64_t V = config_.vocab_size, D = config_.embed_dim, W = config_.dim;
     // Unit-variance embeddings, as Diffusion-LM's nn.Embedding starts: the data then has the noise's scale.
@@ -422,11 +431,11 @@ at::Tensor DiscreteDenoiserNet::score_entropy_loss(const TrainingBatch& batch, a
     const auto device = tokens.device();
     const Graph graph = uniform() ? Graph::uniform : Graph::absorb;
 
-    const at::Tensor u = at::rand({1}, gen, at::kDouble);
-    const at::Tensor t = at::fmod(u + at::arange(B, at::kDouble) / static_cast<double>(B), 1.0) * (1.0 - kMinTime) + kMinTime;
+    const at::Tensor t = low_discrepancy_times(B, gen);
     std::vector<double> sigma_bar(static_cast<size_t>(B)), rate(static_cast<size_t>(B));
+    const double* times = t.data_ptr<double>();
     for (int64_t b = 0; b < B; ++b) {
-        const double tb = t[b].item<double>();
+        const double tb = times[b];
         sigma_bar[static_cast<size_t>(b)] = uniform() ? uniform_sigma_bar(tb) : mask_schedule_.sigma_bar(tb);
         rate[static_cast<size_t>(b)] = uniform() ? uniform_sigma(tb) : mask_schedule_.sigma(tb);
     }
@@ -460,9 +469,7 @@ at::Tensor DiscreteDenoiserNet::subs_loss(const TrainingBatch& batch, at::Genera
     const at::Tensor cond = drop_condition(check_condition(batch.condition, B), gen);
     const auto device = tokens.device();
 
-    const at::Tensor u = at::rand({1}, gen, at::kDouble);
-    const at::Tensor t = at::fmod(u + at::arange(B, at::kDouble) / static_cast<double>(B), 1.0) * (1.0 - kMinTime) +
-                         kMinTime;  // [B]
+    const at::Tensor t = low_discrepancy_times(B, gen);  // [B]
     const at::Tensor masked =
         at::rand({B, L}, gen, at::kDouble).lt((t * (1.0 - mask_schedule_.eps())).unsqueeze(1)).to(device);
     const at::Tensor x_t = tokens.masked_fill(masked, config_.mask_id);

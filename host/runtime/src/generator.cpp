@@ -45,8 +45,7 @@ public:
         std::vector<int64_t> repeat(static_cast<size_t>(state.dim()), 1);
         repeat[0] = n;
         Evidence evidence;
-        if (self_condition_.defined() && model_.family == Family::continuous)
-            evidence.self_condition = self_condition_.repeat(repeat);
+        if (self_condition_.defined()) evidence.self_condition = self_condition_.repeat(repeat);
         const at::Tensor logits = model_.denoiser->denoise(state.repeat(repeat), step.t, rows, evidence).logits;
         at::Tensor out = at::log_softmax(logits.to(at::kFloat), -1);
         std::vector<int64_t> shape{n, batch};

@@ -126,7 +126,7 @@ private:
     TimeWarp warp() const;
 
     GaussianSchedule schedule_;
-    at::Tensor alpha_bar_;  // [T + 1] float64 on the CPU: the schedule as a table, for per-example lookup
+    at::Tensor alpha_bar_;  // "diffusion_lm": [T + 1] float64 on the CPU, the schedule as a table for per-example lookup
     at::Tensor embedding_;
     at::Tensor warp_loss_, warp_seen_;  // "cdcd": [warp_bins] float64
     std::shared_ptr<Affine> input_proj_, time_mlp1_, time_mlp2_, output_proj_, head_, self_condition_proj_;
