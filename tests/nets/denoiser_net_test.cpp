@@ -705,10 +705,10 @@ TEST(ScoreEntropyNet, ConfigChoosesTheObjectiveAndGraphAndRoundTrips) {
     c["uniform_schedule"] = {{"sigma_min", 1e-3}, {"sigma_max", 10.0}};
     nn::DiscreteDenoiserNet uniform(c, tok);
     EXPECT_TRUE(uniform.uniform());
-    EXPECT_NEAR(uniform.uniform_sigma_bar(0.0), 1e-3, 1e-15);
-    EXPECT_NEAR(uniform.uniform_sigma_bar(1.0), 10.0, 1e-12);
+    EXPECT_NEAR(uniform.uniform_schedule().sigma_bar(0.0), 1e-3, 1e-15);
+    EXPECT_NEAR(uniform.uniform_schedule().sigma_bar(1.0), 10.0, 1e-12);
     const double h = 1e-6;  // the rate is the total noise's derivative
-    EXPECT_NEAR(uniform.uniform_sigma(0.5), (uniform.uniform_sigma_bar(0.5 + h) - uniform.uniform_sigma_bar(0.5 - h)) / (2 * h), 1e-5);
+    EXPECT_NEAR(uniform.uniform_schedule().sigma(0.5), (uniform.uniform_schedule().sigma_bar(0.5 + h) - uniform.uniform_schedule().sigma_bar(0.5 - h)) / (2 * h), 1e-5);
     const json j = uniform.config();
     EXPECT_EQ(j["objective"], "score_entropy");
     EXPECT_EQ(j["graph"], "uniform");

@@ -139,5 +139,52 @@ TEST(ReverseLoop, ContinuousDdimReproducesCorpusSentences) {
     EXPECT_GE(exact * 10, kSamples * 9) << exact << " of " << kSamples;
 }
 
+// Uniform noise with the exact corpus posterior (the oracle): every position is drawn anew at every step from
+// Tweedie's transition, and the samples follow the corpus distribution (uniform over its sentences). Positions are
+// drawn independently given x_t, so a step can mix two sentences; late steps, where the posterior is sure, mend that.
+TEST(ReverseLoop, DiscreteUniformNoiseTauLeapingReproducesTheCorpusDistribution) {
+    const ToyCorpus corpus = make_toy_corpus();
+    CorpusDenoiser::Options options;
+    options.family = Family::discrete;
+    options.vocab_size = corpus.tokenizer.vocab_size();
+    options.pad_id = corpus.tokenizer.pad_id();
+    options.mask_id = corpus.tokenizer.mask_id();
+    options.uniform_noise = GeometricSchedule(1e-4, 20.0);
+    CorpusDenoiser denoiser(corpus.sentences, options, GaussianSchedule::make("sqrt", 1000));
+    constexpr int64_t kDraws = 480;
+    for (const auto kind : {UniformSampler::Kind::analytic, UniformSampler::Kind::euler}) {
+        const bool analytic = kind == UniformSampler::Kind::analytic;
+        const UniformSampler sampler(*options.uniform_noise, kind, 100);
+        at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(2024);
+        at::Tensor x = sampler.init(kDraws, corpus.length, options.vocab_size, gen, at::kCPU);
+        for (int64_t i = 0; i < sampler.steps(); ++i) {
+            const at::Tensor log_p0 = denoiser.denoise(x, sampler.t(i), {}).logits.reshape({kDraws * corpus.length, -1});
+            x = DiscreteSampler::draw(sampler.step_log_probs(log_p0, x.reshape({-1}), i), gen).view({kDraws, corpus.length});
+        }
+        // How often each corpus sentence was drawn.
+        std::vector<int64_t> count(corpus.sentences.size(), 0);
+        int64_t exact = 0;
+        for (int64_t b = 0; b < kDraws; ++b) {
+            const at::Tensor row = x[b].contiguous();
+            for (size_t n = 0; n < corpus.sentences.size(); ++n) {
+                std::vector<int64_t> padded = corpus.sentences[n];
+                padded.resize(static_cast<size_t>(corpus.length), corpus.tokenizer.pad_id());
+                if (std::equal(padded.begin(), padded.end(), row.data_ptr<int64_t>())) {
+                    ++count[n];
+                    ++exact;
+                }
+            }
+        }
+        const double expected = static_cast<double>(exact) / static_cast<double>(count.size());
+        double chi2 = 0;
+        for (int64_t c : count) chi2 += (static_cast<double>(c) - expected) * (static_cast<double>(c) - expected) / expected;
+        std::cout << "[uniform noise, " << (analytic ? "tweedie" : "euler") << "] exact corpus sentences " << exact << " / "
+                  << kDraws << ", chi-square over " << count.size() << " sentences " << chi2 << std::endl;
+        EXPECT_GE(exact * 10, kDraws * 9) << exact << " of " << kDraws;
+        // Uniform over the 20 sentences: chi-square with 19 degrees of freedom stays under 43.8 with probability 0.999.
+        EXPECT_LT(chi2, 43.8);
+    }
+}
+
 }  // namespace
 }  // namespace rudder

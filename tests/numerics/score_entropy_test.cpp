@@ -108,39 +108,66 @@ TEST(ScoreEntropy, IsZeroExactlyAtTheTrueRatiosAndPositiveElsewhere) {
     EXPECT_EQ(parse_graph("uniform"), Graph::uniform);
 }
 
-// One position with a known clean distribution p0: the true score at t, s_y = p_t(y) / p_t(x_t), makes Tweedie's step
-// the exact reverse transition p(x_s | x_t) = p_s(x_s) p(x_t | x_s) / p_t(x_t) (Bayes over the forward kernels), and
-// Euler's a first-order approximation of it whose error shrinks with the step.
-TEST(ScoreEntropy, UniformTweedieStepIsExactForOnePositionAndEulerApproachesIt) {
+at::Tensor uniform_kernel(double sigma_bar) {  // [from, to]: exp(sigma_bar Q) transposed, symmetric anyway
+    return at::linalg_matrix_exp(sigma_bar * rate_matrix(Graph::uniform));
+}
+
+// The score a clean distribution implies is the ratio of the forward marginals, and stays exact where alpha is tiny.
+TEST(ScoreEntropy, UniformScoreOfCleanIsTheRatioOfTheMarginals) {
     const at::Tensor p0 = at::tensor({0.5, 0.3, 0.15, 0.05, 0.0}, at::kDouble);
-    auto kernel = [](double sigma_bar) {  // [from, to]: exp(sigma_bar Q) transposed, symmetric anyway
-        return at::linalg_matrix_exp(sigma_bar * rate_matrix(Graph::uniform));
-    };
-    for (const auto& [sigma_t, sigma_s] : std::vector<std::pair<double, double>>{{2.0, 1.5}, {0.8, 0.2}, {0.3, 0.29}}) {
-        const at::Tensor pt = at::matmul(kernel(sigma_t), p0), ps = at::matmul(kernel(sigma_s), p0);
-        const at::Tensor step = kernel(sigma_t - sigma_s);  // step[b, y] = p(x_t = b | x_s = y)
+    for (double sigma_bar : {0.01, 0.7, 3.0}) {
+        const at::Tensor pt = at::matmul(uniform_kernel(sigma_bar), p0);
         for (int64_t b = 0; b < kVocab; ++b) {
-            const at::Tensor exact = ps * step[b] / pt[b];
-            const at::Tensor log_score = (pt / pt[b]).log().unsqueeze(0);
-            const at::Tensor x_t = at::full({1}, b, at::kLong);
-            const at::Tensor delta = at::full({1}, sigma_t - sigma_s, at::kDouble);
-            const at::Tensor tweedie = uniform_tweedie_probs(log_score, x_t, delta)[0];
-            EXPECT_TRUE(at::allclose(tweedie, exact, 1e-10, 1e-12)) << sigma_t << " -> " << sigma_s << ", x_t " << b << "\n"
-                                                                  << tweedie << "\n" << exact;
-            const double euler_error = (uniform_euler_probs(log_score, x_t, delta)[0] - exact).abs().max().item<double>();
-            EXPECT_LT(euler_error, 2.0 * (sigma_t - sigma_s) * (sigma_t - sigma_s) + 1e-3) << sigma_t << " -> " << sigma_s;
+            const at::Tensor log_s = uniform_score_of_clean(p0.log().unsqueeze(0), at::full({1}, b, at::kLong),
+                                                            at::full({1}, sigma_bar, at::kDouble))[0];
+            EXPECT_TRUE(at::allclose(log_s, (pt / pt[b]).log(), 1e-10, 1e-12)) << sigma_bar << ", x_t " << b;
         }
     }
-    // Rows are distributions even from a poor score (an inexact score can make Tweedie's product negative).
+    // At sigma_bar 20 (alpha 2e-9) s_y - 1 = alpha V (p0(y) - p0(x_t)) to first order: float32 keeps it.
+    const double alpha = std::exp(-20.0);
+    const at::Tensor log_s = uniform_score_of_clean(p0.log().to(at::kFloat).unsqueeze(0), at::zeros({1}, at::kLong),
+                                                    at::full({1}, 20.0, at::kDouble))[0].to(at::kDouble);
+    const at::Tensor first_order = alpha * kVocab * (p0 - p0[0]);
+    EXPECT_TRUE(at::allclose(log_s, first_order, 1e-5, 1e-15)) << log_s << "\n" << first_order;
+}
+
+// One position with a known clean distribution p0: Tweedie's step is the exact reverse transition p(x_s | x_t) =
+// p_s(x_s) p(x_t | x_s) / p_t(x_t) (Bayes over the forward kernels) and equals SEDD's formula, [exp(-d Q) s]_y
+// exp(d Q)[y, x_t] for the score p0 implies; Euler's is a first-order approximation whose error shrinks with the step.
+TEST(ScoreEntropy, UniformTweedieStepIsExactForOnePositionAndEulerApproachesIt) {
+    const at::Tensor p0 = at::tensor({0.5, 0.3, 0.15, 0.05, 0.0}, at::kDouble);
+    const at::Tensor log_p0 = p0.log().unsqueeze(0);
+    for (const auto& [sigma_t, sigma_s] :
+         std::vector<std::pair<double, double>>{{2.0, 1.5}, {0.8, 0.2}, {0.3, 0.29}, {0.4, 0.0}}) {
+        const at::Tensor pt = at::matmul(uniform_kernel(sigma_t), p0), ps = at::matmul(uniform_kernel(sigma_s), p0);
+        const at::Tensor step = uniform_kernel(sigma_t - sigma_s);  // step[b, y] = p(x_t = b | x_s = y)
+        for (int64_t b = 0; b < kVocab; ++b) {
+            const at::Tensor exact = ps * step[b] / pt[b];
+            const at::Tensor x_t = at::full({1}, b, at::kLong);
+            const at::Tensor from = at::full({1}, sigma_t, at::kDouble), to = at::full({1}, sigma_s, at::kDouble);
+            const at::Tensor tweedie = uniform_tweedie_probs(log_p0, x_t, from, to)[0];
+            EXPECT_TRUE(at::allclose(tweedie, exact, 1e-10, 1e-12)) << sigma_t << " -> " << sigma_s << ", x_t " << b << "\n"
+                                                                  << tweedie << "\n" << exact;
+            const at::Tensor score = uniform_score_of_clean(log_p0, x_t, from)[0].exp();
+            const at::Tensor sedd = at::matmul(uniform_kernel(sigma_s - sigma_t), score) * step[b];
+            EXPECT_TRUE(at::allclose(tweedie, sedd / sedd.sum(), 1e-10, 1e-12)) << sigma_t << " -> " << sigma_s;
+            const double euler_error = (uniform_euler_probs(log_p0, x_t, from, to)[0] - exact).abs().max().item<double>();
+            if (sigma_s > 0) {
+                EXPECT_LT(euler_error, 2.0 * (sigma_t - sigma_s) * (sigma_t - sigma_s) + 1e-3) << sigma_t << " -> " << sigma_s;
+            }
+        }
+    }
+    // Rows are distributions whatever the clean estimate; a step must go back in noise.
     auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
-    const at::Tensor noisy = at::randn({16, kVocab}, gen, at::kDouble) * 3.0;
+    const at::Tensor noisy = at::log_softmax(at::randn({16, kVocab}, gen, at::kDouble) * 3.0, 1);
     const at::Tensor x_t = at::randint(kVocab, {16}, gen, at::kLong);
-    for (const at::Tensor& p : {uniform_tweedie_probs(noisy, x_t, at::full({16}, 0.5, at::kDouble)),
-                                uniform_euler_probs(noisy, x_t, at::full({16}, 0.5, at::kDouble))}) {
+    const at::Tensor from = at::full({16}, 0.9, at::kDouble), to = at::full({16}, 0.4, at::kDouble);
+    for (const at::Tensor& p : {uniform_tweedie_probs(noisy, x_t, from, to), uniform_euler_probs(noisy, x_t, from, to)}) {
         EXPECT_TRUE(p.ge(0).all().item<bool>());
         EXPECT_TRUE(at::allclose(p.sum(1), at::ones({16}, at::kDouble)));
     }
-    EXPECT_THROW(uniform_tweedie_probs(noisy, x_t, at::full({16}, -0.1, at::kDouble)), std::invalid_argument);
+    EXPECT_THROW(uniform_tweedie_probs(noisy, x_t, to, from), std::invalid_argument);
+    EXPECT_THROW(uniform_euler_probs(noisy, x_t, from, at::full({16}, -0.1, at::kDouble)), std::invalid_argument);
 }
 
 }  // namespace

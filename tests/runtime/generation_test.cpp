@@ -26,10 +26,26 @@ rudder::plugins::Registry& registry() {
     return r;
 }
 
+// The corpus model diffusing with uniform noise (the discrete family; config.json's "uniform_noise").
+fs::path uniform_corpus_model_dir() {
+    static const fs::path dir = [] {
+        const fs::path d = rudder::testing::corpus_model_dir().string() + "-uniform";
+        fs::remove_all(d);
+        fs::copy(rudder::testing::corpus_model_dir(), d);
+        nlohmann::json config = rudder::read_json_file(d / "config.json");
+        config["uniform_noise"] = {{"sigma_min", 1e-4}, {"sigma_max", 20.0}};
+        std::ofstream(d / "config.json") << config.dump(2);
+        return d;
+    }();
+    return dir;
+}
+
+// `family`: "continuous", "discrete" or "uniform" (the discrete family with uniform noise).
 std::string recipe_text(const std::string& family, const std::string& controllers, int64_t samples = 16,
                         uint64_t seed = 1, const std::string& extra = "") {
-    const bool continuous = family == "continuous";
-    return R"({"model": ")" + rudder::testing::corpus_model_dir().string() + R"(", "family": ")" + family +
+    const bool continuous = family == "continuous", uniform = family == "uniform";
+    const fs::path model = uniform ? uniform_corpus_model_dir() : rudder::testing::corpus_model_dir();
+    return R"({"model": ")" + model.string() + R"(", "family": ")" + (uniform ? "discrete" : family) +
            R"(", "sampler": {"name": ")" + (continuous ? "ddim" : "analytic") + R"(", "steps": )" +
            "200" + R"(}, "samples": )" + std::to_string(samples) +
            R"(, "batch_size": 8, "max_length": 14, "seed": )" + std::to_string(seed) + extra +
@@ -142,7 +158,7 @@ TEST_P(Generation, ConflictingControllersAreNamed) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(BothFamilies, Generation, ::testing::Values("discrete", "continuous"));
+INSTANTIATE_TEST_SUITE_P(BothFamilies, Generation, ::testing::Values("discrete", "continuous", "uniform"));
 
 // A fixed token that another controller's packed mask forbids (span's pad after 5 tokens, length's ban of pad before
 // 6): continuous, so every position is a row of the first step and the conflict is found there.
@@ -248,6 +264,31 @@ TEST(GenerationErrors, RemaskingTakesTheAnalyticSamplerAndAWindowFromNoisyToClea
     EXPECT_NE(by_pointer["/sampler/remask"].find("to_t (0.500000) must not exceed from_t (0.200000)"), std::string::npos);
     EXPECT_FALSE(by_pointer["/sampler/remask/from"].empty());
     EXPECT_TRUE(issues_of(R"({"name": "analytic", "remask": {"strategy": "rescale", "eta": 0.5, "to_t": 0.1}})").empty());
+}
+
+// Under uniform noise nothing is masked: samplers that order masked positions or mask committed tokens again are
+// refused, naming the ones that apply.
+TEST(GenerationErrors, UniformNoiseTakesTheAnalyticOrEulerSampler) {
+    const auto issues_of = [](const std::string& sampler) {
+        const std::string text = R"({"model": ")" + uniform_corpus_model_dir().string() +
+                                 R"(", "max_length": 14, "sampler": )" + sampler + "}";
+        std::map<std::string, std::string> by_pointer;
+        try {
+            Generator g(rudder::parse_recipe(text, "."), registry());
+        } catch (const rudder::RecipeError& e) {
+            for (const auto& issue : e.issues()) by_pointer[issue.pointer] += issue.message;
+        }
+        return by_pointer;
+    };
+    for (const std::string sampler : {R"({"name": "first_hitting"})", R"({"name": "confidence", "steps": 14})"}) {
+        const auto by_pointer = issues_of(sampler);
+        EXPECT_NE(by_pointer.at("/sampler/name").find("uniform noise"), std::string::npos) << by_pointer.at("/sampler/name");
+        EXPECT_NE(by_pointer.at("/sampler/name").find("'analytic'"), std::string::npos);
+    }
+    EXPECT_NE(issues_of(R"({"name": "analytic", "remask": {"strategy": "cap"}})").at("/sampler/remask").find("uniform noise"),
+              std::string::npos);
+    EXPECT_TRUE(issues_of(R"({"name": "euler", "steps": 50})").empty());
+    EXPECT_TRUE(issues_of(R"({"name": "analytic", "steps": 50, "top_k": 3, "temperature": 0.8})").empty());
 }
 
 TEST(GenerationErrors, ConfidenceNeedsAStepPerBlockAndABlockWithinTheLength) {

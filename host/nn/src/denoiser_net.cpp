@@ -330,7 +330,7 @@ at::Tensor ContinuousDenoiserNet::diffusion_lm_loss(const TrainingBatch& batch, 
 
 DiscreteDenoiserNet::DiscreteDenoiserNet(const json& network_config, const Tokenizer& tokenizer)
     : DenoiserNet(DenoiserConfig::parse(network_config, tokenizer, Family::discrete)),
-      mask_schedule_(config_.mask_eps) {
+      mask_schedule_(config_.mask_eps), uniform_schedule_(config_.uniform_sigma_min, config_.uniform_sigma_max) {
     const int64_t V = config_.vocab_size, W = config_.dim;
     token_embedding_ = register_parameter("token_embedding", init_normal({V, W}, kInitStd));
     head_ = register_module("head", std::make_shared<Affine>(W, V, kInitStd));
@@ -344,14 +344,6 @@ DiscreteDenoiserNet::DiscreteDenoiserNet(const json& network_config, const Token
         time_mlp1_ = register_module("time_mlp1", std::make_shared<Affine>(W, W, kInitStd));
         time_mlp2_ = register_module("time_mlp2", std::make_shared<Affine>(W, W, kInitStd));
     }
-}
-
-double DiscreteDenoiserNet::uniform_sigma_bar(double t) const {
-    return std::exp((1.0 - t) * std::log(config_.uniform_sigma_min) + t * std::log(config_.uniform_sigma_max));
-}
-
-double DiscreteDenoiserNet::uniform_sigma(double t) const {
-    return uniform_sigma_bar(t) * std::log(config_.uniform_sigma_max / config_.uniform_sigma_min);
 }
 
 at::Tensor DiscreteDenoiserNet::hidden(const at::Tensor& x_t, const at::Tensor& t, const at::Tensor& condition,
@@ -387,12 +379,15 @@ at::Tensor DiscreteDenoiserNet::head_bias() const {
                                     -std::numeric_limits<float>::infinity());
 }
 
-at::Tensor DiscreteDenoiserNet::log_probs(const at::Tensor& tokens, const at::Tensor& condition) {
-    if (uniform())
-        throw std::logic_error("log_probs: a uniform-noise network's clean-token distribution needs its noise level; "
-                               "sampling uniform-noise models is not implemented yet");
+at::Tensor DiscreteDenoiserNet::log_probs(const at::Tensor& tokens, const at::Tensor& condition, double t) {
     check_tokens(tokens);
     const at::Tensor cond = check_condition(condition, tokens.size(0));
+    if (uniform()) {
+        if (!(t > 0.0 && t <= 1.0)) throw std::invalid_argument("log_probs: t must be in (0, 1], got " + std::to_string(t));
+        const at::Tensor times = at::full({tokens.size(0)}, t, at::TensorOptions().dtype(at::kFloat));
+        const at::Tensor h = hidden(tokens, times, cond, nullptr);
+        return at::log_softmax(at::linear(h, head_->weight(), head_bias()), -1).clamp_min(kImpossibleLogProb);
+    }
     const at::Tensor hidden = trunk_->forward(at::embedding(token_embedding_, tokens), cond, nullptr);
     const at::Tensor logp =
         at::log_softmax(at::linear(hidden, head_->weight(), head_bias()), -1).clamp_min(kImpossibleLogProb);
@@ -421,7 +416,8 @@ at::Tensor DiscreteDenoiserNet::loss(const TrainingBatch& batch, at::Generator& 
 // log-linear schedule's for "absorb", the geometric one's for "uniform". Summed over positions, divided by all
 // B * L. With the prior term (0 up to e^-sigma_bar(1)) this is the negative ELBO. The absorbing graph's score is
 // the output less log(e^sigma_bar - 1) (SEDD's scaling: the output then tracks the clean-token log-probability), and
-// only masked positions carry loss, so the head runs on them alone.
+// only masked positions carry loss, so the head runs on them alone. The uniform graph's score is the one the head's
+// clean-token distribution implies (nn::uniform_score_of_clean), at every position.
 at::Tensor DiscreteDenoiserNet::score_entropy_loss(const TrainingBatch& batch, at::Generator& gen) {
     const at::Tensor tokens = check_tokens(batch.tokens);
     if (tokens.eq(config_.mask_id).any().item<bool>())
@@ -436,8 +432,8 @@ at::Tensor DiscreteDenoiserNet::score_entropy_loss(const TrainingBatch& batch, a
     const double* times = t.data_ptr<double>();
     for (int64_t b = 0; b < B; ++b) {
         const double tb = times[b];
-        sigma_bar[static_cast<size_t>(b)] = uniform() ? uniform_sigma_bar(tb) : mask_schedule_.sigma_bar(tb);
-        rate[static_cast<size_t>(b)] = uniform() ? uniform_sigma(tb) : mask_schedule_.sigma(tb);
+        sigma_bar[static_cast<size_t>(b)] = uniform() ? uniform_schedule_.sigma_bar(tb) : mask_schedule_.sigma_bar(tb);
+        rate[static_cast<size_t>(b)] = uniform() ? uniform_schedule_.sigma(tb) : mask_schedule_.sigma(tb);
     }
     const at::Tensor total = at::tensor(sigma_bar, at::kDouble), weight = at::tensor(rate, at::kDouble);
     const at::Tensor x_t = sample_transition(graph, tokens, total, V, config_.mask_id, gen);
@@ -447,11 +443,16 @@ at::Tensor DiscreteDenoiserNet::score_entropy_loss(const TrainingBatch& batch, a
     at::Tensor where = at::arange(B * L, at::kLong).to(device);
     if (!uniform()) where = x_t.reshape({B * L}).eq(config_.mask_id).nonzero().squeeze(1);
     const at::Tensor rows = row_of.to(device).index_select(0, where);
-    at::Tensor log_score = head_->forward(states.index_select(0, where));
     const at::Tensor row_total = total.to(device).index_select(0, rows);
-    if (!uniform()) {
+    at::Tensor log_score;
+    if (uniform()) {
+        // The head gives p0 (the mask token impossible); the score is the one p0 implies at this noise level.
+        const at::Tensor log_p0 = at::log_softmax(at::linear(states, head_->weight(), head_bias()), -1);
+        log_score = nn::uniform_score_of_clean(log_p0, x_t.reshape({B * L}), row_total);
+    } else {
         // log(e^sigma_bar - 1) through expm1, as SEDD computes it where sigma_bar is small.
-        log_score = log_score - at::log(at::expm1(row_total)).to(log_score.scalar_type()).unsqueeze(1);
+        log_score = head_->forward(states.index_select(0, where)) -
+                    at::log(at::expm1(row_total)).to(states.scalar_type()).unsqueeze(1);
     }
     const at::Tensor entropy = nn::score_entropy(graph, log_score, x_t.reshape({B * L}).index_select(0, where),
                                                  tokens.reshape({B * L}).index_select(0, where), row_total, config_.mask_id);

@@ -189,4 +189,16 @@ double MaskSchedule::sigma_bar(double t) const { return -std::log1p(-mask_prob(t
 
 double MaskSchedule::sigma(double t) const { return (1.0 - eps_) / (1.0 - mask_prob(t)); }
 
+GeometricSchedule::GeometricSchedule(double sigma_min, double sigma_max) : sigma_min_(sigma_min), sigma_max_(sigma_max) {
+    if (!(sigma_min > 0) || !(sigma_max > sigma_min))
+        throw std::invalid_argument("geometric noise needs 0 < sigma_min < sigma_max (got " + std::to_string(sigma_min) +
+                                    ", " + std::to_string(sigma_max) + ")");
+}
+
+double GeometricSchedule::sigma_bar(double t) const {
+    return std::exp((1.0 - t) * std::log(sigma_min_) + t * std::log(sigma_max_));
+}
+
+double GeometricSchedule::sigma(double t) const { return sigma_bar(t) * std::log(sigma_max_ / sigma_min_); }
+
 }  // namespace rudder

@@ -92,15 +92,28 @@ at::Tensor score_entropy(Graph graph, const at::Tensor& log_score, const at::Ten
     return (score_sum - weighted_log + k_sum) / static_cast<double>(V);
 }
 
+at::Tensor uniform_score_of_clean(const at::Tensor& log_p0, const at::Tensor& x_t, const at::Tensor& sigma_bar) {
+    check_rows(x_t, sigma_bar, "uniform_score_of_clean");
+    if (!log_p0.defined() || log_p0.dim() != 2 || log_p0.size(0) != x_t.size(0))
+        throw std::invalid_argument("uniform_score_of_clean: log_p0 must be [N, V] with N = x_t's rows");
+    if (!(sigma_bar.gt(0).all().item<bool>())) throw std::invalid_argument("uniform_score_of_clean: sigma_bar must be > 0");
+    const double V = static_cast<double>(log_p0.size(1));
+    // a = alpha V / (1 - alpha) = V / expm1(sigma_bar), in float64 before it meets the probabilities.
+    const at::Tensor a = (V / at::expm1(sigma_bar.to(at::kDouble))).to(log_p0.device()).to(log_p0.scalar_type()).unsqueeze(1);
+    const at::Tensor log_pt = at::log1p(a * log_p0.exp());  // log p_t(y) + a constant per row
+    return log_pt - log_pt.gather(1, x_t.unsqueeze(1));
+}
+
 namespace {
 
-// The score as float64 ratios [N, V] with s = 1 at x_t, after the shape checks both steps share.
-at::Tensor ratios_at(const at::Tensor& log_score, const at::Tensor& x_t, const at::Tensor& sigma_delta, const char* what) {
-    check_rows(x_t, sigma_delta, what);
-    if (!log_score.defined() || log_score.dim() != 2 || log_score.size(0) != x_t.size(0))
-        throw std::invalid_argument(std::string(what) + ": log_score must be [N, V] with N = x_t's rows");
-    if (!(sigma_delta.ge(0).all().item<bool>())) throw std::invalid_argument(std::string(what) + ": sigma_delta must be >= 0");
-    return log_score.to(at::kDouble).exp().scatter(1, x_t.unsqueeze(1), 1.0);
+void check_step(const at::Tensor& log_p0, const at::Tensor& x_t, const at::Tensor& sigma_bar_t,
+                const at::Tensor& sigma_bar_s, const char* what) {
+    check_rows(x_t, sigma_bar_t, what);
+    check_rows(x_t, sigma_bar_s, what);
+    if (!log_p0.defined() || log_p0.dim() != 2 || log_p0.size(0) != x_t.size(0))
+        throw std::invalid_argument(std::string(what) + ": log_p0 must be [N, V] with N = x_t's rows");
+    if (!(sigma_bar_s.ge(0).all().item<bool>()) || !(sigma_bar_t.ge(sigma_bar_s).all().item<bool>()))
+        throw std::invalid_argument(std::string(what) + ": needs sigma_bar_t >= sigma_bar_s >= 0");
 }
 
 at::Tensor normalised(at::Tensor p) {
@@ -110,20 +123,26 @@ at::Tensor normalised(at::Tensor p) {
 
 }  // namespace
 
-at::Tensor uniform_tweedie_probs(const at::Tensor& log_score, const at::Tensor& x_t, const at::Tensor& sigma_delta) {
-    const at::Tensor s = ratios_at(log_score, x_t, sigma_delta, "uniform_tweedie_probs");
-    const double V = static_cast<double>(s.size(1));
-    const at::Tensor alpha = at::exp(-sigma_delta.to(at::kDouble)).to(s.device()).unsqueeze(1);  // [N, 1]
-    // exp(-d Q) = (1 / alpha) I + (1 - 1 / alpha) 1 1^T / V, the inverse of exp(d Q) = alpha I + (1 - alpha) 1 1^T / V.
-    const at::Tensor back = s / alpha + (1.0 - 1.0 / alpha) * s.sum(1, true) / V;
-    const at::Tensor forward = ((1.0 - alpha) / V).expand_as(s).clone().scatter_add_(1, x_t.unsqueeze(1), alpha);
-    return normalised(back * forward);
+at::Tensor uniform_tweedie_probs(const at::Tensor& log_p0, const at::Tensor& x_t, const at::Tensor& sigma_bar_t,
+                                 const at::Tensor& sigma_bar_s) {
+    check_step(log_p0, x_t, sigma_bar_t, sigma_bar_s, "uniform_tweedie_probs");
+    const at::Tensor p0 = log_p0.to(at::kDouble).exp();
+    const double V = static_cast<double>(p0.size(1));
+    const auto device = p0.device();
+    const at::Tensor alpha_s = at::exp(-sigma_bar_s.to(at::kDouble)).to(device).unsqueeze(1);               // [N, 1]
+    const at::Tensor beta = at::exp(sigma_bar_s.to(at::kDouble) - sigma_bar_t.to(at::kDouble)).to(device).unsqueeze(1);
+    const at::Tensor prior_s = alpha_s * p0 + (1.0 - alpha_s) / V;                        // p_s(y)
+    const at::Tensor kernel = ((1.0 - beta) / V).expand_as(p0).clone().scatter_add_(1, x_t.unsqueeze(1), beta);  // p(x_t | y)
+    return normalised(prior_s * kernel);
 }
 
-at::Tensor uniform_euler_probs(const at::Tensor& log_score, const at::Tensor& x_t, const at::Tensor& sigma_delta) {
-    const at::Tensor s = ratios_at(log_score, x_t, sigma_delta, "uniform_euler_probs");
+at::Tensor uniform_euler_probs(const at::Tensor& log_p0, const at::Tensor& x_t, const at::Tensor& sigma_bar_t,
+                               const at::Tensor& sigma_bar_s) {
+    check_step(log_p0, x_t, sigma_bar_t, sigma_bar_s, "uniform_euler_probs");
+    const at::Tensor s = uniform_score_of_clean(log_p0.to(at::kDouble), x_t, sigma_bar_t).exp();  // sigma_bar_t > 0
     const double V = static_cast<double>(s.size(1));
-    at::Tensor leave = (sigma_delta.to(at::kDouble).to(s.device()).unsqueeze(1) / V) * s;
+    const at::Tensor d = (sigma_bar_t.to(at::kDouble) - sigma_bar_s.to(at::kDouble)).to(s.device()).unsqueeze(1);
+    at::Tensor leave = (d / V) * s;
     leave = leave.scatter(1, x_t.unsqueeze(1), 0.0);
     const at::Tensor stay = (1.0 - leave.sum(1, true)).clamp_min(0.0);
     return normalised(leave.scatter(1, x_t.unsqueeze(1), stay));

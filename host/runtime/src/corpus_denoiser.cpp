@@ -167,6 +167,12 @@ DenoiserOutput CorpusDenoiser::denoise(const at::Tensor& x, double t, const std:
         // -|x - sqrt(ab) E[s]|^2 / (2 (1 - ab)) = sqrt(ab)/(1-ab) * sum_i x_i . E[s_i] + terms equal for all s
         // (|x|^2, and ab * L because the rows of E are unit vectors).
         log_w = per_sentence(at::matmul(x, embedding_.t())) * (std::sqrt(ab) / (1.0 - ab));
+    } else if (options_.uniform_noise) {
+        // Each agreeing position multiplies the weight by (alpha + (1 - alpha) / V) / ((1 - alpha) / V) = 1 + alpha V /
+        // (1 - alpha); disagreeing ones leave it.
+        const double sigma_bar = options_.uniform_noise->sigma_bar(t);
+        const double per_match = std::log1p(static_cast<double>(V) / std::expm1(sigma_bar));
+        log_w = per_sentence(one_hot(x, at::ones_like(x, at::kBool))) * per_match;
     } else {
         masked = x.eq(options_.mask_id);
         const at::Tensor committed = masked.logical_not();
@@ -191,7 +197,7 @@ DenoiserOutput CorpusDenoiser::denoise(const at::Tensor& x, double t, const std:
 
     at::Tensor logits = marginals.clamp_min(static_cast<float>(std::exp(options_.min_logprob))).log();
     logits.select(2, options_.mask_id).fill_(options_.min_logprob);
-    if (!continuous) {
+    if (!continuous && !options_.uniform_noise) {
         // Committed tokens are certain: one-hot log-probabilities at unmasked positions.
         const at::Tensor committed = at::full({B, L, V}, options_.min_logprob, logits.options())
                                          .scatter_(2, x.unsqueeze(2), 0.0);

@@ -317,6 +317,17 @@ void Generator::set_up(plugins::Registry& registry, const std::vector<fs::path>&
                                                    model_.name + "' is " + family_name(model_.family) + " (use " +
                                                    (continuous ? "'ddpm' or 'ddim'"
                                                                : "'euler', 'analytic', 'first_hitting' or 'confidence'") + ")"});
+        if (!continuous && model_.denoiser->uniform_noise()) {
+            // Under uniform noise no position is ever masked: samplers that order or revisit masked positions have
+            // nothing to work on.
+            if (name == "first_hitting" || name == "confidence")
+                issues.push_back({"/sampler/name", "model '" + model_.name + "' diffuses with uniform noise (no position is "
+                                                   "ever masked); sampler '" + name + "' unmasks positions: use 'analytic' "
+                                                   "(Tweedie tau-leaping) or 'euler'"});
+            if (recipe_.sampler.remask.on() && !reported("/sampler/remask"))
+                issues.push_back({"/sampler/remask", "model '" + model_.name + "' diffuses with uniform noise, where every "
+                                                     "token may change at every step already; remasking is for absorbing models"});
+        }
         if (name == "first_hitting") recipe_.sampler.steps = recipe_.max_length;
         if (name == "confidence") {
             const int64_t L = recipe_.max_length, b = recipe_.sampler.block_length;
@@ -404,6 +415,8 @@ uint64_t Generator::estimate_peak_bytes(int64_t batch) const {
     // clamping and the softmax and its product for interpolation. Freed tensors are partly reused.
     const bool discrete = model_.family == Family::discrete;
     double units = discrete ? 3.5 : (recipe_.sampler.x0 == "clamp" ? 0 : 2);
+    // Uniform noise: the step's deltas and clean estimate (2 float32) and its transition, about four float64 passes.
+    if (discrete && model_.denoiser->uniform_noise()) units += 10;
     bool whole_x0 = false;
     for (size_t k = 0; k < composer_->size(); ++k) {
         const auto& c = composer_->instance(k);
@@ -646,6 +659,7 @@ at::Tensor Generator::run_continuous(int64_t batch, at::Generator& gen, const St
 }
 
 at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const StepTick& tick) {
+    if (model_.denoiser->uniform_noise()) return run_uniform(batch, gen, tick);
     const int64_t L = recipe_.max_length, V = model_.tokenizer->vocab_size(), mask_id = model_.tokenizer->mask_id();
     const DiscreteSampler sampler(model_.mask_schedule, discrete_kind(recipe_.sampler.name), recipe_.sampler.steps,
                                   recipe_.sampler.block_length, confidence_order(recipe_.sampler.order),
@@ -762,6 +776,71 @@ at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const Step
             stale = true;
         }
         apply_remask();
+        tick(i + 1, t_next, best_guess);
+    }
+    stats_.steps += sampler.steps();
+    return tokens;
+}
+
+// Uniform noise: every position holds a token and is drawn anew at every step, so the network runs at every step and
+// the controllers see every position (`masked` all zero, x0 the clean-token estimate). Their deltas reweight the
+// step's transition probabilities, p(x_s = y | x_t) exp(delta_y), as classifier guidance does for uniform-noise
+// models (Schiff et al. 2025, "Simple guidance mechanisms for discrete diffusion models"; on the last step that is
+// the clean estimate itself): a forbidden token is never drawn, at any step, and a fixed token holds from the step
+// that fixes it on. Temperature, top-k and top-p shape the clean estimate the step is built from.
+at::Tensor Generator::run_uniform(int64_t batch, at::Generator& gen, const StepTick& tick) {
+    const int64_t L = recipe_.max_length, V = model_.tokenizer->vocab_size(), mask_id = model_.tokenizer->mask_id();
+    const UniformSampler sampler(*model_.denoiser->uniform_noise(),
+                                 recipe_.sampler.name == "euler" ? UniformSampler::Kind::euler : UniformSampler::Kind::analytic,
+                                 recipe_.sampler.steps);
+    const bool every_row = model_.denoiser->uses_evidence();
+    const double T = recipe_.sampler.temperature;
+    const at::Tensor all_rows = at::arange(batch * L, at::TensorOptions().dtype(at::kLong).device(device_));
+    at::Tensor tokens = sampler.init(batch, L, V, gen, device_);
+    at::Tensor logits, logp;
+    Combined seen;
+    auto denoise = [&](double t, const Combined& constraints) {
+        logits = model_.denoiser->denoise(tokens, t, {}, evidence_of(constraints, batch, L, V, every_row))
+                     .logits.to(at::kFloat).reshape({batch * L, V});
+        logp = at::Tensor();
+        ++stats_.denoiser_calls;
+        stats_.denoised_sequences += batch;
+        seen = constraints;
+    };
+    const auto best_guess = [&] { return logits.defined() ? most_likely(logits).view({batch, L}) : tokens; };
+    const at::Tensor nothing_masked = at::zeros({batch, L}, tokens.options().dtype(at::kByte));
+
+    for (int64_t i = 0; i < sampler.steps(); ++i) {
+        const double t = sampler.t(i), t_next = sampler.t_next(i);
+        denoise(t, seen);
+        plugins::StepInputs in = predict_inputs(i, sampler.steps(), t, t_next, {}, {}, tokens, nothing_masked);
+        in.rows = all_rows;
+        const Composer::Reads reads = composer_->reads(t);
+        fill_reads(in, reads, logits, logits, logp, batch, L, recipe_.candidates);
+        const Combined combined = reads.any ? composer_->predict(in) : Combined{in.rows, {}, {}, {}, {}, {}, {}};
+        if (combined.fixed.defined()) {
+            const at::Tensor is_fixed = combined.fixed.ge(0);
+            if (is_fixed.logical_and(tokens.ne(combined.fixed)).any().item<bool>()) {
+                tokens = at::where(is_fixed, combined.fixed, tokens);
+                denoise(t, combined);
+            }
+        }
+        if (every_row && !same_constraints(combined, seen)) denoise(t, combined);
+
+        // The controls as deltas on the network's (finite) scores: -inf where a token is forbidden or not the fixed one.
+        const at::Tensor delta = Composer::controlled(logits, combined, {}, mask_id) - logits;
+        at::Tensor clean = T != 1.0 ? logits / T : logits.clone();
+        if (recipe_.sampler.top_k > 0 || recipe_.sampler.top_p < 1.0)
+            DiscreteSampler::truncate(clean, recipe_.sampler.top_k, recipe_.sampler.top_p);
+        const at::Tensor scores = sampler.step_log_probs(at::log_softmax(clean, -1), tokens.view({-1}), i) + delta;
+        at::Tensor drawn;
+        try {
+            drawn = DiscreteSampler::draw(scores, gen);
+        } catch (const NothingToSample& e) {
+            throw fault_at(i, e.row / L, e.row % L, logits[e.row]);
+        }
+        stats_.rows_drawn += batch * L;
+        tokens = drawn.view({batch, L});
         tick(i + 1, t_next, best_guess);
     }
     stats_.steps += sampler.steps();

@@ -220,6 +220,16 @@ Model load_model(const fs::path& dir, std::optional<Family> family) {
         opt.mask_id = m.tokenizer->mask_id();
         opt.embed_dim = config.value("embed_dim", int64_t{16});
         opt.embed_seed = config.value("embed_seed", uint64_t{0});
+        if (config.contains("uniform_noise")) {
+            // The discrete family diffusing with uniform noise instead of masking (SEDD's uniform graph).
+            const json& u = config["uniform_noise"];
+            try {
+                if (!u.is_object()) throw std::invalid_argument("must be an object {\"sigma_min\", \"sigma_max\"}");
+                opt.uniform_noise = GeometricSchedule(u.value("sigma_min", 1e-4), u.value("sigma_max", 20.0));
+            } catch (const std::exception& e) {
+                throw ModelError("'" + file.string() + "': uniform_noise: " + e.what());
+            }
+        }
         auto sentences = read_sentences(model_file(dir, get<std::string>(config, "sentences", file)), *m.tokenizer);
         m.denoiser = std::make_shared<CorpusDenoiser>(std::move(sentences), opt, m.schedule);
     } else if (type == "transformer") {

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <rudder/nn/score_entropy.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -364,6 +366,38 @@ at::Tensor DiscreteSampler::step(const at::Tensor& tokens, const at::Tensor& log
     at::Tensor next = tokens.clone();
     next.view({-1}).index_copy_(0, positions, drawn);
     return next.masked_fill_(remasked, mask_id);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Discrete family, uniform noise
+
+UniformSampler::UniformSampler(const GeometricSchedule& schedule, Kind kind, int64_t steps)
+    : schedule_(schedule), kind_(kind), steps_(steps) {
+    if (steps < 1) throw std::invalid_argument("UniformSampler: steps must be >= 1, got " + std::to_string(steps));
+}
+
+double UniformSampler::t(int64_t i) const { return 1.0 - static_cast<double>(i) / static_cast<double>(steps_); }
+
+double UniformSampler::t_next(int64_t i) const { return i + 1 >= steps_ ? 0.0 : t(i + 1); }
+
+at::Tensor UniformSampler::init(int64_t batch, int64_t len, int64_t vocab_size, at::Generator& gen,
+                                const at::Device& device) const {
+    if (batch < 1 || len < 1 || vocab_size < 1) {
+        throw std::invalid_argument("UniformSampler::init: batch, length and vocabulary must be >= 1, got " +
+                                    std::to_string(batch) + " x " + std::to_string(len) + " over " +
+                                    std::to_string(vocab_size));
+    }
+    return at::randint(vocab_size, {batch, len}, gen, at::TensorOptions().dtype(at::kLong)).to(device);
+}
+
+at::Tensor UniformSampler::step_log_probs(const at::Tensor& log_p0, const at::Tensor& x_t, int64_t i) const {
+    const int64_t n = x_t.size(0);
+    const auto options = at::TensorOptions().dtype(at::kDouble).device(x_t.device());
+    const at::Tensor from = at::full({n}, schedule_.sigma_bar(t(i)), options);
+    const at::Tensor to = at::full({n}, i + 1 >= steps_ ? 0.0 : schedule_.sigma_bar(t_next(i)), options);
+    const at::Tensor p = kind_ == Kind::analytic ? nn::uniform_tweedie_probs(log_p0, x_t, from, to)
+                                                 : nn::uniform_euler_probs(log_p0, x_t, from, to);
+    return p.log();
 }
 
 }  // namespace rudder

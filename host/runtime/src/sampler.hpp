@@ -181,4 +181,32 @@ private:
     Remasking remasking_;
 };
 
+// Discrete family with uniform noise (SEDD's uniform graph, nn/score_entropy.hpp): every position holds a token at
+// all times and any token may change at any step, so a step draws every position anew. Steps run on t(i) = 1 - i /
+// steps with the model's geometric noise; the last one goes to sigma_bar = 0, the clean data.
+//   analytic: Tweedie tau-leaping, exact for one position given the clean-token distribution
+//             (nn::uniform_tweedie_probs);
+//   euler:    the first-order step of the reverse rates (nn::uniform_euler_probs).
+class UniformSampler {
+public:
+    enum class Kind { euler, analytic };
+    UniformSampler(const GeometricSchedule& schedule, Kind kind, int64_t steps);
+
+    int64_t steps() const { return steps_; }
+    double t(int64_t i) const;       // 1 - i / steps
+    double t_next(int64_t i) const;  // t(i + 1) (0 after the last)
+
+    // x_1: every token uniform over the vocabulary (the noise's stationary distribution), drawn on the CPU from `gen`.
+    at::Tensor init(int64_t batch, int64_t len, int64_t vocab_size, at::Generator& gen, const at::Device& device) const;
+
+    // Log-probabilities of x_s [n, V] (float64; -inf where impossible) for rows at tokens `x_t` (int64 [n]) given the
+    // clean-token log-probabilities `log_p0` [n, V], step i.
+    at::Tensor step_log_probs(const at::Tensor& log_p0, const at::Tensor& x_t, int64_t i) const;
+
+private:
+    GeometricSchedule schedule_;
+    Kind kind_;
+    int64_t steps_;
+};
+
 }  // namespace rudder

@@ -41,9 +41,6 @@ TransformerDenoiser::TransformerDenoiser(std::shared_ptr<nn::DenoiserNet> networ
     }
     continuous_ = dynamic_cast<nn::ContinuousDenoiserNet*>(network_.get());
     discrete_ = dynamic_cast<nn::DiscreteDenoiserNet*>(network_.get());
-    if (discrete_ && discrete_->uniform())
-        throw std::invalid_argument("the network was trained with uniform noise (\"graph\": \"uniform\"); Rudder trains "
-                                    "such models but has no sampler for them yet");
     network_->eval();
     for (auto& p : network_->parameters()) p.requires_grad_(false);
     const auto params = network_->parameters();
@@ -55,6 +52,10 @@ TransformerDenoiser::TransformerDenoiser(std::shared_ptr<nn::DenoiserNet> networ
 TransformerDenoiser::~TransformerDenoiser() = default;
 
 Family TransformerDenoiser::family() const { return network_->family(); }
+
+const GeometricSchedule* TransformerDenoiser::uniform_noise() const {
+    return discrete_ && discrete_->uniform() ? &discrete_->uniform_schedule() : nullptr;
+}
 
 int64_t TransformerDenoiser::vocab_size() const { return network_->denoiser_config().vocab_size; }
 
@@ -124,7 +125,7 @@ DenoiserOutput TransformerDenoiser::run(const at::Tensor& x, double t, const std
             throw std::invalid_argument("denoise: the discrete family takes tokens as int64 [B, L], got " +
                                         shape_string(x.sizes()));
         }
-        out.logits = discrete_->log_probs(x, condition);
+        out.logits = discrete_->log_probs(x, condition, t);
     }
     return out;
 }

@@ -46,12 +46,14 @@ public:
     // Discrete: undefined.
     at::Tensor embedding() const override;
     bool conditional() const override;
+    const GeometricSchedule* uniform_noise() const override;  // a score-entropy network on the uniform graph
     void to(const at::Device& device) override;
     // One trunk layer's live activations (the condition tokens attend with the text's) and the output logits.
     uint64_t working_bytes(int64_t batch, int64_t length) const override;
 
     // logits: float32 log-probabilities [B, L, V] (discrete: SUBS, so the mask token and, at unmasked positions,
-    // every other token have kImpossibleLogProb = -1e4); continuous: x0 [B, L, D] too. `conditions`: empty (no
+    // every other token have kImpossibleLogProb = -1e4; uniform noise: the clean-token estimate at every position,
+    // the mask token impossible); continuous: x0 [B, L, D] too. `conditions`: empty (no
     // condition), or one meaning representation per row, "" for none. Of `evidence` only self_condition is read
     // (by a self-conditioned CDCD network): the network cannot condition on hard constraints (the composer applies
     // them to its output). Runs without autograd.

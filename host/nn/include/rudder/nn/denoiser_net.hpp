@@ -137,10 +137,11 @@ private:
 //   parameterisation. No time input: for absorbing diffusion the clean-token posterior given x_t does not depend on
 //   t (the number of masks already tells the noise level; MDLM finds time conditioning unnecessary), and without it
 //   the loop's cache (skip the network while no token changed) is exact.
-// - "score_entropy" (SEDD): the output is the log concrete score log s(x_t)_y ~ log p_t(y) / p_t(x_t), trained
-//   with the diffusion-weighted denoising score entropy (nn/score_entropy.hpp), over the "absorb" graph (log-linear
-//   noise, no time input: the score is the output less log(e^sigma_bar - 1), SEDD's scaling) or the "uniform" one
-//   (geometric noise, where any token may change at any time; the network reads t through a time embedding).
+// - "score_entropy" (SEDD): trained with the diffusion-weighted denoising score entropy (nn/score_entropy.hpp) over
+//   the "absorb" graph (log-linear noise, no time input; the output is the log concrete score at masked positions
+//   plus log(e^sigma_bar - 1), SEDD's scaling) or the "uniform" one (geometric noise, where any token may change at
+//   any time; the network reads t through a time embedding, and its head gives the clean token's distribution p0,
+//   whose implied score, nn::uniform_score_of_clean, is what the loss scores).
 // Parameters: token_embedding [V, dim], trunk.*, head.*, and for "uniform" time_mlp1.*, time_mlp2.*.
 class DiscreteDenoiserNet final : public DenoiserNet {
 public:
@@ -149,15 +150,16 @@ public:
     const MaskSchedule& mask_schedule() const { return mask_schedule_; }
     bool score_entropy() const { return config_.objective == "score_entropy"; }
     bool uniform() const { return config_.graph == "uniform"; }
-    // "uniform": total noise sigma_bar(t) = sigma_min^(1 - t) sigma_max^t and its rate d sigma_bar / dt.
-    double uniform_sigma_bar(double t) const;
-    double uniform_sigma(double t) const;
+    // "uniform": the geometric noise schedule (config "uniform_schedule").
+    const GeometricSchedule& uniform_schedule() const { return uniform_schedule_; }
 
-    // Log-probabilities [B, L, V] of the clean token given tokens x_t [B, L] (mask_id at masked positions): the
-    // mask token is impossible, and an unmasked position is certain of its own token (SUBS). Impossible entries
-    // are kImpossibleLogProb. For an absorbing score-entropy network, the softmax of its score over y != mask, which
-    // is the clean-token distribution the score implies (the scaling is the same for every y). Not for "uniform".
-    at::Tensor log_probs(const at::Tensor& tokens, const at::Tensor& condition);
+    // Log-probabilities [B, L, V] of the clean token given tokens x_t [B, L] at time t (read only by "uniform"
+    // networks; absorbing ones need no time). Absorbing: x_t has mask_id at masked positions; the mask token is
+    // impossible, and an unmasked position is certain of its own token (SUBS); for a score-entropy network, the
+    // softmax of its score over y != mask, the clean-token distribution the score implies (the scaling is the same
+    // for every y). Uniform: the head's distribution at every position (the mask token impossible). Impossible
+    // entries are kImpossibleLogProb.
+    at::Tensor log_probs(const at::Tensor& tokens, const at::Tensor& condition, double t = 1.0);
 
     // "subs": MDLM's continuous-time ELBO for the log-linear schedule; "score_entropy": SEDD's DWDSE (see the .cpp).
     at::Tensor loss(const TrainingBatch& batch, at::Generator& gen) override;
@@ -171,6 +173,7 @@ private:
     at::Tensor score_entropy_loss(const TrainingBatch& batch, at::Generator& gen);
 
     MaskSchedule mask_schedule_;
+    GeometricSchedule uniform_schedule_;
     at::Tensor token_embedding_;
     std::shared_ptr<Affine> head_, time_mlp1_, time_mlp2_;
 };

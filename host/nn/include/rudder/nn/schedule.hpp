@@ -1,6 +1,7 @@
 // The two diffusion families and their noise schedules.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -89,6 +90,21 @@ public:
 
 private:
     double eps_;
+};
+
+// SEDD's geometric noise, used with the uniform transition graph: total noise sigma_bar(t) = sigma_min^(1-t)
+// sigma_max^t, so a token has kept its value (not been redrawn) at time t with probability alpha(t) = exp(-sigma_bar(t)).
+class GeometricSchedule {
+public:
+    GeometricSchedule(double sigma_min = 1e-4, double sigma_max = 20.0);
+    double sigma_bar(double t) const;  // total noise
+    double sigma(double t) const;      // noise rate d sigma_bar / dt
+    double alpha(double t) const { return std::exp(-sigma_bar(t)); }
+    double sigma_min() const { return sigma_min_; }
+    double sigma_max() const { return sigma_max_; }
+
+private:
+    double sigma_min_, sigma_max_;
 };
 
 }  // namespace rudder

@@ -44,15 +44,29 @@ at::Tensor sample_transition(Graph graph, const at::Tensor& x0, const at::Tensor
 at::Tensor score_entropy(Graph graph, const at::Tensor& log_score, const at::Tensor& x_t, const at::Tensor& x0,
                          const at::Tensor& sigma_bar, int64_t mask_id);
 
-// The reverse steps over the uniform graph, for one position per row, from the concrete score s (log_score float
-// [N, V]; the entry at x_t is taken as 1) at x_t (int64 [N]), going back by `sigma_delta` (float64 [N]) = sigma_bar(t)
-// - sigma_bar(s) of total noise. Both return probabilities of x_s float64 [N, V] (rows sum to 1; negative values
-// that an inexact score gives are clipped at 0 first).
-// Tweedie tau-leaping (SEDD, section 4.2): p(x_s = y) ∝ [exp(-sigma_delta Q) s]_y exp(sigma_delta Q)[y, x_t]. Exact
-// for one position when s is the true ratio p_t(.) / p_t(x_t).
-at::Tensor uniform_tweedie_probs(const at::Tensor& log_score, const at::Tensor& x_t, const at::Tensor& sigma_delta);
-// Euler (SEDD, section 4.1): leaving x_t for y != x_t with probability sigma_delta * Q[x_t, y] * s_y, the reverse
-// rate (Q is symmetric here) over the step; staying with the rest.
-at::Tensor uniform_euler_probs(const at::Tensor& log_score, const at::Tensor& x_t, const at::Tensor& sigma_delta);
+// The concrete score a clean-token distribution implies under the uniform graph. At total noise sigma_bar (alpha =
+// exp(-sigma_bar)), p_t(y) = alpha p0(y) + (1 - alpha) / V given the rest of the sequence, so
+//   log s_y = log p_t(y) - log p_t(x_t) = log1p(a p0(y)) - log1p(a p0(x_t)),   a = alpha V / (1 - alpha),
+// which stays exact where alpha is tiny (s_y - 1 is then of order alpha). A uniform-noise network is parameterised
+// this way (its head gives p0), so its score is always a valid one and p0 needs no inversion of the score, which
+// divides by alpha: 2e-9 at sigma_bar 20. Inputs: log_p0 float [N, V] (log-probabilities), x_t int64 [N], sigma_bar
+// float64 [N] (> 0). Returns [N, V] in log_p0's dtype, differentiable in log_p0.
+at::Tensor uniform_score_of_clean(const at::Tensor& log_p0, const at::Tensor& x_t, const at::Tensor& sigma_bar);
+
+// The reverse steps over the uniform graph for one position per row, from the clean-token distribution p0
+// (log_p0 float [N, V]) at x_t (int64 [N]), from total noise sigma_bar_t back to sigma_bar_s (float64 [N],
+// sigma_bar_t >= sigma_bar_s >= 0; 0 is the clean data). Both return probabilities of x_s, float64 [N, V] (rows
+// sum to 1).
+// Tweedie tau-leaping (SEDD, section 4.2): p(x_s = y) ∝ [exp(-d Q) s]_y exp(d Q)[y, x_t], d = sigma_bar_t -
+// sigma_bar_s, for the score s that p0 implies. Written out, this is Bayes over the forward kernels:
+//   p(x_s = y | x_t) ∝ (beta [y = x_t] + (1 - beta) / V) (alpha_s p0(y) + (1 - alpha_s) / V),  beta = e^-d,
+// exact for one position when p0 is the true clean distribution. At sigma_bar_s = 0 it draws the clean token.
+at::Tensor uniform_tweedie_probs(const at::Tensor& log_p0, const at::Tensor& x_t, const at::Tensor& sigma_bar_t,
+                                 const at::Tensor& sigma_bar_s);
+// Euler (SEDD, section 4.1): leaving x_t for y != x_t with probability d Q[x_t, y] s_y = (d / V) s_y, the reverse
+// rate over the step (Q is symmetric here) with s the score at sigma_bar_t (> 0); staying with the rest (clipped at
+// 0).
+at::Tensor uniform_euler_probs(const at::Tensor& log_p0, const at::Tensor& x_t, const at::Tensor& sigma_bar_t,
+                               const at::Tensor& sigma_bar_s);
 
 }  // namespace rudder::nn

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,9 @@ public:
     virtual bool conditional() const { return false; }
     // Whether denoise() conditions on Evidence; if not, the loop never calls it again just for new evidence.
     virtual bool uses_evidence() const { return false; }
+    // Discrete family: the noise schedule when the model diffuses with uniform noise (SEDD's uniform graph: every
+    // position always holds a token, and any token may change at any step); nullptr for absorbing (masking) noise.
+    virtual const GeometricSchedule* uniform_noise() const { return nullptr; }
     // Moves every tensor the denoiser owns to `device`.
     virtual void to(const at::Device& device) = 0;
     // About how many bytes one denoise() call on `batch` sequences of `length` positions holds at its peak
@@ -51,7 +55,8 @@ public:
     virtual uint64_t working_bytes(int64_t batch, int64_t length) const {
         return static_cast<uint64_t>(batch) * static_cast<uint64_t>(length) * static_cast<uint64_t>(vocab_size()) * 8;
     }
-    // x: continuous float32 [B, L, D] (x_t); discrete int64 [B, L] with mask_id at masked positions.
+    // x: continuous float32 [B, L, D] (x_t); discrete int64 [B, L] with mask_id at masked positions (uniform noise:
+    // any token anywhere).
     // t: diffusion time in (0, 1] shared by the batch. `conditions`: empty, or one text per batch row.
     virtual DenoiserOutput denoise(const at::Tensor& x, double t, const std::vector<std::string>& conditions,
                                    const Evidence& evidence = {}) = 0;
@@ -61,6 +66,8 @@ public:
 // family. Makes the whole loop runnable and measurable without a trained network.
 //   discrete:   p(s | x_t) ∝ prior(s) * prod_{i unmasked} [s_i == x_i]; a sentence that disagrees at a position
 //               keeps weight `mismatch` per disagreement so the posterior is defined for any state.
+//   uniform:    (discrete, Options::uniform_noise set) p(s | x_t) ∝ prior(s) * prod_i (alpha [s_i == x_i] + (1 - alpha)
+//               / V), alpha = exp(-sigma_bar(t)): every position is evidence, weighed by the noise level.
 //   evidence:   a sentence that breaks a fixed or forbidden token also keeps weight `mismatch` per breach.
 //   continuous: p(s | x_t) ∝ prior(s) * exp(-|x_t - sqrt(ab) E[s]|^2 / (2 (1 - ab))), ab = alpha_bar(t).
 // Logits are log of the posterior's per-position token marginals; x0 is the posterior mean embedding.
@@ -73,7 +80,8 @@ public:
         int64_t mask_id = 2;
         int64_t embed_dim = 16;     // continuous: width of the random embedding table
         uint64_t embed_seed = 0;    // continuous: seed of the embedding table
-        double mismatch = 1e-6;     // discrete: weight per disagreeing unmasked position
+        double mismatch = 1e-6;     // discrete: weight per disagreeing unmasked position (and per breached constraint)
+        std::optional<GeometricSchedule> uniform_noise;  // discrete: diffuse with uniform noise on this schedule
         double min_logprob = -30.0; // floor of the returned log-probabilities (keeps them finite)
     };
     // `sentences`: token ids without padding; each is padded with pad_id to the length the loop asks for.
@@ -86,6 +94,9 @@ public:
     int64_t embed_dim() const override { return options_.family == Family::continuous ? options_.embed_dim : 0; }
     at::Tensor embedding() const override { return embedding_; }
     bool uses_evidence() const override { return true; }
+    const GeometricSchedule* uniform_noise() const override {
+        return options_.uniform_noise ? &*options_.uniform_noise : nullptr;
+    }
     void to(const at::Device& device) override;
     // One-hot float64 tensors over [B, L, V] and the posterior over the corpus per sample.
     uint64_t working_bytes(int64_t batch, int64_t length) const override;
