@@ -253,8 +253,8 @@ TEST(Training, ScoreEntropyUniformLearnsEightSentencesAndTauLeapingReproducesThe
     auto gen = make_gen(73);
     at::Tensor tokens = sampler.init(kSamples, kLength, tokenizer()->vocab_size(), gen, at::kCPU);
     for (int64_t i = 0; i < sampler.steps(); ++i) {
-        const at::Tensor log_p0 = den.denoise(tokens, sampler.t(i), {}).logits.reshape({kSamples * kLength, -1});
-        tokens = DiscreteSampler::draw(sampler.step_log_probs(log_p0, tokens.reshape({-1}), i), gen).view({kSamples, kLength});
+        const at::Tensor log_post = den.denoise(tokens, sampler.t(i), {}).logits.reshape({kSamples * kLength, -1});
+        tokens = DiscreteSampler::draw(sampler.step_log_probs(log_post, tokens.reshape({-1}), i), gen).view({kSamples, kLength});
     }
     // Measured 37 of 64 (the absorbing micro models: 80-90%): every position is redrawn at every step, so a late
     // wrong draw at one position is not always mended.

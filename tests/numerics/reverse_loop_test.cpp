@@ -158,8 +158,8 @@ TEST(ReverseLoop, DiscreteUniformNoiseTauLeapingReproducesTheCorpusDistribution)
         at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(2024);
         at::Tensor x = sampler.init(kDraws, corpus.length, options.vocab_size, gen, at::kCPU);
         for (int64_t i = 0; i < sampler.steps(); ++i) {
-            const at::Tensor log_p0 = denoiser.denoise(x, sampler.t(i), {}).logits.reshape({kDraws * corpus.length, -1});
-            x = DiscreteSampler::draw(sampler.step_log_probs(log_p0, x.reshape({-1}), i), gen).view({kDraws, corpus.length});
+            const at::Tensor log_post = denoiser.denoise(x, sampler.t(i), {}).logits.reshape({kDraws * corpus.length, -1});
+            x = DiscreteSampler::draw(sampler.step_log_probs(log_post, x.reshape({-1}), i), gen).view({kDraws, corpus.length});
         }
         // How often each corpus sentence was drawn.
         std::vector<int64_t> count(corpus.sentences.size(), 0);

@@ -112,6 +112,23 @@ at::Tensor uniform_kernel(double sigma_bar) {  // [from, to]: exp(sigma_bar Q) t
     return at::linalg_matrix_exp(sigma_bar * rate_matrix(Graph::uniform));
 }
 
+// A position's own noisy token is evidence: the posterior given all of x_t is Bayes over the kernel, and back.
+TEST(ScoreEntropy, UniformPosteriorAddsTheOwnTokensEvidenceAndBack) {
+    const at::Tensor p0 = at::tensor({0.5, 0.3, 0.15, 0.05, 0.0}, at::kDouble);
+    for (double sigma_bar : {0.01, 0.7, 3.0}) {
+        const at::Tensor kernel = uniform_kernel(sigma_bar);  // kernel[b, y] = p(x_t = b | x0 = y)
+        for (int64_t b = 0; b < kVocab; ++b) {
+            const at::Tensor bayes = p0 * kernel[b] / (p0 * kernel[b]).sum();
+            const at::Tensor x_t = at::full({1}, b, at::kLong), level = at::full({1}, sigma_bar, at::kDouble);
+            const at::Tensor post = uniform_posterior_from_rest(p0.log().unsqueeze(0), x_t, level);
+            EXPECT_TRUE(at::allclose(post[0].exp(), bayes, 1e-10, 1e-12)) << sigma_bar << ", x_t " << b;
+            EXPECT_TRUE(at::allclose(uniform_rest_from_posterior(post, x_t, level)[0].exp(), p0, 1e-10, 1e-12));
+        }
+    }
+    EXPECT_THROW(uniform_posterior_from_rest(p0.log().unsqueeze(0), at::zeros({1}, at::kLong), at::zeros({1}, at::kDouble)),
+                 std::invalid_argument);
+}
+
 // The score a clean distribution implies is the ratio of the forward marginals, and stays exact where alpha is tiny.
 TEST(ScoreEntropy, UniformScoreOfCleanIsTheRatioOfTheMarginals) {
     const at::Tensor p0 = at::tensor({0.5, 0.3, 0.15, 0.05, 0.0}, at::kDouble);

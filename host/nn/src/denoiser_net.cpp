@@ -386,7 +386,13 @@ at::Tensor DiscreteDenoiserNet::log_probs(const at::Tensor& tokens, const at::Te
         if (!(t > 0.0 && t <= 1.0)) throw std::invalid_argument("log_probs: t must be in (0, 1], got " + std::to_string(t));
         const at::Tensor times = at::full({tokens.size(0)}, t, at::TensorOptions().dtype(at::kFloat));
         const at::Tensor h = hidden(tokens, times, cond, nullptr);
-        return at::log_softmax(at::linear(h, head_->weight(), head_bias()), -1).clamp_min(kImpossibleLogProb);
+        const int64_t N = tokens.numel(), V = config_.vocab_size;
+        // The head gives the clean token given the other positions; the position's own noisy token adds its evidence.
+        const at::Tensor log_p0 = at::log_softmax(at::linear(h, head_->weight(), head_bias()), -1).reshape({N, V});
+        const at::Tensor sigma_bar = at::full({N}, uniform_schedule_.sigma_bar(t), at::TensorOptions().dtype(at::kDouble));
+        return nn::uniform_posterior_from_rest(log_p0, tokens.reshape({N}), sigma_bar)
+            .clamp_min(kImpossibleLogProb)
+            .view({tokens.size(0), tokens.size(1), V});
     }
     const at::Tensor hidden = trunk_->forward(at::embedding(token_embedding_, tokens), cond, nullptr);
     const at::Tensor logp =

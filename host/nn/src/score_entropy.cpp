@@ -26,6 +26,21 @@ void check_rows(const at::Tensor& tokens, const at::Tensor& sigma_bar, const cha
 // K(a) = a (log a - 1), with K(0) = 0.
 at::Tensor k_term(const at::Tensor& a) { return at::xlogy(a, a) - a; }
 
+// log(alpha + (1 - alpha) / V) - log((1 - alpha) / V) = log1p(V / expm1(sigma_bar)): what x_t's own entry gains.
+at::Tensor own_token_evidence(const at::Tensor& sigma_bar, int64_t vocab_size) {
+    return at::log1p(static_cast<double>(vocab_size) / at::expm1(sigma_bar.to(at::kDouble)));
+}
+
+at::Tensor shift_own_token(const at::Tensor& logp, const at::Tensor& x_t, const at::Tensor& sigma_bar, double sign,
+                           const char* what) {
+    check_rows(x_t, sigma_bar, what);
+    if (!logp.defined() || logp.dim() != 2 || logp.size(0) != x_t.size(0))
+        throw std::invalid_argument(std::string(what) + ": the log-probabilities must be [N, V] with N = x_t's rows");
+    if (!(sigma_bar.gt(0).all().item<bool>())) throw std::invalid_argument(std::string(what) + ": sigma_bar must be > 0");
+    const at::Tensor gain = (sign * own_token_evidence(sigma_bar, logp.size(1))).to(logp.device()).to(logp.scalar_type());
+    return at::log_softmax(logp.scatter_add(1, x_t.unsqueeze(1), gain.unsqueeze(1)), 1);
+}
+
 }  // namespace
 
 at::Tensor transition_probs(Graph graph, const at::Tensor& x0, const at::Tensor& sigma_bar, int64_t vocab_size,
@@ -90,6 +105,14 @@ at::Tensor score_entropy(Graph graph, const at::Tensor& log_score, const at::Ten
     const at::Tensor weighted_log = r_other * log_sum + moved * (r_clean - r_other) * at_x0;
     const at::Tensor k_sum = (static_cast<double>(V - 1) - moved) * k_term(r_other) + moved * k_term(r_clean);
     return (score_sum - weighted_log + k_sum) / static_cast<double>(V);
+}
+
+at::Tensor uniform_posterior_from_rest(const at::Tensor& log_p0, const at::Tensor& x_t, const at::Tensor& sigma_bar) {
+    return shift_own_token(log_p0, x_t, sigma_bar, 1.0, "uniform_posterior_from_rest");
+}
+
+at::Tensor uniform_rest_from_posterior(const at::Tensor& log_post, const at::Tensor& x_t, const at::Tensor& sigma_bar) {
+    return shift_own_token(log_post, x_t, sigma_bar, -1.0, "uniform_rest_from_posterior");
 }
 
 at::Tensor uniform_score_of_clean(const at::Tensor& log_p0, const at::Tensor& x_t, const at::Tensor& sigma_bar) {

@@ -794,7 +794,7 @@ at::Tensor Generator::run_uniform(int64_t batch, at::Generator& gen, const StepT
                                  recipe_.sampler.name == "euler" ? UniformSampler::Kind::euler : UniformSampler::Kind::analytic,
                                  recipe_.sampler.steps);
     const bool every_row = model_.denoiser->uses_evidence();
-    const double T = recipe_.sampler.temperature;
+    const double T = recipe_.sampler.temperature;  // shapes the model's prediction (UniformSampler::step_log_probs)
     const at::Tensor all_rows = at::arange(batch * L, at::TensorOptions().dtype(at::kLong).device(device_));
     at::Tensor tokens = sampler.init(batch, L, V, gen, device_);
     at::Tensor logits, logp;
@@ -829,10 +829,8 @@ at::Tensor Generator::run_uniform(int64_t batch, at::Generator& gen, const StepT
 
         // The controls as deltas on the network's (finite) scores: -inf where a token is forbidden or not the fixed one.
         const at::Tensor delta = Composer::controlled(logits, combined, {}, mask_id) - logits;
-        at::Tensor clean = T != 1.0 ? logits / T : logits.clone();
-        if (recipe_.sampler.top_k > 0 || recipe_.sampler.top_p < 1.0)
-            DiscreteSampler::truncate(clean, recipe_.sampler.top_k, recipe_.sampler.top_p);
-        const at::Tensor scores = sampler.step_log_probs(at::log_softmax(clean, -1), tokens.view({-1}), i) + delta;
+        const at::Tensor scores = sampler.step_log_probs(logits, tokens.view({-1}), i, T, recipe_.sampler.top_k,
+                                                         recipe_.sampler.top_p) + delta;
         at::Tensor drawn;
         try {
             drawn = DiscreteSampler::draw(scores, gen);

@@ -390,13 +390,18 @@ at::Tensor UniformSampler::init(int64_t batch, int64_t len, int64_t vocab_size, 
     return at::randint(vocab_size, {batch, len}, gen, at::TensorOptions().dtype(at::kLong)).to(device);
 }
 
-at::Tensor UniformSampler::step_log_probs(const at::Tensor& log_p0, const at::Tensor& x_t, int64_t i) const {
+at::Tensor UniformSampler::step_log_probs(const at::Tensor& log_post, const at::Tensor& x_t, int64_t i, double temperature,
+                                          int64_t top_k, double top_p) const {
     const int64_t n = x_t.size(0);
     const auto options = at::TensorOptions().dtype(at::kDouble).device(x_t.device());
     const at::Tensor from = at::full({n}, schedule_.sigma_bar(t(i)), options);
     const at::Tensor to = at::full({n}, i + 1 >= steps_ ? 0.0 : schedule_.sigma_bar(t_next(i)), options);
-    const at::Tensor p = kind_ == Kind::analytic ? nn::uniform_tweedie_probs(log_p0, x_t, from, to)
-                                                 : nn::uniform_euler_probs(log_p0, x_t, from, to);
+    at::Tensor rest = nn::uniform_rest_from_posterior(log_post, x_t, from);
+    if (temperature != 1.0) rest = rest / temperature;
+    if (top_k > 0 || top_p < 1.0) DiscreteSampler::truncate(rest, top_k, top_p);
+    rest = at::log_softmax(rest, -1);
+    const at::Tensor p = kind_ == Kind::analytic ? nn::uniform_tweedie_probs(rest, x_t, from, to)
+                                                 : nn::uniform_euler_probs(rest, x_t, from, to);
     return p.log();
 }
 

@@ -199,9 +199,12 @@ public:
     // x_1: every token uniform over the vocabulary (the noise's stationary distribution), drawn on the CPU from `gen`.
     at::Tensor init(int64_t batch, int64_t len, int64_t vocab_size, at::Generator& gen, const at::Device& device) const;
 
-    // Log-probabilities of x_s [n, V] (float64; -inf where impossible) for rows at tokens `x_t` (int64 [n]) given the
-    // clean-token log-probabilities `log_p0` [n, V], step i.
-    at::Tensor step_log_probs(const at::Tensor& log_p0, const at::Tensor& x_t, int64_t i) const;
+    // Log-probabilities of x_s [n, V] (float64; -inf where impossible) for rows at tokens `x_t` (int64 [n]), step i,
+    // from the denoiser's clean-token posterior `log_post` [n, V] (given all of x_t): turned into the distribution
+    // given the other positions (nn::uniform_rest_from_posterior), which the step is written with, and shaped by
+    // `temperature`, `top_k` and `top_p` (DiscreteSampler::truncate) as the model's prediction.
+    at::Tensor step_log_probs(const at::Tensor& log_post, const at::Tensor& x_t, int64_t i, double temperature = 1.0,
+                              int64_t top_k = 0, double top_p = 1.0) const;
 
 private:
     GeometricSchedule schedule_;

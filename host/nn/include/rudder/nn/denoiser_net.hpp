@@ -157,8 +157,9 @@ public:
     // networks; absorbing ones need no time). Absorbing: x_t has mask_id at masked positions; the mask token is
     // impossible, and an unmasked position is certain of its own token (SUBS); for a score-entropy network, the
     // softmax of its score over y != mask, the clean-token distribution the score implies (the scaling is the same
-    // for every y). Uniform: the head's distribution at every position (the mask token impossible). Impossible
-    // entries are kImpossibleLogProb.
+    // for every y). Uniform: at every position the clean token's posterior given all of x_t (the head gives it
+    // given the other positions, nn::uniform_posterior_from_rest adds the position's own token); the mask token is
+    // impossible. Impossible entries are kImpossibleLogProb.
     at::Tensor log_probs(const at::Tensor& tokens, const at::Tensor& condition, double t = 1.0);
 
     // "subs": MDLM's continuous-time ELBO for the log-linear schedule; "score_entropy": SEDD's DWDSE (see the .cpp).

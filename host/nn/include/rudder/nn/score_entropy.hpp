@@ -44,17 +44,26 @@ at::Tensor sample_transition(Graph graph, const at::Tensor& x0, const at::Tensor
 at::Tensor score_entropy(Graph graph, const at::Tensor& log_score, const at::Tensor& x_t, const at::Tensor& x0,
                          const at::Tensor& sigma_bar, int64_t mask_id);
 
+// Under the uniform graph a position's own noisy token is evidence about its clean token. The clean-token
+// distribution given all of x_t (the posterior, what the runtime's denoisers return) and the one given the other
+// positions only (p0, what the score and the reverse steps below are written with) differ by that evidence:
+//   post(y) ∝ p0(y) (alpha [y = x_t] + (1 - alpha) / V),   alpha = exp(-sigma_bar).
+// Both map log-probabilities [N, V] at tokens x_t (int64 [N]) and total noise sigma_bar (float64 [N], > 0) to
+// log-probabilities [N, V] in the input's dtype (-inf stays -inf).
+at::Tensor uniform_posterior_from_rest(const at::Tensor& log_p0, const at::Tensor& x_t, const at::Tensor& sigma_bar);
+at::Tensor uniform_rest_from_posterior(const at::Tensor& log_post, const at::Tensor& x_t, const at::Tensor& sigma_bar);
+
 // The concrete score a clean-token distribution implies under the uniform graph. At total noise sigma_bar (alpha =
 // exp(-sigma_bar)), p_t(y) = alpha p0(y) + (1 - alpha) / V given the rest of the sequence, so
 //   log s_y = log p_t(y) - log p_t(x_t) = log1p(a p0(y)) - log1p(a p0(x_t)),   a = alpha V / (1 - alpha),
 // which stays exact where alpha is tiny (s_y - 1 is then of order alpha). A uniform-noise network is parameterised
-// this way (its head gives p0), so its score is always a valid one and p0 needs no inversion of the score, which
-// divides by alpha: 2e-9 at sigma_bar 20. Inputs: log_p0 float [N, V] (log-probabilities), x_t int64 [N], sigma_bar
+// this way (its head gives p0, the distribution given the other positions), so its score is always a valid one and
+// p0 needs no inversion of the score, which divides by alpha: 2e-9 at sigma_bar 20. Inputs: log_p0 float [N, V] (log-probabilities), x_t int64 [N], sigma_bar
 // float64 [N] (> 0). Returns [N, V] in log_p0's dtype, differentiable in log_p0.
 at::Tensor uniform_score_of_clean(const at::Tensor& log_p0, const at::Tensor& x_t, const at::Tensor& sigma_bar);
 
-// The reverse steps over the uniform graph for one position per row, from the clean-token distribution p0
-// (log_p0 float [N, V]) at x_t (int64 [N]), from total noise sigma_bar_t back to sigma_bar_s (float64 [N],
+// The reverse steps over the uniform graph for one position per row, from the clean-token distribution p0 given the
+// other positions (log_p0 float [N, V]) at x_t (int64 [N]), from total noise sigma_bar_t back to sigma_bar_s (float64 [N],
 // sigma_bar_t >= sigma_bar_s >= 0; 0 is the clean data). Both return probabilities of x_s, float64 [N, V] (rows
 // sum to 1).
 // Tweedie tau-leaping (SEDD, section 4.2): p(x_s = y) ∝ [exp(-d Q) s]_y exp(d Q)[y, x_t], d = sigma_bar_t -
