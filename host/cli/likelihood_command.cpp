@@ -1,5 +1,6 @@
-// `rudder likelihood MODEL FILE`: a discrete model's own bound on the negative log-likelihood of texts (the
-// absorbing-diffusion negative ELBO, rudder/runtime/likelihood.hpp), per token and as a perplexity bound.
+// `rudder likelihood MODEL FILE`: a discrete model's own bound on the negative log-likelihood of texts (its negative
+// ELBO: MDLM's for absorbing noise, SEDD's for uniform noise; rudder/runtime/likelihood.hpp), per token and as a
+// perplexity bound.
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -30,12 +31,13 @@ int cmd_likelihood(const Options& o) {
     std::vector<std::string> texts = read_texts(o.file);
     if (o.max_texts > 0 && static_cast<int64_t>(texts.size()) > o.max_texts) texts.resize(static_cast<size_t>(o.max_texts));
     ComputeShare share;
-    const LikelihoodReport r = absorbing_nelbo(model, texts, o.likelihood, [&](int64_t done, int64_t total) {
+    const LikelihoodReport r = discrete_nelbo(model, texts, o.likelihood, [&](int64_t done, int64_t total) {
         if (!o.quiet) std::fprintf(stderr, "\r%lld/%lld texts", static_cast<long long>(done), static_cast<long long>(total));
     });
     if (!o.quiet) std::fprintf(stderr, "\n");
     if (o.as_json) {
         std::cout << json({{"model", model.name},
+                           {"bound", nelbo_kind(model)},
                            {"nats_per_token", r.nats_per_token()},
                            {"standard_error", r.standard_error_per_token()},
                            {"perplexity_bound", r.perplexity_bound()},
@@ -50,6 +52,8 @@ int cmd_likelihood(const Options& o) {
                   << "\n";
         return kExitOk;
     }
+    std::printf("bound: %s\n", nelbo_kind(model) == "sedd_uniform" ? "SEDD's (uniform noise: diffusion-weighted score entropy + prior)"
+                                                                    : "MDLM's (absorbing noise)");
     std::printf("negative ELBO %.4f nats per token (standard error %.4f): perplexity at most %.3f\n", r.nats_per_token(),
                 r.standard_error_per_token(), r.perplexity_bound());
     std::printf("%lld texts, %lld tokens including one end token per text, %lld positions each, %lld draws per text\n",

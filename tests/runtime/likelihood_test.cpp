@@ -1,9 +1,12 @@
-// The absorbing-diffusion likelihood bound (rudder/runtime/likelihood.hpp). With the exact corpus denoiser the bound
-// is tight: every one of the corpus's 24 distinct sentences has probability 1/24, so the estimate of -log p per
+// The discrete likelihood bounds (rudder/runtime/likelihood.hpp), MDLM's for absorbing noise and SEDD's for uniform
+// noise. With the exact corpus denoiser each bound is tight: every one of the corpus's 24 distinct sentences has probability 1/24, so the estimate of -log p per
 // sentence is log 24; a sentence the corpus does not hold gets a far larger bound; a continuous model is refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
 #include <memory>
 #include <string>
 
@@ -20,7 +23,7 @@ TEST(Likelihood, TheExactDenoisersBoundIsTheCorpusLogProbability) {
     options.draws = 64;
     options.batch_size = 8;
     options.seed = 3;
-    const LikelihoodReport r = absorbing_nelbo(model, testing::corpus_sentences(), options);
+    const LikelihoodReport r = discrete_nelbo(model, testing::corpus_sentences(), options);
     ASSERT_EQ(r.texts, 24);
     EXPECT_EQ(r.skipped_too_long, 0);
     EXPECT_EQ(r.length, 12);  // the longest sentence, 11 tokens, and its end
@@ -34,23 +37,49 @@ TEST(Likelihood, TheExactDenoisersBoundIsTheCorpusLogProbability) {
     EXPECT_NEAR(r.perplexity_bound(), std::exp(r.nelbo_sum / static_cast<double>(r.tokens)), 1e-12);
 
     // A sentence from two of the corpus's: the exact posterior gives its words (almost) no probability.
-    const LikelihoodReport mixed = absorbing_nelbo(model, {"The Eagle serves Italian food near the river ."}, options);
+    const LikelihoodReport mixed = discrete_nelbo(model, {"The Eagle serves Italian food near the river ."}, options);
     EXPECT_GT(mixed.nats_per_text(), 10 * std::log(24.0));
 
     // Longer than the length asked for: skipped and counted.
     options.length = 6;
-    const LikelihoodReport short_length = absorbing_nelbo(model, testing::corpus_sentences(), options);
+    const LikelihoodReport short_length = discrete_nelbo(model, testing::corpus_sentences(), options);
     EXPECT_EQ(short_length.texts + short_length.skipped_too_long, 24);
     EXPECT_GT(short_length.skipped_too_long, 0);
 }
 
+// SEDD's bound under uniform noise, with the exact corpus posterior: tight too, log 24 per sentence.
+TEST(Likelihood, TheUniformNoiseBoundOfTheExactDenoiserIsTheCorpusLogProbability) {
+    const auto dir = std::filesystem::path(testing::corpus_model_dir().string() + "-likelihood-uniform");
+    std::filesystem::remove_all(dir);
+    std::filesystem::copy(testing::corpus_model_dir(), dir);
+    nlohmann::json config = read_json_file(dir / "config.json");
+    config["uniform_noise"] = {{"sigma_min", 1e-4}, {"sigma_max", 20.0}};
+    std::ofstream(dir / "config.json") << config.dump(2);
+    const Model model = load_model(dir, Family::discrete);
+    EXPECT_EQ(nelbo_kind(model), "sedd_uniform");
+    LikelihoodOptions options;
+    options.draws = 64;
+    options.batch_size = 8;
+    options.seed = 3;
+    const LikelihoodReport r = discrete_nelbo(model, testing::corpus_sentences(), options);
+    ASSERT_EQ(r.texts, 24);
+    const double standard_error = r.standard_error_per_token() * static_cast<double>(r.tokens) / r.texts;
+    RecordProperty("nats_per_sentence", std::to_string(r.nats_per_text()));
+    std::cout << "[uniform noise] bound " << r.nats_per_text() << " nats per sentence (log 24 = " << std::log(24.0)
+              << "), standard error " << standard_error << std::endl;
+    EXPECT_NEAR(r.nats_per_text(), std::log(24.0), 4 * standard_error + 0.02) << "standard error " << standard_error;
+    EXPECT_LT(standard_error, 0.5);
+    const LikelihoodReport mixed = discrete_nelbo(model, {"The Eagle serves Italian food near the river ."}, options);
+    EXPECT_GT(mixed.nats_per_text(), 5 * std::log(24.0));
+}
+
 TEST(Likelihood, AContinuousModelAndBadOptionsAreRefused) {
     const Model continuous = load_model(testing::corpus_model_dir(), Family::continuous);
-    EXPECT_THROW(absorbing_nelbo(continuous, {"The Eagle is a pub ."}, {}), std::invalid_argument);
+    EXPECT_THROW(discrete_nelbo(continuous, {"The Eagle is a pub ."}, {}), std::invalid_argument);
     const Model discrete = load_model(testing::corpus_model_dir(), Family::discrete);
     LikelihoodOptions none;
     none.draws = 0;
-    EXPECT_THROW(absorbing_nelbo(discrete, {"The Eagle is a pub ."}, none), std::invalid_argument);
+    EXPECT_THROW(discrete_nelbo(discrete, {"The Eagle is a pub ."}, none), std::invalid_argument);
 }
 
 // The corpus model's words with no padding token, as a checkpoint trained on packed text has.
@@ -74,7 +103,7 @@ TEST(Likelihood, AModelWithoutAPaddingTokenIsRefusedSayingWhy) {
     Model model = load_model(testing::corpus_model_dir(), Family::discrete);
     model.tokenizer = std::make_shared<NoPadTokenizer>(model.tokenizer);
     try {
-        absorbing_nelbo(model, {"The Eagle is a pub ."}, {});
+        discrete_nelbo(model, {"The Eagle is a pub ."}, {});
         FAIL() << "a model without a padding token was scored";
     } catch (const std::invalid_argument& e) {
         EXPECT_NE(std::string(e.what()).find("has no padding token"), std::string::npos) << e.what();

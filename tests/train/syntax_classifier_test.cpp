@@ -29,11 +29,15 @@ class TextClassifierTraining : public ::testing::Test {
 protected:
     void SetUp() override { test::write_micro_csv(dir_.path() / "train.csv", test::micro_records()); }
 
-    // A micro denoiser of `family`, trained for a few steps.
+    // A micro denoiser of `family`, trained for a few steps; "uniform" is the discrete family with uniform noise.
     std::filesystem::path train_denoiser(const std::string& family) {
         json j = test::micro_teacher_config(dir_.path(), 12);
-        j["kind"] = family;
+        j["kind"] = family == "uniform" ? "discrete" : family;
         j["network"] = {{"dim", 16}, {"layers", 1}, {"heads", 2}, {"ff_dim", 32}};
+        if (family == "uniform") {
+            j["network"]["objective"] = "score_entropy";
+            j["network"]["graph"] = "uniform";
+        }
         if (family == "continuous") j["network"]["embed_dim"] = 8;
         j["max_condition_length"] = 24;
         j["out"] = (dir_.path() / ("denoiser-" + family)).string();
@@ -78,11 +82,13 @@ protected:
 };
 
 TEST_F(TextClassifierTraining, TrainsForEachFamilyAndGuidesWithExactGradients) {
-    for (const std::string family : {"continuous", "discrete"}) {
-        SCOPED_TRACE(family);
-        const auto denoiser = train_denoiser(family);
+    // "uniform": a discrete classifier trained on its denoiser's uniform noise (each token redrawn), which it records.
+    for (const std::string variant : {"continuous", "discrete", "uniform"}) {
+        SCOPED_TRACE(variant);
+        const std::string family = variant == "uniform" ? "discrete" : variant;
+        const auto denoiser = train_denoiser(variant);
         const auto data = write_annotations(denoiser);
-        const json config = classifier_config(denoiser, data, "classifier-" + family);
+        const json config = classifier_config(denoiser, data, "classifier-" + variant);
         const auto result = train::train(train::parse_train_config(config, dir_.path()));
         ASSERT_TRUE(result.finished);
 
@@ -91,6 +97,7 @@ TEST_F(TextClassifierTraining, TrainsForEachFamilyAndGuidesWithExactGradients) {
         const json written = json::parse(in);
         EXPECT_EQ(written["type"], "syntax_classifier");
         EXPECT_EQ(written["families"], json::array({family}));
+        EXPECT_EQ(written["network"].value("graph", "absorb"), variant == "uniform" ? "uniform" : "absorb");
         EXPECT_EQ(written["network"]["tags"], json::array({"NN", "VBZ"}));
         EXPECT_EQ(written["network"]["labels"], json::array({"S", "NP", "VP"}));  // the top S is a span too
 

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include <rudder/nn/config_error.hpp>
+#include <rudder/nn/score_entropy.hpp>
 
 namespace rudder::nn {
 using json = nlohmann::json;
@@ -32,7 +33,8 @@ DenoiserConfig trunk_config(const json& config, const Tokenizer& tokenizer) {
 TextClassifierNet::TextClassifierNet(const json& config, const Tokenizer& tokenizer)
     : trunk_config_(trunk_config(config, tokenizer)),
       schedule_(trunk_config_.gaussian_schedule()),
-      mask_schedule_(trunk_config_.mask_eps) {
+      mask_schedule_(trunk_config_.mask_eps),
+      uniform_schedule_(trunk_config_.uniform_sigma_min, trunk_config_.uniform_sigma_max) {
     std::vector<ConfigIssue> issues;
     json_input::ObjectReader r(config, "", issues);
     span_hidden_ = r.integer("span_hidden", 1, 8192).value_or(span_hidden_);
@@ -45,9 +47,6 @@ TextClassifierNet::TextClassifierNet(const json& config, const Tokenizer& tokeni
     if (tags_.empty() && classes_.empty())
         r.issue("classes", "no head: give \"tags\" and \"labels\" (syntax) or \"classes\" (attribute), or both");
     if (classes_.size() == 1) r.issue("classes", "expected at least two classes");
-    if (trunk_config_.graph == "uniform")
-        issues.push_back({"/graph", "noisy classifiers for uniform-noise denoisers are not implemented (they are trained "
-                                    "on masking noise)"});
     if (!issues.empty()) throw ConfigError("text classifier network config", std::move(issues));
 
     const int64_t W = trunk_config_.dim, V = trunk_config_.vocab_size;
@@ -157,6 +156,12 @@ at::Tensor TextClassifierNet::noisy_input(const at::Tensor& tokens, at::Generato
         return a.sqrt() * at::embedding(noise_embedding_, tokens) + (1.0 - a).sqrt() * eps;
     }
     t = at::rand({B}, gen, at::kFloat) * (1.0 - kMinTime) + kMinTime;
+    if (trunk_config_.graph == "uniform") {
+        std::vector<double> sigma_bar(static_cast<size_t>(B));
+        for (int64_t b = 0; b < B; ++b) sigma_bar[static_cast<size_t>(b)] = uniform_schedule_.sigma_bar(t[b].item<double>());
+        return sample_transition(Graph::uniform, tokens, at::tensor(sigma_bar, at::kDouble), trunk_config_.vocab_size,
+                                 trunk_config_.mask_id, gen);
+    }
     const at::Tensor masked = at::rand({B, L}, gen, at::kFloat).lt((t * (1.0 - mask_schedule_.eps())).unsqueeze(1));
     return tokens.masked_fill(masked, trunk_config_.mask_id);
 }

@@ -9,6 +9,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include <rudder/nn/score_entropy.hpp>
+
 namespace rudder {
 
 double LikelihoodReport::perplexity_bound() const { return std::exp(nats_per_token()); }
@@ -20,10 +22,24 @@ double LikelihoodReport::standard_error_per_token() const {
     return std::sqrt(variance / n) * n / static_cast<double>(tokens);
 }
 
-LikelihoodReport absorbing_nelbo(const Model& model, const std::vector<std::string>& texts, const LikelihoodOptions& options,
-                                 const std::function<void(int64_t, int64_t)>& progress) {
+std::string nelbo_kind(const Model& model) {
+    return model.denoiser && model.denoiser->uniform_noise() ? "sedd_uniform" : "mdlm_absorbing";
+}
+
+namespace {
+
+// SEDD's prior term for one position: KL(q(z_1 | x) || uniform) with q(z_1 | x) = alpha [z = x] + (1 - alpha) / V.
+double uniform_prior_kl(double alpha, int64_t vocab_size) {
+    const double V = static_cast<double>(vocab_size), stay = alpha + (1.0 - alpha) / V, move = (1.0 - alpha) / V;
+    return stay * std::log(stay * V) + (V - 1.0) * (move > 0 ? move * std::log(move * V) : 0.0);
+}
+
+}  // namespace
+
+LikelihoodReport discrete_nelbo(const Model& model, const std::vector<std::string>& texts, const LikelihoodOptions& options,
+                                const std::function<void(int64_t, int64_t)>& progress) {
     if (model.family != Family::discrete || !model.denoiser || !model.tokenizer)
-        throw std::invalid_argument("the likelihood bound is computed for discrete (absorbing) models; '" + model.name +
+        throw std::invalid_argument("the likelihood bound is computed for discrete models; '" + model.name +
                                     "' is " + family_name(model.family));
     if (options.draws < 1 || options.batch_size < 1 || options.length < 0)
         throw std::invalid_argument("likelihood: draws and batch size must be at least 1, the length 0 or more");
@@ -33,6 +49,7 @@ LikelihoodReport absorbing_nelbo(const Model& model, const std::vector<std::stri
     if (pad < 0)
         throw std::invalid_argument("the likelihood bound pads each text to the network's positions, and '" + model.name +
                                     "' has no padding token (a checkpoint trained on packed text); it is not computed for it");
+    const GeometricSchedule* uniform = model.denoiser->uniform_noise();
     LikelihoodReport report;
     report.draws = options.draws;
 
@@ -76,6 +93,17 @@ LikelihoodReport absorbing_nelbo(const Model& model, const std::vector<std::stri
             // Stratified times: the draws cover (0, 1] evenly, each at a uniform point of its stratum.
             const double u = at::rand({1}, gen, at::kDouble).item<double>();
             const double t = std::max((static_cast<double>(k) + u) / static_cast<double>(options.draws), 1e-6);
+            if (uniform) {
+                const double sigma_bar = uniform->sigma_bar(t);
+                const at::Tensor level = at::full({B * L}, sigma_bar, at::kDouble);
+                const at::Tensor z = nn::sample_transition(nn::Graph::uniform, x, level.narrow(0, 0, B), V, mask, gen);
+                const at::Tensor post = model.denoiser->denoise(z, t, {}).logits.to(at::kCPU).to(at::kDouble).reshape({B * L, V});
+                const at::Tensor flat_z = z.reshape({B * L});
+                const at::Tensor score = nn::uniform_score_of_clean(nn::uniform_rest_from_posterior(post, flat_z, level), flat_z, level);
+                const at::Tensor entropy = nn::score_entropy(nn::Graph::uniform, score, flat_z, x.reshape({B * L}), level, mask);
+                per_text += entropy.view({B, L}).sum(1) * uniform->sigma(t);
+                continue;
+            }
             const at::Tensor masked = at::rand({B, L}, gen, at::kFloat).lt(model.mask_schedule.mask_prob(t));
             if (!masked.any().item<bool>()) continue;
             const at::Tensor z = at::where(masked, at::full({}, mask, at::kLong), x);
@@ -86,6 +114,7 @@ LikelihoodReport absorbing_nelbo(const Model& model, const std::vector<std::stri
             per_text -= (log_p * masked.to(at::kDouble)).sum(1) / t;
         }
         per_text /= static_cast<double>(options.draws);
+        if (uniform) per_text += static_cast<double>(L) * uniform_prior_kl(uniform->alpha(1.0), V);
         report.texts += B;
         report.nelbo_sum += per_text.sum().item<double>();
         report.nelbo_sq_sum += per_text.pow(2).sum().item<double>();

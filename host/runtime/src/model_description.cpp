@@ -128,7 +128,9 @@ json describe_rudder_model(const fs::path& dir, const json& config) {
                           : std::string("discrete denoiser trained as MDLM (SUBS, absorbing)");
         d["noise"] = graph == "uniform" ? network.value("uniform_schedule", json::object())
                                         : config.value("mask_schedule", network.value("mask_schedule", json::object()));
-        if (graph == "uniform") d["sampling"] = "not yet: Rudder has no sampler for uniform-noise models";
+        if (graph == "uniform")
+            d["sampling"] = "uniform noise: every position is redrawn at every step ('analytic': Tweedie tau-leaping, "
+                            "'euler'); no position is ever masked";
     }
     d["network"] = {{"width", network.value("dim", int64_t{0})},
                     {"layers", network.value("layers", int64_t{0})},

@@ -9,7 +9,9 @@
 //               weights as the buffer "noise_embedding", frozen) and schedule; the network sees x_t projected up.
 //   discrete:   tokens masked with probability (1 - eps) t (the denoiser's log-linear schedule); the network
 //               embeds them with its own table, and takes a one-hot (or soft) [B, L, V] input too, so the
-//               gradient with respect to the one-hot tokens exists for guidance.
+//               gradient with respect to the one-hot tokens exists for guidance. A uniform-noise denoiser's
+//               classifier ("graph": "uniform") sees its noise instead: each token redrawn uniformly with
+//               probability 1 - exp(-sigma_bar(t)), geometric sigma_bar (nn::sample_transition).
 // Both add a time embedding and run the denoiser's transformer trunk (nn/denoiser_net.hpp) without condition.
 //
 // Heads (syntax heads when "tags" is not empty, the attribute head when "classes" is not empty):
@@ -90,6 +92,7 @@ private:
     bool noise_ = true;
     GaussianSchedule schedule_;
     MaskSchedule mask_schedule_;
+    GeometricSchedule uniform_schedule_;  // discrete, "graph": "uniform"
     at::Tensor noise_embedding_;  // continuous: buffer [V, D]
     at::Tensor token_embedding_;  // discrete: [V, dim]
     torch::nn::Linear input_proj_{nullptr}, time_mlp1_{nullptr}, time_mlp2_{nullptr};

@@ -1,12 +1,19 @@
-// A discrete model's own likelihood bound: the negative ELBO of absorbing (masked) diffusion, as MDLM states it in
-// continuous time (Sahoo et al. 2024, "Simple and effective masked diffusion language models", eq. 11):
+// A discrete model's own likelihood bound, its negative ELBO, estimated by Monte Carlo: per batch of texts, `draws`
+// times one t stratified in ((k + u) / draws) and one noise draw per text. `rudder likelihood` (docs/cli.md).
 //
+// Absorbing (masking) noise: MDLM's continuous-time bound (Sahoo et al. 2024, "Simple and effective masked diffusion
+// language models", eq. 11)
 //   -log p(x) <= E_{t ~ U(0, 1]} E_{z_t ~ q(z_t | x)} [ a'(t) / (1 - a(t)) * sum_{i masked in z_t} log p(x_i | z_t) ]
-//
 // with a(t) = 1 - m(t) the share of tokens kept and m(t) = (1 - eps) t Rudder's masking probability, so the weight
-// -a'(t) / (1 - a(t)) is 1 / t. The bound is tight when p(x_i | z_t) is the true posterior (the exact corpus
-// denoiser's), and it is how MDLM and SEDD compare models. Estimated by Monte Carlo: per batch of texts, `draws`
-// times one t stratified in ((k + u) / draws) and one mask draw per text. `rudder likelihood` (docs/cli.md).
+// -a'(t) / (1 - a(t)) is 1 / t. For a score-entropy network sampled through the clean-token distribution its score
+// implies, this is SEDD's bound for that (normalised) score: see docs/training.md.
+//
+// Uniform noise: SEDD's bound (Lou et al. 2024, eq. 10 and theorem 3.6), the diffusion-weighted denoising score
+// entropy of the score the model's clean-token estimate implies, plus the prior term:
+//   -log p(x) <= E_{t ~ U(0, 1]} E_{z_t ~ q(z_t | x)} [ sigma(t) sum_i DSE_i(s(z_t), z_t, x) ]
+//                + sum_i KL(q(z_1^i | x_i) || uniform)
+// (nn::score_entropy; the score from nn::uniform_score_of_clean). Both are tight when the denoiser is the true
+// posterior (the exact corpus denoiser's), and they are how MDLM and SEDD compare models.
 #pragma once
 
 #include <cstdint>
@@ -41,9 +48,12 @@ struct LikelihoodReport {
     double standard_error_per_token() const;
 };
 
-// Throws std::invalid_argument for a model that is not of the discrete (absorbing) family, or bad options.
+// Which bound the model takes: "mdlm_absorbing" or "sedd_uniform".
+std::string nelbo_kind(const Model& model);
+
+// Throws std::invalid_argument for a model that is not of the discrete family, or bad options.
 // `progress(texts done, texts)` is called after every batch.
-LikelihoodReport absorbing_nelbo(const Model& model, const std::vector<std::string>& texts, const LikelihoodOptions& options,
+LikelihoodReport discrete_nelbo(const Model& model, const std::vector<std::string>& texts, const LikelihoodOptions& options,
                                  const std::function<void(int64_t, int64_t)>& progress = {});
 
 }  // namespace rudder
