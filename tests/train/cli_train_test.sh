@@ -146,6 +146,32 @@ JSON
     out=$("$rudder" models "$work/cdcd") || fail "models exit $?"
     grep -q "kind: continuous denoiser trained as CDCD" <<<"$out" || fail "$out"
     ;;
+  uniform_generate)
+    # A micro SEDD denoiser with uniform noise through the CLI: it samples with every position redrawn at each step,
+    # hard constraints and classifier-free guidance hold, samplers that unmask are refused, and `rudder likelihood`
+    # gives SEDD's bound.
+    sed 's/"kind": "teacher"/"kind": "discrete"/; s/"out": "model"/"out": "uniform"/' "$work/teacher.json" |
+      sed 's/"network": {"dim": 16, "layers": 1, "heads": 2}/"network": {"dim": 16, "layers": 1, "heads": 2, "objective": "score_entropy", "graph": "uniform"}/' \
+      > "$work/uniform.json"
+    "$rudder" train -q "$work/uniform.json" || fail "train exit $?"
+    cat > "$work/uniform_recipe.json" <<'JSON'
+{ "model": "uniform", "sampler": {"name": "analytic", "steps": 20, "top_k": 50}, "samples": 3, "max_length": 12,
+  "controllers": [ {"plugin": "length", "params": {"tokens": 5}}, {"plugin": "span", "params": {"prefix": "Aromi"}},
+                   {"plugin": "exclude_words", "params": {"words": ["French"]}},
+                   {"plugin": "cfg", "params": {"condition": "name[Aromi], food[Italian]", "gamma": 2}} ] }
+JSON
+    out=$("$rudder" generate -q "$work/uniform_recipe.json") || fail "generate exit $?"
+    [ "$(grep -c '"exclude_words":{"satisfied":true,[^}]*},"length":{"satisfied":true,"score":5.0},"span":{"satisfied":true,"score":1.0}' <<<"$out")" -eq 3 ] || fail "$out"
+    sed 's/"name": "analytic"/"name": "euler"/' "$work/uniform_recipe.json" > "$work/uniform_euler.json"
+    "$rudder" generate -q "$work/uniform_euler.json" > /dev/null || fail "euler exit $?"
+    refused_recipe uniform_recipe.json 's/"name": "analytic", "steps": 20/"name": "first_hitting"/' \
+      "/sampler/name: model 'uniform' diffuses with uniform noise"
+    out=$("$rudder" likelihood "$work/uniform" "$work/train.csv" --draws 4 2>/dev/null) || fail "likelihood exit $?"
+    grep -q "^bound: SEDD's (uniform noise" <<<"$out" || fail "$out"
+    grep -q "^negative ELBO [0-9.]* nats per token" <<<"$out" || fail "$out"
+    out=$("$rudder" models "$work/uniform") || fail "models exit $?"
+    grep -q "sampling: uniform noise" <<<"$out" || fail "$out"
+    ;;
   cfg_generate)
     # Classifier-free guidance on a micro conditional denoiser: it runs and judges; bad params and a model without
     # a condition are refused with messages that say why.

@@ -829,8 +829,12 @@ at::Tensor Generator::run_uniform(int64_t batch, at::Generator& gen, const StepT
 
         // The controls as deltas on the network's (finite) scores: -inf where a token is forbidden or not the fixed one.
         const at::Tensor delta = Composer::controlled(logits, combined, {}, mask_id) - logits;
-        const at::Tensor scores = sampler.step_log_probs(logits, tokens.view({-1}), i, T, recipe_.sampler.top_k,
-                                                         recipe_.sampler.top_p) + delta;
+        at::Tensor scores = sampler.step_log_probs(logits, tokens.view({-1}), i, T, recipe_.sampler.top_k,
+                                                   recipe_.sampler.top_p) + delta;
+        // A fixed position keeps its token whatever the step would give it (Euler's large steps can give staying
+        // probability 0): its row is the constraint alone.
+        if (combined.fixed.defined())
+            scores = at::where(combined.fixed.ge(0).view({-1, 1}), delta.to(scores.scalar_type()), scores);
         at::Tensor drawn;
         try {
             drawn = DiscreteSampler::draw(scores, gen);
