@@ -8,11 +8,12 @@
 // -a'(t) / (1 - a(t)) is 1 / t. For a score-entropy network sampled through the clean-token distribution its score
 // implies, this is SEDD's bound for that (normalised) score: see docs/training.md.
 //
-// Uniform noise: SEDD's bound (Lou et al. 2024, eq. 10 and theorem 3.6), the diffusion-weighted denoising score
-// entropy of the score the model's clean-token estimate implies, plus the prior term:
+// Uniform noise: SEDD's bound (Lou et al. 2024: the diffusion-weighted denoising score entropy is a negative ELBO),
+// for the score the model's clean-token estimate implies, plus the prior term:
 //   -log p(x) <= E_{t ~ U(0, 1]} E_{z_t ~ q(z_t | x)} [ sigma(t) sum_i DSE_i(s(z_t), z_t, x) ]
 //                + sum_i KL(q(z_1^i | x_i) || uniform)
-// (nn::score_entropy; the score from nn::uniform_score_of_clean). Both are tight when the denoiser is the true
+// (nn::score_entropy; the score from nn::uniform_score_of_clean). As in SEDD, the noise below sigma_min (1e-4, a
+// token changed with probability 1e-4) is left out. Both are tight when the denoiser is the true
 // posterior (the exact corpus denoiser's), and they are how MDLM and SEDD compare models.
 #pragma once
 
