@@ -34,6 +34,16 @@ ToyCorpus make_toy_corpus() {
     return corpus;
 }
 
+// The exact denoiser's options for the corpus in `family`.
+CorpusDenoiser::Options corpus_options(const ToyCorpus& corpus, Family family) {
+    CorpusDenoiser::Options options;
+    options.family = family;
+    options.vocab_size = corpus.tokenizer.vocab_size();
+    options.pad_id = corpus.tokenizer.pad_id();
+    options.mask_id = corpus.tokenizer.mask_id();
+    return options;
+}
+
 // How many rows of `tokens` [B, L] are a corpus sentence followed only by padding; prints every sample.
 int64_t count_exact(const ToyCorpus& corpus, const at::Tensor& tokens, const char* family) {
     const at::Tensor cpu = tokens.to(at::kCPU).contiguous();
@@ -63,11 +73,7 @@ int64_t count_exact(const ToyCorpus& corpus, const at::Tensor& tokens, const cha
 at::Tensor run_discrete(const ToyCorpus& corpus, int64_t steps, uint64_t seed,
                         DiscreteSampler::Kind kind = DiscreteSampler::Kind::analytic,
                         DiscreteSampler::Remasking remasking = {}) {
-    CorpusDenoiser::Options options;
-    options.family = Family::discrete;
-    options.vocab_size = corpus.tokenizer.vocab_size();
-    options.pad_id = corpus.tokenizer.pad_id();
-    options.mask_id = corpus.tokenizer.mask_id();
+    CorpusDenoiser::Options options = corpus_options(corpus, Family::discrete);
     CorpusDenoiser denoiser(corpus.sentences, options, GaussianSchedule::make("sqrt", 1000));
     const DiscreteSampler sampler(MaskSchedule(), kind, steps, 0, DiscreteSampler::Order::probability, remasking);
 
@@ -115,11 +121,7 @@ TEST(ReverseLoop, DiscreteRemaskingReproducesCorpusSentences) {
 
 TEST(ReverseLoop, ContinuousDdimReproducesCorpusSentences) {
     const ToyCorpus corpus = make_toy_corpus();
-    CorpusDenoiser::Options options;
-    options.family = Family::continuous;
-    options.vocab_size = corpus.tokenizer.vocab_size();
-    options.pad_id = corpus.tokenizer.pad_id();
-    options.mask_id = corpus.tokenizer.mask_id();
+    CorpusDenoiser::Options options = corpus_options(corpus, Family::continuous);
     options.embed_dim = 16;
     options.embed_seed = 7;
     const GaussianSchedule schedule = GaussianSchedule::make("sqrt", 1000);
@@ -144,11 +146,7 @@ TEST(ReverseLoop, ContinuousDdimReproducesCorpusSentences) {
 // drawn independently given x_t, so a step can mix two sentences; late steps, where the posterior is sure, mend that.
 TEST(ReverseLoop, DiscreteUniformNoiseTauLeapingReproducesTheCorpusDistribution) {
     const ToyCorpus corpus = make_toy_corpus();
-    CorpusDenoiser::Options options;
-    options.family = Family::discrete;
-    options.vocab_size = corpus.tokenizer.vocab_size();
-    options.pad_id = corpus.tokenizer.pad_id();
-    options.mask_id = corpus.tokenizer.mask_id();
+    CorpusDenoiser::Options options = corpus_options(corpus, Family::discrete);
     options.uniform_noise = GeometricSchedule(1e-4, 20.0);
     CorpusDenoiser denoiser(corpus.sentences, options, GaussianSchedule::make("sqrt", 1000));
     constexpr int64_t kDraws = 480;

@@ -17,12 +17,18 @@
 namespace rudder {
 namespace {
 
-TEST(Likelihood, TheExactDenoisersBoundIsTheCorpusLogProbability) {
-    const Model model = load_model(testing::corpus_model_dir(), Family::discrete);
+// Enough draws that the exact denoiser's bound is within a few hundredths of log 24.
+LikelihoodOptions exact_bound_options() {
     LikelihoodOptions options;
     options.draws = 64;
     options.batch_size = 8;
     options.seed = 3;
+    return options;
+}
+
+TEST(Likelihood, TheExactDenoisersBoundIsTheCorpusLogProbability) {
+    const Model model = load_model(testing::corpus_model_dir(), Family::discrete);
+    LikelihoodOptions options = exact_bound_options();
     const LikelihoodReport r = discrete_nelbo(model, testing::corpus_sentences(), options);
     ASSERT_EQ(r.texts, 24);
     EXPECT_EQ(r.skipped_too_long, 0);
@@ -57,10 +63,7 @@ TEST(Likelihood, TheUniformNoiseBoundOfTheExactDenoiserIsTheCorpusLogProbability
     std::ofstream(dir / "config.json") << config.dump(2);
     const Model model = load_model(dir, Family::discrete);
     EXPECT_EQ(nelbo_kind(model), "sedd_uniform");
-    LikelihoodOptions options;
-    options.draws = 64;
-    options.batch_size = 8;
-    options.seed = 3;
+    LikelihoodOptions options = exact_bound_options();
     const LikelihoodReport r = discrete_nelbo(model, testing::corpus_sentences(), options);
     ASSERT_EQ(r.texts, 24);
     const double standard_error = r.standard_error_per_token() * static_cast<double>(r.tokens) / r.texts;
