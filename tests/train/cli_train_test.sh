@@ -23,6 +23,13 @@ cat > "$work/teacher.json" <<'JSON'
   "max_length": 12, "out": "model" }
 JSON
 train() { "$rudder" train "$work/teacher.json" "$@"; }
+# Trains a micro denoiser of kind $1 into $work/$2 (config $work/$2.json) with the network keys $3 added to the teacher's.
+train_micro() {
+  sed "s/\"kind\": \"teacher\"/\"kind\": \"$1\"/; s/\"out\": \"model\"/\"out\": \"$2\"/" "$work/teacher.json" |
+    sed "s/\"network\": {\"dim\": 16, \"layers\": 1, \"heads\": 2}/\"network\": {\"dim\": 16, \"layers\": 1, \"heads\": 2, $3}/" \
+    > "$work/$2.json"
+  "$rudder" train -q "$work/$2.json" || fail "train $2 exit $?"
+}
 # `rudder validate` must refuse the recipe $1 edited by the sed expression $2 (exit 2) with a message matching $3.
 refused_recipe() {
   sed "$2" "$work/$1" > "$work/edited.json"
@@ -125,10 +132,7 @@ JSON
   cdcd_generate)
     # A micro CDCD denoiser through the CLI: config.json carries its learned warp, the model loads, and hard
     # constraints and classifier-free guidance (which reads the self-conditioning too) run on it.
-    sed 's/"kind": "teacher"/"kind": "continuous"/; s/"out": "model"/"out": "cdcd"/' "$work/teacher.json" |
-      sed 's/"network": {"dim": 16, "layers": 1, "heads": 2}/"network": {"dim": 16, "layers": 1, "heads": 2, "embed_dim": 8, "objective": "cdcd", "self_conditioning": true, "schedule": {"name": "cdcd", "T": 200, "warp_bins": 10}}/' \
-      > "$work/cdcd.json"
-    "$rudder" train -q "$work/cdcd.json" || fail "train exit $?"
+    train_micro continuous cdcd '"embed_dim": 8, "objective": "cdcd", "self_conditioning": true, "schedule": {"name": "cdcd", "T": 200, "warp_bins": 10}'
     python3 - "$work/cdcd/config.json" <<'PY' || fail "config.json: $(cat "$work/cdcd/config.json")"
 import json, sys
 c = json.load(open(sys.argv[1]))
@@ -150,10 +154,7 @@ JSON
     # A micro SEDD denoiser with uniform noise through the CLI: it samples with every position redrawn at each step,
     # hard constraints and classifier-free guidance hold, samplers that unmask are refused, and `rudder likelihood`
     # gives SEDD's bound.
-    sed 's/"kind": "teacher"/"kind": "discrete"/; s/"out": "model"/"out": "uniform"/' "$work/teacher.json" |
-      sed 's/"network": {"dim": 16, "layers": 1, "heads": 2}/"network": {"dim": 16, "layers": 1, "heads": 2, "objective": "score_entropy", "graph": "uniform"}/' \
-      > "$work/uniform.json"
-    "$rudder" train -q "$work/uniform.json" || fail "train exit $?"
+    train_micro discrete uniform '"objective": "score_entropy", "graph": "uniform"'
     cat > "$work/uniform_recipe.json" <<'JSON'
 { "model": "uniform", "sampler": {"name": "analytic", "steps": 20, "top_k": 50}, "samples": 3, "max_length": 12,
   "controllers": [ {"plugin": "length", "params": {"tokens": 5}}, {"plugin": "span", "params": {"prefix": "Aromi"}},

@@ -14,6 +14,10 @@ Graph parse_graph(const std::string& name) {
     throw std::invalid_argument("unknown transition graph '" + name + "'; expected \"absorb\" or \"uniform\"");
 }
 
+at::Tensor uniform_own_token_gain(const at::Tensor& sigma_bar, int64_t vocab_size) {
+    return at::log1p(static_cast<double>(vocab_size) / at::expm1(sigma_bar.to(at::kDouble)));
+}
+
 namespace {
 
 void check_rows(const at::Tensor& tokens, const at::Tensor& sigma_bar, const char* what) {
@@ -26,18 +30,20 @@ void check_rows(const at::Tensor& tokens, const at::Tensor& sigma_bar, const cha
 // K(a) = a (log a - 1), with K(0) = 0.
 at::Tensor k_term(const at::Tensor& a) { return at::xlogy(a, a) - a; }
 
-// log(alpha + (1 - alpha) / V) - log((1 - alpha) / V) = log1p(V / expm1(sigma_bar)): what x_t's own entry gains.
-at::Tensor own_token_evidence(const at::Tensor& sigma_bar, int64_t vocab_size) {
-    return at::log1p(static_cast<double>(vocab_size) / at::expm1(sigma_bar.to(at::kDouble)));
-}
-
-at::Tensor shift_own_token(const at::Tensor& logp, const at::Tensor& x_t, const at::Tensor& sigma_bar, double sign,
-                           const char* what) {
+// The checks every uniform-graph function of a clean-token distribution shares: log-probabilities [N, V] at tokens
+// x_t [N], total noise sigma_bar [N] > 0.
+void check_clean(const at::Tensor& logp, const at::Tensor& x_t, const at::Tensor& sigma_bar, const char* what) {
     check_rows(x_t, sigma_bar, what);
     if (!logp.defined() || logp.dim() != 2 || logp.size(0) != x_t.size(0))
         throw std::invalid_argument(std::string(what) + ": the log-probabilities must be [N, V] with N = x_t's rows");
     if (!(sigma_bar.gt(0).all().item<bool>())) throw std::invalid_argument(std::string(what) + ": sigma_bar must be > 0");
-    const at::Tensor gain = (sign * own_token_evidence(sigma_bar, logp.size(1))).to(logp.device()).to(logp.scalar_type());
+}
+
+at::Tensor shift_own_token(const at::Tensor& logp, const at::Tensor& x_t, const at::Tensor& sigma_bar, double sign,
+                           const char* what) {
+    check_clean(logp, x_t, sigma_bar, what);
+    const int64_t V = logp.size(1);
+    const at::Tensor gain = (sign * uniform_own_token_gain(sigma_bar, V)).to(logp.device()).to(logp.scalar_type());
     return at::log_softmax(logp.scatter_add(1, x_t.unsqueeze(1), gain.unsqueeze(1)), 1);
 }
 
@@ -116,10 +122,7 @@ at::Tensor uniform_rest_from_posterior(const at::Tensor& log_post, const at::Ten
 }
 
 at::Tensor uniform_score_of_clean(const at::Tensor& log_p0, const at::Tensor& x_t, const at::Tensor& sigma_bar) {
-    check_rows(x_t, sigma_bar, "uniform_score_of_clean");
-    if (!log_p0.defined() || log_p0.dim() != 2 || log_p0.size(0) != x_t.size(0))
-        throw std::invalid_argument("uniform_score_of_clean: log_p0 must be [N, V] with N = x_t's rows");
-    if (!(sigma_bar.gt(0).all().item<bool>())) throw std::invalid_argument("uniform_score_of_clean: sigma_bar must be > 0");
+    check_clean(log_p0, x_t, sigma_bar, "uniform_score_of_clean");
     const double V = static_cast<double>(log_p0.size(1));
     // a = alpha V / (1 - alpha) = V / expm1(sigma_bar), in float64 before it meets the probabilities.
     const at::Tensor a = (V / at::expm1(sigma_bar.to(at::kDouble))).to(log_p0.device()).to(log_p0.scalar_type()).unsqueeze(1);

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include <rudder/nn/score_entropy.hpp>
 #include <rudder/runtime/denoiser.hpp>
 
 namespace rudder {
@@ -168,10 +169,9 @@ DenoiserOutput CorpusDenoiser::denoise(const at::Tensor& x, double t, const std:
         // (|x|^2, and ab * L because the rows of E are unit vectors).
         log_w = per_sentence(at::matmul(x, embedding_.t())) * (std::sqrt(ab) / (1.0 - ab));
     } else if (options_.uniform_noise) {
-        // Each agreeing position multiplies the weight by (alpha + (1 - alpha) / V) / ((1 - alpha) / V) = 1 + alpha V /
-        // (1 - alpha); disagreeing ones leave it.
-        const double sigma_bar = options_.uniform_noise->sigma_bar(t);
-        const double per_match = std::log1p(static_cast<double>(V) / std::expm1(sigma_bar));
+        // Each agreeing position adds its own token's evidence; disagreeing ones leave the weight.
+        const double per_match =
+            nn::uniform_own_token_gain(at::full({1}, options_.uniform_noise->sigma_bar(t), at::kDouble), V).item<double>();
         log_w = per_sentence(one_hot(x, at::ones_like(x, at::kBool))) * per_match;
     } else {
         masked = x.eq(options_.mask_id);

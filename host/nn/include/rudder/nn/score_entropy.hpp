@@ -50,6 +50,9 @@ at::Tensor score_entropy(Graph graph, const at::Tensor& log_score, const at::Ten
 //   post(y) ∝ p0(y) (alpha [y = x_t] + (1 - alpha) / V),   alpha = exp(-sigma_bar).
 // Both map log-probabilities [N, V] at tokens x_t (int64 [N]) and total noise sigma_bar (float64 [N], > 0) to
 // log-probabilities [N, V] in the input's dtype (-inf stays -inf).
+// What a position's own token adds to the log-weight of a clean token equal to it:
+//   log(alpha + (1 - alpha) / V) - log((1 - alpha) / V) = log1p(V / expm1(sigma_bar)), float64 per entry of sigma_bar.
+at::Tensor uniform_own_token_gain(const at::Tensor& sigma_bar, int64_t vocab_size);
 at::Tensor uniform_posterior_from_rest(const at::Tensor& log_p0, const at::Tensor& x_t, const at::Tensor& sigma_bar);
 at::Tensor uniform_rest_from_posterior(const at::Tensor& log_post, const at::Tensor& x_t, const at::Tensor& sigma_bar);
 
