@@ -1,11 +1,12 @@
-// `rudder likelihood MODEL FILE`: a discrete model's own bound on the negative log-likelihood of texts (its negative
-// ELBO: MDLM's for absorbing noise, SEDD's for uniform noise; rudder/runtime/likelihood.hpp), per token and as a
-// perplexity bound.
+// `rudder likelihood MODEL FILE`: a model's own bound on the negative log-likelihood of texts (its negative ELBO:
+// MDLM's for absorbing noise, SEDD's for uniform noise, the Gaussian chain's variational bound for the continuous
+// family; rudder/runtime/likelihood.hpp), per token and as a perplexity bound.
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include <rudder/nn/compute_threads.hpp>
 #include <rudder/runtime/likelihood.hpp>
@@ -20,18 +21,20 @@ namespace {
 using json = nlohmann::json;
 
 struct Options {
-    std::string model, file;
+    std::string model, file, family;
     LikelihoodOptions likelihood;
     int64_t max_texts = 0;
     bool as_json = false, quiet = false;
 };
 
 int cmd_likelihood(const Options& o) {
-    const Model model = load_model(resolve_model(o.model, std::filesystem::current_path(), default_model_path()), Family::discrete);
+    std::optional<Family> family;
+    if (!o.family.empty()) family = o.family == "continuous" ? Family::continuous : Family::discrete;
+    const Model model = load_model(resolve_model(o.model, std::filesystem::current_path(), default_model_path()), family);
     std::vector<std::string> texts = read_texts(o.file);
     if (o.max_texts > 0 && static_cast<int64_t>(texts.size()) > o.max_texts) texts.resize(static_cast<size_t>(o.max_texts));
     ComputeShare share;
-    const LikelihoodReport r = discrete_nelbo(model, texts, o.likelihood, [&](int64_t done, int64_t total) {
+    const LikelihoodReport r = nelbo(model, texts, o.likelihood, [&](int64_t done, int64_t total) {
         if (!o.quiet) std::fprintf(stderr, "\r%lld/%lld texts", static_cast<long long>(done), static_cast<long long>(total));
     });
     if (!o.quiet) std::fprintf(stderr, "\n");
@@ -52,8 +55,10 @@ int cmd_likelihood(const Options& o) {
                   << "\n";
         return kExitOk;
     }
-    std::printf("bound: %s\n", nelbo_kind(model) == "sedd_uniform" ? "SEDD's (uniform noise: diffusion-weighted score entropy + prior)"
-                                                                    : "MDLM's (absorbing noise)");
+    const std::string kind = nelbo_kind(model);
+    std::printf("bound: %s\n", kind == "sedd_uniform"  ? "SEDD's (uniform noise: diffusion-weighted score entropy + prior)"
+                               : kind == "ddpm_vlb"    ? "the Gaussian chain's variational bound (decoding + T steps + prior)"
+                                                       : "MDLM's (absorbing noise)");
     std::printf("negative ELBO %.4f nats per token (standard error %.4f): perplexity at most %.3f\n", r.nats_per_token(),
                 r.standard_error_per_token(), r.perplexity_bound());
     std::printf("%lld texts, %lld tokens including one end token per text, %lld positions each, %lld draws per text\n",
@@ -70,12 +75,14 @@ int cmd_likelihood(const Options& o) {
 
 void add_likelihood_command(CLI::App& app, Commands& commands) {
     auto o = std::make_shared<Options>();
-    auto* cmd = app.add_subcommand("likelihood", "A discrete model's bound on the negative log-likelihood of texts (its negative ELBO)");
-    cmd->add_option("model", o->model, "Discrete model: a bundled name or a directory")->required();
+    auto* cmd = app.add_subcommand("likelihood", "A model's bound on the negative log-likelihood of texts (its negative ELBO)");
+    cmd->add_option("model", o->model, "Model: a bundled name or a directory")->required();
     cmd->add_option("file", o->file, "E2E CSV (its refs), JSON Lines with a \"text\" field, or one text per line")
         ->required()
         ->check(CLI::ExistingFile);
-    cmd->add_option("--draws", o->likelihood.draws, "Monte Carlo draws (time and mask) per text (default 16)")->check(CLI::Range(1, 100000));
+    cmd->add_option("--family", o->family, "For a model that offers both: which family's bound (default: its first)")
+        ->check(CLI::IsMember({"continuous", "discrete"}));
+    cmd->add_option("--draws", o->likelihood.draws, "Monte Carlo draws (noise level and noised text) per text (default 16)")->check(CLI::Range(1, 100000));
     cmd->add_option("--seed", o->likelihood.seed, "Seed of the draws (default 0)");
     cmd->add_option("--batch-size", o->likelihood.batch_size, "Texts per network call (default 64)")->check(CLI::Range(1, 4096));
     cmd->add_option("--length", o->likelihood.length, "Positions per sequence (default: the network's, else the longest text + 1)")

@@ -1,6 +1,7 @@
-// The discrete likelihood bounds (rudder/runtime/likelihood.hpp), MDLM's for absorbing noise and SEDD's for uniform
-// noise. With the exact corpus denoiser each bound is tight: every one of the corpus's 24 distinct sentences has probability 1/24, so the estimate of -log p per
-// sentence is log 24; a sentence the corpus does not hold gets a far larger bound; a continuous model is refused.
+// The likelihood bounds (rudder/runtime/likelihood.hpp): MDLM's for absorbing noise, SEDD's for uniform noise and the
+// Gaussian chain's for the continuous family. With the exact corpus denoiser each bound is tight: every one of the
+// corpus's 24 distinct sentences has probability 1/24, so the estimate of -log p per sentence is log 24 (for the
+// continuous chain, up to its T steps' discretisation); a sentence the corpus does not hold gets a far larger bound.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -29,7 +30,7 @@ LikelihoodOptions exact_bound_options() {
 TEST(Likelihood, TheExactDenoisersBoundIsTheCorpusLogProbability) {
     const Model model = load_model(testing::corpus_model_dir(), Family::discrete);
     LikelihoodOptions options = exact_bound_options();
-    const LikelihoodReport r = discrete_nelbo(model, testing::corpus_sentences(), options);
+    const LikelihoodReport r = nelbo(model, testing::corpus_sentences(), options);
     ASSERT_EQ(r.texts, 24);
     EXPECT_EQ(r.skipped_too_long, 0);
     EXPECT_EQ(r.length, 12);  // the longest sentence, 11 tokens, and its end
@@ -43,12 +44,12 @@ TEST(Likelihood, TheExactDenoisersBoundIsTheCorpusLogProbability) {
     EXPECT_NEAR(r.perplexity_bound(), std::exp(r.nelbo_sum / static_cast<double>(r.tokens)), 1e-12);
 
     // A sentence from two of the corpus's: the exact posterior gives its words (almost) no probability.
-    const LikelihoodReport mixed = discrete_nelbo(model, {"The Eagle serves Italian food near the river ."}, options);
+    const LikelihoodReport mixed = nelbo(model, {"The Eagle serves Italian food near the river ."}, options);
     EXPECT_GT(mixed.nats_per_text(), 10 * std::log(24.0));
 
     // Longer than the length asked for: skipped and counted.
     options.length = 6;
-    const LikelihoodReport short_length = discrete_nelbo(model, testing::corpus_sentences(), options);
+    const LikelihoodReport short_length = nelbo(model, testing::corpus_sentences(), options);
     EXPECT_EQ(short_length.texts + short_length.skipped_too_long, 24);
     EXPECT_GT(short_length.skipped_too_long, 0);
 }
@@ -64,7 +65,7 @@ TEST(Likelihood, TheUniformNoiseBoundOfTheExactDenoiserIsTheCorpusLogProbability
     const Model model = load_model(dir, Family::discrete);
     EXPECT_EQ(nelbo_kind(model), "sedd_uniform");
     LikelihoodOptions options = exact_bound_options();
-    const LikelihoodReport r = discrete_nelbo(model, testing::corpus_sentences(), options);
+    const LikelihoodReport r = nelbo(model, testing::corpus_sentences(), options);
     ASSERT_EQ(r.texts, 24);
     const double standard_error = r.standard_error_per_token() * static_cast<double>(r.tokens) / r.texts;
     RecordProperty("nats_per_sentence", std::to_string(r.nats_per_text()));
@@ -72,17 +73,39 @@ TEST(Likelihood, TheUniformNoiseBoundOfTheExactDenoiserIsTheCorpusLogProbability
               << "), standard error " << standard_error << std::endl;
     EXPECT_NEAR(r.nats_per_text(), std::log(24.0), 4 * standard_error + 0.02) << "standard error " << standard_error;
     EXPECT_LT(standard_error, 0.5);
-    const LikelihoodReport mixed = discrete_nelbo(model, {"The Eagle serves Italian food near the river ."}, options);
+    const LikelihoodReport mixed = nelbo(model, {"The Eagle serves Italian food near the river ."}, options);
     EXPECT_GT(mixed.nats_per_text(), 5 * std::log(24.0));
 }
 
-TEST(Likelihood, AContinuousModelAndBadOptionsAreRefused) {
-    const Model continuous = load_model(testing::corpus_model_dir(), Family::continuous);
-    EXPECT_THROW(discrete_nelbo(continuous, {"The Eagle is a pub ."}, {}), std::invalid_argument);
+// The continuous chain's bound with the exact posterior: an upper bound on log 24 that the T steps of its
+// chain (1,000 for the fixture) make close to it.
+TEST(Likelihood, TheContinuousBoundOfTheExactDenoiserIsCloseAboveTheCorpusLogProbability) {
+    const Model model = load_model(testing::corpus_model_dir(), Family::continuous);
+    EXPECT_EQ(nelbo_kind(model), "ddpm_vlb");
+    LikelihoodOptions options = exact_bound_options();
+    options.draws = 1024;  // the steps' weights span orders of magnitude: more draws than the discrete bounds take
+    const LikelihoodReport r = nelbo(model, testing::corpus_sentences(), options);
+    ASSERT_EQ(r.texts, 24);
+    const double standard_error = r.standard_error_per_token() * static_cast<double>(r.tokens) / r.texts;
+    RecordProperty("nats_per_sentence", std::to_string(r.nats_per_text()));
+    std::cout << "[continuous] bound " << r.nats_per_text() << " nats per sentence (log 24 = " << std::log(24.0)
+              << "), standard error " << standard_error << std::endl;
+    EXPECT_GT(r.nats_per_text(), std::log(24.0) - 4 * standard_error) << "standard error " << standard_error;
+    EXPECT_LT(r.nats_per_text(), std::log(24.0) + 4 * standard_error + 0.05) << "standard error " << standard_error;
+    EXPECT_LT(standard_error, 0.1);
+    const LikelihoodReport mixed = nelbo(model, {"The Eagle serves Italian food near the river ."}, options);
+    EXPECT_GT(mixed.nats_per_text(), 10 * std::log(24.0));
+}
+
+TEST(Likelihood, BadOptionsAreRefused) {
     const Model discrete = load_model(testing::corpus_model_dir(), Family::discrete);
     LikelihoodOptions none;
     none.draws = 0;
-    EXPECT_THROW(discrete_nelbo(discrete, {"The Eagle is a pub ."}, none), std::invalid_argument);
+    EXPECT_THROW(nelbo(discrete, {"The Eagle is a pub ."}, none), std::invalid_argument);
+    LikelihoodOptions no_batch;
+    no_batch.batch_size = 0;
+    const Model continuous = load_model(testing::corpus_model_dir(), Family::continuous);
+    EXPECT_THROW(nelbo(continuous, {"The Eagle is a pub ."}, no_batch), std::invalid_argument);
 }
 
 // The corpus model's words with no padding token, as a checkpoint trained on packed text has.
@@ -106,7 +129,7 @@ TEST(Likelihood, AModelWithoutAPaddingTokenIsRefusedSayingWhy) {
     Model model = load_model(testing::corpus_model_dir(), Family::discrete);
     model.tokenizer = std::make_shared<NoPadTokenizer>(model.tokenizer);
     try {
-        discrete_nelbo(model, {"The Eagle is a pub ."}, {});
+        nelbo(model, {"The Eagle is a pub ."}, {});
         FAIL() << "a model without a padding token was scored";
     } catch (const std::invalid_argument& e) {
         EXPECT_NE(std::string(e.what()).find("has no padding token"), std::string::npos) << e.what();

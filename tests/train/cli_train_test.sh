@@ -130,8 +130,9 @@ JSON
     grep -q "/model: .* is a teacher language model" <<<"$err" || fail "$err"
     ;;
   cdcd_generate)
-    # A micro CDCD denoiser through the CLI: config.json carries its learned warp, the model loads, and hard
-    # constraints and classifier-free guidance (which reads the self-conditioning too) run on it.
+    # A micro CDCD denoiser through the CLI: config.json carries its learned warp, the model loads, hard
+    # constraints and classifier-free guidance (which reads the self-conditioning too) run on it, and `rudder
+    # likelihood` gives the Gaussian chain's bound.
     train_micro continuous cdcd '"embed_dim": 8, "objective": "cdcd", "self_conditioning": true, "schedule": {"name": "cdcd", "T": 200, "warp_bins": 10}'
     python3 - "$work/cdcd/config.json" <<'PY' || fail "config.json: $(cat "$work/cdcd/config.json")"
 import json, sys
@@ -149,6 +150,9 @@ JSON
     [ "$(grep -c '"length":{"satisfied":true,"score":5.0},"span":{"satisfied":true,"score":1.0}' <<<"$out")" -eq 3 ] || fail "$out"
     out=$("$rudder" models "$work/cdcd") || fail "models exit $?"
     grep -q "kind: continuous denoiser trained as CDCD" <<<"$out" || fail "$out"
+    out=$("$rudder" likelihood "$work/cdcd" "$work/train.csv" --draws 4 --json -q) || fail "likelihood exit $?"
+    python3 -c 'import json, sys; r = json.loads(sys.argv[1]); assert r["bound"] == "ddpm_vlb" and r["texts"] > 0 and r["nats_per_token"] > 0, r' "$out" \
+      || fail "$out"
     ;;
   uniform_generate)
     # A micro SEDD denoiser with uniform noise through the CLI: it samples with every position redrawn at each step,

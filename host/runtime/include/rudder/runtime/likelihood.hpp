@@ -1,5 +1,5 @@
-// A discrete model's own likelihood bound, its negative ELBO, estimated by Monte Carlo: per batch of texts, `draws`
-// times one t stratified in ((k + u) / draws) and one noise draw per text. `rudder likelihood` (docs/cli.md).
+// A model's own likelihood bound, its negative ELBO, estimated by Monte Carlo: per batch of texts, `draws` times one
+// noise level stratified over the process and one noise draw per text. `rudder likelihood` (docs/cli.md).
 //
 // Absorbing (masking) noise: MDLM's continuous-time bound (Sahoo et al. 2024, "Simple and effective masked diffusion
 // language models", eq. 11)
@@ -13,8 +13,19 @@
 //   -log p(x) <= E_{t ~ U(0, 1]} E_{z_t ~ q(z_t | x)} [ sigma(t) sum_i DSE_i(s(z_t), z_t, x) ]
 //                + sum_i KL(q(z_1^i | x_i) || uniform)
 // (nn::score_entropy; the score from nn::uniform_score_of_clean). As in SEDD, the noise below sigma_min (1e-4, a
-// token changed with probability 1e-4) is left out. Both are tight when the denoiser is the true
-// posterior (the exact corpus denoiser's), and they are how MDLM and SEDD compare models.
+// token changed with probability 1e-4) is left out.
+//
+// Continuous (Gaussian noise on embeddings, Diffusion-LM and CDCD): the variational bound of the model's T-step
+// chain (Ho et al. 2020; Kingma et al. 2021, "Variational diffusion models", eq. 13), x = E[w] the text's embeddings,
+// z_k ~ N(sqrt(ab_k) x, (1 - ab_k) I), the reverse step the DDPM posterior q(z_{k-1} | z_k, x0(z_k)) with its
+// variance (Rudder's `ddpm` sampler at noise scale 1, on every one of the T steps):
+//   -log p(w) <= E[-log p(w | z_1)] + sum_{k=2..T} E[(SNR(k-1) - SNR(k)) / 2 |x - x0(z_k)|^2] + KL(q(z_T | x) || N(0, I))
+// with SNR(k) = ab_k / (1 - ab_k), x0 the network's clean estimate (Diffusion-LM's prediction; CDCD's score
+// interpolation, without self-conditioning, which would make the chain non-Markov) and p(w | z_1) its clean-token
+// distribution one step from the data. The sum is estimated from `draws` steps stratified over 2..T.
+//
+// Each bound is tight when the denoiser is the true posterior (the exact corpus denoiser's): the discrete ones
+// exactly, the continuous one as T grows. They are how MDLM, SEDD and Diffusion-LM's successors compare models.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +38,7 @@
 namespace rudder {
 
 struct LikelihoodOptions {
-    int64_t draws = 16;       // Monte Carlo draws (t, mask) per text
+    int64_t draws = 16;       // Monte Carlo draws (a noise level and a noised text) per text
     uint64_t seed = 0;
     int64_t batch_size = 64;  // texts per network call
     int64_t length = 0;       // positions per sequence (texts are padded to it); 0: the network's, else the longest text
@@ -49,12 +60,12 @@ struct LikelihoodReport {
     double standard_error_per_token() const;
 };
 
-// Which bound the model takes: "mdlm_absorbing" or "sedd_uniform".
+// Which bound the model takes: "mdlm_absorbing", "sedd_uniform" or "ddpm_vlb" (continuous).
 std::string nelbo_kind(const Model& model);
 
-// Throws std::invalid_argument for a model that is not of the discrete family, or bad options.
-// `progress(texts done, texts)` is called after every batch.
-LikelihoodReport discrete_nelbo(const Model& model, const std::vector<std::string>& texts, const LikelihoodOptions& options,
-                                 const std::function<void(int64_t, int64_t)>& progress = {});
+// The bound nelbo_kind(model) names. Throws std::invalid_argument for bad options, a model without a padding token
+// or texts longer than the network. `progress(texts done, texts)` is called after every batch.
+LikelihoodReport nelbo(const Model& model, const std::vector<std::string>& texts, const LikelihoodOptions& options,
+                       const std::function<void(int64_t, int64_t)>& progress = {});
 
 }  // namespace rudder
