@@ -1,9 +1,11 @@
 #!/usr/bin/python3
-"""Writes tiny random-weight MDLM and SEDD checkpoints in the public checkpoints' Hugging Face layout, and the
-reference outputs of the same network computed here in plain PyTorch (float64), for tests/nets/dit_checkpoint_test.
+"""Writes tiny random-weight MDLM, SEDD, UDLM and DUO checkpoints in the public checkpoints' Hugging Face layout,
+and the reference outputs of the same network computed here in plain PyTorch (float64), for
+tests/nets/dit_checkpoint_test.
 
-The layout follows kuleshov-group/mdlm-owt (config.json of an MDLMConfig, tensors under "backbone.") and
-louaaron/sedd-small (config.json = SEDD's training config, tensors without a prefix); the math follows the DiT
+The layout follows kuleshov-group/mdlm-owt (config.json of an MDLMConfig, tensors under "backbone."; UDLM's and
+DUO's add their own config fields to it) and louaaron/sedd-small (config.json = SEDD's training config, tensors
+without a prefix); the math follows the DiT
 those repositories define (see host/nn/include/rudder/nn/dit_checkpoint.hpp). Written from that description, not
 copied: the reference must be independent of the C++ it checks.
 
@@ -292,6 +294,36 @@ def main():
     reference.update({"sedd.tokens": tokens, "sedd.sigma": sigma.float(), "sedd.raw": raw.float(),
                       "sedd.log_score": sedd_log_score(raw, tokens, sigma).float(),
                       "sedd.clean_log_probs": clean_log_probs(raw, tokens, vocab - 1).float()})
+    # UDLM and DUO: the same DiT under "backbone.", uniform noise, no mask (DUO's last id is GPT-2's added [PAD]);
+    # config fields of discrete-diffusion-guidance's configuration_udlm.py and of the copies of DUO's
+    # configuration_duo.py. Their output is x_theta: a log-softmax over every token. The denoiser's posterior given
+    # all of x_t, at alpha = 1 - (1 - 1e-3) t: post(y) proportional to x_theta(y) (alpha [y = x_t] + (1 - alpha) / V).
+    hub = {"return_dict": False, "torch_dtype": "float32", "transformers_version": "4.49.0", "dropout": 0.1,
+           "cond_dim": TINY["cond"], "hidden_dim": TINY["hidden"], "model_length": TINY["length"],
+           "n_blocks": TINY["blocks"], "n_heads": TINY["heads"], "vocab_size": vocab}
+    uniform_configs = {
+        "udlm": dict(hub, architectures=["UDLM"], model_type="udlm", time_conditioning=True, cfg=False,
+                     cfg_num_classes=-1,
+                     auto_map={"AutoConfig": "configuraction_udlm.UDLMConfig",
+                               "AutoModelForMaskedLM": "modeling_udlm.UDLM"}),
+        "duo": dict(hub, architectures=["DUO"], model_type="duo", causal=False, var_min=True,
+                    auto_map={"AutoConfig": "configuration_duo.DUOConfig",
+                              "AutoModelForMaskedLM": "modeling_duo.DUO"}),
+    }
+    for name, config in uniform_configs.items():
+        w = random_weights("backbone.", vocab, gen)
+        write_model(out, name, config, w)
+        tokens = torch.randint(0, vocab, (3, 12), generator=gen)
+        t = torch.tensor([0.05, 0.5, 0.95], dtype=torch.float64)
+        alpha = 1 - (1 - 1e-3) * t
+        sigma = -torch.log(alpha)
+        raw = reference_raw(w, "backbone.", tokens, sigma, True)
+        x_theta = raw.log_softmax(-1)
+        evidence = (1 - alpha[:, None, None]) / vocab + alpha[:, None, None] * torch.nn.functional.one_hot(tokens, vocab)
+        posterior = (x_theta + evidence.log()).log_softmax(-1)
+        reference.update({f"{name}.tokens": tokens, f"{name}.t": t.float(), f"{name}.sigma": sigma.float(),
+                          f"{name}.raw": raw.float(), f"{name}.clean_log_probs": x_theta.float(),
+                          f"{name}.posterior": posterior.float()})
     save_safetensors(os.path.join(out, "reference.safetensors"), reference)
     # A GPT-2-like tokenizer of the tiny vocabulary less the mask, to sample the tiny checkpoints as models.
     write_gpt2_like_tokenizer(os.path.join(out, "gpt2_like_tokenizer"), TINY["tokens"])

@@ -1,4 +1,4 @@
-// MDLM and SEDD checkpoints in Hugging Face layout (nn/dit_checkpoint.hpp): tiny random-weight checkpoints written
+// MDLM, SEDD, UDLM and DUO checkpoints in Hugging Face layout (nn/dit_checkpoint.hpp): tiny random-weight checkpoints written
 // by dit_checkpoint_fixture.py with the public checkpoints' tensor names, shapes and config fields, loaded here and
 // compared with that script's plain-PyTorch (float64) forward of the same network; then the files each refusal
 // names. Skips, saying why, where python3-torch is missing.
@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -97,6 +98,36 @@ TEST_F(DitCheckpoint, SeddMatchesTheReferenceForwardScoreAndMapping) {
     const at::Tensor masked_row = score[1][0].slice(0, 0, mask);
     EXPECT_LT(max_difference(at::log_softmax(masked_row, 0), probs[1][0].slice(0, 0, mask)), 1e-5);
     EXPECT_EQ(probs[1][0][mask].item<float>(), rudder::nn::kImpossibleLogProb);
+}
+
+// UDLM and DUO: the same network, uniform noise. Their output is x_theta over every token (no mask); the denoiser
+// turns it into the posterior given all of x_t at the log-linear schedule's alpha(t).
+TEST_F(DitCheckpoint, UniformNoiseCheckpointsMatchTheReferenceForwardAndPosterior) {
+    for (const std::string name : {"udlm", "duo"}) {
+        SCOPED_TRACE(name);
+        auto net = std::make_shared<DitNetwork>(DitNetwork::load(root_ / name));
+        EXPECT_EQ(net->config().flavor, name == "udlm" ? rudder::nn::DitFlavor::udlm : rudder::nn::DitFlavor::duo);
+        EXPECT_TRUE(net->config().uniform());
+        EXPECT_TRUE(net->config().time_conditioning);
+        EXPECT_EQ(net->config().mask_id(), -1);
+        const at::Tensor tokens = reference(name + ".tokens"), sigma = reference(name + ".sigma"), t = reference(name + ".t");
+        const double raw_diff = max_difference(net->forward(tokens, sigma), reference(name + ".raw"));
+        const double probs_diff = max_difference(net->clean_log_probs(tokens, sigma), reference(name + ".clean_log_probs"));
+        rudder::DitCheckpointDenoiser denoiser(net);
+        ASSERT_NE(denoiser.uniform_noise(), nullptr);
+        EXPECT_FALSE(denoiser.uniform_noise()->geometric());
+        double posterior_diff = 0;
+        for (int64_t b = 0; b < tokens.size(0); ++b) {
+            const at::Tensor row = tokens.narrow(0, b, 1);
+            const auto out = denoiser.denoise(row, t[b].item<double>(), {});
+            posterior_diff = std::max(posterior_diff, max_difference(out.logits, reference(name + ".posterior").narrow(0, b, 1)));
+        }
+        std::cout << name << ": max |raw - reference| = " << raw_diff << ", x_theta " << probs_diff << ", posterior "
+                  << posterior_diff << "\n";
+        EXPECT_LT(raw_diff, 1e-5);
+        EXPECT_LT(probs_diff, 1e-5);
+        EXPECT_LT(posterior_diff, 1e-5);
+    }
 }
 
 TEST_F(DitCheckpoint, CleanLogProbsAreDistributionsThatKeepUnmaskedTokens) {
@@ -245,6 +276,13 @@ TEST_F(DitCheckpoint, ModelLoadingRecognisesTheLayoutAndAsksForTheTokenizer) {
     } catch (const ModelError& e) {
         EXPECT_NE(std::string(e.what()).find("graph.type"), std::string::npos) << e.what();
     }
+    // UDLM's tokenizers are not Rudder's: the network loads, the model is refused saying so.
+    try {
+        rudder::load_model(root_ / "udlm", std::nullopt);
+        ADD_FAILURE() << "a UDLM checkpoint loaded as a model";
+    } catch (const ModelError& e) {
+        EXPECT_NE(std::string(e.what()).find("is a UDLM checkpoint: its network loads"), std::string::npos) << e.what();
+    }
     // A tokenizer of another size than the network's vocabulary less the mask: refused with both sizes.
     const fs::path other = copy_of("mdlm", "mdlm_other_tokenizer");
     json bytes_only = json::object();
@@ -265,14 +303,20 @@ TEST_F(DitCheckpoint, ModelLoadingRecognisesTheLayoutAndAsksForTheTokenizer) {
 
 // `rudder models DIR` describes a checkpoint from its config and its weights' headers alone.
 TEST_F(DitCheckpoint, DescriptionNamesTheArchitectureSizesAndTokenizer) {
-    for (const std::string name : {"mdlm", "sedd"}) {
+    for (const std::string name : {"mdlm", "sedd", "duo"}) {
         SCOPED_TRACE(name);
         const json d = rudder::describe_model(root_ / name);
         EXPECT_EQ(d["format"], "public checkpoint (Hugging Face layout)");
-        EXPECT_NE(d["kind"].get<std::string>().find(name == "mdlm" ? "MDLM" : "SEDD"), std::string::npos) << d.dump();
+        std::string upper = name;
+        std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
+        EXPECT_NE(d["kind"].get<std::string>().find(upper), std::string::npos) << d.dump();
         EXPECT_EQ(d["families"], json({"discrete"}));
         EXPECT_EQ(d["vocab_size"], 300);
-        EXPECT_EQ(d["mask_id"], 299);
+        EXPECT_EQ(d["noise"]["graph"], name == "duo" ? "uniform" : "absorbing");
+        if (name == "duo")
+            EXPECT_TRUE(d["mask_id"].is_null()) << d.dump();
+        else
+            EXPECT_EQ(d["mask_id"], 299);
         EXPECT_NE(d["tokenizer"].get<std::string>().find("missing"), std::string::npos);
         // Every tensor counted from the header: the network's parameters.
         int64_t parameters = 0;
@@ -327,6 +371,38 @@ TEST_F(DitCheckpoint, WithItsTokenizerACheckpointIsAModelThatARecipeSamples) {
             ADD_FAILURE() << "a length was accepted for a model without a padding token";
         } catch (const std::exception& e) {
             EXPECT_NE(std::string(e.what()).find("this model has none"), std::string::npos) << e.what();
+        }
+    }
+}
+
+// DUO with GPT-2's tokenizer is a uniform-noise model: its last id is "[PAD]", every position is redrawn at every
+// step, and a recipe samples it with a prefix and a banned word, both kept in every sample.
+TEST_F(DitCheckpoint, WithItsTokenizerADuoCheckpointIsAUniformNoiseModelThatARecipeSamples) {
+    rudder::plugins::Registry registry({fs::path(RUDDER_TEST_PLUGIN_DIR)});
+    const fs::path dir = copy_of("duo", "duo_with_tokenizer");
+    for (const char* file : {"vocab.json", "merges.txt"}) fs::copy(root_ / "gpt2_like_tokenizer" / file, dir / file);
+    const rudder::Model model = rudder::load_model(dir, std::nullopt);
+    ASSERT_NE(model.denoiser->uniform_noise(), nullptr);
+    EXPECT_EQ(model.tokenizer->vocab_size(), 300);
+    EXPECT_EQ(model.tokenizer->token(299), "[PAD]");
+    EXPECT_EQ(model.tokenizer->pad_id(), -1);
+    const std::vector<int64_t> banned = model.tokenizer->encode(" the");
+    ASSERT_EQ(banned.size(), 1u) << "the fixture's merges spell \" the\" as one token";
+    for (const char* sampler : {"analytic", "euler"}) {
+        SCOPED_TRACE(sampler);
+        const std::string recipe = R"({"model": ")" + dir.string() + R"(", "sampler": {"name": ")" + sampler +
+                                   R"(", "steps": 8}, "samples": 4, "seed": 5, "controllers": [
+            {"plugin": "span", "params": {"prefix": "cat sat"}},
+            {"plugin": "exclude_words", "params": {"words": ["the"]}}]})";
+        rudder::Generator generator(rudder::parse_recipe(recipe, "."), registry);
+        const auto samples = generator.generate();
+        ASSERT_EQ(samples.size(), 4u);
+        const std::vector<int64_t> prefix = model.tokenizer->encode("cat sat");
+        for (const auto& s : samples) {
+            ASSERT_EQ(s.tokens.size(), 16u);
+            EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), s.tokens.begin())) << s.text;
+            EXPECT_TRUE(std::none_of(s.tokens.begin(), s.tokens.end(), [&](int64_t id) { return id == banned[0]; })) << s.text;
+            EXPECT_TRUE(std::none_of(s.tokens.begin(), s.tokens.end(), [](int64_t id) { return id == 299; })) << s.text;
         }
     }
 }

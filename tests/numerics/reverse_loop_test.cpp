@@ -147,7 +147,7 @@ TEST(ReverseLoop, ContinuousDdimReproducesCorpusSentences) {
 TEST(ReverseLoop, DiscreteUniformNoiseTauLeapingReproducesTheCorpusDistribution) {
     const ToyCorpus corpus = make_toy_corpus();
     CorpusDenoiser::Options options = corpus_options(corpus, Family::discrete);
-    options.uniform_noise = GeometricSchedule(1e-4, 20.0);
+    options.uniform_noise = UniformNoiseSchedule(1e-4, 20.0);
     CorpusDenoiser denoiser(corpus.sentences, options, GaussianSchedule::make("sqrt", 1000));
     constexpr int64_t kDraws = 480;
     for (const auto kind : {UniformSampler::Kind::analytic, UniformSampler::Kind::euler}) {

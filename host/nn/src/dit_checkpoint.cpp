@@ -19,10 +19,15 @@ using namespace checkpoint;
 
 namespace {
 
-DitConfig parse_mdlm(const json& config, const fs::path& file) {
+// The hub configs of the kuleshov-group DiT models: MDLM's MDLMConfig, and UDLM's and DUO's, which add their own
+// fields to the same ones (read in discrete-diffusion-guidance models/hf/configuration_udlm.py; DUO's hub files were
+// not found, so its fields are those of the copies of configuration_duo.py that other projects carry).
+DitConfig parse_hub_dit(const json& config, const fs::path& file, DitFlavor flavor) {
     std::set<std::string> known = hub_metadata_keys();
     for (const char* k : {"vocab_size", "model_length", "hidden_dim", "cond_dim", "n_blocks", "n_heads", "time_conditioning"})
         known.insert(k);
+    if (flavor == DitFlavor::udlm) known.insert({"cfg", "cfg_num_classes"});
+    if (flavor == DitFlavor::duo) known.insert({"causal", "var_min"});
     check_known(config, known, "", file);
     if (config.contains("torch_dtype")) {
         const json& d = config.at("torch_dtype");
@@ -30,14 +35,22 @@ DitConfig parse_mdlm(const json& config, const fs::path& file) {
             config_fail(file, "torch_dtype", "expected float32, float16 or bfloat16, got " + d.dump());
     }
     DitConfig c;
-    c.flavor = DitFlavor::mdlm;
+    c.flavor = flavor;
     c.vocab_size = positive_int(config, "vocab_size", "vocab_size", file);
     c.max_length = positive_int(config, "model_length", "model_length", file);
     c.hidden_size = positive_int(config, "hidden_dim", "hidden_dim", file);
     c.cond_dim = positive_int(config, "cond_dim", "cond_dim", file);
     c.n_blocks = positive_int(config, "n_blocks", "n_blocks", file);
     c.n_heads = positive_int(config, "n_heads", "n_heads", file);
-    c.time_conditioning = boolean(config, "time_conditioning", "time_conditioning", file);
+    // DUO's training asserts time conditioning (UniformState), and its config may not say so.
+    c.time_conditioning = flavor == DitFlavor::duo && !config.contains("time_conditioning")
+                              ? true
+                              : boolean(config, "time_conditioning", "time_conditioning", file);
+    if (flavor == DitFlavor::udlm && config.contains("cfg") && boolean(config, "cfg", "cfg", file))
+        config_fail(file, "cfg", "true (a class-conditional UDLM, with a cond_map of class embeddings) is not supported");
+    if (flavor == DitFlavor::duo && config.contains("causal") && boolean(config, "causal", "causal", file))
+        config_fail(file, "causal", "true (DUO's causal variant, without adaLN) is not supported");
+    if (flavor == DitFlavor::duo && config.contains("var_min")) boolean(config, "var_min", "var_min", file);  // training only
     return c;
 }
 
@@ -100,9 +113,21 @@ at::Tensor rotate_half(const at::Tensor& x) {
 
 }  // namespace
 
+const char* dit_flavor_name(DitFlavor flavor) {
+    switch (flavor) {
+        case DitFlavor::mdlm: return "MDLM";
+        case DitFlavor::sedd: return "SEDD";
+        case DitFlavor::udlm: return "UDLM";
+        case DitFlavor::duo: return "DUO";
+    }
+    return "?";
+}
+
 bool is_dit_checkpoint_config(const json& config) {
     if (!config.is_object() || config.contains("format_version")) return false;
-    if (config.contains("model_type") && config.at("model_type") == "mdlm") return true;
+    if (config.contains("model_type") &&
+        (config.at("model_type") == "mdlm" || config.at("model_type") == "udlm" || config.at("model_type") == "duo"))
+        return true;
     return config.contains("model") && config.at("model").is_object() && config.at("model").contains("type") &&
            config.at("model").at("type") == "ddit" && config.contains("graph") && config.contains("tokens");
 }
@@ -110,9 +135,11 @@ bool is_dit_checkpoint_config(const json& config) {
 DitConfig parse_dit_config(const json& config, const fs::path& file) {
     if (!config.is_object()) throw ModelError("'" + file.string() + "' must hold a JSON object");
     if (config.contains("model_type")) {
-        if (config.at("model_type") != "mdlm")
-            config_fail(file, "model_type", "only \"mdlm\" is supported, got " + config.at("model_type").dump());
-        return parse_mdlm(config, file);
+        const json& type = config.at("model_type");
+        if (type == "mdlm") return parse_hub_dit(config, file, DitFlavor::mdlm);
+        if (type == "udlm") return parse_hub_dit(config, file, DitFlavor::udlm);
+        if (type == "duo") return parse_hub_dit(config, file, DitFlavor::duo);
+        config_fail(file, "model_type", "only \"mdlm\", \"udlm\" and \"duo\" are supported, got " + type.dump());
     }
     if (config.contains("model") && config.contains("graph")) return parse_sedd(config, file);
     throw ModelError("'" + file.string() +
@@ -125,7 +152,7 @@ DitNetwork DitNetwork::load(const fs::path& dir) {
     DitConfig& c = net.config_;
     c = parse_dit_config(read_json_file(config_file), config_file);
     if (c.hidden_size % c.n_heads != 0 || (c.hidden_size / c.n_heads) % 2 != 0)
-        config_fail(config_file, c.flavor == DitFlavor::mdlm ? "n_heads" : "model.n_heads",
+        config_fail(config_file, c.flavor == DitFlavor::sedd ? "model.n_heads" : "n_heads",
                     "the hidden size must split into heads of an even width (rotary embedding)");
 
     const int64_t H = c.hidden_size, C = c.cond_dim, V = c.vocab_size, head_dim = H / c.n_heads;
@@ -157,7 +184,7 @@ DitNetwork DitNetwork::load(const fs::path& dir) {
     }
     const std::string inv_freq_name = p + "rotary_emb.inv_freq";  // a buffer: optional, checked if present
     Weights weights = load_weights(dir, expected, {{inv_freq_name, {head_dim / 2}}},
-                                   std::string("the ") + (c.flavor == DitFlavor::mdlm ? "MDLM" : "SEDD") + " DiT");
+                                   std::string("the ") + dit_flavor_name(c.flavor) + " DiT");
     auto take = [&](const std::string& name) { return weights.take(name); };
     if (weights.by_name.count(inv_freq_name)) {
         const at::Tensor stored = take(inv_freq_name);
@@ -265,7 +292,10 @@ at::Tensor DitNetwork::sedd_log_score(const at::Tensor& tokens, const at::Tensor
 // unmasking to y over staying masked), so the clean-token distribution is the softmax of the score over y != mask:
 // every per-sample offset (scale_by_sigma's included) cancels, and the raw output gives it directly. The network's
 // score is not exactly normalised; the softmax normalises it, which is what SEDD's analytic (Tweedie) step does.
+// UDLM and DUO (uniform noise) have no mask: their output is x_theta, the clean-token distribution they plug into
+// the posterior q(z_s | z_t, x = x_theta) (their _compute_posterior / _posterior_from_x0), a log-softmax over all V.
 at::Tensor DitNetwork::clean_log_probs(const at::Tensor& tokens, const at::Tensor& sigma) const {
+    if (config_.uniform()) return at::log_softmax(forward(tokens, sigma), -1);
     return subs_log_probs(forward(tokens, sigma), tokens, config_.mask_id());
 }
 

@@ -189,16 +189,29 @@ double MaskSchedule::sigma_bar(double t) const { return -std::log1p(-mask_prob(t
 
 double MaskSchedule::sigma(double t) const { return (1.0 - eps_) / (1.0 - mask_prob(t)); }
 
-GeometricSchedule::GeometricSchedule(double sigma_min, double sigma_max) : sigma_min_(sigma_min), sigma_max_(sigma_max) {
+UniformNoiseSchedule::UniformNoiseSchedule(double sigma_min, double sigma_max) : sigma_min_(sigma_min), sigma_max_(sigma_max) {
     if (!(sigma_min > 0) || !(sigma_max > sigma_min))
         throw std::invalid_argument("geometric noise needs 0 < sigma_min < sigma_max (got " + std::to_string(sigma_min) +
                                     ", " + std::to_string(sigma_max) + ")");
 }
 
-double GeometricSchedule::sigma_bar(double t) const {
+UniformNoiseSchedule UniformNoiseSchedule::log_linear(double eps) {
+    if (!(eps > 0) || !(eps < 1))
+        throw std::invalid_argument("log-linear noise needs 0 < eps < 1 (got " + std::to_string(eps) + ")");
+    UniformNoiseSchedule s;
+    s.sigma_min_ = s.sigma_max_ = 0.0;
+    s.eps_ = eps;
+    return s;
+}
+
+double UniformNoiseSchedule::sigma_bar(double t) const {
+    if (!geometric()) return MaskSchedule(eps_).sigma_bar(t);  // the masking schedule's total noise
     return std::exp((1.0 - t) * std::log(sigma_min_) + t * std::log(sigma_max_));
 }
 
-double GeometricSchedule::sigma(double t) const { return sigma_bar(t) * std::log(sigma_max_ / sigma_min_); }
+double UniformNoiseSchedule::sigma(double t) const {
+    if (!geometric()) return MaskSchedule(eps_).sigma(t);
+    return sigma_bar(t) * std::log(sigma_max_ / sigma_min_);
+}
 
 }  // namespace rudder

@@ -22,7 +22,9 @@ class DitNetwork;
 
 // Discrete family. denoise() gives the clean-token log-probabilities (nn::DitNetwork::clean_log_probs) at the noise
 // level sigma(t) of the checkpoint's log-linear schedule (MDLM-OWT, trained without time conditioning, ignores it).
-// The mask token is the last id (GPT-2's 50,257 tokens, then the mask). Unconditional: a condition is an error.
+// Absorbing (MDLM, SEDD): the mask token is the last id (GPT-2's 50,257 tokens, then the mask). Uniform (DUO): the
+// posterior given all of x_t from the network's x_theta (nn::uniform_posterior_from_rest), and uniform_noise() is
+// the log-linear schedule. Unconditional: a condition is an error.
 class DitCheckpointDenoiser final : public Denoiser {
 public:
     explicit DitCheckpointDenoiser(std::shared_ptr<nn::DitNetwork> network);
@@ -38,16 +40,19 @@ public:
     uint64_t working_bytes(int64_t batch, int64_t length) const override;
     DenoiserOutput denoise(const at::Tensor& x, double t, const std::vector<std::string>& conditions,
                            const Evidence& evidence = {}) override;
+    const UniformNoiseSchedule* uniform_noise() const override { return uniform_ ? &*uniform_ : nullptr; }
 
     const nn::DitNetwork& network() const { return *network_; }
 
 private:
     std::shared_ptr<nn::DitNetwork> network_;
+    std::optional<UniformNoiseSchedule> uniform_;  // UDLM and DUO
 };
 
-// A model directory whose config.json is an MDLM or SEDD checkpoint's (nn::is_dit_checkpoint_config), with GPT-2's
-// tokenizer beside it (tokenizer.json, or vocab.json and merges.txt): the discrete model of the network
-// (DitCheckpointDenoiser) and GPT-2's byte-level BPE with the checkpoint's mask as one token more (WithMaskToken).
+// A model directory whose config.json is an MDLM, SEDD or DUO checkpoint's (nn::is_dit_checkpoint_config), with
+// GPT-2's tokenizer beside it (tokenizer.json, or vocab.json and merges.txt): the discrete model of the network
+// (DitCheckpointDenoiser) and GPT-2's byte-level BPE with the checkpoint's last id as one token more (WithMaskToken:
+// the mask, or DUO's "[PAD]"). UDLM's checkpoints are refused: their tokenizers are not Rudder's.
 // GPT-2 has no padding token, so texts are the whole sequence. The config is checked first, then the tokenizer
 // (a folder without one is refused before its weights are read), then the weights.
 Model load_dit_checkpoint_model(const std::filesystem::path& dir, const nlohmann::json& config, std::optional<Family> family);

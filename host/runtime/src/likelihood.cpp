@@ -59,7 +59,7 @@ at::Tensor absorbing_bound(const Model& model, const at::Tensor& x, int64_t draw
     return per_text / static_cast<double>(draws);
 }
 
-at::Tensor uniform_bound(const Model& model, const GeometricSchedule& noise, const at::Tensor& x, int64_t draws,
+at::Tensor uniform_bound(const Model& model, const UniformNoiseSchedule& noise, const at::Tensor& x, int64_t draws,
                          at::Generator& gen) {
     const int64_t B = x.size(0), L = x.size(1), V = model.tokenizer->vocab_size(), mask = model.tokenizer->mask_id();
     at::Tensor per_text = at::zeros({B}, at::kDouble);
@@ -140,7 +140,7 @@ LikelihoodReport nelbo(const Model& model, const std::vector<std::string>& texts
     if (pad < 0)
         throw std::invalid_argument("the likelihood bound pads each text to the network's positions, and '" + model.name +
                                     "' has no padding token (a checkpoint trained on packed text); it is not computed for it");
-    const GeometricSchedule* uniform = model.denoiser->uniform_noise();
+    const UniformNoiseSchedule* uniform = model.denoiser->uniform_noise();
     LikelihoodReport report;
     report.draws = options.draws;
 

@@ -225,7 +225,7 @@ Model load_model(const fs::path& dir, std::optional<Family> family) {
             const json& u = config["uniform_noise"];
             try {
                 if (!u.is_object()) throw std::invalid_argument("must be an object {\"sigma_min\", \"sigma_max\"}");
-                opt.uniform_noise = GeometricSchedule(u.value("sigma_min", 1e-4), u.value("sigma_max", 20.0));
+                opt.uniform_noise = UniformNoiseSchedule(u.value("sigma_min", 1e-4), u.value("sigma_max", 20.0));
             } catch (const std::exception& e) {
                 throw ModelError("'" + file.string() + "': uniform_noise: " + e.what());
             }

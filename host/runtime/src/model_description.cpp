@@ -152,15 +152,20 @@ json describe_model(const fs::path& dir) {
     json d;
     if (nn::is_dit_checkpoint_config(own)) {
         const nn::DitConfig c = nn::parse_dit_config(own, file);
-        const bool mdlm = c.flavor == nn::DitFlavor::mdlm;
+        const char* kind = c.flavor == nn::DitFlavor::mdlm   ? "MDLM's DiT (SUBS, absorbing)"
+                           : c.flavor == nn::DitFlavor::sedd ? "SEDD's DiT (score entropy, absorbing graph)"
+                           : c.flavor == nn::DitFlavor::udlm ? "UDLM's DiT (uniform noise, clean-token output)"
+                                                             : "DUO's DiT (uniform noise, clean-token output)";
         d = {{"format", "public checkpoint (Hugging Face layout)"},
-             {"kind", mdlm ? "MDLM's DiT (SUBS, absorbing)" : "SEDD's DiT (score entropy, absorbing graph)"},
+             {"kind", kind},
              {"diffusion", true},
              {"families", {"discrete"}},
-             {"noise", {{"log_linear_eps", c.schedule_eps}, {"time_conditioning", c.time_conditioning}}},
+             {"noise", {{"graph", c.uniform() ? "uniform" : "absorbing"},
+                        {"log_linear_eps", c.schedule_eps},
+                        {"time_conditioning", c.time_conditioning}}},
              {"network", {{"width", c.hidden_size}, {"layers", c.n_blocks}, {"heads", c.n_heads}, {"max_length", c.max_length}}},
              {"vocab_size", c.vocab_size},
-             {"mask_id", c.mask_id()},
+             {"mask_id", c.uniform() ? json(nullptr) : json(c.mask_id())},
              {"conditional", false},
              {"tokenizer", checkpoint_tokenizer_files(dir)},
              {"recommended_sampler", nullptr},

@@ -371,7 +371,7 @@ at::Tensor DiscreteSampler::step(const at::Tensor& tokens, const at::Tensor& log
 // ---------------------------------------------------------------------------------------------------------------
 // Discrete family, uniform noise
 
-UniformSampler::UniformSampler(const GeometricSchedule& schedule, Kind kind, int64_t steps)
+UniformSampler::UniformSampler(const UniformNoiseSchedule& schedule, Kind kind, int64_t steps)
     : schedule_(schedule), kind_(kind), steps_(steps) {
     if (steps < 1) throw std::invalid_argument("UniformSampler: steps must be >= 1, got " + std::to_string(steps));
 }

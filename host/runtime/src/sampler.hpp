@@ -190,7 +190,7 @@ private:
 class UniformSampler {
 public:
     enum class Kind { euler, analytic };
-    UniformSampler(const GeometricSchedule& schedule, Kind kind, int64_t steps);
+    UniformSampler(const UniformNoiseSchedule& schedule, Kind kind, int64_t steps);
 
     int64_t steps() const { return steps_; }
     double t(int64_t i) const;       // 1 - i / steps
@@ -207,7 +207,7 @@ public:
                               int64_t top_k = 0, double top_p = 1.0) const;
 
 private:
-    GeometricSchedule schedule_;
+    UniformNoiseSchedule schedule_;
     Kind kind_;
     int64_t steps_;
 };

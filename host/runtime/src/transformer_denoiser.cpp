@@ -53,7 +53,7 @@ TransformerDenoiser::~TransformerDenoiser() = default;
 
 Family TransformerDenoiser::family() const { return network_->family(); }
 
-const GeometricSchedule* TransformerDenoiser::uniform_noise() const {
+const UniformNoiseSchedule* TransformerDenoiser::uniform_noise() const {
     return discrete_ && discrete_->uniform() ? &discrete_->uniform_schedule() : nullptr;
 }
 

@@ -46,7 +46,7 @@ public:
     // Discrete: undefined.
     at::Tensor embedding() const override;
     bool conditional() const override;
-    const GeometricSchedule* uniform_noise() const override;  // a score-entropy network on the uniform graph
+    const UniformNoiseSchedule* uniform_noise() const override;  // a score-entropy network on the uniform graph
     void to(const at::Device& device) override;
     // One trunk layer's live activations (the condition tokens attend with the text's) and the output logits.
     uint64_t working_bytes(int64_t batch, int64_t length) const override;

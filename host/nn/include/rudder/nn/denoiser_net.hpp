@@ -151,7 +151,7 @@ public:
     bool score_entropy() const { return config_.objective == "score_entropy"; }
     bool uniform() const { return config_.graph == "uniform"; }
     // "uniform": the geometric noise schedule (config "uniform_schedule").
-    const GeometricSchedule& uniform_schedule() const { return uniform_schedule_; }
+    const UniformNoiseSchedule& uniform_schedule() const { return uniform_schedule_; }
 
     // Log-probabilities [B, L, V] of the clean token given tokens x_t [B, L] at time t (read only by "uniform"
     // networks; absorbing ones need no time). Absorbing: x_t has mask_id at masked positions; the mask token is
@@ -174,7 +174,7 @@ private:
     at::Tensor score_entropy_loss(const TrainingBatch& batch, at::Generator& gen);
 
     MaskSchedule mask_schedule_;
-    GeometricSchedule uniform_schedule_;
+    UniformNoiseSchedule uniform_schedule_;
     at::Tensor token_embedding_;
     std::shared_ptr<Affine> head_, time_mlp1_, time_mlp2_;
 };

@@ -1,4 +1,5 @@
-// The DiT of MDLM (kuleshov-group/mdlm-owt) and SEDD (louaaron/sedd-small), loaded from their public checkpoints in
+// The DiT of MDLM (kuleshov-group/mdlm-owt), SEDD (louaaron/sedd-small), UDLM (kuleshov-group/udlm-lm1b) and DUO
+// (s-sahoo/duo), loaded from their public checkpoints in
 // Hugging Face layout (config.json + model.safetensors, or model.safetensors.index.json + shards) and run in
 // float32. docs/checkpoints.md describes what loads and what is refused.
 //
@@ -20,7 +21,9 @@
 //   output_layer: shift, scale = adaLN_modulation(c) ([2H, C], [2H]);
 //     out = linear(LN(x) * norm_final.weight * (1 + scale) + shift)         linear weight [V, H], bias [V]
 //   rotary_emb.inv_freq [H / heads / 2]: a buffer, recomputed here and checked against the file when present.
-// MDLM's hub checkpoint holds these under "backbone." (its MDLM wrapper's DITBackbone); SEDD's without a prefix.
+// MDLM's hub checkpoint holds these under "backbone." (its MDLM wrapper's DITBackbone), as UDLM's and DUO's do
+// (their wrappers are built the same way); SEDD's without a prefix. UDLM and DUO give the network
+// sigma = -log alpha_t of their log-linear schedule, as MDLM with time conditioning does.
 // MDLM-OWT has time_conditioning false: its sigma is replaced by 0, so c is a constant.
 #pragma once
 
@@ -36,11 +39,14 @@
 
 namespace rudder::nn {
 
-enum class DitFlavor { mdlm, sedd };
+// MDLM and SEDD diffuse with absorbing noise (the mask is the last id); UDLM (kuleshov-group/udlm-lm1b) and DUO
+// (s-sahoo/duo) with uniform noise, on the same network, log-linear: no mask, their output is the clean token.
+enum class DitFlavor { mdlm, sedd, udlm, duo };
+const char* dit_flavor_name(DitFlavor flavor);  // "MDLM", "SEDD", "UDLM", "DUO"
 
 struct DitConfig {
     DitFlavor flavor = DitFlavor::mdlm;
-    int64_t vocab_size = 0;  // including the mask token, which is the last id
+    int64_t vocab_size = 0;  // absorbing: including the mask token, which is the last id
     int64_t hidden_size = 0;
     int64_t cond_dim = 0;
     int64_t n_blocks = 0;
@@ -50,12 +56,13 @@ struct DitConfig {
     bool scale_by_sigma = false;     // SEDD only: the log score is offset by log(e^sigma - 1) + log(V - 1)
     double schedule_eps = 1e-3;      // the log-linear schedule's eps: sigma(t) = -log(1 - (1 - eps) t)
 
-    int64_t mask_id() const { return vocab_size - 1; }
-    std::string tensor_prefix() const { return flavor == DitFlavor::mdlm ? "backbone." : ""; }
+    bool uniform() const { return flavor == DitFlavor::udlm || flavor == DitFlavor::duo; }
+    int64_t mask_id() const { return uniform() ? -1 : vocab_size - 1; }  // -1: none (uniform noise)
+    std::string tensor_prefix() const { return flavor == DitFlavor::sedd ? "" : "backbone."; }
 };
 
-// Whether a config.json is one of these checkpoints' (MDLM: "model_type": "mdlm"; SEDD: a "model" object of
-// "type" "ddit" beside "graph" and "tokens") rather than a Rudder model directory's.
+// Whether a config.json is one of these checkpoints' ("model_type" "mdlm", "udlm" or "duo"; SEDD: a "model" object
+// of "type" "ddit" beside "graph" and "tokens") rather than a Rudder model directory's.
 bool is_dit_checkpoint_config(const nlohmann::json& config);
 
 // Reads the fields the network depends on. A field this reader does not know, a missing or mistyped one, and a
@@ -77,10 +84,11 @@ public:
     at::Tensor forward(const at::Tensor& tokens, const at::Tensor& sigma) const;
     // SEDD's log score [B, L, V] as its SEDD.forward returns it (scale_by_sigma offset, 0 at each input token).
     at::Tensor sedd_log_score(const at::Tensor& tokens, const at::Tensor& sigma) const;
-    // Log-probabilities [B, L, V] of the clean token, Rudder's discrete output: at a masked position the
-    // log-softmax of the raw output over every token but the mask; at an unmasked position 0 at its own token.
-    // Impossible entries are kImpossibleLogProb. For MDLM this is SUBS; for SEDD's absorbing graph it is exact for
-    // the true score (see the .cpp).
+    // Log-probabilities [B, L, V] of the clean token. Absorbing noise, Rudder's discrete output: at a masked position
+    // the log-softmax of the raw output over every token but the mask; at an unmasked position 0 at its own token;
+    // impossible entries are kImpossibleLogProb. For MDLM this is SUBS; for SEDD's absorbing graph it is exact for
+    // the true score (see the .cpp). Uniform noise (UDLM, DUO): the log-softmax of the raw output, x_theta, which
+    // their sampler treats as the clean token given the other positions (docs/checkpoints.md).
     at::Tensor clean_log_probs(const at::Tensor& tokens, const at::Tensor& sigma) const;
     // The total noise the network is given at diffusion time t in (0, 1]: the log-linear schedule's.
     double sigma_at(double t) const;

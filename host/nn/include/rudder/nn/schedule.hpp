@@ -92,19 +92,26 @@ private:
     double eps_;
 };
 
-// SEDD's geometric noise, used with the uniform transition graph: total noise sigma_bar(t) = sigma_min^(1-t)
-// sigma_max^t, so a token has kept its value (not been redrawn) at time t with probability alpha(t) = exp(-sigma_bar(t)).
-class GeometricSchedule {
+// The total noise of a uniform-graph diffusion (any token may be redrawn as any other): a token has kept its value at
+// time t with probability alpha(t) = exp(-sigma_bar(t)). Geometric, SEDD's: sigma_bar(t) = sigma_min^(1-t) sigma_max^t.
+// Log-linear, UDLM's and DUO's: alpha(t) = 1 - (1 - eps) t, i.e. sigma_bar(t) = -log(1 - (1 - eps) t).
+class UniformNoiseSchedule {
 public:
-    GeometricSchedule(double sigma_min = 1e-4, double sigma_max = 20.0);
+    // Geometric (std::invalid_argument unless 0 < sigma_min < sigma_max).
+    UniformNoiseSchedule(double sigma_min = 1e-4, double sigma_max = 20.0);
+    // Log-linear (std::invalid_argument unless 0 < eps < 1).
+    static UniformNoiseSchedule log_linear(double eps = 1e-3);
+
     double sigma_bar(double t) const;  // total noise
     double sigma(double t) const;      // noise rate d sigma_bar / dt
     double alpha(double t) const { return std::exp(-sigma_bar(t)); }
-    double sigma_min() const { return sigma_min_; }
-    double sigma_max() const { return sigma_max_; }
+    bool geometric() const { return eps_ == 0.0; }
+    double sigma_min() const { return sigma_min_; }  // geometric only
+    double sigma_max() const { return sigma_max_; }  // geometric only
+    double eps() const { return eps_; }              // log-linear only
 
 private:
-    double sigma_min_, sigma_max_;
+    double sigma_min_ = 0.0, sigma_max_ = 0.0, eps_ = 0.0;
 };
 
 }  // namespace rudder

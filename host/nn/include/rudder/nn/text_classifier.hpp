@@ -92,7 +92,7 @@ private:
     bool noise_ = true;
     GaussianSchedule schedule_;
     MaskSchedule mask_schedule_;
-    GeometricSchedule uniform_schedule_;  // discrete, "graph": "uniform"
+    UniformNoiseSchedule uniform_schedule_;  // discrete, "graph": "uniform"
     at::Tensor noise_embedding_;  // continuous: buffer [V, D]
     at::Tensor token_embedding_;  // discrete: [V, dim]
     torch::nn::Linear input_proj_{nullptr}, time_mlp1_{nullptr}, time_mlp2_{nullptr};

@@ -46,7 +46,7 @@ public:
     virtual bool uses_evidence() const { return false; }
     // Discrete family: the noise schedule when the model diffuses with uniform noise (SEDD's uniform graph: every
     // position always holds a token, and any token may change at any step); nullptr for absorbing (masking) noise.
-    virtual const GeometricSchedule* uniform_noise() const { return nullptr; }
+    virtual const UniformNoiseSchedule* uniform_noise() const { return nullptr; }
     // Moves every tensor the denoiser owns to `device`.
     virtual void to(const at::Device& device) = 0;
     // About how many bytes one denoise() call on `batch` sequences of `length` positions holds at its peak
@@ -81,7 +81,7 @@ public:
         int64_t embed_dim = 16;     // continuous: width of the random embedding table
         uint64_t embed_seed = 0;    // continuous: seed of the embedding table
         double mismatch = 1e-6;     // discrete: weight per disagreeing unmasked position (and per breached constraint)
-        std::optional<GeometricSchedule> uniform_noise;  // discrete: diffuse with uniform noise on this schedule
+        std::optional<UniformNoiseSchedule> uniform_noise;  // discrete: diffuse with uniform noise on this schedule
         double min_logprob = -30.0; // floor of the returned log-probabilities (keeps them finite)
     };
     // `sentences`: token ids without padding; each is padded with pad_id to the length the loop asks for.
@@ -94,7 +94,7 @@ public:
     int64_t embed_dim() const override { return options_.family == Family::continuous ? options_.embed_dim : 0; }
     at::Tensor embedding() const override { return embedding_; }
     bool uses_evidence() const override { return true; }
-    const GeometricSchedule* uniform_noise() const override {
+    const UniformNoiseSchedule* uniform_noise() const override {
         return options_.uniform_noise ? &*options_.uniform_noise : nullptr;
     }
     void to(const at::Device& device) override;
