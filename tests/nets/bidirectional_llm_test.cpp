@@ -211,25 +211,30 @@ TEST_F(BidirectionalLlmCheckpoint, ACheckpointIsAModelThatARecipeSamplesWithHard
         EXPECT_EQ(model.tokenizer->decode(ids.data(), static_cast<int64_t>(ids.size())), "the cat sat near the river")
             << "a text ends at the end-of-text token";
 
-        const std::string recipe = R"({"model": ")" + dir.string() + R"(", "max_length": 24,
-            "sampler": {"name": "confidence", "steps": 12, "block_length": 8}, "samples": 3, "seed": 4,
-            "controllers": [{"plugin": "span", "params": {"prefix": "the cat"}},
-                            {"plugin": "length", "params": {"tokens": 9}},
-                            {"plugin": "exclude_words", "params": {"words": ["dog", "sat", "food"]}}]})";
-        rudder::Generator generator(rudder::parse_recipe(recipe, "."), registry);
-        const auto samples = generator.generate();
-        ASSERT_EQ(samples.size(), 3u);
-        const std::vector<int64_t> prefix = model.tokenizer->encode("the cat");
-        for (const auto& s : samples) {
-            ASSERT_EQ(s.tokens.size(), 24u);
-            EXPECT_EQ(s.n_tokens, 9) << s.text;
-            EXPECT_TRUE(std::none_of(s.tokens.begin(), s.tokens.end(), [](int64_t id) { return id == kMask; })) << s.text;
-            EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), s.tokens.begin())) << s.text;
-            EXPECT_EQ(s.text, model.tokenizer->decode(s.tokens.data(), 24));
-            EXPECT_EQ(s.text.rfind("the cat", 0), 0u) << s.text;
-            for (const char* word : {"dog", "sat", "food"}) EXPECT_EQ(s.text.find(word), std::string::npos) << s.text;
-            ASSERT_EQ(s.controls.size(), 3u);
-            for (const auto& control : s.controls) EXPECT_EQ(control.verdict.satisfied, 1) << control.label << ": " << s.text;
+        // With and without prompt guidance (LLaDA's cfg_scale): the controls hold either way.
+        for (const char* guidance : {"0", "1.5"}) {
+            SCOPED_TRACE(std::string("prompt_guidance ") + guidance);
+            const std::string recipe = R"({"model": ")" + dir.string() + R"(", "max_length": 24,
+                "sampler": {"name": "confidence", "steps": 12, "block_length": 8, "prompt_guidance": )" + guidance +
+                                       R"(}, "samples": 3, "seed": 4,
+                "controllers": [{"plugin": "span", "params": {"prefix": "the cat"}},
+                                {"plugin": "length", "params": {"tokens": 9}},
+                                {"plugin": "exclude_words", "params": {"words": ["dog", "sat", "food"]}}]})";
+            rudder::Generator generator(rudder::parse_recipe(recipe, "."), registry);
+            const auto samples = generator.generate();
+            ASSERT_EQ(samples.size(), 3u);
+            const std::vector<int64_t> prefix = model.tokenizer->encode("the cat");
+            for (const auto& s : samples) {
+                ASSERT_EQ(s.tokens.size(), 24u);
+                EXPECT_EQ(s.n_tokens, 9) << s.text;
+                EXPECT_TRUE(std::none_of(s.tokens.begin(), s.tokens.end(), [](int64_t id) { return id == kMask; })) << s.text;
+                EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), s.tokens.begin())) << s.text;
+                EXPECT_EQ(s.text, model.tokenizer->decode(s.tokens.data(), 24));
+                EXPECT_EQ(s.text.rfind("the cat", 0), 0u) << s.text;
+                for (const char* word : {"dog", "sat", "food"}) EXPECT_EQ(s.text.find(word), std::string::npos) << s.text;
+                ASSERT_EQ(s.controls.size(), 3u);
+                for (const auto& control : s.controls) EXPECT_EQ(control.verdict.satisfied, 1) << control.label << ": " << s.text;
+            }
         }
     }
 }

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -287,6 +288,8 @@ TEST(GenerationErrors, UniformNoiseTakesTheAnalyticOrEulerSampler) {
     }
     EXPECT_NE(issues_of(R"({"name": "analytic", "remask": {"strategy": "cap"}})").at("/sampler/remask").find("uniform noise"),
               std::string::npos);
+    EXPECT_NE(issues_of(R"({"name": "analytic", "prompt_guidance": 1})").at("/sampler/prompt_guidance").find("no mask"),
+              std::string::npos);
     EXPECT_TRUE(issues_of(R"({"name": "euler", "steps": 50})").empty());
     EXPECT_TRUE(issues_of(R"({"name": "analytic", "steps": 50, "top_k": 3, "temperature": 0.8})").empty());
 }
@@ -518,6 +521,80 @@ TEST(BringYourOwnDenoiser, ModelThatDoesNotHoldTogetherIsAnIssueAtModel) {
     no_denoiser.denoiser.reset();
     expect_model_issue(std::move(no_denoiser), kOwnRecipe, "has no denoiser");
     expect_model_issue(own_model(), R"({"model": "x", "family": "continuous"})", "is not a continuous model");
+}
+
+// A denoiser whose second position depends on whether the first is visible: green 0.6 / blue 0.4 after "red", green
+// 0.8 / blue 0.2 while the first position is masked. Everything else is (almost) impossible.
+class PromptSensitive final : public rudder::Denoiser {
+public:
+    PromptSensitive(int64_t vocab, int64_t mask, int64_t green, int64_t blue)
+        : vocab_(vocab), mask_(mask), green_(green), blue_(blue) {}
+    rudder::Family family() const override { return rudder::Family::discrete; }
+    int64_t vocab_size() const override { return vocab_; }
+    int64_t embed_dim() const override { return 0; }
+    void to(const at::Device&) override {}
+    rudder::DenoiserOutput denoise(const at::Tensor& x, double, const std::vector<std::string>&,
+                                   const rudder::Evidence&) override {
+        at::Tensor logits = at::full({x.size(0), x.size(1), vocab_}, -30.0f);
+        for (int64_t b = 0; b < x.size(0); ++b) {
+            const bool seen = x[b][0].item<int64_t>() != mask_;
+            logits[b][0][green_] = 0.0f;  // never drawn: a span fixes the first position
+            logits[b][1][green_] = static_cast<float>(std::log(seen ? 0.6 : 0.8));
+            logits[b][1][blue_] = static_cast<float>(std::log(seen ? 0.4 : 0.2));
+        }
+        return {at::log_softmax(logits, -1), {}};
+    }
+
+private:
+    int64_t vocab_, mask_, green_, blue_;
+};
+
+// Prompt guidance on the scores uncond + (w + 1)(cond - uncond): with w = 1, blue after "red" is drawn with
+// probability 0.4^2 / 0.2 : 0.6^2 / 0.8, i.e. 0.8 / 1.25 = 0.64, against 0.4 without guidance. It costs a second
+// network pass wherever a position is fixed, and is refused where it cannot apply.
+TEST(PromptGuidance, ScoresAreTheUnconditionalPlusTheScaledDifference) {
+    auto tok = std::make_shared<rudder::WordTokenizer>(rudder::WordTokenizer::from_words({"red", "green", "blue"}));
+    const int64_t green = tok->encode("green")[0], blue = tok->encode("blue")[0];
+    auto blue_share = [&](double w, int64_t& calls) {
+        rudder::Model m;
+        m.name = "prompt-sensitive";
+        m.family = rudder::Family::discrete;
+        m.denoiser = std::make_shared<PromptSensitive>(tok->vocab_size(), tok->mask_id(), green, blue);
+        m.tokenizer = tok;
+        const std::string recipe = R"({"model": "x", "sampler": {"name": "analytic", "steps": 4, "prompt_guidance": )" +
+                                   std::to_string(w) + R"(}, "samples": 4000, "batch_size": 1000, "seed": 3, "max_length": 2,
+            "controllers": [{"plugin": "span", "params": {"prefix": "red"}}]})";
+        Generator g(rudder::parse_recipe(recipe, "."), std::move(m), registry());
+        int64_t blues = 0;
+        const auto samples = g.generate();
+        for (const auto& s : samples) {
+            EXPECT_EQ(s.tokens[0], tok->encode("red")[0]);
+            blues += s.tokens[1] == blue;
+        }
+        calls = g.stats().denoiser_calls;
+        return static_cast<double>(blues) / static_cast<double>(samples.size());
+    };
+    int64_t plain_calls = 0, guided_calls = 0;
+    const double plain = blue_share(0.0, plain_calls), guided = blue_share(1.0, guided_calls);
+    std::cout << "blue after red: " << plain << " unguided, " << guided << " with prompt guidance 1 (" << plain_calls
+              << " and " << guided_calls << " network calls)" << std::endl;
+    EXPECT_NEAR(plain, 0.4, 0.03);   // 4,000 draws: one standard error is 0.008
+    EXPECT_NEAR(guided, 0.64, 0.03);
+    EXPECT_GT(guided_calls, plain_calls);
+    try {
+        Generator g(rudder::parse_recipe(R"({"model": ")" + rudder::testing::corpus_model_dir().string() +
+                                             R"(", "family": "continuous", "sampler": {"prompt_guidance": 1}})", "."),
+                    registry());
+        ADD_FAILURE() << "prompt guidance accepted for a continuous model";
+    } catch (const rudder::RecipeError& e) {
+        ASSERT_EQ(e.issues().size(), 1u) << e.what();
+        EXPECT_EQ(e.issues()[0].pointer, "/sampler/prompt_guidance");
+    }
+
+    for (const std::string& bad : {std::string(R"({"model": "x", "family": "discrete", "sampler": {"name": "ddim", "prompt_guidance": 1}})"),
+                                   std::string(R"({"model": "x", "sampler": {"prompt_guidance": -1}})")}) {
+        EXPECT_THROW(rudder::parse_recipe(bad, "."), rudder::RecipeError) << bad;
+    }
 }
 
 // A controller that steers through candidate deltas only (CANDIDATES + ROWS, no LOGIT_DELTA) takes part in the

@@ -324,6 +324,10 @@ void Generator::set_up(plugins::Registry& registry, const std::vector<fs::path>&
                 issues.push_back({"/sampler/name", "model '" + model_.name + "' diffuses with uniform noise (no position is "
                                                    "ever masked); sampler '" + name + "' unmasks positions: use 'analytic' "
                                                    "(Tweedie tau-leaping) or 'euler'"});
+            if (recipe_.sampler.prompt_guidance > 0 && !reported("/sampler/prompt_guidance"))
+                issues.push_back({"/sampler/prompt_guidance", "model '" + model_.name + "' diffuses with uniform noise: "
+                                                              "there is no mask to hide the fixed tokens with, so no "
+                                                              "unconditional pass; prompt guidance is for absorbing models"});
             if (recipe_.sampler.remask.on() && !reported("/sampler/remask"))
                 issues.push_back({"/sampler/remask", "model '" + model_.name + "' diffuses with uniform noise, where every "
                                                      "token may change at every step already; remasking is for absorbing models"});
@@ -340,6 +344,9 @@ void Generator::set_up(plugins::Registry& registry, const std::vector<fs::path>&
                                                         std::to_string(blocks) + " blocks of " + std::to_string(b) +
                                                         " positions: the confidence sampler needs a step per block"});
         }
+        if (continuous && recipe_.sampler.prompt_guidance > 0 && !reported("/sampler/prompt_guidance"))
+            issues.push_back({"/sampler/prompt_guidance", "'prompt_guidance' applies to absorbing discrete models; model '" +
+                                                              model_.name + "' is continuous"});
         if (!continuous && recipe_.sampler.noise_scale != 1.0 && !reported("/sampler/noise_scale"))
             issues.push_back({"/sampler/noise_scale", "'noise_scale' applies to continuous models; model '" +
                                                           model_.name + "' is " + family_name(model_.family)});
@@ -417,6 +424,7 @@ uint64_t Generator::estimate_peak_bytes(int64_t batch) const {
     double units = discrete ? 3.5 : (recipe_.sampler.x0 == "clamp" ? 0 : 2);
     // Uniform noise: the step's deltas and clean estimate (2 float32) and its transition, about four float64 passes.
     if (discrete && model_.denoiser->uniform_noise()) units += 10;
+    if (discrete && recipe_.sampler.prompt_guidance > 0) units += 2;  // the unconditional output and the combination
     bool whole_x0 = false;
     for (size_t k = 0; k < composer_->size(); ++k) {
         const auto& c = composer_->instance(k);
@@ -673,12 +681,23 @@ at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const Step
     at::Tensor logits, logp;  // the network's scores for `tokens` [B * L, V], and their log-softmax once needed
     Combined seen;            // the constraints the denoiser's last call was given
     bool stale = true;
+    // Prompt guidance (LLaDA's unsupervised classifier-free guidance): the positions hard constraints have fixed are
+    // the prompt; the unconditional pass sees them masked again, without the constraints as evidence.
+    const double prompt_w = recipe_.sampler.prompt_guidance;
+    at::Tensor prompt = prompt_w > 0 ? at::zeros({batch, L}, tokens.options().dtype(at::kBool)) : at::Tensor();
     auto denoise = [&](double t, const Combined& constraints) {
-        logits = model_.denoiser->denoise(tokens, t, {}, evidence(constraints)).logits.to(at::kFloat)
-                     .reshape({batch * L, V});
-        logp = at::Tensor();
+        logits = model_.denoiser->denoise(tokens, t, {}, evidence(constraints)).logits.to(at::kFloat);
         ++stats_.denoiser_calls;
         stats_.denoised_sequences += batch;
+        if (prompt.defined() && prompt.any().item<bool>()) {
+            const at::Tensor unconditional =
+                model_.denoiser->denoise(tokens.masked_fill(prompt, mask_id), t, {}, {}).logits.to(at::kFloat);
+            logits = unconditional + (prompt_w + 1.0) * (logits - unconditional);
+            ++stats_.denoiser_calls;
+            stats_.denoised_sequences += batch;
+        }
+        logits = logits.reshape({batch * L, V});
+        logp = at::Tensor();
         stale = false;
         seen = constraints;
     };
@@ -734,6 +753,7 @@ at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const Step
                 changed = true;
             }
             unmask.logical_and_(is_fixed.logical_not());
+            if (prompt.defined()) prompt.logical_or_(is_fixed);
             if (pinned.defined()) {
                 pinned.logical_or_(is_fixed);
                 remask.logical_and_(is_fixed.logical_not());

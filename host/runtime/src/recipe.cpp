@@ -45,6 +45,7 @@ void parse_sampler(ObjectReader& s, const RecipeLimits& limits, SamplerSpec& out
     if (auto v = s.number("top_p", 0.0, 1.0)) out.top_p = *v;
     if (auto v = s.choice("order", {"probability", "margin", "entropy"})) out.order = *v;
     if (auto v = s.integer("block_length", 1, int64_t{1} << 31)) out.block_length = *v;
+    if (auto v = s.number("prompt_guidance", 0.0, 100.0)) out.prompt_guidance = *v;
     if (auto remask = s.object("remask")) {
         ObjectReader r(*remask, s.pointer("remask"), s.issues());
         if (auto v = r.choice("strategy", {"none", "cap", "rescale"}, kRequired)) out.remask.strategy = *v;
@@ -58,7 +59,7 @@ void parse_sampler(ObjectReader& s, const RecipeLimits& limits, SamplerSpec& out
     if (s.has("top_p") && out.top_p <= 0.0) s.issue("top_p", "'top_p' must be above 0 (1 keeps every token)");
     const bool discrete_name = out.name == "euler" || out.name == "analytic" || out.name == "first_hitting" ||
                                out.name == "confidence";
-    for (const char* key : {"top_k", "top_p"})
+    for (const char* key : {"top_k", "top_p", "prompt_guidance"})
         if (s.has(key) && !out.name.empty() && !discrete_name)
             s.issue(key, std::string("'") + key + "' applies to the discrete samplers only, not '" + out.name + "'");
     for (const char* key : {"order", "block_length"})

@@ -52,6 +52,9 @@ struct SamplerSpec {
     std::string order = "probability";  // confidence: which drawn tokens are kept first (probability | margin | entropy)
     int64_t block_length = 0;    // confidence: positions unmask block by block, left to right (0: one block)
     RemaskSpec remask;           // analytic: committed tokens may be masked again (ReMDM)
+    // Absorbing models: classifier-free guidance towards the tokens hard constraints fix (LLaDA's unsupervised
+    // cfg_scale w): scores uncond + (w + 1)(cond - uncond), uncond the network with those tokens masked again.
+    double prompt_guidance = 0.0;
 };
 
 struct GuidanceSpec {
