@@ -455,15 +455,24 @@ TEST(GenerationStats, DiscreteStepsWhereNothingUnmasksCallNoNetwork) {
     for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].tokens, b[i].tokens);
 }
 
-// Bring your own denoiser: a model built in the program, not read from a folder. This one is certain of one
-// sentence (log-probability 0 for its token at each position, -30 for every other).
-class OneSentence final : public rudder::Denoiser {
+// A discrete denoiser written in the test: only its distributions are its own.
+class TestDenoiser : public rudder::Denoiser {
 public:
-    OneSentence(std::vector<int64_t> ids, int64_t vocab) : ids_(std::move(ids)), vocab_(vocab) {}
+    explicit TestDenoiser(int64_t vocab) : vocab_(vocab) {}
     rudder::Family family() const override { return rudder::Family::discrete; }
     int64_t vocab_size() const override { return vocab_; }
     int64_t embed_dim() const override { return 0; }
     void to(const at::Device&) override {}
+
+protected:
+    int64_t vocab_;
+};
+
+// Bring your own denoiser: a model built in the program, not read from a folder. This one is certain of one
+// sentence (log-probability 0 for its token at each position, -30 for every other).
+class OneSentence final : public TestDenoiser {
+public:
+    OneSentence(std::vector<int64_t> ids, int64_t vocab) : TestDenoiser(vocab), ids_(std::move(ids)) {}
     rudder::DenoiserOutput denoise(const at::Tensor& x, double, const std::vector<std::string>&,
                                    const rudder::Evidence&) override {
         at::Tensor logits = at::full({x.size(0), x.size(1), vocab_}, -30.0f);
@@ -474,7 +483,6 @@ public:
 
 private:
     std::vector<int64_t> ids_;
-    int64_t vocab_;
 };
 
 rudder::Model own_model(int64_t denoiser_vocab_extra = 0) {
@@ -525,14 +533,10 @@ TEST(BringYourOwnDenoiser, ModelThatDoesNotHoldTogetherIsAnIssueAtModel) {
 
 // A denoiser whose second position depends on whether the first is visible: green 0.6 / blue 0.4 after "red", green
 // 0.8 / blue 0.2 while the first position is masked. Everything else is (almost) impossible.
-class PromptSensitive final : public rudder::Denoiser {
+class PromptSensitive final : public TestDenoiser {
 public:
     PromptSensitive(int64_t vocab, int64_t mask, int64_t green, int64_t blue)
-        : vocab_(vocab), mask_(mask), green_(green), blue_(blue) {}
-    rudder::Family family() const override { return rudder::Family::discrete; }
-    int64_t vocab_size() const override { return vocab_; }
-    int64_t embed_dim() const override { return 0; }
-    void to(const at::Device&) override {}
+        : TestDenoiser(vocab), mask_(mask), green_(green), blue_(blue) {}
     rudder::DenoiserOutput denoise(const at::Tensor& x, double, const std::vector<std::string>&,
                                    const rudder::Evidence&) override {
         at::Tensor logits = at::full({x.size(0), x.size(1), vocab_}, -30.0f);
@@ -546,7 +550,7 @@ public:
     }
 
 private:
-    int64_t vocab_, mask_, green_, blue_;
+    int64_t mask_, green_, blue_;
 };
 
 // Prompt guidance on the scores uncond + (w + 1)(cond - uncond): with w = 1, blue after "red" is drawn with
