@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Writes tiny random-weight MDLM, SEDD, UDLM and DUO checkpoints in the public checkpoints' Hugging Face layout,
+"""Writes tiny random-weight MDLM, SEDD, UDLM, DUO and BD3-LM checkpoints in the public checkpoints' Hugging Face layout,
 and the reference outputs of the same network computed here in plain PyTorch (float64), for
 tests/nets/dit_checkpoint_test.
 
@@ -86,8 +86,9 @@ def random_weights(prefix, vocab, gen):
     return {prefix + k: v.float() for k, v in w.items()}
 
 
-def reference_raw(w, prefix, tokens, sigma, time_conditioning):
-    """The DiT forward in float64, eval mode (no dropout)."""
+def reference_raw(w, prefix, tokens, sigma, time_conditioning, block_size=0):
+    """The DiT forward in float64, eval mode (no dropout). block_size > 0: BD3-LM's attention, where a position
+    sees the positions of its own block and of the blocks before it."""
     g = {k[len(prefix):]: v.double() for k, v in w.items()}
     h, heads = TINY["hidden"], TINY["heads"]
     d = h // heads
@@ -127,6 +128,9 @@ def reference_raw(w, prefix, tokens, sigma, time_conditioning):
         qkv = lin(y, b + "attn_qkv", bias=False).reshape(batch, length, 3, heads, d)
         q, k, v = rope(qkv[:, :, 0]), rope(qkv[:, :, 1]), qkv[:, :, 2]
         scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(d)
+        if block_size:
+            block = torch.arange(length) // block_size
+            scores = scores.masked_fill(block[None, :] > block[:, None], -math.inf)
         att = torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1), v).reshape(batch, length, h)
         x = x + gate1 * lin(att, b + "attn_out", bias=False)
         y = norm(x, g[b + "norm2.weight"]) * (1 + scale2) + shift2
@@ -324,6 +328,24 @@ def main():
         reference.update({f"{name}.tokens": tokens, f"{name}.t": t.float(), f"{name}.sigma": sigma.float(),
                           f"{name}.raw": raw.float(), f"{name}.clean_log_probs": x_theta.float(),
                           f"{name}.posterior": posterior.float()})
+    # BD3-LM (kuleshov-group/bd3lm-owt-block_size4's config.json fields): MDLM's DiT under "backbone." with
+    # block-causal attention over blocks of block_size, no time conditioning, and its clipped noise range as two
+    # scalar buffers beside the backbone (var_min).
+    bd3lm_config = {"architectures": ["BD3LM"], "attn_backend": "sdpa", "block_size": 4, "cond_dim": TINY["cond"],
+                    "cross_attn": True, "dropout": 0.1, "hidden_dim": TINY["hidden"], "model_length": TINY["length"],
+                    "model_type": "bd3lm", "n_blocks": TINY["blocks"], "n_heads": TINY["heads"], "return_dict": False,
+                    "sampling_eps_max": 0.999, "sampling_eps_min": 0.001, "time_conditioning": False,
+                    "torch_dtype": "float32", "transformers_version": "4.49.0", "var_min": True, "vocab_size": vocab,
+                    "auto_map": {"AutoConfig": "configuration_bd3lm.BD3LMConfig",
+                                 "AutoModelForMaskedLM": "modeling_bd3lm.BD3LM"}}
+    w = random_weights("backbone.", vocab, gen)
+    w["sampling_eps_min"] = torch.tensor(0.001)
+    w["sampling_eps_max"] = torch.tensor(0.999)
+    write_model(out, "bd3lm", bd3lm_config, w)
+    tokens, sigma = inputs(vocab, gen)
+    raw = reference_raw(w, "backbone.", tokens, sigma, False, block_size=4)
+    reference.update({"bd3lm.tokens": tokens, "bd3lm.sigma": sigma.float(), "bd3lm.raw": raw.float(),
+                      "bd3lm.clean_log_probs": clean_log_probs(raw, tokens, vocab - 1).float()})
     save_safetensors(os.path.join(out, "reference.safetensors"), reference)
     # A GPT-2-like tokenizer of the tiny vocabulary less the mask, to sample the tiny checkpoints as models.
     write_gpt2_like_tokenizer(os.path.join(out, "gpt2_like_tokenizer"), TINY["tokens"])

@@ -130,6 +130,27 @@ TEST_F(DitCheckpoint, UniformNoiseCheckpointsMatchTheReferenceForwardAndPosterio
     }
 }
 
+// BD3-LM: MDLM's network with block-causal attention (blocks of 4): the reference agrees, and a position's output
+// depends on its own block and the blocks before it only.
+TEST_F(DitCheckpoint, Bd3lmMatchesTheReferenceAndSeesNoLaterBlock) {
+    const DitNetwork net = DitNetwork::load(root_ / "bd3lm");
+    EXPECT_EQ(net.config().flavor, rudder::nn::DitFlavor::bd3lm);
+    EXPECT_EQ(net.config().block_size, 4);
+    EXPECT_FALSE(net.config().time_conditioning);
+    EXPECT_EQ(net.config().mask_id(), 299);
+    const at::Tensor tokens = reference("bd3lm.tokens"), sigma = reference("bd3lm.sigma");
+    const double raw_diff = max_difference(net.forward(tokens, sigma), reference("bd3lm.raw"));
+    const double probs_diff = max_difference(net.clean_log_probs(tokens, sigma), reference("bd3lm.clean_log_probs"));
+    std::cout << "bd3lm: max |raw - reference| = " << raw_diff << ", log-probs " << probs_diff << "\n";
+    EXPECT_LT(raw_diff, 1e-5);
+    EXPECT_LT(probs_diff, 1e-5);
+    at::Tensor changed = tokens.clone();
+    changed.narrow(1, 8, 4).fill_(5);  // the third block
+    const at::Tensor before = net.forward(tokens, sigma), after = net.forward(changed, sigma);
+    EXPECT_TRUE(at::equal(before.narrow(1, 0, 8), after.narrow(1, 0, 8))) << "an earlier block saw a later one";
+    EXPECT_GT(max_difference(before.narrow(1, 8, 4), after.narrow(1, 8, 4)), 1e-3);
+}
+
 TEST_F(DitCheckpoint, CleanLogProbsAreDistributionsThatKeepUnmaskedTokens) {
     const DitNetwork net = DitNetwork::load(root_ / "mdlm");
     const at::Tensor tokens = reference("mdlm.tokens");
@@ -303,11 +324,11 @@ TEST_F(DitCheckpoint, ModelLoadingRecognisesTheLayoutAndAsksForTheTokenizer) {
 
 // `rudder models DIR` describes a checkpoint from its config and its weights' headers alone.
 TEST_F(DitCheckpoint, DescriptionNamesTheArchitectureSizesAndTokenizer) {
-    for (const std::string name : {"mdlm", "sedd", "duo"}) {
+    for (const std::string name : {"mdlm", "sedd", "duo", "bd3lm"}) {
         SCOPED_TRACE(name);
         const json d = rudder::describe_model(root_ / name);
         EXPECT_EQ(d["format"], "public checkpoint (Hugging Face layout)");
-        std::string upper = name;
+        std::string upper = name == "bd3lm" ? "BD3-LM" : name;
         std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
         EXPECT_NE(d["kind"].get<std::string>().find(upper), std::string::npos) << d.dump();
         EXPECT_EQ(d["families"], json({"discrete"}));
@@ -405,6 +426,46 @@ TEST_F(DitCheckpoint, WithItsTokenizerADuoCheckpointIsAUniformNoiseModelThatARec
             EXPECT_TRUE(std::none_of(s.tokens.begin(), s.tokens.end(), [](int64_t id) { return id == 299; })) << s.text;
         }
     }
+}
+
+// BD3-LM with GPT-2's tokenizer: its authors' sampler (first hitting, block by block, nucleus 0.9) is the model's
+// recommended one, a recipe that names none samples with it and keeps a prefix, and samplers that would unmask the
+// whole sequence at once, or blocks that straddle the model's, are refused.
+TEST_F(DitCheckpoint, ABd3lmCheckpointIsSampledBlockByBlock) {
+    rudder::plugins::Registry registry({fs::path(RUDDER_TEST_PLUGIN_DIR)});
+    const fs::path dir = copy_of("bd3lm", "bd3lm_with_tokenizer");
+    for (const char* file : {"vocab.json", "merges.txt"}) fs::copy(root_ / "gpt2_like_tokenizer" / file, dir / file);
+    const rudder::Model model = rudder::load_model(dir, std::nullopt);
+    EXPECT_EQ(model.denoiser->decoding_block(), 4);
+    EXPECT_EQ(model.recommended_sampler, json({{"name", "first_hitting"}, {"block_length", 4}, {"top_p", 0.9}}));
+    const std::string recipe = R"({"model": ")" + dir.string() + R"(", "samples": 4, "seed": 6,
+        "controllers": [{"plugin": "span", "params": {"prefix": "the cat"}}]})";
+    rudder::Generator generator(rudder::parse_recipe(recipe, "."), registry);
+    EXPECT_EQ(generator.recipe().sampler.name, "first_hitting");
+    EXPECT_EQ(generator.recipe().sampler.block_length, 4);
+    const auto samples = generator.generate();
+    ASSERT_EQ(samples.size(), 4u);
+    const std::vector<int64_t> prefix = model.tokenizer->encode("the cat");
+    for (const auto& s : samples) {
+        ASSERT_EQ(s.tokens.size(), 16u);
+        EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), s.tokens.begin())) << s.text;
+        EXPECT_TRUE(std::none_of(s.tokens.begin(), s.tokens.end(), [](int64_t id) { return id == 299; })) << s.text;
+    }
+    const auto issue_of = [&](const std::string& sampler) {
+        try {
+            rudder::Generator refused(rudder::parse_recipe(R"({"model": ")" + dir.string() + R"(", "sampler": )" + sampler + "}", "."),
+                                      registry);
+        } catch (const rudder::RecipeError& e) {
+            return e.issues().at(0).pointer + ": " + e.issues().at(0).message;
+        }
+        return std::string("(accepted)");
+    };
+    EXPECT_NE(issue_of(R"({"name": "analytic"})").find("/sampler/name: model 'bd3lm_with_tokenizer' predicts each block of 4"),
+              std::string::npos) << issue_of(R"({"name": "analytic"})");
+    EXPECT_NE(issue_of(R"({"name": "first_hitting", "block_length": 3})").find("/sampler/block_length: "), std::string::npos);
+    EXPECT_NE(issue_of(R"({"name": "first_hitting"})").find("(none given)"), std::string::npos);
+    EXPECT_EQ(issue_of(R"({"name": "first_hitting", "block_length": 2})"), "(accepted)");
+    EXPECT_EQ(issue_of(R"({"name": "confidence", "steps": 16, "block_length": 4})"), "(accepted)");
 }
 
 }  // namespace

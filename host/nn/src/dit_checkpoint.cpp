@@ -28,6 +28,9 @@ DitConfig parse_hub_dit(const json& config, const fs::path& file, DitFlavor flav
         known.insert(k);
     if (flavor == DitFlavor::udlm) known.insert({"cfg", "cfg_num_classes"});
     if (flavor == DitFlavor::duo) known.insert({"causal", "var_min"});
+    if (flavor == DitFlavor::bd3lm)
+        known.insert({"block_size", "cross_attn", "adaln", "attn_backend", "causal", "var_min", "sampling_eps_min",
+                      "sampling_eps_max"});
     check_known(config, known, "", file);
     if (config.contains("torch_dtype")) {
         const json& d = config.at("torch_dtype");
@@ -42,10 +45,29 @@ DitConfig parse_hub_dit(const json& config, const fs::path& file, DitFlavor flav
     c.cond_dim = positive_int(config, "cond_dim", "cond_dim", file);
     c.n_blocks = positive_int(config, "n_blocks", "n_blocks", file);
     c.n_heads = positive_int(config, "n_heads", "n_heads", file);
-    // DUO's training asserts time conditioning (UniformState), and its config may not say so.
-    c.time_conditioning = flavor == DitFlavor::duo && !config.contains("time_conditioning")
-                              ? true
-                              : boolean(config, "time_conditioning", "time_conditioning", file);
+    // DUO's training asserts time conditioning (UniformState), and its config may not say so; BD3LMConfig's default
+    // is false.
+    if (config.contains("time_conditioning"))
+        c.time_conditioning = boolean(config, "time_conditioning", "time_conditioning", file);
+    else if (flavor == DitFlavor::duo || flavor == DitFlavor::bd3lm)
+        c.time_conditioning = flavor == DitFlavor::duo;
+    else
+        c.time_conditioning = boolean(config, "time_conditioning", "time_conditioning", file);  // required: says so
+    if (flavor == DitFlavor::bd3lm) {
+        c.block_size = positive_int(config, "block_size", "block_size", file);
+        if (c.block_size > c.max_length) config_fail(file, "block_size", "larger than model_length");
+        if (config.contains("adaln") && !boolean(config, "adaln", "adaln", file))
+            config_fail(file, "adaln", "false (the network without adaLN modulation) is not supported");
+        if (config.contains("causal") && boolean(config, "causal", "causal", file))
+            config_fail(file, "causal", "true (the autoregressive variant) is not supported");
+        // Training settings (the x0 half of the training input, the attention kernel, the clipped noise range).
+        if (config.contains("cross_attn")) boolean(config, "cross_attn", "cross_attn", file);
+        if (config.contains("var_min")) boolean(config, "var_min", "var_min", file);
+        if (config.contains("attn_backend") && !config.at("attn_backend").is_string())
+            config_fail(file, "attn_backend", "expected a string");
+        for (const char* k : {"sampling_eps_min", "sampling_eps_max"})
+            if (config.contains(k) && !config.at(k).is_number()) config_fail(file, k, "expected a number");
+    }
     if (flavor == DitFlavor::udlm && config.contains("cfg") && boolean(config, "cfg", "cfg", file))
         config_fail(file, "cfg", "true (a class-conditional UDLM, with a cond_map of class embeddings) is not supported");
     if (flavor == DitFlavor::duo && config.contains("causal") && boolean(config, "causal", "causal", file))
@@ -119,6 +141,7 @@ const char* dit_flavor_name(DitFlavor flavor) {
         case DitFlavor::sedd: return "SEDD";
         case DitFlavor::udlm: return "UDLM";
         case DitFlavor::duo: return "DUO";
+        case DitFlavor::bd3lm: return "BD3-LM";
     }
     return "?";
 }
@@ -126,7 +149,8 @@ const char* dit_flavor_name(DitFlavor flavor) {
 bool is_dit_checkpoint_config(const json& config) {
     if (!config.is_object() || config.contains("format_version")) return false;
     if (config.contains("model_type") &&
-        (config.at("model_type") == "mdlm" || config.at("model_type") == "udlm" || config.at("model_type") == "duo"))
+        (config.at("model_type") == "mdlm" || config.at("model_type") == "udlm" || config.at("model_type") == "duo" ||
+         config.at("model_type") == "bd3lm"))
         return true;
     return config.contains("model") && config.at("model").is_object() && config.at("model").contains("type") &&
            config.at("model").at("type") == "ddit" && config.contains("graph") && config.contains("tokens");
@@ -139,7 +163,8 @@ DitConfig parse_dit_config(const json& config, const fs::path& file) {
         if (type == "mdlm") return parse_hub_dit(config, file, DitFlavor::mdlm);
         if (type == "udlm") return parse_hub_dit(config, file, DitFlavor::udlm);
         if (type == "duo") return parse_hub_dit(config, file, DitFlavor::duo);
-        config_fail(file, "model_type", "only \"mdlm\", \"udlm\" and \"duo\" are supported, got " + type.dump());
+        if (type == "bd3lm") return parse_hub_dit(config, file, DitFlavor::bd3lm);
+        config_fail(file, "model_type", "only \"mdlm\", \"udlm\", \"duo\" and \"bd3lm\" are supported, got " + type.dump());
     }
     if (config.contains("model") && config.contains("graph")) return parse_sedd(config, file);
     throw ModelError("'" + file.string() +
@@ -183,7 +208,10 @@ DitNetwork DitNetwork::load(const fs::path& dir) {
         expected[b + "adaLN_modulation.bias"] = {6 * H};
     }
     const std::string inv_freq_name = p + "rotary_emb.inv_freq";  // a buffer: optional, checked if present
-    Weights weights = load_weights(dir, expected, {{inv_freq_name, {head_dim / 2}}},
+    Shapes optional = {{inv_freq_name, {head_dim / 2}}};
+    // BD3-LM keeps its clipped training noise range as two scalar buffers beside the backbone (when var_min).
+    if (c.flavor == DitFlavor::bd3lm) optional.insert({{"sampling_eps_min", {}}, {"sampling_eps_max", {}}});
+    Weights weights = load_weights(dir, expected, optional,
                                    std::string("the ") + dit_flavor_name(c.flavor) + " DiT");
     auto take = [&](const std::string& name) { return weights.take(name); };
     if (weights.by_name.count(inv_freq_name)) {
@@ -258,6 +286,13 @@ at::Tensor DitNetwork::forward(const at::Tensor& tokens, const at::Tensor& sigma
     const at::Tensor cos = both.cos(), sin = both.sin();
     const double attention_scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
 
+    // BD3-LM: key q is hidden from query p when q's block comes after p's ([L, L], true where hidden).
+    at::Tensor hidden_by_block;
+    if (c.block_size > 0) {
+        const at::Tensor block = at::arange(L, at::TensorOptions().dtype(at::kLong).device(device)).div(c.block_size, "floor");
+        hidden_by_block = block.unsqueeze(0).gt(block.unsqueeze(1));
+    }
+
     at::Tensor x = at::embedding(embedding_, tokens.to(device));
     for (const Block& b : blocks_) {
         const auto mod = at::linear(cond, b.ada_w, b.ada_b).chunk(6, 1);
@@ -266,7 +301,9 @@ at::Tensor DitNetwork::forward(const at::Tensor& tokens, const at::Tensor& sigma
         const at::Tensor q = qkv.select(2, 0), k = qkv.select(2, 1), v = qkv.select(2, 2);  // [B, L, heads, d]
         const at::Tensor q_rot = (q * cos + rotate_half(q) * sin).transpose(1, 2);
         const at::Tensor k_rot = (k * cos + rotate_half(k) * sin).transpose(1, 2);
-        const at::Tensor weights = at::softmax(at::matmul(q_rot, k_rot.transpose(-2, -1)) * attention_scale, -1);
+        at::Tensor scores = at::matmul(q_rot, k_rot.transpose(-2, -1)) * attention_scale;
+        if (hidden_by_block.defined()) scores = scores.masked_fill(hidden_by_block, -std::numeric_limits<float>::infinity());
+        const at::Tensor weights = at::softmax(scores, -1);
         const at::Tensor attended = at::matmul(weights, v.transpose(1, 2)).transpose(1, 2).reshape({B, L, H});
         x = x + mod[2].unsqueeze(1) * at::linear(attended, b.attn_out);
         h = modulate(layer_norm(x, b.norm2), mod[3], mod[4]);

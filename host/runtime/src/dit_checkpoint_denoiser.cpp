@@ -26,6 +26,8 @@ int64_t DitCheckpointDenoiser::vocab_size() const { return network_->config().vo
 
 int64_t DitCheckpointDenoiser::max_length() const { return network_->config().max_length; }
 
+int64_t DitCheckpointDenoiser::decoding_block() const { return network_->config().block_size; }
+
 void DitCheckpointDenoiser::to(const at::Device& device) { network_->to(device); }
 
 uint64_t DitCheckpointDenoiser::working_bytes(int64_t batch, int64_t length) const {
@@ -106,7 +108,14 @@ Model load_dit_checkpoint_model(const fs::path& dir, const nlohmann::json& confi
     model.tokenizer = tokenizer;
     model.denoiser = std::make_shared<DitCheckpointDenoiser>(std::make_shared<nn::DitNetwork>(nn::DitNetwork::load(dir)));
     model.mask_schedule = MaskSchedule(parsed.schedule_eps);
+    if (const nlohmann::json sampler = dit_checkpoint_sampler(parsed); !sampler.is_null()) model.recommended_sampler = sampler;
     return model;
+}
+
+nlohmann::json dit_checkpoint_sampler(const nn::DitConfig& config) {
+    // BD3-LM's sampler (bd3lms diffusion.py: _semi_ar_sampler with first_hitting, nucleus p 0.9 in its scripts).
+    if (config.block_size > 0) return {{"name", "first_hitting"}, {"block_length", config.block_size}, {"top_p", 0.9}};
+    return nullptr;
 }
 
 }  // namespace rudder

@@ -18,6 +18,7 @@ namespace rudder {
 
 namespace nn {
 class DitNetwork;
+struct DitConfig;
 }
 
 // Discrete family. denoise() gives the clean-token log-probabilities (nn::DitNetwork::clean_log_probs) at the noise
@@ -41,6 +42,7 @@ public:
     DenoiserOutput denoise(const at::Tensor& x, double t, const std::vector<std::string>& conditions,
                            const Evidence& evidence = {}) override;
     const UniformNoiseSchedule* uniform_noise() const override { return uniform_ ? &*uniform_ : nullptr; }
+    int64_t decoding_block() const override;  // BD3-LM's block_size
 
     const nn::DitNetwork& network() const { return *network_; }
 
@@ -49,12 +51,17 @@ private:
     std::optional<UniformNoiseSchedule> uniform_;  // UDLM and DUO
 };
 
-// A model directory whose config.json is an MDLM, SEDD or DUO checkpoint's (nn::is_dit_checkpoint_config), with
+// A model directory whose config.json is an MDLM, SEDD, BD3-LM or DUO checkpoint's (nn::is_dit_checkpoint_config), with
 // GPT-2's tokenizer beside it (tokenizer.json, or vocab.json and merges.txt): the discrete model of the network
 // (DitCheckpointDenoiser) and GPT-2's byte-level BPE with the checkpoint's last id as one token more (WithMaskToken:
-// the mask, or DUO's "[PAD]"). UDLM's checkpoints are refused: their tokenizers are not Rudder's.
+// the mask, or DUO's "[PAD]"). UDLM's checkpoints are refused: their tokenizers are not Rudder's. A BD3-LM model
+// recommends its authors' sampler: first hitting, block by block, nucleus 0.9.
 // GPT-2 has no padding token, so texts are the whole sequence. The config is checked first, then the tokenizer
 // (a folder without one is refused before its weights are read), then the weights.
 Model load_dit_checkpoint_model(const std::filesystem::path& dir, const nlohmann::json& config, std::optional<Family> family);
+
+// The sampler the checkpoint's authors use where it is not Rudder's default (BD3-LM's), as a recipe's "sampler"
+// object without "steps"; null otherwise.
+nlohmann::json dit_checkpoint_sampler(const nn::DitConfig& config);
 
 }  // namespace rudder

@@ -333,11 +333,29 @@ void Generator::set_up(plugins::Registry& registry, const std::vector<fs::path>&
                                                      "token may change at every step already; remasking is for absorbing models"});
         }
         if (name == "first_hitting") recipe_.sampler.steps = recipe_.max_length;
-        if (name == "confidence") {
+        if (const int64_t block = continuous ? 0 : model_.denoiser->decoding_block(); block > 0) {
+            // BD3-LM: a block is predicted from the finished blocks before it, never from masked ones.
+            const int64_t b = recipe_.sampler.block_length;
+            const std::string how = "; sample it block by block, e.g. {\"name\": \"first_hitting\", \"block_length\": " +
+                                    std::to_string(block) + "}";
+            if (name != "first_hitting" && name != "confidence")
+                issues.push_back({"/sampler/name", "model '" + model_.name + "' predicts each block of " + std::to_string(block) +
+                                                       " positions from the finished blocks before it (block diffusion); "
+                                                       "sampler '" + name + "' unmasks the whole sequence at once" + how});
+            else if (b < 1 || block % b != 0)
+                issues.push_back({"/sampler/block_length", "model '" + model_.name + "' predicts each block of " +
+                                                               std::to_string(block) + " positions from the finished blocks "
+                                                               "before it: block_length must divide " + std::to_string(block) +
+                                                               (b < 1 ? " (none given)" : ", not be " + std::to_string(b)) + how});
+        }
+        if (name == "confidence" || name == "first_hitting") {
             const int64_t L = recipe_.max_length, b = recipe_.sampler.block_length;
             if (b > L)
                 issues.push_back({"/sampler/block_length", "block_length " + std::to_string(b) +
                                                                " is longer than max_length " + std::to_string(L)});
+        }
+        if (name == "confidence") {
+            const int64_t L = recipe_.max_length, b = recipe_.sampler.block_length;
             const int64_t blocks = DiscreteSampler::block_count(L, b);
             if (recipe_.sampler.steps < blocks)
                 issues.push_back({"/sampler/steps", std::to_string(recipe_.sampler.steps) + " steps for " +

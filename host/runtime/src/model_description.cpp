@@ -14,6 +14,7 @@
 #include <rudder/runtime/model.hpp>
 
 #include "bidirectional_llm_denoiser.hpp"
+#include "dit_checkpoint_denoiser.hpp"
 
 namespace rudder {
 namespace fs = std::filesystem;
@@ -152,10 +153,13 @@ json describe_model(const fs::path& dir) {
     json d;
     if (nn::is_dit_checkpoint_config(own)) {
         const nn::DitConfig c = nn::parse_dit_config(own, file);
-        const char* kind = c.flavor == nn::DitFlavor::mdlm   ? "MDLM's DiT (SUBS, absorbing)"
-                           : c.flavor == nn::DitFlavor::sedd ? "SEDD's DiT (score entropy, absorbing graph)"
-                           : c.flavor == nn::DitFlavor::udlm ? "UDLM's DiT (uniform noise, clean-token output)"
-                                                             : "DUO's DiT (uniform noise, clean-token output)";
+        const std::string kind =
+            c.flavor == nn::DitFlavor::mdlm   ? "MDLM's DiT (SUBS, absorbing)"
+            : c.flavor == nn::DitFlavor::sedd ? "SEDD's DiT (score entropy, absorbing graph)"
+            : c.flavor == nn::DitFlavor::udlm ? "UDLM's DiT (uniform noise, clean-token output)"
+            : c.flavor == nn::DitFlavor::duo  ? "DUO's DiT (uniform noise, clean-token output)"
+                                              : "BD3-LM's DiT (SUBS, absorbing; block-causal attention over blocks of " +
+                                                   std::to_string(c.block_size) + " positions)";
         d = {{"format", "public checkpoint (Hugging Face layout)"},
              {"kind", kind},
              {"diffusion", true},
@@ -168,7 +172,7 @@ json describe_model(const fs::path& dir) {
              {"mask_id", c.uniform() ? json(nullptr) : json(c.mask_id())},
              {"conditional", false},
              {"tokenizer", checkpoint_tokenizer_files(dir)},
-             {"recommended_sampler", nullptr},
+             {"recommended_sampler", dit_checkpoint_sampler(c)},
              {"controls", std::string(kHardControls) + "; " + kLearnedControls}};
         d["weights"] = weights_of(dir, own);
     } else if (nn::is_bidirectional_llm_config(own)) {

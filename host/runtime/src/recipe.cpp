@@ -62,10 +62,12 @@ void parse_sampler(ObjectReader& s, const RecipeLimits& limits, SamplerSpec& out
     for (const char* key : {"top_k", "top_p", "prompt_guidance"})
         if (s.has(key) && !out.name.empty() && !discrete_name)
             s.issue(key, std::string("'") + key + "' applies to the discrete samplers only, not '" + out.name + "'");
-    for (const char* key : {"order", "block_length"})
-        if (s.has(key) && out.name != "confidence")
-            s.issue(key, std::string("'") + key + "' applies to the confidence sampler only" +
+    if (s.has("order") && out.name != "confidence")
+        s.issue("order", "'order' applies to the confidence sampler only" +
                              (out.name.empty() ? std::string(" (name it)") : ", not '" + out.name + "'"));
+    if (s.has("block_length") && out.name != "confidence" && out.name != "first_hitting")
+        s.issue("block_length", "'block_length' applies to the confidence and first_hitting samplers only" +
+                                    (out.name.empty() ? std::string(" (name it)") : ", not '" + out.name + "'"));
     if (s.has("eta") && out.name != "ddim" && !out.name.empty())
         s.issue("eta", "'eta' applies to the ddim sampler only, not '" + out.name + "'");
     if (s.has("noise_scale") && discrete_name)

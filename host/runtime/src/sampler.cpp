@@ -312,9 +312,18 @@ at::Tensor DiscreteSampler::choose(const at::Tensor& masked, int64_t i, at::Gene
     }
     const at::Tensor u = rand_like_device({masked.size(0), masked.size(1)}, gen, masked);
     if (kind_ != Kind::first_hitting) return masked.logical_and(u.lt(unmask_prob(i)));
-    // The largest of the masked positions' uniforms is a uniform choice among them.
-    const at::Tensor pick = u.masked_fill(masked.logical_not(), -1.0f).argmax(1, true);
-    return at::zeros_like(masked).scatter_(1, pick, true).logical_and_(masked);
+    at::Tensor open = masked;
+    if (block_length_ > 0) {
+        // Block by block, left to right: only the block holding a sequence's leftmost masked position is open (argmax
+        // gives the first of equal values).
+        const at::Tensor first = masked.to(at::kByte).argmax(1, true);
+        const at::Tensor begin = first.div(block_length_, "floor").mul_(block_length_);
+        const at::Tensor position = at::arange(masked.size(1), first.options()).unsqueeze(0);
+        open = masked.logical_and(position.ge(begin)).logical_and_(position.lt(begin + block_length_));
+    }
+    // The largest of the open positions' uniforms is a uniform choice among them.
+    const at::Tensor pick = u.masked_fill(open.logical_not(), -1.0f).argmax(1, true);
+    return at::zeros_like(masked).scatter_(1, pick, true).logical_and_(open);
 }
 
 at::Tensor DiscreteSampler::draw(const at::Tensor& scores, at::Generator& gen) {

@@ -63,7 +63,8 @@ private:
 //   analytic:      Tweedie tau-leaping, exact for absorbing diffusion: P(unmask) = (m(t) - m(s)) / m(t), m = mask_prob.
 //                  The last step (t_next = 0) unmasks every remaining position.
 //   first_hitting: one step per position (steps = L): each step unmasks exactly one masked position per sequence,
-//                  chosen uniformly. Under absorbing noise every masked position unmasks at an independent time, so
+//                  chosen uniformly (with block_length, among those of the block holding the sequence's leftmost
+//                  masked position: blocks left to right, as BD3-LM samples). Under absorbing noise every masked position unmasks at an independent time, so
 //                  the next one to unmask is uniform among them; walking from one unmasking to the next instead of
 //                  through a fixed time grid skips the steps where nothing happens and never unmasks two positions
 //                  from one network call (Zheng et al. 2024, "Masked diffusion models are secretly time-agnostic
@@ -106,7 +107,8 @@ public:
     enum class Order { probability, margin, entropy };
     using Remasking = DiscreteRemasking;
     // `steps`: the time grid's steps (euler, analytic, confidence); first_hitting takes the sequence length.
-    // `block_length` (confidence; 0: the whole sequence is one block), `order` (confidence), `remasking` (analytic).
+    // `block_length` (confidence, first_hitting; 0: the whole sequence is one block), `order` (confidence),
+    // `remasking` (analytic).
     DiscreteSampler(const MaskSchedule& schedule, Kind kind, int64_t steps, int64_t block_length = 0,
                     Order order = Order::probability, Remasking remasking = {});
     Kind kind() const { return kind_; }
@@ -121,7 +123,8 @@ public:
 
     // Which positions step i unmasks, bool [B, L], given `masked` (bool [B, L]): euler and analytic each masked
     // position independently with unmask_prob(i) (one uniform draw per position); first_hitting one masked position
-    // per sequence, uniformly (none in a sequence with none masked). Draws the same numbers whatever is masked.
+    // per sequence, uniformly (none in a sequence with none masked; with block_length, within the block of its leftmost
+    // masked position). Draws the same numbers whatever is masked.
     // confidence: the masked positions of step i's block, where a token is drawn (keep_most_confident says which
     // stay); draws nothing.
     at::Tensor choose(const at::Tensor& masked, int64_t i, at::Generator& gen) const;

@@ -24,7 +24,10 @@
 // MDLM's hub checkpoint holds these under "backbone." (its MDLM wrapper's DITBackbone), as UDLM's and DUO's do
 // (their wrappers are built the same way); SEDD's without a prefix. UDLM and DUO give the network
 // sigma = -log alpha_t of their log-linear schedule, as MDLM with time conditioning does.
-// MDLM-OWT has time_conditioning false: its sigma is replaced by 0, so c is a constant.
+// MDLM-OWT has time_conditioning false: its sigma is replaced by 0, so c is a constant (BD3-LM's checkpoints too).
+// BD3-LM: the attention scores of query p over key q are -inf unless block(q) <= block(p), block(i) = i / block_size:
+// its sampler's path without a key/value cache (bd3lms models/dit.py, sample_mode with the x0 part of
+// block_diff_mask), of which the cache is an optimisation.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -41,8 +44,10 @@ namespace rudder::nn {
 
 // MDLM and SEDD diffuse with absorbing noise (the mask is the last id); UDLM (kuleshov-group/udlm-lm1b) and DUO
 // (s-sahoo/duo) with uniform noise, on the same network, log-linear: no mask, their output is the clean token.
-enum class DitFlavor { mdlm, sedd, udlm, duo };
-const char* dit_flavor_name(DitFlavor flavor);  // "MDLM", "SEDD", "UDLM", "DUO"
+// BD3-LM (kuleshov-group/bd3lm-owt-block_size4, ...) is MDLM's network with block-causal attention: a position sees
+// its own block and the blocks before it, so a block is predicted from the finished ones (block diffusion).
+enum class DitFlavor { mdlm, sedd, udlm, duo, bd3lm };
+const char* dit_flavor_name(DitFlavor flavor);  // "MDLM", "SEDD", "UDLM", "DUO", "BD3-LM"
 
 struct DitConfig {
     DitFlavor flavor = DitFlavor::mdlm;
@@ -55,6 +60,7 @@ struct DitConfig {
     bool time_conditioning = false;  // MDLM: from the config; SEDD: always
     bool scale_by_sigma = false;     // SEDD only: the log score is offset by log(e^sigma - 1) + log(V - 1)
     double schedule_eps = 1e-3;      // the log-linear schedule's eps: sigma(t) = -log(1 - (1 - eps) t)
+    int64_t block_size = 0;          // BD3-LM: attention is block-causal over blocks of this many positions; 0: none
 
     bool uniform() const { return flavor == DitFlavor::udlm || flavor == DitFlavor::duo; }
     int64_t mask_id() const { return uniform() ? -1 : vocab_size - 1; }  // -1: none (uniform noise)

@@ -47,6 +47,10 @@ public:
     // Discrete family: the noise schedule when the model diffuses with uniform noise (SEDD's uniform graph: every
     // position always holds a token, and any token may change at any step); nullptr for absorbing (masking) noise.
     virtual const UniformNoiseSchedule* uniform_noise() const { return nullptr; }
+    // Discrete family: > 0 when the network predicts a block of this many positions from the finished blocks before
+    // it (BD3-LM's block diffusion, block-causal attention), so positions must be decoded block by block, left to
+    // right; 0 when any order is fine.
+    virtual int64_t decoding_block() const { return 0; }
     // Moves every tensor the denoiser owns to `device`.
     virtual void to(const at::Device& device) = 0;
     // About how many bytes one denoise() call on `batch` sequences of `length` positions holds at its peak
