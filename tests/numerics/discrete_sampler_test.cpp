@@ -251,6 +251,32 @@ TEST(DiscreteSampler, FirstHittingChoosesUniformlyAmongTheMaskedPositions) {
     for (int64_t i : {0, 2, 3, 4}) EXPECT_NEAR(share[i].item<double>(), 0.25, 0.01) << i;  // ~4 standard errors
 }
 
+// With blocks (BD3-LM's order): each step picks within the block of the sequence's leftmost masked position, so
+// blocks fill left to right, each uniformly inside; a position committed ahead of time is skipped, not waited for.
+TEST(DiscreteSampler, FirstHittingInBlocksFillsThemLeftToRight) {
+    const int64_t B = 4000, L = 10, block = 4;  // blocks [0, 4), [4, 8), [8, 10)
+    const DiscreteSampler sampler(MaskSchedule(), DiscreteSampler::Kind::first_hitting, L, block);
+    auto gen = make_gen(12);
+    at::Tensor x = sampler.init(B, L, kMask, at::Device(at::kCPU));
+    x.select(1, 5).fill_(7);  // committed in the second block from the start (a span word)
+    at::Tensor first_pick = at::zeros({L}, at::kLong);
+    for (int64_t i = 0; i < L; ++i) {
+        const at::Tensor masked = x.eq(kMask);
+        const at::Tensor chosen = sampler.choose(masked, i, gen);
+        // Every chosen position lies in the block of the leftmost masked one.
+        const at::Tensor leftmost_block = masked.to(at::kByte).argmax(1).div(block, "floor");
+        const at::Tensor chosen_block = chosen.to(at::kByte).argmax(1).div(block, "floor");
+        const at::Tensor has = chosen.any(1);
+        EXPECT_TRUE(at::equal(has, masked.any(1))) << "step " << i;
+        EXPECT_TRUE(at::equal(leftmost_block.masked_select(has), chosen_block.masked_select(has))) << "step " << i;
+        if (i == 0) first_pick = chosen.sum(0);
+        x = at::where(chosen, at::full_like(x, 5), x);
+    }
+    EXPECT_FALSE(x.eq(kMask).any().item<bool>());
+    for (int64_t p = 0; p < block; ++p) EXPECT_NEAR(first_pick[p].item<double>() / B, 0.25, 0.03) << p;  // uniform inside
+    EXPECT_EQ(first_pick.narrow(0, block, L - block).sum().item<int64_t>(), 0);
+}
+
 TEST(DiscreteSampler, ConfidenceSharesTheStepsAmongBlocksLeftToRight) {
     // 10 positions in blocks of 4 (4, 4, 2), 7 steps: 3, 2, 2 of them.
     const DiscreteSampler sampler(MaskSchedule(), DiscreteSampler::Kind::confidence, 7, 4);
