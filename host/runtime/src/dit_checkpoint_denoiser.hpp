@@ -23,7 +23,7 @@ struct DitConfig;
 
 // Discrete family. denoise() gives the clean-token log-probabilities (nn::DitNetwork::clean_log_probs) at the noise
 // level sigma(t) of the checkpoint's log-linear schedule (MDLM-OWT, trained without time conditioning, ignores it).
-// Absorbing (MDLM, SEDD): the mask token is the last id (GPT-2's 50,257 tokens, then the mask). Uniform (DUO): the
+// Absorbing (MDLM, SEDD, BD3-LM): the mask token is the last id (GPT-2's 50,257 tokens, then the mask). Uniform (DUO): the
 // posterior given all of x_t from the network's x_theta (nn::uniform_posterior_from_rest), and uniform_noise() is
 // the log-linear schedule. Unconditional: a condition is an error.
 class DitCheckpointDenoiser final : public Denoiser {

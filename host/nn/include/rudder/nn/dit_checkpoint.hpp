@@ -1,5 +1,5 @@
-// The DiT of MDLM (kuleshov-group/mdlm-owt), SEDD (louaaron/sedd-small), UDLM (kuleshov-group/udlm-lm1b) and DUO
-// (s-sahoo/duo), loaded from their public checkpoints in
+// The DiT of MDLM (kuleshov-group/mdlm-owt), SEDD (louaaron/sedd-small), BD3-LM (kuleshov-group/bd3lm-owt-*), UDLM
+// (kuleshov-group/udlm-lm1b) and DUO (s-sahoo/duo), loaded from their public checkpoints in
 // Hugging Face layout (config.json + model.safetensors, or model.safetensors.index.json + shards) and run in
 // float32. docs/checkpoints.md describes what loads and what is refused.
 //
@@ -21,7 +21,7 @@
 //   output_layer: shift, scale = adaLN_modulation(c) ([2H, C], [2H]);
 //     out = linear(LN(x) * norm_final.weight * (1 + scale) + shift)         linear weight [V, H], bias [V]
 //   rotary_emb.inv_freq [H / heads / 2]: a buffer, recomputed here and checked against the file when present.
-// MDLM's hub checkpoint holds these under "backbone." (its MDLM wrapper's DITBackbone), as UDLM's and DUO's do
+// MDLM's hub checkpoint holds these under "backbone." (its MDLM wrapper's DITBackbone), as BD3-LM's, UDLM's and DUO's do
 // (their wrappers are built the same way); SEDD's without a prefix. UDLM and DUO give the network
 // sigma = -log alpha_t of their log-linear schedule, as MDLM with time conditioning does.
 // MDLM-OWT has time_conditioning false: its sigma is replaced by 0, so c is a constant (BD3-LM's checkpoints too).
@@ -67,7 +67,7 @@ struct DitConfig {
     std::string tensor_prefix() const { return flavor == DitFlavor::sedd ? "" : "backbone."; }
 };
 
-// Whether a config.json is one of these checkpoints' ("model_type" "mdlm", "udlm" or "duo"; SEDD: a "model" object
+// Whether a config.json is one of these checkpoints' ("model_type" "mdlm", "bd3lm", "udlm" or "duo"; SEDD: a "model" object
 // of "type" "ddit" beside "graph" and "tokens") rather than a Rudder model directory's.
 bool is_dit_checkpoint_config(const nlohmann::json& config);
 

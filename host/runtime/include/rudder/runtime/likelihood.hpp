@@ -22,7 +22,8 @@
 //   -log p(w) <= E[-log p(w | z_1)] + sum_{k=2..T} E[(SNR(k-1) - SNR(k)) / 2 |x - x0(z_k)|^2] + KL(q(z_T | x) || N(0, I))
 // with SNR(k) = ab_k / (1 - ab_k), x0 the network's clean estimate (Diffusion-LM's prediction; CDCD's score
 // interpolation, without self-conditioning, which would make the chain non-Markov) and p(w | z_1) its clean-token
-// distribution one step from the data. The sum is estimated from `draws` steps stratified over 2..T.
+// distribution one step from the data. The sum is estimated from `draws` steps k, stratified and drawn in
+// proportion to their step in log(1 + SNR), each term divided by its probability.
 //
 // Each bound is tight when the denoiser is the true posterior (the exact corpus denoiser's): the discrete ones
 // exactly, the continuous one as T grows. They are how MDLM, SEDD and Diffusion-LM's successors compare models.

@@ -50,7 +50,7 @@ struct SamplerSpec {
     int64_t top_k = 0;           // discrete: draw among each position's k most likely tokens only (0: all)
     double top_p = 1.0;          // discrete: draw within the smallest set of tokens holding this probability
     std::string order = "probability";  // confidence: which drawn tokens are kept first (probability | margin | entropy)
-    int64_t block_length = 0;    // confidence: positions unmask block by block, left to right (0: one block)
+    int64_t block_length = 0;    // confidence, first_hitting: positions unmask block by block, left to right (0: one)
     RemaskSpec remask;           // analytic: committed tokens may be masked again (ReMDM)
     // Absorbing models: classifier-free guidance towards the tokens hard constraints fix (LLaDA's unsupervised
     // cfg_scale w): scores uncond + (w + 1)(cond - uncond), uncond the network with those tokens masked again.
