@@ -9,8 +9,9 @@ the load and at the peak. Each measurement is a process of its own; Rudder's and
 
 The eager side loads the weights as a PyTorch user does (the file's tensors copied into the model's parameters,
 as load_state_dict does); Rudder maps the file and uses its float32 tensors in place, and is run a second time with
-RUDDER_MAP_WEIGHTS=0 (the file read into the process). Needs /usr/bin/python3 with
-python3-torch (the LibTorch Rudder links).
+RUDDER_MAP_WEIGHTS=0 (the file read into the process). Then the same weights as BD3-LM checkpoints (blocks of 4
+and 16): a call of the denoiser with its key/value cache of finished blocks against one that recomputes the
+sequence (rudder_bd3lm_cache_bench). Needs /usr/bin/python3 with python3-torch (the LibTorch Rudder links).
 """
 import argparse
 import json
@@ -114,6 +115,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=2, help="forwards per process; the first is reported apart")
     ap.add_argument("--bench", default=os.path.join(REPO, "build", "bin", "rudder_checkpoint_bench"))
+    ap.add_argument("--bd3lm-bench", default=None, help="rudder_bd3lm_cache_bench (default: beside --bench)")
+    ap.add_argument("--bd3lm-calls", type=int, default=16, help="network calls per BD3-LM measurement")
     args = ap.parse_args()
     if not os.path.exists(os.path.join(args.dir, "reference.safetensors")):
         print(f"writing an mdlm-owt-shaped checkpoint into {args.dir} ...", file=sys.stderr, flush=True)
@@ -149,6 +152,31 @@ def main():
         sums = [res["checksum"] for side in fw for res in rows[(positions, side)]]
         print(f"L = {positions}: forward time, eager / rudder {fw['eager'] / fw['rudder']:.2f}x, eager / rudder with "
               f"RUDDER_MAP_WEIGHTS=0 {fw['eager'] / fw['rudder, copied']:.2f}x; checksums {min(sums):.6g} .. {max(sums):.6g}")
+    bd3lm_cache(args)
+
+
+def bd3lm_cache(args):
+    """The same weights as BD3-LM checkpoints (bd3lm-owt-block_size4's and -16's config fields; the network is MDLM's
+    with block-causal attention), decoded one position a call from the middle of the sequence, with the key/value
+    cache of finished blocks and without it (rudder_bd3lm_cache_bench: both in one process, call by call)."""
+    bench = args.bd3lm_bench or os.path.join(os.path.dirname(args.bench), "rudder_bd3lm_cache_bench")
+    print("| L | block | cached ms/call | recomputed ms/call | speed-up | largest difference |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    for block in (4, 16):
+        folder = args.dir.rstrip("/") + f"-bd3lm{block}"
+        os.makedirs(folder, exist_ok=True)
+        config = json.load(open(os.path.join(args.dir, "config.json")))
+        config.update(architectures=["BD3LM"], model_type="bd3lm", block_size=block, adaln=True, attn_backend="sdpa",
+                      causal=False, cross_attn=True, var_min=True, sampling_eps_min=1e-3, sampling_eps_max=1.0)
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump(config, f)
+        weights = os.path.join(folder, "model.safetensors")
+        if not os.path.exists(weights):
+            os.symlink(os.path.abspath(os.path.join(args.dir, "model.safetensors")), weights)
+        for positions in [int(x) for x in args.positions.split(",")]:
+            r = run([bench, folder, str(positions), str(args.bd3lm_calls)], {})
+            print(f"| {positions} | {block} | {r['cached_ms_per_call']:.1f} | {r['uncached_ms_per_call']:.1f} | "
+                  f"{r['speedup']:.1f}x | {r['max_difference_at_the_current_block']:.1e} |", flush=True)
 
 
 if __name__ == "__main__":

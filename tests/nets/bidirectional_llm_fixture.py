@@ -12,10 +12,13 @@ usage: bidirectional_llm_fixture.py OUT_DIR     exit 77 when PyTorch is missing 
        bidirectional_llm_fixture.py --size dream-0.5b OUT_DIR
            a random-weight checkpoint of Qwen2.5-0.5B's shape in Dream's layout (bfloat16, 1.2 GB), with
            reference.safetensors beside it (the logits for one input of 16 positions), for bench/checkpoint_bench.cpp
+       bidirectional_llm_fixture.py --size llada-8b OUT_DIR
+           LLaDA-8B-Base's shape (bfloat16, six shards, 16 GB), each tensor made as it is written; no reference
 """
 import json
 import math
 import os
+import struct
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -82,18 +85,23 @@ def top_names(flavor):
     return "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"
 
 
-def random_weights(flavor, size, vocab, gen, dtype=torch.float32):
+def random_weights(flavor, size, vocab, gen, dtype=torch.float32, lazy=False):
+    """name -> tensor; with lazy, name -> (shape, a function that makes the tensor), so a checkpoint of billions of
+    parameters is made one tensor at a time as it is written (write_streamed)."""
     h, inter, heads, kv = size["hidden"], size["intermediate"], size["heads"], size["kv_heads"]
     d = h // heads
 
-    def rnd(*shape, scale=None):
-        return (torch.randn(*shape, generator=gen) * (scale if scale is not None else 1 / math.sqrt(shape[-1]))).to(dtype)
+    def rnd(*shape, scale=None, offset=0.0):
+        def make():
+            t = torch.randn(*shape, generator=gen) * (scale if scale is not None else 1 / math.sqrt(shape[-1]))
+            return (t + offset).to(dtype)
+        return (list(shape), make) if lazy else make()
 
     emb, norm, out = top_names(flavor)
-    w = {emb: rnd(vocab, h, scale=1.0), norm: 1 + rnd(h, scale=0.1), out: rnd(vocab, h)}
+    w = {emb: rnd(vocab, h, scale=1.0), norm: rnd(h, scale=0.1, offset=1.0), out: rnd(vocab, h)}
     for i in range(size["layers"]):
         n = names(flavor, i)
-        w[n["attn_norm"]] = 1 + rnd(h, scale=0.1)
+        w[n["attn_norm"]] = rnd(h, scale=0.1, offset=1.0)
         w[n["q"] + ".weight"] = rnd(heads * d, h)
         w[n["k"] + ".weight"] = rnd(kv * d, h)
         w[n["v"] + ".weight"] = rnd(kv * d, h)
@@ -102,11 +110,44 @@ def random_weights(flavor, size, vocab, gen, dtype=torch.float32):
             w[n["k"] + ".bias"] = rnd(kv * d, scale=0.1)
             w[n["v"] + ".bias"] = rnd(kv * d, scale=0.1)
         w[n["o"]] = rnd(h, heads * d)
-        w[n["ff_norm"]] = 1 + rnd(h, scale=0.1)
+        w[n["ff_norm"]] = rnd(h, scale=0.1, offset=1.0)
         w[n["gate"]] = rnd(inter, h)
         w[n["up"]] = rnd(inter, h)
         w[n["down"]] = rnd(h, inter)
     return w
+
+
+def write_streamed(folder, config, weights, shards, dtype):
+    """A sharded checkpoint (model-0000k-of-0000n.safetensors + model.safetensors.index.json, as the hub's) from
+    random_weights(..., lazy=True): each tensor made as it is written, so only one is ever in memory."""
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    code = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}[dtype]
+    size = torch.tensor([], dtype=dtype).element_size()
+    names = list(weights)
+    weight_map, total = {}, 0
+    for s in range(shards):
+        file = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        part = names[s::shards]
+        header, offset = {}, 0
+        for name in part:
+            nbytes = math.prod(weights[name][0]) * size
+            header[name] = {"dtype": code, "shape": weights[name][0], "data_offsets": [offset, offset + nbytes]}
+            offset += nbytes
+        text = json.dumps(header).encode()
+        text += b" " * (-len(text) % 8)
+        with open(os.path.join(folder, file), "wb") as f:
+            f.write(struct.pack("<Q", len(text)))
+            f.write(text)
+            for name in part:
+                t = weights[name][1]().contiguous()
+                f.write((t.view(torch.uint8) if dtype == torch.bfloat16 else t).numpy().tobytes())
+                print(f"  {file}: {name}", file=sys.stderr, flush=True)
+        weight_map.update({n: file for n in part})
+        total += offset
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
 
 
 def reference_logits(flavor, w, config, tokens):
@@ -205,6 +246,17 @@ def main():
                           mask_token_id=151666, eos_token_id=151643, bos_token_id=151643, pad_token_id=151643,
                           tie_word_embeddings=False)
             flavor, vocab = "dream", 151936
+        elif shape == "llada-8b":
+            # GSAI-ML/LLaDA-8B-Base's shape, bfloat16 in six shards as published: 16 GB, no reference (its float64
+            # weights would need 64 GB); its parity is the smaller sizes'. For the load and memory measurement.
+            TINY.update(hidden=4096, heads=32, kv_heads=32, intermediate=12288, layers=32, length=4096)
+            config = llada_config()
+            config.update(d_model=4096, n_heads=32, n_kv_heads=32, mlp_hidden_size=12288, n_layers=32,
+                          max_sequence_length=4096, embedding_size=126464, vocab_size=126464, mask_token_id=126336,
+                          eos_token_id=126081, pad_token_id=126081)
+            write_streamed(out, config, random_weights("llada", TINY, 126464, gen, torch.bfloat16, lazy=True), 6,
+                           torch.bfloat16)
+            return
         else:
             raise SystemExit("unknown size " + shape)
         w = random_weights(flavor, TINY, vocab, gen, torch.bfloat16)

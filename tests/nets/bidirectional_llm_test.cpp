@@ -79,8 +79,12 @@ TEST_F(BidirectionalLlmCheckpoint, LladaAndDreamMatchTheReferenceForward) {
     }
 }
 
-TEST_F(BidirectionalLlmCheckpoint, Bfloat16WeightsLoadWidened) {
+// A bfloat16 checkpoint's matrices stay as stored, over the mapped file, and are widened one at a time as the forward
+// uses them: the outputs are the float64 reference's all the same.
+TEST_F(BidirectionalLlmCheckpoint, Bfloat16MatricesStayAsStoredAndAreWidenedAtUse) {
     const BidirectionalLlm net = BidirectionalLlm::load(root_ / "llada_bf16");
+    EXPECT_EQ(net.embedding_dtype(), at::kBFloat16);
+    EXPECT_EQ(BidirectionalLlm::load(root_ / "llada").embedding_dtype(), at::kFloat);
     EXPECT_LT(max_difference(net.forward(reference("llada_bf16.tokens")), reference("llada_bf16.logits")), 1e-4);
     EXPECT_EQ(net.config().rope_theta, 10000.0);
 }

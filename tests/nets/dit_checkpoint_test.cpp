@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 #include <algorithm>
@@ -149,6 +150,64 @@ TEST_F(DitCheckpoint, Bd3lmMatchesTheReferenceAndSeesNoLaterBlock) {
     const at::Tensor before = net.forward(tokens, sigma), after = net.forward(changed, sigma);
     EXPECT_TRUE(at::equal(before.narrow(1, 0, 8), after.narrow(1, 0, 8))) << "an earlier block saw a later one";
     EXPECT_GT(max_difference(before.narrow(1, 8, 4), after.narrow(1, 8, 4)), 1e-3);
+}
+
+// BD3-LM's key/value cache of finished blocks: decoding three rows at different paces (so they sit in different
+// blocks at one call), the cached denoiser's current block equals the uncached one's, finished positions carry their
+// token, later masked positions have no prediction (uniform), and a changed finished token or another batch size is
+// recomputed rather than read from a stale cache.
+TEST_F(DitCheckpoint, Bd3lmKeyValueCacheGivesTheUncachedOutputOfEachRowsCurrentBlock) {
+    const auto net = std::make_shared<DitNetwork>(DitNetwork::load(root_ / "bd3lm"));
+    rudder::DitCheckpointDenoiser cached(net), plain(net, false);
+    ASSERT_TRUE(cached.caches_blocks());
+    ASSERT_FALSE(plain.caches_blocks());
+    const int64_t L = 16, block = 4, mask = 299, V = 300;
+    at::manual_seed(11);
+    const at::Tensor target = at::randint(0, mask, {3, L}, at::kLong);
+    at::Tensor x = at::full({3, L}, mask, at::kLong);
+    int64_t calls = 0;
+    const auto compare = [&](const at::Tensor& state) {
+        SCOPED_TRACE("call " + std::to_string(++calls));
+        const at::Tensor got = cached.denoise(state, 0.5, {}).logits, want = plain.denoise(state, 0.5, {}).logits;
+        ASSERT_EQ(got.sizes(), want.sizes());
+        for (int64_t r = 0; r < state.size(0); ++r) {
+            int64_t first = 0;
+            while (first < L && state[r][first].item<int64_t>() != mask) ++first;
+            const int64_t begin = std::min(first / block * block, L), end = std::min(begin + block, L);
+            if (end > begin) {
+                EXPECT_LT(max_difference(got[r].narrow(0, begin, end - begin), want[r].narrow(0, begin, end - begin)), 1e-5)
+                    << "row " << r << ", block at " << begin;
+            }
+            for (int64_t i = 0; i < L; ++i) {
+                if (i >= begin && i < end) continue;
+                const int64_t token = state[r][i].item<int64_t>();
+                if (token != mask) {
+                    EXPECT_EQ(got[r][i][token].item<float>(), 0.0f);
+                    EXPECT_TRUE(at::equal(got[r][i], want[r][i])) << "a finished position carries its token";
+                } else {
+                    EXPECT_NEAR(got[r][i][0].item<float>(), -std::log(V - 1.0), 1e-6) << "no prediction past the block";
+                    EXPECT_EQ(got[r][i][mask].item<float>(), rudder::nn::kImpossibleLogProb);
+                }
+            }
+        }
+    };
+    compare(x);
+    // Row 0 unmasks one position a call, row 1 two, row 2 three, left to right.
+    for (int64_t call = 0; call < 8; ++call) {
+        for (int64_t r = 0; r < 3; ++r)
+            for (int64_t k = 0; k <= r; ++k) {
+                const at::Tensor masked = x[r].eq(mask).nonzero();
+                if (masked.size(0) == 0) continue;
+                const int64_t p = masked[0][0].item<int64_t>();
+                x[r][p] = target[r][p];
+            }
+        compare(x);
+    }
+    at::Tensor changed = x.clone();
+    changed[1][2] = (target[1][2].item<int64_t>() + 1) % mask;  // a finished token of row 1's first block
+    compare(changed);
+    compare(x.narrow(0, 2, 1).contiguous());  // another batch size
+    compare(x);
 }
 
 TEST_F(DitCheckpoint, CleanLogProbsAreDistributionsThatKeepUnmaskedTokens) {
@@ -349,7 +408,9 @@ TEST_F(DitCheckpoint, DescriptionNamesTheArchitectureSizesAndTokenizer) {
 }
 
 // With GPT-2's tokenizer files beside it (here GPT-2's format with the tiny vocabulary) a checkpoint is a discrete
-// model: the mask is the id after the tokenizer's, there is no padding token, and a recipe samples it with controls.
+// model: the mask is the id after the tokenizer's, a text ends at "<|endoftext|>", and a recipe samples it with
+// controls: a prefix alone (each text ends where the model writes its end), and length, prefix and suffix
+// (infilling), a banned word and prompt guidance, all satisfied in every sample.
 TEST_F(DitCheckpoint, WithItsTokenizerACheckpointIsAModelThatARecipeSamples) {
     rudder::plugins::Registry registry({fs::path(RUDDER_TEST_PLUGIN_DIR)});
     for (const std::string name : {"mdlm", "sedd"}) {
@@ -361,7 +422,10 @@ TEST_F(DitCheckpoint, WithItsTokenizerACheckpointIsAModelThatARecipeSamples) {
         EXPECT_EQ(model.tokenizer->type(), "bpe");
         EXPECT_EQ(model.tokenizer->vocab_size(), 300);
         EXPECT_EQ(model.tokenizer->mask_id(), 299);
-        EXPECT_EQ(model.tokenizer->pad_id(), -1);
+        const int64_t end = model.tokenizer->pad_id();
+        ASSERT_GE(end, 0);
+        EXPECT_EQ(model.tokenizer->token(end), "<|endoftext|>");
+        EXPECT_TRUE(model.packed_text);
         EXPECT_EQ(model.tokenizer->token(299), "<mask>");
         const std::vector<int64_t> ids = model.tokenizer->encode("the cat sat near the river");
         EXPECT_EQ(model.tokenizer->decode(ids.data(), static_cast<int64_t>(ids.size())), "the cat sat near the river");
@@ -378,20 +442,33 @@ TEST_F(DitCheckpoint, WithItsTokenizerACheckpointIsAModelThatARecipeSamples) {
         const std::vector<int64_t> prefix = model.tokenizer->encode("the cat");
         for (const auto& s : samples) {
             ASSERT_EQ(s.tokens.size(), 16u);
-            EXPECT_EQ(s.n_tokens, 16) << "no padding token: the text is the whole sequence";
+            const int64_t first_end = std::find(s.tokens.begin(), s.tokens.end(), end) - s.tokens.begin();
+            EXPECT_EQ(s.n_tokens, first_end) << "the text ends where the model writes <|endoftext|>";
             EXPECT_TRUE(std::none_of(s.tokens.begin(), s.tokens.end(), [](int64_t id) { return id == 299; })) << s.text;
             EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), s.tokens.begin())) << s.text;
             EXPECT_EQ(s.text.rfind("the cat", 0), 0u) << s.text;
-            EXPECT_EQ(s.text, model.tokenizer->decode(s.tokens.data(), 16));
+            EXPECT_EQ(s.text, model.tokenizer->decode(s.tokens.data(), first_end));
         }
-        // A length needs a padding token to end the text: refused, saying so.
-        const std::string with_length = R"({"model": ")" + dir.string() + R"(", "sampler": {"name": "analytic", "steps": 8},
-            "controllers": [{"plugin": "length", "params": {"tokens": 5}}]})";
-        try {
-            rudder::Generator refused(rudder::parse_recipe(with_length, "."), registry);
-            ADD_FAILURE() << "a length was accepted for a model without a padding token";
-        } catch (const std::exception& e) {
-            EXPECT_NE(std::string(e.what()).find("this model has none"), std::string::npos) << e.what();
+
+        const std::vector<int64_t> suffix = model.tokenizer->encode(" the river");
+        const std::vector<int64_t> banned = model.tokenizer->encode(" sat");
+        ASSERT_EQ(banned.size(), 1u) << "the fixture's merges spell \" sat\" as one token";
+        const std::string controlled = R"({"model": ")" + dir.string() + R"(",
+            "sampler": {"name": "analytic", "steps": 8, "prompt_guidance": 1.5}, "samples": 6, "seed": 7,
+            "controllers": [{"plugin": "length", "params": {"tokens": 9}},
+                            {"plugin": "span", "params": {"prefix": "the cat", "suffix": " the river", "length": 9}},
+                            {"plugin": "exclude_words", "params": {"words": ["sat"]}}]})";
+        rudder::Generator constrained(rudder::parse_recipe(controlled, "."), registry);
+        for (const auto& s : constrained.generate()) {
+            ASSERT_EQ(s.tokens.size(), 16u);
+            EXPECT_EQ(s.n_tokens, 9) << s.text;
+            EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), s.tokens.begin())) << s.text;
+            EXPECT_TRUE(std::equal(suffix.begin(), suffix.end(), s.tokens.begin() + 9 - static_cast<int64_t>(suffix.size())))
+                << s.text;
+            EXPECT_TRUE(std::all_of(s.tokens.begin() + 9, s.tokens.end(), [&](int64_t id) { return id == end; })) << s.text;
+            EXPECT_TRUE(std::none_of(s.tokens.begin(), s.tokens.end(), [&](int64_t id) { return id == banned[0]; })) << s.text;
+            for (const auto& control : s.controls)
+                EXPECT_EQ(control.verdict.satisfied, 1) << control.label << ": " << s.text;
         }
     }
 }
@@ -406,14 +483,16 @@ TEST_F(DitCheckpoint, WithItsTokenizerADuoCheckpointIsAUniformNoiseModelThatARec
     ASSERT_NE(model.denoiser->uniform_noise(), nullptr);
     EXPECT_EQ(model.tokenizer->vocab_size(), 300);
     EXPECT_EQ(model.tokenizer->token(299), "[PAD]");
-    EXPECT_EQ(model.tokenizer->pad_id(), -1);
+    const int64_t end = model.tokenizer->pad_id();
+    ASSERT_GE(end, 0);
+    EXPECT_EQ(model.tokenizer->token(end), "<|endoftext|>");
     const std::vector<int64_t> banned = model.tokenizer->encode(" the");
     ASSERT_EQ(banned.size(), 1u) << "the fixture's merges spell \" the\" as one token";
     for (const char* sampler : {"analytic", "euler"}) {
         SCOPED_TRACE(sampler);
         const std::string recipe = R"({"model": ")" + dir.string() + R"(", "sampler": {"name": ")" + sampler +
                                    R"(", "steps": 8}, "samples": 4, "seed": 5, "controllers": [
-            {"plugin": "span", "params": {"prefix": "cat sat"}},
+            {"plugin": "span", "params": {"prefix": "cat sat"}}, {"plugin": "length", "params": {"tokens": 10}},
             {"plugin": "exclude_words", "params": {"words": ["the"]}}]})";
         rudder::Generator generator(rudder::parse_recipe(recipe, "."), registry);
         const auto samples = generator.generate();
@@ -424,6 +503,8 @@ TEST_F(DitCheckpoint, WithItsTokenizerADuoCheckpointIsAUniformNoiseModelThatARec
             EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), s.tokens.begin())) << s.text;
             EXPECT_TRUE(std::none_of(s.tokens.begin(), s.tokens.end(), [&](int64_t id) { return id == banned[0]; })) << s.text;
             EXPECT_TRUE(std::none_of(s.tokens.begin(), s.tokens.end(), [](int64_t id) { return id == 299; })) << s.text;
+            EXPECT_EQ(s.n_tokens, 10) << s.text;
+            EXPECT_TRUE(std::all_of(s.tokens.begin() + 10, s.tokens.end(), [&](int64_t id) { return id == end; })) << s.text;
         }
     }
 }
@@ -465,6 +546,8 @@ TEST_F(DitCheckpoint, ABd3lmCheckpointIsSampledBlockByBlock) {
     EXPECT_NE(issue_of(R"({"name": "first_hitting", "block_length": 3})").find("/sampler/block_length: "), std::string::npos);
     EXPECT_NE(issue_of(R"({"name": "first_hitting"})").find("(none given)"), std::string::npos);
     EXPECT_EQ(issue_of(R"({"name": "first_hitting", "block_length": 2})"), "(accepted)");
+    EXPECT_NE(issue_of(R"({"name": "first_hitting", "block_length": 4, "prompt_guidance": 1.0})").find("/sampler/prompt_guidance: "),
+              std::string::npos);
     EXPECT_EQ(issue_of(R"({"name": "confidence", "steps": 16, "block_length": 4})"), "(accepted)");
 }
 

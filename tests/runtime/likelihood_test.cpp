@@ -136,5 +136,18 @@ TEST(Likelihood, AModelWithoutAPaddingTokenIsRefusedSayingWhy) {
     }
 }
 
+// A checkpoint trained on packed documents (MDLM-OWT and the others with GPT-2's vocabulary) pads with its
+// end-of-text, which ends generated texts, but it never saw a padded sequence: its bound of one is not computed.
+TEST(Likelihood, AModelTrainedOnPackedTextIsRefusedSayingWhy) {
+    Model model = load_model(testing::corpus_model_dir(), Family::discrete);
+    model.packed_text = true;
+    try {
+        nelbo(model, {"The Eagle is a pub ."}, {});
+        FAIL() << "a model trained on packed text was scored on padded texts";
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("trained on packed text"), std::string::npos) << e.what();
+    }
+}
+
 }  // namespace
 }  // namespace rudder

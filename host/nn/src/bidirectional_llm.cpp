@@ -147,8 +147,9 @@ at::Tensor rotate_half(const at::Tensor& x) {
     return at::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
 }
 
-at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-    return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
+// x W^T (+ b), W widened for this use when it is stored in 16 bits (Storage::keep_matrices).
+at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
+    return b.defined() ? at::linear(x, as_float(w), b) : at::linear(x, as_float(w));
 }
 
 }  // namespace
@@ -225,7 +226,7 @@ BidirectionalLlm BidirectionalLlm::load(const fs::path& dir) {
         expected[n.up] = {I, H};
         expected[n.down] = {H, I};
     }
-    Weights weights = load_weights(dir, expected, {}, "the " + c.name() + " network");
+    Weights weights = load_weights(dir, expected, {}, "the " + c.name() + " network", Storage::keep_matrices);
     net.embedding_ = weights.take(embedding);
     net.final_norm_ = weights.take(final_norm);
     net.output_ = c.tied_output ? net.embedding_ : weights.take(output);
@@ -284,13 +285,13 @@ at::Tensor BidirectionalLlm::forward(const at::Tensor& tokens) const {
     const at::Tensor cos = both.cos().to(at::kFloat), sin = both.sin().to(at::kFloat);
     const double attention_scale = 1.0 / std::sqrt(static_cast<double>(d));
 
-    at::Tensor x = at::embedding(embedding_, tokens.to(device));
+    at::Tensor x = as_float(at::embedding(embedding_, tokens.to(device)));  // only the rows read are widened
     for (const Layer& l : layers_) {
         const at::Tensor a = rms_norm(x, l.attn_norm, c.rms_eps);
         // [B, heads, L, d]
-        at::Tensor q = linear(a, l.q_w, l.q_b).view({B, L, heads, d}).transpose(1, 2);
-        at::Tensor k = linear(a, l.k_w, l.k_b).view({B, L, kv_heads, d}).transpose(1, 2);
-        at::Tensor v = linear(a, l.v_w, l.v_b).view({B, L, kv_heads, d}).transpose(1, 2);
+        at::Tensor q = project(a, l.q_w, l.q_b).view({B, L, heads, d}).transpose(1, 2);
+        at::Tensor k = project(a, l.k_w, l.k_b).view({B, L, kv_heads, d}).transpose(1, 2);
+        at::Tensor v = project(a, l.v_w, l.v_b).view({B, L, kv_heads, d}).transpose(1, 2);
         q = q * cos + rotate_half(q) * sin;
         k = k * cos + rotate_half(k) * sin;
         if (kv_heads != heads) {
@@ -299,11 +300,11 @@ at::Tensor BidirectionalLlm::forward(const at::Tensor& tokens) const {
         }
         const at::Tensor weights = at::softmax(at::matmul(q, k.transpose(-2, -1)) * attention_scale, -1);
         const at::Tensor attended = at::matmul(weights, v).transpose(1, 2).reshape({B, L, heads * d});
-        x = x + at::linear(attended, l.o_w);
+        x = x + project(attended, l.o_w);
         const at::Tensor m = rms_norm(x, l.ff_norm, c.rms_eps);
-        x = x + at::linear(at::silu(at::linear(m, l.gate_w)) * at::linear(m, l.up_w), l.down_w);
+        x = x + project(at::silu(project(m, l.gate_w)) * project(m, l.up_w), l.down_w);
     }
-    at::Tensor logits = at::linear(rms_norm(x, final_norm_, c.rms_eps), output_);
+    at::Tensor logits = project(rms_norm(x, final_norm_, c.rms_eps), output_);
     if (c.shifted() && L > 1) logits = at::cat({logits.narrow(1, 0, 1), logits.narrow(1, 0, L - 1)}, 1);
     return logits;
 }

@@ -30,10 +30,19 @@ std::string shape_string(const std::vector<int64_t>& shape);
 
 using Shapes = std::map<std::string, std::vector<int64_t>>;
 
+// How 16-bit weights are held: widened once into float32 tensors of their own, or, for matrices (two or more
+// dimensions), kept as stored, over the mapping, and widened at each use (as_float): the networks of billions of
+// parameters (LLaDA, Dream) that ship in bfloat16 would need twice their file's size in memory otherwise. The
+// environment variable RUDDER_WIDEN_WEIGHTS=1 makes keep_matrices widen too (faster forwards, twice the memory).
+enum class Storage { widen, keep_matrices };
+
+// A weight as float32 for one use: a float32 one as it is, a 16-bit one widened for this call only.
+at::Tensor as_float(const at::Tensor& weight);
+
 // The weights of `dir`: model.safetensors, else model.safetensors.index.json and its shards, mapped
 // (load_safetensors). Every tensor of `required` and those of `optional` that are present, with those shapes,
-// float32, float16 or bfloat16, held as float32 (float32 ones over the mapping, the others widened once); any
-// other tensor is refused before data is read. `what` names the model in messages ("an MDLM DiT").
+// float32, float16 or bfloat16 (float32 ones over the mapping; 16-bit ones as `storage` says); any other tensor is
+// refused before data is read. `what` names the model in messages ("an MDLM DiT").
 struct Weights {
     std::filesystem::path file;  // the safetensors file or the index, for messages
     std::map<std::string, at::Tensor> by_name;
@@ -42,6 +51,6 @@ struct Weights {
     at::Tensor take(const std::string& name);
 };
 Weights load_weights(const std::filesystem::path& dir, const Shapes& required, const Shapes& optional,
-                     const std::string& what);
+                     const std::string& what, Storage storage = Storage::widen);
 
 }  // namespace rudder::nn::checkpoint

@@ -254,14 +254,28 @@ void DitNetwork::to(const at::Device& device) {
 
 double DitNetwork::sigma_at(double t) const { return -std::log1p(-(1.0 - config_.schedule_eps) * t); }
 
-at::Tensor DitNetwork::forward(const at::Tensor& tokens, const at::Tensor& sigma_in) const {
+at::Tensor DitNetwork::forward(const at::Tensor& tokens, const at::Tensor& sigma) const {
+    return forward_segment(tokens, 0, sigma, nullptr, nullptr);
+}
+
+at::Tensor DitNetwork::forward_segment(const at::Tensor& tokens, int64_t start, const at::Tensor& sigma_in,
+                                       const DitKeyValues* past, DitKeyValues* present) const {
     const DitConfig& c = config_;
     if (tokens.dim() != 2 || tokens.scalar_type() != at::kLong)
         throw std::invalid_argument("DitNetwork::forward: tokens must be int64 [B, L]");
     const int64_t B = tokens.size(0), L = tokens.size(1), H = c.hidden_size, heads = c.n_heads, head_dim = H / heads;
-    if (L < 1 || L > c.max_length)
-        throw std::invalid_argument("DitNetwork::forward: " + std::to_string(L) + " positions; the network takes 1 to " +
-                                    std::to_string(c.max_length));
+    if (L < 1 || start < 0 || start + L > c.max_length)
+        throw std::invalid_argument("DitNetwork::forward: positions " + std::to_string(start) + " to " +
+                                    std::to_string(start + L) + "; the network takes 1 to " + std::to_string(c.max_length));
+    if (start > 0 && (c.block_size == 0 || start % c.block_size != 0))
+        throw std::invalid_argument("DitNetwork::forward_segment: a segment after position 0 needs block-causal attention "
+                                    "(BD3-LM) and must start at a block boundary, got " + std::to_string(start));
+    const int64_t past_length = past != nullptr && !past->keys.empty() ? past->keys.front().size(2) : 0;
+    if (past_length != start || (past != nullptr && !past->keys.empty() &&
+                                 (static_cast<int64_t>(past->keys.size()) != c.n_blocks ||
+                                  static_cast<int64_t>(past->values.size()) != c.n_blocks)))
+        throw std::invalid_argument("DitNetwork::forward_segment: the past keys and values must cover positions 0 to " +
+                                    std::to_string(start) + " in each of the " + std::to_string(c.n_blocks) + " blocks");
     if (tokens.numel() > 0 && (tokens.min().item<int64_t>() < 0 || tokens.max().item<int64_t>() >= c.vocab_size))
         throw std::invalid_argument("DitNetwork::forward: a token id outside [0, " + std::to_string(c.vocab_size) + ")");
     if (sigma_in.dim() != 1 || sigma_in.size(0) != B)
@@ -278,33 +292,50 @@ at::Tensor DitNetwork::forward(const at::Tensor& tokens, const at::Tensor& sigma
     const at::Tensor features = at::cat({at::cos(args), at::sin(args)}, -1);
     const at::Tensor cond = at::silu(at::linear(at::silu(at::linear(features, sigma_in_w_, sigma_in_b_)), sigma_out_w_, sigma_out_b_));
 
-    // Rotary tables [L, 1, head_dim] (rotate-half form: the frequencies repeated over both halves).
+    // Rotary tables [L, 1, head_dim] at the segment's positions (rotate-half form: the frequencies repeated over both
+    // halves).
     const at::Tensor inv_freq =
         at::pow(10000.0, -at::arange(0, head_dim, 2, at::TensorOptions().dtype(at::kFloat).device(device)) / static_cast<double>(head_dim));
-    const at::Tensor angles = at::outer(at::arange(L, inv_freq.options()), inv_freq);
+    const at::Tensor angles = at::outer(at::arange(start, start + L, inv_freq.options()), inv_freq);
     const at::Tensor both = at::cat({angles, angles}, -1).unsqueeze(1);
     const at::Tensor cos = both.cos(), sin = both.sin();
     const double attention_scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
 
-    // BD3-LM: key q is hidden from query p when q's block comes after p's ([L, L], true where hidden).
+    // BD3-LM: key q is hidden from query p when q's block comes after p's ([L, start + L], true where hidden); the
+    // past positions are in earlier blocks than every query, so always seen.
     at::Tensor hidden_by_block;
     if (c.block_size > 0) {
-        const at::Tensor block = at::arange(L, at::TensorOptions().dtype(at::kLong).device(device)).div(c.block_size, "floor");
+        const at::Tensor block = at::arange(start, start + L, at::TensorOptions().dtype(at::kLong).device(device)).div(c.block_size, "floor");
         hidden_by_block = block.unsqueeze(0).gt(block.unsqueeze(1));
+        if (start > 0) hidden_by_block = at::cat({at::zeros({L, start}, hidden_by_block.options()), hidden_by_block}, 1);
+    }
+    if (present != nullptr) {
+        present->keys.clear();
+        present->values.clear();
     }
 
     at::Tensor x = at::embedding(embedding_, tokens.to(device));
-    for (const Block& b : blocks_) {
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+        const Block& b = blocks_[i];
         const auto mod = at::linear(cond, b.ada_w, b.ada_b).chunk(6, 1);
         at::Tensor h = modulate(layer_norm(x, b.norm1), mod[0], mod[1]);
         const at::Tensor qkv = at::linear(h, b.qkv).view({B, L, 3, heads, head_dim});
         const at::Tensor q = qkv.select(2, 0), k = qkv.select(2, 1), v = qkv.select(2, 2);  // [B, L, heads, d]
         const at::Tensor q_rot = (q * cos + rotate_half(q) * sin).transpose(1, 2);
-        const at::Tensor k_rot = (k * cos + rotate_half(k) * sin).transpose(1, 2);
+        at::Tensor k_rot = (k * cos + rotate_half(k) * sin).transpose(1, 2);  // [B, heads, L, d]
+        at::Tensor v_heads = v.transpose(1, 2);
+        if (present != nullptr) {
+            present->keys.push_back(k_rot);
+            present->values.push_back(v_heads);
+        }
+        if (start > 0) {
+            k_rot = at::cat({past->keys[i], k_rot}, 2);
+            v_heads = at::cat({past->values[i], v_heads}, 2);
+        }
         at::Tensor scores = at::matmul(q_rot, k_rot.transpose(-2, -1)) * attention_scale;
         if (hidden_by_block.defined()) scores = scores.masked_fill(hidden_by_block, -std::numeric_limits<float>::infinity());
         const at::Tensor weights = at::softmax(scores, -1);
-        const at::Tensor attended = at::matmul(weights, v.transpose(1, 2)).transpose(1, 2).reshape({B, L, H});
+        const at::Tensor attended = at::matmul(weights, v_heads).transpose(1, 2).reshape({B, L, H});
         x = x + mod[2].unsqueeze(1) * at::linear(attended, b.attn_out);
         h = modulate(layer_norm(x, b.norm2), mod[3], mod[4]);
         x = x + mod[5].unsqueeze(1) * at::linear(at::gelu(at::linear(h, b.mlp_in_w, b.mlp_in_b), "tanh"), b.mlp_out_w, b.mlp_out_b);

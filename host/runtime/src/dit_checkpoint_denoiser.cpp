@@ -5,6 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
 #include <stdexcept>
 
 #include <rudder/nn/denoiser_net.hpp>
@@ -15,7 +18,8 @@
 namespace rudder {
 namespace fs = std::filesystem;
 
-DitCheckpointDenoiser::DitCheckpointDenoiser(std::shared_ptr<nn::DitNetwork> network) : network_(std::move(network)) {
+DitCheckpointDenoiser::DitCheckpointDenoiser(std::shared_ptr<nn::DitNetwork> network, bool block_cache)
+    : network_(std::move(network)), block_cache_(block_cache) {
     if (!network_) throw std::invalid_argument("DitCheckpointDenoiser: a network is required");
     if (network_->config().uniform()) uniform_ = UniformNoiseSchedule::log_linear(network_->config().schedule_eps);
 }
@@ -28,13 +32,24 @@ int64_t DitCheckpointDenoiser::max_length() const { return network_->config().ma
 
 int64_t DitCheckpointDenoiser::decoding_block() const { return network_->config().block_size; }
 
-void DitCheckpointDenoiser::to(const at::Device& device) { network_->to(device); }
+bool DitCheckpointDenoiser::caches_blocks() const {
+    return block_cache_ && network_->config().block_size > 0 && !network_->config().time_conditioning;
+}
+
+void DitCheckpointDenoiser::to(const at::Device& device) {
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    network_->to(device);
+    cached_ = {};
+    cached_tokens_ = at::Tensor();
+    cached_length_.clear();
+}
 
 uint64_t DitCheckpointDenoiser::working_bytes(int64_t batch, int64_t length) const {
     const auto& c = network_->config();
     const double L = static_cast<double>(length), H = static_cast<double>(c.hidden_size);
-    const double floats = L * (6 * H + 8 * H) + 2.0 * static_cast<double>(c.n_heads) * L * L +
-                          2.0 * L * static_cast<double>(c.vocab_size);
+    double floats = L * (6 * H + 8 * H) + 2.0 * static_cast<double>(c.n_heads) * L * L +
+                    2.0 * L * static_cast<double>(c.vocab_size);
+    if (caches_blocks()) floats += 2.0 * L * H * static_cast<double>(c.n_blocks);  // the keys and values kept
     return static_cast<uint64_t>(static_cast<double>(batch) * floats * 4);
 }
 
@@ -45,6 +60,7 @@ DenoiserOutput DitCheckpointDenoiser::denoise(const at::Tensor& x, double t, con
         if (!condition.empty())
             throw std::invalid_argument("denoise: a condition was given, but these checkpoints are unconditional");
     c10::InferenceMode inference;
+    if (caches_blocks()) return DenoiserOutput{denoise_by_blocks(x), {}};
     const at::Tensor sigma = at::full({x.size(0)}, network_->sigma_at(t), at::TensorOptions().dtype(at::kFloat));
     at::Tensor log_probs = network_->clean_log_probs(x, sigma);
     if (!uniform_) return DenoiserOutput{log_probs, {}};
@@ -59,17 +75,106 @@ DenoiserOutput DitCheckpointDenoiser::denoise(const at::Tensor& x, double t, con
     return DenoiserOutput{log_probs, {}};
 }
 
+at::Tensor DitCheckpointDenoiser::denoise_by_blocks(const at::Tensor& x) {
+    const nn::DitConfig& c = network_->config();
+    if (x.dim() != 2 || x.scalar_type() != at::kLong) throw std::invalid_argument("denoise: x must be int64 [B, L]");
+    const int64_t B = x.size(0), L = x.size(1), V = c.vocab_size, mask = c.mask_id(), block = c.block_size;
+    if (L < 1 || L > c.max_length)
+        throw std::invalid_argument("denoise: " + std::to_string(L) + " positions; the network takes 1 to " +
+                                    std::to_string(c.max_length));
+    const at::Tensor tokens = x.to(at::kCPU).contiguous();
+    const auto ids = tokens.accessor<int64_t, 2>();
+    const auto device = x.device();
+
+    // Every position first as it is outside the current block: a finished token carries itself (SUBS), a masked one
+    // has no prediction yet (uniform over the tokens, never the mask).
+    at::Tensor out = at::full({B, L, V}, -std::log(static_cast<double>(V - 1)), at::TensorOptions().dtype(at::kFloat).device(device));
+    out.select(2, mask).fill_(nn::kImpossibleLogProb);
+    const at::Tensor flat_x = x.reshape({-1});
+    const at::Tensor unmasked = flat_x.ne(mask).nonzero().squeeze(1);
+    at::Tensor flat = out.view({B * L, V});
+    flat.index_fill_(0, unmasked, nn::kImpossibleLogProb);
+    flat.index_put_({unmasked, flat_x.index_select(0, unmasked)}, at::scalar_tensor(0.0f, flat.options()));
+
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    if (!cached_tokens_.defined() || cached_tokens_.size(0) != B || cached_tokens_.size(1) < L) {
+        const int64_t heads = c.n_heads, head_dim = c.hidden_size / c.n_heads;
+        cached_ = {};
+        for (int64_t i = 0; i < c.n_blocks; ++i) {
+            cached_.keys.push_back(at::empty({B, heads, L, head_dim}, at::TensorOptions().dtype(at::kFloat).device(device)));
+            cached_.values.push_back(at::empty_like(cached_.keys.back()));
+        }
+        cached_tokens_ = at::full({B, L}, -1, at::kLong);
+        cached_length_.assign(static_cast<size_t>(B), 0);
+    }
+    auto cached_ids = cached_tokens_.accessor<int64_t, 2>();
+    // Per row: the current block [begin, end), and the finished positions whose cache still holds (a whole number of
+    // blocks whose tokens are unchanged); rows that agree on all three run together.
+    std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<int64_t>> groups;
+    for (int64_t r = 0; r < B; ++r) {
+        int64_t first_masked = 0;
+        while (first_masked < L && ids[r][first_masked] != mask) ++first_masked;
+        if (first_masked == L) continue;  // finished: every position carries its token
+        const int64_t begin = first_masked / block * block, end = std::min(begin + block, L);
+        int64_t same = 0;
+        const int64_t known = std::min(cached_length_[static_cast<size_t>(r)], begin);
+        while (same < known && cached_ids[r][same] == ids[r][same]) ++same;
+        groups[{same / block * block, begin, end}].push_back(r);
+    }
+    const at::Tensor sigma_zero = at::zeros({B}, at::TensorOptions().dtype(at::kFloat));  // no time conditioning
+    for (const auto& [span, rows] : groups) {
+        const auto [reused, begin, end] = span;
+        const int64_t G = static_cast<int64_t>(rows.size());
+        const bool all_rows = G == B;  // rows are in order, so every row is 0 .. B - 1
+        const at::Tensor index = at::tensor(rows, at::kLong).to(device);
+        auto of_rows = [&](const at::Tensor& t) { return all_rows ? t : t.index_select(0, index); };
+        nn::DitKeyValues past, present;
+        if (reused > 0)
+            for (int64_t i = 0; i < c.n_blocks; ++i) {
+                past.keys.push_back(of_rows(cached_.keys[i].narrow(2, 0, reused)));
+                past.values.push_back(of_rows(cached_.values[i].narrow(2, 0, reused)));
+            }
+        const at::Tensor segment = of_rows(x.narrow(1, reused, end - reused));
+        const at::Tensor raw = network_->forward_segment(segment, reused, sigma_zero.narrow(0, 0, G), &past, &present);
+        // The newly finished blocks [reused, begin) join the cache.
+        if (begin > reused) {
+            for (int64_t i = 0; i < c.n_blocks; ++i)
+                for (auto [from, to] : {std::pair{&present.keys[i], &cached_.keys[i]}, {&present.values[i], &cached_.values[i]}}) {
+                    const at::Tensor finished = from->narrow(2, 0, begin - reused);
+                    if (all_rows)
+                        to->narrow(2, reused, begin - reused).copy_(finished);
+                    else
+                        for (int64_t g = 0; g < G; ++g) to->select(0, rows[g]).narrow(1, reused, begin - reused).copy_(finished.select(0, g));
+                }
+            for (const int64_t r : rows)
+                for (int64_t p = reused; p < begin; ++p) cached_ids[r][p] = ids[r][p];
+        }
+        for (const int64_t r : rows) cached_length_[static_cast<size_t>(r)] = begin;
+        const at::Tensor current = nn::subs_log_probs(raw.narrow(1, begin - reused, end - begin).contiguous(),
+                                                      segment.narrow(1, begin - reused, end - begin), mask);
+        if (all_rows)
+            out.narrow(1, begin, end - begin).copy_(current);
+        else
+            for (int64_t g = 0; g < G; ++g) out.select(0, rows[g]).narrow(0, begin, end - begin).copy_(current.select(0, g));
+    }
+    return out;
+}
+
 namespace {
 
 // GPT-2's byte-level BPE from the checkpoint's folder: tokenizer.json (Hugging Face's), else vocab.json and
 // merges.txt (GPT-2's own pair). Neither checkpoint ships one (both use Hugging Face's "gpt2" tokenizer).
+// "<|endoftext|>" ends a text, as the loop's padding token: these models were trained on documents joined by it, so a
+// sample ends where the model places it, and `length` ends one there.
 std::shared_ptr<const Tokenizer> checkpoint_tokenizer(const fs::path& dir, const std::string& what) {
+    BpeSpecialNames names;
+    names.pad = "<|endoftext|>";
     try {
         if (fs::exists(dir / "tokenizer.json"))
-            return std::make_shared<BpeTokenizer>(BpeTokenizer::load_json((dir / "tokenizer.json").string()));
+            return std::make_shared<BpeTokenizer>(BpeTokenizer::load_json((dir / "tokenizer.json").string(), names));
         if (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt"))
-            return std::make_shared<BpeTokenizer>(
-                BpeTokenizer::load_vocab_merges((dir / "vocab.json").string(), (dir / "merges.txt").string()));
+            return std::make_shared<BpeTokenizer>(BpeTokenizer::load_vocab_merges(
+                (dir / "vocab.json").string(), (dir / "merges.txt").string(), {"<|endoftext|>"}, names));
     } catch (const std::runtime_error& e) {
         throw ModelError(std::string("the tokenizer of ") + what + " checkpoint: " + e.what());
     }
@@ -108,6 +213,7 @@ Model load_dit_checkpoint_model(const fs::path& dir, const nlohmann::json& confi
     model.tokenizer = tokenizer;
     model.denoiser = std::make_shared<DitCheckpointDenoiser>(std::make_shared<nn::DitNetwork>(nn::DitNetwork::load(dir)));
     model.mask_schedule = MaskSchedule(parsed.schedule_eps);
+    model.packed_text = true;
     if (const nlohmann::json sampler = dit_checkpoint_sampler(parsed); !sampler.is_null()) model.recommended_sampler = sampler;
     return model;
 }

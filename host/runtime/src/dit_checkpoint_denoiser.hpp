@@ -7,28 +7,34 @@
 
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include <rudder/nn/dit_checkpoint.hpp>
 #include <rudder/runtime/denoiser.hpp>
 #include <rudder/runtime/model.hpp>
 
 namespace rudder {
-
-namespace nn {
-class DitNetwork;
-struct DitConfig;
-}
 
 // Discrete family. denoise() gives the clean-token log-probabilities (nn::DitNetwork::clean_log_probs) at the noise
 // level sigma(t) of the checkpoint's log-linear schedule (MDLM-OWT, trained without time conditioning, ignores it).
 // Absorbing (MDLM, SEDD, BD3-LM): the mask token is the last id (GPT-2's 50,257 tokens, then the mask). Uniform (DUO): the
 // posterior given all of x_t from the network's x_theta (nn::uniform_posterior_from_rest), and uniform_noise() is
 // the log-linear schedule. Unconditional: a condition is an error.
+//
+// BD3-LM (without time conditioning, as every released checkpoint) is run with its key/value cache of finished
+// blocks: each row's current block is the one holding its first masked position; the blocks before it are finished
+// (no mask), their keys and values are computed once and kept while the row's tokens there stay the same, and a call
+// runs the network over the current block only. The current block's clean-token log-probabilities are the network's
+// (equal to the uncached forward's); a finished position carries its token, as SUBS does; a masked position past the
+// current block gets no prediction (uniform over the tokens): BD3-LM predicts a block only from finished ones, and
+// its samplers draw there only once the blocks before it are finished. `block_cache` false runs the whole sequence
+// at every call instead (the benchmark's baseline).
 class DitCheckpointDenoiser final : public Denoiser {
 public:
-    explicit DitCheckpointDenoiser(std::shared_ptr<nn::DitNetwork> network);
+    explicit DitCheckpointDenoiser(std::shared_ptr<nn::DitNetwork> network, bool block_cache = true);
     ~DitCheckpointDenoiser() override;
 
     Family family() const override { return Family::discrete; }
@@ -46,9 +52,21 @@ public:
 
     const nn::DitNetwork& network() const { return *network_; }
 
+    // Whether denoise() runs BD3-LM's cached path (a block-causal network without time conditioning).
+    bool caches_blocks() const;
+
 private:
+    at::Tensor denoise_by_blocks(const at::Tensor& x);
+
     std::shared_ptr<nn::DitNetwork> network_;
     std::optional<UniformNoiseSchedule> uniform_;  // UDLM and DUO
+    bool block_cache_ = true;
+    // BD3-LM's cache, per batch row: the tokens of its finished positions [B, capacity] (CPU) and how many are
+    // cached, and their keys and values [B, heads, capacity, head_dim] per network block. One run at a time.
+    std::mutex cache_mutex_;
+    at::Tensor cached_tokens_;
+    std::vector<int64_t> cached_length_;
+    nn::DitKeyValues cached_;
 };
 
 // A model directory whose config.json is an MDLM, SEDD, BD3-LM or DUO checkpoint's (nn::is_dit_checkpoint_config), with
@@ -56,7 +74,8 @@ private:
 // (DitCheckpointDenoiser) and GPT-2's byte-level BPE with the checkpoint's last id as one token more (WithMaskToken:
 // the mask, or DUO's "[PAD]"). UDLM's checkpoints are refused: their tokenizers are not Rudder's. A BD3-LM model
 // recommends its authors' sampler: first hitting, block by block, nucleus 0.9.
-// GPT-2 has no padding token, so texts are the whole sequence. The config is checked first, then the tokenizer
+// A text ends at the first "<|endoftext|>" (the loop's padding token, so `length` works). The config is checked first,
+// then the tokenizer
 // (a folder without one is refused before its weights are read), then the weights.
 Model load_dit_checkpoint_model(const std::filesystem::path& dir, const nlohmann::json& config, std::optional<Family> family);
 

@@ -347,6 +347,13 @@ void Generator::set_up(plugins::Registry& registry, const std::vector<fs::path>&
                                                                std::to_string(block) + " positions from the finished blocks "
                                                                "before it: block_length must divide " + std::to_string(block) +
                                                                (b < 1 ? " (none given)" : ", not be " + std::to_string(b)) + how});
+            // Its training never shows it a masked block before the one it predicts, which is what the unconditional
+            // pass would be.
+            if (recipe_.sampler.prompt_guidance > 0 && !reported("/sampler/prompt_guidance"))
+                issues.push_back({"/sampler/prompt_guidance", "model '" + model_.name + "' predicts each block from the "
+                                                              "finished blocks before it and was never trained with them "
+                                                              "masked, so it has no unconditional prediction to guide away "
+                                                              "from; prompt guidance is for models that unmask anywhere"});
         }
         if (name == "confidence" || name == "first_hitting") {
             const int64_t L = recipe_.max_length, b = recipe_.sampler.block_length;

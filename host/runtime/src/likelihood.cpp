@@ -136,10 +136,14 @@ LikelihoodReport nelbo(const Model& model, const std::vector<std::string>& texts
         throw std::invalid_argument("the continuous bound needs the model's embedding table; '" + model.name + "' has none");
     const Tokenizer& tokenizer = *model.tokenizer;
     const int64_t pad = tokenizer.pad_id(), unk = tokenizer.unk_id();
-    // Texts are scored as the padded sequences the model generates; a checkpoint trained on packed text has no pad.
+    // Texts are scored as the padded sequences the model generates; a checkpoint trained on packed text saw none.
     if (pad < 0)
         throw std::invalid_argument("the likelihood bound pads each text to the network's positions, and '" + model.name +
-                                    "' has no padding token (a checkpoint trained on packed text); it is not computed for it");
+                                    "' has no padding token; it is not computed for it");
+    if (model.packed_text)
+        throw std::invalid_argument("the likelihood bound pads each text to the network's positions, and '" + model.name +
+                                    "' was trained on packed text, never padded (its end-of-text joins documents); it is "
+                                    "not computed for it");
     const UniformNoiseSchedule* uniform = model.denoiser->uniform_noise();
     LikelihoodReport report;
     report.draws = options.draws;

@@ -1,7 +1,8 @@
 // LLaDA (GSAI-ML/LLaDA-8B-Base, -Instruct, LLaDA-1.5) and Dream (Dream-org/Dream-v0-Base-7B, -Instruct-7B): masked
 // diffusion language models that are LLaMA- and Qwen2-style transformers with bidirectional attention, loaded from
 // their public checkpoints in Hugging Face layout (config.json + model.safetensors or model.safetensors.index.json
-// and shards) and run in float32. docs/checkpoints.md says what loads and what is refused.
+// and shards) and run in float32 (16-bit weights widened one matrix at a time as they are used). docs/checkpoints.md
+// says what loads and what is refused.
 //
 // The network, as the authors' code defines it (LLaDA's modeling_llada.py, an OLMo "llama" block; Dream's
 // modeling_dream.py, Qwen2's layers), with H = hidden size, I = MLP width, h = heads, g = key/value heads,
@@ -71,11 +72,15 @@ BidirectionalLlmConfig parse_bidirectional_llm_config(const nlohmann::json& conf
 class BidirectionalLlm {
 public:
     // Loads `dir`: config.json, then model.safetensors or model.safetensors.index.json and its shards, mapped
-    // (load_safetensors): float32 weights are used in place, float16 and bfloat16 ones widened once. Every tensor
-    // must be present with its shape, and nothing else may be in the files. Throws ModelError naming the file.
+    // (load_safetensors): every matrix is used where it lies in the mapped file, and one stored in float16 or bfloat16
+    // is widened to float32 at each use (one matrix at a time), so a 16 GB bfloat16 checkpoint is held once, as the
+    // page cache's pages; the norms' and biases' vectors are widened once. Every tensor must be present with its
+    // shape, and nothing else may be in the files. Throws ModelError naming the file.
     static BidirectionalLlm load(const std::filesystem::path& dir);
 
     const BidirectionalLlmConfig& config() const { return config_; }
+    // The dtype the embedding matrix is held in: the file's (a 16-bit matrix stays as stored, widened at each use).
+    at::ScalarType embedding_dtype() const { return embedding_.scalar_type(); }
     void to(const at::Device& device);
 
     // The logits [B, L, V] for tokens int64 [B, L], Dream's shifted to the position they predict.

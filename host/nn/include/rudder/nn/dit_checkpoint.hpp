@@ -27,7 +27,7 @@
 // MDLM-OWT has time_conditioning false: its sigma is replaced by 0, so c is a constant (BD3-LM's checkpoints too).
 // BD3-LM: the attention scores of query p over key q are -inf unless block(q) <= block(p), block(i) = i / block_size:
 // its sampler's path without a key/value cache (bd3lms models/dit.py, sample_mode with the x0 part of
-// block_diff_mask), of which the cache is an optimisation.
+// block_diff_mask); forward_segment is the path with the cache.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -75,6 +75,12 @@ bool is_dit_checkpoint_config(const nlohmann::json& config);
 // value it cannot run (SEDD's uniform graph, a non-log-linear noise) are a ModelError naming `file` and the field.
 DitConfig parse_dit_config(const nlohmann::json& config, const std::filesystem::path& file);
 
+// The rotated keys and the values of a run of positions, one [B, heads, positions, head_dim] tensor per network
+// block: BD3-LM's key/value cache of finished blocks (bd3lms' sample_mode with its cache).
+struct DitKeyValues {
+    std::vector<at::Tensor> keys, values;
+};
+
 class DitNetwork {
 public:
     // Loads `dir`: config.json, then model.safetensors or, failing that, model.safetensors.index.json and its
@@ -88,6 +94,14 @@ public:
     // The network's raw output [B, L, V] for tokens int64 [B, L] and noise levels sigma float [B] (MDLM without
     // time conditioning ignores sigma, as its code does).
     at::Tensor forward(const at::Tensor& tokens, const at::Tensor& sigma) const;
+    // BD3-LM's cached forward: the raw output [B, S, V] for `tokens` [B, S] at positions start .. start + S - 1,
+    // attending to `past`, the keys and values of positions 0 .. start - 1 (null or empty when start is 0). Under
+    // block-causal attention a block never sees later ones, so without time conditioning a finished block's keys and
+    // values never change: the output equals forward()'s over the whole sequence at those positions. `present`, when
+    // given, receives the segment's own keys and values. `start` must be a multiple of block_size (0 for the other
+    // flavors).
+    at::Tensor forward_segment(const at::Tensor& tokens, int64_t start, const at::Tensor& sigma, const DitKeyValues* past,
+                               DitKeyValues* present) const;
     // SEDD's log score [B, L, V] as its SEDD.forward returns it (scale_by_sigma offset, 0 at each input token).
     at::Tensor sedd_log_score(const at::Tensor& tokens, const at::Tensor& sigma) const;
     // Log-probabilities [B, L, V] of the clean token. Absorbing noise, Rudder's discrete output: at a masked position
