@@ -316,6 +316,37 @@ PY
     [ $code -ne 0 ] || fail "bad words accepted"
     grep -q "/words/0" <<<"$err" && grep -q "/words/1" <<<"$err" || fail "bad words not named: $err"
     ;;
+  generate_checkpoint)
+    # Public checkpoints as a user runs them: tiny random-weight MDLM and BD3-LM checkpoints in their Hugging Face
+    # layout with a GPT-2-format tokenizer beside them (tests/nets/dit_checkpoint_fixture.py), a recipe naming the
+    # folder, and every control satisfied in every sample. Skips without python3-torch (the fixture's exit 77).
+    /usr/bin/python3 "$here/../nets/dit_checkpoint_fixture.py" "$work/ckpt" > "$work/fixture.txt" 2>&1; code=$?
+    [ $code -eq 77 ] && { echo "SKIP: $(cat "$work/fixture.txt")"; exit 77; }
+    [ $code -eq 0 ] || fail "fixture: exit $code: $(cat "$work/fixture.txt")"
+    for name in mdlm bd3lm; do
+      cp "$work/ckpt/gpt2_like_tokenizer/vocab.json" "$work/ckpt/gpt2_like_tokenizer/merges.txt" "$work/ckpt/$name/"
+    done
+    cat > "$work/mdlm.json" <<JSON
+{ "model": "$work/ckpt/mdlm", "sampler": {"name": "analytic", "steps": 8, "prompt_guidance": 1.0}, "samples": 4, "seed": 3,
+  "controllers": [ {"plugin": "length", "params": {"tokens": 10}},
+                   {"plugin": "span", "params": {"prefix": "the cat", "suffix": " the river", "length": 10}},
+                   {"plugin": "exclude_words", "params": {"words": ["sat"]}} ] }
+JSON
+    cat > "$work/bd3lm.json" <<JSON
+{ "model": "$work/ckpt/bd3lm", "samples": 4, "seed": 3,
+  "controllers": [ {"plugin": "length", "params": {"tokens": 11}}, {"plugin": "span", "params": {"prefix": "the cat"}},
+                   {"plugin": "exclude_words", "params": {"words": ["sat"]}} ] }
+JSON
+    for name in mdlm bd3lm; do
+      "$rudder" generate "$work/$name.json" -o "$work/$name.jsonl" 2> "$work/err.txt" || fail "$name: exit $?: $(cat "$work/err.txt")"
+      [ "$(wc -l < "$work/$name.jsonl")" -eq 4 ] || fail "$name: expected 4 samples: $(cat "$work/$name.jsonl")"
+      [ "$(grep -o '"satisfied":true' "$work/$name.jsonl" | wc -l)" -eq 12 ] || fail "$name: a control not satisfied: $(cat "$work/$name.jsonl")"
+      grep -q '"text":"the cat' "$work/$name.jsonl" || fail "$name: the prefix: $(cat "$work/$name.jsonl")"
+      "$rudder" models "$work/ckpt/$name" > "$work/models.txt" 2>&1 || fail "$name: models: $(cat "$work/models.txt")"
+    done
+    grep -q 'the river"' "$work/mdlm.jsonl" || fail "mdlm: the suffix: $(cat "$work/mdlm.jsonl")"
+    grep -q "first_hitting" "$work/models.txt" || fail "bd3lm: its sampler not described: $(cat "$work/models.txt")"
+    ;;
   missing_file)
     "$rudder" generate "$work/none.json" > /dev/null 2>&1; code=$?
     [ $code -eq 2 ] || fail "expected exit 2, got $code"
