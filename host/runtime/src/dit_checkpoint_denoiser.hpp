@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json_fwd.hpp>
 
+#include <array>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -67,16 +68,23 @@ private:
     at::Tensor cached_tokens_;
     std::vector<int64_t> cached_length_;
     nn::DitKeyValues cached_;
+    std::array<at::Tensor, 2> output_buffers_;  // denoise_by_blocks' outputs, reused once the caller lets go
 };
 
-// A model directory whose config.json is an MDLM, SEDD, BD3-LM or DUO checkpoint's (nn::is_dit_checkpoint_config), with
-// GPT-2's tokenizer beside it (tokenizer.json, or vocab.json and merges.txt): the discrete model of the network
-// (DitCheckpointDenoiser) and GPT-2's byte-level BPE with the checkpoint's last id as one token more (WithMaskToken:
-// the mask, or DUO's "[PAD]"). UDLM's checkpoints are refused: their tokenizers are not Rudder's. A BD3-LM model
-// recommends its authors' sampler: first hitting, block by block, nucleus 0.9.
-// A text ends at the first "<|endoftext|>" (the loop's padding token, so `length` works). The config is checked first,
-// then the tokenizer
-// (a folder without one is refused before its weights are read), then the weights.
+// Which tokenizer files a checkpoint's folder holds: tokenizer.json (by its model.type), GPT-2's vocab.json +
+// merges.txt, BERT's vocab.txt, or none; and that in words, for `rudder models`.
+enum class TokenizerFiles { none, bpe_json, bpe_pair, wordpiece_json, wordpiece_txt };
+TokenizerFiles tokenizer_files(const std::filesystem::path& dir);
+std::string describe_tokenizer_files(TokenizerFiles files);
+
+// A model directory whose config.json is an MDLM, SEDD, BD3-LM, DUO or UDLM checkpoint's
+// (nn::is_dit_checkpoint_config), with its tokenizer beside it: the discrete model of the network
+// (DitCheckpointDenoiser) and, for the GPT-2-vocabulary ones, GPT-2's byte-level BPE (tokenizer.json, or vocab.json
+// and merges.txt) with the checkpoint's last id as one token more (WithMaskToken: the mask, or DUO's "[PAD]"), a text
+// ending at the first "<|endoftext|>" (the loop's padding token, so `length` works); for UDLM, bert-base-uncased's
+// WordPiece (tokenizer.json or vocab.txt), "[PAD]" padding. A BD3-LM model recommends its authors' sampler: first
+// hitting, block by block, nucleus 0.9. The config is checked first, then the tokenizer (a folder without one is
+// refused before its weights are read), then the weights.
 Model load_dit_checkpoint_model(const std::filesystem::path& dir, const nlohmann::json& config, std::optional<Family> family);
 
 // The sampler the checkpoint's authors use where it is not Rudder's default (BD3-LM's), as a recipe's "sampler"

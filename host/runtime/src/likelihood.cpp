@@ -140,10 +140,9 @@ LikelihoodReport nelbo(const Model& model, const std::vector<std::string>& texts
     if (pad < 0)
         throw std::invalid_argument("the likelihood bound pads each text to the network's positions, and '" + model.name +
                                     "' has no padding token; it is not computed for it");
-    if (model.packed_text)
+    if (!model.training_layout.empty())
         throw std::invalid_argument("the likelihood bound pads each text to the network's positions, and '" + model.name +
-                                    "' was trained on packed text, never padded (its end-of-text joins documents); it is "
-                                    "not computed for it");
+                                    "' was trained on " + model.training_layout + "; it is not computed for it");
     const UniformNoiseSchedule* uniform = model.denoiser->uniform_noise();
     LikelihoodReport report;
     report.draws = options.draws;

@@ -72,12 +72,7 @@ json weights_of(const fs::path& dir, const json& config) {
 }
 
 // The tokenizer files beside a public checkpoint's config.json.
-std::string checkpoint_tokenizer_files(const fs::path& dir) {
-    std::error_code ec;
-    if (fs::exists(dir / "tokenizer.json", ec)) return "byte-level BPE, tokenizer.json";
-    if (fs::exists(dir / "vocab.json", ec) && fs::exists(dir / "merges.txt", ec)) return "byte-level BPE, vocab.json + merges.txt";
-    return "missing: put the model's tokenizer.json beside config.json (docs/checkpoints.md)";
-}
+std::string checkpoint_tokenizer_files(const fs::path& dir) { return describe_tokenizer_files(tokenizer_files(dir)); }
 
 const char* kHardControls = "hard constraints (length, span, exclude_words) and the composer's deltas";
 const char* kLearnedControls = "learned controls need a classifier trained for this model's noise and vocabulary "

@@ -2,6 +2,8 @@
 
 #include <rudder/rudder_json.hpp>
 
+#include "tokenizer_internal.hpp"
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <utf8proc.h>
@@ -9,7 +11,6 @@
 #include <algorithm>
 #include <functional>
 #include <cstdlib>
-#include <fstream>
 #include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -22,6 +23,11 @@ namespace rudder {
 namespace {
 
 using json = nlohmann::json;
+using tokenizer_internal::append_utf8;
+using tokenizer_internal::JsonFields;
+using tokenizer_internal::next_code_point;
+using tokenizer_internal::path_of;
+using tokenizer_internal::read_file;
 
 // GPT-2's pre-split, which a ByteLevel pre-tokenizer with use_regex applies (and Hugging Face's Rust crate too).
 constexpr const char* kGpt2Pattern =
@@ -30,34 +36,6 @@ constexpr const char* kGpt2Pattern =
 // Words longer than this are encoded without the cache: they are rare, and would crowd out the common ones.
 constexpr size_t kCachedWordBytes = 64;
 constexpr size_t kCacheEntries = 1 << 16;
-
-void append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-}
-
-// The code point of valid UTF-8 at `i`, advancing `i` past it.
-uint32_t next_code_point(std::string_view s, size_t& i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    int extra = c < 0x80 ? 0 : c < 0xE0 ? 1 : c < 0xF0 ? 2 : 3;
-    uint32_t cp = extra == 0 ? c : extra == 1 ? (c & 0x1F) : extra == 2 ? (c & 0x0F) : (c & 0x07);
-    ++i;
-    for (; extra > 0 && i < s.size(); --extra, ++i) cp = (cp << 6) | (static_cast<unsigned char>(s[i]) & 0x3F);
-    return cp;
-}
 
 // GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the others for U+0100 onwards, so that
 // every byte is a visible character in vocab.json.
@@ -141,30 +119,14 @@ private:
     pcre2_code* code_ = nullptr;
 };
 
-std::string read_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw std::runtime_error("cannot open " + path);
-    std::ostringstream text;
-    text << in.rdbuf();
-    return text.str();
-}
-
-struct AddedToken {
-    std::string content;
-    int64_t id = -1;
-};
-
 }  // namespace
 
-struct BpeTokenizer::Model {
-    std::vector<std::string> tokens;  // by id; empty where the file has no token
-    std::vector<bool> is_added;
-    std::unordered_map<std::string, int64_t> ids;
+struct BpeTokenizer::Model : tokenizer_internal::TokenTable {
+    std::vector<bool> is_added;  // by id
     int64_t byte_id[256] = {};
     // (left id << 32 | right id) -> (rank, merged id).
     std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;
-    // Added tokens by first byte, longest first, for a leftmost-longest match.
-    std::vector<AddedToken> added_by_first_byte[256];
+    tokenizer_internal::AddedTokenSplitter added_tokens;
     bool nfc = false;
     std::vector<std::unique_ptr<Regex>> splits;  // applied in order, each to the pieces of the one before
     int64_t pad = -1, unk = -1, mask = -1;
@@ -179,33 +141,11 @@ struct BpeTokenizer::Model {
 };
 
 void BpeTokenizer::Model::add_token(const std::string& text, int64_t id, bool added, const std::string& where) {
-    if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
-        throw std::runtime_error(where + ": token id " + std::to_string(id) + " out of range");
-    }
-    if (text.empty()) throw std::runtime_error(where + ": empty token");
-    const auto found = ids.find(text);
-    if (found != ids.end() && found->second != id) {
-        throw std::runtime_error(where + ": token \"" + text + "\" has id " + std::to_string(id) +
-                                 " but already id " + std::to_string(found->second));
-    }
-    const auto slot = static_cast<size_t>(id);
-    if (slot >= tokens.size()) {
-        tokens.resize(slot + 1);
-        is_added.resize(slot + 1, false);
-    }
-    if (!tokens[slot].empty() && tokens[slot] != text) {
-        throw std::runtime_error(where + ": id " + std::to_string(id) + " is both \"" + tokens[slot] + "\" and \"" +
-                                 text + "\"");
-    }
-    tokens[slot] = text;
-    ids[text] = id;
+    TokenTable::add_token(text, id, where);
+    is_added.resize(tokens.size(), false);
     if (added) {
-        is_added[slot] = true;
-        auto& bucket = added_by_first_byte[static_cast<unsigned char>(text[0])];
-        bucket.push_back({text, id});
-        std::stable_sort(bucket.begin(), bucket.end(), [](const AddedToken& a, const AddedToken& b) {
-            return a.content.size() > b.content.size();
-        });
+        is_added[static_cast<size_t>(id)] = true;
+        added_tokens.add(text, id);
     }
 }
 
@@ -222,18 +162,9 @@ void BpeTokenizer::Model::finish(const std::string& source, const std::string& m
         }
         byte_id[b] = found->second;
     }
-    auto lookup = [&](const std::string& name, const char* role) -> int64_t {
-        if (name.empty()) return -1;
-        const auto found = ids.find(name);
-        if (found == ids.end()) {
-            throw std::runtime_error(source + ": the " + std::string(role) + " token \"" + name +
-                                     "\" is not a token of the file");
-        }
-        return found->second;
-    };
-    pad = lookup(names.pad, "pad");
-    unk = lookup(names.unk.empty() ? model_unk : names.unk, "unk");
-    mask = lookup(names.mask, "mask");
+    pad = special_id(source, names.pad, "pad");
+    unk = special_id(source, names.unk.empty() ? model_unk : names.unk, "unk");
+    mask = special_id(source, names.mask, "mask");
 }
 
 void BpeTokenizer::Model::encode_word(std::string_view word, std::vector<int64_t>& out) const {
@@ -376,108 +307,77 @@ namespace {
 
 using json_input::shown;  // a value in a message, cut short
 
-// The JSON path of a member, for messages: "pre_tokenizer.pretokenizers[1].type".
-std::string path_of(const std::string& parent, const std::string& key) { return parent.empty() ? key : parent + "." + key; }
-
-[[noreturn]] void unsupported(const std::string& source, const std::string& path, const std::string& found,
-                              const std::string& supported) {
-    throw std::runtime_error(source + ": " + path + " is " + found + "; Rudder's BPE supports " + supported);
-}
-
-// A member that must be absent, null, or equal to one of `allowed`.
-void expect_member(const std::string& source, const json& object, const std::string& parent, const std::string& key,
-                   const std::vector<json>& allowed, const std::string& supported) {
-    const auto found = object.find(key);
-    if (found == object.end() || found->is_null()) return;
-    for (const json& value : allowed) {
-        if (*found == value) return;
-    }
-    unsupported(source, path_of(parent, key), shown(*found), supported);
-}
-
-const json& member(const std::string& source, const json& object, const std::string& parent, const std::string& key) {
-    const auto found = object.find(key);
-    if (found == object.end()) throw std::runtime_error(source + ": " + path_of(parent, key) + " is missing");
-    return *found;
-}
-
-std::string type_of(const std::string& source, const json& object, const std::string& path) {
-    if (!object.is_object()) unsupported(source, path, shown(object), "an object with a \"type\"");
-    const json& type = member(source, object, path, "type");
-    if (!type.is_string()) unsupported(source, path_of(path, "type"), shown(type), "a string");
-    return type.get<std::string>();
-}
-
 // One pre-tokenizer; appends its split regex, if it has one. ByteLevel must come last: the byte-level characters it
 // makes are what the BPE model reads.
-void read_pre_tokenizer(const std::string& source, const json& pre, const std::string& path, bool last,
+void read_pre_tokenizer(const JsonFields& in, const json& pre, const std::string& path, bool last,
                         BpeTokenizer::Model& model) {
-    const std::string type = type_of(source, pre, path);
+    const std::string type = in.type_of(pre, path);
     if (type == "ByteLevel") {
-        if (!last) unsupported(source, path, "a ByteLevel before other pre-tokenizers", "ByteLevel last");
-        expect_member(source, pre, path, "add_prefix_space", {false}, "false");
+        if (!last) in.unsupported(path, "a ByteLevel before other pre-tokenizers", "ByteLevel last");
+        in.expect_member(pre, path, "add_prefix_space", {false}, "false");
         const auto use_regex = pre.find("use_regex");
         // Hugging Face's default for use_regex is true.
         if (use_regex == pre.end() || use_regex->is_null() || *use_regex == true) {
-            model.splits.push_back(std::make_unique<Regex>(kGpt2Pattern, source + ": " + path));
+            model.splits.push_back(std::make_unique<Regex>(kGpt2Pattern, in.source() + ": " + path));
         } else if (*use_regex != false) {
-            unsupported(source, path_of(path, "use_regex"), shown(*use_regex), "true or false");
+            in.unsupported(path_of(path, "use_regex"), shown(*use_regex), "true or false");
         }
         return;
     }
-    if (last) unsupported(source, path, "\"" + type + "\" last", "a ByteLevel pre-tokenizer last");
+    if (last) in.unsupported(path, "\"" + type + "\" last", "a ByteLevel pre-tokenizer last");
     if (type == "Split") {
-        expect_member(source, pre, path, "behavior", {"Isolated"}, "\"Isolated\"");
-        expect_member(source, pre, path, "invert", {false}, "false");
-        const json& pattern = member(source, pre, path, "pattern");
+        in.expect_member(pre, path, "behavior", {"Isolated"}, "\"Isolated\"");
+        in.expect_member(pre, path, "invert", {false}, "false");
+        const json& pattern = in.member(pre, path, "pattern");
         const std::string pattern_path = path_of(path, "pattern");
         if (!pattern.is_object() || !pattern.contains("Regex") || !pattern["Regex"].is_string() || pattern.size() != 1) {
-            unsupported(source, pattern_path, shown(pattern), "{\"Regex\": \"...\"}");
+            in.unsupported(pattern_path, shown(pattern), "{\"Regex\": \"...\"}");
         }
-        model.splits.push_back(std::make_unique<Regex>(pattern["Regex"].get<std::string>(), source + ": " + pattern_path));
+        model.splits.push_back(std::make_unique<Regex>(pattern["Regex"].get<std::string>(), in.source() + ": " + pattern_path));
         return;
     }
-    unsupported(source, path_of(path, "type"), "\"" + type + "\"", "ByteLevel, Split, and a Sequence of them");
+    in.unsupported(path_of(path, "type"), "\"" + type + "\"", "ByteLevel, Split, and a Sequence of them");
 }
 
 }  // namespace
 
 BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::string& source,
                                      const BpeSpecialNames& names) {
+    const JsonFields in(source, "BPE");
     json root;
     try {
         root = json::parse(json_text.begin(), json_text.end());
     } catch (const json::parse_error& e) {
         throw std::runtime_error(source + ": not JSON: " + e.what());
     }
-    if (!root.is_object()) unsupported(source, "the top level", shown(root), "an object");
+    if (!root.is_object()) in.unsupported("the top level", shown(root), "an object");
     auto model = std::make_unique<Model>();
 
     // Truncation and padding change what encode returns; Rudder pads and cuts sequences itself.
-    expect_member(source, root, "", "truncation", {}, "null");
-    expect_member(source, root, "", "padding", {}, "null");
+    in.expect_member(root, "", "truncation", {}, "null");
+    in.expect_member(root, "", "padding", {}, "null");
 
-    const json& bpe = member(source, root, "", "model");
-    const std::string model_type = type_of(source, bpe, "model");
-    if (model_type != "BPE") unsupported(source, "model.type", "\"" + model_type + "\"", "\"BPE\"");
-    expect_member(source, bpe, "model", "dropout", {}, "null (no BPE dropout)");
-    expect_member(source, bpe, "model", "byte_fallback", {false}, "false");
-    expect_member(source, bpe, "model", "ignore_merges", {false}, "false");
-    expect_member(source, bpe, "model", "continuing_subword_prefix", {""}, "\"\" or null");
-    expect_member(source, bpe, "model", "end_of_word_suffix", {""}, "\"\" or null");
+    const json& bpe = in.member(root, "", "model");
+    const std::string model_type = in.type_of(bpe, "model");
+    if (model_type != "BPE") in.unsupported("model.type", "\"" + model_type + "\"", "\"BPE\"");
+    in.expect_member(bpe, "model", "dropout", {}, "null (no BPE dropout)");
+    in.expect_member(bpe, "model", "byte_fallback", {false}, "false");
+    in.expect_member(bpe, "model", "ignore_merges", {false}, "false");
+    in.expect_member(bpe, "model", "continuing_subword_prefix", {""}, "\"\" or null");
+    in.expect_member(bpe, "model", "end_of_word_suffix", {""}, "\"\" or null");
     std::string model_unk;
     if (bpe.contains("unk_token") && !bpe["unk_token"].is_null()) {
-        if (!bpe["unk_token"].is_string()) unsupported(source, "model.unk_token", shown(bpe["unk_token"]), "a string or null");
+        if (!bpe["unk_token"].is_string()) in.unsupported("model.unk_token", shown(bpe["unk_token"]), "a string or null");
         model_unk = bpe["unk_token"].get<std::string>();
     }
-    const json& vocab = member(source, bpe, "model", "vocab");
-    if (!vocab.is_object()) unsupported(source, "model.vocab", shown(vocab), "an object {token: id}");
+    const json& vocab = in.member(bpe, "model", "vocab");
+    if (!vocab.is_object()) in.unsupported("model.vocab", shown(vocab), "an object {token: id}");
     for (const auto& [text, id] : vocab.items()) {
-        if (!id.is_number_integer()) unsupported(source, "model.vocab[\"" + text + "\"]", shown(id), "an integer id");
+        if (!id.is_number_integer()) in.unsupported("model.vocab[\"" + text + "\"]", shown(id), "an integer id");
         model->add_token(text, id.get<int64_t>(), false, source + ": model.vocab");
     }
-    const json& merges = member(source, bpe, "model", "merges");
-    if (!merges.is_array()) unsupported(source, "model.merges", shown(merges), "an array");
+    const json& merges = in.member(bpe, "model", "merges");
+    if (!merges.is_array()) in.unsupported("model.merges", shown(merges), "an array");
     for (size_t rank = 0; rank < merges.size(); ++rank) {
         const json& merge = merges[rank];
         const std::string path = "model.merges[" + std::to_string(rank) + "]";
@@ -486,7 +386,7 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::stri
             const std::string text = merge.get<std::string>();
             const size_t space = text.find(' ');
             if (space == std::string::npos || text.find(' ', space + 1) != std::string::npos) {
-                unsupported(source, path, shown(merge), "\"left right\" with one space");
+                in.unsupported(path, shown(merge), "\"left right\" with one space");
             }
             left = text.substr(0, space);
             right = text.substr(space + 1);
@@ -494,7 +394,7 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::stri
             left = merge[0].get<std::string>();
             right = merge[1].get<std::string>();
         } else {
-            unsupported(source, path, shown(merge), "\"left right\" or [\"left\", \"right\"]");
+            in.unsupported(path, shown(merge), "\"left right\" or [\"left\", \"right\"]");
         }
         const auto l = model->ids.find(left), r = model->ids.find(right), m = model->ids.find(left + right);
         if (l == model->ids.end() || r == model->ids.end() || m == model->ids.end()) {
@@ -508,51 +408,51 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::stri
 
     const json* normalizer = root.contains("normalizer") ? &root["normalizer"] : nullptr;
     if (normalizer && !normalizer->is_null()) {
-        const std::string type = type_of(source, *normalizer, "normalizer");
-        if (type != "NFC") unsupported(source, "normalizer.type", "\"" + type + "\"", "\"NFC\" or a null normalizer");
+        const std::string type = in.type_of(*normalizer, "normalizer");
+        if (type != "NFC") in.unsupported("normalizer.type", "\"" + type + "\"", "\"NFC\" or a null normalizer");
         model->nfc = true;
     }
 
-    const json& pre = member(source, root, "", "pre_tokenizer");
-    if (pre.is_null()) unsupported(source, "pre_tokenizer", "null", "ByteLevel, or a Sequence of Splits ending in ByteLevel");
-    if (type_of(source, pre, "pre_tokenizer") == "Sequence") {
-        const json& steps = member(source, pre, "pre_tokenizer", "pretokenizers");
-        if (!steps.is_array() || steps.empty()) unsupported(source, "pre_tokenizer.pretokenizers", shown(steps), "a non-empty array");
+    const json& pre = in.member(root, "", "pre_tokenizer");
+    if (pre.is_null()) in.unsupported("pre_tokenizer", "null", "ByteLevel, or a Sequence of Splits ending in ByteLevel");
+    if (in.type_of(pre, "pre_tokenizer") == "Sequence") {
+        const json& steps = in.member(pre, "pre_tokenizer", "pretokenizers");
+        if (!steps.is_array() || steps.empty()) in.unsupported("pre_tokenizer.pretokenizers", shown(steps), "a non-empty array");
         for (size_t i = 0; i < steps.size(); ++i) {
-            read_pre_tokenizer(source, steps[i], "pre_tokenizer.pretokenizers[" + std::to_string(i) + "]",
+            read_pre_tokenizer(in, steps[i], "pre_tokenizer.pretokenizers[" + std::to_string(i) + "]",
                                i + 1 == steps.size(), *model);
         }
     } else {
-        read_pre_tokenizer(source, pre, "pre_tokenizer", true, *model);
+        read_pre_tokenizer(in, pre, "pre_tokenizer", true, *model);
     }
 
-    const json& decoder = member(source, root, "", "decoder");
-    if (decoder.is_null() || type_of(source, decoder, "decoder") != "ByteLevel") {
-        unsupported(source, "decoder", shown(decoder), "{\"type\": \"ByteLevel\"}");
+    const json& decoder = in.member(root, "", "decoder");
+    if (decoder.is_null() || in.type_of(decoder, "decoder") != "ByteLevel") {
+        in.unsupported("decoder", shown(decoder), "{\"type\": \"ByteLevel\"}");
     }
     // The ByteLevel post-processor only trims offsets, which Rudder does not report; templates would add tokens.
     if (root.contains("post_processor") && !root["post_processor"].is_null() &&
-        type_of(source, root["post_processor"], "post_processor") != "ByteLevel") {
-        unsupported(source, "post_processor.type", shown(root["post_processor"]["type"]),
+        in.type_of(root["post_processor"], "post_processor") != "ByteLevel") {
+        in.unsupported("post_processor.type", shown(root["post_processor"]["type"]),
                     "\"ByteLevel\" or a null post-processor (no added BOS/EOS templates)");
     }
 
     if (root.contains("added_tokens") && !root["added_tokens"].is_null()) {
         const json& added = root["added_tokens"];
-        if (!added.is_array()) unsupported(source, "added_tokens", shown(added), "an array");
+        if (!added.is_array()) in.unsupported("added_tokens", shown(added), "an array");
         for (size_t i = 0; i < added.size(); ++i) {
             const std::string path = "added_tokens[" + std::to_string(i) + "]";
             const json& token = added[i];
-            if (!token.is_object()) unsupported(source, path, shown(token), "an object");
-            const json& content = member(source, token, path, "content");
-            const json& id = member(source, token, path, "id");
-            if (!content.is_string()) unsupported(source, path_of(path, "content"), shown(content), "a string");
-            if (!id.is_number_integer()) unsupported(source, path_of(path, "id"), shown(id), "an integer");
-            expect_member(source, token, path, "single_word", {false}, "false");
-            expect_member(source, token, path, "lstrip", {false}, "false");
-            expect_member(source, token, path, "rstrip", {false}, "false");
+            if (!token.is_object()) in.unsupported(path, shown(token), "an object");
+            const json& content = in.member(token, path, "content");
+            const json& id = in.member(token, path, "id");
+            if (!content.is_string()) in.unsupported(path_of(path, "content"), shown(content), "a string");
+            if (!id.is_number_integer()) in.unsupported(path_of(path, "id"), shown(id), "an integer");
+            in.expect_member(token, path, "single_word", {false}, "false");
+            in.expect_member(token, path, "lstrip", {false}, "false");
+            in.expect_member(token, path, "rstrip", {false}, "false");
             // A normalized added token is matched in normalised text; without a normaliser that is the text itself.
-            if (model->nfc) expect_member(source, token, path, "normalized", {false}, "false when there is a normalizer");
+            if (model->nfc) in.expect_member(token, path, "normalized", {false}, "false when there is a normalizer");
             model->add_token(content.get<std::string>(), id.get<int64_t>(), true, source + ": " + path);
         }
     }
@@ -612,29 +512,10 @@ BpeTokenizer::~BpeTokenizer() = default;
 std::vector<int64_t> BpeTokenizer::encode(std::string_view raw) const {
     const std::string text = replace_invalid_utf8(raw);
     std::vector<int64_t> out;
-    // Added tokens first, leftmost-longest, as Hugging Face's added vocabulary splits; the rest is normalised,
-    // pre-split and merged.
-    size_t plain_begin = 0;
-    size_t i = 0;
-    while (i < text.size()) {
-        const auto& bucket = model_->added_by_first_byte[static_cast<unsigned char>(text[i])];
-        const AddedToken* hit = nullptr;
-        for (const AddedToken& added : bucket) {
-            if (text.compare(i, added.content.size(), added.content) == 0) {
-                hit = &added;
-                break;
-            }
-        }
-        if (!hit) {
-            ++i;
-            continue;
-        }
-        model_->encode_plain(std::string_view(text).substr(plain_begin, i - plain_begin), out);
-        out.push_back(hit->id);
-        i += hit->content.size();
-        plain_begin = i;
-    }
-    model_->encode_plain(std::string_view(text).substr(plain_begin), out);
+    // Added tokens first; the text between them is normalised, pre-split and merged.
+    model_->added_tokens.split(
+        text, [&](std::string_view plain) { model_->encode_plain(plain, out); },
+        [&](int64_t id) { out.push_back(id); });
     return out;
 }
 

@@ -27,10 +27,10 @@ struct Model {
     // config.json's "sampler" entry for this family: the sampler settings this model samples best with (a recipe
     // "sampler" object without "steps"); empty when it has none. Recipes that name no sampler take it.
     nlohmann::json recommended_sampler = nlohmann::json::object();
-    // Trained on packed documents (the public GPT-2-vocabulary checkpoints): the padding token is their end-of-text,
-    // which ends a generated text, but no training sequence was padded with it, so a padded text is not what the
-    // model's likelihood bound is about.
-    bool packed_text = false;
+    // How the training sequences were laid out when that was not as Rudder lays out texts (content, then padding),
+    // e.g. the public checkpoints' packed documents; empty for Rudder's own models. The likelihood bound, which
+    // scores padded texts, is refused for such a model, saying this.
+    std::string training_layout;
 };
 
 // Whether a recipe's sampler name belongs to the family: ddpm, ddim (continuous); euler, analytic (discrete).

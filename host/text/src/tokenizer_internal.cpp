@@ -1,0 +1,115 @@
+#include "tokenizer_internal.hpp"
+
+#include <rudder/rudder_json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+namespace rudder::tokenizer_internal {
+
+using json_input::shown;  // a value in a message, cut short
+
+void append_utf8(std::string& out, uint32_t cp) {
+    if (cp < 0x80) {
+        out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+        out += static_cast<char>(0xC0 | (cp >> 6));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        out += static_cast<char>(0xE0 | (cp >> 12));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+        out += static_cast<char>(0xF0 | (cp >> 18));
+        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+}
+
+uint32_t next_code_point(std::string_view s, size_t& i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    int extra = c < 0x80 ? 0 : c < 0xE0 ? 1 : c < 0xF0 ? 2 : 3;
+    uint32_t cp = extra == 0 ? c : extra == 1 ? (c & 0x1F) : extra == 2 ? (c & 0x0F) : (c & 0x07);
+    ++i;
+    for (; extra > 0 && i < s.size(); --extra, ++i) cp = (cp << 6) | (static_cast<unsigned char>(s[i]) & 0x3F);
+    return cp;
+}
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error("cannot open " + path);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+void TokenTable::add_token(const std::string& text, int64_t id, const std::string& where) {
+    if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
+        throw std::runtime_error(where + ": token id " + std::to_string(id) + " out of range");
+    }
+    if (text.empty()) throw std::runtime_error(where + ": empty token");
+    const auto found = ids.find(text);
+    if (found != ids.end() && found->second != id) {
+        throw std::runtime_error(where + ": token \"" + text + "\" has id " + std::to_string(id) +
+                                 " but already id " + std::to_string(found->second));
+    }
+    const auto slot = static_cast<size_t>(id);
+    if (slot >= tokens.size()) tokens.resize(slot + 1);
+    if (!tokens[slot].empty() && tokens[slot] != text) {
+        throw std::runtime_error(where + ": id " + std::to_string(id) + " is both \"" + tokens[slot] + "\" and \"" +
+                                 text + "\"");
+    }
+    tokens[slot] = text;
+    ids[text] = id;
+}
+
+int64_t TokenTable::special_id(const std::string& source, const std::string& name, const char* role) const {
+    if (name.empty()) return -1;
+    const auto found = ids.find(name);
+    if (found == ids.end()) {
+        throw std::runtime_error(source + ": the " + std::string(role) + " token \"" + name + "\" is not a token of the file");
+    }
+    return found->second;
+}
+
+void AddedTokenSplitter::add(const std::string& content, int64_t id) {
+    auto& bucket = by_first_byte_[static_cast<unsigned char>(content[0])];
+    bucket.push_back({content, id});
+    std::stable_sort(bucket.begin(), bucket.end(),
+                     [](const Entry& a, const Entry& b) { return a.content.size() > b.content.size(); });
+}
+
+std::string path_of(const std::string& parent, const std::string& key) { return parent.empty() ? key : parent + "." + key; }
+
+void JsonFields::unsupported(const std::string& path, const std::string& found, const std::string& supported) const {
+    throw std::runtime_error(source_ + ": " + path + " is " + found + "; Rudder's " + model_ + " supports " + supported);
+}
+
+void JsonFields::expect_member(const json& object, const std::string& parent, const std::string& key,
+                               const std::vector<json>& allowed, const std::string& supported) const {
+    const auto found = object.find(key);
+    if (found == object.end() || found->is_null()) return;
+    for (const json& value : allowed) {
+        if (*found == value) return;
+    }
+    unsupported(path_of(parent, key), shown(*found), supported);
+}
+
+const json& JsonFields::member(const json& object, const std::string& parent, const std::string& key) const {
+    const auto found = object.find(key);
+    if (found == object.end()) throw std::runtime_error(source_ + ": " + path_of(parent, key) + " is missing");
+    return *found;
+}
+
+std::string JsonFields::type_of(const json& object, const std::string& path) const {
+    if (!object.is_object()) unsupported(path, shown(object), "an object with a \"type\"");
+    const json& type = member(object, path, "type");
+    if (!type.is_string()) unsupported(path_of(path, "type"), shown(type), "a string");
+    return type.get<std::string>();
+}
+
+}  // namespace rudder::tokenizer_internal

@@ -1,0 +1,99 @@
+// What the BPE and WordPiece tokenizers share inside rudder_text (not installed): UTF-8 code points, the table of
+// tokens by id, the split on added tokens, and reading a tokenizer.json whose refusals name the file and the JSON path.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace rudder::tokenizer_internal {
+
+using json = nlohmann::json;
+
+void append_utf8(std::string& out, uint32_t cp);
+// The code point of valid UTF-8 at `i`, advancing `i` past it.
+uint32_t next_code_point(std::string_view s, size_t& i);
+
+// The whole file, bytes as they are; throws std::runtime_error naming it when it cannot be opened.
+std::string read_file(const std::string& path);
+
+// Tokens by id and ids by token, as a tokenizer file lists them.
+struct TokenTable {
+    std::vector<std::string> tokens;  // by id; empty where the file has no token
+    std::unordered_map<std::string, int64_t> ids;
+
+    // Throws std::runtime_error starting with `where` for an id out of range, an empty token, or a token or an id
+    // that the file gives twice with different partners.
+    void add_token(const std::string& text, int64_t id, const std::string& where);
+    // The id of `name`, the token that plays `role` ("pad"); -1 for an empty name. A name that is no token is refused,
+    // naming `source`.
+    int64_t special_id(const std::string& source, const std::string& name, const char* role) const;
+};
+
+// Added tokens, matched in the raw text leftmost and longest first, as Hugging Face's added vocabulary splits.
+class AddedTokenSplitter {
+public:
+    void add(const std::string& content, int64_t id);
+
+    // Calls plain(text) for the text before, between and after the tokens (possibly empty) and token(id) for each
+    // token, in order.
+    template <class Plain, class Token>
+    void split(std::string_view text, Plain&& plain, Token&& token) const {
+        size_t plain_begin = 0;
+        size_t i = 0;
+        while (i < text.size()) {
+            const Entry* hit = nullptr;
+            for (const Entry& entry : by_first_byte_[static_cast<unsigned char>(text[i])]) {
+                if (text.compare(i, entry.content.size(), entry.content) == 0) {
+                    hit = &entry;
+                    break;
+                }
+            }
+            if (!hit) {
+                ++i;
+                continue;
+            }
+            plain(text.substr(plain_begin, i - plain_begin));
+            token(hit->id);
+            i += hit->content.size();
+            plain_begin = i;
+        }
+        plain(text.substr(plain_begin));
+    }
+
+private:
+    struct Entry {
+        std::string content;
+        int64_t id = -1;
+    };
+    std::vector<Entry> by_first_byte_[256];  // longest first within a bucket
+};
+
+// The JSON path of a member, for messages: "pre_tokenizer.pretokenizers[1].type".
+std::string path_of(const std::string& parent, const std::string& key);
+
+// Reads the parts of one tokenizer.json; every refusal names the file (`source`), the JSON path and what Rudder's
+// `model` ("BPE", "WordPiece") supports instead.
+class JsonFields {
+public:
+    JsonFields(std::string source, std::string model) : source_(std::move(source)), model_(std::move(model)) {}
+
+    const std::string& source() const { return source_; }
+    [[noreturn]] void unsupported(const std::string& path, const std::string& found, const std::string& supported) const;
+    // A member that must be absent, null, or equal to one of `allowed`.
+    void expect_member(const json& object, const std::string& parent, const std::string& key,
+                       const std::vector<json>& allowed, const std::string& supported) const;
+    const json& member(const json& object, const std::string& parent, const std::string& key) const;
+    std::string type_of(const json& object, const std::string& path) const;
+
+private:
+    std::string source_;
+    std::string model_;
+};
+
+}  // namespace rudder::tokenizer_internal
