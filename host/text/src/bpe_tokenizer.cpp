@@ -344,18 +344,8 @@ void read_pre_tokenizer(const JsonFields& in, const json& pre, const std::string
 BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::string& source,
                                      const BpeSpecialNames& names) {
     const JsonFields in(source, "BPE");
-    json root;
-    try {
-        root = json::parse(json_text.begin(), json_text.end());
-    } catch (const json::parse_error& e) {
-        throw std::runtime_error(source + ": not JSON: " + e.what());
-    }
-    if (!root.is_object()) in.unsupported("the top level", shown(root), "an object");
+    const json root = in.parse_top_level(json_text);
     auto model = std::make_unique<Model>();
-
-    // Truncation and padding change what encode returns; Rudder pads and cuts sequences itself.
-    in.expect_member(root, "", "truncation", {}, "null");
-    in.expect_member(root, "", "padding", {}, "null");
 
     const json& bpe = in.member(root, "", "model");
     const std::string model_type = in.type_of(bpe, "model");
@@ -437,25 +427,10 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::stri
                     "\"ByteLevel\" or a null post-processor (no added BOS/EOS templates)");
     }
 
-    if (root.contains("added_tokens") && !root["added_tokens"].is_null()) {
-        const json& added = root["added_tokens"];
-        if (!added.is_array()) in.unsupported("added_tokens", shown(added), "an array");
-        for (size_t i = 0; i < added.size(); ++i) {
-            const std::string path = "added_tokens[" + std::to_string(i) + "]";
-            const json& token = added[i];
-            if (!token.is_object()) in.unsupported(path, shown(token), "an object");
-            const json& content = in.member(token, path, "content");
-            const json& id = in.member(token, path, "id");
-            if (!content.is_string()) in.unsupported(path_of(path, "content"), shown(content), "a string");
-            if (!id.is_number_integer()) in.unsupported(path_of(path, "id"), shown(id), "an integer");
-            in.expect_member(token, path, "single_word", {false}, "false");
-            in.expect_member(token, path, "lstrip", {false}, "false");
-            in.expect_member(token, path, "rstrip", {false}, "false");
-            // A normalized added token is matched in normalised text; without a normaliser that is the text itself.
-            if (model->nfc) in.expect_member(token, path, "normalized", {false}, "false when there is a normalizer");
-            model->add_token(content.get<std::string>(), id.get<int64_t>(), true, source + ": " + path);
-        }
-    }
+    // A normalized added token is matched in normalised text; without a normaliser that is the text itself.
+    in.added_tokens(root, model->nfc, [&](const std::string& content, int64_t id, const std::string& path) {
+        model->add_token(content, id, true, source + ": " + path);
+    });
     model->finish(source, model_unk, names);
     return BpeTokenizer(std::move(model));
 }
@@ -546,21 +521,12 @@ std::string BpeTokenizer::decode(const int64_t* ids, int64_t n) const {
 
 int64_t BpeTokenizer::vocab_size() const { return static_cast<int64_t>(model_->tokens.size()); }
 
-const std::string& BpeTokenizer::token(int64_t id) const {
-    if (id < 0 || id >= vocab_size() || model_->tokens[static_cast<size_t>(id)].empty()) {
-        throw std::out_of_range("token id " + std::to_string(id) + " is not a token of this BPE vocabulary (size " +
-                                std::to_string(vocab_size()) + ")");
-    }
-    return model_->tokens[static_cast<size_t>(id)];
-}
+const std::string& BpeTokenizer::token(int64_t id) const { return model_->token_at(id, "BPE"); }
 
 int64_t BpeTokenizer::pad_id() const { return model_->pad; }
 int64_t BpeTokenizer::unk_id() const { return model_->unk; }
 int64_t BpeTokenizer::mask_id() const { return model_->mask; }
 
-int64_t BpeTokenizer::id(const std::string& token) const {
-    const auto found = model_->ids.find(token);
-    return found == model_->ids.end() ? -1 : found->second;
-}
+int64_t BpeTokenizer::id(const std::string& token) const { return model_->id_of(token); }
 
 }  // namespace rudder

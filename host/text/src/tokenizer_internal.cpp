@@ -83,6 +83,19 @@ void AddedTokenSplitter::add(const std::string& content, int64_t id) {
                      [](const Entry& a, const Entry& b) { return a.content.size() > b.content.size(); });
 }
 
+const std::string& TokenTable::token_at(int64_t id, const char* kind) const {
+    if (id < 0 || id >= static_cast<int64_t>(tokens.size()) || tokens[static_cast<size_t>(id)].empty()) {
+        throw std::out_of_range("token id " + std::to_string(id) + " is not a token of this " + kind + " vocabulary (size " +
+                                std::to_string(tokens.size()) + ")");
+    }
+    return tokens[static_cast<size_t>(id)];
+}
+
+int64_t TokenTable::id_of(const std::string& token) const {
+    const auto found = ids.find(token);
+    return found == ids.end() ? -1 : found->second;
+}
+
 std::string path_of(const std::string& parent, const std::string& key) { return parent.empty() ? key : parent + "." + key; }
 
 void JsonFields::unsupported(const std::string& path, const std::string& found, const std::string& supported) const {
@@ -103,6 +116,19 @@ const json& JsonFields::member(const json& object, const std::string& parent, co
     const auto found = object.find(key);
     if (found == object.end()) throw std::runtime_error(source_ + ": " + path_of(parent, key) + " is missing");
     return *found;
+}
+
+json JsonFields::parse_top_level(std::string_view json_text) const {
+    json root;
+    try {
+        root = json::parse(json_text.begin(), json_text.end());
+    } catch (const json::parse_error& e) {
+        throw std::runtime_error(source_ + ": not JSON: " + e.what());
+    }
+    if (!root.is_object()) unsupported("the top level", shown(root), "an object");
+    expect_member(root, "", "truncation", {}, "null");
+    expect_member(root, "", "padding", {}, "null");
+    return root;
 }
 
 std::string JsonFields::type_of(const json& object, const std::string& path) const {

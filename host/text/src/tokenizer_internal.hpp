@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <rudder/rudder_json.hpp>
 
 namespace rudder::tokenizer_internal {
 
@@ -33,6 +34,10 @@ struct TokenTable {
     // The id of `name`, the token that plays `role` ("pad"); -1 for an empty name. A name that is no token is refused,
     // naming `source`.
     int64_t special_id(const std::string& source, const std::string& name, const char* role) const;
+    // The token of `id`; std::out_of_range naming the `kind` of vocabulary ("BPE") for an id that is no token.
+    const std::string& token_at(int64_t id, const char* kind) const;
+    // The id of `token`; -1 if there is none.
+    int64_t id_of(const std::string& token) const;
 };
 
 // Added tokens, matched in the raw text leftmost and longest first, as Hugging Face's added vocabulary splits.
@@ -90,6 +95,32 @@ public:
                        const std::vector<json>& allowed, const std::string& supported) const;
     const json& member(const json& object, const std::string& parent, const std::string& key) const;
     std::string type_of(const json& object, const std::string& path) const;
+
+    // The file's text as a JSON object, with `truncation` and `padding` null (Rudder pads and cuts sequences itself).
+    json parse_top_level(std::string_view json_text) const;
+    // Each of the file's `added_tokens` (absent or null: none) as (content, id, its JSON path), after checking that it
+    // is matched as Rudder matches added tokens: not single_word, lstrip or rstrip, and not normalized when the file
+    // has a normaliser (Rudder matches the raw text).
+    template <class Add>
+    void added_tokens(const json& root, bool has_normalizer, Add&& add) const {
+        if (!root.contains("added_tokens") || root["added_tokens"].is_null()) return;
+        const json& added = root["added_tokens"];
+        if (!added.is_array()) unsupported("added_tokens", json_input::shown(added), "an array");
+        for (size_t i = 0; i < added.size(); ++i) {
+            const std::string path = "added_tokens[" + std::to_string(i) + "]";
+            const json& token = added[i];
+            if (!token.is_object()) unsupported(path, json_input::shown(token), "an object");
+            const json& content = member(token, path, "content");
+            const json& id = member(token, path, "id");
+            if (!content.is_string()) unsupported(path_of(path, "content"), json_input::shown(content), "a string");
+            if (!id.is_number_integer()) unsupported(path_of(path, "id"), json_input::shown(id), "an integer");
+            expect_member(token, path, "single_word", {false}, "false");
+            expect_member(token, path, "lstrip", {false}, "false");
+            expect_member(token, path, "rstrip", {false}, "false");
+            if (has_normalizer) expect_member(token, path, "normalized", {false}, "false when there is a normalizer");
+            add(content.get<std::string>(), id.get<int64_t>(), path);
+        }
+    }
 
 private:
     std::string source_;

@@ -276,18 +276,8 @@ std::string text_member(const JsonFields& in, const json& object, const std::str
 WordPieceTokenizer WordPieceTokenizer::from_json(std::string_view json_text, const std::string& source,
                                                  const WordPieceSpecialNames& names) {
     const JsonFields in(source, "WordPiece");
-    json root;
-    try {
-        root = json::parse(json_text.begin(), json_text.end());
-    } catch (const json::parse_error& e) {
-        throw std::runtime_error(source + ": not JSON: " + e.what());
-    }
-    if (!root.is_object()) in.unsupported("the top level", shown(root), "an object");
+    const json root = in.parse_top_level(json_text);
     auto model = std::make_unique<Model>();
-
-    // Truncation and padding change what encode returns; Rudder pads and cuts sequences itself.
-    in.expect_member(root, "", "truncation", {}, "null");
-    in.expect_member(root, "", "padding", {}, "null");
 
     // Hugging Face requires every field of the model; so does Rudder, rather than guess a default.
     const json& wordpiece = in.member(root, "", "model");
@@ -364,28 +354,11 @@ WordPieceTokenizer WordPieceTokenizer::from_json(std::string_view json_text, con
         model->cleanup = flag(in, decoder, "decoder", "cleanup");
     }
 
-    if (root.contains("added_tokens") && !root["added_tokens"].is_null()) {
-        const json& added = root["added_tokens"];
-        if (!added.is_array()) in.unsupported("added_tokens", shown(added), "an array");
-        for (size_t i = 0; i < added.size(); ++i) {
-            const std::string path = "added_tokens[" + std::to_string(i) + "]";
-            const json& token = added[i];
-            if (!token.is_object()) in.unsupported(path, shown(token), "an object");
-            const json& content = in.member(token, path, "content");
-            const json& id = in.member(token, path, "id");
-            if (!content.is_string()) in.unsupported(path_of(path, "content"), shown(content), "a string");
-            if (!id.is_number_integer()) in.unsupported(path_of(path, "id"), shown(id), "an integer");
-            in.expect_member(token, path, "single_word", {false}, "false");
-            in.expect_member(token, path, "lstrip", {false}, "false");
-            in.expect_member(token, path, "rstrip", {false}, "false");
-            // A normalized added token is matched in normalised text; Rudder matches the raw text only.
-            if (model->bert_normalizer) {
-                in.expect_member(token, path, "normalized", {false}, "false when there is a normalizer");
-            }
-            model->add_token(content.get<std::string>(), id.get<int64_t>(), source + ": " + path);
-            model->added_tokens.add(content.get<std::string>(), id.get<int64_t>());
-        }
-    }
+    // A normalized added token is matched in normalised text; Rudder matches the raw text only.
+    in.added_tokens(root, model->bert_normalizer, [&](const std::string& content, int64_t id, const std::string& path) {
+        model->add_token(content, id, source + ": " + path);
+        model->added_tokens.add(content, id);
+    });
 
     model->pad = model->special_id(source, names.pad, "pad");
     model->unk = model->special_id(source, names.unk.empty() ? model_unk : names.unk, "unk");
@@ -470,21 +443,12 @@ std::string WordPieceTokenizer::decode(const int64_t* ids, int64_t n) const {
 
 int64_t WordPieceTokenizer::vocab_size() const { return static_cast<int64_t>(model_->tokens.size()); }
 
-const std::string& WordPieceTokenizer::token(int64_t id) const {
-    if (id < 0 || id >= vocab_size() || model_->tokens[static_cast<size_t>(id)].empty()) {
-        throw std::out_of_range("token id " + std::to_string(id) + " is not a token of this WordPiece vocabulary (size " +
-                                std::to_string(vocab_size()) + ")");
-    }
-    return model_->tokens[static_cast<size_t>(id)];
-}
+const std::string& WordPieceTokenizer::token(int64_t id) const { return model_->token_at(id, "WordPiece"); }
 
 int64_t WordPieceTokenizer::pad_id() const { return model_->pad; }
 int64_t WordPieceTokenizer::unk_id() const { return model_->unk; }
 int64_t WordPieceTokenizer::mask_id() const { return model_->mask; }
 
-int64_t WordPieceTokenizer::id(const std::string& token) const {
-    const auto found = model_->ids.find(token);
-    return found == model_->ids.end() ? -1 : found->second;
-}
+int64_t WordPieceTokenizer::id(const std::string& token) const { return model_->id_of(token); }
 
 }  // namespace rudder
