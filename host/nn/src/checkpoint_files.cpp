@@ -84,8 +84,8 @@ Weights load_weights(const fs::path& dir, const Shapes& required, const Shapes& 
     for (const auto& [name, shape] : required)
         if (st.find(name) == nullptr) throw SafeTensorsError("'" + weights.file.string() + "': missing tensor '" + name + "'");
     // Each tensor is taken as it was read (over the mapping) or widened once: never held twice.
-    // RUDDER_WIDEN_WEIGHTS=1 widens every matrix once: forwards without the per-use widening (25% faster at a 0.5 B
-    // network and 128 positions, docs/checkpoints.md) for memory of twice the file's size.
+    // RUDDER_WIDEN_WEIGHTS=1 widens every matrix once: forwards without the per-use widening (a third less time at a
+    // 0.5 B network and 128 positions, the same at 1,024; docs/checkpoints.md) for memory of twice the file's size.
     const char* widen_all = std::getenv("RUDDER_WIDEN_WEIGHTS");
     if (widen_all != nullptr && std::string(widen_all) == "1") storage = Storage::widen;
     for (auto& [name, tensor] : st.tensors) {

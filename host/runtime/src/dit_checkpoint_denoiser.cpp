@@ -90,8 +90,9 @@ at::Tensor DitCheckpointDenoiser::denoise_by_blocks(const at::Tensor& x) {
     const auto device = x.device();
 
     std::lock_guard<std::mutex> lock(cache_mutex_);
-    // The output [B, L, V] is most of a call's cost at a public size (200 MB at 1,024 positions: page faults on new
-    // memory take 4 times the filling), so it is written into one of two buffers kept here: one the caller no longer
+    // The output [B, L, V] was most of a call's cost at a public size (200 MB at 1,024 positions: 175 ms, mostly page
+    // faults on new memory; 25 ms to fill memory already touched), so it is written into one of two buffers kept
+    // here: one the caller no longer
     // holds (neither the tensor nor a view of it is referenced but here). The caller keeps the last call's output
     // while it makes this call, hence two.
     const auto released = [](const at::Tensor& t) { return t.defined() && t.use_count() == 1 && t.storage().use_count() == 1; };
