@@ -445,7 +445,7 @@ BpeTokenizer BpeTokenizer::load_vocab_merges(const std::string& vocab_json_path,
     json vocab;
     try {
         vocab = json::parse(read_file(vocab_json_path));
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // a syntax error, or a number out of range (406)
         throw std::runtime_error(vocab_json_path + ": not JSON: " + e.what());
     }
     std::vector<json> merges;

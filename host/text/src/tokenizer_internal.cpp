@@ -122,7 +122,7 @@ json JsonFields::parse_top_level(std::string_view json_text) const {
     json root;
     try {
         root = json::parse(json_text.begin(), json_text.end());
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // a syntax error, or a number out of range (406)
         throw std::runtime_error(source_ + ": not JSON: " + e.what());
     }
     if (!root.is_object()) unsupported("the top level", shown(root), "an object");
