@@ -538,6 +538,39 @@ TEST_F(DitCheckpoint, WithBertsWordPieceTokenizerAUdlmCheckpointIsAUniformNoiseM
     EXPECT_EQ(model.tokenizer->vocab_size(), 300);
     EXPECT_EQ(model.tokenizer->pad_id(), 0);
     EXPECT_EQ(model.tokenizer->mask_id(), 4);
+    // The same vocabulary as a Hugging Face tokenizer.json (bert-base-uncased's layout) loads as WordPiece too, and a
+    // byte-level BPE file in a UDLM folder is refused, naming what it is.
+    {
+        const fs::path as_json = copy_of("udlm", "udlm_with_tokenizer_json");
+        json vocab_ids = json::object();
+        for (size_t i = 0; i < vocab.size(); ++i) vocab_ids[vocab[i]] = i;
+        json added = json::array();
+        for (int64_t i = 0; i < 5; ++i)
+            added.push_back({{"id", i}, {"content", vocab[static_cast<size_t>(i)]}, {"single_word", false}, {"lstrip", false},
+                             {"rstrip", false}, {"normalized", false}, {"special", true}});
+        write_json(as_json / "tokenizer.json",
+                   {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added},
+                    {"normalizer", {{"type", "BertNormalizer"}, {"clean_text", true}, {"handle_chinese_chars", true},
+                                    {"strip_accents", nullptr}, {"lowercase", true}}},
+                    {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
+                    {"post_processor", nullptr},
+                    {"decoder", {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}}},
+                    {"model", {{"type", "WordPiece"}, {"unk_token", "[UNK]"}, {"continuing_subword_prefix", "##"},
+                               {"max_input_chars_per_word", 100}, {"vocab", vocab_ids}}}});
+        const rudder::Model from_json = rudder::load_model(as_json, std::nullopt);
+        EXPECT_EQ(from_json.tokenizer->type(), "wordpiece");
+        EXPECT_EQ(from_json.tokenizer->encode("The cat"), (std::vector<int64_t>{7, 8}));
+        EXPECT_EQ(rudder::describe_model(as_json)["tokenizer"], "WordPiece, tokenizer.json");
+        const fs::path with_bpe = copy_of("udlm", "udlm_with_gpt2_tokenizer");
+        for (const char* file : {"vocab.json", "merges.txt"}) fs::copy(root_ / "gpt2_like_tokenizer" / file, with_bpe / file);
+        try {
+            rudder::load_model(with_bpe, std::nullopt);
+            ADD_FAILURE() << "a UDLM checkpoint took GPT-2's tokenizer";
+        } catch (const ModelError& e) {
+            EXPECT_NE(std::string(e.what()).find("the folder's byte-level BPE, vocab.json + merges.txt is not one"),
+                      std::string::npos) << e.what();
+        }
+    }
     const int64_t plural = std::find(vocab.begin(), vocab.end(), "##s") - vocab.begin();
     EXPECT_EQ(model.tokenizer->encode("The cats sat."), (std::vector<int64_t>{7, 8, plural, 9, 5}));
     EXPECT_FALSE(model.training_layout.empty());
