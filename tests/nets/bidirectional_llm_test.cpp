@@ -22,6 +22,7 @@
 #include <rudder/runtime/model.hpp>
 #include <rudder/runtime/recipe.hpp>
 
+#include "checkpoint_files.hpp"
 #include "generated_checkpoints.hpp"
 
 namespace {
@@ -76,6 +77,21 @@ TEST_F(BidirectionalLlmCheckpoint, LladaAndDreamMatchTheReferenceForward) {
         // Distributions over the tokenizer's ids at masked positions; certain of the token elsewhere.
         EXPECT_LT((logp.exp().sum(-1) - 1).abs().max().item<double>(), 1e-5);
         EXPECT_EQ(logp.select(-1, kMask).max().item<float>(), rudder::nn::kImpossibleLogProb);
+    }
+}
+
+// A 16-bit matrix is widened a slice of rows at a time: the product, its bias and the last, shorter slice are those of
+// the matrix widened whole.
+TEST(LinearWidening, SlicesOfA16BitMatrixGiveTheWholeProduct) {
+    at::manual_seed(3);
+    const at::Tensor x = at::randn({2, 5, 64}), bias = at::randn({300});
+    for (const auto dtype : {at::kBFloat16, at::kHalf}) {
+        const at::Tensor w = at::randn({300, 64}).to(dtype);
+        const at::Tensor whole = at::linear(x, w.to(at::kFloat), bias);
+        for (const int64_t slice : {int64_t{64 * 64}, int64_t{1} << 20}) {  // 64 rows a slice (5 slices), or one
+            EXPECT_LT(max_difference(rudder::nn::checkpoint::linear_widening(x, w, bias, slice), whole), 1e-5);
+            EXPECT_LT(max_difference(rudder::nn::checkpoint::linear_widening(x, w, {}, slice), at::linear(x, w.to(at::kFloat))), 1e-5);
+        }
     }
 }
 

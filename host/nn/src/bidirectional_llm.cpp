@@ -147,11 +147,6 @@ at::Tensor rotate_half(const at::Tensor& x) {
     return at::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
 }
 
-// x W^T (+ b), W widened for this use when it is stored in 16 bits (Storage::keep_matrices).
-at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
-    return b.defined() ? at::linear(x, as_float(w), b) : at::linear(x, as_float(w));
-}
-
 }  // namespace
 
 bool is_bidirectional_llm_config(const json& config) {
@@ -289,9 +284,9 @@ at::Tensor BidirectionalLlm::forward(const at::Tensor& tokens) const {
     for (const Layer& l : layers_) {
         const at::Tensor a = rms_norm(x, l.attn_norm, c.rms_eps);
         // [B, heads, L, d]
-        at::Tensor q = project(a, l.q_w, l.q_b).view({B, L, heads, d}).transpose(1, 2);
-        at::Tensor k = project(a, l.k_w, l.k_b).view({B, L, kv_heads, d}).transpose(1, 2);
-        at::Tensor v = project(a, l.v_w, l.v_b).view({B, L, kv_heads, d}).transpose(1, 2);
+        at::Tensor q = linear_widening(a, l.q_w, l.q_b).view({B, L, heads, d}).transpose(1, 2);
+        at::Tensor k = linear_widening(a, l.k_w, l.k_b).view({B, L, kv_heads, d}).transpose(1, 2);
+        at::Tensor v = linear_widening(a, l.v_w, l.v_b).view({B, L, kv_heads, d}).transpose(1, 2);
         q = q * cos + rotate_half(q) * sin;
         k = k * cos + rotate_half(k) * sin;
         if (kv_heads != heads) {
@@ -300,11 +295,11 @@ at::Tensor BidirectionalLlm::forward(const at::Tensor& tokens) const {
         }
         const at::Tensor weights = at::softmax(at::matmul(q, k.transpose(-2, -1)) * attention_scale, -1);
         const at::Tensor attended = at::matmul(weights, v).transpose(1, 2).reshape({B, L, heads * d});
-        x = x + project(attended, l.o_w);
+        x = x + linear_widening(attended, l.o_w);
         const at::Tensor m = rms_norm(x, l.ff_norm, c.rms_eps);
-        x = x + project(at::silu(project(m, l.gate_w)) * project(m, l.up_w), l.down_w);
+        x = x + linear_widening(at::silu(linear_widening(m, l.gate_w)) * linear_widening(m, l.up_w), l.down_w);
     }
-    at::Tensor logits = project(rms_norm(x, final_norm_, c.rms_eps), output_);
+    at::Tensor logits = linear_widening(rms_norm(x, final_norm_, c.rms_eps), output_);
     if (c.shifted() && L > 1) logits = at::cat({logits.narrow(1, 0, 1), logits.narrow(1, 0, L - 1)}, 1);
     return logits;
 }

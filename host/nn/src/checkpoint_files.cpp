@@ -1,7 +1,10 @@
 #include "checkpoint_files.hpp"
 
-#include <cstdlib>
+#include <ATen/ATen.h>
+
+#include <algorithm>
 #include <sstream>
+#include <vector>
 
 #include <rudder/nn/model_files.hpp>
 #include <rudder/nn/safetensors.hpp>
@@ -55,6 +58,23 @@ at::Tensor Weights::take(const std::string& name) {
 
 at::Tensor as_float(const at::Tensor& weight) { return weight.scalar_type() == at::kFloat ? weight : weight.to(at::kFloat); }
 
+at::Tensor linear_widening(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, int64_t slice_elements) {
+    const auto product = [&](const at::Tensor& weight, const at::Tensor& bias) {
+        return bias.defined() ? at::linear(x, weight, bias) : at::linear(x, weight);
+    };
+    if (w.scalar_type() == at::kFloat) return product(w, b);
+    const int64_t rows = w.size(0), per_slice = std::max<int64_t>(1, slice_elements / std::max<int64_t>(1, w.size(1)));
+    if (rows <= per_slice) return product(as_float(w), b);
+    std::vector<int64_t> sizes = x.sizes().vec();
+    sizes.back() = rows;
+    at::Tensor out = at::empty(sizes, x.options());
+    for (int64_t start = 0; start < rows; start += per_slice) {
+        const int64_t n = std::min(per_slice, rows - start);
+        out.narrow(-1, start, n).copy_(product(as_float(w.narrow(0, start, n)), b.defined() ? b.narrow(0, start, n) : b));
+    }
+    return out;
+}
+
 Weights load_weights(const fs::path& dir, const Shapes& required, const Shapes& optional, const std::string& what,
                      Storage storage) {
     const fs::path single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
@@ -84,10 +104,6 @@ Weights load_weights(const fs::path& dir, const Shapes& required, const Shapes& 
     for (const auto& [name, shape] : required)
         if (st.find(name) == nullptr) throw SafeTensorsError("'" + weights.file.string() + "': missing tensor '" + name + "'");
     // Each tensor is taken as it was read (over the mapping) or widened once: never held twice.
-    // RUDDER_WIDEN_WEIGHTS=1 widens every matrix once: forwards without the per-use widening (a third less time at a
-    // 0.5 B network and 128 positions, the same at 1,024; docs/checkpoints.md) for memory of twice the file's size.
-    const char* widen_all = std::getenv("RUDDER_WIDEN_WEIGHTS");
-    if (widen_all != nullptr && std::string(widen_all) == "1") storage = Storage::widen;
     for (auto& [name, tensor] : st.tensors) {
         at::Tensor read = std::move(tensor);
         const bool keep = storage == Storage::keep_matrices && read.dim() >= 2;

@@ -1,7 +1,7 @@
 // LLaDA (GSAI-ML/LLaDA-8B-Base, -Instruct, LLaDA-1.5) and Dream (Dream-org/Dream-v0-Base-7B, -Instruct-7B): masked
 // diffusion language models that are LLaMA- and Qwen2-style transformers with bidirectional attention, loaded from
 // their public checkpoints in Hugging Face layout (config.json + model.safetensors or model.safetensors.index.json
-// and shards) and run in float32 (16-bit weights widened one matrix at a time as they are used). docs/checkpoints.md
+// and shards) and run in float32 (16-bit weights widened a slice at a time as they are used). docs/checkpoints.md
 // says what loads and what is refused.
 //
 // The network, as the authors' code defines it (LLaDA's modeling_llada.py, an OLMo "llama" block; Dream's
@@ -73,8 +73,8 @@ class BidirectionalLlm {
 public:
     // Loads `dir`: config.json, then model.safetensors or model.safetensors.index.json and its shards, mapped
     // (load_safetensors): every matrix is used where it lies in the mapped file, and one stored in float16 or bfloat16
-    // is widened to float32 at each use (one matrix at a time), so a 16 GB bfloat16 checkpoint is held once, as the
-    // page cache's pages; the norms' and biases' vectors are widened once. Every tensor must be present with its
+    // is widened to float32 at each use (a slice of rows at a time, as fast as a matrix widened at load), so a 16 GB
+    // bfloat16 checkpoint is held once, as the page cache's pages; the norms' and biases' vectors are widened once. Every tensor must be present with its
     // shape, and nothing else may be in the files. Throws ModelError naming the file.
     static BidirectionalLlm load(const std::filesystem::path& dir);
 
