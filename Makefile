@@ -89,7 +89,8 @@ bench-vocab: build
 	$(BUILD)/bin/rudder_large_vocab_bench
 
 # MDLM's DiT at mdlm-owt's size (random weights), Rudder against PyTorch eager: forward of a reverse step at 128 and
-# 1,024 positions, load, resident memory (bench/checkpoint_eager.py; writes a 680 MB checkpoint under /tmp).
+# 1,024 positions, load, resident memory; then the same weights as BD3-LM, its key/value cache against recomputing
+# (bench/checkpoint_eager.py; writes a 680 MB checkpoint under /tmp; about 10 minutes).
 bench-checkpoint: build
 	/usr/bin/python3 bench/checkpoint_eager.py --bench $(BUILD)/bin/rudder_checkpoint_bench
 

@@ -18,7 +18,6 @@ usage: bidirectional_llm_fixture.py OUT_DIR     exit 77 when PyTorch is missing 
 import json
 import math
 import os
-import struct
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -86,8 +85,8 @@ def top_names(flavor):
 
 
 def random_weights(flavor, size, vocab, gen, dtype=torch.float32, lazy=False):
-    """name -> tensor; with lazy, name -> (shape, a function that makes the tensor), so a checkpoint of billions of
-    parameters is made one tensor at a time as it is written (write_streamed)."""
+    """name -> tensor; with lazy, name -> (shape, dtype, a function that makes the tensor), so a checkpoint of billions
+    of parameters is made one tensor at a time as it is written (write_model)."""
     h, inter, heads, kv = size["hidden"], size["intermediate"], size["heads"], size["kv_heads"]
     d = h // heads
 
@@ -95,7 +94,7 @@ def random_weights(flavor, size, vocab, gen, dtype=torch.float32, lazy=False):
         def make():
             t = torch.randn(*shape, generator=gen) * (scale if scale is not None else 1 / math.sqrt(shape[-1]))
             return (t + offset).to(dtype)
-        return (list(shape), make) if lazy else make()
+        return (list(shape), dtype, make) if lazy else make()
 
     emb, norm, out = top_names(flavor)
     w = {emb: rnd(vocab, h, scale=1.0), norm: rnd(h, scale=0.1, offset=1.0), out: rnd(vocab, h)}
@@ -115,39 +114,6 @@ def random_weights(flavor, size, vocab, gen, dtype=torch.float32, lazy=False):
         w[n["up"]] = rnd(inter, h)
         w[n["down"]] = rnd(h, inter)
     return w
-
-
-def write_streamed(folder, config, weights, shards, dtype):
-    """A sharded checkpoint (model-0000k-of-0000n.safetensors + model.safetensors.index.json, as the hub's) from
-    random_weights(..., lazy=True): each tensor made as it is written, so only one is ever in memory."""
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
-    code = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}[dtype]
-    size = torch.tensor([], dtype=dtype).element_size()
-    names = list(weights)
-    weight_map, total = {}, 0
-    for s in range(shards):
-        file = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
-        part = names[s::shards]
-        header, offset = {}, 0
-        for name in part:
-            nbytes = math.prod(weights[name][0]) * size
-            header[name] = {"dtype": code, "shape": weights[name][0], "data_offsets": [offset, offset + nbytes]}
-            offset += nbytes
-        text = json.dumps(header).encode()
-        text += b" " * (-len(text) % 8)
-        with open(os.path.join(folder, file), "wb") as f:
-            f.write(struct.pack("<Q", len(text)))
-            f.write(text)
-            for name in part:
-                t = weights[name][1]().contiguous()
-                f.write((t.view(torch.uint8) if dtype == torch.bfloat16 else t).numpy().tobytes())
-                print(f"  {file}: {name}", file=sys.stderr, flush=True)
-        weight_map.update({n: file for n in part})
-        total += offset
-    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
-        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
 
 
 def reference_logits(flavor, w, config, tokens):
@@ -254,8 +220,7 @@ def main():
             config.update(d_model=4096, n_heads=32, n_kv_heads=32, mlp_hidden_size=12288, n_layers=32,
                           max_sequence_length=4096, embedding_size=126464, vocab_size=126464, mask_token_id=126336,
                           eos_token_id=126081, pad_token_id=126081)
-            write_streamed(out, config, random_weights("llada", TINY, 126464, gen, torch.bfloat16, lazy=True), 6,
-                           torch.bfloat16)
+            write_model(out, "", config, random_weights("llada", TINY, 126464, gen, torch.bfloat16, lazy=True), 6)
             return
         else:
             raise SystemExit("unknown size " + shape)

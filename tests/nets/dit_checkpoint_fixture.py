@@ -30,23 +30,36 @@ except ImportError:
 TINY = dict(hidden=64, cond=32, blocks=2, heads=4, length=16, tokens=299)  # vocabulary 300 with the mask
 
 
+def entry(value):
+    """A weight as (shape, dtype, make): a tensor, or such a triple already, for one made only as it is written (a
+    checkpoint of billions of parameters then holds one tensor in memory at a time)."""
+    return (list(value.shape), value.dtype, lambda: value) if isinstance(value, torch.Tensor) else value
+
+
+def nbytes(value):
+    shape, dtype, _ = entry(value)
+    return math.prod(shape) * torch.tensor([], dtype=dtype).element_size()
+
+
 def save_safetensors(path, tensors):
-    """safetensors by hand (python3-safetensors is not a dependency): header length, JSON header, raw data."""
+    """safetensors by hand (python3-safetensors is not a dependency): header length, JSON header, raw data. Values are
+    tensors or entry() triples, made in file order as they are written."""
     names = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.int64: "I64"}
-    header, blobs, offset = {}, [], 0
-    for name, t in tensors.items():
-        t = t.contiguous()
-        data = t.view(torch.uint8).numpy().tobytes() if t.dtype == torch.bfloat16 else t.numpy().tobytes()
-        header[name] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
+    header, offset = {}, 0
+    for name, value in tensors.items():
+        shape, dtype, _ = entry(value)
+        header[name] = {"dtype": names[dtype], "shape": shape, "data_offsets": [offset, offset + nbytes(value)]}
+        offset += nbytes(value)
     text = json.dumps(header).encode()
     text += b" " * (-len(text) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)))
         f.write(text)
-        for b in blobs:
-            f.write(b)
+        for name, value in tensors.items():
+            t = entry(value)[2]().contiguous()
+            f.write(t.view(torch.uint8).numpy().tobytes() if t.dtype == torch.bfloat16 else t.numpy().tobytes())
+            if not isinstance(value, torch.Tensor):  # made now: a long write, so say how far it is
+                print(f"  {os.path.basename(path)}: {name}", file=sys.stderr, flush=True)
 
 
 def random_weights(prefix, vocab, gen):
@@ -185,7 +198,7 @@ def write_model(out, name, config, weights, shards=1):
         part = {n: weights[n] for n in names[s::shards]}
         save_safetensors(os.path.join(folder, file), part)
         weight_map.update({n: file for n in part})
-    total = sum(t.numel() * t.element_size() for t in weights.values())
+    total = sum(nbytes(t) for t in weights.values())
     with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
 

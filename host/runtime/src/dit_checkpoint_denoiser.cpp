@@ -234,14 +234,12 @@ std::shared_ptr<const Tokenizer> checkpoint_tokenizer(const fs::path& dir, const
     } catch (const std::runtime_error& e) {
         throw ModelError(std::string("the tokenizer of ") + what + " checkpoint: " + e.what());
     }
-    if (bert)
-        throw ModelError("'" + dir.string() + "' is " + what + " checkpoint without its tokenizer: put bert-base-uncased's " +
-                         "WordPiece tokenizer.json (or vocab.txt) from Hugging Face's bert-base-uncased repository beside " +
-                         "config.json (docs/checkpoints.md)" +
-                         (files == TokenizerFiles::none ? "" : "; the folder's " + describe_tokenizer_files(files) + " is not one"));
-    throw ModelError("'" + dir.string() + "' is " + what + " checkpoint without its tokenizer: put GPT-2's " +
-                     "tokenizer.json (or vocab.json and merges.txt) from Hugging Face's gpt2 repository beside " +
-                     "config.json (docs/checkpoints.md)" +
+    const std::string wanted = bert ? "bert-base-uncased's WordPiece tokenizer.json (or vocab.txt) from Hugging Face's "
+                                      "bert-base-uncased repository"
+                                    : "GPT-2's tokenizer.json (or vocab.json and merges.txt) from Hugging Face's gpt2 "
+                                      "repository";
+    throw ModelError("'" + dir.string() + "' is " + what + " checkpoint without its tokenizer: put " + wanted +
+                     " beside config.json (docs/checkpoints.md)" +
                      (files == TokenizerFiles::none ? "" : "; the folder's " + describe_tokenizer_files(files) + " is not one"));
 }
 

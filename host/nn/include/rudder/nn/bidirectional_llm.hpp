@@ -74,8 +74,9 @@ public:
     // Loads `dir`: config.json, then model.safetensors or model.safetensors.index.json and its shards, mapped
     // (load_safetensors): every matrix is used where it lies in the mapped file, and one stored in float16 or bfloat16
     // is widened to float32 at each use (a slice of rows at a time, as fast as a matrix widened at load), so a 16 GB
-    // bfloat16 checkpoint is held once, as the page cache's pages; the norms' and biases' vectors are widened once. Every tensor must be present with its
-    // shape, and nothing else may be in the files. Throws ModelError naming the file.
+    // bfloat16 checkpoint is held once, as the page cache's pages; the norms' and biases' vectors are widened once.
+    // Every tensor must be present with its shape, and nothing else may be in the files. Throws ModelError naming the
+    // file.
     static BidirectionalLlm load(const std::filesystem::path& dir);
 
     const BidirectionalLlmConfig& config() const { return config_; }
