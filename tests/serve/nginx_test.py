@@ -32,6 +32,14 @@ def free_port():
         return s.getsockname()[1]
 
 
+def settled_counts(replicas, name, total, timeout=10):
+    """Each replica's metric once they add up to `total` (or after `timeout` s): see Server.settled_metric."""
+    deadline = time.monotonic() + timeout
+    while sum(counts := [r.metric(name) for r in replicas]) < total and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return counts
+
+
 def main():
     replicas = [Server(), Server()]
     port = free_port()
@@ -70,7 +78,9 @@ def main():
         for t in threads:
             t.join(timeout=120)
         assert all(answers[i][0] == 200 and len(answers[i][2]["samples"]) == 2 for i in range(8)), answers
-        served = [r.metric('rudder_http_requests_total{code="200",path="/v1/generate"}') for r in replicas]
+        # Each replica counts a request once its logger has run, which may be after nginx has passed the answer on.
+        generated = 'rudder_http_requests_total{code="200",path="/v1/generate"}'
+        served = settled_counts(replicas, generated, 8)
         assert sum(served) == 8 and min(served) >= 1, f"requests per replica: {served}"
 
         # A stream through the proxy: its steps arrive before its end.
@@ -78,6 +88,7 @@ def main():
         seen = list(events(r))
         c.close()
         assert [e for e, _ in seen].count("step") == 20 and seen[-1][0] == "done", seen[-3:]
+        assert sum(settled_counts(replicas, generated, 9)) == 9  # the stream counted before replica 1's baseline
 
         # Replica 0 drains (SIGTERM while it streams a long run): nginx sends new requests to replica 1.
         c, r = replicas[0].open_stream({"recipe": dict(LONG, sampler={"name": "ddpm", "steps": 300}, samples=2)})
@@ -87,11 +98,11 @@ def main():
         deadline = time.time() + 10
         while time.time() < deadline and replicas[0].json("GET", "/healthz")[0] != 503:
             time.sleep(0.05)
-        before = replicas[1].metric('rudder_http_requests_total{code="200",path="/v1/generate"}')
+        before = replicas[1].metric(generated)
         for i in range(4):
             status, _, body = front.json("POST", "/v1/generate", {"recipe": QUICK})
             assert status == 200, (status, body)
-        assert replicas[1].metric('rudder_http_requests_total{code="200",path="/v1/generate"}') == before + 4
+        assert replicas[1].settled_metric(generated, before + 4) == before + 4
         rest = list(stream)
         c.close()
         assert rest[-1][0] == "done", rest[-2:]

@@ -69,6 +69,14 @@ class Server:
         _, _, text = self.request("GET", "/metrics")
         return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
 
+    def settled_metric(self, name, want, timeout=10):
+        """The metric once it reaches `want` (or after `timeout` s). A request is counted once its response is
+        complete, by the server's logger, which may run after the client has read the last byte."""
+        deadline = time.monotonic() + timeout
+        while (value := self.metric(name)) < want and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return value
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -134,13 +142,9 @@ def case_endpoints():
             assert len(samples) == 2 and all(x["controls"]["length"]["satisfied"] for x in samples), samples
             assert seen[-1][0] == "done", seen[-1]
 
-            # A request is counted once its response is complete: for the stream, after its last chunk, which the
-            # client may have read before the server's logger has run.
-            want = 'rudder_http_requests_total{code="200",path="/v1/generate"} 4'
-            deadline = time.monotonic() + 10
-            while want not in (metrics := s.request("GET", "/metrics")[2]) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert want in metrics, metrics
+            # A request is counted once its response is complete: for the stream, after its last chunk.
+            assert s.settled_metric('rudder_http_requests_total{code="200",path="/v1/generate"}', 4) == 4
+            metrics = s.request("GET", "/metrics")[2]
             assert s.metric("rudder_samples_total") == 2 + 2 + 3 + 2, metrics
             assert s.metric("rudder_reverse_steps_total") >= 80, metrics
         finally:
@@ -178,7 +182,7 @@ def case_bad_requests():
         assert s.json("POST", "/v1/generate", {"recipe": QUICK})[0] == 200
         assert s.metric('rudder_generation_failures_total{cause="invalid request"}') == 8
         assert s.metric('rudder_generation_failures_total{cause="run error"}') == 1
-        assert s.metric('rudder_http_requests_total{code="404",path="other"}') == 1
+        assert s.settled_metric('rudder_http_requests_total{code="404",path="other"}', 1) == 1
     finally:
         code = s.stop()
     assert code == 0, f"exit {code}: {''.join(s.log)}"
@@ -196,10 +200,7 @@ def case_queue_and_disconnect():
         assert status == 503 and headers.get("Retry-After") == "5" and "queue is full" in body["error"], (status, headers, body)
         # The client goes away: the run is cancelled within a step or two and the turn is free again.
         c.close()
-        deadline = time.time() + 30
-        while time.time() < deadline and s.metric('rudder_generation_failures_total{cause="disconnected"}') < 1:
-            time.sleep(0.1)
-        assert s.metric('rudder_generation_failures_total{cause="disconnected"}') == 1, s.request("GET", "/metrics")[2]
+        assert s.settled_metric('rudder_generation_failures_total{cause="disconnected"}', 1, timeout=30) == 1, s.request("GET", "/metrics")[2]
         steps_then = s.metric("rudder_reverse_steps_total")
         assert steps_then < 4 * 100, f"{steps_then} steps ran after the client left"
         status, _, body = s.json("POST", "/v1/generate", {"recipe": QUICK})
