@@ -7,15 +7,19 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <rudder/nn/safetensors.hpp>
 #include <rudder/nn/teacher_model.hpp>
 #include <rudder/runtime/model.hpp>
+#include <rudder/text/meaning.hpp>
 #include <rudder/text/text_files.hpp>
 #include <rudder/text/tokenizer.hpp>
 #include <rudder/train/trainer.hpp>
 
+#include "batches.hpp"
+#include "data.hpp"
 #include "train_support.hpp"
 
 namespace rudder {
@@ -404,6 +408,77 @@ TEST_F(MicroTraining, DenoiserKindsTrainDeterministicallyIntoTransformerModels) 
         ASSERT_TRUE(cfg.contains(schedule));
         EXPECT_EQ(cfg[schedule], cfg["network"][schedule]);
     }
+}
+
+TEST_F(MicroTraining, FieldDropoutTrainsOnSomeOfEachConditionsFieldsAndDevKeepsThemWhole) {
+    json j = config();
+    j["kind"] = "discrete";
+    j["network"] = {{"dim", 16}, {"layers", 1}, {"heads", 2}, {"ff_dim", 32}};
+    j["max_condition_length"] = 24;
+    j["training"]["field_dropout"] = 0.5;
+    const train::TrainConfig c = parse(j);
+    const train::TrainingData data = train::load_training_data(c, [](const std::string&) {});
+    const auto records = test::micro_records();
+    ASSERT_EQ(data.train.examples.size(), records.size());
+    std::vector<int64_t> rows;
+    for (int64_t i = 0; i < static_cast<int64_t>(records.size()); ++i) rows.push_back(i);
+    const auto condition_of = [&](const nn::TrainingBatch& batch, int64_t b) {
+        std::vector<int64_t> ids;
+        for (int64_t j = 0; j < batch.condition.size(1); ++j)
+            if (const int64_t id = batch.condition[b][j].item<int64_t>(); id != data.tokenizer->pad_id()) ids.push_back(id);
+        return ids;
+    };
+
+    // Without a step's seed (dev batches) every condition is whole.
+    const nn::TrainingBatch whole = train::make_batch(c, data.train.examples, rows, data.tokenizer->pad_id());
+    for (size_t i = 0; i < records.size(); ++i)
+        EXPECT_EQ(condition_of(whole, static_cast<int64_t>(i)), data.tokenizer->encode(records[i].mr)) << records[i].mr;
+
+    // With one, each row's condition is a non-empty subset of its fields in order, as a controller writes them; every
+    // field is trained on alone; about half the rows draw a subset, 7 in 8 of which leave a field out.
+    int64_t partial = 0, total = 0;
+    std::map<std::string, int> alone;
+    for (uint64_t step = 1; step <= 100; ++step) {
+        const nn::TrainingBatch batch = train::make_batch(c, data.train.examples, rows, data.tokenizer->pad_id(), step);
+        for (size_t i = 0; i < records.size(); ++i) {
+            const std::vector<int64_t> got = condition_of(batch, static_cast<int64_t>(i));
+            const auto fields = meaning::parse(records[i].mr);
+            bool found = false;
+            for (unsigned subset = 1; subset < (1u << fields.size()) && !found; ++subset) {
+                std::string text;
+                for (size_t f = 0; f < fields.size(); ++f)
+                    if (subset & (1u << f)) text += (text.empty() ? "" : ", ") + fields[f].attribute + "[" + fields[f].value + "]";
+                if (data.tokenizer->encode(text) != got) continue;
+                found = true;
+                if (subset != (1u << fields.size()) - 1) ++partial;
+                if ((subset & (subset - 1)) == 0) ++alone[text];
+            }
+            EXPECT_TRUE(found) << "step " << step << ", " << records[i].mr << ": " << data.tokenizer->decode(got.data(), static_cast<int64_t>(got.size()));
+            ++total;
+        }
+    }
+    const double share = static_cast<double>(partial) / static_cast<double>(total);
+    EXPECT_NEAR(share, 0.5 * 7 / 8, 0.04) << partial << " of " << total;
+    for (const char* field : {"name[Aromi]", "food[Italian]", "area[riverside]", "area[city centre]"}) EXPECT_GT(alone[field], 0) << field;
+    // A step's draw is a function of its seed.
+    EXPECT_TRUE(train::make_batch(c, data.train.examples, rows, data.tokenizer->pad_id(), 9)
+                    .condition.equal(train::make_batch(c, data.train.examples, rows, data.tokenizer->pad_id(), 9).condition));
+
+    // A representation that is not fields is refused, naming the setting; the setting is the denoisers'.
+    auto bad = records;
+    bad[3].mr = "name[The Eagle";
+    test::write_micro_csv(dir_.path() / "train.csv", bad);
+    try {
+        train::load_training_data(parse(j), [](const std::string&) {});
+        FAIL() << "expected std::runtime_error";
+    } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find("training.field_dropout: meaning representation 'name[The Eagle'"), std::string::npos)
+            << e.what();
+    }
+    json teacher = config();
+    teacher["training"]["field_dropout"] = 0.2;
+    const std::string issues = config_issues([&] { parse(teacher); });
+    EXPECT_NE(issues.find("/training/field_dropout: applies to the denoiser kinds"), std::string::npos) << issues;
 }
 
 TEST(ReadTexts, JsonLinesE2ECsvOrPlainLines) {

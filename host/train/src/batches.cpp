@@ -103,25 +103,50 @@ nn::TrainingBatch make_classifier_batch(const std::vector<Example>& examples, co
     return batch;
 }
 
-// A batch of examples: tokens padded to max_length, conditions to the batch's longest (denoisers).
+// The condition a row trains on under field dropout: each field of `e` kept with probability 1/2 (at least one),
+// in their order, joined by the separator the whole representation uses.
+std::vector<int64_t> some_fields(const Example& e, std::mt19937_64& rng) {
+    const size_t fields = e.field_spans.size() / 2;
+    std::vector<bool> keep(fields);
+    bool any = false;
+    for (size_t f = 0; f < fields; ++f) any |= (keep[f] = (rng() >> 63) != 0);
+    if (!any) keep[rng() % fields] = true;
+    std::vector<int64_t> condition;
+    for (size_t f = 0; f < fields; ++f) {
+        if (!keep[f]) continue;
+        if (!condition.empty())  // the separator: the tokens between the first field and the second
+            condition.insert(condition.end(), e.condition.begin() + e.field_spans[1], e.condition.begin() + e.field_spans[2]);
+        condition.insert(condition.end(), e.condition.begin() + e.field_spans[2 * f], e.condition.begin() + e.field_spans[2 * f + 1]);
+    }
+    return condition;
+}
+
+// A batch of examples: tokens padded to max_length, conditions to the batch's longest (denoisers); with `fields_rng`,
+// a share `field_dropout` of the rows keep only some of their conditions' fields.
 nn::TrainingBatch make_e2e_batch(const std::vector<Example>& examples, const std::vector<int64_t>& rows,
-                                 int64_t max_length, int64_t pad, bool conditional) {
+                                 int64_t max_length, int64_t pad, bool conditional, double field_dropout,
+                                 std::mt19937_64* fields_rng) {
     const int64_t B = static_cast<int64_t>(rows.size());
     nn::TrainingBatch batch;
     batch.tokens = at::full({B, max_length}, pad, at::kLong);
     auto tokens = batch.tokens.accessor<int64_t, 2>();
+    std::vector<std::vector<int64_t>> conditions(static_cast<size_t>(B));
     size_t width = 1;
     for (int64_t b = 0; b < B; ++b) {
         const Example& e = examples[static_cast<size_t>(rows[static_cast<size_t>(b)])];
         for (size_t j = 0; j < e.tokens.size(); ++j) tokens[b][static_cast<int64_t>(j)] = e.tokens[j];
-        width = std::max(width, e.condition.size());
+        auto& condition = conditions[static_cast<size_t>(b)];
+        // Drawn for every row, so which rows drop fields does not depend on their field counts.
+        const bool drop = fields_rng && static_cast<double>((*fields_rng)() >> 11) * 0x1.0p-53 < field_dropout;
+        condition = drop && e.field_spans.size() >= 4 ? some_fields(e, *fields_rng) : e.condition;
+        width = std::max(width, condition.size());
     }
     if (!conditional) return batch;
     batch.condition = at::full({B, static_cast<int64_t>(width)}, pad, at::kLong);
     auto condition = batch.condition.accessor<int64_t, 2>();
     for (int64_t b = 0; b < B; ++b) {
-        const Example& e = examples[static_cast<size_t>(rows[static_cast<size_t>(b)])];
-        for (size_t j = 0; j < e.condition.size(); ++j) condition[b][static_cast<int64_t>(j)] = e.condition[j];
+        const auto& row = conditions[static_cast<size_t>(b)];
+        for (size_t j = 0; j < row.size(); ++j) condition[b][static_cast<int64_t>(j)] = row[j];
     }
     return batch;
 }
@@ -145,10 +170,13 @@ std::vector<int64_t> EpochOrder::rows(int64_t step, int64_t batch_size) {
 }
 
 nn::TrainingBatch make_batch(const TrainConfig& c, const std::vector<Example>& examples, const std::vector<int64_t>& rows,
-                             int64_t pad) {
+                             int64_t pad, std::optional<uint64_t> fields_seed) {
     if (is_controller_kind(c.kind)) return make_classifier_batch(examples, rows, c.max_length, pad);
     if (is_syntax_kind(c.kind)) return make_syntax_batch(examples, rows, c.kind);
-    return make_e2e_batch(examples, rows, c.max_length, pad, is_denoiser_kind(c.kind));
+    std::optional<std::mt19937_64> fields_rng;
+    if (fields_seed && c.field_dropout > 0) fields_rng.emplace(*fields_seed);
+    return make_e2e_batch(examples, rows, c.max_length, pad, is_denoiser_kind(c.kind), c.field_dropout,
+                          fields_rng ? &*fields_rng : nullptr);
 }
 
 }  // namespace rudder::train

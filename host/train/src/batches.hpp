@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include <rudder/nn/training_batch.hpp>
@@ -14,7 +15,7 @@
 
 namespace rudder::train {
 
-enum class Stream : uint64_t { step = 1, epoch_order = 2, dev = 3 };
+enum class Stream : uint64_t { step = 1, epoch_order = 2, dev = 3, condition_fields = 4 };
 
 // The seed of draw `index` of `stream`.
 uint64_t derived_seed(uint64_t seed, Stream stream, uint64_t index);
@@ -36,7 +37,9 @@ private:
 // `rows` of `examples` as a batch of the network `c` trains: the teacher's and the denoisers' tokens padded to
 // max_length (denoisers: conditions to the batch's longest); treebank sentences padded to the batch's longest with
 // their features and targets; a classifier's text padded to max_length with its tags and spans, or its class.
+// With `fields_seed` and training.field_dropout, a denoiser's rows drop some of their conditions' fields, drawn from
+// that seed (a training step's; dev batches keep whole conditions, so dev losses compare across stages).
 nn::TrainingBatch make_batch(const TrainConfig& c, const std::vector<Example>& examples, const std::vector<int64_t>& rows,
-                             int64_t pad);
+                             int64_t pad, std::optional<uint64_t> fields_seed = std::nullopt);
 
 }  // namespace rudder::train

@@ -76,6 +76,8 @@ json TrainConfig::identity() const {
                  {"grad_clip", grad_clip},
                  {"seed", seed},
                  {"condition_dropout", condition_dropout}}}};
+    // Only when used, so checkpoints written before the setting existed still resume.
+    if (field_dropout > 0) id["training"]["field_dropout"] = field_dropout;
     // The vocabulary itself is checked through the data fingerprint; min_count only matters when it is built.
     if (vocab_file.empty()) id["tokenizer"] = {{"min_count", min_count}};
     if (is_denoiser_kind(kind)) id["max_condition_length"] = max_condition_length;
@@ -147,6 +149,7 @@ TrainConfig parse_train_config(const json& j, const fs::path& base_dir, const st
     c.checkpoint_every = training.integer("checkpoint_every", 0, kMaxSteps).value_or(1000);
     c.log_every = training.integer("log_every", 1, kMaxSteps).value_or(50);
     c.condition_dropout = training.number("condition_dropout", 0.0, 1.0).value_or(denoiser ? 0.1 : 0.0);
+    c.field_dropout = training.number("field_dropout", 0.0, 1.0).value_or(0.0);
     if (const std::string init = training.text("init_from").value_or(""); !init.empty()) {
         c.init_from = resolve(base_dir, init);
         std::error_code ec;
@@ -160,6 +163,8 @@ TrainConfig parse_train_config(const json& j, const fs::path& base_dir, const st
     }
     if (!denoiser && c.condition_dropout > 0)
         training.issue("condition_dropout", "applies to the denoiser kinds; the " + c.kind + " is unconditional (use 0)");
+    if (!denoiser && c.field_dropout > 0)
+        training.issue("field_dropout", "applies to the denoiser kinds; the " + c.kind + " is unconditional (use 0)");
     if (training.has("warmup") && training.has("steps") && c.warmup > c.steps)
         training.issue("warmup", "expected at most training.steps (" + std::to_string(c.steps) + "), got " +
                                      std::to_string(c.warmup));

@@ -149,6 +149,32 @@ Dataset encode_attribute(const std::vector<E2ERecord>& records, const Tokenizer&
     return data;
 }
 
+// Where each field of a meaning representation lies in its encoding: (start, end) pairs, in order. Throws
+// std::runtime_error for a representation that is not fields, or a field the tokenizer encodes differently on its own
+// (field dropout would then train on conditions a controller cannot write).
+std::vector<int64_t> field_spans(const Tokenizer& tokenizer, const std::string& mr, const std::vector<int64_t>& condition) {
+    std::vector<meaning::Field> fields;
+    try {
+        fields = meaning::parse(mr);
+    } catch (const std::invalid_argument& e) {
+        throw std::runtime_error("training.field_dropout: meaning representation '" + mr + "': " + e.what());
+    }
+    std::vector<int64_t> spans;
+    auto from = condition.begin();
+    for (const auto& field : fields) {
+        const std::string text = field.attribute + "[" + field.value + "]";
+        const std::vector<int64_t> encoded = tokenizer.encode(text);
+        const auto at = std::search(from, condition.end(), encoded.begin(), encoded.end());
+        if (encoded.empty() || at == condition.end())
+            throw std::runtime_error("training.field_dropout: the field '" + text + "' of '" + mr +
+                                     "' is not encoded on its own as within the whole representation");
+        spans.push_back(at - condition.begin());
+        spans.push_back(at - condition.begin() + static_cast<int64_t>(encoded.size()));
+        from = at + static_cast<std::ptrdiff_t>(encoded.size());
+    }
+    return spans;
+}
+
 Dataset encode_records(const std::vector<E2ERecord>& records, const Tokenizer& tokenizer, const TrainConfig& config,
                        bool conditional) {
     Dataset data;
@@ -169,6 +195,7 @@ Dataset encode_records(const std::vector<E2ERecord>& records, const Tokenizer& t
                 ++data.dropped_condition;
                 continue;
             }
+            if (config.field_dropout > 0) e.field_spans = field_spans(tokenizer, record.mr, e.condition);
         }
         data.examples.push_back(std::move(e));
     }

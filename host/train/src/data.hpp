@@ -19,6 +19,7 @@ namespace rudder::train {
 struct Example {
     std::vector<int64_t> tokens;
     std::vector<int64_t> condition;  // denoisers only
+    std::vector<int64_t> field_spans;  // denoisers with field_dropout: (start, end) in `condition` of each field
     std::vector<int64_t> features;   // tagger, parser: syntax::kWordFeatures per token
     // tagger: (PTB tag, universal tag) per token, -1 = unknown; parser: (start, end, label) per constituent
     std::vector<int64_t> targets;

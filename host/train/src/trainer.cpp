@@ -275,7 +275,8 @@ TrainResult Trainer::run() {
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(c_.seed);
     for (int64_t step = start_step_ + 1; step <= c_.steps; ++step) {
         const nn::TrainingBatch batch =
-            make_batch(c_, data_.train.examples, order.rows(step, c_.batch_size), data_.tokenizer->pad_id());
+            make_batch(c_, data_.train.examples, order.rows(step, c_.batch_size), data_.tokenizer->pad_id(),
+                       derived_seed(c_.seed, Stream::condition_fields, static_cast<uint64_t>(step)));
         gen.set_current_seed(derived_seed(c_.seed, Stream::step, static_cast<uint64_t>(step)));
         const double lr = learning_rate(c_, step);
         for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);

@@ -46,6 +46,10 @@ struct TrainConfig {
     int64_t checkpoint_every = 0;  // 0: only when stopped early
     int64_t log_every = 50;
     double condition_dropout = 0.0;  // denoisers: share of rows trained with an all-pad condition
+    // denoisers: share of rows whose condition keeps only some of its meaning representation's fields (each with
+    // probability 1/2, at least one), so that a partial condition such as the semantic control's "food[Italian]"
+    // is one the network was trained on
+    double field_dropout = 0.0;
     // A trained model directory of the same kind whose weights the network starts from (same tensor names and
     // shapes); its vocab.txt is the vocabulary unless tokenizer.vocab names one. Empty: random initial weights.
     std::filesystem::path init_from;
