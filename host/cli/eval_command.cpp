@@ -76,6 +76,7 @@ struct ControlTarget {
 struct Task {
     std::string name;
     fs::path recipe;
+    std::string model;  // instead of the recipe's: a bundled name, or a folder (resolved against the suite's folder)
     std::vector<ControlTarget> controls;  // empty: no controller receives a target
     bool evaluate_only = false;
     json params = json::object();  // merged into the (one) control's params after the target (e.g. {"gamma": 4})
@@ -141,6 +142,8 @@ Suite read_suite(const fs::path& file) {
             Task task;
             task.name = t.text("name", json_input::kRequired).value_or("");
             task.recipe = base / t.text("recipe", json_input::kRequired).value_or("");
+            task.model = t.text("model").value_or("");
+            if (task.model.find('/') != std::string::npos) task.model = (base / task.model).lexically_normal().string();
             task.evaluate_only = t.boolean("evaluate_only").value_or(false);
             task.params = t.object("params").value_or(json::object());
             task.weight = t.number("weight", 0.0, 1e6);
@@ -716,6 +719,7 @@ int run_eval(const EvalOptions& o) {
             } catch (const ModelError& e) {
                 throw std::runtime_error("task '" + task.name + "': the recipe " + e.what());
             }
+            if (!task.model.empty()) base["model"] = task.model;
             const std::vector<Target> targets = task_targets(task, base, annotated, o);
             const auto task_start = std::chrono::steady_clock::now();
             double seconds = 0.0;

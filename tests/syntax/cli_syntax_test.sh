@@ -175,6 +175,8 @@ PY
              {"name": "tree", "recipe": "pos.json", "control": "syntax_tree", "target": "tree"},
              {"name": "pos alone, weight 0", "recipe": "pos_alone.json", "control": "pos", "target": "pos", "weight": 0},
              {"name": "pos alone, unguided", "recipe": "pos_alone.json", "control": "pos", "target": "pos", "evaluate_only": true},
+             {"name": "pos alone, unguided, model by folder", "recipe": "pos_alone.json", "model": "copies/micro-discrete",
+              "control": "pos", "target": "pos", "evaluate_only": true},
              {"name": "span, remasking", "recipe": "pos.json", "control": "syntax_span", "target": "span",
               "sampler": {"steps": 24, "remask": {"strategy": "cap", "eta": 0.2}}} ] }
 JSON
@@ -185,6 +187,7 @@ JSON
   "training": {"steps": 20, "batch_size": 8, "seed": 1, "threads": 1, "checkpoint_every": 0}, "max_length": 12, "out": "teacher" }
 JSON
     "$rudder" train -q "$work/teacher.json" || fail "teacher train exit $?"
+    mkdir -p "$work/copies" && cp -r "$work/micro-discrete" "$work/copies/" || fail "copy"
     out=$(cd "$work" && RUDDER_MODEL_PATH="$work" "$rudder" eval suite.json -o results 2>"$work/err") || fail "eval exit $?: $(cat "$work/err")"
     grep -q "^| pos, guided | discrete | 3 | pos: [0-9.]*% / [0-9.]*; syntax_span: .*syntax_tree: .* | [0-9.]* | [0-9.]* | [0-9.]* |$" <<<"$out" || fail "$out"
     grep -q "^| pos, unguided | discrete | 3 |" <<<"$out" || fail "$out"
@@ -194,7 +197,7 @@ d = sys.argv[1]
 r = json.load(open(os.path.join(d, "results.json")))
 tasks = {t["task"]: t for t in r["tasks"]}
 assert set(tasks) == {"pos, guided", "pos, unguided", "span", "tree", "pos alone, weight 0", "pos alone, unguided",
-                      "span, remasking"}, tasks
+                      "pos alone, unguided, model by folder", "span, remasking"}, tasks
 for name, t in tasks.items():
     assert t["targets"] == 3 and t["samples"] == 3 and t["teacher_perplexity"] > 1 and t["seconds_per_sample"] > 0, t
     assert t["controls"]["pos"]["judged"] == 3, t
@@ -207,6 +210,8 @@ for name, t in tasks.items():
 # The task's weight took: at weight 0 the recipe's one control steers nothing, as if it only judged.
 texts = lambda name: [json.loads(l)["text"] for l in open(os.path.join(d, "samples", name + ".jsonl"))]
 assert texts("pos-alone--weight-0") == texts("pos-alone--unguided"), (texts("pos-alone--weight-0"), texts("pos-alone--unguided"))
+# The task's model took: the same weights from a folder named relative to the suite give the same texts.
+assert texts("pos-alone--unguided--model-by-folder") == texts("pos-alone--unguided")
 samples = [json.loads(l) for l in open(os.path.join(d, "samples", "span.jsonl"))]
 assert len(samples) == 3 and all(len(s["target"]["params"]["syntax_span"]["span"]) == 3 and s["target"]["reference"] for s in samples), samples
 PY
@@ -217,6 +222,11 @@ PY
                 "/tasks/0/targets: no target file" "/tasks/0/weight: needs \"control\"" "/tasks/0/sampler: expected" "/tasks/0/guidance: expected"; do
       grep -qF "$want" <<<"$err" || fail "missing '$want' in: $err"
     done
+    # A task's model replaces the recipe's: one that is not there is named.
+    printf '{"teacher": "teacher", "targets": {"file": "e2e.syntax.jsonl", "count": 1}, "tasks": [{"name": "x", "recipe": "pos_alone.json", "model": "copies/nowhere", "control": "pos", "target": "pos"}]}\n' > "$work/no_model_suite.json"
+    err=$(cd "$work" && RUDDER_MODEL_PATH="$work" "$rudder" eval no_model_suite.json -o no_model 2>&1 >/dev/null); code=$?
+    [ $code -ne 0 ] || fail "a missing task model must fail"
+    grep -qF "/model: model directory 'copies/nowhere' does not exist" <<<"$err" || fail "$err"
     ;;
   *) fail "unknown case $case" ;;
 esac
