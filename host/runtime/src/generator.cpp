@@ -24,8 +24,8 @@ namespace fs = std::filesystem;
 // the denoiser on the input of the step the controller is in (handed over with the call).
 class Generator::Services final : public plugins::RunServices {
 public:
-    Services(const Model& model, fs::path base_dir, std::vector<fs::path> model_path)
-        : model_(model), base_dir_(std::move(base_dir)), model_path_(std::move(model_path)) {}
+    Services(const Model& model, fs::path base_dir, std::vector<fs::path> model_path, GenerationStats& stats)
+        : model_(model), base_dir_(std::move(base_dir)), model_path_(std::move(model_path)), stats_(stats) {}
 
     std::vector<int64_t> tokenize(const std::string& text) override { return model_.tokenizer->encode(text); }
     std::string detokenize(const int64_t* ids, int64_t n) override { return model_.tokenizer->decode(ids, n); }
@@ -47,6 +47,7 @@ public:
         Evidence evidence;
         if (self_condition_.defined()) evidence.self_condition = self_condition_.repeat(repeat);
         const at::Tensor logits = model_.denoiser->denoise(state.repeat(repeat), step.t, rows, evidence).logits;
+        stats_.denoised_sequences += n * batch;  // the control's cost, counted with the loop's
         at::Tensor out = at::log_softmax(logits.to(at::kFloat), -1);
         std::vector<int64_t> shape{n, batch};
         for (int64_t d = 1; d < out.dim(); ++d) shape.push_back(out.size(d));
@@ -73,6 +74,7 @@ private:
     at::Tensor self_condition_;
     fs::path base_dir_;                 // the recipe's folder: relative model paths start there
     std::vector<fs::path> model_path_;  // where bundled names are looked up
+    GenerationStats& stats_;            // the generator's: these calls' sequences are counted there
 };
 
 namespace {
@@ -422,7 +424,7 @@ void Generator::set_up(plugins::Registry& registry, const std::vector<fs::path>&
     // Each controller sees the run's shape now, as the first batch will give it: params that cannot work with
     // this model or length (a span longer than max_length, say) are the recipe's problem, found by `validate`
     // rather than by the run.
-    services_ = std::make_unique<Services>(model_, recipe_.base_dir, model_path);
+    services_ = std::make_unique<Services>(model_, recipe_.base_dir, model_path, stats_);
     const plugins::RunShape first = run_shape(std::min(recipe_.batch_size, recipe_.samples));
     for (size_t k = 0; k < controllers.size(); ++k) {
         try {

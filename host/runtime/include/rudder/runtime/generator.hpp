@@ -75,7 +75,7 @@ struct GenerationStats {
     int64_t steps = 0;           // reverse steps taken
     int64_t remasked = 0;        // committed tokens masked again (the analytic sampler's "remask")
     int64_t rows_drawn = 0;      // discrete: positions a token was drawn at, over all steps and sequences
-    int64_t denoised_sequences = 0;  // sequences the network evaluated: each call's batch size, summed (per sample: / samples)
+    int64_t denoised_sequences = 0;  // sequences the network evaluated, for the loop and for controllers (cfg): each call's batch size, summed (per sample: / samples)
     int threads = 0;             // the most compute threads the run used (rudder/nn/compute_threads.hpp)
 };
 
