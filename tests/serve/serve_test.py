@@ -70,10 +70,11 @@ class Server:
         return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
 
     def settled_metric(self, name, want, timeout=10):
-        """The metric once it reaches `want` (or after `timeout` s). A request is counted once its response is
-        complete, by the server's logger, which may run after the client has read the last byte."""
+        """The metric once it equals `want` (or after `timeout` s). A request is counted once its response is
+        complete, by the server's logger, which may run after the client has read the last byte; a cancelled run
+        gives its turn back a step or two after its client is gone."""
         deadline = time.monotonic() + timeout
-        while (value := self.metric(name)) < want and time.monotonic() < deadline:
+        while (value := self.metric(name)) != want and time.monotonic() < deadline:
             time.sleep(0.05)
         return value
 
@@ -201,6 +202,7 @@ def case_queue_and_disconnect():
         # The client goes away: the run is cancelled within a step or two and the turn is free again.
         c.close()
         assert s.settled_metric('rudder_generation_failures_total{cause="disconnected"}', 1, timeout=30) == 1, s.request("GET", "/metrics")[2]
+        assert s.settled_metric("rudder_generations_running", 0) == 0, s.request("GET", "/metrics")[2]
         steps_then = s.metric("rudder_reverse_steps_total")
         assert steps_then < 4 * 100, f"{steps_then} steps ran after the client left"
         status, _, body = s.json("POST", "/v1/generate", {"recipe": QUICK})
@@ -220,10 +222,7 @@ def case_batching():
     s = Server("--parallel", "1", "--queue", "8")
     try:
         def wait_for(name, value):
-            deadline = time.time() + 60
-            while time.time() < deadline and s.metric(name) != value:
-                time.sleep(0.05)
-            assert s.metric(name) == value, (name, s.request("GET", "/metrics")[2])
+            assert s.settled_metric(name, value, timeout=60) == value, (name, s.request("GET", "/metrics")[2])
 
         def block():
             c, r = s.open_stream({"recipe": LONG})
