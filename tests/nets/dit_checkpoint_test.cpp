@@ -61,6 +61,19 @@ void expect_prefix_length_and_never(const rudder::SampleResult& s, const std::ve
         EXPECT_TRUE(std::none_of(s.tokens.begin(), s.tokens.end(), [&](int64_t t) { return t == id; })) << id << ": " << s.text;
 }
 
+// Four samples of the folder's model with `sampler` (8 steps, seed 5) under a prefix, a length and a banned word.
+std::vector<rudder::SampleResult> constrained_samples(const fs::path& dir, const std::string& sampler, const std::string& prefix,
+                                                      int tokens, const std::string& banned,
+                                                      rudder::plugins::Registry& registry) {
+    const json recipe = {
+        {"model", dir.string()}, {"sampler", {{"name", sampler}, {"steps", 8}}}, {"samples", 4}, {"seed", 5},
+        {"controllers", {{{"plugin", "span"}, {"params", {{"prefix", prefix}}}},
+                         {{"plugin", "length"}, {"params", {{"tokens", tokens}}}},
+                         {{"plugin", "exclude_words"}, {"params", {{"words", {banned}}}}}}}};
+    rudder::Generator generator(rudder::parse_recipe(recipe.dump(), "."), registry);
+    return generator.generate();
+}
+
 TEST_F(DitCheckpoint, MdlmMatchesTheReferenceForward) {
     for (const std::string name : {"mdlm", "mdlm_time_sharded"}) {
         const DitNetwork net = DitNetwork::load(root_ / name);
@@ -507,12 +520,7 @@ TEST_F(DitCheckpoint, WithItsTokenizerADuoCheckpointIsAUniformNoiseModelThatARec
     ASSERT_EQ(banned.size(), 1u) << "the fixture's merges spell \" the\" as one token";
     for (const char* sampler : {"analytic", "euler"}) {
         SCOPED_TRACE(sampler);
-        const std::string recipe = R"({"model": ")" + dir.string() + R"(", "sampler": {"name": ")" + sampler +
-                                   R"(", "steps": 8}, "samples": 4, "seed": 5, "controllers": [
-            {"plugin": "span", "params": {"prefix": "cat sat"}}, {"plugin": "length", "params": {"tokens": 10}},
-            {"plugin": "exclude_words", "params": {"words": ["the"]}}]})";
-        rudder::Generator generator(rudder::parse_recipe(recipe, "."), registry);
-        const auto samples = generator.generate();
+        const auto samples = constrained_samples(dir, sampler, "cat sat", 10, "the", registry);
         ASSERT_EQ(samples.size(), 4u);
         const std::vector<int64_t> prefix = model.tokenizer->encode("cat sat");
         for (const auto& s : samples) expect_prefix_length_and_never(s, prefix, 10, end, {banned[0], 299});
@@ -580,12 +588,7 @@ TEST_F(DitCheckpoint, WithBertsWordPieceTokenizerAUdlmCheckpointIsAUniformNoiseM
     const std::vector<int64_t> prefix = model.tokenizer->encode("the cat");
     for (const char* sampler : {"analytic", "euler"}) {
         SCOPED_TRACE(sampler);
-        const std::string recipe = R"({"model": ")" + dir.string() + R"(", "sampler": {"name": ")" + sampler +
-                                   R"(", "steps": 8}, "samples": 4, "seed": 5, "controllers": [
-            {"plugin": "span", "params": {"prefix": "the cat"}}, {"plugin": "length", "params": {"tokens": 7}},
-            {"plugin": "exclude_words", "params": {"words": ["river"]}}]})";
-        rudder::Generator generator(rudder::parse_recipe(recipe, "."), registry);
-        const auto samples = generator.generate();
+        const auto samples = constrained_samples(dir, sampler, "the cat", 7, "river", registry);
         ASSERT_EQ(samples.size(), 4u);
         for (const auto& s : samples) {
             expect_prefix_length_and_never(s, prefix, 7, 0, {11, 4});  // [PAD] from 7 on; never "river" nor [MASK]

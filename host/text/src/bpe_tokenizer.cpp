@@ -485,13 +485,10 @@ BpeTokenizer& BpeTokenizer::operator=(BpeTokenizer&&) noexcept = default;
 BpeTokenizer::~BpeTokenizer() = default;
 
 std::vector<int64_t> BpeTokenizer::encode(std::string_view raw) const {
-    const std::string text = replace_invalid_utf8(raw);
-    std::vector<int64_t> out;
     // Added tokens first; the text between them is normalised, pre-split and merged.
-    model_->added_tokens.split(
-        text, [&](std::string_view plain) { model_->encode_plain(plain, out); },
-        [&](int64_t id) { out.push_back(id); });
-    return out;
+    return model_->added_tokens.encode(replace_invalid_utf8(raw), [&](std::string_view plain, std::vector<int64_t>& out) {
+        model_->encode_plain(plain, out);
+    });
 }
 
 std::string BpeTokenizer::decode(const int64_t* ids, int64_t n) const {

@@ -71,6 +71,14 @@ public:
         plain(text.substr(plain_begin));
     }
 
+    // The ids of `text`: each added token's, and between them what encode_plain(plain_text, out) appends.
+    template <class EncodePlain>
+    std::vector<int64_t> encode(std::string_view text, EncodePlain&& encode_plain) const {
+        std::vector<int64_t> out;
+        split(text, [&](std::string_view plain) { encode_plain(plain, out); }, [&](int64_t id) { out.push_back(id); });
+        return out;
+    }
+
 private:
     struct Entry {
         std::string content;

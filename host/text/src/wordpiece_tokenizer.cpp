@@ -412,13 +412,10 @@ WordPieceTokenizer& WordPieceTokenizer::operator=(WordPieceTokenizer&&) noexcept
 WordPieceTokenizer::~WordPieceTokenizer() = default;
 
 std::vector<int64_t> WordPieceTokenizer::encode(std::string_view raw) const {
-    const std::string text = replace_invalid_utf8(raw);
-    std::vector<int64_t> out;
     // Added tokens first, in the raw text; the text between them is normalised, split into words and pieces.
-    model_->added_tokens.split(
-        text, [&](std::string_view plain) { model_->encode_plain(plain, out); },
-        [&](int64_t id) { out.push_back(id); });
-    return out;
+    return model_->added_tokens.encode(replace_invalid_utf8(raw), [&](std::string_view plain, std::vector<int64_t>& out) {
+        model_->encode_plain(plain, out);
+    });
 }
 
 std::string WordPieceTokenizer::decode(const int64_t* ids, int64_t n) const {
