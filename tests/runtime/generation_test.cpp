@@ -618,6 +618,82 @@ TEST(GenerationForms, CandidateDeltaOnlyControllerTakesPart) {
     }
 }
 
+// Particles (guidance.particles) on the exact corpus denoiser with the near_word fixture, whose reward is the latent's
+// closeness to a word's embedding at position 0. Guidance with step size 0 leaves the latent as the sampler drew it, so
+// any effect is the choice between particles.
+rudder::plugins::Registry& with_near_word() {
+    static rudder::plugins::Registry r({fs::path(RUDDER_TEST_PLUGIN_DIR), fs::path(RUDDER_TEST_FIXTURE_DIR)});
+    return r;
+}
+const std::string kNearThe = R"({"plugin": "near_word", "params": {"word": "The"}})";
+
+TEST(Particles, TheSampleIsTheParticleTheControlsRewardMost) {
+    auto run = [](const std::string& guidance, rudder::GenerationStats* stats) {
+        Generator g(rudder::parse_recipe(recipe_text("continuous", kNearThe, 16, 1, R"(, "guidance": )" + guidance), "."),
+                    with_near_word());
+        auto samples = g.generate();
+        *stats = g.stats();
+        return samples;
+    };
+    rudder::GenerationStats one_stats, eight_stats, resampled_stats;
+    const Tally one = tally(run(R"({"step_size": 0})", &one_stats));
+    const Tally eight = tally(run(R"({"step_size": 0, "particles": 8})", &eight_stats));
+    const Tally resampled = tally(run(R"({"step_size": 0, "particles": 8, "resample_every": 20})", &resampled_stats));
+    rudder::GenerationStats late_stats;
+    const Tally late = tally(run(R"({"step_size": 0, "particles": 8, "resample_every": 199})", &late_stats));
+    // 7 of the 24 sentences begin with "The": one sequence per sample finds it at about that rate, the best of eight
+    // almost always (1 - (17/24)^8 = 94%).
+    EXPECT_LE(one.satisfied, 0.5);
+    EXPECT_GE(eight.satisfied, 0.9);
+    // Resampled at the last step but one, where the reward tells the sentences apart, the particles are copies of
+    // those that begin with "The": each row carried its own latent and constraints over.
+    EXPECT_GE(late.satisfied, 0.9);
+    // Choosing and resampling whole sequences keeps every sample a sentence of the corpus. (Resampling from step 20
+    // on keeps fewer different particles: with DDIM's deterministic steps copies stay copies.)
+    EXPECT_EQ(one.in_corpus, 1.0);
+    EXPECT_EQ(eight.in_corpus, 1.0);
+    EXPECT_EQ(resampled.in_corpus, 1.0);
+    EXPECT_EQ(late.in_corpus, 1.0);
+    // Eight sequences per sample cost eight times the network's work; resampling at steps 20, 40, ..., 180 of each
+    // of the two batches of 8 samples.
+    EXPECT_EQ(eight_stats.denoised_sequences, 8 * one_stats.denoised_sequences);
+    EXPECT_EQ(one_stats.resamplings, 0);
+    EXPECT_EQ(eight_stats.resamplings, 0);
+    EXPECT_EQ(resampled_stats.resamplings, 2 * 9);
+    EXPECT_EQ(late_stats.resamplings, 2);
+}
+
+TEST(Particles, NeedAContinuousModelGuidanceAndAReportedLogProbability) {
+    auto issue_at = [](const std::string& text) -> std::string {
+        try {
+            Generator g(rudder::parse_recipe(text, "."), with_near_word());
+            return "";
+        } catch (const rudder::RecipeError& e) {
+            return e.issues().empty() ? "" : e.issues()[0].pointer + ": " + e.issues()[0].message;
+        }
+    };
+    EXPECT_NE(issue_at(recipe_text("discrete", "", 4, 1, R"(, "guidance": {"particles": 4})"))
+                  .find("/guidance/particles: particles are resampled by the reward of gradient guidance"),
+              std::string::npos);
+    EXPECT_NE(issue_at(recipe_text("continuous", kNearThe, 4, 1, R"(, "guidance": {"particles": 4, "gradient_steps": 0})"))
+                  .find("/guidance/particles: particles are weighed by the controllers' log p(c | x)"),
+              std::string::npos);
+    EXPECT_NE(issue_at(recipe_text("continuous", kNearThe, 4, 1, R"(, "guidance": {"resample_every": 5})"))
+                  .find("/guidance/resample_every: resampling needs more than one particle"),
+              std::string::npos);
+    // A controller that guides without saying how likely the control is gives the particles nothing to be weighed by.
+    Generator g(rudder::parse_recipe(recipe_text("continuous", R"({"plugin": "near_word", "params": {"word": "The",
+                                                 "report": false}})", 4, 1, R"(, "guidance": {"particles": 4})"), "."),
+                with_near_word());
+    try {
+        g.generate();
+        ADD_FAILURE() << "particles ran without a reward";
+    } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find("controller 'near_word' guides without reporting log p(c | x)"),
+                  std::string::npos) << e.what();
+    }
+}
+
 }  // namespace
 
 // Process isolation end to end: first-party controllers give the same samples in a process of their own, and a

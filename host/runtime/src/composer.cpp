@@ -427,17 +427,24 @@ Combined Composer::predict(const plugins::StepInputs& in) {
     return out;
 }
 
-at::Tensor Composer::guide(const plugins::StepInputs& in) {
+Composer::Guided Composer::guide(const plugins::StepInputs& in) {
     if (inputs_ != nullptr) inputs_->next_step();
-    at::Tensor total;
+    Guided total;
     for (auto& c : controllers_) {
         if (!c.instance->has(RUDDER_CAP_GRADIENT) || !c.active.contains(in.t)) continue;
         plugins::StepOutputs o;
         if (!take_part(c, [&] { o = c.instance->step(in); })) continue;
         if (!o.grad.defined()) continue;
         const at::Tensor scaled = o.grad.mul(c.weight);
-        total = total.defined() ? total.add_(scaled) : scaled;
+        total.grad = total.grad.defined() ? total.grad.add_(scaled) : scaled;
+        if (!o.log_prob.defined()) {
+            if (total.silent.empty()) total.silent = c.instance->label();
+        } else if (total.silent.empty()) {
+            const at::Tensor lp = o.log_prob.mul(c.weight);
+            total.log_prob = total.log_prob.defined() ? total.log_prob.add_(lp) : lp;
+        }
     }
+    if (!total.silent.empty()) total.log_prob = at::Tensor();
     return total;
 }
 

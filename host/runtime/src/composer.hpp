@@ -77,9 +77,14 @@ public:
 
     // Whether any GRADIENT controller is active at t (continuous family's guidance loop).
     bool wants_guidance(double t) const;
-    // GUIDE phase: sum of weight_i * d log p_i(c | x) / dx over GRADIENT controllers active at in.t; undefined if
-    // none is active.
-    at::Tensor guide(const plugins::StepInputs& in);
+    // GUIDE phase over the GRADIENT controllers active at in.t: `grad` is the sum of weight_i * d log p_i(c | x) / dx
+    // (undefined if none is active); `log_prob` [B] the sum of weight_i * log p_i(c | x), undefined unless every
+    // controller that gave a gradient also reported its log-probability (`silent` then names one that did not).
+    struct Guided {
+        at::Tensor grad, log_prob;
+        std::string silent;
+    };
+    Guided guide(const plugins::StepInputs& in);
 
     // Whether a controller asked never to reuse cached denoiser output.
     bool needs_fresh_logits() const;

@@ -15,6 +15,7 @@
 #include <rudder/nn/compute_threads.hpp>
 
 #include "composer.hpp"
+#include "particles.hpp"
 #include "sampler.hpp"
 
 namespace rudder {
@@ -377,6 +378,15 @@ void Generator::set_up(plugins::Registry& registry, const std::vector<fs::path>&
         if (!continuous && recipe_.sampler.noise_scale != 1.0 && !reported("/sampler/noise_scale"))
             issues.push_back({"/sampler/noise_scale", "'noise_scale' applies to continuous models; model '" +
                                                           model_.name + "' is " + family_name(model_.family)});
+        if (recipe_.guidance.particles > 1 && !reported("/guidance/particles")) {
+            if (!continuous)
+                issues.push_back({"/guidance/particles", "particles are resampled by the reward of gradient guidance, which "
+                                                         "continuous models have; model '" + model_.name + "' is " +
+                                                         family_name(model_.family)});
+            else if (recipe_.guidance.gradient_steps == 0)
+                issues.push_back({"/guidance/particles", "particles are weighed by the controllers' log p(c | x), which "
+                                                         "they report during gradient guidance; gradient_steps is 0"});
+        }
         if (continuous && recipe_.sampler.steps > model_.schedule.T())
             issues.push_back({"/sampler/steps", "model '" + model_.name + "' was trained with " +
                                                     std::to_string(model_.schedule.T()) + " steps; asked for " +
@@ -425,7 +435,7 @@ void Generator::set_up(plugins::Registry& registry, const std::vector<fs::path>&
     // this model or length (a span longer than max_length, say) are the recipe's problem, found by `validate`
     // rather than by the run.
     services_ = std::make_unique<Services>(model_, recipe_.base_dir, model_path, stats_);
-    const plugins::RunShape first = run_shape(std::min(recipe_.batch_size, recipe_.samples));
+    const plugins::RunShape first = run_shape(std::min(recipe_.batch_size, recipe_.samples) * recipe_.guidance.particles);
     for (size_t k = 0; k < controllers.size(); ++k) {
         try {
             controllers[k].instance->begin(first, services_.get());
@@ -439,7 +449,7 @@ void Generator::set_up(plugins::Registry& registry, const std::vector<fs::path>&
     composer_ = std::make_unique<Composer>(std::move(controllers), model_.family, model_.tokenizer->mask_id(),
                                            model_.tokenizer->vocab_size());
     if (const std::string over = over_memory_limit(std::min(recipe_.batch_size, recipe_.samples)); !over.empty())
-        throw RecipeError({{"/batch_size", over}});
+        throw RecipeError({{recipe_.guidance.particles > 1 ? "/guidance/particles" : "/batch_size", over}});
 }
 
 uint64_t Generator::estimate_peak_bytes(int64_t batch) const {
@@ -473,12 +483,15 @@ uint64_t Generator::estimate_peak_bytes(int64_t batch) const {
 std::string Generator::over_memory_limit(int64_t batch) const {
     const uint64_t physical = physical_memory_bytes();
     const uint64_t limit = recipe_.max_memory_limit > 0 ? recipe_.max_memory_limit : physical;
-    const uint64_t estimate = estimate_peak_bytes(batch);
+    const int64_t particles = recipe_.guidance.particles;  // each sample is that many sequences
+    const uint64_t estimate = estimate_peak_bytes(batch * particles);
     if (limit == 0 || estimate <= limit) return "";
-    return "a batch of " + std::to_string(batch) + " needs about " + memory_text(estimate) + " at its peak (model '" +
-           model_.name + "', " + std::to_string(recipe_.max_length) + " positions of " +
-           std::to_string(model_.tokenizer->vocab_size()) + " tokens), over the limit of " + memory_text(limit) +
-           (recipe_.max_memory_limit > 0 ? "" : " (the machine's memory)") + "; lower batch_size or max_length";
+    return "a batch of " + std::to_string(batch) +
+           (particles > 1 ? " samples of " + std::to_string(particles) + " particles" : std::string()) + " needs about " +
+           memory_text(estimate) + " at its peak (model '" + model_.name + "', " + std::to_string(recipe_.max_length) +
+           " positions of " + std::to_string(model_.tokenizer->vocab_size()) + " tokens), over the limit of " +
+           memory_text(limit) + (recipe_.max_memory_limit > 0 ? "" : " (the machine's memory)") + "; lower batch_size" +
+           (particles > 1 ? ", particles" : "") + " or max_length";
 }
 
 plugins::RunShape Generator::run_shape(int64_t batch) const {
@@ -529,7 +542,7 @@ std::vector<SampleResult> Generator::generate(const ProgressCallback& progress, 
 
     for (int64_t b = 0; b < batches; ++b) {
         const int64_t batch = std::min(per_batch, total - b * per_batch);
-        const plugins::RunShape shape = run_shape(batch);
+        const plugins::RunShape shape = run_shape(batch * recipe_.guidance.particles);
         composer_->begin(shape, services_.get());
 
         if (b > 0) stats_.threads = std::max(stats_.threads, share.refresh());
@@ -601,7 +614,9 @@ at::Tensor Generator::estimate_x0(const at::Tensor& controlled, const at::Tensor
     return interpolated;
 }
 
-at::Tensor Generator::run_continuous(int64_t batch, at::Generator& gen, const StepTick& tick) {
+at::Tensor Generator::run_continuous(int64_t samples, at::Generator& gen, const StepTick& tick) {
+    // Each sample is `particles` sequences, particle j of sample s at row s * particles + j.
+    const int64_t particles = recipe_.guidance.particles, batch = samples * particles;
     const int64_t L = recipe_.max_length, V = model_.tokenizer->vocab_size();
     const at::Tensor E = model_.denoiser->embedding();
     const ContinuousSampler sampler(model_.schedule, continuous_kind(recipe_.sampler.name), recipe_.sampler.steps,
@@ -619,6 +634,9 @@ at::Tensor Generator::run_continuous(int64_t batch, at::Generator& gen, const St
         return e;
     };
     Combined last;
+    // Particles: each one's reward (the controllers' weighted log p(c | x) at its last guidance) and its reward when
+    // last resampled.
+    Particles swarm(samples, particles, recipe_.guidance.resample_scale);
 
     for (int64_t i = 0; i < steps; ++i) {
         const double t = sampler.t(i), t_next = sampler.t_next(i);
@@ -663,9 +681,10 @@ at::Tensor Generator::run_continuous(int64_t batch, at::Generator& gen, const St
             const double sigma = res.sigma > 0 ? res.sigma : std::sqrt(std::max(1.0 - ab, 1e-8));
             at::Tensor accum = at::zeros_like(x);
             for (int64_t k = 0; k < guide.gradient_steps; ++k) {
-                at::Tensor grad = composer_->guide(guide_inputs(in, x, k));
-                if (!grad.defined()) break;
-                grad = grad - (2.0 * guide.fluency_weight / (sigma * sigma)) * (x - res.mean);
+                Composer::Guided guided = composer_->guide(guide_inputs(in, x, k));
+                if (!guided.grad.defined()) break;
+                if (particles > 1) swarm.score(guided, i);
+                at::Tensor grad = guided.grad - (2.0 * guide.fluency_weight / (sigma * sigma)) * (x - res.mean);
                 accum.add_(grad * grad);
                 x = x + guide.step_size * grad / (accum.sqrt() + 1e-10);
             }
@@ -683,14 +702,27 @@ at::Tensor Generator::run_continuous(int64_t batch, at::Generator& gen, const St
             throw fault_at(i, b, position, logits[b * L + position]);
         }
         last = std::move(combined);
-        // The current best guess: the most likely token of the controlled clean-token distribution.
-        tick(i + 1, t_next, [&] { return most_likely(controlled); });
+        if (guide.resample_every > 0 && (i + 1) % guide.resample_every == 0 && i + 1 < steps && swarm.scored()) {
+            const at::Tensor rows = swarm.resample(gen).to(device_);
+            x = x.index_select(0, rows);
+            if (previous_x0.defined()) previous_x0 = previous_x0.index_select(0, rows);
+            last = select_sequences(last, rows, batch, L);
+            ++stats_.resamplings;
+        }
+        // The current best guess: the most likely token of the controlled clean-token distribution (each sample's
+        // leading particle).
+        tick(i + 1, t_next, [&] { return most_likely(controlled).index_select(0, swarm.leaders().to(device_)); });
     }
     // Round to the nearest embedding (Diffusion-LM's decoding), within the last step's hard constraints: the nearest
     // embedding has the largest 2 x.e - |e|^2 (|x|^2 is the same for every token).
     const at::Tensor closeness = at::addmm(E.pow(2).sum(-1).neg(), x.reshape({batch * L, -1}), E.t(), 1.0, 2.0);
     stats_.steps += steps;
-    return most_likely(Composer::controlled(closeness, last, {}, mask_id)).view({batch, L});
+    const at::Tensor tokens = most_likely(Composer::controlled(closeness, last, {}, mask_id)).view({batch, L});
+    if (particles > 1 && !swarm.scored())
+        throw std::runtime_error("no controller was active during guidance, so the " + std::to_string(particles) +
+                                 " particles of a sample have no reward to choose between: give the controllers' "
+                                 "'active' windows guidance steps, or drop 'particles'");
+    return tokens.index_select(0, swarm.leaders().to(device_));
 }
 
 at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const StepTick& tick) {

@@ -82,6 +82,12 @@ void parse_guidance(ObjectReader& g, GuidanceSpec& out) {
     if (auto v = g.number("step_size", 0.0, 1e6)) out.step_size = *v;
     if (auto v = g.number("fluency_weight", 0.0, 1e6)) out.fluency_weight = *v;
     if (auto v = g.number("until_t", 0.0, 1.0)) out.until_t = *v;
+    if (auto v = g.integer("particles", 1, 256)) out.particles = *v;
+    if (auto v = g.integer("resample_every", 0, 100000)) out.resample_every = *v;
+    if (auto v = g.number("resample_scale", 0.0, 1e6)) out.resample_scale = *v;
+    if ((g.has("resample_every") || g.has("resample_scale")) && out.particles == 1)
+        g.issue(g.has("resample_every") ? "resample_every" : "resample_scale",
+                "resampling needs more than one particle per sample; give 'particles'");
     g.reject_unknown_keys();
 }
 

@@ -75,6 +75,7 @@ struct GenerationStats {
     int64_t steps = 0;           // reverse steps taken
     int64_t remasked = 0;        // committed tokens masked again (the analytic sampler's "remask")
     int64_t rows_drawn = 0;      // discrete: positions a token was drawn at, over all steps and sequences
+    int64_t resamplings = 0;     // continuous: steps at which particles were resampled (guidance.particles)
     int64_t denoised_sequences = 0;  // sequences the network evaluated, for the loop and for controllers (cfg): each call's batch size, summed (per sample: / samples)
     int threads = 0;             // the most compute threads the run used (rudder/nn/compute_threads.hpp)
 };
@@ -132,7 +133,7 @@ private:
                 std::vector<RecipeIssue> earlier_issues, const std::function<Model()>& load);
     // Called by the reverse loops after each step with the step count, t, and how to get the current best tokens.
     using StepTick = std::function<void(int64_t, double, const std::function<at::Tensor()>&)>;
-    at::Tensor run_continuous(int64_t batch, at::Generator& gen, const StepTick& tick);
+    at::Tensor run_continuous(int64_t samples, at::Generator& gen, const StepTick& tick);  // [samples, L]
     at::Tensor run_discrete(int64_t batch, at::Generator& gen, const StepTick& tick);
     at::Tensor run_uniform(int64_t batch, at::Generator& gen, const StepTick& tick);  // discrete, uniform noise
     std::string decode(const int64_t* row, int64_t* n_tokens) const;

@@ -1,0 +1,43 @@
+// Particles of a controlled sample (Feynman-Kac steering, Singhal et al. 2025): several sequences per sample,
+// resampled by how much the controls' reward grew, the best one kept.
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+#include "composer.hpp"
+
+namespace rudder {
+
+// The rewards of `samples` x `per_sample` sequences, particle j of sample s at row s * per_sample + j. A reward is the
+// controllers' weighted log p(c | x) as guidance last reported it. Index tensors are int64 on the CPU.
+class Particles {
+public:
+    Particles(int64_t samples, int64_t per_sample, double scale);
+
+    // Takes the rewards of a guidance call at reverse step `step`. Throws std::runtime_error naming a controller that
+    // guided without reporting its log-probability.
+    void score(const Composer::Guided& guided, int64_t step);
+    bool scored() const { return reward_.defined(); }
+
+    // Draws each sample's particles anew from its own, with probabilities proportional to
+    // exp(scale * (reward - reward at the last resampling)) (the potential of the reward's gain): row r continues
+    // the particle at returned[r]. The rewards follow their particles.
+    at::Tensor resample(at::Generator& gen);
+
+    // Each sample's particle with the highest reward (the first before any reward): int64 [samples], rows.
+    at::Tensor leaders() const;
+
+private:
+    int64_t samples_, per_sample_;
+    double scale_;
+    at::Tensor reward_, reward_then_;  // float64 [samples * per_sample], on the CPU
+};
+
+// The combination over `batch` sequences of `seq_len` positions, restricted to whole sequences: `sequences` (int64
+// [B'], indices into the batch) in that order, repeats allowed. Its rows must be every position (or undefined).
+Combined select_sequences(const Combined& c, const at::Tensor& sequences, int64_t batch, int64_t seq_len);
+
+}  // namespace rudder
