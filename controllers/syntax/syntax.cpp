@@ -93,10 +93,17 @@ public:
         rudder::Candidates candidates(step, out, top_k_);
         const int64_t k = std::min(top_k_, candidates.k());
         scores_.resize(static_cast<size_t>(rows.size() * k));
-        if (scoring_ == Scoring::exact)
+        // Each sequence's log p(c | x_t) as it stands, for a host that weighs particles by it: the gradient's pass
+        // gives it; exact scoring runs one more classifier pass per sequence (against rows * k for the candidates).
+        float* log_prob = out.log_prob != nullptr ? static_cast<float*>(out.log_prob->data) : nullptr;
+        if (scoring_ == Scoring::exact) {
             score_exactly(step, rows, candidates, k);
-        else
-            score_by_gradient(step, rows, candidates, k);
+            if (log_prob != nullptr)
+                classifier_->guide(step.tokens->data, run.batch_size, run.seq_len, step.t, target_, nullptr, log_prob);
+        } else {
+            score_by_gradient(step, rows, candidates, k, log_prob);
+        }
+        if (log_prob != nullptr) out.written |= RUDDER_WROTE_LOG_PROB;
         // Only differences within a row matter: shifted so that the lowest scored candidate gets 0, which every
         // other token gets too (never favoured over a candidate). The gradient's scores are relative to the current
         // token, which scores 0 and counts as one of them.
@@ -133,11 +140,12 @@ private:
     // "gradient" (Taylor): the first-order change g[v] - g[current] from one gradient of log p(c | x_t) with respect
     // to the one-hot tokens. One classifier pass (and its backward) per step, but the linear estimate is poor far
     // from the current input: without the cut it favours rare tokens whose embeddings align with the gradient.
-    void score_by_gradient(const rudder_step& step, const rudder::Rows& rows, const rudder::Candidates& candidates, int64_t k) {
+    void score_by_gradient(const rudder_step& step, const rudder::Rows& rows, const rudder::Candidates& candidates, int64_t k,
+                           float* log_prob) {
         const rudder_run_info& run = run_.info();
         const int64_t B = run.batch_size, L = run.seq_len, V = run.vocab_size;
         grad_.resize(static_cast<size_t>(B * L * V));
-        classifier_->guide(step.tokens->data, B, L, step.t, target_, grad_.data(), nullptr);
+        classifier_->guide(step.tokens->data, B, L, step.t, target_, grad_.data(), log_prob);
         const auto* tokens = static_cast<const int64_t*>(step.tokens->data);
         for (int64_t r = 0; r < rows.size(); ++r) {
             const int64_t position = rows.flat(r);

@@ -672,8 +672,11 @@ TEST(Particles, NeedAContinuousModelGuidanceAndAReportedLogProbability) {
             return e.issues().empty() ? "" : e.issues()[0].pointer + ": " + e.issues()[0].message;
         }
     };
-    EXPECT_NE(issue_at(recipe_text("discrete", "", 4, 1, R"(, "guidance": {"particles": 4})"))
-                  .find("/guidance/particles: particles are resampled by the reward of gradient guidance"),
+    EXPECT_NE(issue_at(recipe_text("uniform", kNearThe, 4, 1, R"(, "guidance": {"particles": 4})"))
+                  .find("/guidance/particles: model 'rudder-test-corpus-"),
+              std::string::npos);
+    EXPECT_NE(issue_at(recipe_text("discrete", kNearThe, 4, 1, R"(, "guidance": {"particles": 4, "resample_every": 5})"))
+                  .find("/guidance/resample_every: discrete particles are only chosen between at the end"),
               std::string::npos);
     EXPECT_NE(issue_at(recipe_text("continuous", kNearThe, 4, 1, R"(, "guidance": {"particles": 4, "gradient_steps": 0})"))
                   .find("/guidance/particles: particles are weighed by the controllers' log p(c | x)"),
@@ -681,17 +684,42 @@ TEST(Particles, NeedAContinuousModelGuidanceAndAReportedLogProbability) {
     EXPECT_NE(issue_at(recipe_text("continuous", kNearThe, 4, 1, R"(, "guidance": {"resample_every": 5})"))
                   .find("/guidance/resample_every: resampling needs more than one particle"),
               std::string::npos);
-    // A controller that guides without saying how likely the control is gives the particles nothing to be weighed by.
-    Generator g(rudder::parse_recipe(recipe_text("continuous", R"({"plugin": "near_word", "params": {"word": "The",
-                                                 "report": false}})", 4, 1, R"(, "guidance": {"particles": 4})"), "."),
-                with_near_word());
-    try {
-        g.generate();
-        ADD_FAILURE() << "particles ran without a reward";
-    } catch (const std::runtime_error& e) {
-        EXPECT_NE(std::string(e.what()).find("controller 'near_word' guides without reporting log p(c | x)"),
-                  std::string::npos) << e.what();
+    // A controller that steers without saying how likely the control is gives the particles nothing to be weighed by.
+    for (const std::string family : {"continuous", "discrete"}) {
+        Generator g(rudder::parse_recipe(recipe_text(family, R"({"plugin": "near_word", "params": {"word": "The",
+                                                     "report": false}})", 4, 1, R"(, "guidance": {"particles": 4})"), "."),
+                    with_near_word());
+        try {
+            g.generate();
+            ADD_FAILURE() << family << ": particles ran without a reward";
+        } catch (const std::runtime_error& e) {
+            EXPECT_NE(std::string(e.what()).find("controller 'near_word' steers without reporting log p(c | x)"),
+                      std::string::npos) << e.what();
+        }
     }
+}
+
+// Discrete particles: the sample is the particle whose reward was highest at the last step a controller scored
+// (near_word's: whether position 0 holds "The"), as in the continuous family, and it is still a corpus sentence.
+TEST(Particles, DiscreteSamplesAreTheParticleTheControlsRewardMost) {
+    auto run = [](const std::string& guidance, rudder::GenerationStats* stats) {
+        Generator g(rudder::parse_recipe(recipe_text("discrete", kNearThe, 16, 1, R"(, "guidance": )" + guidance), "."),
+                    with_near_word());
+        auto samples = g.generate();
+        *stats = g.stats();
+        return samples;
+    };
+    rudder::GenerationStats one_stats, eight_stats;
+    const Tally one = tally(run("{}", &one_stats));
+    const Tally eight = tally(run(R"({"particles": 8})", &eight_stats));
+    // Rewards are read before the step's draws, so a word drawn at the last scored step is not yet counted: a little
+    // under the continuous family's share. Positions unmasked in one step are drawn independently, so a few samples
+    // of the analytic sampler mix two sentences, with or without particles (UnguidedSamplesAreCorpusSentences).
+    EXPECT_LE(one.satisfied, 0.5);
+    EXPECT_GE(eight.satisfied, 0.85);
+    EXPECT_GE(one.in_corpus, 0.8);
+    EXPECT_GE(eight.in_corpus, 0.8);
+    EXPECT_GT(eight_stats.denoised_sequences, 4 * one_stats.denoised_sequences);  // the cache skips fewer steps
 }
 
 }  // namespace

@@ -317,6 +317,12 @@ Combined Composer::predict(const plugins::StepInputs& in) {
         if (wrote_delta) {
             may_overflow = may_overflow || sums || c.weight != 1.0;
             delta_owners.push_back(k);
+            // The steering controllers' weighted log p(c | x): the reward particles are chosen by.
+            if (!o.log_prob.defined()) {
+                if (out.silent.empty()) out.silent = c.instance->label();
+            } else if (out.silent.empty()) {
+                add(out.log_prob, o.log_prob.to(at::kFloat).mul(c.weight));
+            }
         }
         if (o.fixed_tokens.defined()) merge_fixed(out, o.fixed_tokens, k, owners);
         if (o.forbidden.defined()) {
@@ -424,6 +430,7 @@ Combined Composer::predict(const plugins::StepInputs& in) {
                                      std::to_string(position / L) + ")");
         }
     }
+    if (!out.silent.empty()) out.log_prob = at::Tensor();
     return out;
 }
 

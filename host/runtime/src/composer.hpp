@@ -47,6 +47,10 @@ struct Combined {
     at::Tensor forbidden;        // bool [N, V]; or, when every forbidder wrote bits, undefined and:
     at::Tensor forbidden_bits;   // int32 [N, ceil(V / 32)]: token v forbidden = bit v % 32 of word v / 32
     at::Tensor fixed;            // int64 [B, L]: token id, or -1 where free (every position, not only the rows)
+    // float32 [B]: the sum of weight_i * log p_i(c | x) over the controllers that steered (wrote a delta or a
+    // gradient); undefined unless each of them reported it (`silent` then names one that did not).
+    at::Tensor log_prob;
+    std::string silent;
 
     // The forbidden tokens as bool [N, V] whichever form they are in; undefined if none.
     at::Tensor forbidden_mask(int64_t vocab_size) const;

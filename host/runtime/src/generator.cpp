@@ -124,6 +124,13 @@ Evidence evidence_of(const Combined& c, int64_t batch, int64_t len, int64_t voca
     return Evidence{c.fixed, whole ? forbidden.view({batch, len, -1}) : at::Tensor(), at::Tensor()};
 }
 
+// A combination with nothing in it over these rows.
+Combined rows_only(const at::Tensor& rows) {
+    Combined c;
+    c.rows = rows;
+    return c;
+}
+
 // The most likely token of each row: max(-1)'s index, which ATen 1.13 computes ~4x faster than argmax(-1).
 at::Tensor most_likely(const at::Tensor& scores) { return std::get<1>(scores.max(-1)); }
 
@@ -379,13 +386,15 @@ void Generator::set_up(plugins::Registry& registry, const std::vector<fs::path>&
             issues.push_back({"/sampler/noise_scale", "'noise_scale' applies to continuous models; model '" +
                                                           model_.name + "' is " + family_name(model_.family)});
         if (recipe_.guidance.particles > 1 && !reported("/guidance/particles")) {
-            if (!continuous)
-                issues.push_back({"/guidance/particles", "particles are resampled by the reward of gradient guidance, which "
-                                                         "continuous models have; model '" + model_.name + "' is " +
-                                                         family_name(model_.family)});
-            else if (recipe_.guidance.gradient_steps == 0)
+            if (continuous && recipe_.guidance.gradient_steps == 0)
                 issues.push_back({"/guidance/particles", "particles are weighed by the controllers' log p(c | x), which "
                                                          "they report during gradient guidance; gradient_steps is 0"});
+            if (!continuous && model_.denoiser->uniform_noise())
+                issues.push_back({"/guidance/particles", "model '" + model_.name + "' diffuses with uniform noise; "
+                                                         "particles are for continuous and absorbing models"});
+            if (!continuous && recipe_.guidance.resample_every > 0 && !reported("/guidance/resample_every"))
+                issues.push_back({"/guidance/resample_every", "discrete particles are only chosen between at the end: "
+                                                              "resampling them is for continuous models"});
         }
         if (continuous && recipe_.sampler.steps > model_.schedule.T())
             issues.push_back({"/sampler/steps", "model '" + model_.name + "' was trained with " +
@@ -683,7 +692,7 @@ at::Tensor Generator::run_continuous(int64_t samples, at::Generator& gen, const 
             for (int64_t k = 0; k < guide.gradient_steps; ++k) {
                 Composer::Guided guided = composer_->guide(guide_inputs(in, x, k));
                 if (!guided.grad.defined()) break;
-                if (particles > 1) swarm.score(guided, i);
+                if (particles > 1) swarm.score(guided.log_prob, guided.silent, i);
                 at::Tensor grad = guided.grad - (2.0 * guide.fluency_weight / (sigma * sigma)) * (x - res.mean);
                 accum.add_(grad * grad);
                 x = x + guide.step_size * grad / (accum.sqrt() + 1e-10);
@@ -717,16 +726,15 @@ at::Tensor Generator::run_continuous(int64_t samples, at::Generator& gen, const 
     // embedding has the largest 2 x.e - |e|^2 (|x|^2 is the same for every token).
     const at::Tensor closeness = at::addmm(E.pow(2).sum(-1).neg(), x.reshape({batch * L, -1}), E.t(), 1.0, 2.0);
     stats_.steps += steps;
-    const at::Tensor tokens = most_likely(Composer::controlled(closeness, last, {}, mask_id)).view({batch, L});
-    if (particles > 1 && !swarm.scored())
-        throw std::runtime_error("no controller was active during guidance, so the " + std::to_string(particles) +
-                                 " particles of a sample have no reward to choose between: give the controllers' "
-                                 "'active' windows guidance steps, or drop 'particles'");
-    return tokens.index_select(0, swarm.leaders().to(device_));
+    return swarm.chosen(most_likely(Composer::controlled(closeness, last, {}, mask_id)).view({batch, L}));
 }
 
-at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const StepTick& tick) {
-    if (model_.denoiser->uniform_noise()) return run_uniform(batch, gen, tick);
+at::Tensor Generator::run_discrete(int64_t samples, at::Generator& gen, const StepTick& tick) {
+    if (model_.denoiser->uniform_noise()) return run_uniform(samples, gen, tick);
+    // Each sample is `particles` sequences, particle j of sample s at row s * particles + j; the one whose reward (the
+    // steering controllers' weighted log p(c | x) at the last step they scored) is highest is the sample.
+    const int64_t particles = recipe_.guidance.particles, batch = samples * particles;
+    Particles swarm(samples, particles, recipe_.guidance.resample_scale);
     const int64_t L = recipe_.max_length, V = model_.tokenizer->vocab_size(), mask_id = model_.tokenizer->mask_id();
     const DiscreteSampler sampler(model_.mask_schedule, discrete_kind(recipe_.sampler.name), recipe_.sampler.steps,
                                   recipe_.sampler.block_length, confidence_order(recipe_.sampler.order),
@@ -788,7 +796,7 @@ at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const Step
         };
         if (!unmask.any().item<bool>()) {
             apply_remask();
-            tick(i + 1, t_next, best_guess);
+            tick(i + 1, t_next, [&] { return best_guess().index_select(0, swarm.leaders().to(device_)); });
             continue;
         }
         // MDLM's cache: the network's output depends only on the tokens, so reuse it while none changed.
@@ -800,7 +808,9 @@ at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const Step
         at::Tensor row_logits = every_row ? logits : logits.index_select(0, in.rows);
         const Composer::Reads reads = composer_->reads(t);
         fill_reads(in, reads, logits, row_logits, logp, batch, L, recipe_.candidates);
-        const Combined combined = reads.any ? composer_->predict(in) : Combined{in.rows, {}, {}, {}, {}, {}, {}};
+        const Combined combined = reads.any ? composer_->predict(in) : rows_only(in.rows);
+        if (particles > 1 && (combined.log_prob.defined() || !combined.silent.empty()))
+            swarm.score(combined.log_prob, combined.silent, i);
 
         // Fixed tokens are committed at once, and the denoiser sees them (and, if it can use them, the other
         // constraints) before this step samples. A position fixed now is not drawn.
@@ -855,10 +865,10 @@ at::Tensor Generator::run_discrete(int64_t batch, at::Generator& gen, const Step
             stale = true;
         }
         apply_remask();
-        tick(i + 1, t_next, best_guess);
+        tick(i + 1, t_next, [&] { return best_guess().index_select(0, swarm.leaders().to(device_)); });
     }
     stats_.steps += sampler.steps();
-    return tokens;
+    return swarm.chosen(tokens);
 }
 
 // Uniform noise: every position holds a token and is drawn anew at every step, so the network runs at every step and
@@ -896,7 +906,7 @@ at::Tensor Generator::run_uniform(int64_t batch, at::Generator& gen, const StepT
         in.rows = all_rows;
         const Composer::Reads reads = composer_->reads(t);
         fill_reads(in, reads, logits, logits, logp, batch, L, recipe_.candidates);
-        const Combined combined = reads.any ? composer_->predict(in) : Combined{in.rows, {}, {}, {}, {}, {}, {}};
+        const Combined combined = reads.any ? composer_->predict(in) : rows_only(in.rows);
         if (combined.fixed.defined()) {
             const at::Tensor is_fixed = combined.fixed.ge(0);
             if (is_fixed.logical_and(tokens.ne(combined.fixed)).any().item<bool>()) {

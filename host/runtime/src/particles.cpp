@@ -10,12 +10,12 @@ namespace rudder {
 Particles::Particles(int64_t samples, int64_t per_sample, double scale)
     : samples_(samples), per_sample_(per_sample), scale_(scale) {}
 
-void Particles::score(const Composer::Guided& guided, int64_t step) {
-    if (!guided.log_prob.defined())
-        throw std::runtime_error("controller '" + guided.silent + "' guides without reporting log p(c | x) (the ABI's "
-                                 "log_prob output) at step " + std::to_string(step + 1) + ", and particles are weighed "
-                                 "by it; drop 'particles' or use controllers that report it");
-    reward_ = guided.log_prob.to(at::kCPU, at::kDouble).reshape({samples_ * per_sample_});
+void Particles::score(const at::Tensor& log_prob, const std::string& silent, int64_t step) {
+    if (!silent.empty())
+        throw std::runtime_error("controller '" + silent + "' steers without reporting log p(c | x) (the ABI's log_prob "
+                                 "output) at step " + std::to_string(step + 1) + ", and particles are weighed by it; "
+                                 "drop 'particles' or use controllers that report it");
+    reward_ = log_prob.to(at::kCPU, at::kDouble).reshape({samples_ * per_sample_});
     if (!reward_then_.defined()) reward_then_ = at::zeros_like(reward_);
 }
 
@@ -32,6 +32,14 @@ at::Tensor Particles::leaders() const {
     const at::Tensor first = at::arange(samples_, at::kLong).mul(per_sample_);
     if (!reward_.defined()) return first;
     return std::get<1>(reward_.view({samples_, per_sample_}).max(1)).add(first);
+}
+
+at::Tensor Particles::chosen(const at::Tensor& sequences) const {
+    if (per_sample_ > 1 && !scored())
+        throw std::runtime_error("no controller steered, so the " + std::to_string(per_sample_) + " particles of a sample "
+                                 "have no reward to choose between: give the controllers' 'active' windows steps to "
+                                 "steer in, or drop 'particles'");
+    return sequences.index_select(0, leaders().to(sequences.device()));
 }
 
 Combined select_sequences(const Combined& c, const at::Tensor& sequences, int64_t batch, int64_t seq_len) {

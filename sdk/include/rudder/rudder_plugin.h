@@ -281,7 +281,9 @@ typedef struct rudder_contribution {
                                discrete PREDICT: [B, L, V] ([N, V] with RUDDER_CAP_ROWS) =
                                d log p(c) / d onehot(tokens); the host turns it into a logit delta by
                                first-order Taylor: g[v] - g[current token] */
-    DLTensor* log_prob;     /* float32 [B], zero-filled: log p(c | x) if the controller knows it (reported) */
+    DLTensor* log_prob;     /* float32 [B], zero-filled: log p(c | x) if the controller knows it. GUIDE: a recipe's
+                               guidance.particles weighs and picks sequences by it (then the host may copy rows of
+                               the batch between steps: keep no per-row state across steps) */
     DLTensor* fixed_tokens; /* int64 [B, L], filled with -1: a token id here fixes that position */
     DLTensor* forbidden;    /* uint8 [B, L, V], zero-filled: 1 forbids that token at that position.
                                [N, V] with RUDDER_CAP_ROWS; NULL with RUDDER_CAP_PACKED_MASK (see token_bits) */

@@ -134,7 +134,7 @@ private:
     // Called by the reverse loops after each step with the step count, t, and how to get the current best tokens.
     using StepTick = std::function<void(int64_t, double, const std::function<at::Tensor()>&)>;
     at::Tensor run_continuous(int64_t samples, at::Generator& gen, const StepTick& tick);  // [samples, L]
-    at::Tensor run_discrete(int64_t batch, at::Generator& gen, const StepTick& tick);
+    at::Tensor run_discrete(int64_t samples, at::Generator& gen, const StepTick& tick);  // [samples, L]
     at::Tensor run_uniform(int64_t batch, at::Generator& gen, const StepTick& tick);  // discrete, uniform noise
     std::string decode(const int64_t* row, int64_t* n_tokens) const;
     uint64_t estimate_peak_bytes(int64_t batch) const;
