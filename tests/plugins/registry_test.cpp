@@ -74,7 +74,7 @@ TEST(Registry, ListsTheGoodFixturesAndTheReasonsForTheRest) {
     Registry registry({fixture_dir()});
     EXPECT_EQ(ids_of(registry.controllers()),
               (std::set<std::string>{"abi11", "bad_header", "candidate_bonus", "error_status", "faulty", "forms_probe", "forms_probe_ignores_x0",
-                                     "good", "hard", "helper_forms", "nan", "newer_minor", "noop", "pair_a", "pair_b",
+                                     "good", "hard", "helper_forms", "nan", "near_word", "newer_minor", "noop", "pair_a", "pair_b",
                                      "probe", "rows_mask", "slow", "throws"}));
 
     const auto reasons = reasons_by_file(registry.rejections());
@@ -306,7 +306,7 @@ TEST(Registry, ConcurrentUseScansOnceAndAgrees) {
         });
     for (auto& thread : threads) thread.join();
     EXPECT_EQ(found, (std::vector<std::string>{"good", "hard", "good", "hard"}));
-    EXPECT_EQ(registry.controllers().size(), 19u);
+    EXPECT_EQ(registry.controllers().size(), 20u);
 }
 
 }  // namespace
