@@ -627,20 +627,23 @@ rudder::plugins::Registry& with_near_word() {
 }
 const std::string kNearThe = R"({"plugin": "near_word", "params": {"word": "The"}})";
 
+// 16 samples rewarded for beginning with "The", with these guidance settings; the run's counts into *stats.
+std::vector<SampleResult> near_the(const std::string& family, const std::string& guidance, rudder::GenerationStats* stats) {
+    Generator g(rudder::parse_recipe(recipe_text(family, kNearThe, 16, 1, R"(, "guidance": )" + guidance), "."),
+                with_near_word());
+    auto samples = g.generate();
+    *stats = g.stats();
+    return samples;
+}
+
 TEST(Particles, TheSampleIsTheParticleTheControlsRewardMost) {
-    auto run = [](const std::string& guidance, rudder::GenerationStats* stats) {
-        Generator g(rudder::parse_recipe(recipe_text("continuous", kNearThe, 16, 1, R"(, "guidance": )" + guidance), "."),
-                    with_near_word());
-        auto samples = g.generate();
-        *stats = g.stats();
-        return samples;
-    };
     rudder::GenerationStats one_stats, eight_stats, resampled_stats;
-    const Tally one = tally(run(R"({"step_size": 0})", &one_stats));
-    const Tally eight = tally(run(R"({"step_size": 0, "particles": 8})", &eight_stats));
-    const Tally resampled = tally(run(R"({"step_size": 0, "particles": 8, "resample_every": 20})", &resampled_stats));
+    const Tally one = tally(near_the("continuous", R"({"step_size": 0})", &one_stats));
+    const Tally eight = tally(near_the("continuous", R"({"step_size": 0, "particles": 8})", &eight_stats));
+    const Tally resampled =
+        tally(near_the("continuous", R"({"step_size": 0, "particles": 8, "resample_every": 20})", &resampled_stats));
     rudder::GenerationStats late_stats;
-    const Tally late = tally(run(R"({"step_size": 0, "particles": 8, "resample_every": 199})", &late_stats));
+    const Tally late = tally(near_the("continuous", R"({"step_size": 0, "particles": 8, "resample_every": 199})", &late_stats));
     // 7 of the 24 sentences begin with "The": one sequence per sample finds it at about that rate, the best of eight
     // almost always (1 - (17/24)^8 = 94%).
     EXPECT_LE(one.satisfied, 0.5);
@@ -702,16 +705,9 @@ TEST(Particles, NeedAContinuousModelGuidanceAndAReportedLogProbability) {
 // Discrete particles: the sample is the particle whose reward was highest at the last step a controller scored
 // (near_word's: whether position 0 holds "The"), as in the continuous family, and it is still a corpus sentence.
 TEST(Particles, DiscreteSamplesAreTheParticleTheControlsRewardMost) {
-    auto run = [](const std::string& guidance, rudder::GenerationStats* stats) {
-        Generator g(rudder::parse_recipe(recipe_text("discrete", kNearThe, 16, 1, R"(, "guidance": )" + guidance), "."),
-                    with_near_word());
-        auto samples = g.generate();
-        *stats = g.stats();
-        return samples;
-    };
     rudder::GenerationStats one_stats, eight_stats;
-    const Tally one = tally(run("{}", &one_stats));
-    const Tally eight = tally(run(R"({"particles": 8})", &eight_stats));
+    const Tally one = tally(near_the("discrete", "{}", &one_stats));
+    const Tally eight = tally(near_the("discrete", R"({"particles": 8})", &eight_stats));
     // Rewards are read before the step's draws, so a word drawn at the last scored step is not yet counted: a little
     // under the continuous family's share. Positions unmasked in one step are drawn independently, so a few samples
     // of the analytic sampler mix two sentences, with or without particles (UnguidedSamplesAreCorpusSentences).
