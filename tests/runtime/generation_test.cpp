@@ -684,6 +684,11 @@ TEST(Particles, NeedAContinuousModelGuidanceAndAReportedLogProbability) {
     EXPECT_NE(issue_at(recipe_text("continuous", kNearThe, 4, 1, R"(, "guidance": {"particles": 4, "gradient_steps": 0})"))
                   .find("/guidance/particles: particles are weighed by the controllers' log p(c | x)"),
               std::string::npos);
+    EXPECT_NE(issue_at(recipe_text("discrete", R"({"plugin": "length", "params": {"tokens": 6}})", 4, 1,
+                                   R"(, "guidance": {"particles": 4})"))
+                  .find("/guidance/particles: particles are chosen by the controllers' log p(c | x), which only "
+                        "controllers with the GRADIENT capability report; the recipe has none"),
+              std::string::npos);
     EXPECT_NE(issue_at(recipe_text("continuous", kNearThe, 4, 1, R"(, "guidance": {"resample_every": 5})"))
                   .find("/guidance/resample_every: resampling needs more than one particle"),
               std::string::npos);

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <stdexcept>
@@ -439,6 +440,11 @@ void Generator::set_up(plugins::Registry& registry, const std::vector<fs::path>&
             issues.push_back({spec.pointer + "/plugin", e.what()});
         }
     }
+    if (recipe_.guidance.particles > 1 && !reported("/guidance/particles") &&
+        std::none_of(controllers.begin(), controllers.end(),
+                     [](const ComposedController& c) { return c.instance->has(RUDDER_CAP_GRADIENT); }))
+        issues.push_back({"/guidance/particles", "particles are chosen by the controllers' log p(c | x), which only "
+                                                 "controllers with the GRADIENT capability report; the recipe has none"});
     if (!issues.empty()) throw RecipeError(std::move(issues));
     // Each controller sees the run's shape now, as the first batch will give it: params that cannot work with
     // this model or length (a span longer than max_length, say) are the recipe's problem, found by `validate`
