@@ -10,7 +10,12 @@
 
 namespace {
 
-at::Tensor rewards(const std::vector<float>& values) { return at::tensor(values); }
+rudder::Reward rewards(const at::Tensor& values) {
+    rudder::Reward r;
+    r.log_prob = values;
+    return r;
+}
+rudder::Reward rewards(const std::vector<float>& values) { return rewards(at::tensor(values)); }
 
 TEST(Particles, ResamplingDrawsEachParticleInProportionToTheExponentOfItsRewardGain) {
     const int64_t samples = 3000;
@@ -19,7 +24,7 @@ TEST(Particles, ResamplingDrawsEachParticleInProportionToTheExponentOfItsRewardG
     EXPECT_TRUE(swarm.leaders().equal(at::arange(samples, at::kLong).mul(2)));  // before any reward: the first
     std::vector<float> r;
     for (int64_t s = 0; s < samples; ++s) r.insert(r.end(), {0.0f, static_cast<float>(std::log(3.0))});
-    swarm.score(rewards(r), "", 0);
+    swarm.score(rewards(r), 0);
     EXPECT_TRUE(swarm.leaders().equal(at::arange(samples, at::kLong).mul(2).add(1)));
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(7);
     const at::Tensor rows = swarm.resample(gen);
@@ -34,14 +39,14 @@ TEST(Particles, ResamplingDrawsEachParticleInProportionToTheExponentOfItsRewardG
     const at::Tensor carried = rows.remainder(2).to(at::kFloat).mul(std::log(3.0));
     const at::Tensor gain = at::arange(samples * 2, at::kLong).remainder(2).eq(0).to(at::kFloat).mul(std::log(3.0));
     const at::Tensor next = carried.add(gain);
-    swarm.score(next, "", 1);
+    swarm.score(rewards(next), 1);
     const double first = 1.0 - swarm.resample(gen).remainder(2).to(at::kDouble).mean().item<double>();
     EXPECT_NEAR(first, 0.75, 0.02);
 }
 
 TEST(Particles, AllTheSameRewardGainDrawsUniformly) {
     rudder::Particles swarm(2000, 4, 5.0);
-    swarm.score(rewards(std::vector<float>(8000, -3.0f)), "", 0);
+    swarm.score(rewards(std::vector<float>(8000, -3.0f)), 0);
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(3);
     const at::Tensor counts = at::bincount(swarm.resample(gen).remainder(4));
     for (int64_t j = 0; j < 4; ++j) EXPECT_NEAR(counts[j].item<int64_t>() / 8000.0, 0.25, 0.02);

@@ -317,12 +317,7 @@ Combined Composer::predict(const plugins::StepInputs& in) {
         if (wrote_delta) {
             may_overflow = may_overflow || sums || c.weight != 1.0;
             delta_owners.push_back(k);
-            // The steering controllers' weighted log p(c | x): the reward particles are chosen by.
-            if (!o.log_prob.defined()) {
-                if (out.silent.empty()) out.silent = c.instance->label();
-            } else if (out.silent.empty()) {
-                add(out.log_prob, o.log_prob.to(at::kFloat).mul(c.weight));
-            }
+            out.reward.add(o.log_prob, c.weight, c.instance->label());
         }
         if (o.fixed_tokens.defined()) merge_fixed(out, o.fixed_tokens, k, owners);
         if (o.forbidden.defined()) {
@@ -430,8 +425,18 @@ Combined Composer::predict(const plugins::StepInputs& in) {
                                      std::to_string(position / L) + ")");
         }
     }
-    if (!out.silent.empty()) out.log_prob = at::Tensor();
     return out;
+}
+
+void Reward::add(const at::Tensor& lp, double weight, const std::string& controller) {
+    if (!silent.empty()) return;
+    if (!lp.defined()) {
+        silent = controller;
+        log_prob = at::Tensor();
+        return;
+    }
+    const at::Tensor weighted = lp.to(at::kFloat).mul(weight);
+    log_prob = log_prob.defined() ? log_prob.add_(weighted) : weighted;
 }
 
 Composer::Guided Composer::guide(const plugins::StepInputs& in) {
@@ -444,14 +449,8 @@ Composer::Guided Composer::guide(const plugins::StepInputs& in) {
         if (!o.grad.defined()) continue;
         const at::Tensor scaled = o.grad.mul(c.weight);
         total.grad = total.grad.defined() ? total.grad.add_(scaled) : scaled;
-        if (!o.log_prob.defined()) {
-            if (total.silent.empty()) total.silent = c.instance->label();
-        } else if (total.silent.empty()) {
-            const at::Tensor lp = o.log_prob.mul(c.weight);
-            total.log_prob = total.log_prob.defined() ? total.log_prob.add_(lp) : lp;
-        }
+        total.reward.add(o.log_prob, c.weight, c.instance->label());
     }
-    if (!total.silent.empty()) total.log_prob = at::Tensor();
     return total;
 }
 

@@ -37,6 +37,18 @@ struct ComposedController {
     std::string failure;               // why it was dropped from the run ("" while it takes part)
 };
 
+// The steering controllers' weighted log p(c | x), the reward particles are chosen by (guidance.particles): summed
+// over the controllers that steered at a step while each reports it; `silent` names the first that did not, and then
+// there is no sum.
+struct Reward {
+    at::Tensor log_prob;  // float32 [B]: sum of weight_i * log p_i(c | x); undefined if no one steered, or `silent`
+    std::string silent;
+
+    // Adds one steering controller's report (`log_prob` undefined: it gave none).
+    void add(const at::Tensor& log_prob, double weight, const std::string& controller);
+    bool any() const { return log_prob.defined() || !silent.empty(); }
+};
+
 // The combined PREDICT-phase contribution, over the step's rows (the positions it samples; plugins::StepInputs::rows).
 // Undefined tensors mean "nobody contributed".
 struct Combined {
@@ -47,10 +59,7 @@ struct Combined {
     at::Tensor forbidden;        // bool [N, V]; or, when every forbidder wrote bits, undefined and:
     at::Tensor forbidden_bits;   // int32 [N, ceil(V / 32)]: token v forbidden = bit v % 32 of word v / 32
     at::Tensor fixed;            // int64 [B, L]: token id, or -1 where free (every position, not only the rows)
-    // float32 [B]: the sum of weight_i * log p_i(c | x) over the controllers that steered (wrote a delta or a
-    // gradient); undefined unless each of them reported it (`silent` then names one that did not).
-    at::Tensor log_prob;
-    std::string silent;
+    Reward reward;               // over the controllers that wrote a delta or a gradient
 
     // The forbidden tokens as bool [N, V] whichever form they are in; undefined if none.
     at::Tensor forbidden_mask(int64_t vocab_size) const;
@@ -82,11 +91,10 @@ public:
     // Whether any GRADIENT controller is active at t (continuous family's guidance loop).
     bool wants_guidance(double t) const;
     // GUIDE phase over the GRADIENT controllers active at in.t: `grad` is the sum of weight_i * d log p_i(c | x) / dx
-    // (undefined if none is active); `log_prob` [B] the sum of weight_i * log p_i(c | x), undefined unless every
-    // controller that gave a gradient also reported its log-probability (`silent` then names one that did not).
+    // (undefined if none is active), `reward` that of the controllers that gave a gradient.
     struct Guided {
-        at::Tensor grad, log_prob;
-        std::string silent;
+        at::Tensor grad;
+        Reward reward;
     };
     Guided guide(const plugins::StepInputs& in);
 

@@ -698,7 +698,7 @@ at::Tensor Generator::run_continuous(int64_t samples, at::Generator& gen, const 
             for (int64_t k = 0; k < guide.gradient_steps; ++k) {
                 Composer::Guided guided = composer_->guide(guide_inputs(in, x, k));
                 if (!guided.grad.defined()) break;
-                if (particles > 1) swarm.score(guided.log_prob, guided.silent, i);
+                if (particles > 1) swarm.score(guided.reward, i);
                 at::Tensor grad = guided.grad - (2.0 * guide.fluency_weight / (sigma * sigma)) * (x - res.mean);
                 accum.add_(grad * grad);
                 x = x + guide.step_size * grad / (accum.sqrt() + 1e-10);
@@ -726,7 +726,7 @@ at::Tensor Generator::run_continuous(int64_t samples, at::Generator& gen, const 
         }
         // The current best guess: the most likely token of the controlled clean-token distribution (each sample's
         // leading particle).
-        tick(i + 1, t_next, [&] { return most_likely(controlled).index_select(0, swarm.leaders().to(device_)); });
+        tick(i + 1, t_next, [&] { return swarm.leading(most_likely(controlled)); });
     }
     // Round to the nearest embedding (Diffusion-LM's decoding), within the last step's hard constraints: the nearest
     // embedding has the largest 2 x.e - |e|^2 (|x|^2 is the same for every token).
@@ -802,7 +802,7 @@ at::Tensor Generator::run_discrete(int64_t samples, at::Generator& gen, const St
         };
         if (!unmask.any().item<bool>()) {
             apply_remask();
-            tick(i + 1, t_next, [&] { return best_guess().index_select(0, swarm.leaders().to(device_)); });
+            tick(i + 1, t_next, [&] { return swarm.leading(best_guess()); });
             continue;
         }
         // MDLM's cache: the network's output depends only on the tokens, so reuse it while none changed.
@@ -815,8 +815,7 @@ at::Tensor Generator::run_discrete(int64_t samples, at::Generator& gen, const St
         const Composer::Reads reads = composer_->reads(t);
         fill_reads(in, reads, logits, row_logits, logp, batch, L, recipe_.candidates);
         const Combined combined = reads.any ? composer_->predict(in) : rows_only(in.rows);
-        if (particles > 1 && (combined.log_prob.defined() || !combined.silent.empty()))
-            swarm.score(combined.log_prob, combined.silent, i);
+        if (particles > 1 && combined.reward.any()) swarm.score(combined.reward, i);
 
         // Fixed tokens are committed at once, and the denoiser sees them (and, if it can use them, the other
         // constraints) before this step samples. A position fixed now is not drawn.
@@ -871,7 +870,7 @@ at::Tensor Generator::run_discrete(int64_t samples, at::Generator& gen, const St
             stale = true;
         }
         apply_remask();
-        tick(i + 1, t_next, [&] { return best_guess().index_select(0, swarm.leaders().to(device_)); });
+        tick(i + 1, t_next, [&] { return swarm.leading(best_guess()); });
     }
     stats_.steps += sampler.steps();
     return swarm.chosen(tokens);

@@ -10,12 +10,12 @@ namespace rudder {
 Particles::Particles(int64_t samples, int64_t per_sample, double scale)
     : samples_(samples), per_sample_(per_sample), scale_(scale) {}
 
-void Particles::score(const at::Tensor& log_prob, const std::string& silent, int64_t step) {
-    if (!silent.empty())
-        throw std::runtime_error("controller '" + silent + "' steers without reporting log p(c | x) (the ABI's log_prob "
+void Particles::score(const Reward& reward, int64_t step) {
+    if (!reward.silent.empty())
+        throw std::runtime_error("controller '" + reward.silent + "' steers without reporting log p(c | x) (the ABI's log_prob "
                                  "output) at step " + std::to_string(step + 1) + ", and particles are weighed by it; "
                                  "drop 'particles' or use controllers that report it");
-    reward_ = log_prob.to(at::kCPU, at::kDouble).reshape({samples_ * per_sample_});
+    reward_ = reward.log_prob.to(at::kCPU, at::kDouble).reshape({samples_ * per_sample_});
     if (!reward_then_.defined()) reward_then_ = at::zeros_like(reward_);
 }
 
@@ -39,7 +39,11 @@ at::Tensor Particles::chosen(const at::Tensor& sequences) const {
         throw std::runtime_error("no controller steered, so the " + std::to_string(per_sample_) + " particles of a sample "
                                  "have no reward to choose between: give the controllers' 'active' windows steps to "
                                  "steer in, or drop 'particles'");
-    return sequences.index_select(0, leaders().to(sequences.device()));
+    return leading(sequences);
+}
+
+at::Tensor Particles::leading(const at::Tensor& sequences) const {
+    return per_sample_ == 1 ? sequences : sequences.index_select(0, leaders().to(sequences.device()));
 }
 
 Combined select_sequences(const Combined& c, const at::Tensor& sequences, int64_t batch, int64_t seq_len) {

@@ -6,7 +6,6 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
-#include <string>
 
 #include "composer.hpp"
 
@@ -18,9 +17,9 @@ class Particles {
 public:
     Particles(int64_t samples, int64_t per_sample, double scale);
 
-    // Takes the rewards `log_prob` [samples * per_sample] the controllers gave at reverse step `step`. Throws
-    // std::runtime_error naming `silent`, a controller that steered without reporting its log-probability, if any.
-    void score(const at::Tensor& log_prob, const std::string& silent, int64_t step);
+    // Takes the rewards [samples * per_sample] the controllers gave at reverse step `step`. Throws
+    // std::runtime_error naming the controller that steered without reporting its log-probability, if any.
+    void score(const Reward& reward, int64_t step);
     bool scored() const { return reward_.defined(); }
 
     // Draws each sample's particles anew from its own, with probabilities proportional to
@@ -31,8 +30,10 @@ public:
     // Each sample's particle with the highest reward (the first before any reward): int64 [samples], rows.
     at::Tensor leaders() const;
 
-    // The samples: each one's leading row of `sequences` [samples * per_sample, L]. Throws std::runtime_error when
-    // there are several particles and no reward ever came (no controller steered).
+    // Each sample's leading row of `sequences` [samples * per_sample, ...] (`sequences` itself with one particle).
+    at::Tensor leading(const at::Tensor& sequences) const;
+    // The samples: leading(sequences) at the end of a run. Throws std::runtime_error when there are several particles
+    // and no reward ever came (no controller steered).
     at::Tensor chosen(const at::Tensor& sequences) const;
 
 private:

@@ -62,10 +62,10 @@ struct GuidanceSpec {
     double step_size = 0.1;        // Adagrad learning rate
     double fluency_weight = 0.01;  // lambda in lambda |x - mu|^2 / sigma^2
     double until_t = 0.0;          // no gradient guidance once t <= until_t
-    // Particles (Singhal et al. 2025, Feynman-Kac steering; continuous): each sample is drawn as `particles`
-    // sequences; every `resample_every` steps (0: never) they are resampled within their sample by
-    // exp(resample_scale * the gain in their reward since the last resampling), the reward being the controllers'
-    // weighted log p(c | x); the sample is the particle with the highest reward at the end.
+    // Particles (both families; resampling, Feynman-Kac steering after Singhal et al. 2025, continuous only): each
+    // sample is drawn as `particles` sequences; every `resample_every` steps (0: never) they are resampled within their
+    // sample by exp(resample_scale * the gain in their reward since the last resampling), the reward being the
+    // steering controllers' weighted log p(c | x); the sample is the particle with the highest reward at the end.
     int64_t particles = 1;
     int64_t resample_every = 0;
     double resample_scale = 1.0;
