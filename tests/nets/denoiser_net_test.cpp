@@ -18,7 +18,9 @@
 #include <rudder/nn/config_error.hpp>
 #include <rudder/nn/denoiser_net.hpp>
 #include <rudder/nn/safetensors.hpp>
+#include <rudder/nn/text_classifier.hpp>
 #include <rudder/nn/weights.hpp>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/optim/adam.h>
 #include <rudder/runtime/generator.hpp>
 
@@ -328,6 +330,45 @@ TEST(Loss, IsAFiniteScalarThatReachesEveryParameter) {
         const double b = net->loss({sentence_tokens(), condition_tokens()}, gen_b).item<double>();
         EXPECT_EQ(a, b) << family;
     }
+}
+
+// Guidance reads the discrete classifier two ways: tokens through an embedding lookup (log-probabilities alone, as
+// exact scoring's batches do) and one-hot [B, L, V] through a matmul (the gradient); and only its target's spans
+// of the L * L grid. Each must be the same function as the other.
+TEST(TextClassifier, TokenAndOneHotInputsAndSelectedSpansAgreeWithTheFullForms) {
+    json config = micro_config("discrete", false);
+    config["tags"] = {"NN", "VBZ"};
+    config["labels"] = {"S", "NP", "VP"};
+    config["span_hidden"] = 8;
+    at::manual_seed(4);
+    nn::TextClassifierNet net(config, *tokenizer());
+    net.eval();
+    const at::Tensor tokens = sentence_tokens();
+    const int64_t B = tokens.size(0), L = tokens.size(1);
+    const at::Tensor t = at::full({B}, 0.4, at::kFloat);
+
+    const at::Tensor one_hot = at::one_hot(tokens, net.vocab_size()).to(at::kFloat).requires_grad_(true);
+    const at::Tensor h_one_hot = net.hidden(one_hot, t);
+    const at::Tensor h_tokens = net.hidden(tokens, t);
+    EXPECT_TRUE(at::allclose(h_tokens, h_one_hot, 1e-5, 1e-5));
+
+    const at::Tensor grid = net.span_log_probs(h_one_hot);  // [B, L, L, C]
+    const at::Tensor starts = at::tensor(std::vector<int64_t>{0, 2, 1, 0, 3}, at::kLong);
+    const at::Tensor lasts = at::tensor(std::vector<int64_t>{L - 1, 4, 1, 2, 3}, at::kLong);
+    const at::Tensor selected = net.span_log_probs(h_one_hot, starts, lasts);  // [B, 5, C]
+    ASSERT_EQ(selected.sizes(), (at::IntArrayRef{B, 5, grid.size(3)}));
+    for (int64_t k = 0; k < starts.size(0); ++k) {
+        const at::Tensor from_grid = grid.select(1, starts[k].item<int64_t>()).select(1, lasts[k].item<int64_t>());
+        EXPECT_TRUE(at::allclose(selected.select(1, k), from_grid, 1e-5, 1e-5)) << "span " << k;
+    }
+    // The gradient through the selected spans is the gradient through the same entries of the grid.
+    const at::Tensor through_selected = torch::autograd::grad({selected.select(2, 2).sum()}, {one_hot}, {}, true)[0];
+    at::Tensor from_grid_sum = at::zeros({}, at::kFloat);
+    for (int64_t k = 0; k < starts.size(0); ++k)
+        from_grid_sum = from_grid_sum + grid.select(1, starts[k].item<int64_t>()).select(1, lasts[k].item<int64_t>()).select(1, 2).sum();
+    const at::Tensor through_grid = torch::autograd::grad({from_grid_sum}, {one_hot})[0];
+    EXPECT_TRUE(at::allclose(through_selected, through_grid, 1e-5, 1e-6));
+    EXPECT_GT(through_selected.abs().max().item<double>(), 0.0);
 }
 
 TEST(Gradients, FlowToTheContinuousInputOnly) {

@@ -121,9 +121,18 @@ at::Tensor TextClassifierNet::tag_log_probs(const at::Tensor& hidden) {
 
 at::Tensor TextClassifierNet::span_log_probs(const at::Tensor& hidden) {
     if (!has_syntax_heads()) throw std::logic_error("this classifier has no syntax heads");
-    // Span (i, e): start features of word i plus end features of word e, through a ReLU to the label scores.
-    const at::Tensor pair = at::relu(span_start_->forward(hidden).unsqueeze(2) + span_end_->forward(hidden).unsqueeze(1));
-    return at::log_softmax(span_head_->forward(pair), -1);
+    return label_spans(span_start_->forward(hidden).unsqueeze(2) + span_end_->forward(hidden).unsqueeze(1));
+}
+
+at::Tensor TextClassifierNet::span_log_probs(const at::Tensor& hidden, const at::Tensor& starts, const at::Tensor& lasts) {
+    if (!has_syntax_heads()) throw std::logic_error("this classifier has no syntax heads");
+    return label_spans(span_start_->forward(hidden.index_select(1, starts)) +
+                       span_end_->forward(hidden.index_select(1, lasts)));
+}
+
+// Span (i, e): start features of word i plus end features of word e, through a ReLU to the label scores.
+at::Tensor TextClassifierNet::label_spans(const at::Tensor& start_plus_end) {
+    return at::log_softmax(span_head_->forward(at::relu(start_plus_end)), -1);
 }
 
 at::Tensor TextClassifierNet::class_log_probs(const at::Tensor& hidden) {

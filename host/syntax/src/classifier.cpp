@@ -110,8 +110,10 @@ void TextClassifier::guide(const void* input, int64_t batch, int64_t length, dou
     if (continuous()) {
         x = at::from_blob(const_cast<void*>(input), {batch, length, net.embed_dim()}, at::kFloat).clone();
     } else {
+        // The gradient is taken with respect to one-hot tokens; the log-probabilities alone read the tokens (an
+        // embedding lookup instead of a [B, L, V] matmul: most of a pass at exact scoring's batches).
         const at::Tensor tokens = at::from_blob(const_cast<void*>(input), {batch, length}, at::kLong);
-        x = at::one_hot(tokens, net.vocab_size()).to(at::kFloat);
+        x = grad != nullptr ? at::one_hot(tokens, net.vocab_size()).to(at::kFloat) : tokens;
     }
     // The sampling loop runs without autograd; the gradient needs it here, the log-probabilities alone do not.
     at::AutoGradMode grad_mode(grad != nullptr);
@@ -144,20 +146,20 @@ void TextClassifier::guide(const void* input, int64_t batch, int64_t length, dou
     if (!target.spans.empty()) {
         const auto n = static_cast<int64_t>(target.spans.size());
         const auto label_classes = static_cast<int64_t>(labels().size()) + 1;
-        std::vector<int64_t> index;  // span (start, last) in the flattened [L, L] square
+        std::vector<int64_t> starts, lasts;
         std::vector<uint8_t> span_allowed(static_cast<size_t>(n * label_classes), 0);
         for (int64_t k = 0; k < n; ++k) {
             const auto& span = target.spans[static_cast<size_t>(k)];
             if (span.start < 0 || span.end <= span.start || span.end > length)
                 throw std::invalid_argument("span [" + std::to_string(span.start) + ", " + std::to_string(span.end) +
                                             ") does not fit the run's " + std::to_string(length) + " positions");
-            index.push_back(span.start * length + span.end - 1);
+            starts.push_back(span.start);
+            lasts.push_back(span.end - 1);
             for (int64_t c : span.classes) span_allowed[static_cast<size_t>(k * label_classes + checked_class(c, label_classes, "label"))] = 1;
         }
         const at::Tensor allowed = at::from_blob(span_allowed.data(), {1, n, label_classes}, at::kByte).to(at::kBool);
-        const at::Tensor logp = net.span_log_probs(h);  // [B, L, L, C]
-        const at::Tensor flat = logp.reshape({batch, length * length, label_classes});
-        total = total + allowed_mass(flat.index_select(1, at::tensor(index, at::kLong)), allowed).sum(1);
+        const at::Tensor logp = net.span_log_probs(h, at::tensor(starts, at::kLong), at::tensor(lasts, at::kLong));
+        total = total + allowed_mass(logp, allowed).sum(1);  // logp: [B, n, C]
     }
     if (!target.classes.empty()) {
         const auto n_classes = static_cast<int64_t>(classes().size());

@@ -75,7 +75,9 @@ public:
     // tokens [B, L] (mask_id where masked) or float one-hot [B, L, V]. Differentiable with respect to `input`.
     at::Tensor hidden(const at::Tensor& input, const at::Tensor& t);
     at::Tensor tag_log_probs(const at::Tensor& hidden);   // [B, L, tags + 1]
-    at::Tensor span_log_probs(const at::Tensor& hidden);  // [B, L, L, labels + 1]
+    at::Tensor span_log_probs(const at::Tensor& hidden);  // [B, L, L, labels + 1]: every span (start, last)
+    // Only the spans (starts[k], lasts[k]) (int64 [n]): [B, n, labels + 1]. Guidance needs a few of the L * L.
+    at::Tensor span_log_probs(const at::Tensor& hidden, const at::Tensor& starts, const at::Tensor& lasts);
     at::Tensor class_log_probs(const at::Tensor& hidden);  // [B, classes]
     // The most likely class [B] of clean tokens [B, L], noised as in training (the dev accuracy).
     at::Tensor predict_classes(const at::Tensor& tokens, at::Generator& gen);
@@ -85,6 +87,7 @@ public:
 
 private:
     at::Tensor noisy_input(const at::Tensor& tokens, at::Generator& gen, at::Tensor& t);
+    at::Tensor label_spans(const at::Tensor& start_plus_end);  // [..., span_hidden] -> [..., labels + 1]
 
     DenoiserConfig trunk_config_;
     int64_t span_hidden_ = 128;
