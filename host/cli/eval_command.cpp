@@ -79,8 +79,9 @@ struct Task {
     std::string model;  // instead of the recipe's: a bundled name, or a folder (resolved against the suite's folder)
     std::vector<ControlTarget> controls;  // empty: no controller receives a target
     bool evaluate_only = false;
-    json params = json::object();  // merged into the (one) control's params after the target (e.g. {"gamma": 4})
-    std::optional<double> weight;  // the (one) control's weight instead of the recipe's
+    // Per control: params merged after the target's (e.g. {"gamma": 4}), and a weight instead of the recipe's.
+    std::map<std::string, json> params;
+    std::map<std::string, double> weights;
     json sampler = json::object(); // merged into the recipe's sampler (e.g. {"steps": 50})
     json guidance = json::object();  // merged into the recipe's guidance (e.g. {"gradient_steps": 5})
     TargetSource targets;
@@ -145,8 +146,6 @@ Suite read_suite(const fs::path& file) {
             task.model = t.text("model").value_or("");
             if (task.model.find('/') != std::string::npos) task.model = (base / task.model).lexically_normal().string();
             task.evaluate_only = t.boolean("evaluate_only").value_or(false);
-            task.params = t.object("params").value_or(json::object());
-            task.weight = t.number("weight", 0.0, 1e6);
             task.sampler = t.object("sampler").value_or(json::object());
             task.guidance = t.object("guidance").value_or(json::object());
             if (t.has("controls")) {
@@ -156,18 +155,33 @@ Suite read_suite(const fs::path& file) {
                     t.text("control").value_or("");  // reported once, above, not again as unknown keys
                     t.text("target").value_or("");
                 }
-                if (t.has("params")) t.issue("params", "applies to a task with one \"control\"; a composition's recipe holds its params");
-                if (t.has("weight")) t.issue("weight", "applies to a task with one \"control\"; a composition's recipe holds its weights");
                 const json controls = t.object("controls", json_input::kRequired).value_or(json::object());
                 json_input::ObjectReader kinds(controls, p + "/controls", issues);
                 for (const auto& item : controls.items())
                     task.controls.push_back({item.key(), kinds.choice(item.key(), kTargetKinds, json_input::kRequired).value_or("")});
                 if (controls.size() < 2) t.issue("controls", "expected two or more controllers (use \"control\" for one)");
+                // Per control, keyed as "controls" is: {"semantic": {"gamma": 2}} and {"syntax_tree": 0.5}.
+                const json params = t.object("params").value_or(json::object());
+                json_input::ObjectReader by_control(params, p + "/params", issues);
+                for (const auto& item : params.items()) {
+                    if (!controls.contains(item.key())) by_control.issue(item.key(), "not one of the task's \"controls\"");
+                    else if (auto o = by_control.object(item.key())) task.params[item.key()] = *o;
+                }
+                const json weights = t.object("weight").value_or(json::object());
+                json_input::ObjectReader weight_of(weights, p + "/weight", issues);
+                for (const auto& item : weights.items()) {
+                    if (!controls.contains(item.key())) weight_of.issue(item.key(), "not one of the task's \"controls\"");
+                    else if (auto w = weight_of.number(item.key(), 0.0, 1e6)) task.weights[item.key()] = *w;
+                }
             } else {
                 const std::string target = t.choice("target", kTargetKinds).value_or(std::string("none"));
                 const std::string control = t.text("control").value_or("");
-                if (!task.params.empty() && control.empty()) t.issue("params", "needs \"control\": the controller they go to");
-                if (task.weight && control.empty()) t.issue("weight", "needs \"control\": the controller it goes to");
+                const json params = t.object("params").value_or(json::object());
+                const std::optional<double> weight = t.number("weight", 0.0, 1e6);
+                if (!params.empty() && control.empty()) t.issue("params", "needs \"control\": the controller they go to");
+                if (weight && control.empty()) t.issue("weight", "needs \"control\": the controller it goes to");
+                if (!params.empty()) task.params[control] = params;
+                if (weight) task.weights[control] = *weight;
                 if (target != "none" && control.empty()) t.issue("control", "required with a target: the recipe controller that receives it");
                 if (!control.empty()) task.controls.push_back({control, target});
             }
@@ -505,8 +519,8 @@ TargetOutcome run_target(const Suite& suite, const Task& task, const json& base,
                 found = true;
                 if (!c.contains("params")) c["params"] = json::object();
                 c["params"].update(params);
-                c["params"].update(task.params);
-                if (task.weight) c["weight"] = *task.weight;
+                if (const auto p = task.params.find(control); p != task.params.end()) c["params"].update(p->second);
+                if (const auto w = task.weights.find(control); w != task.weights.end()) c["weight"] = w->second;
             }
         }
         if (!found)

@@ -310,6 +310,9 @@ JSON
              {"name": "semantic", "recipe": "attr.json", "control": "semantic", "target": "fields"},
              {"name": "composed", "recipe": "attr.json",
               "controls": {"length": "length", "sentiment": "sentiment", "span": "prefix"}},
+             {"name": "composed, overridden", "recipe": "attr.json",
+              "controls": {"length": "length", "sentiment": "sentiment", "span": "prefix"},
+              "params": {"span": {"prefix": "Zizzi"}}, "weight": {"sentiment": 0}},
              {"name": "infill", "recipe": "one.json", "control": "span", "target": "infill"} ] }
 JSON
     out=$(cd "$work" && RUDDER_MODEL_PATH="$work" "$rudder" eval -q suite.json -o results) || fail "eval exit $?"
@@ -336,6 +339,10 @@ for s in samples("composed"):
     ref_tokens = s["target"]["reference"].split()
     assert p["length"]["tokens"] == len(ref_tokens) and p["span"]["prefix"] == " ".join(ref_tokens[:3]), s
     assert s["controls"]["length"]["satisfied"] and s["controls"]["span"]["satisfied"], s
+# A composition's per-control params go to their controller after the target's: the prefix is the task's.
+overridden = samples("composed--overridden")
+assert len(overridden) == 4 and all(s["text"].startswith("Zizzi") for s in overridden), overridden
+assert not all(s["target"]["reference"].startswith("Zizzi") for s in overridden), "the targets say Zizzi themselves"
 for s in samples("infill"):
     p = s["target"]["params"]["span"]
     ref_tokens = s["target"]["reference"].split()
@@ -348,13 +355,14 @@ PY
 import json, sys
 suite = json.load(open(sys.argv[1]))
 del suite["targets"]["attribute"]
-suite["tasks"][1].update({"params": {"x": 1}, "controls": {"a": "pos", "b": "bad"}})
+suite["tasks"][1].update({"params": {"x": {"y": 1}, "a": 2}, "weight": {"a": -1}, "controls": {"a": "pos", "b": "bad"}})
 json.dump(suite, open(sys.argv[2], "w"))
 PY
     err=$(cd "$work" && "$rudder" eval bad_suite.json 2>&1 >/dev/null); code=$?
     [ $code -eq 2 ] || fail "expected exit 2, got $code: $err"
     for want in '/tasks/1/controls: give "controls" or "control" and "target", not both' \
-                '/tasks/1/params: applies to a task with one "control"' '/tasks/1/controls/b: expected one of' \
+                '/tasks/1/params/x: not one of the task'"'"'s "controls"' '/tasks/1/params/a: expected an object' \
+                '/tasks/1/weight/a: expected a number in [0, 1e+06], got -1' '/tasks/1/controls/b: expected one of' \
                 '/tasks/0/targets: a sentiment target needs /targets/attribute' '/tasks/2/targets: a sentiment target needs'; do
       grep -qF "$want" <<<"$err" || fail "missing '$want' in: $err"
     done
