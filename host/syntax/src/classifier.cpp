@@ -110,8 +110,8 @@ void TextClassifier::guide(const void* input, int64_t batch, int64_t length, dou
     if (continuous()) {
         x = at::from_blob(const_cast<void*>(input), {batch, length, net.embed_dim()}, at::kFloat).clone();
     } else {
-        // The gradient is taken with respect to one-hot tokens; the log-probabilities alone read the tokens (an
-        // embedding lookup instead of a [B, L, V] matmul: most of a pass at exact scoring's batches).
+        // The gradient is taken with respect to one-hot tokens; the log-probabilities alone read the tokens: an
+        // embedding lookup instead of a [B, L, V] one-hot matmul, which costs a large share of exact scoring's passes.
         const at::Tensor tokens = at::from_blob(const_cast<void*>(input), {batch, length}, at::kLong);
         x = grad != nullptr ? at::one_hot(tokens, net.vocab_size()).to(at::kFloat) : tokens;
     }
