@@ -161,18 +161,20 @@ Suite read_suite(const fs::path& file) {
                     task.controls.push_back({item.key(), kinds.choice(item.key(), kTargetKinds, json_input::kRequired).value_or("")});
                 if (controls.size() < 2) t.issue("controls", "expected two or more controllers (use \"control\" for one)");
                 // Per control, keyed as "controls" is: {"semantic": {"gamma": 2}} and {"syntax_tree": 0.5}.
-                const json params = t.object("params").value_or(json::object());
-                json_input::ObjectReader by_control(params, p + "/params", issues);
-                for (const auto& item : params.items()) {
-                    if (!controls.contains(item.key())) by_control.issue(item.key(), "not one of the task's \"controls\"");
-                    else if (auto o = by_control.object(item.key())) task.params[item.key()] = *o;
-                }
-                const json weights = t.object("weight").value_or(json::object());
-                json_input::ObjectReader weight_of(weights, p + "/weight", issues);
-                for (const auto& item : weights.items()) {
-                    if (!controls.contains(item.key())) weight_of.issue(item.key(), "not one of the task's \"controls\"");
-                    else if (auto w = weight_of.number(item.key(), 0.0, 1e6)) task.weights[item.key()] = *w;
-                }
+                const auto per_control = [&](const std::string& key, const auto& read) {
+                    const json given = t.object(key).value_or(json::object());
+                    json_input::ObjectReader by_control(given, p + "/" + key, issues);
+                    for (const auto& item : given.items()) {
+                        if (!controls.contains(item.key())) by_control.issue(item.key(), "not one of the task's \"controls\"");
+                        else read(by_control, item.key());
+                    }
+                };
+                per_control("params", [&](json_input::ObjectReader& r, const std::string& c) {
+                    if (auto o = r.object(c)) task.params[c] = *o;
+                });
+                per_control("weight", [&](json_input::ObjectReader& r, const std::string& c) {
+                    if (auto w = r.number(c, 0.0, 1e6)) task.weights[c] = *w;
+                });
             } else {
                 const std::string target = t.choice("target", kTargetKinds).value_or(std::string("none"));
                 const std::string control = t.text("control").value_or("");
