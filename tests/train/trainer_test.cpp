@@ -223,6 +223,61 @@ TEST_F(MicroTraining, InitFromContinuesFromTheWeightsOfATrainedModel) {
               std::string::npos);
 }
 
+TEST_F(MicroTraining, InitFromADenoiserWithFewerLayersGrowsItWithIdentityBlocks) {
+    json trained = config(40);
+    trained["kind"] = "discrete";
+    trained["network"] = {{"dim", 16}, {"layers", 1}, {"heads", 2}, {"ff_dim", 32}};
+    trained["max_condition_length"] = 24;
+    trained["data"]["dev"] = trained["data"]["train"];
+    trained["out"] = (dir_.path() / "one_layer").string();
+    const auto first = run(trained);
+    ASSERT_TRUE(first.dev_loss.has_value());
+
+    // One step at a learning rate too small to move the weights: the grown network's dev loss (the same noise,
+    // drawn from the same seed) is the trained one's, so the new block computes the identity.
+    json grown = trained;
+    grown["network"]["layers"] = 3;
+    grown["tokenizer"] = json::object();
+    grown["training"].update({{"steps", 1}, {"warmup", 0}, {"lr", 1e-9}, {"init_from", trained["out"]}});
+    grown["out"] = (dir_.path() / "three_layers").string();
+    const auto second = run(grown);
+    ASSERT_TRUE(second.dev_loss.has_value());
+    EXPECT_NEAR(*second.dev_loss, *first.dev_loss, 1e-4 * *first.dev_loss);
+
+    const SafeTensors held = load_safetensors(dir_.path() / "one_layer/model.safetensors");
+    const SafeTensors now = load_safetensors(dir_.path() / "three_layers/model.safetensors");
+    EXPECT_TRUE(at::allclose(*now.find("trunk.blocks.0.qkv.weight"), *held.find("trunk.blocks.0.qkv.weight"), 0, 1e-6));
+    for (const std::string block : {"trunk.blocks.1.", "trunk.blocks.2."}) {
+        // The residual outputs start at zero; the rest of the new block is initialised as usual.
+        for (const std::string zero : {"proj.weight", "proj.bias", "ff2.weight", "ff2.bias"})
+            EXPECT_LT(now.find(block + zero)->abs().max().item<double>(), 1e-6) << block + zero;
+        EXPECT_GT(now.find(block + "qkv.weight")->std().item<double>(), 0.01) << block;
+        EXPECT_EQ(now.find(block + "norm1.weight")->min().item<double>(), 1.0) << block;
+    }
+    std::ifstream in(dir_.path() / "three_layers/config.json");
+    const json cfg = json::parse(in);
+    EXPECT_EQ(cfg["training"]["init_from"]["layers"], 1);
+    EXPECT_EQ(cfg["network"]["layers"], 3);
+
+    // Fewer layers than the trained model, or another width, is still refused by name.
+    for (const auto& [key, value] : std::vector<std::pair<std::string, int>>{{"dim", 32}}) {
+        json other = grown;
+        other["network"][key] = value;
+        other["out"] = (dir_.path() / "other").string();
+        EXPECT_THROW(run(other), SafeTensorsError) << key;
+    }
+    json shallower = grown;
+    shallower["training"]["init_from"] = grown["out"];
+    shallower["network"]["layers"] = 2;
+    shallower["out"] = (dir_.path() / "shallower").string();
+    try {
+        run(shallower);
+        FAIL() << "expected SafeTensorsError";
+    } catch (const SafeTensorsError& e) {
+        EXPECT_NE(std::string(e.what()).find("unexpected tensor 'trunk.blocks.2."), std::string::npos) << e.what();
+    }
+}
+
 TEST_F(MicroTraining, AConfigFileWithANumberBeyondDoublesRangeIsAConfigError) {
     const auto file = dir_.path() / "overflow.json";
     std::ofstream(file) << R"({"kind": "teacher", "training": {"lr": 1e999}})";

@@ -188,6 +188,22 @@ private:
     std::shared_ptr<Affine> qkv_, proj_, ff1_, ff2_;
 };
 
+int64_t trunk_block_index(const std::string& name) {
+    const std::string head = "blocks.";
+    if (name.compare(0, head.size(), head) != 0) return -1;
+    const size_t dot = name.find('.', head.size());
+    if (dot == std::string::npos || dot == head.size()) return -1;
+    const std::string digits = name.substr(head.size(), dot - head.size());
+    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) return -1;
+    return std::stoll(digits);
+}
+
+bool is_block_residual_output(const std::string& name) {
+    if (trunk_block_index(name) < 0) return false;
+    const std::string part = name.substr(name.find('.', std::string("blocks.").size()) + 1);
+    return part.rfind("proj.", 0) == 0 || part.rfind("ff2.", 0) == 0;
+}
+
 at::Tensor time_sinusoid(const at::Tensor& t, int64_t dim) {
     const int64_t half = dim / 2;
     const at::Tensor freqs =

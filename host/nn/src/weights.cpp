@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 
 namespace rudder::nn {
@@ -36,14 +37,19 @@ bool has_prefix(const std::string& name, const std::string& prefix) { return nam
 
 }  // namespace
 
-void load_module_tensors(torch::nn::Module& module, const SafeTensors& tensors, const std::filesystem::path& file,
-                         const std::string& prefix) {
+std::vector<std::string> load_module_tensors(torch::nn::Module& module, const SafeTensors& tensors,
+                                             const std::filesystem::path& file, const std::string& prefix,
+                                             const std::function<bool(const std::string&)>& may_be_missing) {
     std::vector<std::pair<std::string, at::Tensor>> wanted = module_tensors(module);
-    std::vector<std::string> used;
+    std::vector<std::string> used, missing;
     at::NoGradGuard no_grad;
     for (auto& [name, target] : wanted) {
         const at::Tensor* source = tensors.find(prefix + name);
-        if (!source) fail(file, "missing tensor '" + prefix + name + "'");
+        if (!source) {
+            if (!may_be_missing || !may_be_missing(name)) fail(file, "missing tensor '" + prefix + name + "'");
+            missing.push_back(name);
+            continue;
+        }
         check_fits(file, prefix + name, source->sizes(), source->scalar_type(), target);
         target.copy_(*source);
         used.push_back(prefix + name);
@@ -53,6 +59,7 @@ void load_module_tensors(torch::nn::Module& module, const SafeTensors& tensors, 
         if (std::find(used.begin(), used.end(), name) == used.end())
             fail(file, "unexpected tensor '" + name + "' (not part of the network)");
     }
+    return missing;
 }
 
 void load_module_file(torch::nn::Module& module, const std::filesystem::path& file, const std::string& prefix) {

@@ -19,6 +19,7 @@
 #include <rudder/nn/model_files.hpp>
 #include <rudder/nn/safetensors.hpp>
 #include <rudder/nn/text_classifier.hpp>
+#include <rudder/nn/transformer_trunk.hpp>
 #include <rudder/nn/weights.hpp>
 #include <rudder/train/networks.hpp>
 
@@ -90,6 +91,7 @@ private:
     int64_t start_step_ = 0;
     double seconds_before_ = 0.0;  // training time of earlier runs (from the checkpoint)
     int64_t init_steps_ = 0;       // steps behind the training.init_from weights, earlier stages included
+    int64_t grown_from_layers_ = 0;  // the init_from model's layers when this network has more, else 0
     double run_seconds_ = 0.0;
     std::optional<double> last_dev_;
     std::optional<double> last_dev_accuracy_;  // attribute classifier: share of dev texts classed right
@@ -159,9 +161,29 @@ void Trainer::start_from_model(bool load_weights) {
     if (held != c_.kind)
         throw ModelError("training.init_from: '" + c_.init_from.string() + "' holds a " + held +
                          " model; this config trains a " + c_.kind);
-    nn::load_module_file(*network_, weights);
+    // A denoiser with more layers than the trained one grows from it: the trained blocks come first, and the new
+    // ones start as the identity, so training goes on from the trained network's function.
+    const int64_t held_layers = config.contains("network") ? config["network"].value("layers", int64_t{0}) : 0;
+    const int64_t layers = network_->config().value("layers", int64_t{0});
+    const bool grows = (c_.kind == "continuous" || c_.kind == "discrete") && held_layers > 0 && layers > held_layers;
+    const std::string trunk = "trunk.";
+    const auto new_block = [&](const std::string& name) {
+        return grows && name.rfind(trunk, 0) == 0 && nn::trunk_block_index(name.substr(trunk.size())) >= held_layers;
+    };
+    const SafeTensors tensors = load_safetensors(weights, [](const SafeTensorsEntry&) { return true; });
+    const std::vector<std::string> fresh = nn::load_module_tensors(*network_, tensors, weights, "", new_block);
+    if (grows) {
+        at::NoGradGuard no_grad;
+        for (auto& item : network_->named_parameters())
+            if (new_block(item.key()) && nn::is_block_residual_output(item.key().substr(trunk.size())))
+                item.value().zero_();
+        grown_from_layers_ = held_layers;
+    }
     say("starting from the weights of '" + c_.init_from.string() + "' (trained for " + std::to_string(init_steps_) +
-        " steps)");
+        " steps)" + (grows ? "; grown from " + std::to_string(held_layers) + " to " + std::to_string(layers) +
+                                 " layers, the new ones starting as the identity (" + std::to_string(fresh.size()) +
+                                 " new tensors)"
+                           : ""));
 }
 
 double Trainer::dev_loss() {
@@ -331,7 +353,10 @@ TrainResult Trainer::run() {
                      {"final_loss", result.last_loss},
                      {"dev_loss", result.dev_loss ? json(*result.dev_loss) : json(nullptr)},
                      {"seconds", seconds_before_ + run_seconds_}};
-    if (!c_.init_from.empty()) training["init_from"] = {{"model", c_.init_from.string()}, {"steps", init_steps_}};
+    if (!c_.init_from.empty()) {
+        training["init_from"] = {{"model", c_.init_from.string()}, {"steps", init_steps_}};
+        if (grown_from_layers_ > 0) training["init_from"]["layers"] = grown_from_layers_;
+    }
     if (last_dev_accuracy_) training["dev_accuracy"] = *last_dev_accuracy_;
     write_model(c_, *network_, *data_.tokenizer, result.step, training);
     result.finished = true;

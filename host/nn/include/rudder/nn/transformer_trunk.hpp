@@ -118,6 +118,13 @@ class Block;
 // (dim even), half cosines and half sines of t * 1000 (improved-diffusion's rescaled timesteps).
 at::Tensor time_sinusoid(const at::Tensor& t, int64_t dim);
 
+// Names of the trunk's tensors (relative to the trunk), for growing a trunk deeper than a trained one: the
+// block a tensor belongs to ("blocks.5.qkv.weight" -> 5; -1 outside the blocks), and whether it is one of the
+// block's residual outputs (proj, ff2). A pre-LayerNorm block whose residual outputs are zero is the identity,
+// so a grown trunk whose new blocks start that way computes what the trained one did.
+int64_t trunk_block_index(const std::string& name);
+bool is_block_residual_output(const std::string& name);
+
 // The shared encoder. Parameters: position [max_length, dim]; condition_token [V, dim] and condition_position
 // [max_condition_length, dim] when max_condition_length > 0; blocks.<i>.{norm1,qkv,proj,norm2,ff1,ff2}.*;
 // final_norm.*.
