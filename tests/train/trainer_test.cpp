@@ -278,6 +278,57 @@ TEST_F(MicroTraining, InitFromADenoiserWithFewerLayersGrowsItWithIdentityBlocks)
     }
 }
 
+TEST_F(MicroTraining, EmaWritesTheMovingAverageOfTheWeightsAndResumesIt) {
+    run(config(30));
+    const auto trained = dir_.path() / "model";
+    // Two steps from known weights w0: the run without an average writes w2; with decay d, the average is
+    // d^2 w0 + d (1 - d) w1 + (1 - d) w2, where w1 is the weights after the first step (a run stopped there).
+    json plain = config(2);
+    plain["tokenizer"] = json::object();
+    plain["training"].update({{"warmup", 0}, {"init_from", trained.string()}});
+    plain["out"] = (dir_.path() / "plain").string();
+    run(plain);
+    json one_step = plain;
+    one_step["out"] = (dir_.path() / "one_step").string();
+    run(one_step, /*stop_after=*/1);  // the same schedule as the two-step runs
+    json averaged = plain;
+    const double d = 0.75;
+    averaged["training"]["ema"] = d;
+    averaged["out"] = (dir_.path() / "averaged").string();
+    run(averaged);
+
+    const SafeTensors w0 = load_safetensors(trained / "model.safetensors");
+    const SafeTensors w1 = load_safetensors(dir_.path() / "one_step/checkpoint/checkpoint-000000001.safetensors");
+    const SafeTensors w2 = load_safetensors(dir_.path() / "plain/model.safetensors");
+    const SafeTensors average = load_safetensors(dir_.path() / "averaged/model.safetensors");
+    ASSERT_EQ(average.tensors.size(), w2.tensors.size());
+    int moved = 0;
+    for (const auto& [name, got] : average.tensors) {
+        const at::Tensor want =
+            *w0.find(name) * (d * d) + *w1.find("network." + name) * (d * (1 - d)) + *w2.find(name) * (1 - d);
+        EXPECT_TRUE(at::allclose(got, want, 1e-5, 1e-7)) << name;
+        moved += !at::allclose(*w2.find(name), want, 1e-5, 1e-7);
+    }
+    EXPECT_GT(moved, 0) << "the average equals the last weights: the test cannot tell them apart";
+    std::ifstream in(dir_.path() / "averaged/config.json");
+    EXPECT_EQ(json::parse(in)["training"]["ema"], d);
+
+    // A run stopped and resumed keeps its average: the same model as the uninterrupted one.
+    json longer = config(12);
+    longer["training"]["ema"] = 0.9;
+    longer["out"] = (dir_.path() / "whole").string();
+    run(longer);
+    longer["out"] = (dir_.path() / "parts").string();
+    run(longer, 5);
+    run(longer);
+    expect_same_weights(dir_.path() / "whole/model.safetensors", dir_.path() / "parts/model.safetensors");
+
+    json bad = config(2);
+    bad["training"]["ema"] = 1;
+    EXPECT_NE(config_issues([&] { parse(bad); }).find("/training/ema: expected a number in [0, 0.999999], got 1"),
+              std::string::npos);
+}
+
 TEST_F(MicroTraining, AConfigFileWithANumberBeyondDoublesRangeIsAConfigError) {
     const auto file = dir_.path() / "overflow.json";
     std::ofstream(file) << R"({"kind": "teacher", "training": {"lr": 1e999}})";

@@ -102,6 +102,8 @@ void write_checkpoint(const TrainConfig& c, const TrainingState& state, const Pr
         tensors.emplace_back("adam." + name + ".exp_avg_sq", s.exp_avg_sq());
         tensors.emplace_back("adam." + name + ".step", at::scalar_tensor(s.step(), at::kLong));
     }
+    for (size_t i = 0; i < state.averages.size(); ++i)
+        tensors.emplace_back("ema." + state.parameters[i].first, state.averages[i]);
     // The weights go to a new file first; state.json, written last, is what names the current one. A crash at any
     // point leaves a state.json that names a complete file.
     char name[64];
@@ -155,6 +157,14 @@ Progress resume_checkpoint(const TrainConfig& c, const json& checkpoint, const T
         s->exp_avg(exp_avg->clone());
         s->exp_avg_sq(exp_avg_sq->clone());
         state.optimizer.state()[state_key(p)] = std::move(s);
+    }
+    for (size_t i = 0; i < state.averages.size(); ++i) {
+        const auto& [name, p] = state.parameters[i];
+        const at::Tensor* average = saved.find("ema." + name);
+        if (!average || average->sizes() != p.sizes() || average->scalar_type() != p.scalar_type())
+            throw SafeTensorsError("'" + weights.string() + "': no moving average of '" + name +
+                                   "' of its shape (training.ema)");
+        state.averages[i].copy_(*average);
     }
     return progress;
 }

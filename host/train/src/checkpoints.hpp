@@ -22,11 +22,13 @@ namespace rudder::train {
 // Writes through a temporary file and a rename, so `file` is either the old or the new content, never half.
 void write_atomically(const std::filesystem::path& file, const std::string& content);
 
-// The network and the optimiser a checkpoint saves and restores; the parameters by name, in a fixed order.
+// The network and the optimiser a checkpoint saves and restores; the parameters by name, in a fixed order; and
+// the moving average of each parameter (training.ema), in the same order, or empty when the run keeps none.
 struct TrainingState {
     nn::TrainableNetwork& network;
     torch::optim::AdamW& optimizer;
     const std::vector<std::pair<std::string, at::Tensor>>& parameters;
+    std::vector<at::Tensor>& averages;
 };
 
 // Where a run stands, as a checkpoint records it besides the tensors.

@@ -80,7 +80,9 @@ private:
     void start_from_model(bool load_weights);
     double dev_loss();
     void log_step(int64_t step, double loss, std::optional<double> dev, double lr);
-    TrainingState state() { return {*network_, *optimizer_, parameters_}; }
+    TrainingState state() { return {*network_, *optimizer_, parameters_, averages_}; }
+    void update_averages();
+    void swap_in_averages();
 
     const TrainConfig& c_;
     const TrainOptions& o_;
@@ -88,6 +90,7 @@ private:
     std::shared_ptr<nn::TrainableNetwork> network_;
     std::unique_ptr<torch::optim::AdamW> optimizer_;
     std::vector<std::pair<std::string, at::Tensor>> parameters_;  // named, in a fixed order
+    std::vector<at::Tensor> averages_;  // training.ema: each parameter's moving average, in parameters_' order
     int64_t start_step_ = 0;
     double seconds_before_ = 0.0;  // training time of earlier runs (from the checkpoint)
     int64_t init_steps_ = 0;       // steps behind the training.init_from weights, earlier stages included
@@ -186,7 +189,28 @@ void Trainer::start_from_model(bool load_weights) {
                            : ""));
 }
 
+void Trainer::update_averages() {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < averages_.size(); ++i) averages_[i].lerp_(parameters_[i].second, 1.0 - c_.ema);
+}
+
+// Exchanges the network's weights and their moving averages (twice restores them): dev losses and the written
+// model are the average's.
+void Trainer::swap_in_averages() {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < averages_.size(); ++i) {
+        const at::Tensor held = parameters_[i].second.clone();
+        parameters_[i].second.copy_(averages_[i]);
+        averages_[i].copy_(held);
+    }
+}
+
 double Trainer::dev_loss() {
+    swap_in_averages();
+    struct Restore {
+        Trainer& t;
+        ~Restore() { t.swap_in_averages(); }
+    } restore{*this};
     at::NoGradGuard no_grad;
     network_->eval();
     auto* classifier = dynamic_cast<nn::TextClassifierNet*>(network_.get());
@@ -245,6 +269,9 @@ TrainResult Trainer::run() {
     build_network();
     // A resumed run's weights come from its checkpoint; init_from is still read for its kind and step count.
     if (!c_.init_from.empty()) start_from_model(/*load_weights=*/!checkpoint);
+    averages_.clear();
+    if (c_.ema > 0)  // the average starts at the initial weights; a checkpoint holds where it stood
+        for (const auto& [name, p] : parameters_) averages_.push_back(p.detach().clone());
     if (checkpoint) {
         const Progress resumed = resume_checkpoint(c_, *checkpoint, state(), data_.fingerprint);
         start_step_ = resumed.step;
@@ -311,6 +338,7 @@ TrainResult Trainer::run() {
         loss.backward();
         if (c_.grad_clip > 0) clip_gradients(network_->parameters(), c_.grad_clip);
         optimizer_->step();
+        update_averages();
         loss_sum += loss_value;
         ++loss_count;
         run_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -358,6 +386,8 @@ TrainResult Trainer::run() {
         if (grown_from_layers_ > 0) training["init_from"]["layers"] = grown_from_layers_;
     }
     if (last_dev_accuracy_) training["dev_accuracy"] = *last_dev_accuracy_;
+    if (c_.ema > 0) training["ema"] = c_.ema;
+    swap_in_averages();  // the model is the average
     write_model(c_, *network_, *data_.tokenizer, result.step, training);
     result.finished = true;
     std::error_code ec;

@@ -50,6 +50,9 @@ struct TrainConfig {
     // probability 1/2, at least one), so that a partial condition such as the semantic control's "food[Italian]"
     // is one the network was trained on
     double field_dropout = 0.0;
+    // Decay of an exponential moving average of the weights (MDLM's and SEDD's 0.9999), updated after every step;
+    // when > 0 the dev losses and the written model use the average. 0: none.
+    double ema = 0.0;
     // A trained model directory of the same kind whose weights the network starts from (same tensor names and
     // shapes); its vocab.txt is the vocabulary unless tokenizer.vocab names one. Empty: random initial weights.
     std::filesystem::path init_from;
