@@ -329,6 +329,41 @@ TEST_F(MicroTraining, EmaWritesTheMovingAverageOfTheWeightsAndResumesIt) {
               std::string::npos);
 }
 
+TEST_F(MicroTraining, Bfloat16PrecisionLearnsAsFloat32DoesDeterministically) {
+    for (const std::string kind : {"teacher", "discrete", "continuous"}) {
+        SCOPED_TRACE(kind);
+        json base = config(60);
+        base["kind"] = kind;
+        if (kind != "teacher") base["network"] = {{"dim", 16}, {"layers", 1}, {"heads", 2}, {"ff_dim", 32}};
+        if (kind == "continuous") base["network"]["embed_dim"] = 8;
+        base["data"]["dev"] = base["data"]["train"];
+        std::map<std::string, train::TrainResult> results;
+        for (const std::string precision : {"float32", "bfloat16", "bfloat16 again"}) {
+            json j = base;
+            j["training"]["precision"] = precision.substr(0, 8);
+            j["out"] = (dir_.path() / (kind + " " + precision)).string();
+            results[precision] = run(j);
+        }
+        const auto& full = results["float32"];
+        const auto& half = results["bfloat16"];
+        const double first = log_of(dir_.path() / (kind + " bfloat16")).front()["loss"];
+        EXPECT_LT(half.last_loss, 0.8 * first) << "bfloat16 training does not learn";
+        ASSERT_TRUE(full.dev_loss && half.dev_loss);
+        EXPECT_NEAR(*half.dev_loss, *full.dev_loss, 0.05 * *full.dev_loss);
+        // The products really ran in bfloat16 (the weights differ from float32's), the same way each time.
+        expect_same_weights(dir_.path() / (kind + " float32/model.safetensors"),
+                            dir_.path() / (kind + " bfloat16/model.safetensors"), /*same=*/false);
+        expect_same_weights(dir_.path() / (kind + " bfloat16/model.safetensors"),
+                            dir_.path() / (kind + " bfloat16 again/model.safetensors"));
+        std::ifstream in(dir_.path() / (kind + " bfloat16/config.json"));
+        EXPECT_EQ(json::parse(in)["training"]["precision"], "bfloat16");
+    }
+    json bad = config(2);
+    bad["training"]["precision"] = "float16";
+    EXPECT_NE(config_issues([&] { parse(bad); }).find("/training/precision: expected one of \"float32\", \"bfloat16\""),
+              std::string::npos);
+}
+
 TEST_F(MicroTraining, AConfigFileWithANumberBeyondDoublesRangeIsAConfigError) {
     const auto file = dir_.path() / "overflow.json";
     std::ofstream(file) << R"({"kind": "teacher", "training": {"lr": 1e999}})";

@@ -282,9 +282,9 @@ at::Tensor ContinuousDenoiserNet::cdcd_loss(const TrainingBatch& batch, at::Gene
     const bool self_condition_now = config_.self_conditioning && (!is_training() || at::rand({1}, gen, at::kDouble).item<double>() < 0.5);
     if (self_condition_now) {
         at::NoGradGuard no_grad;
-        self_condition = at::matmul(at::softmax(head_->forward(hidden(x, level_in, cond, {}, nullptr)), -1), E).detach();
+        self_condition = at::matmul(at::softmax(head_->forward(hidden(x, level_in, cond, {}, nullptr)), -1, at::kFloat), E).detach();
     }
-    const at::Tensor logits = head_->forward(hidden(x, level_in, cond, self_condition, dropout_generator(gen)));
+    const at::Tensor logits = head_->forward(hidden(x, level_in, cond, self_condition, dropout_generator(gen))).to(at::kFloat);
     const at::Tensor target_logit = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1);
     const at::Tensor per_example = (at::logsumexp(logits, -1) - target_logit).mean(1);  // [B]
     if (is_training()) update_warp(levels, per_example);
@@ -320,7 +320,7 @@ at::Tensor ContinuousDenoiserNet::diffusion_lm_loss(const TrainingBatch& batch, 
     const at::Tensor mse = (x0_hat - at::where(first_step, x0_mean, x_start)).pow(2).mean({1, 2});
 
     // -log softmax(x · E^T)[w] = logsumexp(x · E^T) - x · E[w]: one pass over the [B, L, V] logits each way.
-    const at::Tensor rounding = (at::logsumexp(rounding_logits(x_start), -1) - (x_start * x0_mean).sum(-1)).mean(1);
+    const at::Tensor rounding = (at::logsumexp(rounding_logits(x_start).to(at::kFloat), -1) - (x_start * x0_mean).sum(-1)).mean(1);
     const at::Tensor prior = (schedule_.alpha_bar(T) * x_start.pow(2)).mean({1, 2});
     return (mse + rounding + prior).mean();
 }
@@ -453,11 +453,11 @@ at::Tensor DiscreteDenoiserNet::score_entropy_loss(const TrainingBatch& batch, a
     at::Tensor log_score;
     if (uniform()) {
         // The head gives p0 (the mask token impossible); the score is the one p0 implies at this noise level.
-        const at::Tensor log_p0 = at::log_softmax(at::linear(states, head_->weight(), head_bias()), -1);
+        const at::Tensor log_p0 = at::log_softmax(at::linear(states, head_->weight(), head_bias()), -1, at::kFloat);
         log_score = nn::uniform_score_of_clean(log_p0, x_t.reshape({B * L}), row_total);
     } else {
         // log(e^sigma_bar - 1) through expm1, as SEDD computes it where sigma_bar is small.
-        log_score = head_->forward(states.index_select(0, where)) -
+        log_score = head_->forward(states.index_select(0, where)).to(at::kFloat) -
                     at::log(at::expm1(row_total)).to(states.scalar_type()).unsqueeze(1);
     }
     const at::Tensor entropy = nn::score_entropy(graph, log_score, x_t.reshape({B * L}).index_select(0, where),
@@ -487,7 +487,7 @@ at::Tensor DiscreteDenoiserNet::subs_loss(const TrainingBatch& batch, at::Genera
     const at::Tensor where = masked.reshape({B * L}).nonzero().squeeze(1);
     const at::Tensor h = hidden.reshape({B * L, -1}).index_select(0, where);
     const at::Tensor target = tokens.reshape({B * L}).index_select(0, where);
-    const at::Tensor lse = at::logsumexp(at::linear(h, head_->weight(), head_bias()), -1);
+    const at::Tensor lse = at::logsumexp(at::linear(h, head_->weight(), head_bias()).to(at::kFloat), -1);
     const at::Tensor target_logit =
         (h * head_->weight().index_select(0, target)).sum(-1) + head_->bias().index_select(0, target);
     const at::Tensor weight = (1.0 / t).to(at::kFloat).to(device).index_select(0, at::div(where, L, "floor"));

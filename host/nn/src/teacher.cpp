@@ -29,7 +29,7 @@ at::Tensor CausalBlock::forward(const at::Tensor& x, const at::Tensor& future, d
     const at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];
     at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim));
     scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
-    const at::Tensor attention = dropout(at::softmax(scores, -1), p, gen);
+    const at::Tensor attention = dropout(at::softmax(scores, -1, at::kFloat), p, gen);
     const at::Tensor mixed = at::matmul(attention, v).transpose(1, 2).reshape({B, T, D});
     at::Tensor h = x + dropout(proj_->forward(mixed), p, gen);
     const at::Tensor mlp = fc_out_->forward(at::gelu(fc_in_->forward(ln_mlp_->forward(h))));
@@ -120,7 +120,7 @@ std::pair<at::Tensor, at::Tensor> TeacherLM::counted_nll(const at::Tensor& token
     const at::Tensor index = counted.nonzero().squeeze(1);
     // The output layer only where a prediction counts: about half the positions of a batch of E2E texts.
     const at::Tensor states = hidden(input, gen).reshape({B * (longest + 1), dim_}).index_select(0, index);
-    const at::Tensor logp = at::log_softmax(at::matmul(states, token_embedding_->weight.t()), -1);
+    const at::Tensor logp = at::log_softmax(at::matmul(states, token_embedding_->weight.t()), -1, at::kFloat);
     const at::Tensor nll = -logp.gather(1, target.reshape({-1, 1}).index_select(0, index)).squeeze(1);
     return {nll, at::div(index, longest + 1, "floor")};
 }

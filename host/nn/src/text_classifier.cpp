@@ -116,7 +116,7 @@ at::Tensor TextClassifierNet::hidden(const at::Tensor& input, const at::Tensor& 
 
 at::Tensor TextClassifierNet::tag_log_probs(const at::Tensor& hidden) {
     if (!has_syntax_heads()) throw std::logic_error("this classifier has no syntax heads");
-    return at::log_softmax(tag_head_->forward(hidden), -1);
+    return at::log_softmax(tag_head_->forward(hidden), -1, at::kFloat);
 }
 
 at::Tensor TextClassifierNet::span_log_probs(const at::Tensor& hidden) {
@@ -132,12 +132,12 @@ at::Tensor TextClassifierNet::span_log_probs(const at::Tensor& hidden, const at:
 
 // Span (i, e): start features of word i plus end features of word e, through a ReLU to the label scores.
 at::Tensor TextClassifierNet::label_spans(const at::Tensor& start_plus_end) {
-    return at::log_softmax(span_head_->forward(at::relu(start_plus_end)), -1);
+    return at::log_softmax(span_head_->forward(at::relu(start_plus_end)), -1, at::kFloat);
 }
 
 at::Tensor TextClassifierNet::class_log_probs(const at::Tensor& hidden) {
     if (classes_.empty()) throw std::logic_error("this classifier has no attribute head");
-    return at::log_softmax(class_head_->forward(hidden.mean(1)), -1);
+    return at::log_softmax(class_head_->forward(hidden.mean(1)), -1, at::kFloat);
 }
 
 at::Tensor TextClassifierNet::predict_classes(const at::Tensor& tokens, at::Generator& gen) {

@@ -175,7 +175,7 @@ public:
         const at::Tensor q = qkv[0].contiguous(), k = qkv[1].contiguous(), v = qkv[2].contiguous();
         at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
         if (key_bias.defined()) scores = scores + key_bias;
-        const at::Tensor attended = at::matmul(at::softmax(scores, -1), v).transpose(1, 2).reshape({B, S, W});
+        const at::Tensor attended = at::matmul(at::softmax(scores, -1, at::kFloat), v).transpose(1, 2).reshape({B, S, W});
         const at::Tensor h = x + dropout(proj_->forward(attended), dropout_, gen);
         const at::Tensor ff = ff2_->forward(at::gelu(ff1_->forward(norm2_->forward(h))));
         return h + dropout(ff, dropout_, gen);

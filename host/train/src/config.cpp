@@ -79,6 +79,7 @@ json TrainConfig::identity() const {
     // Only when used, so checkpoints written before the setting existed still resume.
     if (field_dropout > 0) id["training"]["field_dropout"] = field_dropout;
     if (ema > 0) id["training"]["ema"] = ema;
+    if (precision != "float32") id["training"]["precision"] = precision;
     // The vocabulary itself is checked through the data fingerprint; min_count only matters when it is built.
     if (vocab_file.empty()) id["tokenizer"] = {{"min_count", min_count}};
     if (is_denoiser_kind(kind)) id["max_condition_length"] = max_condition_length;
@@ -152,6 +153,7 @@ TrainConfig parse_train_config(const json& j, const fs::path& base_dir, const st
     c.condition_dropout = training.number("condition_dropout", 0.0, 1.0).value_or(denoiser ? 0.1 : 0.0);
     c.field_dropout = training.number("field_dropout", 0.0, 1.0).value_or(0.0);
     c.ema = training.number("ema", 0.0, 0.999999).value_or(0.0);
+    c.precision = training.choice("precision", {"float32", "bfloat16"}).value_or("float32");
     if (const std::string init = training.text("init_from").value_or(""); !init.empty()) {
         c.init_from = resolve(base_dir, init);
         std::error_code ec;

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
 #include <torch/optim/adamw.h>
 
 #include <chrono>
@@ -34,6 +35,33 @@ using json = nlohmann::json;
 namespace {
 
 constexpr double kPi = 3.14159265358979323846;
+
+// LibTorch's CPU autocast for the scope (torch.autocast("cpu", torch.bfloat16)): matrix products run in bfloat16,
+// while the weights, their gradients and the optimiser's state stay float32.
+class Autocast {
+public:
+    explicit Autocast(bool on) : on_(on) {
+        if (!on_) return;
+        was_enabled_ = at::autocast::is_cpu_enabled();
+        was_dtype_ = at::autocast::get_autocast_cpu_dtype();
+        at::autocast::set_cpu_enabled(true);
+        at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+        at::autocast::increment_nesting();
+    }
+    ~Autocast() {
+        if (!on_) return;
+        if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+        at::autocast::set_cpu_enabled(was_enabled_);
+        at::autocast::set_autocast_cpu_dtype(was_dtype_);
+    }
+    Autocast(const Autocast&) = delete;
+    Autocast& operator=(const Autocast&) = delete;
+
+private:
+    bool on_;
+    bool was_enabled_ = false;
+    at::ScalarType was_dtype_ = at::kBFloat16;
+};
 
 // Linear warmup to lr, then a cosine decay to lr / 10 at the last step.
 double learning_rate(const TrainConfig& c, int64_t step) {
@@ -330,7 +358,11 @@ TrainResult Trainer::run() {
         const double lr = learning_rate(c_, step);
         for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
         optimizer_->zero_grad();
-        const at::Tensor loss = network_->loss(batch, gen);
+        at::Tensor loss;
+        {
+            const Autocast autocast(c_.precision == "bfloat16");
+            loss = network_->loss(batch, gen);
+        }
         const double loss_value = loss.item<double>();
         if (!std::isfinite(loss_value))
             throw std::runtime_error("the training loss is " + std::to_string(loss_value) + " at step " + std::to_string(step) +
@@ -387,6 +419,7 @@ TrainResult Trainer::run() {
     }
     if (last_dev_accuracy_) training["dev_accuracy"] = *last_dev_accuracy_;
     if (c_.ema > 0) training["ema"] = c_.ema;
+    if (c_.precision != "float32") training["precision"] = c_.precision;
     swap_in_averages();  // the model is the average
     write_model(c_, *network_, *data_.tokenizer, result.step, training);
     result.finished = true;

@@ -85,6 +85,9 @@ struct DenoiserConfig {
 
 // Building blocks. Plain parameters and ATen calls rather than torch::nn modules: the maths is on the page, the
 // parameter names are ours (they are the weights file's format), and the headers stay light.
+// Under the trainer's bfloat16 autocast (training.precision) linear layers and matrix products return bfloat16:
+// softmaxes and log-softmaxes name float32 as their dtype, and losses widen logits before a logsumexp, so
+// normalisations and losses are computed in float32 either way.
 class Affine : public torch::nn::Module {
 public:
     Affine(int64_t in, int64_t out, double std) {

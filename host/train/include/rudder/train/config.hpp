@@ -53,6 +53,9 @@ struct TrainConfig {
     // Decay of an exponential moving average of the weights (MDLM's and SEDD's 0.9999), updated after every step;
     // when > 0 the dev losses and the written model use the average. 0: none.
     double ema = 0.0;
+    // "float32", or "bfloat16": the training step's matrix products in bfloat16 (LibTorch's CPU autocast), with
+    // float32 weights, gradients, optimiser state and losses; dev losses stay float32.
+    std::string precision = "float32";
     // A trained model directory of the same kind whose weights the network starts from (same tensor names and
     // shapes); its vocab.txt is the vocabulary unless tokenizer.vocab names one. Empty: random initial weights.
     std::filesystem::path init_from;
