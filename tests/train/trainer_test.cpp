@@ -364,6 +364,55 @@ TEST_F(MicroTraining, Bfloat16PrecisionLearnsAsFloat32DoesDeterministically) {
               std::string::npos);
 }
 
+TEST_F(MicroTraining, ACdcdNetworkStartsFromADiffusionLmOneWithItsRoundingAsTheHead) {
+    json trained = config(40);
+    trained["kind"] = "continuous";
+    trained["network"] = {{"dim", 16}, {"layers", 1}, {"heads", 2}, {"ff_dim", 32}, {"embed_dim", 8}};
+    trained["out"] = (dir_.path() / "diffusion_lm").string();
+    run(trained);
+
+    json cdcd = trained;
+    cdcd["network"].update({{"objective", "cdcd"},
+                            {"self_conditioning", true},
+                            {"schedule", {{"name", "cdcd"}, {"T", 100}, {"sigma_min", 0.1}, {"sigma_max", 20.0}, {"warp_bins", 10}}}});
+    cdcd["tokenizer"] = json::object();
+    cdcd["training"].update({{"steps", 1}, {"warmup", 0}, {"lr", 1e-9}, {"init_from", trained["out"]}});
+    cdcd["out"] = (dir_.path() / "cdcd").string();
+    run(cdcd);
+
+    const SafeTensors held = load_safetensors(dir_.path() / "diffusion_lm/model.safetensors");
+    const SafeTensors now = load_safetensors(dir_.path() / "cdcd/model.safetensors");
+    for (const std::string shared : {"embedding", "input_proj.weight", "time_mlp2.bias", "trunk.blocks.0.ff1.weight"})
+        EXPECT_TRUE(at::allclose(*now.find(shared), *held.find(shared), 0, 1e-6)) << shared;
+    const at::Tensor& table = *held.find("embedding");
+    EXPECT_TRUE(at::allclose(*now.find("head.weight"), at::matmul(table, *held.find("output_proj.weight")), 1e-4, 1e-5));
+    EXPECT_TRUE(at::allclose(*now.find("head.bias"), at::matmul(table, *held.find("output_proj.bias")), 1e-4, 1e-5));
+    EXPECT_LT(now.find("self_condition_proj.weight")->abs().max().item<double>(), 1e-6);
+    EXPECT_EQ(now.find("output_proj.weight"), nullptr);
+    std::ifstream in(dir_.path() / "cdcd/config.json");
+    const json cfg = json::parse(in);
+    EXPECT_EQ(cfg["training"]["init_from"]["objective"], "diffusion_lm");
+    EXPECT_EQ(cfg["network"]["objective"], "cdcd");
+
+    // Not the other way, nor across objectives and depths at once.
+    json back = trained;
+    back["tokenizer"] = json::object();
+    back["training"]["init_from"] = cdcd["out"];
+    back["out"] = (dir_.path() / "back").string();
+    json deeper = cdcd;
+    deeper["network"]["layers"] = 2;
+    deeper["out"] = (dir_.path() / "deeper").string();
+    for (const json& refused : {back, deeper}) {
+        try {
+            run(refused);
+            ADD_FAILURE() << "expected ModelError for " << refused["out"];
+        } catch (const ModelError& e) {
+            EXPECT_NE(std::string(e.what()).find("a cdcd network can start from a diffusion_lm one of its sizes"),
+                      std::string::npos) << e.what();
+        }
+    }
+}
+
 TEST_F(MicroTraining, AConfigFileWithANumberBeyondDoublesRangeIsAConfigError) {
     const auto file = dir_.path() / "overflow.json";
     std::ofstream(file) << R"({"kind": "teacher", "training": {"lr": 1e999}})";

@@ -11,6 +11,7 @@
 #include "dropout.hpp"
 #include <rudder/nn/score_entropy.hpp>
 #include <rudder/nn/config_error.hpp>
+#include <rudder/nn/weights.hpp>
 
 namespace rudder::nn {
 using json = nlohmann::json;
@@ -182,6 +183,33 @@ void ContinuousDenoiserNet::update_warp(const at::Tensor& levels, const at::Tens
 
 at::Tensor cdcd_embedding(const at::Tensor& table) {
     return table * (std::sqrt(static_cast<double>(table.size(-1))) / table.norm(2, -1, true).clamp_min(1e-12));
+}
+
+void ContinuousDenoiserNet::start_from_diffusion_lm(const SafeTensors& tensors, const std::filesystem::path& file) {
+    if (!cdcd()) throw std::logic_error("start_from_diffusion_lm: this network is not trained with the cdcd objective");
+    const at::Tensor* out_weight = tensors.find("output_proj.weight");
+    const at::Tensor* out_bias = tensors.find("output_proj.bias");
+    if (!out_weight || !out_bias)
+        throw SafeTensorsError("'" + file.string() + "': no output_proj (not a diffusion_lm network's weights)");
+    SafeTensors shared;
+    for (const auto& [name, tensor] : tensors.tensors)
+        if (name.rfind("output_proj.", 0) != 0) shared.tensors.emplace_back(name, tensor);
+    const auto cdcd_only = [](const std::string& name) {
+        return name.rfind("head.", 0) == 0 || name.rfind("self_condition_proj.", 0) == 0 || name == "warp_loss" ||
+               name == "warp_seen";
+    };
+    load_module_tensors(*this, shared, file, "", cdcd_only);
+    const int64_t D = config_.embed_dim, W = config_.dim;
+    if (!out_weight->sizes().equals({D, W}) || !out_bias->sizes().equals({D}))
+        throw SafeTensorsError("'" + file.string() + "': output_proj is " + c10::str(out_weight->sizes()) +
+                               ", the network expects [" + std::to_string(D) + ", " + std::to_string(W) + "]");
+    at::NoGradGuard no_grad;
+    head_->weight().copy_(at::matmul(embedding_, out_weight->to(at::kFloat)));
+    head_->bias().copy_(at::matmul(embedding_, out_bias->to(at::kFloat)));
+    if (self_condition_proj_) {
+        self_condition_proj_->weight().zero_();
+        self_condition_proj_->bias().zero_();
+    }
 }
 
 at::Tensor ContinuousDenoiserNet::diffused_embedding() const { return cdcd() ? cdcd_embedding(embedding_) : embedding_; }

@@ -123,6 +123,7 @@ private:
     double seconds_before_ = 0.0;  // training time of earlier runs (from the checkpoint)
     int64_t init_steps_ = 0;       // steps behind the training.init_from weights, earlier stages included
     int64_t grown_from_layers_ = 0;  // the init_from model's layers when this network has more, else 0
+    std::string from_objective_;     // the init_from model's objective when it is not this network's, else ""
     double run_seconds_ = 0.0;
     std::optional<double> last_dev_;
     std::optional<double> last_dev_accuracy_;  // attribute classifier: share of dev texts classed right
@@ -202,6 +203,22 @@ void Trainer::start_from_model(bool load_weights) {
         return grows && name.rfind(trunk, 0) == 0 && nn::trunk_block_index(name.substr(trunk.size())) >= held_layers;
     };
     const SafeTensors tensors = load_safetensors(weights, [](const SafeTensorsEntry&) { return true; });
+    // A CDCD network may start from a Diffusion-LM one: what the two objectives share, and the head as its rounding.
+    const std::string held_objective = config.contains("network") ? config["network"].value("objective", "diffusion_lm") : "";
+    const std::string objective = network_->config().value("objective", "diffusion_lm");
+    if (c_.kind == "continuous" && held_objective != objective) {
+        auto* continuous = dynamic_cast<nn::ContinuousDenoiserNet*>(network_.get());
+        if (continuous == nullptr || held_objective != "diffusion_lm" || objective != "cdcd" || grows)
+            throw ModelError("training.init_from: '" + c_.init_from.string() + "' was trained with the " +
+                             held_objective + " objective; a " + objective + " network" +
+                             (grows ? " with more layers" : "") +
+                             " cannot start from it (a cdcd network can start from a diffusion_lm one of its sizes)");
+        continuous->start_from_diffusion_lm(tensors, weights);
+        from_objective_ = held_objective;
+        say("starting a cdcd network from the diffusion_lm weights of '" + c_.init_from.string() + "' (trained for " +
+            std::to_string(init_steps_) + " steps): the head starts as its rounding of x0, self-conditioning at zero");
+        return;
+    }
     const std::vector<std::string> fresh = nn::load_module_tensors(*network_, tensors, weights, "", new_block);
     if (grows) {
         at::NoGradGuard no_grad;
@@ -416,6 +433,7 @@ TrainResult Trainer::run() {
     if (!c_.init_from.empty()) {
         training["init_from"] = {{"model", c_.init_from.string()}, {"steps", init_steps_}};
         if (grown_from_layers_ > 0) training["init_from"]["layers"] = grown_from_layers_;
+        if (!from_objective_.empty()) training["init_from"]["objective"] = from_objective_;
     }
     if (last_dev_accuracy_) training["dev_accuracy"] = *last_dev_accuracy_;
     if (c_.ema > 0) training["ema"] = c_.ema;

@@ -18,10 +18,12 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <rudder/nn/safetensors.hpp>
 #include <rudder/nn/schedule.hpp>
 #include <rudder/nn/trainable.hpp>
 #include <rudder/nn/transformer_trunk.hpp>
@@ -105,6 +107,13 @@ public:
     // diffused is the one decoded, with no extra parameters, and the rounding loss that trains it is what keeps E
     // from collapsing under the MSE term.
     at::Tensor rounding_logits(const at::Tensor& x0) const;
+
+    // "cdcd" only: the weights of a trained "diffusion_lm" network of the same sizes (`tensors`, as `file` stores
+    // them). The table, input and time layers and trunk are taken as they are; the head starts as that network's
+    // rounding of its x0 estimate (head = E · output_proj, so the logits are x̂0 · Eᵀ), the self-conditioning
+    // projection at zero (no effect until trained), the warp's running means empty. Throws SafeTensorsError for
+    // tensors that do not fit.
+    void start_from_diffusion_lm(const SafeTensors& tensors, const std::filesystem::path& file);
 
     // The objective's loss (see the .cpp for the terms). "cdcd" in training mode also updates the time warp.
     at::Tensor loss(const TrainingBatch& batch, at::Generator& gen) override;
