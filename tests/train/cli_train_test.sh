@@ -92,6 +92,12 @@ JSON
     train --stop-after 5 2>"$work/err" || fail "first run exit $?: $(cat "$work/err")"
     grep -q "stopped after step 5 as asked" "$work/err" || fail "$(cat "$work/err")"
     [ -f "$work/model/checkpoint/state.json" ] || fail "no checkpoint"
+    # A snapshot of the stopped run is a model folder; the run is left to resume.
+    train --snapshot "$work/snap" 2>"$work/err" || fail "snapshot exit $?: $(cat "$work/err")"
+    grep -q "^wrote the model of '.*model' at step 5 of 20 to '.*snap'" "$work/err" || fail "$(cat "$work/err")"
+    grep -q '"snapshot_of"' "$work/snap/config.json" || fail "$(cat "$work/snap/config.json")"
+    train --snapshot "$work/snap2" --stop-after 3 2>"$work/err" && fail "--snapshot with --stop-after was accepted"
+    grep -q "excludes" "$work/err" || fail "$(cat "$work/err")"
     train 2>"$work/err" || fail "resumed run exit $?: $(cat "$work/err")"
     grep -q "^resuming from the checkpoint at step 5 in '.*checkpoint'" "$work/err" || fail "$(cat "$work/err")"
     grep -q "^15 steps in " "$work/err" || fail "$(cat "$work/err")"

@@ -413,6 +413,50 @@ TEST_F(MicroTraining, ACdcdNetworkStartsFromADiffusionLmOneWithItsRoundingAsTheH
     }
 }
 
+TEST_F(MicroTraining, ASnapshotWritesTheModelOfTheCheckpointAndLeavesTheRunAsItWas) {
+    json trained = config(20);
+    trained["kind"] = "discrete";
+    trained["network"] = {{"dim", 16}, {"layers", 1}, {"heads", 2}, {"ff_dim", 32}};
+    trained["max_condition_length"] = 24;
+    trained["out"] = (dir_.path() / "one_layer").string();
+    run(trained);
+
+    // A grown run with a moving average, stopped at step 6: its snapshot is the average at step 6, and records
+    // what the finished model would (the depth it grew from, although the run resumes without reading init_from).
+    json grown = trained;
+    grown["network"]["layers"] = 2;
+    grown["tokenizer"] = json::object();
+    grown["training"].update({{"steps", 10}, {"ema", 0.5}, {"init_from", trained["out"]}});
+    grown["out"] = (dir_.path() / "grown").string();
+    run(grown, 6);
+    const auto log_before = read_lines(dir_.path() / "grown/train_log.jsonl");
+    train::TrainOptions options;
+    options.snapshot = dir_.path() / "snapshot";
+    const train::TrainResult snapshot = train::train(parse(grown), options);
+    EXPECT_FALSE(snapshot.finished);
+    EXPECT_EQ(snapshot.step, 6);
+    EXPECT_EQ(read_lines(dir_.path() / "grown/train_log.jsonl"), log_before);
+    const auto checkpoint = dir_.path() / "grown/checkpoint/checkpoint-000000006.safetensors";
+    ASSERT_TRUE(std::filesystem::exists(checkpoint));
+    const SafeTensors saved = load_safetensors(checkpoint);
+    const SafeTensors written = load_safetensors(dir_.path() / "snapshot/model.safetensors");
+    for (const auto& [name, tensor] : written.tensors)
+        EXPECT_TRUE(at::equal(tensor, *saved.find("ema." + name))) << name;
+    std::ifstream in(dir_.path() / "snapshot/config.json");
+    const json cfg = json::parse(in);
+    EXPECT_EQ(cfg["training"]["steps"], 6);
+    EXPECT_EQ(cfg["training"]["init_from"]["layers"], 1);
+    EXPECT_EQ(cfg["training"]["snapshot_of"], grown["out"]);
+    EXPECT_EQ(cfg["network"]["layers"], 2);
+
+    // The run then finishes as it would have, and records the depth too.
+    EXPECT_TRUE(run(grown).finished);
+    std::ifstream finished_in(dir_.path() / "grown/config.json");
+    EXPECT_EQ(json::parse(finished_in)["training"]["init_from"]["layers"], 1);
+    // With no checkpoint there is nothing to write.
+    EXPECT_THROW(train::train(parse(grown), options), ModelError);
+}
+
 TEST_F(MicroTraining, AConfigFileWithANumberBeyondDoublesRangeIsAConfigError) {
     const auto file = dir_.path() / "overflow.json";
     std::ofstream(file) << R"({"kind": "teacher", "training": {"lr": 1e999}})";

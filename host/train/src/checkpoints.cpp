@@ -185,8 +185,11 @@ void start_train_log(const TrainConfig& c, std::optional<int64_t> resumed_step) 
     write_atomically(log_file, kept);
 }
 
-void write_model(const TrainConfig& c, const nn::TrainableNetwork& network, const Tokenizer& tokenizer, int64_t step,
-                 const json& training) {
+void write_model_files(const fs::path& dir, const TrainConfig& c, const nn::TrainableNetwork& network,
+                       const Tokenizer& tokenizer, int64_t step, const json& training) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw ModelError("cannot create '" + dir.string() + "': " + ec.message());
     const bool denoiser = is_denoiser_kind(c.kind);
     const bool controller = is_controller_kind(c.kind);
     const json network_config = network.config();
@@ -204,11 +207,16 @@ void write_model(const TrainConfig& c, const nn::TrainableNetwork& network, cons
         if (denoiser && network_config.contains(key)) config[key] = network_config.at(key);
     config["training"] = training;
     if (controller) config["denoiser"] = c.denoiser.filename().string();
-    write_atomically(c.out / "vocab.txt", vocab_text(tokenizer));
-    save_safetensors(c.out / "model.safetensors", nn::module_tensors(network),
+    write_atomically(dir / "vocab.txt", vocab_text(tokenizer));
+    save_safetensors(dir / "model.safetensors", nn::module_tensors(network),
                      {{"format", "pt"}, {"rudder_kind", c.kind}, {"step", std::to_string(step)}});
     // config.json last: a directory with one holds a complete model.
-    write_atomically(c.out / "config.json", config.dump(2) + "\n");
+    write_atomically(dir / "config.json", config.dump(2) + "\n");
+}
+
+void write_model(const TrainConfig& c, const nn::TrainableNetwork& network, const Tokenizer& tokenizer, int64_t step,
+                 const json& training) {
+    write_model_files(c.out, c, network, tokenizer, step, training);
     remove_checkpoint(c);
 }
 

@@ -62,8 +62,12 @@ void start_train_log(const TrainConfig& c, std::optional<int64_t> resumed_step);
 // folder if that leaves it empty; other files in it are not the trainer's and stay.
 void remove_checkpoint(const TrainConfig& c);
 
-// Writes the model directory (vocab.txt, model.safetensors, config.json last) and removes the checkpoint.
-// `training`: config.json's "training" object (steps, seed, losses, ...).
+// Writes the model directory `dir` (vocab.txt, model.safetensors, config.json last). `training`: config.json's
+// "training" object (steps, seed, losses, ...).
+void write_model_files(const std::filesystem::path& dir, const TrainConfig& c, const nn::TrainableNetwork& network,
+                       const Tokenizer& tokenizer, int64_t step, const nlohmann::json& training);
+
+// write_model_files to c.out, then removes the checkpoint: the run's end.
 void write_model(const TrainConfig& c, const nn::TrainableNetwork& network, const Tokenizer& tokenizer,
                  int64_t step, const nlohmann::json& training);
 

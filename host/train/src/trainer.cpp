@@ -110,6 +110,8 @@ private:
     void log_step(int64_t step, double loss, std::optional<double> dev, double lr);
     TrainingState state() { return {*network_, *optimizer_, parameters_, averages_}; }
     void update_averages();
+    nlohmann::json training_record(int64_t step) const;
+    TrainResult write_snapshot();
     void swap_in_averages();
 
     const TrainConfig& c_;
@@ -184,7 +186,25 @@ void Trainer::start_from_model(bool load_weights) {
         if (const auto earlier = training->find("init_from"); earlier != training->end() && earlier->is_object())
             init_steps_ += earlier->value("steps", int64_t{0});
     }
+    // A denoiser with more layers than the trained one grows from it: the trained blocks come first, and the new
+    // ones start as the identity, so training goes on from the trained network's function. A CDCD network may
+    // start from a Diffusion-LM one: what the two objectives share, and the head as its rounding. (Decided before
+    // the weights are read, so that a resumed run's model records them too.)
+    const json held_network = config.value("network", json::object());
+    const int64_t held_layers = held_network.value("layers", int64_t{0});
+    const int64_t layers = network_->config().value("layers", int64_t{0});
+    const bool grows = (c_.kind == "continuous" || c_.kind == "discrete") && held_layers > 0 && layers > held_layers;
+    const std::string held_objective = held_network.value("objective", "diffusion_lm");
+    const std::string objective = network_->config().value("objective", "diffusion_lm");
+    const bool other_objective = c_.kind == "continuous" && held_objective != objective;
+    if (other_objective && (held_objective != "diffusion_lm" || objective != "cdcd" || grows))
+        throw ModelError("training.init_from: '" + c_.init_from.string() + "' was trained with the " + held_objective +
+                         " objective; a " + objective + " network" + (grows ? " with more layers" : "") +
+                         " cannot start from it (a cdcd network can start from a diffusion_lm one of its sizes)");
+    if (grows) grown_from_layers_ = held_layers;
+    if (other_objective) from_objective_ = held_objective;
     if (!load_weights) return;
+
     const fs::path weights = c_.init_from / "model.safetensors";
     // The trainer stamps every model's weights with its kind (the header says it; no tensor is read for it).
     const SafeTensors header = load_safetensors(weights, [](const SafeTensorsEntry&) { return false; });
@@ -193,45 +213,57 @@ void Trainer::start_from_model(bool load_weights) {
     if (held != c_.kind)
         throw ModelError("training.init_from: '" + c_.init_from.string() + "' holds a " + held +
                          " model; this config trains a " + c_.kind);
-    // A denoiser with more layers than the trained one grows from it: the trained blocks come first, and the new
-    // ones start as the identity, so training goes on from the trained network's function.
-    const int64_t held_layers = config.contains("network") ? config["network"].value("layers", int64_t{0}) : 0;
-    const int64_t layers = network_->config().value("layers", int64_t{0});
-    const bool grows = (c_.kind == "continuous" || c_.kind == "discrete") && held_layers > 0 && layers > held_layers;
+    const SafeTensors tensors = load_safetensors(weights, [](const SafeTensorsEntry&) { return true; });
+    const std::string from = "starting from the weights of '" + c_.init_from.string() + "' (trained for " +
+                             std::to_string(init_steps_) + " steps)";
+    if (other_objective) {
+        auto* continuous = dynamic_cast<nn::ContinuousDenoiserNet*>(network_.get());
+        if (continuous == nullptr) throw std::logic_error("a continuous kind without a continuous denoiser network");
+        continuous->start_from_diffusion_lm(tensors, weights);
+        say(from + ", trained with the diffusion_lm objective: the cdcd head starts as its rounding of x0, "
+                   "self-conditioning at zero");
+        return;
+    }
     const std::string trunk = "trunk.";
     const auto new_block = [&](const std::string& name) {
         return grows && name.rfind(trunk, 0) == 0 && nn::trunk_block_index(name.substr(trunk.size())) >= held_layers;
     };
-    const SafeTensors tensors = load_safetensors(weights, [](const SafeTensorsEntry&) { return true; });
-    // A CDCD network may start from a Diffusion-LM one: what the two objectives share, and the head as its rounding.
-    const std::string held_objective = config.contains("network") ? config["network"].value("objective", "diffusion_lm") : "";
-    const std::string objective = network_->config().value("objective", "diffusion_lm");
-    if (c_.kind == "continuous" && held_objective != objective) {
-        auto* continuous = dynamic_cast<nn::ContinuousDenoiserNet*>(network_.get());
-        if (continuous == nullptr || held_objective != "diffusion_lm" || objective != "cdcd" || grows)
-            throw ModelError("training.init_from: '" + c_.init_from.string() + "' was trained with the " +
-                             held_objective + " objective; a " + objective + " network" +
-                             (grows ? " with more layers" : "") +
-                             " cannot start from it (a cdcd network can start from a diffusion_lm one of its sizes)");
-        continuous->start_from_diffusion_lm(tensors, weights);
-        from_objective_ = held_objective;
-        say("starting a cdcd network from the diffusion_lm weights of '" + c_.init_from.string() + "' (trained for " +
-            std::to_string(init_steps_) + " steps): the head starts as its rounding of x0, self-conditioning at zero");
-        return;
-    }
     const std::vector<std::string> fresh = nn::load_module_tensors(*network_, tensors, weights, "", new_block);
     if (grows) {
         at::NoGradGuard no_grad;
         for (auto& item : network_->named_parameters())
             if (new_block(item.key()) && nn::is_block_residual_output(item.key().substr(trunk.size())))
                 item.value().zero_();
-        grown_from_layers_ = held_layers;
     }
-    say("starting from the weights of '" + c_.init_from.string() + "' (trained for " + std::to_string(init_steps_) +
-        " steps)" + (grows ? "; grown from " + std::to_string(held_layers) + " to " + std::to_string(layers) +
-                                 " layers, the new ones starting as the identity (" + std::to_string(fresh.size()) +
-                                 " new tensors)"
-                           : ""));
+    say(from + (grows ? "; grown from " + std::to_string(held_layers) + " to " + std::to_string(layers) +
+                            " layers, the new ones starting as the identity (" + std::to_string(fresh.size()) +
+                            " new tensors)"
+                      : ""));
+}
+
+// config.json's "training" record of the weights after `step`: what any model written from this run says.
+json Trainer::training_record(int64_t step) const {
+    json training = {{"steps", step}, {"seed", c_.seed}, {"seconds", seconds_before_ + run_seconds_}};
+    if (!c_.init_from.empty()) {
+        training["init_from"] = {{"model", c_.init_from.string()}, {"steps", init_steps_}};
+        if (grown_from_layers_ > 0) training["init_from"]["layers"] = grown_from_layers_;
+        if (!from_objective_.empty()) training["init_from"]["objective"] = from_objective_;
+    }
+    if (c_.ema > 0) training["ema"] = c_.ema;
+    if (c_.precision != "float32") training["precision"] = c_.precision;
+    return training;
+}
+
+TrainResult Trainer::write_snapshot() {
+    json training = training_record(start_step_);
+    training["snapshot_of"] = c_.out.string();
+    swap_in_averages();
+    write_model_files(o_.snapshot, c_, *network_, *data_.tokenizer, start_step_, training);
+    say("wrote the model of '" + c_.out.string() + "' at step " + std::to_string(start_step_) + " of " +
+        std::to_string(c_.steps) + " to '" + o_.snapshot.string() + "'");
+    TrainResult result;
+    result.step = result.resumed_from = start_step_;
+    return result;
 }
 
 void Trainer::update_averages() {
@@ -317,10 +349,13 @@ TrainResult Trainer::run() {
     averages_.clear();
     if (c_.ema > 0)  // the average starts at the initial weights; a checkpoint holds where it stood
         for (const auto& [name, p] : parameters_) averages_.push_back(p.detach().clone());
+    if (!o_.snapshot.empty() && !checkpoint)
+        throw ModelError("no checkpoint in '" + checkpoint_dir(c_).string() + "' to write a snapshot from");
     if (checkpoint) {
         const Progress resumed = resume_checkpoint(c_, *checkpoint, state(), data_.fingerprint);
         start_step_ = resumed.step;
         seconds_before_ = resumed.seconds;
+        if (!o_.snapshot.empty()) return write_snapshot();
         say("resuming from the checkpoint at step " + std::to_string(start_step_) + " in '" +
             checkpoint_dir(c_).string() + "'");
     }
@@ -424,20 +459,11 @@ TrainResult Trainer::run() {
     result.steps_per_second = run_seconds_ > 0 ? static_cast<double>(result.step - start_step_) / run_seconds_ : 0.0;
     if (result.step < c_.steps) return result;
 
-    json training = {{"steps", result.step},
-                     {"seed", c_.seed},
-                     {"texts", result.texts},
-                     {"final_loss", result.last_loss},
-                     {"dev_loss", result.dev_loss ? json(*result.dev_loss) : json(nullptr)},
-                     {"seconds", seconds_before_ + run_seconds_}};
-    if (!c_.init_from.empty()) {
-        training["init_from"] = {{"model", c_.init_from.string()}, {"steps", init_steps_}};
-        if (grown_from_layers_ > 0) training["init_from"]["layers"] = grown_from_layers_;
-        if (!from_objective_.empty()) training["init_from"]["objective"] = from_objective_;
-    }
+    json training = training_record(result.step);
+    training["texts"] = result.texts;
+    training["final_loss"] = result.last_loss;
+    training["dev_loss"] = result.dev_loss ? json(*result.dev_loss) : json(nullptr);
     if (last_dev_accuracy_) training["dev_accuracy"] = *last_dev_accuracy_;
-    if (c_.ema > 0) training["ema"] = c_.ema;
-    if (c_.precision != "float32") training["precision"] = c_.precision;
     swap_in_averages();  // the model is the average
     write_model(c_, *network_, *data_.tokenizer, result.step, training);
     result.finished = true;

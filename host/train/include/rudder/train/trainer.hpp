@@ -17,6 +17,9 @@ struct TrainOptions {
     int64_t stop_after = 0;
     // Train into an `out` that already holds a finished model (otherwise refused).
     bool overwrite = false;
+    // Not empty: train nothing; write the model of the run's checkpoint, as the run would write it if it ended
+    // there, to this folder (the run's own files are only read, so it may be going on meanwhile).
+    std::filesystem::path snapshot;
 };
 
 struct TrainResult {
