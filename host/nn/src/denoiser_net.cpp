@@ -42,6 +42,18 @@ DenoiserNet::DenoiserNet(DenoiserConfig config) : config_(std::move(config)) {
     trunk_ = register_module("trunk", std::make_shared<TransformerTrunk>(config_));
 }
 
+std::vector<std::string> DenoiserNet::grow_from(const SafeTensors& tensors, const std::filesystem::path& file,
+                                                int64_t held_layers) {
+    const auto new_block = [&](const std::string& name) {
+        for (int64_t i = held_layers; i < config_.layers; ++i)
+            if (name.rfind("trunk.blocks." + std::to_string(i) + ".", 0) == 0) return true;
+        return false;
+    };
+    std::vector<std::string> fresh = load_module_tensors(*this, tensors, file, "", new_block);
+    trunk_->start_blocks_as_identity(held_layers);
+    return fresh;
+}
+
 at::Tensor DenoiserNet::check_tokens(const at::Tensor& tokens) const {
     if (!tokens.defined() || tokens.dim() != 2 || tokens.scalar_type() != at::kLong || tokens.size(0) < 1 ||
         tokens.size(1) < 1) {

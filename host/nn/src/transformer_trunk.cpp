@@ -181,28 +181,20 @@ public:
         return h + dropout(ff, dropout_, gen);
     }
 
+    void zero_residual_outputs() {
+        at::NoGradGuard no_grad;
+        for (const auto& output : {proj_, ff2_}) {
+            output->weight().zero_();
+            output->bias().zero_();
+        }
+    }
+
 private:
     int64_t heads_;
     double dropout_;
     std::shared_ptr<LayerNorm> norm1_, norm2_;
     std::shared_ptr<Affine> qkv_, proj_, ff1_, ff2_;
 };
-
-int64_t trunk_block_index(const std::string& name) {
-    const std::string head = "blocks.";
-    if (name.compare(0, head.size(), head) != 0) return -1;
-    const size_t dot = name.find('.', head.size());
-    if (dot == std::string::npos || dot == head.size()) return -1;
-    const std::string digits = name.substr(head.size(), dot - head.size());
-    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) return -1;
-    return std::stoll(digits);
-}
-
-bool is_block_residual_output(const std::string& name) {
-    if (trunk_block_index(name) < 0) return false;
-    const std::string part = name.substr(name.find('.', std::string("blocks.").size()) + 1);
-    return part.rfind("proj.", 0) == 0 || part.rfind("ff2.", 0) == 0;
-}
 
 at::Tensor time_sinusoid(const at::Tensor& t, int64_t dim) {
     const int64_t half = dim / 2;
@@ -229,6 +221,10 @@ TransformerTrunk::TransformerTrunk(const DenoiserConfig& config) : config_(confi
         blocks_.push_back(container->register_module(std::to_string(i), std::make_shared<Block>(config)));
     }
     final_norm_ = register_module("final_norm", std::make_shared<LayerNorm>(W));
+}
+
+void TransformerTrunk::start_blocks_as_identity(int64_t first) {
+    for (size_t i = static_cast<size_t>(std::max<int64_t>(first, 0)); i < blocks_.size(); ++i) blocks_[i]->zero_residual_outputs();
 }
 
 at::Tensor TransformerTrunk::forward(const at::Tensor& h, const at::Tensor& condition, at::Generator* gen) {

@@ -20,7 +20,6 @@
 #include <rudder/nn/model_files.hpp>
 #include <rudder/nn/safetensors.hpp>
 #include <rudder/nn/text_classifier.hpp>
-#include <rudder/nn/transformer_trunk.hpp>
 #include <rudder/nn/weights.hpp>
 #include <rudder/train/networks.hpp>
 
@@ -193,7 +192,7 @@ void Trainer::start_from_model(bool load_weights) {
     const json held_network = config.value("network", json::object());
     const int64_t held_layers = held_network.value("layers", int64_t{0});
     const int64_t layers = network_->config().value("layers", int64_t{0});
-    const bool grows = (c_.kind == "continuous" || c_.kind == "discrete") && held_layers > 0 && layers > held_layers;
+    const bool grows = is_denoiser_kind(c_.kind) && held_layers > 0 && layers > held_layers;
     const std::string held_objective = held_network.value("objective", "diffusion_lm");
     const std::string objective = network_->config().value("objective", "diffusion_lm");
     const bool other_objective = c_.kind == "continuous" && held_objective != objective;
@@ -213,7 +212,7 @@ void Trainer::start_from_model(bool load_weights) {
     if (held != c_.kind)
         throw ModelError("training.init_from: '" + c_.init_from.string() + "' holds a " + held +
                          " model; this config trains a " + c_.kind);
-    const SafeTensors tensors = load_safetensors(weights, [](const SafeTensorsEntry&) { return true; });
+    const SafeTensors tensors = load_safetensors(weights);
     const std::string from = "starting from the weights of '" + c_.init_from.string() + "' (trained for " +
                              std::to_string(init_steps_) + " steps)";
     if (other_objective) {
@@ -224,21 +223,16 @@ void Trainer::start_from_model(bool load_weights) {
                    "self-conditioning at zero");
         return;
     }
-    const std::string trunk = "trunk.";
-    const auto new_block = [&](const std::string& name) {
-        return grows && name.rfind(trunk, 0) == 0 && nn::trunk_block_index(name.substr(trunk.size())) >= held_layers;
-    };
-    const std::vector<std::string> fresh = nn::load_module_tensors(*network_, tensors, weights, "", new_block);
-    if (grows) {
-        at::NoGradGuard no_grad;
-        for (auto& item : network_->named_parameters())
-            if (new_block(item.key()) && nn::is_block_residual_output(item.key().substr(trunk.size())))
-                item.value().zero_();
+    if (!grows) {
+        nn::load_module_tensors(*network_, tensors, weights);
+        say(from);
+        return;
     }
-    say(from + (grows ? "; grown from " + std::to_string(held_layers) + " to " + std::to_string(layers) +
-                            " layers, the new ones starting as the identity (" + std::to_string(fresh.size()) +
-                            " new tensors)"
-                      : ""));
+    auto* denoiser = dynamic_cast<nn::DenoiserNet*>(network_.get());
+    if (denoiser == nullptr) throw std::logic_error("a denoiser kind without a denoiser network");
+    const std::vector<std::string> fresh = denoiser->grow_from(tensors, weights, held_layers);
+    say(from + "; grown from " + std::to_string(held_layers) + " to " + std::to_string(layers) +
+        " layers, the new ones starting as the identity (" + std::to_string(fresh.size()) + " new tensors)");
 }
 
 // config.json's "training" record of the weights after `step`: what any model written from this run says.

@@ -52,6 +52,11 @@ public:
     // Whether the network has condition inputs (max_condition_length > 0).
     bool conditional() const { return config_.max_condition_length > 0; }
     nlohmann::json config() const override { return config_.to_json(); }
+    // The weights of a trained network of this family with `held_layers` (fewer) trunk blocks (`tensors`, as
+    // `file` stores them): its blocks are the first ones, the later blocks start as the identity
+    // (TransformerTrunk::start_blocks_as_identity), so the grown network computes what the trained one did.
+    // Returns the names of the tensors the file did not have. Throws SafeTensorsError for tensors that do not fit.
+    std::vector<std::string> grow_from(const SafeTensors& tensors, const std::filesystem::path& file, int64_t held_layers);
 
 protected:
     explicit DenoiserNet(DenoiserConfig config);

@@ -121,13 +121,6 @@ class Block;
 // (dim even), half cosines and half sines of t * 1000 (improved-diffusion's rescaled timesteps).
 at::Tensor time_sinusoid(const at::Tensor& t, int64_t dim);
 
-// Names of the trunk's tensors (relative to the trunk), for growing a trunk deeper than a trained one: the
-// block a tensor belongs to ("blocks.5.qkv.weight" -> 5; -1 outside the blocks), and whether it is one of the
-// block's residual outputs (proj, ff2). A pre-LayerNorm block whose residual outputs are zero is the identity,
-// so a grown trunk whose new blocks start that way computes what the trained one did.
-int64_t trunk_block_index(const std::string& name);
-bool is_block_residual_output(const std::string& name);
-
 // The shared encoder. Parameters: position [max_length, dim]; condition_token [V, dim] and condition_position
 // [max_condition_length, dim] when max_condition_length > 0; blocks.<i>.{norm1,qkv,proj,norm2,ff1,ff2}.*;
 // final_norm.*.
@@ -138,6 +131,10 @@ public:
     // undefined for none; gen: dropout masks (nullptr: no dropout). Returns the text positions' final
     // (normalised) states [B, L, dim].
     at::Tensor forward(const at::Tensor& h, const at::Tensor& condition, at::Generator* gen);
+    // Zeroes the residual outputs (attention and MLP output projections) of blocks `first` and later: a
+    // pre-LayerNorm block whose residual branches add nothing is the identity, so a trunk grown deeper than a
+    // trained one computes what the trained one did.
+    void start_blocks_as_identity(int64_t first);
 
 private:
     DenoiserConfig config_;
