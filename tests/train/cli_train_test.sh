@@ -159,6 +159,10 @@ JSON
     out=$("$rudder" likelihood "$work/cdcd" "$work/train.csv" --draws 4 --json -q) || fail "likelihood exit $?"
     python3 -c 'import json, sys; r = json.loads(sys.argv[1]); assert r["bound"] == "ddpm_vlb" and r["texts"] > 0 and r["nats_per_token"] > 0, r' "$out" \
       || fail "$out"
+    # Stored as float16 (its float64 warp statistics kept), it still loads and samples.
+    "$rudder" convert-weights "$work/cdcd" >/dev/null || fail "convert exit $?"
+    out=$("$rudder" generate -q "$work/cdcd_recipe.json") || fail "generate after convert-weights exit $?"
+    [ "$(grep -c '"length":{"satisfied":true,"score":5.0},"span":{"satisfied":true,"score":1.0}' <<<"$out")" -eq 3 ] || fail "$out"
     ;;
   uniform_generate)
     # A micro SEDD denoiser with uniform noise through the CLI: it samples with every position redrawn at each step,

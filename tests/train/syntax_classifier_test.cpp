@@ -298,6 +298,31 @@ TEST_F(TextClassifierTraining, ExactCandidateScoringIsTheClassifierOnEverySubsti
     }
 }
 
+TEST_F(TextClassifierTraining, ACdcdDenoiserStoredAsFloat16GivesTheTableItsRunsDiffuse) {
+    // The bundled denoisers are stored as float16, and a CDCD one diffuses its table's rows normalised: the
+    // classifier must hold exactly the table a run of that model checks it against (the syntax controller allows
+    // 1e-5).
+    json j = test::micro_teacher_config(dir_.path(), 12);
+    j["kind"] = "continuous";
+    j["network"] = {{"dim", 16}, {"layers", 1}, {"heads", 2}, {"ff_dim", 32}, {"embed_dim", 8}, {"objective", "cdcd"},
+                    {"schedule", {{"name", "cdcd"}, {"T", 50}, {"sigma_min", 0.2}, {"sigma_max", 20.0}, {"warp_bins", 10}}}};
+    j["max_condition_length"] = 24;
+    j["out"] = (dir_.path() / "denoiser-cdcd").string();
+    train::train(train::parse_train_config(j, dir_.path()));
+    const std::filesystem::path denoiser = j["out"].get<std::string>();
+    convert_floating_tensors(denoiser / "model.safetensors", "float16");
+
+    const json config = classifier_config(denoiser, write_annotations(denoiser), "classifier-cdcd");
+    ASSERT_TRUE(train::train(train::parse_train_config(config, dir_.path())).finished);
+    const at::Tensor run_table = load_model(denoiser, Family::continuous).denoiser->embedding().contiguous();
+    auto classifier = syntax::TextClassifier::load(config["out"].get<std::string>());
+    EXPECT_LE(classifier->embedding_distance(run_table.data_ptr<float>(), run_table.size(0), run_table.size(1)), 1e-6);
+    // ... which is the stored table normalised, not the stored table.
+    EXPECT_NEAR(run_table.norm(2, -1).min().item<double>(), std::sqrt(8.0), 1e-4);
+    const at::Tensor stored = load_safetensors(denoiser / "model.safetensors").find("embedding")->to(at::kFloat).contiguous();
+    EXPECT_GT(classifier->embedding_distance(stored.data_ptr<float>(), stored.size(0), stored.size(1)), 1e-3);
+}
+
 TEST_F(TextClassifierTraining, ConfigErrorsNameTheDenoiserAndTheDataFormat) {
     json j = classifier_config(dir_.path() / "nowhere", dir_.path() / "train.csv", "c");
     j["tokenizer"] = {{"min_count", 2}};

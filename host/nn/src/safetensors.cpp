@@ -446,8 +446,11 @@ uint64_t convert_floating_tensors(const std::filesystem::path& file, const std::
                                dtype_name + "'");
     const at::ScalarType dtype = found->second;
     SafeTensors st = load_safetensors(file);
+    // float64 tensors are kept: a network holds in float64 only what float32 would already round (CDCD's running
+    // warp losses) and loads them as float64.
     for (auto& [name, tensor] : st.tensors)
-        if (at::isFloatingType(tensor.scalar_type())) tensor = tensor.to(dtype).contiguous();
+        if (at::isFloatingType(tensor.scalar_type()) && tensor.scalar_type() != at::kDouble)
+            tensor = tensor.to(dtype).contiguous();
     save_safetensors(file, st.tensors, st.metadata);
     return static_cast<uint64_t>(std::filesystem::file_size(file));
 }

@@ -144,9 +144,11 @@ void Trainer::copy_denoiser_embedding() {
     const SafeTensors saved = load_safetensors(weights, [](const SafeTensorsEntry& e) { return e.name == "embedding"; });
     const at::Tensor* table = saved.find("embedding");
     if (table == nullptr) throw ModelError("'" + weights.string() + "' has no tensor 'embedding' (not a continuous denoiser)");
-    // A CDCD denoiser diffuses its table's rows normalised: the classifier must see the same.
+    // A CDCD denoiser diffuses its table's rows normalised: the classifier must see the same. The denoiser
+    // normalises its float32 parameter, whatever the file stores (float16 for the bundled ones): so do we.
     const bool cdcd = denoiser.contains("network") && denoiser.at("network").value("objective", "") == "cdcd";
-    classifier->set_noise_embedding(cdcd ? nn::cdcd_embedding(*table) : *table);
+    const at::Tensor stored = table->to(at::kFloat);
+    classifier->set_noise_embedding(cdcd ? nn::cdcd_embedding(stored) : stored);
 }
 
 void Trainer::build_network() {
