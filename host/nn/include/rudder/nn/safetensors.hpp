@@ -81,9 +81,9 @@ SafeTensors load_sharded_safetensors(const std::filesystem::path& index_file,
                                      const SafeTensorsSelection& selection = {});
 
 // Rewrites `file` with every float32, float16 and bfloat16 tensor stored as `dtype` ("float16", "bfloat16" or
-// "float32"); float64 tensors, other tensors and the metadata are kept. Networks load such files into their float32 parameters
-// (nn::load_module_tensors converts), so float16 storage halves a model's size at a rounding of 2^-11
-// relative. Returns the new file size in bytes. Throws SafeTensorsError.
+// "float32"); float64 tensors, other tensors and the metadata are kept. Networks load such files into their
+// float32 parameters (nn::load_module_tensors converts), so float16 storage halves a model's size at a rounding
+// of 2^-11 relative. Returns the new file size in bytes. Throws SafeTensorsError.
 uint64_t convert_floating_tensors(const std::filesystem::path& file, const std::string& dtype);
 
 }  // namespace rudder
