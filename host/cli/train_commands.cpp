@@ -10,8 +10,8 @@ namespace rudder::cli {
 namespace {
 
 // `rudder train` trains the model networks, `rudder train-controller` a controller's noisy classifier.
-int cmd_train(const std::string& config_path, int64_t stop_after, bool overwrite, const std::string& snapshot, bool quiet,
-              bool controller) {
+int cmd_train(const std::string& config_path, int64_t stop_after, bool overwrite, const std::string& snapshot,
+              bool raw_weights, bool quiet, bool controller) {
     train::TrainConfig config;
     try {
         config = train::load_train_config(config_path);
@@ -29,6 +29,7 @@ int cmd_train(const std::string& config_path, int64_t stop_after, bool overwrite
     options.stop_after = stop_after;
     options.overwrite = overwrite;
     options.snapshot = snapshot;
+    options.snapshot_raw_weights = raw_weights;
     try {
         const auto result = train::train(config, options);
         if (!quiet && result.step > result.resumed_from)
@@ -48,7 +49,7 @@ void add_train_commands(CLI::App& app, Commands& commands) {
     struct Options {
         std::string config, snapshot;
         int64_t stop_after = 0;
-        bool overwrite = false, quiet = false;
+        bool overwrite = false, raw_weights = false, quiet = false;
     };
     auto o = std::make_shared<Options>();
     auto training_command = [&](const char* name, const char* description, bool controller) {
@@ -59,13 +60,16 @@ void add_train_commands(CLI::App& app, Commands& commands) {
         auto* stop = cmd->add_option("--stop-after", o->stop_after, "Stop after this step with a checkpoint, as an interrupted run")
             ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
         auto* overwrite = cmd->add_flag("--overwrite", o->overwrite, "Train again into an out directory that holds a finished model");
-        cmd->add_option("--snapshot", o->snapshot,
-                        "Train nothing: write the model of the run's checkpoint to this folder, as the run would if it "
-                        "ended there (the run may be going on)")
-            ->excludes(stop)
-            ->excludes(overwrite);
+        auto* snapshot = cmd->add_option("--snapshot", o->snapshot,
+                                         "Train nothing: write the model of the run's checkpoint to this folder, as the "
+                                         "run would if it ended there (the run may be going on)")
+                             ->excludes(stop)
+                             ->excludes(overwrite);
+        cmd->add_flag("--raw-weights", o->raw_weights,
+                      "With --snapshot, for a run with training.ema: the weights themselves, not their moving average")
+            ->needs(snapshot);
         cmd->add_flag("-q,--quiet", o->quiet, "No progress on stderr");
-        commands.list.push_back({cmd, [o, controller] { return cmd_train(o->config, o->stop_after, o->overwrite, o->snapshot, o->quiet, controller); }});
+        commands.list.push_back({cmd, [o, controller] { return cmd_train(o->config, o->stop_after, o->overwrite, o->snapshot, o->raw_weights, o->quiet, controller); }});
     };
     training_command("train", "Train a network (teacher LM, denoiser, tagger or parser) from a training config", false);
     training_command("train-controller",

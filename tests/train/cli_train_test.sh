@@ -98,6 +98,12 @@ JSON
     grep -q '"snapshot_of"' "$work/snap/config.json" || fail "$(cat "$work/snap/config.json")"
     train --snapshot "$work/snap2" --stop-after 3 2>"$work/err" && fail "--snapshot with --stop-after was accepted"
     grep -q "excludes" "$work/err" || fail "$(cat "$work/err")"
+    # Raw weights need a snapshot, and a run with a moving average (this teacher run keeps none).
+    train --raw-weights 2>"$work/err" && fail "--raw-weights without --snapshot was accepted"
+    grep -q "requires --snapshot" "$work/err" || fail "$(cat "$work/err")"
+    train --snapshot "$work/snap3" --raw-weights 2>"$work/err"; code=$?
+    [ $code -eq 2 ] || fail "expected exit 2 for raw weights of a run without training.ema, got $code: $(cat "$work/err")"
+    grep -q "/training/ema: raw weights are for a snapshot" "$work/err" || fail "$(cat "$work/err")"
     train 2>"$work/err" || fail "resumed run exit $?: $(cat "$work/err")"
     grep -q "^resuming from the checkpoint at step 5 in '.*checkpoint'" "$work/err" || fail "$(cat "$work/err")"
     grep -q "^15 steps in " "$work/err" || fail "$(cat "$work/err")"

@@ -448,6 +448,28 @@ TEST_F(MicroTraining, ASnapshotWritesTheModelOfTheCheckpointAndLeavesTheRunAsItW
     EXPECT_EQ(cfg["training"]["init_from"]["layers"], 1);
     EXPECT_EQ(cfg["training"]["snapshot_of"], grown["out"]);
     EXPECT_EQ(cfg["network"]["layers"], 2);
+    EXPECT_FALSE(cfg["training"].contains("snapshot_weights"));
+
+    // The raw weights instead of their average, when asked, and said so.
+    train::TrainOptions raw = options;
+    raw.snapshot = dir_.path() / "snapshot-raw";
+    raw.snapshot_raw_weights = true;
+    EXPECT_EQ(train::train(parse(grown), raw).step, 6);
+    const SafeTensors raw_written = load_safetensors(dir_.path() / "snapshot-raw/model.safetensors");
+    int64_t differ_from_average = 0;
+    for (const auto& [name, tensor] : raw_written.tensors) {
+        const at::Tensor* weights = saved.find("network." + name);
+        ASSERT_NE(weights, nullptr) << name;
+        EXPECT_TRUE(at::equal(tensor, *weights)) << name;
+        const at::Tensor* average = saved.find("ema." + name);
+        if (average != nullptr && !at::equal(tensor, *average)) ++differ_from_average;
+    }
+    EXPECT_GT(differ_from_average, 0) << "the raw weights are the average";
+    std::ifstream raw_in(dir_.path() / "snapshot-raw/config.json");
+    EXPECT_EQ(json::parse(raw_in)["training"]["snapshot_weights"], "raw: the weights at this step, not their moving average");
+    // ... which a run without an average has not.
+    raw.snapshot = dir_.path() / "snapshot-of-one-layer";
+    EXPECT_THROW(train::train(parse(trained), raw), ConfigError);
 
     // The run then finishes as it would have, and records the depth too.
     EXPECT_TRUE(run(grown).finished);

@@ -253,7 +253,10 @@ json Trainer::training_record(int64_t step) const {
 TrainResult Trainer::write_snapshot() {
     json training = training_record(start_step_);
     training["snapshot_of"] = c_.out.string();
-    swap_in_averages();
+    if (o_.snapshot_raw_weights && c_.ema > 0)
+        training["snapshot_weights"] = "raw: the weights at this step, not their moving average";
+    else
+        swap_in_averages();
     write_model_files(o_.snapshot, c_, *network_, *data_.tokenizer, start_step_, training);
     say("wrote the model of '" + c_.out.string() + "' at step " + std::to_string(start_step_) + " of " +
         std::to_string(c_.steps) + " to '" + o_.snapshot.string() + "'");
@@ -336,6 +339,9 @@ TrainResult Trainer::run() {
     // At most training.threads, fewer while other processes keep cores busy: two threads spinning against another
     // process make a step 14 times slower (docs/design.md, "Compute threads").
     ComputeShare share(static_cast<int>(c_.threads));
+    if (o_.snapshot_raw_weights && (o_.snapshot.empty() || c_.ema <= 0))
+        throw ConfigError(c_.source, {{"/training/ema", "raw weights are for a snapshot (--snapshot) of a run that keeps a "
+                                                        "moving average (training.ema); its model holds the weights themselves"}});
     prepare_out_dir();
     const std::optional<json> checkpoint = find_checkpoint(c_, o_.overwrite);
     data_ = load_training_data(c_, [&](const std::string& line) { say(line); });

@@ -20,6 +20,9 @@ struct TrainOptions {
     // Not empty: train nothing; write the model of the run's checkpoint, as the run would write it if it ended
     // there, to this folder (the run's own files are only read, so it may be going on meanwhile).
     std::filesystem::path snapshot;
+    // With `snapshot`, for a run with training.ema: write the weights themselves instead of their moving average
+    // (early in a run, or with a decay too slow for its length, the average still holds the initial weights).
+    bool snapshot_raw_weights = false;
 };
 
 struct TrainResult {
