@@ -29,16 +29,21 @@ class TextClassifierTraining : public ::testing::Test {
 protected:
     void SetUp() override { test::write_micro_csv(dir_.path() / "train.csv", test::micro_records()); }
 
-    // A micro denoiser of `family`, trained for a few steps; "uniform" is the discrete family with uniform noise.
+    // A micro denoiser of `family`, trained for a few steps; "uniform" is the discrete family with uniform noise,
+    // "cdcd" the continuous family trained as CDCD.
     std::filesystem::path train_denoiser(const std::string& family) {
         json j = test::micro_teacher_config(dir_.path(), 12);
-        j["kind"] = family == "uniform" ? "discrete" : family;
+        j["kind"] = family == "uniform" ? "discrete" : family == "cdcd" ? "continuous" : family;
         j["network"] = {{"dim", 16}, {"layers", 1}, {"heads", 2}, {"ff_dim", 32}};
         if (family == "uniform") {
             j["network"]["objective"] = "score_entropy";
             j["network"]["graph"] = "uniform";
         }
-        if (family == "continuous") j["network"]["embed_dim"] = 8;
+        if (family == "continuous" || family == "cdcd") j["network"]["embed_dim"] = 8;
+        if (family == "cdcd") {
+            j["network"]["objective"] = "cdcd";
+            j["network"]["schedule"] = {{"name", "cdcd"}, {"T", 50}, {"sigma_min", 0.2}, {"sigma_max", 20.0}, {"warp_bins", 10}};
+        }
         j["max_condition_length"] = 24;
         j["out"] = (dir_.path() / ("denoiser-" + family)).string();
         train::train(train::parse_train_config(j, dir_.path()));
@@ -302,14 +307,7 @@ TEST_F(TextClassifierTraining, ACdcdDenoiserStoredAsFloat16GivesTheTableItsRunsD
     // The bundled denoisers are stored as float16, and a CDCD one diffuses its table's rows normalised: the
     // classifier must hold exactly the table a run of that model checks it against (the syntax controller allows
     // 1e-5).
-    json j = test::micro_teacher_config(dir_.path(), 12);
-    j["kind"] = "continuous";
-    j["network"] = {{"dim", 16}, {"layers", 1}, {"heads", 2}, {"ff_dim", 32}, {"embed_dim", 8}, {"objective", "cdcd"},
-                    {"schedule", {{"name", "cdcd"}, {"T", 50}, {"sigma_min", 0.2}, {"sigma_max", 20.0}, {"warp_bins", 10}}}};
-    j["max_condition_length"] = 24;
-    j["out"] = (dir_.path() / "denoiser-cdcd").string();
-    train::train(train::parse_train_config(j, dir_.path()));
-    const std::filesystem::path denoiser = j["out"].get<std::string>();
+    const std::filesystem::path denoiser = train_denoiser("cdcd");
     convert_floating_tensors(denoiser / "model.safetensors", "float16");
 
     const json config = classifier_config(denoiser, write_annotations(denoiser), "classifier-cdcd");

@@ -193,7 +193,8 @@ void ContinuousDenoiserNet::update_warp(const at::Tensor& levels, const at::Tens
     schedule_ = GaussianSchedule::make_cdcd(TimeWarp(config_.sigma_min, config_.sigma_max, warp_cdf()), config_.schedule_steps);
 }
 
-at::Tensor cdcd_embedding(const at::Tensor& table) {
+at::Tensor cdcd_embedding(const at::Tensor& stored) {
+    const at::Tensor table = stored.to(at::kFloat);  // no copy for the float32 parameter
     return table * (std::sqrt(static_cast<double>(table.size(-1))) / table.norm(2, -1, true).clamp_min(1e-12));
 }
 

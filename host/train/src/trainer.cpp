@@ -144,11 +144,9 @@ void Trainer::copy_denoiser_embedding() {
     const SafeTensors saved = load_safetensors(weights, [](const SafeTensorsEntry& e) { return e.name == "embedding"; });
     const at::Tensor* table = saved.find("embedding");
     if (table == nullptr) throw ModelError("'" + weights.string() + "' has no tensor 'embedding' (not a continuous denoiser)");
-    // A CDCD denoiser diffuses its table's rows normalised: the classifier must see the same. The denoiser
-    // normalises its float32 parameter, whatever the file stores (float16 for the bundled ones): so do we.
+    // A CDCD denoiser diffuses its table's rows normalised: the classifier must see the same.
     const bool cdcd = denoiser.contains("network") && denoiser.at("network").value("objective", "") == "cdcd";
-    const at::Tensor stored = table->to(at::kFloat);
-    classifier->set_noise_embedding(cdcd ? nn::cdcd_embedding(stored) : stored);
+    classifier->set_noise_embedding(cdcd ? nn::cdcd_embedding(*table) : *table);
 }
 
 void Trainer::build_network() {
@@ -253,7 +251,7 @@ json Trainer::training_record(int64_t step) const {
 TrainResult Trainer::write_snapshot() {
     json training = training_record(start_step_);
     training["snapshot_of"] = c_.out.string();
-    if (o_.snapshot_raw_weights && c_.ema > 0)
+    if (o_.snapshot_raw_weights)  // run() refused it for a run without an average
         training["snapshot_weights"] = "raw: the weights at this step, not their moving average";
     else
         swap_in_averages();

@@ -41,7 +41,8 @@ constexpr float kImpossibleLogProb = -1e4f;
 // Impossible entries (the mask, a committed position's other tokens) are kImpossibleLogProb. Writes into `logits`.
 at::Tensor subs_log_probs(at::Tensor logits, const at::Tensor& tokens, int64_t mask_id);
 
-// CDCD's embedding table from the learned one `table` [V, D]: each row scaled to length sqrt(D).
+// CDCD's embedding table from the learned one `table` [V, D]: each row scaled to length sqrt(D), in float32
+// whatever `table` holds (a float16 file's table gives the table its float32 parameter gives).
 at::Tensor cdcd_embedding(const at::Tensor& table);
 
 // What both families have in common: config, trunk, input checks, condition dropout.
