@@ -46,7 +46,9 @@ struct Metrics {
     prometheus::Family<prometheus::Counter>& failures =
         prometheus::BuildCounter().Name("rudder_generation_failures_total").Help("Generations that did not finish, by cause").Register(registry);
     prometheus::Gauge& waiting =
-        prometheus::BuildGauge().Name("rudder_queue_length").Help("Generations waiting for a turn").Register(registry).Add({});
+        prometheus::BuildGauge().Name("rudder_queue_length").Help("Generations in line for a run, their recipe checked and loaded").Register(registry).Add({});
+    prometheus::Gauge& preparing =
+        prometheus::BuildGauge().Name("rudder_generations_preparing").Help("Generations admitted whose recipe is still being checked or loaded").Register(registry).Add({});
     prometheus::Gauge& running =
         prometheus::BuildGauge().Name("rudder_generations_running").Help("Generations running").Register(registry).Add({});
     prometheus::Counter& steps =
@@ -249,6 +251,7 @@ private:
     void submit(std::shared_ptr<Job> job) {
         std::lock_guard<std::mutex> lock(mutex_);
         queue_.push_back(std::move(job));
+        update_gauges();
         changed_.notify_all();
     }
     void leave(const std::shared_ptr<Job>& job) {
@@ -291,7 +294,9 @@ private:
         }
     }
     void update_gauges() {
-        metrics_.waiting.Set(static_cast<double>(waiting_));
+        // In line only once submitted: requests are lined up in the order their recipes finished loading.
+        metrics_.waiting.Set(static_cast<double>(queue_.size()));
+        metrics_.preparing.Set(static_cast<double>(waiting_ - static_cast<int64_t>(queue_.size())));
         metrics_.running.Set(static_cast<double>(running_));
     }
 
