@@ -208,6 +208,8 @@ def case_queue_and_disconnect():
         status, _, body = s.json("POST", "/v1/generate", {"recipe": QUICK})
         assert status == 200, body
         assert s.metric("rudder_queue_length") == 0 and s.metric("rudder_generations_running") == 0
+        # Every admitted request was lined up or left: none is counted as still loading its recipe.
+        assert "\nrudder_generations_preparing 0\n" in s.request("GET", "/metrics")[2], s.request("GET", "/metrics")[2]
     finally:
         code = s.stop()
     assert code == 0, f"exit {code}: {''.join(s.log)}"
