@@ -1,7 +1,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <unistd.h>
+#include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -35,6 +35,7 @@
 #include <rudder/text/treebank.hpp>
 
 #include "commands.hpp"
+#include "progress_line.hpp"
 
 namespace rudder::cli {
 namespace {
@@ -738,6 +739,7 @@ int run_eval(const EvalOptions& o) {
             if (!task.model.empty()) base["model"] = task.model;
             const std::vector<Target> targets = task_targets(task, base, annotated, o);
             const auto task_start = std::chrono::steady_clock::now();
+            ProgressLine progress(o.quiet);
             double seconds = 0.0;
             int64_t samples = 0;
             for (size_t i = static_cast<size_t>(shard_k); i < targets.size(); i += static_cast<size_t>(shard_n)) {
@@ -748,15 +750,13 @@ int run_eval(const EvalOptions& o) {
                     shard_out << outcome_json(task.name, static_cast<int64_t>(targets.size()), o.shard, outcomes.back()).dump() << "\n" << std::flush;
                 else
                     write_samples(outcomes.back());
-                if (!o.quiet) {
-                    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - task_start).count();
-                    std::fprintf(stderr, "\r[task %lld/%lld] %s: target %zu/%zu  %.2f s/sample generating, %.0f s in all   ",
-                                 static_cast<long long>(task_index), static_cast<long long>(selected), task.name.c_str(), i + 1,
-                                 targets.size(), samples ? seconds / static_cast<double>(samples) : 0.0, elapsed);
-                    std::fflush(stderr);
-                }
+                const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - task_start).count();
+                progress.show(static_cast<int64_t>(i + 1), static_cast<int64_t>(targets.size()),
+                              fmt::format("[task {}/{}] {}: target {}/{}  {:.2f} s/sample generating, {:.0f} s in all",
+                                          task_index, selected, task.name, i + 1, targets.size(),
+                                          samples ? seconds / static_cast<double>(samples) : 0.0, elapsed));
             }
-            if (!o.quiet) std::fprintf(stderr, "\n");
+            progress.finish();
         }
         if (sharded) continue;
         results.push_back(summarize(task.name, outcomes, *teacher));

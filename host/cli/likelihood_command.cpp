@@ -14,6 +14,7 @@
 #include <rudder/text/text_files.hpp>
 
 #include "commands.hpp"
+#include "progress_line.hpp"
 
 namespace rudder::cli {
 namespace {
@@ -34,10 +35,11 @@ int cmd_likelihood(const Options& o) {
     std::vector<std::string> texts = read_texts(o.file);
     if (o.max_texts > 0 && static_cast<int64_t>(texts.size()) > o.max_texts) texts.resize(static_cast<size_t>(o.max_texts));
     ComputeShare share;
+    ProgressLine progress(o.quiet);
     const LikelihoodReport r = nelbo(model, texts, o.likelihood, [&](int64_t done, int64_t total) {
-        if (!o.quiet) std::fprintf(stderr, "\r%lld/%lld texts", static_cast<long long>(done), static_cast<long long>(total));
+        progress.show(done, total, std::to_string(done) + "/" + std::to_string(total) + " texts");
     });
-    if (!o.quiet) std::fprintf(stderr, "\n");
+    progress.finish();
     if (o.as_json) {
         std::cout << json({{"model", model.name},
                            {"bound", nelbo_kind(model)},

@@ -1,7 +1,6 @@
 // `rudder generate` and `rudder validate`: a recipe, its model and its controllers.
 #include <nlohmann/json.hpp>
-
-#include <unistd.h>
+#include <spdlog/fmt/fmt.h>
 
 #include <chrono>
 #include <csignal>
@@ -20,6 +19,7 @@
 #include <rudder/runtime/recipe.hpp>
 
 #include "commands.hpp"
+#include "progress_line.hpp"
 
 namespace rudder::cli {
 
@@ -42,28 +42,22 @@ int with_recipe_errors(const std::string& file, const std::function<int()>& comm
     }
 }
 
-// Progress on stderr: a line rewritten in place on a terminal, a line per 10% otherwise (logs, CI).
+// Generation progress, a step count per batch (progress_line.hpp says when a line is printed).
 class ProgressPrinter {
 public:
-    explicit ProgressPrinter(bool quiet) : quiet_(quiet), tty_(isatty(STDERR_FILENO) != 0) {}
+    explicit ProgressPrinter(bool quiet) : line_(quiet) {}
     bool operator()(const Progress& p) {
-        if (quiet_) return true;
         const auto now = std::chrono::steady_clock::now();
         if (p.step == 1) batch_start_ = now;
         const double secs = std::chrono::duration<double>(now - batch_start_).count();
         const double rate = secs > 0 ? static_cast<double>(p.step) / secs : 0.0;
-        const int64_t tenth = std::max<int64_t>(1, p.steps / 10);
-        if (!tty_ && p.step % tenth != 0 && p.step != p.steps) return true;
-        std::fprintf(stderr, "%s[batch %lld/%lld] step %lld/%lld  t=%.3f  %.1f steps/s%s", tty_ ? "\r" : "",
-                     static_cast<long long>(p.batch + 1), static_cast<long long>(p.batches),
-                     static_cast<long long>(p.step), static_cast<long long>(p.steps), p.t, rate,
-                     tty_ ? "   " : "\n");
-        if (tty_ && p.step == p.steps) std::fputc('\n', stderr);
+        line_.show(p.step, p.steps, fmt::format("[batch {}/{}] step {}/{}  t={:.3f}  {:.1f} steps/s", p.batch + 1,
+                                                p.batches, p.step, p.steps, p.t, rate));
         return true;
     }
 
 private:
-    bool quiet_, tty_;
+    ProgressLine line_;
     std::chrono::steady_clock::time_point batch_start_ = std::chrono::steady_clock::now();
 };
 

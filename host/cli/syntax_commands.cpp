@@ -1,7 +1,7 @@
-
+// `rudder annotate` (POS tags and trees of texts) and `rudder eval-annotator` (the tagger and parser against a treebank).
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
+#include <spdlog/fmt/fmt.h>
 
 #include <chrono>
 #include <cstdio>
@@ -16,6 +16,7 @@
 #include <rudder/text/treebank.hpp>
 
 #include "commands.hpp"
+#include "progress_line.hpp"
 
 namespace rudder::cli {
 namespace {
@@ -76,9 +77,8 @@ int run_annotate(const AnnotateOptions& o) {
     if (!o.quiet)
         std::fprintf(stderr, "annotating %zu texts with %s%s%s\n", texts.size(), tagger->dir().string().c_str(),
                      parser ? " and " : " (tags only)", parser ? parser->dir().string().c_str() : "");
-    const bool tty = isatty(STDERR_FILENO) != 0;
     const auto start = std::chrono::steady_clock::now();
-    size_t next_report = texts.size() / 10;
+    ProgressLine progress(o.quiet);
     for (size_t begin = 0; begin < texts.size(); begin += static_cast<size_t>(o.batch_size)) {
         const size_t end = std::min(texts.size(), begin + static_cast<size_t>(o.batch_size));
         const std::vector<std::string> batch(texts.begin() + static_cast<std::ptrdiff_t>(begin),
@@ -93,17 +93,14 @@ int run_annotate(const AnnotateOptions& o) {
             out << line.dump() << "\n";
         }
         if (!out) throw std::runtime_error("cannot write '" + (o.out.empty() ? std::string("stdout") : o.out) + "'");
-        if (!o.quiet && (tty || end >= next_report || end == texts.size())) {
-            const double secs = seconds_since(start);
-            std::fprintf(stderr, "%s%zu/%zu texts  %.1f texts/s%s", tty ? "\r" : "", end, texts.size(),
-                         secs > 0 ? static_cast<double>(end) / secs : 0.0, tty ? "   " : "\n");
-            while (next_report <= end) next_report += std::max<size_t>(1, texts.size() / 10);
-        }
+        const double secs = seconds_since(start);
+        progress.show(static_cast<int64_t>(end), static_cast<int64_t>(texts.size()),
+                      fmt::format("{}/{} texts  {:.1f} texts/s", end, texts.size(), secs > 0 ? static_cast<double>(end) / secs : 0.0));
     }
     out.flush();
     if (!o.quiet) {
         const double secs = seconds_since(start);
-        std::fprintf(stderr, "%sannotated %zu texts in %.2f s (%.1f texts/s)%s%s\n", tty ? "\n" : "", texts.size(), secs,
+        std::fprintf(stderr, "annotated %zu texts in %.2f s (%.1f texts/s)%s%s\n", texts.size(), secs,
                      secs > 0 ? static_cast<double>(texts.size()) / secs : 0.0, o.out.empty() ? "" : " -> ",
                      o.out.c_str());
     }

@@ -187,8 +187,10 @@ JSON
     "$rudder" generate -q "$work/uniform_euler.json" > /dev/null || fail "euler exit $?"
     refused_recipe uniform_recipe.json 's/"name": "analytic", "steps": 20/"name": "first_hitting"/' \
       "/sampler/name: model 'uniform' diffuses with uniform noise"
-    out=$("$rudder" likelihood "$work/uniform" "$work/train.csv" --draws 4 2>/dev/null) || fail "likelihood exit $?"
+    out=$("$rudder" likelihood "$work/uniform" "$work/train.csv" --draws 4 2>"$work/err") || fail "likelihood exit $?"
     grep -q "^bound: SEDD's (uniform noise" <<<"$out" || fail "$out"
+    # Progress into a file: whole lines, the last one the total (a terminal's carriage returns would run together).
+    grep -q "^\([0-9]*\)/\1 texts$" "$work/err" && ! grep -q $'\r' "$work/err" || fail "progress: $(cat -A "$work/err")"
     grep -q "^negative ELBO [0-9.]* nats per token" <<<"$out" || fail "$out"
     out=$("$rudder" models "$work/uniform") || fail "models exit $?"
     grep -q "sampling: uniform noise" <<<"$out" || fail "$out"
