@@ -502,6 +502,33 @@ TEST_F(MicroTraining, RefusesACheckpointWrittenWithAnotherConfig) {
     }
 }
 
+TEST_F(MicroTraining, ResumesWhenTheConfigReachesItsInitFromFolderAnotherWay) {
+    run(config(5));
+    json other = config(5);
+    other["out"] = (dir_.path() / "other").string();
+    run(other);
+    json j = config(20);
+    j["training"]["init_from"] = "model";  // relative to the config's folder
+    j["tokenizer"] = json::object();
+    j["out"] = (dir_.path() / "continued").string();
+    run(j, 10);
+    // Another folder is another run.
+    j["training"]["init_from"] = "other";
+    try {
+        run(j);
+        FAIL() << "expected ModelError";
+    } catch (const ModelError& e) {
+        EXPECT_NE(std::string(e.what()).find("/training/init_from: "), std::string::npos) << e.what();
+    }
+    // A copy of the config one folder down names the first folder as "../model": the run goes on from step 10.
+    std::filesystem::create_directories(dir_.path() / "copy");
+    j["training"]["init_from"] = "../model";
+    EXPECT_TRUE(train::train(train::parse_train_config(j, dir_.path() / "copy"), {}).finished);
+    std::vector<int64_t> steps;
+    for (const auto& entry : log_of(dir_.path() / "continued")) steps.push_back(entry["step"]);
+    EXPECT_EQ(steps, (std::vector<int64_t>{10, 20}));
+}
+
 TEST_F(MicroTraining, RefusesToOverwriteAFinishedModelUnlessAsked) {
     const json j = config(5);
     run(j);

@@ -26,6 +26,19 @@ std::string vocab_text(const Tokenizer& tokenizer) {
 // AdamW keys its per-parameter state by the parameter's TensorImpl address, as torch/optim/serialize.h does.
 std::string state_key(const at::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
 
+// A config's folders (init_from, a classifier's denoiser) enter the identity as the config resolved them, which
+// depends on where the config lies and where the command runs; the same folder reached another way (a copy of the
+// config elsewhere) is the same run. A folder that moved or vanished since still differs.
+json with_folders_as_now(json stored, const json& now) {
+    for (const char* pointer : {"/training/init_from", "/denoiser"}) {
+        const json::json_pointer at(pointer);
+        if (!stored.contains(at) || !now.contains(at) || !stored.at(at).is_string() || !now.at(at).is_string()) continue;
+        std::error_code ec;
+        if (fs::equivalent(stored.at(at).get<std::string>(), now.at(at).get<std::string>(), ec)) stored.at(at) = now.at(at);
+    }
+    return stored;
+}
+
 }  // namespace
 
 void write_atomically(const fs::path& file, const std::string& content) {
@@ -70,12 +83,13 @@ std::optional<json> find_checkpoint(const TrainConfig& c, bool overwrite) {
     if (!state.is_object() || !state.contains("identity") || !state.contains("step"))
         throw ModelError("'" + state_file.string() + "' is not a checkpoint state written by rudder train");
     const json identity = c.identity();
-    const json patch = json::diff(state.at("identity"), identity);
+    const json stored = with_folders_as_now(state.at("identity"), identity);
+    const json patch = json::diff(stored, identity);
     if (!patch.empty()) {
         std::string what;
         for (const auto& op : patch) {
             const json::json_pointer path(op.value("path", ""));
-            const json before = state.at("identity").contains(path) ? state.at("identity").at(path) : json("(absent)");
+            const json before = stored.contains(path) ? stored.at(path) : json("(absent)");
             const json now = identity.contains(path) ? identity.at(path) : json("(absent)");
             what += "\n  " + path.to_string() + ": " + before.dump() + " in the checkpoint, " + now.dump() + " in the config";
             if (what.size() > 2000) break;
