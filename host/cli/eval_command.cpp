@@ -1,4 +1,5 @@
-
+// `rudder eval SUITE`: control tasks over held-out targets, each scored for success, teacher perplexity and time
+// (docs/eval.md).
 #include <nlohmann/json.hpp>
 
 #include <spdlog/fmt/fmt.h>

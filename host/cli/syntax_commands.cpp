@@ -1,4 +1,5 @@
-// `rudder annotate` (POS tags and trees of texts) and `rudder eval-annotator` (the tagger and parser against a treebank).
+// `rudder annotate` (POS tags and trees of texts) and `rudder eval-annotator` (the tagger and parser against a
+// treebank).
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/fmt/fmt.h>
@@ -95,7 +96,8 @@ int run_annotate(const AnnotateOptions& o) {
         if (!out) throw std::runtime_error("cannot write '" + (o.out.empty() ? std::string("stdout") : o.out) + "'");
         const double secs = seconds_since(start);
         progress.show(static_cast<int64_t>(end), static_cast<int64_t>(texts.size()),
-                      fmt::format("{}/{} texts  {:.1f} texts/s", end, texts.size(), secs > 0 ? static_cast<double>(end) / secs : 0.0));
+                      fmt::format("{}/{} texts  {:.1f} texts/s", end, texts.size(),
+                                  secs > 0 ? static_cast<double>(end) / secs : 0.0));
     }
     out.flush();
     if (!o.quiet) {
