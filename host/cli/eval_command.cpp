@@ -751,11 +751,12 @@ int run_eval(const EvalOptions& o) {
                     shard_out << outcome_json(task.name, static_cast<int64_t>(targets.size()), o.shard, outcomes.back()).dump() << "\n" << std::flush;
                 else
                     write_samples(outcomes.back());
-                const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - task_start).count();
-                progress.show(static_cast<int64_t>(i + 1), static_cast<int64_t>(targets.size()),
-                              fmt::format("[task {}/{}] {}: target {}/{}  {:.2f} s/sample generating, {:.0f} s in all",
-                                          task_index, selected, task.name, i + 1, targets.size(),
-                                          samples ? seconds / static_cast<double>(samples) : 0.0, elapsed));
+                progress.show(static_cast<int64_t>(i + 1), static_cast<int64_t>(targets.size()), [&] {
+                    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - task_start).count();
+                    return fmt::format("[task {}/{}] {}: target {}/{}  {:.2f} s/sample generating, {:.0f} s in all",
+                                       task_index, selected, task.name, i + 1, targets.size(),
+                                       samples ? seconds / static_cast<double>(samples) : 0.0, elapsed);
+                });
             }
             progress.finish();
         }

@@ -37,7 +37,7 @@ int cmd_likelihood(const Options& o) {
     ComputeShare share;
     ProgressLine progress(o.quiet);
     const LikelihoodReport r = nelbo(model, texts, o.likelihood, [&](int64_t done, int64_t total) {
-        progress.show(done, total, std::to_string(done) + "/" + std::to_string(total) + " texts");
+        progress.show(done, total, [&] { return std::to_string(done) + "/" + std::to_string(total) + " texts"; });
     });
     progress.finish();
     if (o.as_json) {

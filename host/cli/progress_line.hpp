@@ -17,14 +17,16 @@ public:
     ProgressLine(const ProgressLine&) = delete;
     ProgressLine& operator=(const ProgressLine&) = delete;
 
-    // `text` describes `done` of `total` units. A `done` below the last one starts another round (the next batch).
-    void show(int64_t done, int64_t total, const std::string& text) {
+    // `done` of `total` units; `text()` (a std::string) describes them, called only for a line that is printed, so
+    // a per-step caller formats nothing in between. A `done` below the last one starts another round (next batch).
+    template <class MakeText>
+    void show(int64_t done, int64_t total, MakeText&& text) {
         if (quiet_ || total <= 0) return;
         if (done < last_) last_ = 0;
         const bool report = tty_ || done >= total || done * 10 / total > last_ * 10 / total;
         last_ = done;
         if (!report) return;
-        std::fprintf(stderr, "%s%s%s", tty_ ? "\r" : "", text.c_str(), tty_ ? "   " : "\n");
+        std::fprintf(stderr, "%s%s%s", tty_ ? "\r" : "", text().c_str(), tty_ ? "   " : "\n");
         open_ = tty_;
         if (done >= total) finish();
         std::fflush(stderr);

@@ -47,12 +47,12 @@ class ProgressPrinter {
 public:
     explicit ProgressPrinter(bool quiet) : line_(quiet) {}
     bool operator()(const Progress& p) {
-        const auto now = std::chrono::steady_clock::now();
-        if (p.step == 1) batch_start_ = now;
-        const double secs = std::chrono::duration<double>(now - batch_start_).count();
-        const double rate = secs > 0 ? static_cast<double>(p.step) / secs : 0.0;
-        line_.show(p.step, p.steps, fmt::format("[batch {}/{}] step {}/{}  t={:.3f}  {:.1f} steps/s", p.batch + 1,
-                                                p.batches, p.step, p.steps, p.t, rate));
+        if (p.step == 1) batch_start_ = std::chrono::steady_clock::now();
+        line_.show(p.step, p.steps, [&] {
+            const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - batch_start_).count();
+            return fmt::format("[batch {}/{}] step {}/{}  t={:.3f}  {:.1f} steps/s", p.batch + 1, p.batches, p.step,
+                               p.steps, p.t, secs > 0 ? static_cast<double>(p.step) / secs : 0.0);
+        });
         return true;
     }
 

@@ -94,10 +94,10 @@ int run_annotate(const AnnotateOptions& o) {
             out << line.dump() << "\n";
         }
         if (!out) throw std::runtime_error("cannot write '" + (o.out.empty() ? std::string("stdout") : o.out) + "'");
-        const double secs = seconds_since(start);
-        progress.show(static_cast<int64_t>(end), static_cast<int64_t>(texts.size()),
-                      fmt::format("{}/{} texts  {:.1f} texts/s", end, texts.size(),
-                                  secs > 0 ? static_cast<double>(end) / secs : 0.0));
+        progress.show(static_cast<int64_t>(end), static_cast<int64_t>(texts.size()), [&] {
+            const double secs = seconds_since(start);
+            return fmt::format("{}/{} texts  {:.1f} texts/s", end, texts.size(), secs > 0 ? static_cast<double>(end) / secs : 0.0);
+        });
     }
     out.flush();
     if (!o.quiet) {

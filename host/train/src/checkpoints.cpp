@@ -26,11 +26,10 @@ std::string vocab_text(const Tokenizer& tokenizer) {
 // AdamW keys its per-parameter state by the parameter's TensorImpl address, as torch/optim/serialize.h does.
 std::string state_key(const at::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
 
-// A config's folders (init_from, a classifier's denoiser) enter the identity as the config resolved them, which
-// depends on where the config lies and where the command runs; the same folder reached another way (a copy of the
-// config elsewhere) is the same run. A folder that moved or vanished since still differs.
+// A stored identity whose folders (TrainConfig::kIdentityFolders) are the config's written another way, e.g. by a
+// copy of the config elsewhere, takes the config's spelling. A folder that moved or vanished since still differs.
 json with_folders_as_now(json stored, const json& now) {
-    for (const char* pointer : {"/training/init_from", "/denoiser"}) {
+    for (const char* pointer : TrainConfig::kIdentityFolders) {
         const json::json_pointer at(pointer);
         if (!stored.contains(at) || !now.contains(at) || !stored.at(at).is_string() || !now.at(at).is_string()) continue;
         std::error_code ec;

@@ -67,6 +67,9 @@ struct TrainConfig {
 
     // The settings that decide the trained weights, as JSON: a checkpoint written under other values is refused.
     nlohmann::json identity() const;
+    // The identity's entries that name folders, as the config resolved them (so they depend on where the config
+    // lies and where the command runs): the same folder written another way is the same identity.
+    static constexpr const char* kIdentityFolders[] = {"/training/init_from", "/denoiser"};
 };
 
 // The noisy classifiers that guide controllers (nn/text_classifier.hpp), trained with `rudder train-controller`
