@@ -2,7 +2,9 @@
 # The run-memory estimate against what runs really take (docs/results.md, "Run memory estimate"): for each shape,
 # the estimate `rudder validate` prints and the peak resident memory of `rudder generate` (4 steps, one batch) as
 # /usr/bin/time measures it, and their ratio. The estimate must stay within 25% of the peak.
-# Usage: bench/memory_estimate.sh [BUILD_DIR]   (make bench-memory; about 5 minutes)
+# The rudder command allocates with tcmalloc (RUDDER_CLI_TCMALLOC), and the estimate follows the allocator it runs
+# under: to measure glibc's, pass a build or installed prefix configured with -DRUDDER_CLI_TCMALLOC=OFF.
+# Usage: bench/memory_estimate.sh [BUILD_DIR or PREFIX]   (make bench-memory; about 5 minutes)
 set -euo pipefail
 rudder=${1:-build}/bin/rudder
 work=$(mktemp -d)

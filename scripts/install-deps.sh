@@ -9,6 +9,7 @@ packages=(
   libssl-dev   # OpenSSL libcrypto: SHA-256 of plugin files (recipe pins)
   libpcre2-dev libutf8proc-dev   # BPE tokenizers: Unicode regexes of the pre-split, NFC
   libcpp-httplib-dev prometheus-cpp-dev   # rudder serve: HTTP and its /metrics
+  libgoogle-perftools-dev   # tcmalloc_minimal for the rudder command: a long training run's memory stays flat
   libgtest-dev libbenchmark-dev python3   # python3: the Python binding and its test, JSON checks in the CLI tests
   python3-torch   # the MDLM/SEDD checkpoint test writes its random-weight checkpoints and reference outputs with it
   clang libclang-rt-14-dev                # make test-sanitize: ASan/UBSan build and the libFuzzer targets

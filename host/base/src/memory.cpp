@@ -1,5 +1,6 @@
 #include <rudder/base/memory.hpp>
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -18,6 +19,13 @@ uint64_t resident_bytes() {
 uint64_t physical_memory_bytes() {
     const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
     return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+bool allocator_is_tcmalloc() {
+    // tcmalloc exports its entry points under tc_ names beside malloc's; a copy dlopen()ed locally is not in the
+    // global scope and does not replace malloc, so it is rightly not found.
+    static const bool found = ::dlsym(RTLD_DEFAULT, "tc_malloc") != nullptr;
+    return found;
 }
 
 std::string memory_text(uint64_t bytes) {

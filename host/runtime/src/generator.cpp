@@ -491,8 +491,11 @@ uint64_t Generator::estimate_peak_bytes(int64_t batch) const {
     if (whole_x0) units += 1;  // the log-softmax of the network's output that they read
     const double unit = static_cast<double>(batch) * static_cast<double>(recipe_.max_length) *
                         static_cast<double>(model_.tokenizer->vocab_size()) * 4;
-    return resident_bytes() + model_.denoiser->working_bytes(batch, recipe_.max_length) +
-           static_cast<uint64_t>(units * unit);
+    // The units were fitted under glibc's malloc; tcmalloc (the rudder command's) reuses freed tensors more tightly
+    // and a batch's working memory peaks at about 0.6 of that (make bench-memory, docs/results.md).
+    const double allocator_share = allocator_is_tcmalloc() ? 0.6 : 1.0;
+    const double working = static_cast<double>(model_.denoiser->working_bytes(batch, recipe_.max_length)) + units * unit;
+    return resident_bytes() + static_cast<uint64_t>(allocator_share * working);
 }
 
 std::string Generator::over_memory_limit(int64_t batch) const {
