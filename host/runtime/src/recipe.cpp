@@ -186,6 +186,11 @@ Recipe parse_recipe(const std::string& text, const std::filesystem::path& base_d
         // Well-formed text the parser still refuses, e.g. a number beyond double's range ("1e999").
         throw RecipeError({{"", std::string("not valid JSON: ") + e.what()}});
     }
+    return parse_recipe_document(doc, base_dir, limits, issues);
+}
+
+Recipe parse_recipe_document(const json& doc, const std::filesystem::path& base_dir, const RecipeLimits& limits,
+                             std::vector<RecipeIssue>* issues) {
     std::vector<RecipeIssue> found;
     Recipe r;
     r.base_dir = base_dir;

@@ -131,6 +131,10 @@ struct RecipeLimits {
 // (loading the model and the plugins) can report its own problems too; text that is not a JSON object still throws.
 Recipe parse_recipe(const std::string& text, const std::filesystem::path& base_dir, const RecipeLimits& limits = {},
                     std::vector<RecipeIssue>* issues = nullptr);
+// The same for a document already parsed (with json_input::parse, which refuses duplicate keys and deep nesting): a
+// served request's recipe, read once as JSON and never printed and parsed again.
+Recipe parse_recipe_document(const nlohmann::json& doc, const std::filesystem::path& base_dir,
+                             const RecipeLimits& limits = {}, std::vector<RecipeIssue>* issues = nullptr);
 // Reads the file (an unreadable file is a RecipeError at pointer "") and parses it; base_dir = its folder.
 Recipe load_recipe(const std::filesystem::path& path, const RecipeLimits& limits = {},
                    std::vector<RecipeIssue>* issues = nullptr);
