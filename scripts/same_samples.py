@@ -99,7 +99,9 @@ def make_fixtures(out):
     """The fixture scripts' checkpoints, each given the tokenizer the checkpoint tests give it."""
     dit, llm = out / "dit", out / "llm"
     for script, folder in (("dit_checkpoint_fixture.py", dit), ("bidirectional_llm_fixture.py", llm)):
-        subprocess.run([sys.executable, str(ROOT / "tests" / "nets" / script), str(folder)], check=True,
+        # Debian's python3, which has python3-torch (the one on PATH may be another).
+        python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+        subprocess.run([python, str(ROOT / "tests" / "nets" / script), str(folder)], check=True,
                        stdout=subprocess.DEVNULL)
     for name in ("mdlm", "sedd", "bd3lm", "duo"):
         for file in ("vocab.json", "merges.txt"):

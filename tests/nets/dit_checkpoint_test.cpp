@@ -613,7 +613,7 @@ TEST_F(DitCheckpoint, ABd3lmCheckpointIsSampledBlockByBlock) {
         "controllers": [{"plugin": "span", "params": {"prefix": "the cat"}}]})";
     rudder::Generator generator(rudder::parse_recipe(recipe, "."), registry);
     EXPECT_EQ(generator.recipe().sampler.name, "first_hitting");
-    EXPECT_EQ(generator.recipe().sampler.block_length, 4);
+    EXPECT_EQ(generator.recipe().sampler.settings.at("block_length"), 4);
     const auto samples = generator.generate();
     ASSERT_EQ(samples.size(), 4u);
     const std::vector<int64_t> prefix = model.tokenizer->encode("the cat");

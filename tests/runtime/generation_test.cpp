@@ -335,22 +335,24 @@ TEST(RecommendedSampler, TakenWhenTheRecipeNamesNoSampler) {
                                  R"(", "sampler": )" + sampler + "}";
         return Generator(rudder::parse_recipe(text, "."), registry()).recipe().sampler;
     };
+    // What runs: the sampler, its steps and every setting, defaults included.
     const auto discrete = sampler_of("discrete", R"({"steps": 20})");
     EXPECT_EQ(discrete.name, "euler");
-    EXPECT_DOUBLE_EQ(discrete.temperature, 0.5);
+    EXPECT_DOUBLE_EQ(discrete.settings.at("temperature"), 0.5);
     EXPECT_EQ(discrete.steps, 20);
+    EXPECT_EQ(discrete.settings.at("steps"), 20);
     // The recipe's own keys win over the recommendation.
-    EXPECT_DOUBLE_EQ(sampler_of("discrete", R"({"temperature": 0.7})").temperature, 0.7);
+    EXPECT_DOUBLE_EQ(sampler_of("discrete", R"({"temperature": 0.7})").settings.at("temperature"), 0.7);
     EXPECT_EQ(sampler_of("discrete", R"({"temperature": 0.7})").name, "euler");
     const auto continuous = sampler_of("continuous", "{}");
     EXPECT_EQ(continuous.name, "ddpm");
-    EXPECT_EQ(continuous.x0, "clamp");
-    EXPECT_DOUBLE_EQ(continuous.noise_scale, 0.8);
+    EXPECT_EQ(continuous.settings.at("x0"), "clamp");
+    EXPECT_DOUBLE_EQ(continuous.settings.at("noise_scale"), 0.8);
     // A recipe that names its sampler gets the built-in defaults for the rest.
     const auto named = sampler_of("continuous", R"({"name": "ddpm"})");
-    EXPECT_EQ(named.x0, "interpolate");
-    EXPECT_DOUBLE_EQ(named.noise_scale, 1.0);
-    EXPECT_EQ(sampler_of("discrete", R"({"name": "analytic"})").temperature, 1.0);
+    EXPECT_EQ(named.settings.at("x0"), "interpolate");
+    EXPECT_DOUBLE_EQ(named.settings.at("noise_scale"), 1.0);
+    EXPECT_EQ(sampler_of("discrete", R"({"name": "analytic"})").settings.at("temperature"), 1.0);
 }
 
 TEST(RecommendedSampler, AClashWithTheRecipeNamesBoth) {

@@ -13,12 +13,10 @@
 #include <rudder/base/paths.hpp>
 #include <rudder/rudder_json.hpp>
 
-#include "bidirectional_llm_denoiser.hpp"
-#include "dit_checkpoint_denoiser.hpp"
-#include "transformer_denoiser.hpp"
-#include <rudder/nn/bidirectional_llm.hpp>
-#include <rudder/nn/dit_checkpoint.hpp>
 #include <rudder/runtime/recipe.hpp>
+
+#include "model_formats.hpp"
+#include "transformer_denoiser.hpp"
 
 namespace rudder {
 namespace fs = std::filesystem;
@@ -84,23 +82,17 @@ json recommended_sampler(const json& config, Family family, const fs::path& file
     const json& settings = by_family.at(name);
     const std::string pointer = "/sampler/" + name;
     std::vector<RecipeIssue> issues;
-    SamplerSpec parsed;
-    parse_sampler_settings(settings, pointer, parsed, issues);
+    check_sampler_settings(settings, pointer, issues);
     if (!issues.empty()) throw fail(issues.front().pointer, issues.front().message);
     if (settings.contains("steps")) throw fail(pointer + "/steps", "the number of steps is the recipe's to choose");
-    if (!is_sampler_of(parsed.name, family))
-        throw fail(pointer + "/name", parsed.name.empty() ? "required: a recommendation names its sampler"
-                                                          : "'" + parsed.name + "' is not a " + name + " sampler");
+    const std::string sampler = settings.value("name", std::string());
+    if (!is_sampler_of(sampler, family))
+        throw fail(pointer + "/name", sampler.empty() ? "required: a recommendation names its sampler"
+                                                      : "'" + sampler + "' is not a " + name + " sampler");
     return settings;
 }
 
 }  // namespace
-
-bool is_sampler_of(const std::string& sampler_name, Family family) {
-    return family == Family::continuous ? (sampler_name == "ddpm" || sampler_name == "ddim")
-                                        : (sampler_name == "euler" || sampler_name == "analytic" ||
-                                           sampler_name == "first_hitting" || sampler_name == "confidence");
-}
 
 std::vector<fs::path> default_model_path() {
     std::vector<fs::path> out = split_path_list(std::getenv("RUDDER_MODEL_PATH"));
@@ -177,13 +169,13 @@ void write_corpus_model(const std::vector<std::string>& sentences, const fs::pat
 }
 
 Model load_model(const fs::path& dir, std::optional<Family> family) {
+    const json config = read_json_file(dir / "config.json");
+    return format_of(config).load(dir, config, family);
+}
+
+Model load_rudder_model(const fs::path& dir, const json& own, std::optional<Family> family) {
     const fs::path file = dir / "config.json";
-    // MDLM's, SEDD's, LLaDA's and Dream's public checkpoints keep their own config.json (no format_version): recognised before the
-    // format check, so that they are not refused as a Rudder model of an unknown version.
-    json own = read_json_file(file);
-    if (nn::is_dit_checkpoint_config(own)) return load_dit_checkpoint_model(dir, own, family);
-    if (nn::is_bidirectional_llm_config(own)) return load_bidirectional_llm_model(dir, own, family);
-    const json config = checked_model_config(std::move(own), file);
+    const json config = checked_model_config(own, file);
     Model m;
     m.dir = dir;
     m.name = fs::path(dir).lexically_normal().filename().string();

@@ -15,6 +15,7 @@
 
 #include "bidirectional_llm_denoiser.hpp"
 #include "dit_checkpoint_denoiser.hpp"
+#include "model_formats.hpp"
 
 namespace rudder {
 namespace fs = std::filesystem;
@@ -78,7 +79,8 @@ const char* kHardControls = "hard constraints (length, span, exclude_words) and 
 const char* kLearnedControls = "learned controls need a classifier trained for this model's noise and vocabulary "
                                "(rudder train-controller)";
 
-json describe_rudder_model(const fs::path& dir, const json& config) {
+// A Rudder model folder's description, from its config.json checked as load_model checks it.
+json describe_checked_rudder_model(const fs::path& dir, const json& config) {
     const std::string type = config.value("type", "");
     json d = {{"format", "Rudder model folder"}};
     if (type == "corpus") {
@@ -142,52 +144,58 @@ json describe_rudder_model(const fs::path& dir, const json& config) {
 
 }  // namespace
 
+json describe_rudder_model(const fs::path& dir, const json& config) {
+    return describe_checked_rudder_model(dir, checked_model_config(config, dir / "config.json"));
+}
+
+json describe_dit_checkpoint(const fs::path& dir, const json& config) {
+    const nn::DitConfig c = nn::parse_dit_config(config, dir / "config.json");
+    const std::string kind =
+        c.flavor == nn::DitFlavor::mdlm   ? "MDLM's DiT (SUBS, absorbing)"
+        : c.flavor == nn::DitFlavor::sedd ? "SEDD's DiT (score entropy, absorbing graph)"
+        : c.flavor == nn::DitFlavor::udlm ? "UDLM's DiT (uniform noise, clean-token output)"
+        : c.flavor == nn::DitFlavor::duo  ? "DUO's DiT (uniform noise, clean-token output)"
+                                          : "BD3-LM's DiT (SUBS, absorbing; block-causal attention over blocks of " +
+                                               std::to_string(c.block_size) + " positions)";
+    json d = {{"format", "public checkpoint (Hugging Face layout)"},
+              {"kind", kind},
+              {"diffusion", true},
+              {"families", {"discrete"}},
+              {"noise", {{"graph", c.uniform() ? "uniform" : "absorbing"},
+                         {"log_linear_eps", c.schedule_eps},
+                         {"time_conditioning", c.time_conditioning}}},
+              {"network", {{"width", c.hidden_size}, {"layers", c.n_blocks}, {"heads", c.n_heads}, {"max_length", c.max_length}}},
+              {"vocab_size", c.vocab_size},
+              {"mask_id", c.uniform() ? json(nullptr) : json(c.mask_id())},
+              {"conditional", false},
+              {"tokenizer", checkpoint_tokenizer_files(dir)},
+              {"recommended_sampler", dit_checkpoint_sampler(c)},
+              {"controls", std::string(kHardControls) + "; " + kLearnedControls}};
+    d["weights"] = weights_of(dir, config);
+    return d;
+}
+
+json describe_bidirectional_llm(const fs::path& dir, const json& config) {
+    const nn::BidirectionalLlmConfig c = nn::parse_bidirectional_llm_config(config, dir / "config.json");
+    json d = {{"format", "public checkpoint (Hugging Face layout)"},
+              {"kind", c.name() + (c.shifted() ? " (bidirectional transformer, predictions shifted by one)" : " (bidirectional transformer)")},
+              {"diffusion", true},
+              {"families", {"discrete"}},
+              {"network", {{"width", c.hidden_size}, {"layers", c.n_layers}, {"heads", c.n_heads}, {"kv_heads", c.n_kv_heads},
+                           {"max_length", c.max_length}}},
+              {"vocab_size", c.vocab_size},
+              {"mask_id", c.mask_id},
+              {"conditional", false},
+              {"tokenizer", checkpoint_tokenizer_files(dir)},
+              {"recommended_sampler", bidirectional_llm_sampler(c.flavor)},
+              {"controls", std::string(kHardControls) + "; " + kLearnedControls}};
+    d["weights"] = weights_of(dir, config);
+    return d;
+}
+
 json describe_model(const fs::path& dir) {
-    const fs::path file = dir / "config.json";
-    const json own = read_json_file(file);
-    json d;
-    if (nn::is_dit_checkpoint_config(own)) {
-        const nn::DitConfig c = nn::parse_dit_config(own, file);
-        const std::string kind =
-            c.flavor == nn::DitFlavor::mdlm   ? "MDLM's DiT (SUBS, absorbing)"
-            : c.flavor == nn::DitFlavor::sedd ? "SEDD's DiT (score entropy, absorbing graph)"
-            : c.flavor == nn::DitFlavor::udlm ? "UDLM's DiT (uniform noise, clean-token output)"
-            : c.flavor == nn::DitFlavor::duo  ? "DUO's DiT (uniform noise, clean-token output)"
-                                              : "BD3-LM's DiT (SUBS, absorbing; block-causal attention over blocks of " +
-                                                   std::to_string(c.block_size) + " positions)";
-        d = {{"format", "public checkpoint (Hugging Face layout)"},
-             {"kind", kind},
-             {"diffusion", true},
-             {"families", {"discrete"}},
-             {"noise", {{"graph", c.uniform() ? "uniform" : "absorbing"},
-                        {"log_linear_eps", c.schedule_eps},
-                        {"time_conditioning", c.time_conditioning}}},
-             {"network", {{"width", c.hidden_size}, {"layers", c.n_blocks}, {"heads", c.n_heads}, {"max_length", c.max_length}}},
-             {"vocab_size", c.vocab_size},
-             {"mask_id", c.uniform() ? json(nullptr) : json(c.mask_id())},
-             {"conditional", false},
-             {"tokenizer", checkpoint_tokenizer_files(dir)},
-             {"recommended_sampler", dit_checkpoint_sampler(c)},
-             {"controls", std::string(kHardControls) + "; " + kLearnedControls}};
-        d["weights"] = weights_of(dir, own);
-    } else if (nn::is_bidirectional_llm_config(own)) {
-        const nn::BidirectionalLlmConfig c = nn::parse_bidirectional_llm_config(own, file);
-        d = {{"format", "public checkpoint (Hugging Face layout)"},
-             {"kind", c.name() + (c.shifted() ? " (bidirectional transformer, predictions shifted by one)" : " (bidirectional transformer)")},
-             {"diffusion", true},
-             {"families", {"discrete"}},
-             {"network", {{"width", c.hidden_size}, {"layers", c.n_layers}, {"heads", c.n_heads}, {"kv_heads", c.n_kv_heads},
-                          {"max_length", c.max_length}}},
-             {"vocab_size", c.vocab_size},
-             {"mask_id", c.mask_id},
-             {"conditional", false},
-             {"tokenizer", checkpoint_tokenizer_files(dir)},
-             {"recommended_sampler", bidirectional_llm_sampler(c.flavor)},
-             {"controls", std::string(kHardControls) + "; " + kLearnedControls}};
-        d["weights"] = weights_of(dir, own);
-    } else {
-        d = describe_rudder_model(dir, checked_model_config(own, file));
-    }
+    const json config = read_json_file(dir / "config.json");
+    json d = format_of(config).describe(dir, config);
     std::error_code ec;
     d["name"] = fs::path(dir).lexically_normal().filename().string();
     d["path"] = fs::absolute(dir, ec).lexically_normal().string();

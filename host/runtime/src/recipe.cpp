@@ -20,61 +20,15 @@ using json_input::ObjectReader;
 
 std::string join_issues(const std::vector<RecipeIssue>& issues) { return json_input::describe(issues, "(recipe)"); }
 
-// A window of diffusion time in `window` ({"from_t", "to_t"}, from noisy to clean) read into from_t and to_t where
-// given; a window that runs backwards is an issue at `key` of `parent`.
-void read_time_window(ObjectReader& window, ObjectReader& parent, const char* key, double& from_t, double& to_t) {
-    if (auto v = window.number("from_t", 0.0, 1.0)) from_t = *v;
-    if (auto v = window.number("to_t", 0.0, 1.0)) to_t = *v;
-    window.reject_unknown_keys();
-    if (to_t > from_t)
-        parent.issue(key, "to_t (" + std::to_string(to_t) + ") must not exceed from_t (" + std::to_string(from_t) +
-                              "): the window runs from noisy to clean");
-}
-
-void parse_sampler(ObjectReader& s, const RecipeLimits& limits, SamplerSpec& out) {
-    // The family decides which names are valid; the generator checks that once the model is known.
-    if (auto v = s.choice("name", {"ddpm", "ddim", "euler", "analytic", "first_hitting", "confidence"})) out.name = *v;
-    if (auto v = s.integer("steps", 1, limits.max_steps)) out.steps = *v;
-    if (auto v = s.number("eta", 0.0, 1.0)) out.eta = *v;
-    if (auto v = s.choice("x0", {"model", "interpolate", "clamp"})) out.x0 = *v;
-    if (auto v = s.number("clamp_below_t", 0.0, 1.0)) out.clamp_below_t = *v;
-    if (auto v = s.number("noise_scale", 0.0, 2.0)) out.noise_scale = *v;
-    if (auto v = s.boolean("cache")) out.cache = *v;
-    if (auto v = s.number("temperature", 0.01, 100.0)) out.temperature = *v;
-    if (auto v = s.integer("top_k", 0, int64_t{1} << 31)) out.top_k = *v;
-    if (auto v = s.number("top_p", 0.0, 1.0)) out.top_p = *v;
-    if (auto v = s.choice("order", {"probability", "margin", "entropy"})) out.order = *v;
-    if (auto v = s.integer("block_length", 1, int64_t{1} << 31)) out.block_length = *v;
-    if (auto v = s.number("prompt_guidance", 0.0, 100.0)) out.prompt_guidance = *v;
-    if (auto remask = s.object("remask")) {
-        ObjectReader r(*remask, s.pointer("remask"), s.issues());
-        if (auto v = r.choice("strategy", {"none", "cap", "rescale"}, kRequired)) out.remask.strategy = *v;
-        if (auto v = r.number("eta", 0.0, 1.0)) out.remask.eta = *v;
-        read_time_window(r, s, "remask", out.remask.from_t, out.remask.to_t);
-        if (out.name != "analytic")
-            s.issue("remask", "'remask' applies to the analytic sampler only" +
-                                  (out.name.empty() ? std::string(" (name it)") : ", not '" + out.name + "'"));
-    }
-    s.reject_unknown_keys();
-    if (s.has("top_p") && out.top_p <= 0.0) s.issue("top_p", "'top_p' must be above 0 (1 keeps every token)");
-    const bool discrete_name = out.name == "euler" || out.name == "analytic" || out.name == "first_hitting" ||
-                               out.name == "confidence";
-    for (const char* key : {"top_k", "top_p", "prompt_guidance"})
-        if (s.has(key) && !out.name.empty() && !discrete_name)
-            s.issue(key, std::string("'") + key + "' applies to the discrete samplers only, not '" + out.name + "'");
-    if (s.has("order") && out.name != "confidence")
-        s.issue("order", "'order' applies to the confidence sampler only" +
-                             (out.name.empty() ? std::string(" (name it)") : ", not '" + out.name + "'"));
-    if (s.has("block_length") && out.name != "confidence" && out.name != "first_hitting")
-        s.issue("block_length", "'block_length' applies to the confidence and first_hitting samplers only" +
-                                    (out.name.empty() ? std::string(" (name it)") : ", not '" + out.name + "'"));
-    if (s.has("eta") && out.name != "ddim" && !out.name.empty())
-        s.issue("eta", "'eta' applies to the ddim sampler only, not '" + out.name + "'");
-    if (s.has("noise_scale") && discrete_name)
-        s.issue("noise_scale", "'noise_scale' applies to the continuous samplers (ddpm, ddim) only, not '" + out.name + "'");
-    if (s.has("steps") && out.name == "first_hitting")
-        s.issue("steps", "'steps' does not apply to the first_hitting sampler: it takes one step per position "
-                         "(max_length), each unmasking one position per sample");
+// What a checked "sampler" object names and asks for, where the values are valid (their problems were reported).
+SamplerChoice choice_of(json settings, const RecipeLimits& limits) {
+    std::vector<RecipeIssue> reported;
+    ObjectReader s(settings, "/sampler", reported);
+    SamplerChoice out;
+    out.name = s.text("name").value_or("");
+    out.steps = s.integer("steps", 1, limits.max_steps).value_or(out.steps);
+    out.settings = std::move(settings);
+    return out;
 }
 
 void parse_guidance(ObjectReader& g, GuidanceSpec& out) {
@@ -156,6 +110,15 @@ void parse_controllers(ObjectReader& doc, const RecipeLimits& limits, std::vecto
 
 }  // namespace
 
+void read_time_window(ObjectReader& window, ObjectReader& parent, const char* key, double& from_t, double& to_t) {
+    if (auto v = window.number("from_t", 0.0, 1.0)) from_t = *v;
+    if (auto v = window.number("to_t", 0.0, 1.0)) to_t = *v;
+    window.reject_unknown_keys();
+    if (to_t > from_t)
+        parent.issue(key, "to_t (" + std::to_string(to_t) + ") must not exceed from_t (" + std::to_string(from_t) +
+                              "): the window runs from noisy to clean");
+}
+
 RecipeError::RecipeError(std::vector<RecipeIssue> issues)
     : std::runtime_error(join_issues(issues)), issues_(std::move(issues)) {}
 
@@ -217,12 +180,12 @@ Recipe parse_recipe_document(const json& doc, const std::filesystem::path& base_
     }
     if (auto v = root.choice("isolation", {"in_process", "process"})) r.isolation = *v;
     if (auto v = root.integer("candidates", 1, 4096)) r.candidates = *v;
+    r.max_steps_limit = limits.max_steps;
     if (auto sampler = root.object("sampler")) {
-        ObjectReader s(*sampler, "/sampler", found);
-        parse_sampler(s, limits, r.sampler);
-        r.sampler_given = std::move(*sampler);
+        check_sampler_settings(*sampler, "/sampler", found, limits);
+        r.sampler = choice_of(std::move(*sampler), limits);
     }
-    if (!r.sampler_given.contains("steps") && r.sampler.steps > limits.max_steps)
+    if (!r.sampler.settings.contains("steps") && r.sampler.steps > limits.max_steps)
         found.push_back({"/sampler/steps", "the default of " + std::to_string(r.sampler.steps) +
                                                " steps is over the limit of " + std::to_string(limits.max_steps) +
                                                "; give sampler.steps"});
@@ -248,12 +211,6 @@ Recipe load_recipe(const std::filesystem::path& path, const RecipeLimits& limits
     std::filesystem::path dir = path.parent_path();
     if (dir.empty()) dir = ".";
     return parse_recipe(text.str(), dir, limits, issues);
-}
-
-void parse_sampler_settings(const json& sampler, const std::string& pointer, SamplerSpec& out,
-                            std::vector<RecipeIssue>& issues, const RecipeLimits& limits) {
-    ObjectReader s(sampler, pointer, issues);
-    if (s.is_object()) parse_sampler(s, limits, out);
 }
 
 }  // namespace rudder

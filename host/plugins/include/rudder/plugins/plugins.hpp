@@ -93,6 +93,9 @@ struct StepInputs {
     at::Tensor x0_rows;         // PREDICT: float32 [N, V], x0_logits at the rows (RUDDER_CAP_ROWS controllers' x0)
     at::Tensor candidate_ids;   // PREDICT: int64 [N, k], each row's k most likely tokens, most likely first;
     at::Tensor candidate_logp;  // float32 [N, k], their log-probabilities (both undefined if none is offered)
+    // The host's own, never handed to a controller: a self-conditioned network's previous clean estimate (CDCD),
+    // which the run services' denoise() reads with the step's input.
+    at::Tensor self_condition;
 };
 
 // Each row's k (at most V) highest scores of `scores` [N, V] and their tokens, highest first: (scores [N, k], int64

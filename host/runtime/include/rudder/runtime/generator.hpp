@@ -20,6 +20,9 @@
 namespace rudder {
 
 class Composer;
+struct ComposedController;
+class DiffusionProcess;
+class ModelServices;
 
 struct SampleResult {
     struct Control {
@@ -110,6 +113,8 @@ public:
     std::vector<SampleResult> generate(const ProgressCallback& progress = {}, const SampleCallback& on_sample = {},
                                        const RunOverrides& overrides = {});
 
+    // The recipe as it runs: max_length resolved, and `sampler` holding the sampler, its steps and every setting
+    // (the model's recommendation or the family's default where the recipe names none).
     const Recipe& recipe() const { return recipe_; }
     // Whether samples cost less denoised together than one at a time: true where every reverse step evaluates the
     // network for every sequence of the batch. False for the discrete analytic sampler, which skips a step's
@@ -127,15 +132,18 @@ public:
     bool fits_memory_limit(int64_t samples) const { return over_memory_limit(std::min(recipe_.batch_size, samples)).empty(); }
 
 private:
-    class Services;
+    struct Issues;
     // Both constructors: the model from `load` (its exceptions are issues at /model), then everything else.
     void set_up(plugins::Registry& registry, const std::vector<std::filesystem::path>& model_path,
                 std::vector<RecipeIssue> earlier_issues, const std::function<Model()>& load);
-    // Called by the reverse loops after each step with the step count, t, and how to get the current best tokens.
-    using StepTick = std::function<void(int64_t, double, const std::function<at::Tensor()>&)>;
-    at::Tensor run_continuous(int64_t samples, at::Generator& gen, const StepTick& tick);  // [samples, L]
-    at::Tensor run_discrete(int64_t samples, at::Generator& gen, const StepTick& tick);  // [samples, L]
-    at::Tensor run_uniform(int64_t batch, at::Generator& gen, const StepTick& tick);  // discrete, uniform noise
+    // max_length from the model when the recipe leaves it out, checked against the model's longest.
+    void resolve_length(Issues& issues);
+    // Resolves each controller's plugin and creates it from its params.
+    std::vector<ComposedController> create_controllers(plugins::Registry& registry, Issues& issues);
+    // Begins every controller with the first batch's shape: what does not fit the run is the recipe's problem.
+    void begin_controllers(Issues& issues);
+    // A finished sample: its text and each controller's verdict.
+    SampleResult finish_sample(int64_t index, const int64_t* row);
     std::string decode(const int64_t* row, int64_t* n_tokens) const;
     uint64_t estimate_peak_bytes(int64_t batch) const;
     // The estimate for batches of `batch` against the memory limit: "" when within it, else why not.
@@ -145,13 +153,14 @@ private:
     // The GenerationFault for step `i` that could not sample at (sample, position): the model's scores there
     // (`scores`, [V]) are checked first, so the message blames the model or the controls.
     GenerationFault fault_at(int64_t i, int64_t sample, int64_t position, const at::Tensor& scores) const;
-    at::Tensor estimate_x0(const at::Tensor& controlled, const at::Tensor& logits, const at::Tensor& model_x0,
-                           double t) const;
 
     Recipe recipe_;
     Model model_;
+    std::unique_ptr<DiffusionProcess> process_;  // its room's reverse loop and sampler settings
     std::unique_ptr<Composer> composer_;
-    std::unique_ptr<Services> services_;
+    std::unique_ptr<ModelServices> services_;
+    std::vector<std::string> controller_pointers_;  // each controller's place in the recipe, for messages
+    int64_t begun_batch_ = -1;  // the batch size the controllers began with, while no run has used that begin
     c10::Device device_;
     GenerationStats stats_;
 };

@@ -33,7 +33,8 @@ struct Model {
     std::string training_layout;
 };
 
-// Whether a recipe's sampler name belongs to the family: ddpm, ddim (continuous); euler, analytic (discrete).
+// Whether a recipe's sampler name belongs to the family: ddpm, ddim (continuous); euler, analytic, first_hitting,
+// confidence (discrete).
 bool is_sampler_of(const std::string& sampler_name, Family family);
 
 // Folders searched for bundled models by name: $RUDDER_MODEL_PATH (':'-separated), then

@@ -26,35 +26,15 @@ private:
     std::vector<RecipeIssue> issues_;
 };
 
-// ReMDM remasking (Wang et al. 2025): each reverse step from t to s masks every committed token again with
-// probability sigma, and unmasks masked positions a little more often, so that the share masked at s stays m(s).
-// sigma is at most sigma_max = min(1, m(s) / (1 - m(t))), the most the process allows; "cap" takes
-// min(eta, sigma_max), "rescale" eta * sigma_max. Only while from_t >= t >= to_t.
-struct RemaskSpec {
-    std::string strategy = "none";  // none | cap | rescale
-    double eta = 0.02;
-    double from_t = 1.0, to_t = 0.0;
-    bool on() const { return strategy != "none"; }
-};
-
-struct SamplerSpec {
-    std::string name;            // continuous: ddpm | ddim; discrete: euler | analytic | first_hitting | confidence;
-                                 // "" = default
-    int64_t steps = 200;         // first_hitting: set to max_length by the generator
-    double eta = 0.0;            // ddim only
-    std::string x0 = "interpolate";  // continuous: model | interpolate | clamp
-    double clamp_below_t = 0.0;  // continuous: clamp x0 to the nearest embedding once t <= this
-    double noise_scale = 1.0;    // continuous: multiplies the noise each stochastic reverse step adds
-    bool cache = true;           // discrete: skip the network when no token changed since its last call
-    double temperature = 1.0;    // divides the controlled clean-token log-probabilities before they are used
-    int64_t top_k = 0;           // discrete: draw among each position's k most likely tokens only (0: all)
-    double top_p = 1.0;          // discrete: draw within the smallest set of tokens holding this probability
-    std::string order = "probability";  // confidence: which drawn tokens are kept first (probability | margin | entropy)
-    int64_t block_length = 0;    // confidence, first_hitting: positions unmask block by block, left to right (0: one)
-    RemaskSpec remask;           // analytic: committed tokens may be masked again (ReMDM)
-    // Absorbing models: classifier-free guidance towards the tokens hard constraints fix (LLaDA's unsupervised
-    // cfg_scale w): scores uncond + (w + 1)(cond - uncond), uncond the network with those tokens masked again.
-    double prompt_guidance = 0.0;
+// The recipe's "sampler": which sampler, its steps, and its settings. Each diffusion process (continuous, absorbing,
+// uniform noise) reads the settings of its own samplers from `settings` (docs/recipes.md, "Samplers"); the keys a
+// process does not read are refused, never ignored.
+struct SamplerChoice {
+    nlohmann::json settings = nlohmann::json::object();  // the "sampler" object as the recipe writes it
+    // The sampler it names ("" = the model's recommended one, else its family's default) and the steps it asks for.
+    // A Generator sets all three to what it runs: the name, the steps, and every setting with defaults filled in.
+    std::string name;
+    int64_t steps = 200;
 };
 
 struct GuidanceSpec {
@@ -97,8 +77,7 @@ struct ControllerSpec {
 struct Recipe {
     std::string model;              // a bundled model name or a model directory (relative to the recipe)
     std::optional<std::string> family;  // "continuous" | "discrete"; needed only for models that offer both
-    SamplerSpec sampler;
-    nlohmann::json sampler_given = nlohmann::json::object();  // the recipe's "sampler" as written (see below)
+    SamplerChoice sampler;
     uint64_t seed = 0;
     int64_t samples = 1;
     int64_t batch_size = 16;        // samples denoised together
@@ -113,6 +92,7 @@ struct Recipe {
     std::vector<ControllerSpec> controllers;
     std::filesystem::path base_dir; // the recipe file's folder: relative paths resolve against it
     int64_t max_length_limit = 0;   // RecipeLimits::max_length, for the model's length when max_length is 0
+    int64_t max_steps_limit = 100000;  // RecipeLimits::max_steps, for the settings a model recommends
     uint64_t max_memory_limit = 0;  // RecipeLimits::max_memory_bytes
 };
 
@@ -139,10 +119,15 @@ Recipe parse_recipe_document(const nlohmann::json& doc, const std::filesystem::p
 Recipe load_recipe(const std::filesystem::path& path, const RecipeLimits& limits = {},
                    std::vector<RecipeIssue>* issues = nullptr);
 
-// Parses a "sampler" object (found at `pointer`, for messages) into `out`, appending its problems to `issues`.
-// Recipes use it, and so does a model directory's recommended sampler settings (docs/models.md): a recipe whose
-// "sampler" names no sampler takes the model's recommendation, with the recipe's own keys over it.
-void parse_sampler_settings(const nlohmann::json& sampler, const std::string& pointer, SamplerSpec& out,
-                            std::vector<RecipeIssue>& issues, const RecipeLimits& limits = {});
+// Checks a "sampler" object (found at `pointer`, for messages) as far as it can be without a model, appending its
+// problems to `issues`. Recipes use it, and so does a model directory's recommended sampler settings (docs/models.md):
+// a recipe whose "sampler" names no sampler takes the model's recommendation, with the recipe's own keys over it.
+void check_sampler_settings(const nlohmann::json& sampler, const std::string& pointer, std::vector<RecipeIssue>& issues,
+                            const RecipeLimits& limits = {});
+
+// Reads a window of diffusion time in `window` ({"from_t", "to_t"}, from noisy to clean) into from_t and to_t where
+// given; a window that runs backwards is an issue at `key` of `parent`.
+void read_time_window(json_input::ObjectReader& window, json_input::ObjectReader& parent, const char* key,
+                      double& from_t, double& to_t);
 
 }  // namespace rudder

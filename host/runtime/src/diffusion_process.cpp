@@ -1,0 +1,205 @@
+#include "diffusion_process.hpp"
+
+#include <algorithm>
+#include <set>
+
+namespace rudder {
+namespace {
+
+using json = nlohmann::json;
+
+// Every process, in the order a model is matched against them (the first that runs it).
+const std::vector<ProcessRoom>& rooms() {
+    static const std::vector<ProcessRoom> all = {continuous_room(), uniform_room(), absorbing_room()};
+    return all;
+}
+
+bool offers(const ProcessRoom& room, const std::string& sampler) {
+    return std::find(room.samplers.begin(), room.samplers.end(), sampler) != room.samplers.end();
+}
+
+const SamplerKey* key_of(const ProcessRoom& room, const std::string& key) {
+    for (const auto& k : room.keys)
+        if (k.key == key) return &k;
+    return nullptr;
+}
+
+bool applies_to(const SamplerKey& key, const std::string& sampler) {
+    return !key.refused &&
+           (key.samplers.empty() || std::find(key.samplers.begin(), key.samplers.end(), sampler) != key.samplers.end());
+}
+
+// "'a', 'b' or 'c'".
+std::string alternatives(const std::vector<std::string>& names) {
+    std::string out;
+    for (size_t i = 0; i < names.size(); ++i)
+        out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + ("'" + names[i] + "'");
+    return out;
+}
+
+// The models of the rooms that offer a sampler (or read a key), as a message names them.
+std::string models_of(const std::function<bool(const ProcessRoom&)>& which) {
+    std::string out;
+    for (const auto& room : rooms())
+        if (which(room)) out += (out.empty() ? "" : " and ") + room.models;
+    return out;
+}
+
+// Each key of `s` that does not apply to the sampler `name` ("": none named yet) of the rooms that offer it, reported
+// once, in the words of the room that declares the key. Keys no room declares are left to reject_unknown_keys().
+void check_keys(json_input::ObjectReader& s, const std::string& name) {
+    for (auto it = s.value().begin(); it != s.value().end(); ++it) {
+        const std::string& key = it.key();
+        const SamplerKey* first = nullptr;   // the first room's declaration of the key
+        const SamplerKey* nearest = nullptr; // a declaration by a room offering the sampler
+        bool applies = false;
+        for (const auto& room : rooms()) {
+            const SamplerKey* k = key_of(room, key);
+            if (k == nullptr || k->refused) continue;
+            if (first == nullptr) first = k;
+            if (!name.empty() && offers(room, name)) {
+                if (nearest == nullptr) nearest = k;
+                applies = applies || applies_to(*k, name);
+            }
+        }
+        if (first == nullptr) continue;
+        s.any(key);  // known: not "unknown key" as well
+        if (name.empty()) {
+            if (first->needs_name) s.issue(key, "'" + key + "' applies to " + first->phrase + " only (name it)");
+            continue;
+        }
+        if (applies) continue;
+        const SamplerKey& said = nearest != nullptr ? *nearest : *first;
+        s.issue(key, !said.refusal.empty() ? said.refusal
+                                           : "'" + key + "' applies to " + said.phrase + " only, not '" + name + "'");
+    }
+}
+
+// The sampler object checked as far as it can be without a model.
+void read_sampler_object(json_input::ObjectReader& s, const RecipeLimits& limits) {
+    std::vector<std::string> names;
+    for (const auto& room : rooms())
+        for (const auto& sampler : room.samplers)
+            if (std::find(names.begin(), names.end(), sampler) == names.end()) names.push_back(sampler);
+    const std::string name = s.choice("name", names).value_or("");
+    check_keys(s, name);
+    // The values, read by each room that offers the sampler (by every room while none is named); a key that several
+    // read alike is reported once.
+    const size_t before = s.issues().size();
+    for (const auto& room : rooms()) {
+        if (!name.empty() && !offers(room, name)) continue;
+        SamplerObject object{s, name, limits, &room.keys};
+        room.read(object);
+    }
+    auto& issues = s.issues();
+    std::set<std::pair<std::string, std::string>> seen;
+    issues.erase(std::remove_if(issues.begin() + static_cast<std::ptrdiff_t>(before), issues.end(),
+                                [&](const RecipeIssue& i) { return !seen.insert({i.pointer, i.message}).second; }),
+                 issues.end());
+    s.reject_unknown_keys();
+}
+
+// The keys of `sampler` that the model's room does not read: another process's, or ones it refuses.
+void check_keys_against(const ProcessRoom& room, const Model& model, const json& sampler,
+                        std::vector<RecipeIssue>& issues, const std::function<bool(const std::string&)>& reported) {
+    for (auto it = sampler.begin(); it != sampler.end(); ++it) {
+        const std::string& key = it.key();
+        const std::string pointer = "/sampler/" + json_input::pointer_token(key);
+        const SamplerKey* own = key_of(room, key);
+        if (key == "name" || reported(pointer) || (own != nullptr && !own->refused)) continue;
+        if (own != nullptr) {
+            issues.push_back({pointer, "model '" + model.name + "' " + room.model_is + ": " + own->refusal});
+            continue;
+        }
+        const std::string models = models_of([&](const ProcessRoom& r) {
+            const SamplerKey* k = key_of(r, key);
+            return k != nullptr && !k->refused;
+        });
+        if (!models.empty())
+            issues.push_back({pointer, "'" + key + "' applies to " + models + "; model '" + model.name + "' " +
+                                           room.model_is});
+    }
+}
+
+}  // namespace
+
+bool SamplerObject::applies(const std::string& key) const {
+    for (const auto& k : *keys)
+        if (k.key == key) return !k.refused && (name.empty() ? !k.needs_name : applies_to(k, name));
+    return false;
+}
+
+void read_steps(SamplerObject& o, int64_t& steps) {
+    if (o.applies("steps"))
+        if (auto v = o.reader.integer("steps", 1, o.limits.max_steps)) steps = *v;
+}
+
+void read_temperature(SamplerObject& o, double& temperature) {
+    if (o.applies("temperature"))
+        if (auto v = o.reader.number("temperature", 0.01, 100.0)) temperature = *v;
+}
+
+void read_truncation(SamplerObject& o, int64_t& top_k, double& top_p) {
+    if (o.applies("top_k"))
+        if (auto v = o.reader.integer("top_k", 0, int64_t{1} << 31)) top_k = *v;
+    if (o.applies("top_p"))
+        if (auto v = o.reader.number("top_p", 0.0, 1.0)) top_p = *v;
+    if (o.reader.has("top_p") && top_p <= 0.0) o.reader.issue("top_p", "'top_p' must be above 0 (1 keeps every token)");
+}
+
+// Declared in recipe.hpp: the recipe reads its sampler object through the rooms.
+void check_sampler_settings(const json& sampler, const std::string& pointer, std::vector<RecipeIssue>& issues,
+                            const RecipeLimits& limits) {
+    json_input::ObjectReader s(sampler, pointer, issues);
+    if (s.is_object()) read_sampler_object(s, limits);
+}
+
+bool is_sampler_of(const std::string& sampler_name, Family family) {
+    for (const auto& room : rooms())
+        if (room.family == family && offers(room, sampler_name)) return true;
+    return false;
+}
+
+std::unique_ptr<DiffusionProcess> make_process(const Model& model, const Recipe& recipe,
+                                               std::vector<RecipeIssue>& issues,
+                                               const std::function<bool(const std::string&)>& reported) {
+    const auto room = std::find_if(rooms().begin(), rooms().end(), [&](const ProcessRoom& r) { return r.runs(model); });
+    if (room == rooms().end()) throw std::logic_error("no diffusion process runs model '" + model.name + "'");
+    if (reported("/sampler") || reported("/sampler/name")) return nullptr;
+    const size_t before = issues.size();
+    json sampler = recipe.sampler.settings;
+    if (!sampler.contains("name") && !model.recommended_sampler.empty()) {
+        // The recipe leaves the sampler to the model: its recommendation, with the recipe's own keys over it.
+        sampler = model.recommended_sampler;
+        sampler.update(recipe.sampler.settings);
+        std::vector<RecipeIssue> problems;
+        check_sampler_settings(sampler, "/sampler", problems, RecipeLimits{});
+        for (const auto& p : problems)
+            if (!reported(p.pointer))  // the recipe's own keys were checked already; say each problem once
+                issues.push_back({p.pointer, p.message + " (the recipe names no sampler, so it takes model '" +
+                                                 model.name + "''s recommended " + model.recommended_sampler.dump() + ")"});
+    }
+    if (!sampler.contains("name")) sampler["name"] = room->default_sampler;
+    const std::string name = sampler["name"].get<std::string>();
+    if (!offers(*room, name)) {
+        issues.push_back({"/sampler/name", "sampler '" + name + "' is for " +
+                                               models_of([&](const ProcessRoom& r) { return offers(r, name); }) +
+                                               "; model '" + model.name + "' " + room->model_is + " (use " +
+                                               alternatives(room->samplers) + ")"});
+        return nullptr;
+    }
+    check_keys_against(*room, model, sampler, issues, reported);
+    if (issues.size() > before) return nullptr;
+    std::vector<RecipeIssue> read_again;  // the values were checked when the recipe was read
+    json_input::ObjectReader reader(sampler, "/sampler", read_again);
+    RecipeLimits limits;
+    limits.max_steps = recipe.max_steps_limit;
+    SamplerObject object{reader, name, limits, &room->keys};
+    std::vector<RecipeIssue> checks;
+    auto process = room->make(model, recipe, object, checks);
+    for (auto& issue : checks)
+        if (!reported(issue.pointer)) issues.push_back(std::move(issue));
+    return issues.size() > before ? nullptr : std::move(process);
+}
+
+}  // namespace rudder
