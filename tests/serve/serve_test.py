@@ -301,6 +301,39 @@ def case_batching():
     assert code == 0, f"exit {code}: {''.join(s.log)}"
 
 
+def case_left_queue():
+    # A request whose recipe was loaded to check it, and whose time runs out while it waits, leaves that generator
+    # in the cache: the next request of its recipe does not load it again.
+    long = dict(LONG, sampler={"name": "ddpm", "steps": 2000})
+    s = Server("--parallel", "1", "--queue", "8", "--timeout", "3")
+    try:
+        answers, threads = {}, []
+
+        def send(key, body, metric, value):
+            def answer():
+                answers[key] = s.json("POST", "/v1/generate", body)
+            threads.append(threading.Thread(target=answer))
+            threads[-1].start()
+            assert s.settled_metric(metric, value, timeout=60) == value, (key, s.request("GET", "/metrics")[2])
+
+        send("blocker", {"recipe": long, "seed": 1}, "rudder_generations_running", 1)  # alone, until its time is up
+        send("first", {"recipe": long}, "rudder_queue_length", 1)
+        send("quick", {"recipe": QUICK}, "rudder_queue_length", 2)  # loaded to check it, then in line
+        time.sleep(1)
+        # Shares the next run with "first", which goes on until this one's time is up, a second after "quick"'s.
+        send("last", {"recipe": long}, "rudder_queue_length", 3)
+        for t in threads:
+            t.join(timeout=120)
+        assert all(answers[key][0] == 504 for key in ("blocker", "first", "quick", "last")), answers
+        loads = s.metric("rudder_generator_loads_total")
+        assert s.json("POST", "/v1/generate", {"recipe": QUICK})[0] == 200
+        assert s.metric("rudder_generator_loads_total") == loads, \
+            "the generator of the request that left was loaded again"
+    finally:
+        code = s.stop()
+    assert code == 0, f"exit {code}: {''.join(s.log)}"
+
+
 def case_timeout():
     s = Server("--timeout", "0.5")
     try:
@@ -340,5 +373,6 @@ def case_sigterm_drain():
 
 if __name__ == "__main__":  # nginx_test.py imports the helpers
     {"endpoints": case_endpoints, "bad_requests": case_bad_requests, "batching": case_batching,
-     "queue_and_disconnect": case_queue_and_disconnect, "timeout": case_timeout, "sigterm_drain": case_sigterm_drain}[CASE]()
+     "queue_and_disconnect": case_queue_and_disconnect, "left_queue": case_left_queue, "timeout": case_timeout,
+     "sigterm_drain": case_sigterm_drain}[CASE]()
     print("ok:", CASE)

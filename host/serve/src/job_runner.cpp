@@ -1,0 +1,111 @@
+#include "job_runner.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+
+namespace rudder::serve {
+
+using json = nlohmann::json;
+
+void JobRunner::run(std::vector<std::shared_ptr<Job>>& jobs) {
+    std::unique_ptr<Generator> generator = std::move(jobs[0]->generator);
+    for (size_t i = 1; i < jobs.size(); ++i) generators_.cache.give_back(jobs[i]->key, std::move(jobs[i]->generator));
+    if (!generator) generator = generators_.cache.take(jobs[0]->key);
+    if (!generator) {
+        // A recipe that passed every check when a generator was last built for it; if it no longer does (a model
+        // or plugin file changed), every job hears why.
+        try {
+            GenerateRequest request;
+            request.recipe = jobs[0]->recipe;
+            request.base_dir = jobs[0]->base_dir;
+            int64_t samples = 0;
+            generator = generators_.load(request, jobs[0]->key, &samples);
+        } catch (const RequestError& e) {
+            std::string message = e.message;
+            for (const auto& issue : e.issues) message += "; " + issue.pointer + ": " + issue.message;
+            scheduler_.run_ended(jobs.size());
+            for (auto& job : jobs) job->deliver("error", {{"error", message}});
+            return;
+        }
+    }
+    // Shared rows past the recipe's memory limit: the last jobs wait again, first in line, for the next run.
+    int64_t total = 0;
+    for (const auto& job : jobs) total += job->samples;
+    std::vector<std::shared_ptr<Job>> later;
+    while (jobs.size() > 1 && !generator->fits_memory_limit(total)) {
+        total -= jobs.back()->samples;
+        later.insert(later.begin(), jobs.back());
+        jobs.pop_back();
+    }
+    if (!later.empty()) scheduler_.put_back(later);
+    run_one(std::move(generator), jobs);
+}
+
+void JobRunner::run_one(std::unique_ptr<Generator> generator, std::vector<std::shared_ptr<Job>>& jobs) {
+    std::vector<int64_t> first(jobs.size());  // each job's first row in the run
+    int64_t total = 0;
+    bool streams = false;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        first[i] = total;
+        total += jobs[i]->samples;
+        streams = streams || jobs[i]->streams;
+    }
+    const uint64_t seed = jobs[0]->seed ? *jobs[0]->seed : std::random_device{}() & 0x7fffffffu;
+    const auto job_of = [&](int64_t row) {
+        return static_cast<size_t>(std::upper_bound(first.begin(), first.end(), row) - first.begin() - 1);
+    };
+    metrics_.runs.Increment();
+    std::string error;
+    bool finished = false;
+    try {
+        generator->generate(
+            [&](const Progress& p) {
+                metrics_.steps.Increment();
+                if (std::all_of(jobs.begin(), jobs.end(), [](const auto& j) { return j->abandoned.load(); }))
+                    return false;
+                if (!streams) return true;
+                const std::vector<std::string> texts = p.current_texts();  // rows samples_done.. of the run
+                const int64_t rows = static_cast<int64_t>(texts.size());
+                for (size_t i = 0; i < jobs.size(); ++i) {
+                    if (!jobs[i]->streams || jobs[i]->abandoned) continue;
+                    const int64_t begin = std::max(first[i], p.samples_done);
+                    const int64_t end = std::min(first[i] + jobs[i]->samples, p.samples_done + rows);
+                    if (begin >= end) continue;  // none of its rows in this batch
+                    const std::vector<std::string> own(texts.begin() + (begin - p.samples_done),
+                                                       texts.begin() + (end - p.samples_done));
+                    jobs[i]->deliver("step", {{"batch", p.batch}, {"batches", p.batches}, {"step", p.step},
+                                              {"steps", p.steps}, {"t", p.t}, {"first", begin - first[i]},
+                                              {"texts", own}});
+                }
+                return true;
+            },
+            [&](const SampleResult& s) {
+                metrics_.samples.Increment();
+                const size_t i = job_of(s.index);
+                json sample = sample_json(s);
+                sample["index"] = s.index - first[i];
+                jobs[i]->deliver("sample", std::move(sample));
+            },
+            RunOverrides{total, seed});
+        finished = true;
+    } catch (const Cancelled&) {
+        error = "the generation was cancelled";  // every job abandoned: nobody listens
+    } catch (const std::exception& e) {
+        error = e.what();
+    }
+    // A generator whose run did not finish may hold a controller's failed state: it is not reused.
+    if (finished) generators_.cache.give_back(jobs[0]->key, std::move(generator));
+    scheduler_.run_ended(jobs.size());
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        if (!finished) {
+            jobs[i]->deliver("error", {{"error", error}});
+            continue;
+        }
+        jobs[i]->deliver("done", {{"run", {{"seed", seed}, {"samples", total}, {"requests", jobs.size()},
+                                           {"first", first[i]}}}});
+    }
+}
+
+}  // namespace rudder::serve

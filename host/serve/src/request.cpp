@@ -1,0 +1,111 @@
+#include "request.hpp"
+
+#include <cstdint>
+
+#include <rudder/nn/model_files.hpp>
+#include <rudder/rudder_json.hpp>
+
+namespace rudder::serve {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+// A recipe file the server was started with: nn's read_json_file, its error told as the server's own (500).
+json read_recipe_file(const fs::path& file) {
+    try {
+        return read_json_file(file);
+    } catch (const ModelError& e) {
+        // read_json_file's message is "cannot read '<file>'" or "'<file>' is not valid JSON: <why>".
+        const std::string what = e.what();
+        if (what.rfind("cannot read ", 0) == 0)
+            throw RequestError{500, "the server cannot read its recipe '" + file.string() + "'", {}};
+        throw RequestError{500, "the server's recipe " + what, {}};
+    }
+}
+
+}  // namespace
+
+json error_json(const RequestError& e) {
+    json j = {{"error", e.message}};
+    if (!e.issues.empty()) {
+        j["issues"] = json::array();
+        for (const auto& issue : e.issues)
+            j["issues"].push_back({{"pointer", issue.pointer}, {"message", issue.message}});
+    }
+    return j;
+}
+
+std::string share_key(const GenerateRequest& request) {
+    json shape = request.recipe;
+    shape.erase("seed");
+    shape.erase("samples");
+    return request.base_dir.string() + "\n" + shape.dump();
+}
+
+GenerateRequest read_request(const std::string& body, const ServerOptions& options) {
+    json j;
+    try {
+        j = json_input::parse(body);
+    } catch (const std::exception& e) {
+        throw RequestError{400, std::string("the request body is not valid JSON: ") + e.what(), {}};
+    }
+    std::vector<RecipeIssue> issues;
+    json_input::ObjectReader r(j, "", issues);
+    if (!r.is_object()) throw RequestError{400, "the request body must be a JSON object", {}};
+    GenerateRequest out;
+    const json* recipe = r.any("recipe", json_input::kRequired, "a recipe object, or the name of one the server has");
+    if (recipe != nullptr && recipe->is_object()) {
+        out.recipe = *recipe;
+        out.pointer_prefix = "/recipe";
+    } else if (recipe != nullptr && recipe->is_string()) {
+        const auto found = options.recipes.find(recipe->get<std::string>());
+        if (found == options.recipes.end()) {
+            std::string known;
+            for (const auto& [name, file] : options.recipes) known += (known.empty() ? "" : ", ") + name;
+            r.issue("recipe", "no recipe named '" + recipe->get<std::string>() + "' on this server (" +
+                                  (known.empty() ? std::string("it was started with none") : "it has: " + known) + ")");
+        } else {
+            out.recipe = read_recipe_file(found->second);
+            out.base_dir = found->second.parent_path();
+        }
+    } else if (recipe != nullptr) {
+        r.issue("recipe", "expected a recipe object, or the name of one the server has");
+    }
+    const auto seed = r.integer("seed", 0, INT64_MAX);
+    const auto samples = r.integer("samples", 1, options.limits.max_samples);
+    const auto max_length = r.integer("max_length", 1, options.limits.max_length);
+    const json params = r.object("params").value_or(json::object());
+    out.stream = r.boolean("stream").value_or(false);
+    r.reject_unknown_keys();
+    if (out.recipe.is_object()) {
+        if (seed) out.recipe["seed"] = *seed;
+        // A recipe's seed that is not a valid one is an issue parse_recipe_document reports.
+        if (out.recipe.contains("seed") && out.recipe["seed"].is_number_integer() &&
+            out.recipe["seed"].get<int64_t>() >= 0)
+            out.seed = out.recipe["seed"].get<uint64_t>();
+        if (samples) out.recipe["samples"] = *samples;
+        if (max_length) out.recipe["max_length"] = *max_length;
+        // Params by controller name (or plugin), merged over the recipe's.
+        for (const auto& [name, value] : params.items()) {
+            bool found = false;
+            if (out.recipe.contains("controllers") && out.recipe["controllers"].is_array())
+                for (auto& c : out.recipe["controllers"]) {
+                    // A controller is named by its "name", else its "plugin"; a malformed one is the recipe's issue.
+                    const char* key = c.is_object() && c.contains("name") ? "name" : "plugin";
+                    if (!c.is_object() || !c.contains(key) || c[key] != name) continue;
+                    found = true;
+                    if (!value.is_object()) continue;
+                    if (!c.contains("params") || !c["params"].is_object()) c["params"] = json::object();
+                    c["params"].update(value);
+                }
+            const std::string pointer = "/params/" + name;
+            if (!found) issues.push_back({pointer, "the recipe has no controller named '" + name + "'"});
+            else if (!value.is_object()) issues.push_back({pointer, "expected an object of params"});
+        }
+    }
+    if (!issues.empty()) throw RequestError{400, "invalid request", issues};
+    return out;
+}
+
+}  // namespace rudder::serve

@@ -1,0 +1,44 @@
+// What a POST /v1/generate or /v1/validate body asks for, read from its JSON, and the errors that answer it.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <rudder/runtime/recipe.hpp>
+#include <rudder/serve/server.hpp>
+
+namespace rudder::serve {
+
+// A request that cannot be served, with the status to answer and, for recipe problems, their pointers.
+struct RequestError {
+    int status;
+    std::string message;
+    std::vector<RecipeIssue> issues;
+};
+
+// {"error": message, "issues"?: [{"pointer", "message"}]}
+nlohmann::json error_json(const RequestError& e);
+
+// A request's recipe with the request's overrides applied.
+struct GenerateRequest {
+    nlohmann::json recipe;
+    std::filesystem::path base_dir = ".";
+    std::string pointer_prefix;  // "/recipe" for an inline recipe: where its problems are in the request
+    bool stream = false;
+    std::optional<uint64_t> seed;  // the request's, else the recipe's; none: each run draws one
+};
+
+// The body parsed once (json_input::parse: no duplicate keys, bounded depth); RequestError (400, or 500 for a
+// recipe file of the server's that cannot be read) with every problem of the request itself. The recipe's own
+// problems are found when it is parsed (parse_recipe_document) and loaded.
+GenerateRequest read_request(const std::string& body, const ServerOptions& options);
+
+// Requests whose recipes differ only in seed and samples share generators, and runs.
+std::string share_key(const GenerateRequest& request);
+
+}  // namespace rudder::serve
