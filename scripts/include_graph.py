@@ -23,11 +23,12 @@ ALLOWED = {
     "runtime": {"sdk", "base", "plugins", "text", "nn"},
     "train": {"sdk", "text", "nn", "syntax"},
     "serve": {"sdk", "base", "plugins", "text", "nn", "runtime"},
-    "cli": {"sdk", "base", "plugins", "text", "nn", "syntax", "runtime", "train", "serve"},
+    "eval": {"sdk", "base", "plugins", "text", "nn", "runtime"},
+    "cli": {"sdk", "base", "plugins", "text", "nn", "syntax", "runtime", "train", "serve", "eval"},
     "embed": {"sdk", "base", "plugins", "text", "nn", "runtime"},
     "controllers": {"sdk", "text", "syntax"},
 }
-HOST_LAYERS = ["base", "plugins", "text", "nn", "syntax", "runtime", "train", "serve", "cli", "embed"]
+HOST_LAYERS = ["base", "plugins", "text", "nn", "syntax", "runtime", "train", "serve", "eval", "cli", "embed"]
 SOURCE = re.compile(r"\.(c|cc|cpp|h|hpp)$")
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
 
