@@ -1,5 +1,5 @@
 // The host's end of process isolation: a child process (rudder-controller-host) that runs one controller instance,
-// and the shared memory a run's step tensors live in. Torch-free; controller_instance.cpp builds tensors on it.
+// and the shared memory a run's step tensors live in. Torch-free; process_transport.cpp builds tensors on it.
 #pragma once
 
 #include "isolation_protocol.hpp"

@@ -1,4 +1,4 @@
-// What a controller is handed at one step, for the in-process adapter (controller_instance.cpp) and the isolated
+// What a controller is handed at one step, for the guarded adapter (controller_instance.cpp) and the isolated
 // child (controller_host_main.cpp) alike: which forms of the ABI it is spoken to in (the 1.2 negotiation), which
 // inputs it reads and the shape of every output. Torch-free: the child links only the loader.
 #pragma once

@@ -230,7 +230,6 @@ private:
     std::string label_;
     Isolation isolation_ = Isolation::in_process;
     uint64_t capabilities_ = 0;
-    void* self_ = nullptr;
     std::unique_ptr<Impl> impl_;
 };
 
