@@ -1,9 +1,10 @@
 # `cmake --install`: headers, librudder.so, the CLI, the first-party plugins, the bundled models, the Python
-# binding, the CMake package (find_package(Rudder CONFIG): Rudder::plugin_sdk, Rudder::rudder, rudder_add_controller())
+# binding, the CMake package (find_package(Rudder CONFIG): Rudder::plugin_sdk, Rudder::plugin_json, Rudder::rudder,
+# rudder_add_controller())
 # and rudder.pc. Every installed path is relative to the prefix, so the package works wherever --prefix puts it.
 include(CMakePackageConfigHelpers)
 
-install(TARGETS rudder_plugin_sdk rudder_embed EXPORT RudderTargets
+install(TARGETS rudder_plugin_sdk rudder_plugin_json rudder_embed EXPORT RudderTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES sdk/include/rudder/rudder_plugin.h sdk/include/rudder/rudder_controller.hpp sdk/include/rudder/rudder_json.hpp

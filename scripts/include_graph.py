@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
 """The include graph of Rudder's layers, from the #include lines of the sources.
 
-Prints which layer includes which (the picture in docs/design.md); with --check, exits 1 if a file includes a
-header of a layer its own may not use (an include that runs upwards or sideways), or a header that does not exist
-where its layer keeps them.
+Prints which layer includes which. With --check, exits 1 if
+  - a file includes a header of a layer its own may not use (an include that runs upwards or sideways), or a header
+    that does not exist where its layer keeps them;
+  - a layer publishes a header (include/rudder/<layer>/) that no other layer includes, directly or through another
+    public header of its own: such a header belongs in the layer's src/;
+  - docs/design.md's include graph (the block between its include-graph markers) is not what this script prints, or
+    its layers table lacks a row for a layer's folder.
+With --write-doc, writes the block into docs/design.md.
 
-Usage: scripts/include_graph.py [--check] [SOURCE_DIR]
+Usage: scripts/include_graph.py [--check | --write-doc] [SOURCE_DIR]
 """
 import pathlib
 import re
@@ -59,11 +64,74 @@ def target_of(kind, name, source, root):
     return layer_of(candidate, root) if candidate.exists() else layer_of(source, root), candidate
 
 
+DOC_BEGIN = "<!-- include graph: written by scripts/include_graph.py --write-doc, checked by house.include_graph -->"
+DOC_END = "<!-- end of include graph -->"
+
+
+def graph_text(edges):
+    """The block docs/design.md shows: what each layer includes (counts of #include lines), then what it may."""
+    lines = ["```", "layer        includes (number of #include lines)"]
+    for layer in ALLOWED:
+        used = edges.get(layer, {})
+        text = ", ".join(f"{t} ({n})" for t, n in sorted(used.items(), key=lambda kv: list(ALLOWED).index(kv[0])))
+        lines.append(f"{layer:<12} {text or '-'}")
+    lines += ["", "layer        may include"]
+    for layer, allowed in ALLOWED.items():
+        lines.append(f"{layer:<12} {', '.join(l for l in ALLOWED if l in allowed) or '-'}")
+    return "\n".join(lines + ["```"])
+
+
+def doc_problems(root, text):
+    """How docs/design.md differs from the graph and the layers."""
+    doc = (root / "docs" / "design.md").read_text()
+    if DOC_BEGIN not in doc or DOC_END not in doc:
+        return ["docs/design.md: no include-graph markers"]
+    problems = []
+    shown = doc.split(DOC_BEGIN, 1)[1].split(DOC_END, 1)[0].strip()
+    if shown != text:
+        problems.append("docs/design.md: the include graph is stale; run scripts/include_graph.py --write-doc")
+    for folder in ["sdk/"] + [f"host/{layer}/" for layer in HOST_LAYERS] + ["controllers/"]:
+        if f"| `{folder}` |" not in doc:
+            problems.append(f"docs/design.md: the layers table has no row for `{folder}`")
+    return problems
+
+
+def write_doc(root, text):
+    path = root / "docs" / "design.md"
+    doc = path.read_text()
+    before, rest = doc.split(DOC_BEGIN, 1)
+    after = rest.split(DOC_END, 1)[1]
+    path.write_text(before + DOC_BEGIN + "\n" + text + "\n" + DOC_END + after)
+
+
+def unused_public_headers(root, included):
+    """Public headers of a host layer that no other layer includes, directly or through a public header of its own
+    layer that is (tests and benchmarks, which may include private headers, do not count)."""
+    problems = []
+    for layer in HOST_LAYERS:
+        if layer == "embed":  # the C API: its header is for applications, not for other layers
+            continue
+        folder = root / "host" / layer / "include"
+        public = {p.resolve() for p in folder.rglob("*") if SOURCE.search(p.name)}
+        used = {h for h in public if any(src_layer != layer for src_layer in included.get(h, ()))}
+        grew = True
+        while grew:  # a header that a used public header includes is used too
+            grew = False
+            for h in public - used:
+                if any(includer in used for includer in included.get(h, {}).get(layer, ())):
+                    used.add(h)
+                    grew = True
+        problems += [f"{h.relative_to(root)}: public, but no other layer includes it (move it to src/)"
+                     for h in sorted(public - used)]
+    return problems
+
+
 def main(argv):
     check = "--check" in argv
     args = [a for a in argv if not a.startswith("--")]
     root = pathlib.Path(args[0] if args else pathlib.Path(__file__).resolve().parent.parent).resolve()
     edges, problems = {}, []
+    included = {}  # header path -> {including layer: [including files]}
     for directory in ("sdk", "host", "controllers"):
         for source in sorted((root / directory).rglob("*")):
             if not SOURCE.search(source.name):
@@ -80,22 +148,25 @@ def main(argv):
                 if path is None or not path.exists():
                     problems.append(f"{where}: no such header in {target}'s folder")
                     continue
+                included.setdefault(path.resolve(), {}).setdefault(layer, []).append(source.resolve())
                 if target != layer:
                     edges.setdefault(layer, {}).setdefault(target, 0)
                     edges[layer][target] += 1
                     if target not in ALLOWED[layer]:
                         problems.append(f"{where}: {layer} may not include {target}")
-    print("layer        includes (number of #include lines)")
-    for layer in ALLOWED:
-        used = edges.get(layer, {})
-        text = ", ".join(f"{t} ({n})" for t, n in sorted(used.items(), key=lambda kv: list(ALLOWED).index(kv[0])))
-        print(f"{layer:<12} {text or '-'}")
+    text = graph_text(edges)
+    if "--write-doc" in argv:
+        write_doc(root, text)
+    print(text)
+    problems += unused_public_headers(root, included)
+    if check:
+        problems += doc_problems(root, text)
     for p in problems:
         print("PROBLEM:", p)
     if check and problems:
         return 1
     if check:
-        print("ok: every include runs downwards")
+        print("ok: every include runs downwards, every public header is used by another layer, design.md is current")
     return 0
 
 

@@ -18,7 +18,7 @@ namespace {
 using json = nlohmann::json;
 
 int cmd_plugins(bool as_json) {
-    plugins::Registry registry(plugins::Registry::default_search_path());
+    plugins::Registry registry;  // the default search path
     const auto& found = registry.controllers();
     const auto& rejected = registry.rejections();
     if (as_json) {

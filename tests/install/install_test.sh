@@ -125,6 +125,27 @@ for path, body in blocks:
     assert (root / path).read_text() == body, path + " differs from its copy in the doc"
 PY
 cmake_build "$source/examples/cpp_controllers" "$work/cpp"
+# Rudder::plugin_json brings what rudder/rudder_json.hpp needs (nlohmann/json): a plugin that reads its params with it
+# links that target alone.
+mkdir -p "$work/json_plugin_src"
+cat > "$work/json_plugin_src/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.21)
+project(json_plugin CXX)
+find_package(Rudder CONFIG REQUIRED)
+rudder_add_controller(reads_params SOURCES reads_params.cpp LIBRARIES Rudder::plugin_json)
+CMAKE
+cat > "$work/json_plugin_src/reads_params.cpp" <<'CPP'
+#include <rudder/rudder_json.hpp>
+#include <rudder/rudder_plugin.h>
+// Builds and links; never loaded (it offers no controller).
+extern "C" RUDDER_EXPORT const rudder_plugin* rudder_plugin_entry(uint32_t, uint32_t) {
+    std::vector<rudder::json_input::Issue> issues;
+    rudder::json_input::ObjectReader r(rudder::json_input::parse("{\"k\": 1}"), "", issues);
+    (void)r.integer("k", 0, 2);
+    return nullptr;
+}
+CPP
+cmake_build "$work/json_plugin_src" "$work/json_plugin"
 cat > "$work/keyword.json" <<'JSON'
 { "model": "e2e-corpus", "family": "discrete", "sampler": {"steps": 100}, "seed": 1, "samples": 16, "max_length": 40,
   "controllers": [ { "plugin": "keyword", "weight": 10, "params": { "word": "Indian" } },

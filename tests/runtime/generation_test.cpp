@@ -294,6 +294,69 @@ TEST(GenerationErrors, UniformNoiseTakesTheAnalyticOrEulerSampler) {
     EXPECT_TRUE(issues_of(R"({"name": "analytic", "steps": 50, "top_k": 3, "temperature": 0.8})").empty());
 }
 
+// Once the model is known, its process reads the sampler object and refuses, in its own words, the keys of other
+// processes that a recipe naming no sampler could not be checked for before (they were once silently ignored).
+TEST(GenerationErrors, KeysOfAnotherProcessAreRefusedOnceTheModelIsKnown) {
+    const auto issues_of = [](const std::string& model, const std::string& family, const std::string& sampler) {
+        const std::string text = R"({"model": ")" + model + R"(", )" + family + R"("max_length": 14, "sampler": )" +
+                                 sampler + "}";
+        std::map<std::string, std::string> by_pointer;
+        try {
+            Generator g(rudder::parse_recipe(text, "."), registry());
+        } catch (const rudder::RecipeError& e) {
+            for (const auto& issue : e.issues()) by_pointer[issue.pointer] += issue.message;
+        }
+        return by_pointer;
+    };
+    const std::string corpus = rudder::testing::corpus_model_dir().string();
+    auto by_pointer = issues_of(corpus, R"("family": "discrete", )", R"({"eta": 0.5, "x0": "clamp"})");
+    EXPECT_NE(by_pointer["/sampler/eta"].find("'eta' applies to continuous models; model '"), std::string::npos);
+    EXPECT_NE(by_pointer["/sampler/x0"].find("is discrete"), std::string::npos) << by_pointer["/sampler/x0"];
+    by_pointer = issues_of(corpus, R"("family": "continuous", )", R"({"top_k": 5, "cache": false})");
+    EXPECT_NE(by_pointer["/sampler/top_k"].find("'top_k' applies to discrete models; model '"), std::string::npos)
+        << by_pointer["/sampler/top_k"];
+    EXPECT_NE(by_pointer["/sampler/cache"].find("'cache' applies to absorbing discrete models"), std::string::npos)
+        << by_pointer["/sampler/cache"];
+    by_pointer = issues_of(uniform_corpus_model_dir().string(), "", R"({"name": "euler", "cache": false})");
+    EXPECT_NE(by_pointer["/sampler/cache"].find("uniform noise"), std::string::npos) << by_pointer["/sampler/cache"];
+    by_pointer = issues_of(corpus, R"("family": "discrete", )", R"({"name": "ddim"})");
+    EXPECT_NE(by_pointer["/sampler/name"].find("sampler 'ddim' is for continuous models"), std::string::npos);
+    by_pointer = issues_of(corpus, R"("family": "continuous", )", R"({"name": "analytic"})");
+    EXPECT_NE(by_pointer["/sampler/name"].find("sampler 'analytic' is for discrete models; model '"), std::string::npos)
+        << by_pointer["/sampler/name"];
+    EXPECT_NE(by_pointer["/sampler/name"].find("(use 'ddpm' or 'ddim')"), std::string::npos);
+}
+
+// What a generator runs is in its recipe: the sampler, its steps, and every setting with its default, as a recipe
+// would write them (first hitting takes max_length steps and no "steps" key).
+TEST(GenerationSettings, TheRecipeHoldsWhatRuns) {
+    const std::string corpus = rudder::testing::corpus_model_dir().string();
+    const auto sampler_of = [&](const std::string& family, const std::string& sampler) {
+        const std::string text = R"({"model": ")" + corpus + R"(", "family": ")" + family +
+                                 R"(", "max_length": 14, "sampler": )" + sampler + "}";
+        return Generator(rudder::parse_recipe(text, "."), registry()).recipe().sampler;
+    };
+    const auto first_hitting = sampler_of("discrete", R"({"name": "first_hitting", "block_length": 7})");
+    EXPECT_EQ(first_hitting.steps, 14);
+    EXPECT_FALSE(first_hitting.settings.contains("steps"));
+    EXPECT_EQ(first_hitting.settings.at("block_length"), 7);
+    EXPECT_EQ(first_hitting.settings.at("cache"), true);
+    const auto discrete = sampler_of("discrete", "{}");
+    EXPECT_EQ(discrete.name, "analytic");
+    EXPECT_EQ(discrete.settings.at("steps"), 200);
+    EXPECT_FALSE(discrete.settings.contains("order"));
+    const auto continuous = sampler_of("continuous", R"({"steps": 50})");
+    EXPECT_EQ(continuous.name, "ddim");
+    EXPECT_EQ(continuous.settings.at("eta"), 0.0);
+    EXPECT_EQ(continuous.settings.at("x0"), "interpolate");
+    // The settings as a recipe: the same run again.
+    const std::string again = R"({"model": ")" + corpus + R"(", "family": "continuous", "max_length": 14, "seed": 3,
+                                 "sampler": )" + continuous.settings.dump() + "}";
+    const std::string first = R"({"model": ")" + corpus + R"(", "family": "continuous", "max_length": 14, "seed": 3,
+                                 "sampler": {"steps": 50}})";
+    EXPECT_EQ(generate(again)[0].tokens, generate(first)[0].tokens);
+}
+
 TEST(GenerationErrors, ConfidenceNeedsAStepPerBlockAndABlockWithinTheLength) {
     const auto issues_of = [](const std::string& sampler) {
         const std::string text = R"({"model": ")" + rudder::testing::corpus_model_dir().string() +

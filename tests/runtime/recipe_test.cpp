@@ -185,6 +185,21 @@ TEST(Recipe, ConfidenceSettingsAndTruncationAreChecked) {
                           "/sampler/top_p", "[0, 1]"));
 }
 
+// Keys are checked against the sampler named, whichever process reads them; a value is checked by every process that
+// reads its key while no sampler is named, and reported once.
+TEST(Recipe, EachKeyAppliesToItsSamplers) {
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "analytic", "x0": "clamp"}})"), "/sampler/x0",
+                          "continuous samplers (ddpm, ddim) only, not 'analytic'"));
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "ddpm", "cache": false}})"), "/sampler/cache",
+                          "discrete samplers only, not 'ddpm'"));
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "euler", "cache": "no"}})"), "/sampler/cache",
+                          "expected"));
+    const auto issues = issues_of(R"({"model": "m", "sampler": {"temperature": 0}})");
+    ASSERT_EQ(issues.size(), 1u);
+    EXPECT_EQ(issues[0].pointer, "/sampler/temperature");
+    EXPECT_TRUE(issues_of(R"({"model": "m", "sampler": {"eta": 0.5, "top_k": 3, "noise_scale": 0.5}})").empty());
+}
+
 TEST(Recipe, FirstHittingTakesNoStepsAndCandidatesAreBounded) {
     EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "first_hitting", "steps": 50}})"),
                           "/sampler/steps", "one step per position"));

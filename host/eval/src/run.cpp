@@ -9,7 +9,7 @@
 #include <tuple>
 #include <utility>
 
-#include <rudder/eval/suite.hpp>
+#include "suite.hpp"
 #include <rudder/nn/model_files.hpp>
 #include <rudder/nn/teacher_model.hpp>
 #include <rudder/runtime/model.hpp>

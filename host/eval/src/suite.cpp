@@ -1,5 +1,5 @@
 // Reading a suite: every problem found in one pass, each at its JSON pointer (ConfigError).
-#include <rudder/eval/suite.hpp>
+#include "suite.hpp"
 
 #include <cstdint>
 #include <fstream>

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include <rudder/eval/suite.hpp>
+#include "suite.hpp"
 #include <rudder/plugins/plugins.hpp>
 
 #include "targets.hpp"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include <rudder/eval/suite.hpp>
+#include "suite.hpp"
 
 namespace rudder::eval {
 

@@ -270,13 +270,10 @@ at::Tensor Combined::forbidden_mask(int64_t vocab_size) const {
     return forbidden_bits.defined() ? unpack_bits(forbidden_bits, vocab_size) : forbidden;
 }
 
-Combined Composer::predict(const plugins::StepInputs& in) {
-    if (inputs_ != nullptr) inputs_->next_step();
-    const int64_t B = in.tokens.size(0), L = in.tokens.size(1);
-    Combined out;
-    out.rows = in.rows.defined() ? in.rows : at::arange(B * L, in.tokens.options());
-    at::Tensor owners;                                      // [B, L]: which controller fixed each position
-    // Who forbade what at the rows, to name them: bool [N, V], or packed forbidden bits [N, W] (`packed`).
+// Who wrote what at one PREDICT step, to name them when the combination cannot be drawn from.
+struct Composer::Authors {
+    at::Tensor owners;  // [B, L]: which controller fixed each position
+    // Who forbade what at the rows: bool [N, V], or packed forbidden bits [N, W] (`packed`).
     struct Forbidder {
         size_t owner;
         at::Tensor mask;
@@ -284,9 +281,17 @@ Combined Composer::predict(const plugins::StepInputs& in) {
     };
     std::vector<Forbidder> forbidders;
     at::Tensor packed;  // the packed forbidders' bits ORed [N, W]: unpacked once, after the loop
-    std::vector<std::pair<size_t, at::Tensor>> whole_masks; // those that wrote [B, L, V]: checked at every fixed position
-    std::vector<size_t> delta_owners;                       // whose deltas are in out.logit_delta / candidate_delta
+    std::vector<std::pair<size_t, at::Tensor>> whole_masks;  // those that wrote [B, L, V]: checked at every fixed position
+    std::vector<size_t> delta_owners;                        // whose deltas are in logit_delta / candidate_delta
     bool may_overflow = false;  // the adapter checked each delta finite; a weight or a sum can still overflow
+};
+
+Combined Composer::predict(const plugins::StepInputs& in) {
+    if (inputs_ != nullptr) inputs_->next_step();
+    const int64_t B = in.tokens.size(0), L = in.tokens.size(1);
+    Combined out;
+    out.rows = in.rows.defined() ? in.rows : at::arange(B * L, in.tokens.options());
+    Authors authors;
     auto add = [](at::Tensor& sum, const at::Tensor& term) { sum = sum.defined() ? sum.add_(term) : term; };
     for (size_t k = 0; k < controllers_.size(); ++k) {
         auto& c = controllers_[k];
@@ -307,7 +312,7 @@ Combined Composer::predict(const plugins::StepInputs& in) {
             const at::Tensor current = in.tokens.reshape({-1}).index_select(0, out.rows).unsqueeze(1);
             add(out.logit_delta, (g - g.gather(1, current)).mul_(c.weight));
             wrote_delta = true;
-            may_overflow = true;
+            authors.may_overflow = true;
         }
         if (o.candidate_delta.defined()) {
             add(out.candidate_delta, o.candidate_delta.to(at::kFloat).mul(c.weight));
@@ -315,117 +320,126 @@ Combined Composer::predict(const plugins::StepInputs& in) {
             wrote_delta = true;
         }
         if (wrote_delta) {
-            may_overflow = may_overflow || sums || c.weight != 1.0;
-            delta_owners.push_back(k);
+            authors.may_overflow = authors.may_overflow || sums || c.weight != 1.0;
+            authors.delta_owners.push_back(k);
             out.reward.add(o.log_prob, c.weight, c.instance->label());
         }
-        if (o.fixed_tokens.defined()) merge_fixed(out, o.fixed_tokens, k, owners);
+        if (o.fixed_tokens.defined()) merge_fixed(out, o.fixed_tokens, k, authors.owners);
         if (o.forbidden.defined()) {
-            if (o.forbidden.dim() == 3) whole_masks.emplace_back(k, o.forbidden);
+            if (o.forbidden.dim() == 3) authors.whole_masks.emplace_back(k, o.forbidden);
             const at::Tensor mask = at_rows(o.forbidden, out.rows).ne(0);
-            forbidders.push_back({k, mask, false});
+            authors.forbidders.push_back({k, mask, false});
             out.forbidden = out.forbidden.defined() ? mask.logical_or(out.forbidden) : mask;
         }
         if (o.token_bits.defined()) {
             // Kept packed: the masks combine as words, a thirty-second of the work.
             at::Tensor bits = at_rows(o.token_bits, out.rows);
             if (o.bits_allowed) bits = bits.bitwise_not();
-            forbidders.push_back({k, bits, true});
-            packed = packed.defined() ? bits.bitwise_or(packed) : bits;
+            authors.forbidders.push_back({k, bits, true});
+            authors.packed = authors.packed.defined() ? bits.bitwise_or(authors.packed) : bits;
         }
     }
-    const bool only_packed = packed.defined() && !out.forbidden.defined();
-    if (only_packed)
-        out.forbidden_bits = packed;  // applied to the scores as bits
-    else if (packed.defined())
-        out.forbidden = unpack_bits(packed, vocab_size_).logical_or(out.forbidden);
-    auto not_finite_at = [&](const at::Tensor& sum) {
-        if (!sum.defined()) return;
-        // Finite iff its least and greatest values are (a NaN makes both NaN): one pass, no [N, V] temporaries.
-        const auto [least, greatest] = at::aminmax(sum);
-        if (least.isfinite().item<bool>() && greatest.isfinite().item<bool>()) return;
-        const int64_t row = sum.isfinite().all(1).logical_not().nonzero()[0][0].item<int64_t>();
-        const int64_t position = out.rows[row].item<int64_t>();
-        std::ostringstream who;
-        for (size_t k : delta_owners)
-            who << (k == delta_owners.front() ? "'" : ", '") << controllers_[k].instance->label() << "' (weight "
-                << controllers_[k].weight << ")";
-        throw CompositionError("the logit deltas of " + who.str() + " are not finite once weighted and summed (sample " +
-                               std::to_string(position / L) + ", position " + std::to_string(position % L) +
-                               "): each is finite, but float32 overflows; lower the weight or the delta");
-    };
-    if (may_overflow) {
-        not_finite_at(out.logit_delta);
-        not_finite_at(out.candidate_delta);
+    if (authors.packed.defined() && !out.forbidden.defined())
+        out.forbidden_bits = authors.packed;  // applied to the scores as bits
+    else if (authors.packed.defined())
+        out.forbidden = unpack_bits(authors.packed, vocab_size_).logical_or(out.forbidden);
+    if (authors.may_overflow) {
+        check_finite(out, out.logit_delta, authors, L);
+        check_finite(out, out.candidate_delta, authors, L);
     }
-    auto label_of_owner = [&](int64_t b, int64_t i) {
-        return controllers_[static_cast<size_t>(owners.index({b, i}).item<int64_t>())].instance->label();
-    };
-    if (out.fixed.defined() && mask_id_ >= 0) {
+    check_fixed(out, authors, B, L);
+    check_every_row_allows_a_token(out, authors, L);
+    return out;
+}
+
+std::string Composer::fixer_at(const Authors& authors, int64_t b, int64_t i) const {
+    return controllers_[static_cast<size_t>(authors.owners.index({b, i}).item<int64_t>())].instance->label();
+}
+
+void Composer::check_finite(const Combined& out, const at::Tensor& sum, const Authors& authors, int64_t L) const {
+    if (!sum.defined()) return;
+    // Finite iff its least and greatest values are (a NaN makes both NaN): one pass, no [N, V] temporaries.
+    const auto [least, greatest] = at::aminmax(sum);
+    if (least.isfinite().item<bool>() && greatest.isfinite().item<bool>()) return;
+    const int64_t row = sum.isfinite().all(1).logical_not().nonzero()[0][0].item<int64_t>();
+    const int64_t position = out.rows[row].item<int64_t>();
+    std::ostringstream who;
+    for (size_t k : authors.delta_owners)
+        who << (k == authors.delta_owners.front() ? "'" : ", '") << controllers_[k].instance->label() << "' (weight "
+            << controllers_[k].weight << ")";
+    throw CompositionError("the logit deltas of " + who.str() + " are not finite once weighted and summed (sample " +
+                           std::to_string(position / L) + ", position " + std::to_string(position % L) +
+                           "): each is finite, but float32 overflows; lower the weight or the delta");
+}
+
+void Composer::check_fixed(const Combined& out, const Authors& authors, int64_t B, int64_t L) const {
+    if (!out.fixed.defined()) return;
+    if (mask_id_ >= 0) {
         const at::Tensor masked = out.fixed.eq(mask_id_);
         if (masked.any().item<bool>()) {
             const auto where = masked.nonzero()[0];
             const int64_t b = where[0].item<int64_t>(), i = where[1].item<int64_t>();
-            throw CompositionError("controller '" + label_of_owner(b, i) + "' fixes the mask token (id " +
+            throw CompositionError("controller '" + fixer_at(authors, b, i) + "' fixes the mask token (id " +
                                    std::to_string(mask_id_) + ") at position " + std::to_string(i) +
                                    ": a finished sample cannot hold it");
         }
     }
-    if (out.fixed.defined() && !forbidders.empty()) {
-        // A fixed token that a controller forbids: at the rows for every forbidder, and at every position for those
-        // that wrote whole masks (a fixed position is committed, so it may never be one of the step's rows).
-        const at::Tensor fixed_flat = out.fixed.reshape({-1});
-        auto conflict = [&](int64_t position, int64_t forbidder) {
-            const int64_t b = position / L, i = position % L, token = fixed_flat[position].item<int64_t>();
-            throw ConstraintConflict("controller '" + label_of_owner(b, i) + "' fixes token id " + std::to_string(token) +
-                                     " at position " + std::to_string(i) + ", which '" +
-                                     controllers_[static_cast<size_t>(forbidder)].instance->label() + "' forbids");
-        };
-        for (const auto& [k, whole] : whole_masks) {
-            const at::Tensor flat = whole.reshape({B * L, -1});
-            const at::Tensor hit = flat.gather(1, fixed_flat.clamp_min(0).unsqueeze(1)).squeeze(1).ne(0).logical_and(fixed_flat.ge(0));
-            if (hit.any().item<bool>()) conflict(hit.nonzero()[0][0].item<int64_t>(), static_cast<int64_t>(k));
-        }
-        const at::Tensor fixed_rows = fixed_flat.index_select(0, out.rows);
-        for (const auto& f : forbidders) {
-            const int64_t row = first_forbidden_fixed(f.mask, f.packed, fixed_rows);
-            if (row >= 0) conflict(out.rows[row].item<int64_t>(), static_cast<int64_t>(f.owner));
-        }
+    if (authors.forbidders.empty()) return;
+    // A fixed token that a controller forbids: at the rows for every forbidder, and at every position for those that
+    // wrote whole masks (a fixed position is committed, so it may never be one of the step's rows).
+    const at::Tensor fixed_flat = out.fixed.reshape({-1});
+    auto conflict = [&](int64_t position, int64_t forbidder) {
+        const int64_t b = position / L, i = position % L, token = fixed_flat[position].item<int64_t>();
+        throw ConstraintConflict("controller '" + fixer_at(authors, b, i) + "' fixes token id " + std::to_string(token) +
+                                 " at position " + std::to_string(i) + ", which '" +
+                                 controllers_[static_cast<size_t>(forbidder)].instance->label() + "' forbids");
+    };
+    for (const auto& [k, whole] : authors.whole_masks) {
+        const at::Tensor flat = whole.reshape({B * L, -1});
+        const at::Tensor hit =
+            flat.gather(1, fixed_flat.clamp_min(0).unsqueeze(1)).squeeze(1).ne(0).logical_and(fixed_flat.ge(0));
+        if (hit.any().item<bool>()) conflict(hit.nonzero()[0][0].item<int64_t>(), static_cast<int64_t>(k));
     }
-    if (!forbidders.empty()) {
-        // The mask token is never drawn, so a row that allows only it allows nothing. Counted on the bits when every
-        // mask came as bits, else per row as a sum (all(1) over bool [N, V] takes about twice as long).
-        const at::Tensor fixed_rows = out.fixed.defined() ? out.fixed.reshape({-1}).index_select(0, out.rows) : at::Tensor();
-        int64_t row = -1;
-        if (only_packed) {
-            row = first_row_without_tokens(packed, vocab_size_, mask_id_, fixed_rows);
-        } else {
-            at::Tensor forbidden_count = out.forbidden.sum(1, /*keepdim=*/false, at::kInt);
-            if (mask_id_ >= 0) forbidden_count.add_(out.forbidden.select(1, mask_id_).logical_not());
-            at::Tensor none_left = forbidden_count.eq(vocab_size_);
-            if (fixed_rows.defined()) none_left.logical_and_(fixed_rows.lt(0));
-            if (none_left.any().item<bool>()) row = none_left.nonzero()[0][0].item<int64_t>();
-        }
-        if (row >= 0) {
-            const int64_t position = out.rows[row].item<int64_t>();
-            std::string who;  // the forbidders at that row: one that leaves nothing alone, else all of them
-            for (const auto& forbidder : forbidders) {
-                const at::Tensor f = forbidder.packed ? unpack_bits(forbidder.mask.narrow(0, row, 1), vocab_size_)[0]
-                                                      : forbidder.mask[row];
-                if (!f.any().item<bool>()) continue;
-                const std::string name = "'" + controllers_[forbidder.owner].instance->label() + "'";
-                if (f.all().item<bool>() || (mask_id_ >= 0 && f.index_fill(0, at::tensor({mask_id_}, out.rows.options()), true).all().item<bool>())) {
-                    who = "controller " + name;
-                    break;
-                }
-                who += (who.empty() ? "controllers " : ", ") + name;
-            }
-            throw ConstraintConflict(who + " forbid" + (who.rfind("controllers ", 0) == 0 ? "" : "s") +
-                                     " every token at position " + std::to_string(position % L) + " (sample " +
-                                     std::to_string(position / L) + ")");
-        }
+    const at::Tensor fixed_rows = fixed_flat.index_select(0, out.rows);
+    for (const auto& f : authors.forbidders) {
+        const int64_t row = first_forbidden_fixed(f.mask, f.packed, fixed_rows);
+        if (row >= 0) conflict(out.rows[row].item<int64_t>(), static_cast<int64_t>(f.owner));
     }
-    return out;
+}
+
+void Composer::check_every_row_allows_a_token(const Combined& out, const Authors& authors, int64_t L) const {
+    if (authors.forbidders.empty()) return;
+    // The mask token is never drawn, so a row that allows only it allows nothing. Counted on the bits when every mask
+    // came as bits, else per row as a sum (all(1) over bool [N, V] takes about twice as long).
+    const at::Tensor fixed_rows = out.fixed.defined() ? out.fixed.reshape({-1}).index_select(0, out.rows) : at::Tensor();
+    int64_t row = -1;
+    if (out.forbidden_bits.defined()) {
+        row = first_row_without_tokens(authors.packed, vocab_size_, mask_id_, fixed_rows);
+    } else {
+        at::Tensor forbidden_count = out.forbidden.sum(1, /*keepdim=*/false, at::kInt);
+        if (mask_id_ >= 0) forbidden_count.add_(out.forbidden.select(1, mask_id_).logical_not());
+        at::Tensor none_left = forbidden_count.eq(vocab_size_);
+        if (fixed_rows.defined()) none_left.logical_and_(fixed_rows.lt(0));
+        if (none_left.any().item<bool>()) row = none_left.nonzero()[0][0].item<int64_t>();
+    }
+    if (row < 0) return;
+    const int64_t position = out.rows[row].item<int64_t>();
+    std::string who;  // the forbidders at that row: one that leaves nothing alone, else all of them
+    for (const auto& forbidder : authors.forbidders) {
+        const at::Tensor f = forbidder.packed ? unpack_bits(forbidder.mask.narrow(0, row, 1), vocab_size_)[0]
+                                              : forbidder.mask[row];
+        if (!f.any().item<bool>()) continue;
+        const std::string name = "'" + controllers_[forbidder.owner].instance->label() + "'";
+        if (f.all().item<bool>() ||
+            (mask_id_ >= 0 && f.index_fill(0, at::tensor({mask_id_}, out.rows.options()), true).all().item<bool>())) {
+            who = "controller " + name;
+            break;
+        }
+        who += (who.empty() ? "controllers " : ", ") + name;
+    }
+    throw ConstraintConflict(who + " forbid" + (who.rfind("controllers ", 0) == 0 ? "" : "s") +
+                             " every token at position " + std::to_string(position % L) + " (sample " +
+                             std::to_string(position / L) + ")");
 }
 
 void Reward::add(const at::Tensor& lp, double weight, const std::string& controller) {

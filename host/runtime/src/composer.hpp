@@ -117,6 +117,14 @@ public:
     const std::string& failure(size_t i) const { return controllers_[i].failure; }
 
 private:
+    struct Authors;  // who wrote what at a PREDICT step (composer.cpp)
+    // The checks of a step's combination, each throwing with the controllers to blame: weighted deltas that
+    // overflow, the mask token fixed or a fixed token forbidden, a row left with no token to draw.
+    void check_finite(const Combined& out, const at::Tensor& sum, const Authors& authors, int64_t L) const;
+    void check_fixed(const Combined& out, const Authors& authors, int64_t B, int64_t L) const;
+    void check_every_row_allows_a_token(const Combined& out, const Authors& authors, int64_t L) const;
+    // The label of the controller that fixed position i of sequence b.
+    std::string fixer_at(const Authors& authors, int64_t b, int64_t i) const;
     // The capabilities that make a controller take part in a PREDICT step of this family.
     uint64_t predict_capabilities() const;
     void merge_fixed(Combined& out, const at::Tensor& fixed, size_t owner, at::Tensor& owners);

@@ -37,12 +37,22 @@ std::string alternatives(const std::vector<std::string>& names) {
     return out;
 }
 
-// The models of the rooms that offer a sampler (or read a key), as a message names them.
+// The models of the rooms that offer a sampler (or read a key), as a message names them: by their family when they
+// are all of its rooms.
 std::string models_of(const std::function<bool(const ProcessRoom&)>& which) {
     std::string out;
+    std::set<Family> families;
+    size_t chosen = 0;
     for (const auto& room : rooms())
-        if (which(room)) out += (out.empty() ? "" : " and ") + room.models;
-    return out;
+        if (which(room)) {
+            out += (out.empty() ? "" : " and ") + room.models;
+            families.insert(room.family);
+            ++chosen;
+        }
+    if (families.size() != 1) return out;
+    const Family family = *families.begin();
+    const auto of_family = std::count_if(rooms().begin(), rooms().end(), [&](const ProcessRoom& r) { return r.family == family; });
+    return static_cast<size_t>(of_family) == chosen && chosen > 1 ? std::string(family_name(family)) + " models" : out;
 }
 
 // Each key of `s` that does not apply to the sampler `name` ("": none named yet) of the rooms that offer it, reported

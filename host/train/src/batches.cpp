@@ -6,7 +6,7 @@
 #include <random>
 
 #include <rudder/text/words.hpp>
-#include <rudder/train/networks.hpp>
+#include "networks.hpp"
 
 namespace rudder::train {
 

@@ -9,7 +9,7 @@
 #include <rudder/nn/safetensors.hpp>
 #include <rudder/nn/weights.hpp>
 #include <rudder/text/text_files.hpp>
-#include <rudder/train/networks.hpp>
+#include "networks.hpp"
 
 namespace rudder::train {
 namespace fs = std::filesystem;

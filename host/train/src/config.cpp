@@ -7,7 +7,7 @@
 
 #include <rudder/text/meaning.hpp>
 #include <rudder/text/treebank.hpp>
-#include <rudder/train/networks.hpp>
+#include "networks.hpp"
 
 namespace rudder::train {
 namespace fs = std::filesystem;

@@ -12,7 +12,7 @@
 #include <rudder/text/tree.hpp>
 #include <rudder/text/treebank.hpp>
 #include <rudder/text/words.hpp>
-#include <rudder/train/networks.hpp>
+#include "networks.hpp"
 
 namespace rudder::train {
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-#include <rudder/train/networks.hpp>
+#include "networks.hpp"
 
 #include <stdexcept>
 

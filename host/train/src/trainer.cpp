@@ -21,7 +21,7 @@
 #include <rudder/nn/safetensors.hpp>
 #include <rudder/nn/text_classifier.hpp>
 #include <rudder/nn/weights.hpp>
-#include <rudder/train/networks.hpp>
+#include "networks.hpp"
 
 #include "batches.hpp"
 #include "checkpoints.hpp"

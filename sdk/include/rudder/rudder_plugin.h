@@ -95,7 +95,11 @@ enum {
 typedef int32_t rudder_family;
 enum {
     RUDDER_FAMILY_CONTINUOUS = 1, /* embedding diffusion (Diffusion-LM, CDCD): the latent is [B, L, D] */
-    RUDDER_FAMILY_DISCRETE = 2    /* absorbing/masked diffusion (SEDD, MDLM): the state is tokens [B, L] */
+    /* discrete diffusion: the state is tokens [B, L]. Absorbing noise (MDLM, SEDD, BD3-LM, LLaDA, Dream): positions
+     * start as mask_id and unmask (with remasking, may be masked again). Uniform noise (UDLM, DUO, SEDD's uniform
+     * graph): every position holds a token at every step and may change at any step; `masked` is all zero, and
+     * mask_id names a token never drawn. */
+    RUDDER_FAMILY_DISCRETE = 2
 };
 
 typedef int32_t rudder_phase;

@@ -1,7 +1,7 @@
 /*
  * rudder.h — Rudder's C embedding API: controlled text generation with diffusion language models from a C (or
  * Python, or any FFI) program. C99; depends only on <stddef.h> and <stdint.h>. Link with librudder.so
- * (CMake: find_package(Rudder CONFIG) and Rudder::host; pkg-config: rudder). No LibTorch header is needed.
+ * (CMake: find_package(Rudder CONFIG) and Rudder::rudder; pkg-config: rudder). No LibTorch header is needed.
  *
  * Usage:
  *

@@ -1,5 +1,5 @@
 // The trainer behind `rudder train CONFIG`: reads the data, builds or loads the tokenizer, trains a network
-// (make_network in train/networks.hpp) with AdamW, checkpoints and resumes, and writes a model directory.
+// (make_network in train/src/networks.hpp) with AdamW, checkpoints and resumes, and writes a model directory.
 // No LibTorch nn header here: the CLI includes this.
 #pragma once
 
