@@ -51,7 +51,7 @@ Generator make_generator(const std::string& model, int64_t batch_size, int64_t s
 // Generates unconditional samples from each model at each batch size and prints samples/s and ms per step.
 // Returns the process exit code.
 int run_bench(const BenchOptions& options) {
-    plugins::Registry registry;  // the default search path
+    plugins::Registry registry = plugin_registry();
     std::vector<Measurement> rows;
     if (!options.as_json)
         std::printf("%-16s %-10s %-8s %6s %8s %8s %10s %10s %12s\n", "model", "family", "sampler", "batch", "samples",

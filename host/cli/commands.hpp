@@ -10,6 +10,10 @@
 
 #include <rudder/runtime/recipe.hpp>
 
+namespace rudder::plugins {
+class Registry;
+}
+
 namespace rudder::cli {
 
 constexpr int kExitOk = 0;
@@ -33,6 +37,9 @@ struct Commands {
             ->check(CLI::Range(1, 256));
     }
 };
+
+// The plugins every command finds: $RUDDER_PLUGIN_PATH, then this installation's (Registry::default_search_path).
+plugins::Registry plugin_registry();  // (listing_commands.cpp)
 
 // "<file>: invalid recipe (N problems)" and one line per problem with its JSON pointer, on stderr.
 void print_recipe_error(const std::string& file, const RecipeError& e);

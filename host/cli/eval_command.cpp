@@ -37,7 +37,7 @@ struct EvalOptions {
 
 // Returns the exit code; throws for errors the CLI reports (bad suite, missing files, failed runs).
 int run_eval(const EvalOptions& o) {
-    plugins::Registry registry;  // the default search path
+    plugins::Registry registry = plugin_registry();
     std::optional<ProgressLine> progress;  // the current task's
     eval::RunEvents events;
     events.warning = [](const std::string& message) { std::fprintf(stderr, "warning: %s\n", message.c_str()); };

@@ -13,12 +13,15 @@
 #include "commands.hpp"
 
 namespace rudder::cli {
+
+plugins::Registry plugin_registry() { return plugins::Registry(plugins::Registry::default_search_path()); }
+
 namespace {
 
 using json = nlohmann::json;
 
 int cmd_plugins(bool as_json) {
-    plugins::Registry registry;  // the default search path
+    plugins::Registry registry = plugin_registry();
     const auto& found = registry.controllers();
     const auto& rejected = registry.rejections();
     if (as_json) {

@@ -125,7 +125,7 @@ int cmd_generate(const std::string& recipe_path, const std::string& out_path, st
     std::error_code ec;
     if (!out_path.empty() && recipe_path != "-" && std::filesystem::equivalent(out_path, recipe_path, ec))
         throw RecipeError({{"", "-o '" + out_path + "' is the recipe itself; name another output file"}});
-    plugins::Registry registry;  // the default search path
+    plugins::Registry registry = plugin_registry();
     Generator generator(recipe, registry, default_model_path(), std::move(issues));
 
     std::unique_ptr<OutputFile> file;
@@ -184,7 +184,7 @@ int cmd_generate(const std::string& recipe_path, const std::string& out_path, st
 int cmd_validate(const std::string& recipe_path, int64_t max_memory_mb) {
     std::vector<RecipeIssue> issues;
     Recipe recipe = read_recipe(recipe_path, issues, limits_with_memory(max_memory_mb));
-    plugins::Registry registry;  // the default search path
+    plugins::Registry registry = plugin_registry();
     Generator generator(recipe, registry, default_model_path(), std::move(issues));
     std::cout << recipe_path << ": valid (model " << generator.model().name << ", "
               << family_name(generator.model().family) << ", sampler " << generator.recipe().sampler.name

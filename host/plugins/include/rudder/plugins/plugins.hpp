@@ -21,8 +21,8 @@ namespace rudder::plugins {
 
 class Registry {
 public:
-    // `search_path`: directories scanned in order for plugin libraries (*.so); by default default_search_path().
-    explicit Registry(std::vector<std::filesystem::path> search_path = default_search_path());
+    // `search_path`: directories scanned in order for plugin libraries (*.so).
+    explicit Registry(std::vector<std::filesystem::path> search_path);
 
     // The default search path: $RUDDER_PLUGIN_PATH (':'-separated) first, then <prefix>/<libdir>/rudder/plugins
     // (bundled_plugin_dir(): found from the CLI's executable or from librudder.so), which is where the build and
