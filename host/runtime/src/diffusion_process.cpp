@@ -192,10 +192,15 @@ std::unique_ptr<DiffusionProcess> make_process(const Model& model, const Recipe&
     if (!sampler.contains("name")) sampler["name"] = room->default_sampler;
     const std::string name = sampler["name"].get<std::string>();
     if (!offers(*room, name)) {
-        issues.push_back({"/sampler/name", "sampler '" + name + "' is for " +
-                                               models_of([&](const ProcessRoom& r) { return offers(r, name); }) +
-                                               "; model '" + model.name + "' " + room->model_is + " (use " +
-                                               alternatives(room->samplers) + ")"});
+        const bool same_family = is_sampler_of(name, room->family);
+        issues.push_back({"/sampler/name", same_family && !room->other_samplers_refusal.empty()
+                                               ? "model '" + model.name + "' " + room->model_is + "; sampler '" + name +
+                                                     "' " + room->other_samplers_refusal + ": use " +
+                                                     alternatives(room->samplers)
+                                               : "sampler '" + name + "' is for " +
+                                                     models_of([&](const ProcessRoom& r) { return offers(r, name); }) +
+                                                     "; model '" + model.name + "' " + room->model_is + " (use " +
+                                                     alternatives(room->samplers) + ")"});
         return nullptr;
     }
     check_keys_against(*room, model, sampler, issues, reported);

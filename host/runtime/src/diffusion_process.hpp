@@ -103,6 +103,8 @@ struct ProcessRoom {
     std::string model_is;  // what "model 'M' ..." says of one of them: "is continuous"
     std::string default_sampler;
     std::vector<std::string> samplers;
+    // Why the family's other samplers do not fit it ("unmasks positions"), when some do not; "" if all do.
+    std::string other_samplers_refusal;
     std::vector<SamplerKey> keys;
     // Whether it runs `model` (its family and noise).
     std::function<bool(const Model&)> runs;

@@ -131,9 +131,10 @@ ProcessRoom uniform_room() {
     ProcessRoom room;
     room.family = Family::discrete;
     room.models = "uniform-noise discrete models";
-    room.model_is = "diffuses with uniform noise, where no position is ever masked";
+    room.model_is = "diffuses with uniform noise (no position is ever masked)";
     room.default_sampler = "analytic";
-    room.samplers = {"euler", "analytic"};
+    room.samplers = {"analytic", "euler"};
+    room.other_samplers_refusal = "unmasks positions";
     // The absorbing process's keys that have no meaning here are refused, saying why.
     room.keys = {SamplerKey::of("steps", {}, kDiscrete), SamplerKey::of("temperature", {}, kDiscrete),
                  SamplerKey::of("top_k", {}, kDiscrete), SamplerKey::of("top_p", {}, kDiscrete),
