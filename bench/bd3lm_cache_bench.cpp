@@ -42,13 +42,16 @@ int main(int argc, char** argv) {
     const int64_t positions = argc > 2 ? std::atoll(argv[2]) : 1024;
     const int64_t calls = argc > 3 ? std::atoll(argv[3]) : 32;
     using clock = std::chrono::steady_clock;
-    auto ms = [](clock::time_point since) { return std::chrono::duration<double, std::milli>(clock::now() - since).count(); };
+    auto ms = [](clock::time_point since) {
+        return std::chrono::duration<double, std::milli>(clock::now() - since).count();
+    };
     nlohmann::json out = {{"positions", positions}, {"calls", calls}, {"threads", at::get_num_threads()}};
     try {
         const auto net = std::make_shared<rudder::nn::DitNetwork>(rudder::nn::DitNetwork::load(dir));
         const rudder::nn::DitConfig& c = net->config();
         if (c.block_size == 0) throw std::runtime_error(dir + " is not a BD3-LM checkpoint (no block_size)");
-        if (positions < 2 || positions > c.max_length) throw std::runtime_error("POSITIONS must be 2 to the model's length");
+        if (positions < 2 || positions > c.max_length)
+            throw std::runtime_error("POSITIONS must be 2 to the model's length");
         rudder::DitCheckpointDenoiser cached(net), plain(net, false);
         if (!cached.caches_blocks()) throw std::runtime_error("this checkpoint is time-conditioned: no cache applies");
         const int64_t mask = c.mask_id();

@@ -44,14 +44,17 @@ void overhead(benchmark::State& state) {
     rudder::plugins::Registry registry({});
     rudder::Generator generator(rudder::parse_recipe(text, "."), registry);
     rudder_generator* gen = nullptr;
-    if (rudder_generator_create(text.c_str(), nullptr, &gen) != RUDDER_OK) throw std::runtime_error(rudder_last_error());
+    if (rudder_generator_create(text.c_str(), nullptr, &gen) != RUDDER_OK)
+        throw std::runtime_error(rudder_last_error());
 
     int64_t seen = 0;
     rudder::ProgressCallback progress;
     rudder_generate_options options = rudder_default_generate_options();
     if (state.range(1) == 1) progress = [&](const rudder::Progress& p) { return (seen += p.step) >= 0; };
     if (state.range(1) == 2)
-        progress = [&](const rudder::Progress& p) { return (seen += static_cast<int64_t>(p.current_texts().size())) >= 0; };
+        progress = [&](const rudder::Progress& p) {
+            return (seen += static_cast<int64_t>(p.current_texts().size())) >= 0;
+        };
     if (state.range(1) > 0) {
         options.on_progress = count_steps;
         options.user_data = &seen;
@@ -59,7 +62,8 @@ void overhead(benchmark::State& state) {
     }
     auto c_call = [&] {
         rudder_results* res = nullptr;
-        if (rudder_generate(gen, &options, &res) != RUDDER_OK) throw std::runtime_error(rudder_generator_last_error(gen));
+        if (rudder_generate(gen, &options, &res) != RUDDER_OK)
+            throw std::runtime_error(rudder_generator_last_error(gen));
         benchmark::DoNotOptimize(rudder_results_text(res, 0));
         rudder_results_free(res);
     };

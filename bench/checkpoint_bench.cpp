@@ -68,7 +68,8 @@ int main(int argc, char** argv) {
                 out["forward_s"].push_back(seconds(start));
                 if (!logp.isfinite().all().item<bool>()) throw std::runtime_error("a non-finite output");
                 // The same sum from the eager implementation shows it computed the same network.
-                out["checksum"] = logp.narrow(1, 0, std::min<int64_t>(8, positions)).narrow(2, 0, 1000).sum().item<double>();
+                out["checksum"] =
+                    logp.narrow(1, 0, std::min<int64_t>(8, positions)).narrow(2, 0, 1000).sum().item<double>();
             }
             out["rss_after_forward_mb"] = {{"anon", status_mb("RssAnon")}, {"file", status_mb("RssFile")}};
         };

@@ -1,10 +1,9 @@
-// The per-step cost of process isolation: one reverse step at batch 16, length 48 (the bundled models' longest) with 1 and 4 no-op controllers
-// (LOGIT_DELTA: each step's x0_logits go once into the shared input file, each child is handed a delta and writes
-// nothing), in-process against
-// "isolation": "process", on the bundled e2e-discrete and e2e-continuous models. The two modes are timed
-// interleaved (one generate() of each per round, order alternating) so that drift on a shared machine hits both;
-// the report is the median ms per step of each mode and their ratio.
-// Run: build/bin/rudder_isolation_bench [ROUNDS]   (default 7)
+// The per-step cost of process isolation: one reverse step at batch 16, length 48 (the bundled models' longest) with 1
+// and 4 no-op controllers (LOGIT_DELTA: each step's x0_logits go once into the shared input file, each child is handed
+// a delta and writes nothing), in-process against "isolation": "process", on the bundled e2e-discrete and
+// e2e-continuous models. The two modes are timed interleaved (one generate() of each per round, order alternating) so
+// that drift on a shared machine hits both; the report is the median ms per step of each mode and their ratio. Run:
+// build/bin/rudder_isolation_bench [ROUNDS]   (default 7)
 #include <rudder/runtime/generator.hpp>
 
 #include <algorithm>
@@ -28,8 +27,9 @@ std::string recipe(const std::string& model, bool continuous, int controllers, c
         list += std::string(i ? "," : "") + R"({"plugin": ")" + RUDDER_BENCH_NOOP + R"("})";
     // The discrete cache is off so that every step runs the denoiser and every controller, as in step_bench.
     return R"({"model": ")" + model + R"(", "sampler": {"steps": )" + std::to_string(kSteps) +
-           (continuous ? "" : R"(, "cache": false)") + R"(}, "samples": 16, "batch_size": 16, "max_length": )" + std::to_string(kLength) + ", " + +
-           R"("seed": 1, "isolation": ")" + isolation + R"(", "controllers": [)" + list + "]}";
+           (continuous ? "" : R"(, "cache": false)") + R"(}, "samples": 16, "batch_size": 16, "max_length": )" +
+           std::to_string(kLength) + ", " + +R"("seed": 1, "isolation": ")" + isolation + R"(", "controllers": [)" +
+           list + "]}";
 }
 
 double median(std::vector<double> v) {
@@ -47,8 +47,8 @@ int main(int argc, char** argv) {
         const std::string model = continuous ? "e2e-continuous" : "e2e-discrete";
         for (const int controllers : {1, 4}) {
             rudder::plugins::Registry registry({std::filesystem::path(RUDDER_BENCH_NOOP).parent_path()});
-            rudder::Generator in_process(rudder::parse_recipe(recipe(model, continuous, controllers, "in_process"), "."),
-                                         registry);
+            rudder::Generator in_process(
+                rudder::parse_recipe(recipe(model, continuous, controllers, "in_process"), "."), registry);
             rudder::Generator process(rudder::parse_recipe(recipe(model, continuous, controllers, "process"), "."),
                                       registry);
             in_process.generate();  // warm-up: first-call allocations, thread pools

@@ -74,7 +74,8 @@ std::string controllers(const std::string& config, bool dense) {
     // Three words at the start and one in the middle, all below vocab_mask's free 1,024 ids.
     const std::string span = R"({"plugin": "span", "params": {"prefix": ")" + rudder::bench::synthetic_word(10) + " " +
                              rudder::bench::synthetic_word(11) + " " + rudder::bench::synthetic_word(12) +
-                             R"(", "words": [{"position": 500, "text": ")" + rudder::bench::synthetic_word(13) + R"("}]}})";
+                             R"(", "words": [{"position": 500, "text": ")" + rudder::bench::synthetic_word(13) +
+                             R"("}]}})";
     if (config == "none") return "";
     if (config == "mask") return mask;
     if (config == "boost") return boost;
@@ -162,7 +163,8 @@ void record_operators() {
                 const auto* clock = static_cast<OpClock*>(context);
                 if (!clock->outermost) return;
                 auto& entry = t.ms_calls[op_key(fn)];
-                entry.first += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - clock->start).count();
+                entry.first +=
+                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - clock->start).count();
                 ++entry.second;
             })
             .needsInputs(true)
@@ -177,7 +179,8 @@ void print_operators(int steps, double step_ms) {
         total += entry.first / steps;
     }
     std::sort(rows.rbegin(), rows.rend());
-    std::fprintf(stderr, "operators per step (ms), of %.2f ms per step; outside them: %.2f ms\n", step_ms, step_ms - total);
+    std::fprintf(stderr, "operators per step (ms), of %.2f ms per step; outside them: %.2f ms\n", step_ms,
+                 step_ms - total);
     double rest = 0;
     int64_t rest_calls = 0;
     for (const auto& [ms, key] : rows) {
@@ -198,9 +201,9 @@ struct RunSpec {
     bool dense = false;
     std::string sampler = "first_hitting";
     int warmup = 2, measure = 5;
-    double budget_s = 20;        // timed steps stop once they have taken this long (at least 2 are taken)
-    uint64_t memory_cap = 0;     // address-space limit of the child (0: none)
-    int threads = 1;             // compute threads (rudder::set_compute_threads; 0 = every core, following the load)
+    double budget_s = 20;     // timed steps stop once they have taken this long (at least 2 are taken)
+    uint64_t memory_cap = 0;  // address-space limit of the child (0: none)
+    int threads = 1;          // compute threads (rudder::set_compute_threads; 0 = every core, following the load)
 };
 
 // One configuration in this process: prints one JSON line (with "error" if the run failed).
@@ -229,7 +232,8 @@ int run_child(const RunSpec& r) {
         limits.max_memory_bytes = uint64_t{1} << 50;  // measured here, not refused: the estimate is printed beside it
         rudder::plugins::Registry registry(
             {fs::path(RUDDER_BENCH_VOCAB_PLUGIN).parent_path(), fs::path(RUDDER_PLUGIN_DIR)});
-        rudder::Generator g(rudder::parse_recipe(text, ".", limits), rudder::bench::synthetic_model(kVocab, 7), registry);
+        rudder::Generator g(rudder::parse_recipe(text, ".", limits), rudder::bench::synthetic_model(kVocab, 7),
+                            registry);
         out["estimate"] = g.estimated_peak_bytes();
 
         const char* ops = std::getenv("RUDDER_BENCH_OPS");
@@ -249,14 +253,15 @@ int run_child(const RunSpec& r) {
                     step_ms.push_back(ms);
                     timed_ms += ms;
                 }
-                const bool more = p.step < r.warmup + 2 ||
-                                  (p.step < r.warmup + r.measure && timed_ms < r.budget_s * 1000);
+                const bool more =
+                    p.step < r.warmup + 2 || (p.step < r.warmup + r.measure && timed_ms < r.budget_s * 1000);
                 op_times().recording = by_operator && more && p.step >= r.warmup;
                 return more;
             });
         } catch (const rudder::Cancelled&) {
         }
-        if (by_operator) print_operators(static_cast<int>(step_ms.size()), timed_ms / static_cast<double>(step_ms.size()));
+        if (by_operator)
+            print_operators(static_cast<int>(step_ms.size()), timed_ms / static_cast<double>(step_ms.size()));
         out["step_ms"] = step_ms;
     } catch (const std::exception& e) {
         out["error"] = e.what();
@@ -280,11 +285,14 @@ json spawn(const char* self, const RunSpec& r) {
             setenv("RUDDER_CONTROL_FORMS", "dense", 1);
         else
             unsetenv("RUDDER_CONTROL_FORMS");
-        const std::string args[] = {std::to_string(r.batch), r.config, r.dense ? "dense" : "rows", r.sampler,
-                                    std::to_string(r.warmup), std::to_string(r.measure), std::to_string(r.budget_s),
-                                    std::to_string(r.memory_cap), std::to_string(r.threads)};
-        execl(self, self, "--child", args[0].c_str(), args[1].c_str(), args[2].c_str(), args[3].c_str(), args[4].c_str(),
-              args[5].c_str(), args[6].c_str(), args[7].c_str(), args[8].c_str(), static_cast<char*>(nullptr));
+        const std::string args[] = {std::to_string(r.batch),    r.config,
+                                    r.dense ? "dense" : "rows", r.sampler,
+                                    std::to_string(r.warmup),   std::to_string(r.measure),
+                                    std::to_string(r.budget_s), std::to_string(r.memory_cap),
+                                    std::to_string(r.threads)};
+        execl(self, self, "--child", args[0].c_str(), args[1].c_str(), args[2].c_str(), args[3].c_str(),
+              args[4].c_str(), args[5].c_str(), args[6].c_str(), args[7].c_str(), args[8].c_str(),
+              static_cast<char*>(nullptr));
         _exit(127);
     }
     close(fds[1]);
@@ -306,10 +314,11 @@ json spawn(const char* self, const RunSpec& r) {
 
 // A failed run's error in one line: an allocation past the memory cap says so, with the peak and what was asked.
 std::string why_failed(const std::string& error, double peak_rss, uint64_t cap) {
-    const bool memory = error.find("can't allocate memory") != std::string::npos ||
-                        error.find("bad_alloc") != std::string::npos;
+    const bool memory =
+        error.find("can't allocate memory") != std::string::npos || error.find("bad_alloc") != std::string::npos;
     if (!memory) return error.substr(0, error.find('\n')).substr(0, 200);
-    std::string text = "out of memory: over the " + gb(static_cast<double>(cap)) + " GB cap (peak RSS " + gb(peak_rss) + " GB";
+    std::string text =
+        "out of memory: over the " + gb(static_cast<double>(cap)) + " GB cap (peak RSS " + gb(peak_rss) + " GB";
     const std::string asked = "you tried to allocate ";
     if (const size_t at = error.find(asked); at != std::string::npos)
         text += " when " + gb(std::atof(error.c_str() + at + asked.size())) + " GB more was asked for";
@@ -356,25 +365,35 @@ int main(int argc, char** argv) {
         Options o;
         for (int i = 1; i + 1 < argc; i += 2) {
             const std::string key = argv[i], value = argv[i + 1];
-            if (key == "--rounds") o.rounds = std::max(1, std::stoi(value));
+            if (key == "--rounds")
+                o.rounds = std::max(1, std::stoi(value));
             else if (key == "--batches") {
                 o.batches.clear();
                 for (const auto& b : split(value)) o.batches.push_back(std::stoll(b));
-            } else if (key == "--configs") o.configs = split(value);
-            else if (key == "--paths") o.paths = split(value);
-            else if (key == "--sampler") o.sampler = value;
-            else if (key == "--warmup") o.warmup = std::max(1, std::stoi(value));
-            else if (key == "--measure") o.measure = std::max(2, std::stoi(value));
-            else if (key == "--budget") o.budget_s = std::stod(value);
-            else if (key == "--memory-cap") o.memory_cap_gb = std::stod(value);
-            else if (key == "--threads") o.threads = std::max(0, std::stoi(value));
-            else throw std::invalid_argument("unknown option " + key);
+            } else if (key == "--configs")
+                o.configs = split(value);
+            else if (key == "--paths")
+                o.paths = split(value);
+            else if (key == "--sampler")
+                o.sampler = value;
+            else if (key == "--warmup")
+                o.warmup = std::max(1, std::stoi(value));
+            else if (key == "--measure")
+                o.measure = std::max(2, std::stoi(value));
+            else if (key == "--budget")
+                o.budget_s = std::stod(value);
+            else if (key == "--memory-cap")
+                o.memory_cap_gb = std::stod(value);
+            else if (key == "--threads")
+                o.threads = std::max(0, std::stoi(value));
+            else
+                throw std::invalid_argument("unknown option " + key);
         }
         for (const auto& c : o.configs) controllers(c, true);  // unknown names fail before any run
         sampler_json(o.sampler);
         // Default cap: 90% of the memory available now, so a run too big for the machine fails alone.
-        const uint64_t cap = o.memory_cap_gb > 0 ? static_cast<uint64_t>(o.memory_cap_gb * 1e9)
-                                                 : available_memory() / 10 * 9;
+        const uint64_t cap =
+            o.memory_cap_gb > 0 ? static_cast<uint64_t>(o.memory_cap_gb * 1e9) : available_memory() / 10 * 9;
 
         std::vector<RunSpec> runs;
         for (int64_t b : o.batches)
@@ -395,10 +414,12 @@ int main(int argc, char** argv) {
                     r.threads = o.threads;
                     runs.push_back(r);
                 }
-        std::printf("V = %lld, L = %lld, k = %lld, sampler %s; per run %d warm-up steps, then %d timed (fewer past %.0f s, "
-                    "at least 2); %d rounds of %zu runs; memory cap %s GB per run; %d compute thread(s)\n",
-                    static_cast<long long>(kVocab), static_cast<long long>(kLength), static_cast<long long>(kCandidates),
-                    o.sampler.c_str(), o.warmup, o.measure, o.budget_s, o.rounds, runs.size(), gb(static_cast<double>(cap)).c_str(), o.threads);
+        std::printf(
+            "V = %lld, L = %lld, k = %lld, sampler %s; per run %d warm-up steps, then %d timed (fewer past %.0f s, "
+            "at least 2); %d rounds of %zu runs; memory cap %s GB per run; %d compute thread(s)\n",
+            static_cast<long long>(kVocab), static_cast<long long>(kLength), static_cast<long long>(kCandidates),
+            o.sampler.c_str(), o.warmup, o.measure, o.budget_s, o.rounds, runs.size(),
+            gb(static_cast<double>(cap)).c_str(), o.threads);
         std::fflush(stdout);
         std::map<std::string, std::vector<json>> results;  // key: batch/config/path
         bool broken = false;  // a run failed otherwise than by needing more memory than the cap
@@ -463,10 +484,11 @@ int main(int argc, char** argv) {
                             gb(median(estimate)).c_str(), spread, ms.size(), ms.size() + failures[k].size());
             }
         }
-        std::printf("\nms/step: median over the rounds of each run's median step; x none: ratio to the run without "
-                    "controllers at the same B; peak-pre: peak RSS less the RSS just before generate() (GB); peak: peak "
-                    "RSS (GB); estimate: Generator::estimated_peak_bytes (GB); sd ms: standard deviation of the rounds' "
-                    "medians\n");
+        std::printf(
+            "\nms/step: median over the rounds of each run's median step; x none: ratio to the run without "
+            "controllers at the same B; peak-pre: peak RSS less the RSS just before generate() (GB); peak: peak "
+            "RSS (GB); estimate: Generator::estimated_peak_bytes (GB); sd ms: standard deviation of the rounds' "
+            "medians\n");
         return broken ? 1 : 0;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "rudder_large_vocab_bench: %s\n", e.what());

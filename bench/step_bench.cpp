@@ -22,11 +22,11 @@ void reverse_step(benchmark::State& state) {
     for (int64_t i = 0; i < controllers; ++i)
         list += std::string(i ? "," : "") + R"({"plugin": ")" + RUDDER_BENCH_NOOP + R"("})";
     // The discrete cache is off so that every step runs the denoiser, as the continuous family always does.
-    const std::string recipe = R"({"model": ")" + rudder::bench::corpus_model(corpus) + R"(", "family": ")" +
-                               (continuous ? "continuous" : "discrete") + R"(", "sampler": {"name": ")" +
-                               (continuous ? "ddim" : "analytic") + R"(", "steps": )" + std::to_string(kSteps) +
-                               (continuous ? "" : R"(, "cache": false)") +
-                               R"(}, "samples": 16, "batch_size": 16, "max_length": 64, "controllers": [)" + list + "]}";
+    const std::string recipe =
+        R"({"model": ")" + rudder::bench::corpus_model(corpus) + R"(", "family": ")" +
+        (continuous ? "continuous" : "discrete") + R"(", "sampler": {"name": ")" + (continuous ? "ddim" : "analytic") +
+        R"(", "steps": )" + std::to_string(kSteps) + (continuous ? "" : R"(, "cache": false)") +
+        R"(}, "samples": 16, "batch_size": 16, "max_length": 64, "controllers": [)" + list + "]}";
     rudder::plugins::Registry registry({});
     rudder::Generator generator(rudder::parse_recipe(recipe, "."), registry);
     generator.generate();  // warm-up: first-call allocations, thread pools, the corpus's per-length cache

@@ -41,7 +41,8 @@ bool in_mask(int64_t v) { return v >= kFree && (mix(static_cast<uint64_t>(v)) & 
 std::array<int64_t, kBoosted> boosted(int64_t V) {
     std::array<int64_t, kBoosted> ids{};
     for (int64_t j = 0; j < kBoosted; ++j)
-        ids[static_cast<size_t>(j)] = kFree + static_cast<int64_t>(mix(static_cast<uint64_t>(j) + 7) % static_cast<uint64_t>(V - kFree));
+        ids[static_cast<size_t>(j)] =
+            kFree + static_cast<int64_t>(mix(static_cast<uint64_t>(j) + 7) % static_cast<uint64_t>(V - kFree));
     return ids;
 }
 
@@ -52,7 +53,8 @@ void no_params(std::string_view params_json) {
 
 void check_vocabulary(const rudder_run_info& run) {
     if (run.vocab_size <= kFree)
-        throw rudder::Error("needs a vocabulary of more than " + std::to_string(kFree) + " tokens", RUDDER_ERR_UNSUPPORTED);
+        throw rudder::Error("needs a vocabulary of more than " + std::to_string(kFree) + " tokens",
+                            RUDDER_ERR_UNSUPPORTED);
 }
 
 class Mask final : public rudder::Controller {
@@ -76,7 +78,8 @@ public:
         if (s.phase != RUDDER_PHASE_PREDICT) return;
         if (DLTensor* bits = rudder::token_bits_of(out)) {
             const rudder::RowView<uint32_t> rows(bits);
-            for (int64_t r = 0; r < rows.rows(); ++r) std::memcpy(rows[r], words_.data(), words_.size() * sizeof(uint32_t));
+            for (int64_t r = 0; r < rows.rows(); ++r)
+                std::memcpy(rows[r], words_.data(), words_.size() * sizeof(uint32_t));
             out.written |= RUDDER_WROTE_FORBIDDEN_BITS;
         } else {
             const rudder::RowView<uint8_t> rows(out.forbidden);
@@ -141,8 +144,9 @@ private:
 
 }  // namespace
 
-RUDDER_CONTROLLER(mask_desc, Mask, "vocab_mask", "1.0.0", "benchmark: forbids a fixed pseudo-random half of the vocabulary",
-                  "{}", RUDDER_CAP_HARD_CONSTRAINT | RUDDER_CAP_ROWS | RUDDER_CAP_PACKED_MASK | RUDDER_CAP_IGNORES_X0 |
+RUDDER_CONTROLLER(mask_desc, Mask, "vocab_mask", "1.0.0",
+                  "benchmark: forbids a fixed pseudo-random half of the vocabulary", "{}",
+                  RUDDER_CAP_HARD_CONSTRAINT | RUDDER_CAP_ROWS | RUDDER_CAP_PACKED_MASK | RUDDER_CAP_IGNORES_X0 |
                       RUDDER_CAP_THREAD_SAFE)
 RUDDER_CONTROLLER(boost_desc, Boost, "vocab_boost", "1.0.0", "benchmark: +1 to 16 tokens, dense logit_delta", "{}",
                   RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_IGNORES_X0 | RUDDER_CAP_THREAD_SAFE)

@@ -51,7 +51,8 @@ public:
         const DLTensor* logits = nullptr;
         const rudder_status status = run.denoise(run.run_ctx, conditions, 2, &logits);
         if (status == RUDDER_ERR_UNSUPPORTED)
-            throw rudder::Error("the model takes no condition (it was not trained with meaning representations)", status);
+            throw rudder::Error("the model takes no condition (it was not trained with meaning representations)",
+                                status);
         if (status != RUDDER_OK || logits == nullptr) throw rudder::Error("the host's denoise call failed", status);
         const auto* lp = static_cast<const float*>(logits->data);
         const int64_t n = run.batch_size * run.seq_len * run.vocab_size;  // [2, B, L, V]: conditional, then not

@@ -22,14 +22,15 @@ inline void check_fits(int64_t n, const rudder_run_info& run, const std::string&
 inline void check_length(int64_t n, const rudder_run_info& run, const std::string& what) {
     check_fits(n, run, what);
     if (run.pad_id < 0)
-        throw Error(what + " ends the text with the model's padding token, and this model has none (its texts are the "
-                           "whole sequence of max_length tokens)",
+        throw Error(what +
+                        " ends the text with the model's padding token, and this model has none (its texts are the "
+                        "whole sequence of max_length tokens)",
                     RUDDER_ERR_INVALID_ARGUMENT);
 }
 
-// Hard constraints for exactly n content tokens (check_length first): pad is forbidden before n and fixed from n on. fixed_tokens is
-// [B, L] in every form; the pad ban is written in the form the host gave: bits at the step's rows (RUDDER_CAP_ROWS
-// and RUDDER_CAP_PACKED_MASK on a 1.2 host), else bytes at every position.
+// Hard constraints for exactly n content tokens (check_length first): pad is forbidden before n and fixed from n on.
+// fixed_tokens is [B, L] in every form; the pad ban is written in the form the host gave: bits at the step's rows
+// (RUDDER_CAP_ROWS and RUDDER_CAP_PACKED_MASK on a 1.2 host), else bytes at every position.
 inline void write_length(const rudder_step& step, rudder_contribution& out, const rudder_run_info& run, int64_t n) {
     View<int64_t> fixed(out.fixed_tokens);
     for (int64_t b = 0; b < fixed.size(0); ++b)

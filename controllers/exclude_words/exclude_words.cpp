@@ -109,8 +109,8 @@ public:
 
 private:
     std::vector<std::string> words_;
-    std::vector<int64_t> single_;                   // one-token spellings, resolved at begin()
-    std::vector<std::vector<int64_t>> sequences_;   // spellings of several tokens
+    std::vector<int64_t> single_;                  // one-token spellings, resolved at begin()
+    std::vector<std::vector<int64_t>> sequences_;  // spellings of several tokens
 };
 
 }  // namespace

@@ -12,7 +12,7 @@
 namespace {
 
 struct Piece {
-    std::string where;   // JSON pointer inside params, for messages
+    std::string where;  // JSON pointer inside params, for messages
     std::string text;
     int64_t position = 0;  // -1: the suffix, placed once the length is known
 };
@@ -33,7 +33,8 @@ public:
             if (pos && text) pieces_.push_back({word.pointer(), *text, *pos});
         }
         if (auto suffix = p->text("suffix")) {
-            if (length_ == 0) p->issue("suffix", "needs \"length\" (the total token count) so the suffix has a position");
+            if (length_ == 0)
+                p->issue("suffix", "needs \"length\" (the total token count) so the suffix has a position");
             pieces_.push_back({"/suffix", *suffix, -1});
         }
         p.finish();
@@ -48,11 +49,14 @@ public:
             const std::vector<int64_t> ids = run_.tokenize(piece.text);
             if (ids.empty()) throw rudder::Error(piece.where + ": \"" + piece.text + "\" has no tokens");
             const int64_t start = piece.position >= 0 ? piece.position : length_ - static_cast<int64_t>(ids.size());
-            if (start < 0) throw rudder::Error(piece.where + ": \"" + piece.text + "\" is longer than length " + std::to_string(length_));
+            if (start < 0)
+                throw rudder::Error(piece.where + ": \"" + piece.text + "\" is longer than length " +
+                                    std::to_string(length_));
             const int64_t end = start + static_cast<int64_t>(ids.size());
             rudder::layout::check_fits(end, run, piece.where.substr(1));
             if (length_ > 0 && end > length_)
-                throw rudder::Error(piece.where + ": ends at position " + std::to_string(end) + ", past length " + std::to_string(length_));
+                throw rudder::Error(piece.where + ": ends at position " + std::to_string(end) + ", past length " +
+                                    std::to_string(length_));
             for (size_t k = 0; k < ids.size(); ++k) {
                 const int64_t pos = start + static_cast<int64_t>(k);
                 if (ids[k] == run.unk_id)
@@ -60,7 +64,8 @@ public:
                                         "\" is not in the model's vocabulary");
                 auto [it, fresh] = owner.emplace(pos, piece.where);
                 if (!fresh && fixed_[pos] != ids[k])
-                    throw rudder::Error(piece.where + " and " + it->second + " put different words at position " + std::to_string(pos));
+                    throw rudder::Error(piece.where + " and " + it->second + " put different words at position " +
+                                        std::to_string(pos));
                 fixed_[pos] = ids[k];
             }
         }

@@ -55,23 +55,29 @@ public:
                                 " (it was trained for another model)");
         for (int64_t id = 0; id < run.vocab_size; ++id)
             if (run_.token_text(id) != c.token(id))
-                throw rudder::Error(what + " '" + c.dir().string() + "' was trained for another vocabulary "
-                                    "(token " + std::to_string(id) + " is '" + c.token(id) + "', the model's is '" +
+                throw rudder::Error(what + " '" + c.dir().string() +
+                                    "' was trained for another vocabulary "
+                                    "(token " +
+                                    std::to_string(id) + " is '" + c.token(id) + "', the model's is '" +
                                     run_.token_text(id) + "')");
         if (continuous) {
             const DLTensor* table = run_.embedding();
             if (table == nullptr || table->ndim != 2)
-                throw rudder::Error("the host gives no embedding table; the continuous " + std::string(classifier_kind()) +
+                throw rudder::Error("the host gives no embedding table; the continuous " +
+                                    std::string(classifier_kind()) +
                                     " needs one to check that it matches the model (plugin ABI 1.1)");
-            const double distance = c.embedding_distance(static_cast<const float*>(table->data), table->shape[0], table->shape[1]);
+            const double distance =
+                c.embedding_distance(static_cast<const float*>(table->data), table->shape[0], table->shape[1]);
             if (!(distance <= 1e-5))
-                throw rudder::Error(what + " '" + c.dir().string() + "' was trained on another embedding "
-                                    "table than the run's model has (largest difference " + std::to_string(distance) +
+                throw rudder::Error(what + " '" + c.dir().string() +
+                                    "' was trained on another embedding "
+                                    "table than the run's model has (largest difference " +
+                                    std::to_string(distance) +
                                     "); train it for this model with `rudder train-controller`");
         }
         if (run.seq_len > c.max_length())
-            throw rudder::Error("the run has " + std::to_string(run.seq_len) + " positions; " + what + " takes at most " +
-                                std::to_string(c.max_length()) + " (lower max_length)");
+            throw rudder::Error("the run has " + std::to_string(run.seq_len) + " positions; " + what +
+                                " takes at most " + std::to_string(c.max_length()) + " (lower max_length)");
         target_ = build_target(c, run.seq_len);
     }
 
@@ -127,9 +133,10 @@ protected:
             p->issue("scoring", "expected \"gradient\" or \"exact\", got \"" + scoring + "\"");
     }
 
-    virtual const char* classifier_kind() const = 0;    // for messages: "syntax classifier"
-    virtual const char* classifier_type() const = 0;    // its config.json "type"
-    virtual const char* classifier_suffix() const = 0;  // default "<model folder>-<suffix>"; examples/train/<suffix>-<family>.json
+    virtual const char* classifier_kind() const = 0;  // for messages: "syntax classifier"
+    virtual const char* classifier_type() const = 0;  // its config.json "type"
+    virtual const char* classifier_suffix()
+        const = 0;  // default "<model folder>-<suffix>"; examples/train/<suffix>-<family>.json
     virtual rs::ClassifierTarget build_target(const rs::TextClassifier& c, int64_t length) = 0;
 
 private:
@@ -140,8 +147,8 @@ private:
     // "gradient" (Taylor): the first-order change g[v] - g[current] from one gradient of log p(c | x_t) with respect
     // to the one-hot tokens. One classifier pass (and its backward) per step, but the linear estimate is poor far
     // from the current input: without the cut it favours rare tokens whose embeddings align with the gradient.
-    void score_by_gradient(const rudder_step& step, const rudder::Rows& rows, const rudder::Candidates& candidates, int64_t k,
-                           float* log_prob) {
+    void score_by_gradient(const rudder_step& step, const rudder::Rows& rows, const rudder::Candidates& candidates,
+                           int64_t k, float* log_prob) {
         const rudder_run_info& run = run_.info();
         const int64_t B = run.batch_size, L = run.seq_len, V = run.vocab_size;
         grad_.resize(static_cast<size_t>(B * L * V));
@@ -158,7 +165,8 @@ private:
     // "exact": log p(c | x) itself for each substitution (predictor guidance as Nisonoff et al. and Schiff et al.
     // describe it, one position at a time): rows * k classifier passes per step, batched, no backward. The
     // substituted sequences are states at t_next, the time the step goes to.
-    void score_exactly(const rudder_step& step, const rudder::Rows& rows, const rudder::Candidates& candidates, int64_t k) {
+    void score_exactly(const rudder_step& step, const rudder::Rows& rows, const rudder::Candidates& candidates,
+                       int64_t k) {
         const int64_t L = run_.info().seq_len;
         const auto* tokens = static_cast<const int64_t*>(step.tokens->data);
         const double t = step.t_next > 0 ? step.t_next : step.t;
@@ -198,16 +206,17 @@ private:
                                     ".json`, or name it in \"classifier\")",
                                 RUDDER_ERR_INVALID_ARGUMENT);
         }
-        if (!classifier_ || classifier_->dir() != fs::path(dir)) classifier_ = rs::TextClassifier::load(dir, classifier_type());
+        if (!classifier_ || classifier_->dir() != fs::path(dir))
+            classifier_ = rs::TextClassifier::load(dir, classifier_type());
     }
 
     enum class Scoring { gradient, exact };
     std::string classifier_name_;
     int64_t top_k_ = 10;
     Scoring scoring_ = Scoring::gradient;
-    std::vector<float> grad_;              // discrete, gradient: d log p(c) / d one-hot tokens [B, L, V]
-    std::vector<float> scores_;            // discrete: the step's candidate scores [rows, k]
-    std::vector<int64_t> substituted_;     // discrete, exact: a batch of substituted sequences [n, L]
+    std::vector<float> grad_;           // discrete, gradient: d log p(c) / d one-hot tokens [B, L, V]
+    std::vector<float> scores_;         // discrete: the step's candidate scores [rows, k]
+    std::vector<int64_t> substituted_;  // discrete, exact: a batch of substituted sequences [n, L]
     std::shared_ptr<rs::TextClassifier> classifier_;
     rs::ClassifierTarget target_;
 };
@@ -242,15 +251,17 @@ protected:
     // "no word" from n on.
     static void fix_length(rs::ClassifierTarget& target, const rs::TextClassifier& c, int64_t n, int64_t length) {
         if (n > length)
-            throw rudder::Error("the target has " + std::to_string(n) + " words; the run has only " + std::to_string(length) +
-                                " positions (raise max_length)");
+            throw rudder::Error("the target has " + std::to_string(n) + " words; the run has only " +
+                                std::to_string(length) + " positions (raise max_length)");
         std::vector<int64_t> any_word;
         for (int64_t k = 1; k <= static_cast<int64_t>(c.tags().size()); ++k) any_word.push_back(k);
         target.tags.resize(static_cast<size_t>(length));
         for (int64_t i = 0; i < length; ++i) {
             auto& allowed = target.tags[static_cast<size_t>(i)];
-            if (i >= n) allowed = {0};
-            else if (allowed.empty()) allowed = any_word;
+            if (i >= n)
+                allowed = {0};
+            else if (allowed.empty())
+                allowed = any_word;
         }
     }
 
@@ -269,13 +280,16 @@ public:
         if (tags != nullptr && tags->is_string()) {
             std::string word;
             for (char ch : tags->get<std::string>() + " ") {
-                if (ch != ' ') word += ch;
-                else if (!word.empty()) tags_.push_back(std::move(word)), word.clear();
+                if (ch != ' ')
+                    word += ch;
+                else if (!word.empty())
+                    tags_.push_back(std::move(word)), word.clear();
             }
         } else if (tags != nullptr && tags->is_array()) {
             for (size_t i = 0; i < tags->size(); ++i) {
                 if (!(*tags)[i].is_string() || (*tags)[i].get<std::string>().empty())
-                    p->issues().push_back({"/tags/" + std::to_string(i), "expected a tag such as \"NN\", got " + (*tags)[i].dump()});
+                    p->issues().push_back(
+                        {"/tags/" + std::to_string(i), "expected a tag such as \"NN\", got " + (*tags)[i].dump()});
                 else
                     tags_.push_back((*tags)[i].get<std::string>());
             }
@@ -291,7 +305,9 @@ private:
         rs::ClassifierTarget target;
         for (size_t i = 0; i < tags_.size(); ++i) {
             const int64_t k = c.tag_class(tags_[i]);
-            if (k < 0) throw rudder::Error("/tags/" + std::to_string(i) + ": unknown tag '" + tags_[i] + "' (known: " + joined(c.tags()) + ")");
+            if (k < 0)
+                throw rudder::Error("/tags/" + std::to_string(i) + ": unknown tag '" + tags_[i] +
+                                    "' (known: " + joined(c.tags()) + ")");
             target.tags.push_back({k});
         }
         fix_length(target, c, static_cast<int64_t>(tags_.size()), length);
@@ -325,28 +341,34 @@ public:
         end_ = (*span)[1].get<int64_t>();
         label_ = (*span)[2].get<std::string>();
         if (start_ < 0 || end_ <= start_)
-            throw rudder::Error("/span: expected 0 <= start < end, got [" + std::to_string(start_) + ", " + std::to_string(end_) + "]");
+            throw rudder::Error("/span: expected 0 <= start < end, got [" + std::to_string(start_) + ", " +
+                                std::to_string(end_) + "]");
     }
 
 private:
     rs::ClassifierTarget build_target(const rs::TextClassifier& c, int64_t length) override {
         if (end_ > length)
-            throw rudder::Error("/span: ends at word " + std::to_string(end_) + ", past the run's " + std::to_string(length) + " positions");
+            throw rudder::Error("/span: ends at word " + std::to_string(end_) + ", past the run's " +
+                                std::to_string(length) + " positions");
         rs::ClassifierTarget target;
         const auto classes = c.label_classes(label_);
-        if (classes.empty()) throw rudder::Error("/span/2: unknown constituent label '" + label_ + "' (known: " + joined(c.labels()) + ")");
+        if (classes.empty())
+            throw rudder::Error("/span/2: unknown constituent label '" + label_ + "' (known: " + joined(c.labels()) +
+                                ")");
         target.spans.push_back({start_, end_, classes});
         // The span's words must exist: no "no word" class inside it.
         target.tags.resize(static_cast<size_t>(end_));
         for (int64_t i = start_; i < end_; ++i)
-            for (int64_t k = 1; k <= static_cast<int64_t>(c.tags().size()); ++k) target.tags[static_cast<size_t>(i)].push_back(k);
+            for (int64_t k = 1; k <= static_cast<int64_t>(c.tags().size()); ++k)
+                target.tags[static_cast<size_t>(i)].push_back(k);
         return target;
     }
     // Hit: the parse of the text has a constituent labelled LABEL over exactly those words.
     void judge(const rs::Annotation& a, rudder_verdict& verdict) override {
         bool hit = false;
         if (!a.words.empty())
-            for (const auto& s : rs::labelled_spans(a.tree)) hit = hit || (s.start == start_ && s.end == end_ && s.label == label_);
+            for (const auto& s : rs::labelled_spans(a.tree))
+                hit = hit || (s.start == start_ && s.end == end_ && s.label == label_);
         verdict.satisfied = hit ? 1 : 0;
         verdict.score = hit ? 1.0 : 0.0;
     }
@@ -379,9 +401,11 @@ private:
         std::vector<std::vector<int64_t>> label_of(static_cast<size_t>(words_ * (words_ + 1)));
         for (const auto& span : rs::chain_spans(tree_)) {
             int64_t k = c.chain_class(span.label);
-            std::vector<int64_t> classes = k > 0 ? std::vector<int64_t>{k} : c.label_classes(span.label.substr(0, span.label.find('+')));
+            std::vector<int64_t> classes =
+                k > 0 ? std::vector<int64_t>{k} : c.label_classes(span.label.substr(0, span.label.find('+')));
             if (classes.empty())
-                throw rudder::Error("/tree: unknown constituent label '" + span.label + "' (known: " + joined(c.labels()) + ")");
+                throw rudder::Error("/tree: unknown constituent label '" + span.label +
+                                    "' (known: " + joined(c.labels()) + ")");
             label_of[static_cast<size_t>(span.start * (words_ + 1) + span.end)] = classes;
         }
         for (int64_t i = 0; i < words_; ++i)
@@ -461,30 +485,34 @@ private:
 static constexpr uint64_t kDiscreteForms = RUDDER_CAP_ROWS | RUDDER_CAP_CANDIDATES;
 
 // The keys every syntax controller takes, in each schema below.
-#define SYNTAX_COMMON_KEYS                                                                                           \
-    "\"classifier\": { \"type\": \"string\", \"description\": \"noisy syntax classifier: bundled name or path (default <model>-syntax)\" }, " \
-    "\"tagger\": { \"type\": \"string\", \"description\": \"the tagger that judges (default ewt-tagger)\" }, "                   \
-    "\"parser\": { \"type\": \"string\", \"description\": \"the parser that judges (default gum-parser)\" }, "                   \
-    "\"top_k\": { \"type\": \"integer\", \"minimum\": 1, \"description\": \"discrete: guide among the denoiser's top k tokens (default 10)\" }, " \
-    "\"scoring\": { \"enum\": [\"gradient\", \"exact\"], \"description\": \"discrete: score the candidates by the classifier's gradient (default) or exactly, one classifier pass each\" }"
+#define SYNTAX_COMMON_KEYS                                                                                             \
+    "\"classifier\": { \"type\": \"string\", \"description\": \"noisy syntax classifier: bundled name or path "        \
+    "(default <model>-syntax)\" }, "                                                                                   \
+    "\"tagger\": { \"type\": \"string\", \"description\": \"the tagger that judges (default ewt-tagger)\" }, "         \
+    "\"parser\": { \"type\": \"string\", \"description\": \"the parser that judges (default gum-parser)\" }, "         \
+    "\"top_k\": { \"type\": \"integer\", \"minimum\": 1, \"description\": \"discrete: guide among the denoiser's top " \
+    "k tokens (default 10)\" }, "                                                                                      \
+    "\"scoring\": { \"enum\": [\"gradient\", \"exact\"], \"description\": \"discrete: score the candidates by the "    \
+    "classifier's gradient (default) or exactly, one classifier pass each\" }"
 
 static const char kPosSchema[] = R"({ "type": "object", "properties": {
     "tags": { "description": "target PTB tags, one per word: an array or one space-separated string" }, )" SYNTAX_COMMON_KEYS
-    R"(}, "required": ["tags"], "additionalProperties": false })";
+                                 R"(}, "required": ["tags"], "additionalProperties": false })";
 static const char kSpanSchema[] = R"({ "type": "object", "properties": {
     "span": { "type": "array", "description": "[start, end, LABEL]: words start..end-1 form a LABEL constituent" }, )" SYNTAX_COMMON_KEYS
-    R"(}, "required": ["span"], "additionalProperties": false })";
+                                  R"(}, "required": ["span"], "additionalProperties": false })";
 static const char kTreeSchema[] = R"({ "type": "object", "properties": {
     "tree": { "type": "string", "description": "target constituency tree in bracket notation" }, )" SYNTAX_COMMON_KEYS
-    R"(}, "required": ["tree"], "additionalProperties": false })";
+                                  R"(}, "required": ["tree"], "additionalProperties": false })";
 
 RUDDER_CONTROLLER(pos_desc, Pos, "pos", "1.0.0", "a target part-of-speech sequence (noisy-classifier guidance)",
                   kPosSchema, RUDDER_CAP_GRADIENT | RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_EVALUATE | kDiscreteForms)
 RUDDER_CONTROLLER(span_desc, SyntaxSpan, "syntax_span", "1.0.0",
                   "words [start, end) form a constituent with a given label (noisy-classifier guidance)", kSpanSchema,
                   RUDDER_CAP_GRADIENT | RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_EVALUATE | kDiscreteForms)
-RUDDER_CONTROLLER(tree_desc, SyntaxTree, "syntax_tree", "1.0.0", "a target constituency tree (noisy-classifier guidance)",
-                  kTreeSchema, RUDDER_CAP_GRADIENT | RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_EVALUATE | kDiscreteForms)
+RUDDER_CONTROLLER(tree_desc, SyntaxTree, "syntax_tree", "1.0.0",
+                  "a target constituency tree (noisy-classifier guidance)", kTreeSchema,
+                  RUDDER_CAP_GRADIENT | RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_EVALUATE | kDiscreteForms)
 static const char kSentimentSchema[] = R"schema({ "type": "object", "properties": {
     "polarity": { "type": "string", "description": "the target class: positive or negative" },
     "classifier": { "type": "string", "description": "noisy sentiment classifier: bundled name or path (default <model>-sentiment)" },

@@ -9,8 +9,8 @@
 static int32_t on_step(const rudder_progress* p, void* user_data) {
     (void)user_data;
     if (p->step % 25 == 0 || p->step == p->steps)
-        fprintf(stderr, "[batch %lld/%lld] step %lld/%lld t=%.2f  %s\n", (long long)p->batch + 1,
-                (long long)p->batches, (long long)p->step, (long long)p->steps, p->t, p->n_texts > 0 ? p->texts[0] : "");
+        fprintf(stderr, "[batch %lld/%lld] step %lld/%lld t=%.2f  %s\n", (long long)p->batch + 1, (long long)p->batches,
+                (long long)p->step, (long long)p->steps, p->t, p->n_texts > 0 ? p->texts[0] : "");
     return 0;
 }
 

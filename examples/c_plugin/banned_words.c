@@ -43,8 +43,10 @@ static const char* read_string(const char* p, char* out, size_t capacity) {
         if (c == '\0' || (unsigned char)c < 0x20) return NULL;
         if (c == '\\') {
             ++p;
-            if (*p == '"' || *p == '\\' || *p == '/') c = *p;
-            else return NULL; /* other escapes are not needed for vocabulary words */
+            if (*p == '"' || *p == '\\' || *p == '/')
+                c = *p;
+            else
+                return NULL; /* other escapes are not needed for vocabulary words */
         }
         if (n + 1 >= capacity) return NULL;
         out[n++] = c;
@@ -72,8 +74,10 @@ static const char* parse_params(const char* json, banned_words* self) {
         if (p == NULL) return "/words: expected words of at most 63 bytes, as JSON strings";
         ++self->n_words;
         p = skip_space(p);
-        if (*p == ',') ++p;
-        else if (*p != ']') return "/words: expected ',' or ']'";
+        if (*p == ',')
+            ++p;
+        else if (*p != ']')
+            return "/words: expected ',' or ']'";
     }
     p = skip_space(p + 1);
     if (*p++ != '}' || *skip_space(p) != '\0') return "only one key, 'words', is allowed";
@@ -154,16 +158,25 @@ static const char* bw_last_error(void* self) { return self != NULL ? ((banned_wo
 /* ----- what the library offers ------------------------------------------------------------------------------ */
 
 static const rudder_controller_desc banned_words_desc = {
-    sizeof(rudder_controller_desc), RUDDER_ABI_MAJOR, RUDDER_ABI_MINOR,
-    "banned_words", "1.0.0", "forbids the given words everywhere (hard constraint)",
+    sizeof(rudder_controller_desc),
+    RUDDER_ABI_MAJOR,
+    RUDDER_ABI_MINOR,
+    "banned_words",
+    "1.0.0",
+    "forbids the given words everywhere (hard constraint)",
     "{\"type\": \"object\", \"properties\": {\"words\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}}},"
     " \"required\": [\"words\"], \"additionalProperties\": false}",
     RUDDER_CAP_HARD_CONSTRAINT | RUDDER_CAP_EVALUATE,
-    bw_create, bw_destroy, bw_begin, bw_step, bw_evaluate, bw_last_error};
+    bw_create,
+    bw_destroy,
+    bw_begin,
+    bw_step,
+    bw_evaluate,
+    bw_last_error};
 
 static const rudder_controller_desc* const controllers[] = {&banned_words_desc};
-static const rudder_plugin plugin = {sizeof(rudder_plugin), RUDDER_ABI_MAJOR, RUDDER_ABI_MINOR, "banned-words", 1,
-                                     controllers};
+static const rudder_plugin plugin = {
+    sizeof(rudder_plugin), RUDDER_ABI_MAJOR, RUDDER_ABI_MINOR, "banned-words", 1, controllers};
 
 RUDDER_EXPORT const rudder_plugin* rudder_plugin_entry(uint32_t host_abi_major, uint32_t host_abi_minor) {
     (void)host_abi_minor; /* a newer minor only appends: this descriptor is valid for all of major 1 */

@@ -27,7 +27,8 @@ public:
         if (run.family != RUDDER_FAMILY_DISCRETE)
             throw rudder::Error("keyword guides discrete models only", RUDDER_ERR_UNSUPPORTED);
         const auto ids = run_.tokenize(word_);
-        if (ids.size() != 1 || ids[0] == run.unk_id) throw rudder::Error("'" + word_ + "' is not one word of the vocabulary");
+        if (ids.size() != 1 || ids[0] == run.unk_id)
+            throw rudder::Error("'" + word_ + "' is not one word of the vocabulary");
         id_ = ids[0];
     }
 

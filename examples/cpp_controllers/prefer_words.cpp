@@ -29,7 +29,8 @@ public:
         ids_.clear();
         for (const auto& w : words_) {
             const std::vector<int64_t> ids = run_.tokenize(w);
-            if (ids.size() != 1 || ids[0] == run.unk_id) throw rudder::Error("'" + w + "' is not one word of the vocabulary");
+            if (ids.size() != 1 || ids[0] == run.unk_id)
+                throw rudder::Error("'" + w + "' is not one word of the vocabulary");
             ids_.push_back(ids[0]);
         }
     }

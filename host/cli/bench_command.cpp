@@ -18,8 +18,8 @@ namespace {
 struct BenchOptions {
     std::vector<std::string> models{"e2e-continuous", "e2e-discrete"};  // bundled names or directories
     std::vector<int64_t> batch_sizes{1, 16, 64};
-    int64_t steps = 200;        // reverse steps per sample
-    int64_t min_samples = 16;   // samples per measurement: at least this many, and whole batches
+    int64_t steps = 200;       // reverse steps per sample
+    int64_t min_samples = 16;  // samples per measurement: at least this many, and whole batches
     bool as_json = false;
 };
 
@@ -75,15 +75,17 @@ int run_bench(const BenchOptions& options) {
             m.denoiser_calls = generator.stats().denoiser_calls;
             m.threads = generator.stats().threads;
             if (!options.as_json)
-                std::printf("%-16s %-10s %-8s %6lld %8lld %8d %10.2f %10.2f %12.2f\n", m.model.c_str(), m.family.c_str(),
-                            m.sampler.c_str(), static_cast<long long>(batch), static_cast<long long>(samples), m.threads,
-                            m.seconds, m.samples_per_second(), m.ms_per_step());
+                std::printf("%-16s %-10s %-8s %6lld %8lld %8d %10.2f %10.2f %12.2f\n", m.model.c_str(),
+                            m.family.c_str(), m.sampler.c_str(), static_cast<long long>(batch),
+                            static_cast<long long>(samples), m.threads, m.seconds, m.samples_per_second(),
+                            m.ms_per_step());
             std::fflush(stdout);
             rows.push_back(m);
         }
     }
     if (options.as_json) {
-        json out = {{"threads_setting", compute_threads_setting()}, {"steps", options.steps}, {"results", json::array()}};
+        json out = {
+            {"threads_setting", compute_threads_setting()}, {"steps", options.steps}, {"results", json::array()}};
         for (const auto& m : rows)
             out["results"].push_back({{"model", m.model},
                                       {"family", m.family},
@@ -97,10 +99,11 @@ int run_bench(const BenchOptions& options) {
                                       {"denoiser_calls", m.denoiser_calls}});
         std::cout << out.dump(2) << "\n";
     } else {
-        std::printf("(%lld reverse steps per sample, unconditional, no controllers; threads: the most a run used, of %s)\n",
-                    static_cast<long long>(options.steps),
-                    compute_threads_setting() > 0 ? ("at most " + std::to_string(compute_threads_setting())).c_str()
-                                                  : ("every core (" + std::to_string(available_cores()) + ")").c_str());
+        std::printf(
+            "(%lld reverse steps per sample, unconditional, no controllers; threads: the most a run used, of %s)\n",
+            static_cast<long long>(options.steps),
+            compute_threads_setting() > 0 ? ("at most " + std::to_string(compute_threads_setting())).c_str()
+                                          : ("every core (" + std::to_string(available_cores()) + ")").c_str());
     }
     return 0;
 }
@@ -110,7 +113,8 @@ int run_bench(const BenchOptions& options) {
 void add_bench_command(CLI::App& app, Commands& commands) {
     auto o = std::make_shared<BenchOptions>();
     auto* bench = app.add_subcommand("bench", "Sampling throughput (samples/s) of models at several batch sizes");
-    bench->add_option("-m,--model", o->models, "Models: bundled names or directories (default: e2e-continuous e2e-discrete)");
+    bench->add_option("-m,--model", o->models,
+                      "Models: bundled names or directories (default: e2e-continuous e2e-discrete)");
     bench->add_option("-b,--batch-sizes", o->batch_sizes, "Batch sizes (default 1 16 64)")
         ->check(CLI::Range(1, 4096))
         ->delimiter(',');

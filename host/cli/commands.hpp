@@ -18,7 +18,7 @@ namespace rudder::cli {
 
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
-constexpr int kExitInvalid = 2;  // the input (recipe, config, suite) is invalid
+constexpr int kExitInvalid = 2;        // the input (recipe, config, suite) is invalid
 constexpr int kExitInterrupted = 130;  // Ctrl-C or SIGTERM stopped the run (128 + SIGINT, as shells report it)
 
 struct Command {
@@ -32,8 +32,9 @@ struct Commands {
     // sets it before the command runs. 0, the default: every core, fewer while other processes keep cores busy.
     int threads = 0;
     void add_threads_option(CLI::App* command) {
-        command->add_option("--threads", threads,
-                            "Most compute threads (default: every core, fewer while other processes keep cores busy)")
+        command
+            ->add_option("--threads", threads,
+                         "Most compute threads (default: every core, fewer while other processes keep cores busy)")
             ->check(CLI::Range(1, 256));
     }
 };
@@ -44,15 +45,15 @@ plugins::Registry plugin_registry();  // (listing_commands.cpp)
 // "<file>: invalid recipe (N problems)" and one line per problem with its JSON pointer, on stderr.
 void print_recipe_error(const std::string& file, const RecipeError& e);
 
-void add_recipe_commands(CLI::App& app, Commands& commands);   // generate, validate  (recipe_commands.cpp)
-void add_listing_commands(CLI::App& app, Commands& commands);  // plugins, models     (listing_commands.cpp)
-void add_model_commands(CLI::App& app, Commands& commands);    // corpus-model, convert-weights (model_commands.cpp)
-void add_train_commands(CLI::App& app, Commands& commands);    // train, train-controller (train_commands.cpp)
-void add_score_command(CLI::App& app, Commands& commands);     // score (score_command.cpp)
-void add_bench_command(CLI::App& app, Commands& commands);     // bench (bench_command.cpp)
-void add_eval_command(CLI::App& app, Commands& commands);      // eval (eval_command.cpp)
-void add_syntax_commands(CLI::App& app, Commands& commands);   // annotate, eval-annotator (syntax_commands.cpp)
-void add_serve_command(CLI::App& app, Commands& commands);     // serve (serve_command.cpp)
+void add_recipe_commands(CLI::App& app, Commands& commands);     // generate, validate  (recipe_commands.cpp)
+void add_listing_commands(CLI::App& app, Commands& commands);    // plugins, models     (listing_commands.cpp)
+void add_model_commands(CLI::App& app, Commands& commands);      // corpus-model, convert-weights (model_commands.cpp)
+void add_train_commands(CLI::App& app, Commands& commands);      // train, train-controller (train_commands.cpp)
+void add_score_command(CLI::App& app, Commands& commands);       // score (score_command.cpp)
+void add_bench_command(CLI::App& app, Commands& commands);       // bench (bench_command.cpp)
+void add_eval_command(CLI::App& app, Commands& commands);        // eval (eval_command.cpp)
+void add_syntax_commands(CLI::App& app, Commands& commands);     // annotate, eval-annotator (syntax_commands.cpp)
+void add_serve_command(CLI::App& app, Commands& commands);       // serve (serve_command.cpp)
 void add_likelihood_command(CLI::App& app, Commands& commands);  // likelihood (likelihood_command.cpp)
 
 }  // namespace rudder::cli

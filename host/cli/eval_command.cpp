@@ -31,7 +31,7 @@ namespace fs = std::filesystem;
 
 struct EvalOptions {
     eval::RunOptions run;
-    std::string dask;        // a Dask scheduler's address: the shards run on its workers (rudder.dask)
+    std::string dask;  // a Dask scheduler's address: the shards run on its workers (rudder.dask)
     bool quiet = false;
 };
 
@@ -76,14 +76,23 @@ int run_on_dask(const EvalOptions& o, int threads) {
                                  " (an installed prefix or a build tree has it)");
     const char* python_env = std::getenv("RUDDER_PYTHON");
     const std::string python = python_env != nullptr && *python_env != '\0' ? python_env : "python3";
-    std::vector<std::string> args{python, "-m", "rudder.dask", "eval", fs::absolute(o.run.suite).string(),
-                                  "--scheduler", o.dask, "-o", eval::output_dir(o.run).string(),
-                                  "--threads", std::to_string(threads > 0 ? threads : 1)};
+    std::vector<std::string> args{python,
+                                  "-m",
+                                  "rudder.dask",
+                                  "eval",
+                                  fs::absolute(o.run.suite).string(),
+                                  "--scheduler",
+                                  o.dask,
+                                  "-o",
+                                  eval::output_dir(o.run).string(),
+                                  "--threads",
+                                  std::to_string(threads > 0 ? threads : 1)};
     if (!o.run.only.empty()) args.insert(args.end(), {"--only", o.run.only});
     if (o.run.targets > 0) args.insert(args.end(), {"--targets", std::to_string(o.run.targets)});
     if (o.quiet) args.push_back("--quiet");
     const char* python_path = std::getenv("PYTHONPATH");
-    const std::string search = package_dir.string() + (python_path != nullptr && *python_path != '\0' ? ":" + std::string(python_path) : "");
+    const std::string search =
+        package_dir.string() + (python_path != nullptr && *python_path != '\0' ? ":" + std::string(python_path) : "");
     std::error_code ec;
     const fs::path self = fs::read_symlink("/proc/self/exe", ec);
     if (setenv("PYTHONPATH", search.c_str(), 1) != 0 || (!ec && setenv("RUDDER_BIN", self.c_str(), 1) != 0))
@@ -120,14 +129,16 @@ void add_eval_command(CLI::App& app, Commands& commands) {
                      "Shard folders (--shard outputs) that together hold every target: summarise them into OUT "
                      "exactly as one run would, without generating")
         ->excludes(shard);
-    eval->add_option("--dask", o->dask, "SCHEDULER: spread the targets over a Dask cluster's workers (tcp://host:8786): "
-                                        "shards run there, the merge here; --threads is each shard's (default 1); "
-                                        "needs Python 3 with Dask's distributed ($RUDDER_PYTHON, default python3)")
+    eval->add_option("--dask", o->dask,
+                     "SCHEDULER: spread the targets over a Dask cluster's workers (tcp://host:8786): "
+                     "shards run there, the merge here; --threads is each shard's (default 1); "
+                     "needs Python 3 with Dask's distributed ($RUDDER_PYTHON, default python3)")
         ->excludes(shard)
         ->excludes("--merge");
     commands.add_threads_option(eval);
     eval->add_flag("-q,--quiet", o->quiet, "No progress on stderr");
-    commands.list.push_back({eval, [o, &commands] { return o->dask.empty() ? run_eval(*o) : run_on_dask(*o, commands.threads); }});
+    commands.list.push_back(
+        {eval, [o, &commands] { return o->dask.empty() ? run_eval(*o) : run_on_dask(*o, commands.threads); }});
 }
 
 }  // namespace rudder::cli

@@ -46,9 +46,8 @@ int cmd_plugins(bool as_json) {
     for (const auto& c : found) {
         std::string caps;
         for (const auto& name : plugins::capability_names(c.capabilities)) caps += (caps.empty() ? "" : ",") + name;
-        std::cout << "  " << c.id << " " << c.version << "  abi " << c.abi_major << "." << c.abi_minor << "  ["
-                  << caps << "]  " << c.description << "\n      " << c.path.string() << "\n      sha256 " << c.sha256
-                  << "\n";
+        std::cout << "  " << c.id << " " << c.version << "  abi " << c.abi_major << "." << c.abi_minor << "  [" << caps
+                  << "]  " << c.description << "\n      " << c.path.string() << "\n      sha256 " << c.sha256 << "\n";
     }
     if (found.empty()) std::cout << "  (none)\n";
     if (!rejected.empty()) {
@@ -69,8 +68,9 @@ void print_description(const json& d) {
     }
     if (d.contains("weights") && d.at("weights").is_object()) {
         const json& w = d.at("weights");
-        std::cout << "  weights: " << w.value("parameters", int64_t{0}) << " parameters, " << w.value("bytes", uint64_t{0})
-                  << " bytes in " << text(w.at("files")) << " (" << text(w.at("dtypes")) << ")\n";
+        std::cout << "  weights: " << w.value("parameters", int64_t{0}) << " parameters, "
+                  << w.value("bytes", uint64_t{0}) << " bytes in " << text(w.at("files")) << " ("
+                  << text(w.at("dtypes")) << ")\n";
     }
 }
 
@@ -79,8 +79,10 @@ int cmd_models(const std::vector<std::string>& names, bool as_json) {
         json all = json::array();
         for (const auto& name : names) {
             const json d = describe_model(resolve_model(name, std::filesystem::current_path(), default_model_path()));
-            if (as_json) all.push_back(d);
-            else print_description(d);
+            if (as_json)
+                all.push_back(d);
+            else
+                print_description(d);
         }
         if (as_json) std::cout << (all.size() == 1 ? all[0] : all).dump(2) << "\n";
         return kExitOk;
@@ -108,8 +110,10 @@ void add_listing_commands(CLI::App& app, Commands& commands) {
     commands.list.push_back({plugins, [as_json] { return cmd_plugins(*as_json); }});
     auto model_names = std::make_shared<std::vector<std::string>>();
     auto models_json = std::make_shared<bool>(false);
-    auto* models = app.add_subcommand("models", "List bundled models, or describe the models named (bundled names or folders)");
-    models->add_option("model", *model_names, "A bundled model's name or a model folder (a Rudder model or a public checkpoint)");
+    auto* models =
+        app.add_subcommand("models", "List bundled models, or describe the models named (bundled names or folders)");
+    models->add_option("model", *model_names,
+                       "A bundled model's name or a model folder (a Rudder model or a public checkpoint)");
     models->add_flag("--json", *models_json, "Machine-readable output");
     commands.list.push_back({models, [model_names, models_json] { return cmd_models(*model_names, *models_json); }});
 }

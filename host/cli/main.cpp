@@ -20,7 +20,8 @@ int main(int argc, char** argv) {
     namespace cli = rudder::cli;
     CLI::App app{"rudder: controllable text generation with diffusion language models"};
     app.set_version_flag("--version", std::string("rudder ") + RUDDER_VERSION + " (plugin ABI " +
-                                          std::to_string(RUDDER_ABI_MAJOR) + "." + std::to_string(RUDDER_ABI_MINOR) + ")");
+                                          std::to_string(RUDDER_ABI_MAJOR) + "." + std::to_string(RUDDER_ABI_MINOR) +
+                                          ")");
     app.require_subcommand(1);
     bool verbose = false;
     app.add_flag("-v,--verbose", verbose, "Log debug messages (plugin loading, model files)");

@@ -17,9 +17,8 @@ int cmd_corpus_model(const std::string& input, const std::string& out_dir, const
     const std::vector<std::string> sentences = read_texts(input);
     write_corpus_model(sentences, out_dir, options);
     const Model model = load_model(out_dir, std::nullopt);
-    std::cout << "wrote corpus model " << out_dir << ": "
-              << static_cast<CorpusDenoiser&>(*model.denoiser).corpus_size() << " sentences, vocabulary "
-              << model.tokenizer->vocab_size() << "\n";
+    std::cout << "wrote corpus model " << out_dir << ": " << static_cast<CorpusDenoiser&>(*model.denoiser).corpus_size()
+              << " sentences, vocabulary " << model.tokenizer->vocab_size() << "\n";
     return kExitOk;
 }
 
@@ -29,8 +28,8 @@ int cmd_convert_weights(const std::string& model, const std::string& dtype_name)
     const std::filesystem::path weights = model_file(dir, config.value("weights", std::string("model.safetensors")));
     const auto before = std::filesystem::file_size(weights);
     const uint64_t after = convert_floating_tensors(weights, dtype_name);
-    std::cout << weights.string() << ": floating-point tensors stored as " << dtype_name << ", " << before / 1024 << " KB -> "
-              << after / 1024 << " KB\n";
+    std::cout << weights.string() << ": floating-point tensors stored as " << dtype_name << ", " << before / 1024
+              << " KB -> " << after / 1024 << " KB\n";
     return kExitOk;
 }
 
@@ -48,7 +47,8 @@ void add_model_commands(CLI::App& app, Commands& commands) {
         ->required()
         ->check(CLI::ExistingFile);
     corpus->add_option("out", o->corpus_out, "Model directory to write")->required();
-    corpus->add_option("--embed-dim", o->corpus.embed_dim, "Continuous family: embedding width")->check(CLI::Range(1, 4096));
+    corpus->add_option("--embed-dim", o->corpus.embed_dim, "Continuous family: embedding width")
+        ->check(CLI::Range(1, 4096));
     corpus->add_option("--embed-seed", o->corpus.embed_seed, "Continuous family: embedding seed");
     commands.list.push_back({corpus, [o] { return cmd_corpus_model(o->corpus_input, o->corpus_out, o->corpus); }});
 

@@ -24,8 +24,8 @@
 namespace rudder::cli {
 
 void print_recipe_error(const std::string& file, const RecipeError& e) {
-    std::cerr << file << ": invalid recipe (" << e.issues().size() << (e.issues().size() == 1 ? " problem" : " problems")
-              << ")\n";
+    std::cerr << file << ": invalid recipe (" << e.issues().size()
+              << (e.issues().size() == 1 ? " problem" : " problems") << ")\n";
     for (const auto& issue : e.issues())
         std::cerr << "  " << (issue.pointer.empty() ? "(recipe)" : issue.pointer) << ": " << issue.message << "\n";
 }
@@ -69,7 +69,9 @@ std::string sample_text_line(const SampleResult& s) {
     for (size_t i = 0; i < s.controls.size(); ++i) {
         const auto& v = s.controls[i].verdict;
         line += (i ? ", " : "") + s.controls[i].label + ": " +
-                (v.satisfied < 0 ? "n/a" : v.satisfied == 1 ? "ok" : "NOT MET");
+                (v.satisfied < 0    ? "n/a"
+                 : v.satisfied == 1 ? "ok"
+                                    : "NOT MET");
     }
     return line + "]";
 }
@@ -175,8 +177,8 @@ int cmd_generate(const std::string& recipe_path, const std::string& out_path, st
                      secs, static_cast<double>(recipe.samples) / secs, out_path.empty() ? "" : " -> ",
                      out_path.c_str());
         for (const auto& label : order)
-            std::fprintf(stderr, "  %s: %lld/%lld satisfied\n", label.c_str(), static_cast<long long>(tally[label].first),
-                         static_cast<long long>(tally[label].second));
+            std::fprintf(stderr, "  %s: %lld/%lld satisfied\n", label.c_str(),
+                         static_cast<long long>(tally[label].first), static_cast<long long>(tally[label].second));
     }
     return kExitOk;
 }
@@ -187,9 +189,9 @@ int cmd_validate(const std::string& recipe_path, int64_t max_memory_mb) {
     plugins::Registry registry = plugin_registry();
     Generator generator(recipe, registry, default_model_path(), std::move(issues));
     std::cout << recipe_path << ": valid (model " << generator.model().name << ", "
-              << family_name(generator.model().family) << ", sampler " << generator.recipe().sampler.name
-              << ", " << recipe.controllers.size() << " controller" << (recipe.controllers.size() == 1 ? "" : "s")
-              << ", about " << memory_text(generator.estimated_peak_bytes()) << " at its peak)\n";
+              << family_name(generator.model().family) << ", sampler " << generator.recipe().sampler.name << ", "
+              << recipe.controllers.size() << " controller" << (recipe.controllers.size() == 1 ? "" : "s") << ", about "
+              << memory_text(generator.estimated_peak_bytes()) << " at its peak)\n";
     return kExitOk;
 }
 
@@ -210,7 +212,8 @@ void add_recipe_commands(CLI::App& app, Commands& commands) {
         ->check(CLI::ExistingFile | CLI::IsMember({"-"}));
     generate->add_option("-o,--out", o->out,
                          "Write JSON Lines here instead of stdout (replaced only when the run completes)");
-    generate->add_option("-n,--samples", o->samples, "Override the recipe's sample count")->check(CLI::Range(1, 1000000));
+    generate->add_option("-n,--samples", o->samples, "Override the recipe's sample count")
+        ->check(CLI::Range(1, 1000000));
     generate->add_option("-s,--seed", o->seed, "Override the recipe's seed (0 to 2^63 - 1)")
         ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
     generate->add_flag("-q,--quiet", o->quiet, "No progress on stderr");
@@ -218,25 +221,28 @@ void add_recipe_commands(CLI::App& app, Commands& commands) {
         ->check(CLI::IsMember({"jsonl", "text"}));
     commands.add_threads_option(generate);
     auto add_memory_option = [&](CLI::App* command) {
-        command->add_option("--max-memory", o->max_memory_mb,
-                            "Refuse a run whose estimated peak memory exceeds this many MB (default: the machine's memory)")
+        command
+            ->add_option(
+                "--max-memory", o->max_memory_mb,
+                "Refuse a run whose estimated peak memory exceeds this many MB (default: the machine's memory)")
             ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
     };
     add_memory_option(generate);
     commands.list.push_back({generate, [o] {
-        return with_recipe_errors(o->recipe, [&] {
-            return cmd_generate(o->recipe, o->out, o->samples, o->seed, o->quiet, o->format == "text", o->max_memory_mb);
-        });
-    }});
+                                 return with_recipe_errors(o->recipe, [&] {
+                                     return cmd_generate(o->recipe, o->out, o->samples, o->seed, o->quiet,
+                                                         o->format == "text", o->max_memory_mb);
+                                 });
+                             }});
 
     auto* validate = app.add_subcommand("validate", "Check a recipe, its model and its controllers' params");
     validate->add_option("recipe", o->recipe, "Recipe file (JSON), - for standard input")
         ->required()
         ->check(CLI::ExistingFile | CLI::IsMember({"-"}));
     add_memory_option(validate);
-    commands.list.push_back({validate, [o] {
-        return with_recipe_errors(o->recipe, [&] { return cmd_validate(o->recipe, o->max_memory_mb); });
-    }});
+    commands.list.push_back(
+        {validate,
+         [o] { return with_recipe_errors(o->recipe, [&] { return cmd_validate(o->recipe, o->max_memory_mb); }); }});
 }
 
 }  // namespace rudder::cli

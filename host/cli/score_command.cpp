@@ -27,7 +27,7 @@ int cmd_score(const std::string& file, const std::string& teacher_name, const st
         dir = resolve_model(teacher_name, fs::current_path(), default_model_path());
     } catch (const ModelError& e) {
         throw ModelError(std::string(e.what()) +
-                                 "\n(train a teacher with `rudder train examples/train/teacher.json`, or pass --teacher DIR)");
+                         "\n(train a teacher with `rudder train examples/train/teacher.json`, or pass --teacher DIR)");
     }
     const TeacherModel teacher = load_teacher(dir);
     const std::vector<std::string> texts = read_texts(file);
@@ -65,10 +65,11 @@ int cmd_score(const std::string& file, const std::string& teacher_name, const st
         std::printf("not scored: %lld texts longer than the teacher's max_length\n",
                     static_cast<long long>(report.skipped_too_long));
     std::printf("teacher: %s\n", dir.string().c_str());
-    std::printf("mean words per text %.2f; distinct-1 %.4f, distinct-2 %.4f, distinct-3 %.4f (different n-grams over all "
-                "n-grams of the %lld texts)\n",
-                diversity.mean_words, diversity.distinct[0], diversity.distinct[1], diversity.distinct[2],
-                static_cast<long long>(diversity.texts));
+    std::printf(
+        "mean words per text %.2f; distinct-1 %.4f, distinct-2 %.4f, distinct-3 %.4f (different n-grams over all "
+        "n-grams of the %lld texts)\n",
+        diversity.mean_words, diversity.distinct[0], diversity.distinct[1], diversity.distinct[2],
+        static_cast<long long>(diversity.texts));
     if (overlap) {
         std::printf("distinct texts: %lld of %lld\n", static_cast<long long>(overlap->distinct),
                     static_cast<long long>(overlap->texts));
@@ -89,18 +90,22 @@ void add_score_command(CLI::App& app, Commands& commands) {
     };
     auto o = std::make_shared<Options>();
     auto* score = app.add_subcommand("score", "Perplexity of texts under a teacher language model");
-    score->add_option("file", o->file,
-                      "JSON Lines with a \"text\" field (rudder generate's output), E2E CSV (its refs), or one text per line")
+    score
+        ->add_option(
+            "file", o->file,
+            "JSON Lines with a \"text\" field (rudder generate's output), E2E CSV (its refs), or one text per line")
         ->required()
         ->check(CLI::ExistingFile);
     score->add_option("--teacher", o->teacher, "Teacher model: a bundled name or a directory (default e2e-teacher)");
     score->add_option("--batch-size", o->batch_size, "Texts scored together")->check(CLI::Range(1, 4096));
-    score->add_option("--against", o->against,
-                      "Also count texts that copy a text of this file verbatim (E2E CSV, JSON Lines or lines)")
+    score
+        ->add_option("--against", o->against,
+                     "Also count texts that copy a text of this file verbatim (E2E CSV, JSON Lines or lines)")
         ->check(CLI::ExistingFile);
     score->add_flag("--json", o->as_json, "Machine-readable output");
     commands.add_threads_option(score);
-    commands.list.push_back({score, [o] { return cmd_score(o->file, o->teacher, o->against, o->as_json, o->batch_size); }});
+    commands.list.push_back(
+        {score, [o] { return cmd_score(o->file, o->teacher, o->against, o->as_json, o->batch_size); }});
 }
 
 }  // namespace rudder::cli

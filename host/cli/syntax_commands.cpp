@@ -23,11 +23,11 @@ namespace rudder::cli {
 namespace {
 
 struct AnnotateOptions {
-    std::string input;                   // E2E CSV (refs), JSON Lines with "text", or one text per line
-    std::string out;                     // JSON Lines file; empty = stdout
-    std::string tagger = "ewt-tagger";   // bundled name or directory
-    std::string parser = "gum-parser";   // bundled name or directory
-    bool tags_only = false;              // no parser, no trees
+    std::string input;                  // E2E CSV (refs), JSON Lines with "text", or one text per line
+    std::string out;                    // JSON Lines file; empty = stdout
+    std::string tagger = "ewt-tagger";  // bundled name or directory
+    std::string parser = "gum-parser";  // bundled name or directory
+    bool tags_only = false;             // no parser, no trees
     int64_t batch_size = 64;
     bool quiet = false;
 };
@@ -43,7 +43,6 @@ struct EvalAnnotatorOptions {
 
 // Tagging accuracy (a tagger) or labelled bracket precision, recall and F1 (a parser) on a treebank's sentences,
 // with the treebank's own tokens. Returns the exit code.
-
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -96,7 +95,8 @@ int run_annotate(const AnnotateOptions& o) {
         if (!out) throw std::runtime_error("cannot write '" + (o.out.empty() ? std::string("stdout") : o.out) + "'");
         progress.show(static_cast<int64_t>(end), static_cast<int64_t>(texts.size()), [&] {
             const double secs = seconds_since(start);
-            return fmt::format("{}/{} texts  {:.1f} texts/s", end, texts.size(), secs > 0 ? static_cast<double>(end) / secs : 0.0);
+            return fmt::format("{}/{} texts  {:.1f} texts/s", end, texts.size(),
+                               secs > 0 ? static_cast<double>(end) / secs : 0.0);
         });
     }
     out.flush();
@@ -136,10 +136,12 @@ int run_eval_annotator(const EvalAnnotatorOptions& o) {
             }
         }
         const double accuracy = static_cast<double>(correct) / static_cast<double>(tokens);
-        const double upos_accuracy = upos_tokens ? static_cast<double>(upos_correct) / static_cast<double>(upos_tokens) : 0.0;
+        const double upos_accuracy =
+            upos_tokens ? static_cast<double>(upos_correct) / static_cast<double>(upos_tokens) : 0.0;
         if (o.as_json) {
-            json j = {{"model", dir.string()},    {"type", "tagger"},  {"treebank", o.treebank},
-                      {"sentences", sentences.size()}, {"tokens", tokens}, {"ptb_tag_accuracy", accuracy},
+            json j = {{"model", dir.string()},  {"type", "tagger"},
+                      {"treebank", o.treebank}, {"sentences", sentences.size()},
+                      {"tokens", tokens},       {"ptb_tag_accuracy", accuracy},
                       {"seconds", secs}};
             j["upos_accuracy"] = upos_tokens ? json(upos_accuracy) : json(nullptr);
             std::cout << j.dump() << "\n";
@@ -149,13 +151,15 @@ int run_eval_annotator(const EvalAnnotatorOptions& o) {
             if (upos_tokens)
                 std::printf("universal tag accuracy %.2f%% (%lld of %lld tokens)\n", 100.0 * upos_accuracy,
                             static_cast<long long>(upos_correct), static_cast<long long>(upos_tokens));
-            std::printf("tagger: %s; %.1f sentences/s\n", dir.string().c_str(), static_cast<double>(sentences.size()) / secs);
+            std::printf("tagger: %s; %.1f sentences/s\n", dir.string().c_str(),
+                        static_cast<double>(sentences.size()) / secs);
         }
         return 0;
     }
     if (type == "parser") {
         if (syntax::treebank_format(o.treebank) != syntax::TreebankFormat::ptb)
-            throw std::runtime_error("'" + o.treebank + "': a parser is scored against constituency trees (.ptb, .mrg, "
+            throw std::runtime_error("'" + o.treebank +
+                                     "': a parser is scored against constituency trees (.ptb, .mrg, "
                                      ".tree, .trees, optionally .gz)");
         const auto parser = syntax::ParserModel::load(dir);
         // The gold tags become the preterminals; they do not count in the score (evalb ignores preterminals).
@@ -182,19 +186,22 @@ int run_eval_annotator(const EvalAnnotatorOptions& o) {
                              .dump()
                       << "\n";
         } else {
-            std::printf("labelled bracket F1 %.2f (precision %.2f, recall %.2f; %lld of %lld gold and %lld predicted "
-                        "brackets match)\n",
-                        100.0 * score.f1(), 100.0 * score.precision(), 100.0 * score.recall(),
-                        static_cast<long long>(score.matched), static_cast<long long>(score.gold),
-                        static_cast<long long>(score.test));
+            std::printf(
+                "labelled bracket F1 %.2f (precision %.2f, recall %.2f; %lld of %lld gold and %lld predicted "
+                "brackets match)\n",
+                100.0 * score.f1(), 100.0 * score.precision(), 100.0 * score.recall(),
+                static_cast<long long>(score.matched), static_cast<long long>(score.gold),
+                static_cast<long long>(score.test));
             std::printf("exact match %.2f%% of %lld sentences; evalb conventions (COLLINS.prm), see docs/syntax.md\n",
                         100.0 * static_cast<double>(score.exact) / static_cast<double>(score.sentences),
                         static_cast<long long>(score.sentences));
-            std::printf("parser: %s; %.1f sentences/s\n", dir.string().c_str(), static_cast<double>(sentences.size()) / secs);
+            std::printf("parser: %s; %.1f sentences/s\n", dir.string().c_str(),
+                        static_cast<double>(sentences.size()) / secs);
         }
         return 0;
     }
-    throw ModelError("'" + dir.string() + "' is " + (type.empty() ? "a model without a type" : "a '" + type + "' model") +
+    throw ModelError("'" + dir.string() + "' is " +
+                     (type.empty() ? "a model without a type" : "a '" + type + "' model") +
                      ", not a tagger or a parser");
 }
 
@@ -219,11 +226,13 @@ void add_syntax_commands(CLI::App& app, Commands& commands) {
     auto* eval_annotator = app.add_subcommand(
         "eval-annotator", "Accuracy of a tagger, or labelled bracket F1 of a parser, on a treebank file");
     eval_annotator->add_option("model", e->model, "A tagger or parser: a bundled name or a directory")->required();
-    eval_annotator->add_option("treebank", e->treebank,
-                               "CoNLL-U (.conllu) or bracketed trees (.ptb, .mrg, .tree, .trees), plain or .gz")
+    eval_annotator
+        ->add_option("treebank", e->treebank,
+                     "CoNLL-U (.conllu) or bracketed trees (.ptb, .mrg, .tree, .trees), plain or .gz")
         ->required()
         ->check(CLI::ExistingFile);
-    eval_annotator->add_option("--batch-size", e->batch_size, "Sentences processed together")->check(CLI::Range(1, 4096));
+    eval_annotator->add_option("--batch-size", e->batch_size, "Sentences processed together")
+        ->check(CLI::Range(1, 4096));
     commands.add_threads_option(eval_annotator);
     eval_annotator->add_flag("--json", e->as_json, "Machine-readable output");
     commands.list.push_back({eval_annotator, [e] { return run_eval_annotator(*e); }});

@@ -57,24 +57,30 @@ void add_train_commands(CLI::App& app, Commands& commands) {
         cmd->add_option("config", o->config, "Training config (JSON, see docs/training.md)")
             ->required()
             ->check(CLI::ExistingFile);
-        auto* stop = cmd->add_option("--stop-after", o->stop_after, "Stop after this step with a checkpoint, as an interrupted run")
-            ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
-        auto* overwrite = cmd->add_flag("--overwrite", o->overwrite, "Train again into an out directory that holds a finished model");
-        auto* snapshot = cmd->add_option("--snapshot", o->snapshot,
-                                         "Train nothing: write the model of the run's checkpoint to this folder, as the "
-                                         "run would if it ended there (the run may be going on)")
-                             ->excludes(stop)
-                             ->excludes(overwrite);
+        auto* stop = cmd->add_option("--stop-after", o->stop_after,
+                                     "Stop after this step with a checkpoint, as an interrupted run")
+                         ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
+        auto* overwrite =
+            cmd->add_flag("--overwrite", o->overwrite, "Train again into an out directory that holds a finished model");
+        auto* snapshot =
+            cmd->add_option("--snapshot", o->snapshot,
+                            "Train nothing: write the model of the run's checkpoint to this folder, as the "
+                            "run would if it ended there (the run may be going on)")
+                ->excludes(stop)
+                ->excludes(overwrite);
         cmd->add_flag("--raw-weights", o->raw_weights,
                       "With --snapshot, for a run with training.ema: the weights themselves, not their moving average")
             ->needs(snapshot);
         cmd->add_flag("-q,--quiet", o->quiet, "No progress on stderr");
-        commands.list.push_back({cmd, [o, controller] { return cmd_train(o->config, o->stop_after, o->overwrite, o->snapshot, o->raw_weights, o->quiet, controller); }});
+        commands.list.push_back({cmd, [o, controller] {
+                                     return cmd_train(o->config, o->stop_after, o->overwrite, o->snapshot,
+                                                      o->raw_weights, o->quiet, controller);
+                                 }});
     };
     training_command("train", "Train a network (teacher LM, denoiser, tagger or parser) from a training config", false);
-    training_command("train-controller",
-                     "Train a controller's noisy classifier (syntax_classifier) on annotated text, noised as a denoiser does",
-                     true);
+    training_command(
+        "train-controller",
+        "Train a controller's noisy classifier (syntax_classifier) on annotated text, noised as a denoiser does", true);
 }
 
 }  // namespace rudder::cli

@@ -13,10 +13,11 @@
 STATIC_CHECK(api_major, RUDDER_API_VERSION_MAJOR == 1);
 STATIC_CHECK(shared_status_values, RUDDER_OK == 0 && RUDDER_ERR_INVALID_ARGUMENT == 1 && RUDDER_ERR_INTERNAL == 4 &&
                                        RUDDER_ERR_CANCELLED == 5 && RUDDER_ERR_OUT_OF_MEMORY == 6);
-STATIC_CHECK(embedding_status_values, RUDDER_ERR_INVALID_RECIPE == 100 && RUDDER_ERR_GENERATION_FAILED == 101 &&
-                                          RUDDER_ERR_BUSY == 102);
+STATIC_CHECK(embedding_status_values,
+             RUDDER_ERR_INVALID_RECIPE == 100 && RUDDER_ERR_GENERATION_FAILED == 101 && RUDDER_ERR_BUSY == 102);
 STATIC_CHECK(log_levels, RUDDER_LOG_DEBUG == 0 && RUDDER_LOG_WARN == 2 && RUDDER_LOG_ERROR == 3 && RUDDER_LOG_OFF == 6);
-STATIC_CHECK(log_levels_old_spelling, RUDDER_LOG_LEVEL_DEBUG == RUDDER_LOG_DEBUG && RUDDER_LOG_LEVEL_WARN == RUDDER_LOG_WARN &&
+STATIC_CHECK(log_levels_old_spelling, RUDDER_LOG_LEVEL_DEBUG == RUDDER_LOG_DEBUG &&
+                                          RUDDER_LOG_LEVEL_WARN == RUDDER_LOG_WARN &&
                                           RUDDER_LOG_LEVEL_OFF == RUDDER_LOG_OFF);
 STATIC_CHECK(options_size_first, offsetof(rudder_options, struct_size) == 0);
 STATIC_CHECK(generate_options_size_first, offsetof(rudder_generate_options, struct_size) == 0);
@@ -26,12 +27,12 @@ STATIC_CHECK(verdict_info_size_first, offsetof(rudder_verdict_info, struct_size)
 int other_order_status_ok(void); /* c99_header_other_order.c */
 
 static int failures = 0;
-#define EXPECT(condition)                                                  \
-    do {                                                                   \
-        if (!(condition)) {                                                \
+#define EXPECT(condition)                                                           \
+    do {                                                                            \
+        if (!(condition)) {                                                         \
             fprintf(stderr, "%s:%d: failed: %s\n", __FILE__, __LINE__, #condition); \
-            ++failures;                                                    \
-        }                                                                  \
+            ++failures;                                                             \
+        }                                                                           \
     } while (0)
 
 int main(void) {

@@ -27,8 +27,10 @@ using ::testing::Not;
 std::string recipe(const std::string& family, int64_t tokens = 9, uint64_t seed = 3, const std::string& extra = "") {
     return R"({"model": "e2e-corpus", "family": ")" + family + R"(", "sampler": {"steps": 40}, "seed": )" +
            std::to_string(seed) + R"(, "samples": 3, "batch_size": 2, "max_length": 16, "controllers": [
-             {"plugin": "length", "params": {"tokens": )" + std::to_string(tokens) + R"(}},
-             {"plugin": "span", "params": {"prefix": "The Eagle"}})" + extra + "]}";
+             {"plugin": "length", "params": {"tokens": )" +
+           std::to_string(tokens) + R"(}},
+             {"plugin": "span", "params": {"prefix": "The Eagle"}})" +
+           extra + "]}";
 }
 
 struct GeneratorDeleter {
@@ -179,7 +181,8 @@ TEST(CApi, ConfiguredLimitsRefuseLargerRequestsUpFront) {
     rudder_generator* gen = nullptr;
     // recipe(): 3 samples, batch 2, 40 steps, max_length 16.
     const std::string text = recipe("discrete");
-    EXPECT_EQ(rudder_generator_create_limited(text.c_str(), nullptr, nullptr, &limits, &gen), RUDDER_ERR_INVALID_RECIPE);
+    EXPECT_EQ(rudder_generator_create_limited(text.c_str(), nullptr, nullptr, &limits, &gen),
+              RUDDER_ERR_INVALID_RECIPE);
     EXPECT_EQ(gen, nullptr);
     const std::string message = rudder_last_error();
     EXPECT_THAT(message, HasSubstr("/batch_size"));
@@ -195,22 +198,27 @@ TEST(CApi, ConfiguredLimitsRefuseLargerRequestsUpFront) {
     more.samples = 5;
     rudder_results* res = nullptr;
     EXPECT_EQ(rudder_generate(limited.get(), &more, &res), RUDDER_ERR_INVALID_ARGUMENT);
-    EXPECT_THAT(rudder_generator_last_error(limited.get()), HasSubstr("samples must be 0 (the recipe's) or 1 to 4, got 5"));
+    EXPECT_THAT(rudder_generator_last_error(limited.get()),
+                HasSubstr("samples must be 0 (the recipe's) or 1 to 4, got 5"));
     more.samples = 4;
     EXPECT_EQ(rudder_results_count(generate(limited.get(), &more).get()), 4u);
 
     limits.max_length = -1;
-    EXPECT_EQ(rudder_generator_create_limited(text.c_str(), nullptr, nullptr, &limits, &gen), RUDDER_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(rudder_generator_create_limited(text.c_str(), nullptr, nullptr, &limits, &gen),
+              RUDDER_ERR_INVALID_ARGUMENT);
     EXPECT_THAT(rudder_last_error(), HasSubstr("rudder_limits.max_length is -1"));
     EXPECT_EQ(rudder_generator_create_limited(nullptr, nullptr, nullptr, nullptr, &gen), RUDDER_ERR_INVALID_ARGUMENT);
-    EXPECT_EQ(rudder_generator_create_limited(text.c_str(), "x.json", nullptr, nullptr, &gen), RUDDER_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(rudder_generator_create_limited(text.c_str(), "x.json", nullptr, nullptr, &gen),
+              RUDDER_ERR_INVALID_ARGUMENT);
 
     // Without max_length the model's length is used, and it too must be within the limit.
     limits.max_length = 8;
-    EXPECT_EQ(rudder_generator_create_limited(R"({"model": "e2e-corpus", "family": "discrete", "sampler": {"steps": 5}})",
-                                              nullptr, nullptr, &limits, &gen),
-              RUDDER_ERR_INVALID_RECIPE);
-    EXPECT_THAT(rudder_last_error(), HasSubstr("/max_length: model 'e2e-corpus' handles 64 positions, over the limit of 8"));
+    EXPECT_EQ(
+        rudder_generator_create_limited(R"({"model": "e2e-corpus", "family": "discrete", "sampler": {"steps": 5}})",
+                                        nullptr, nullptr, &limits, &gen),
+        RUDDER_ERR_INVALID_RECIPE);
+    EXPECT_THAT(rudder_last_error(),
+                HasSubstr("/max_length: model 'e2e-corpus' handles 64 positions, over the limit of 8"));
 
     // A caller built against an older rudder_limits passes a shorter struct: the members it lacks keep defaults.
     rudder_limits shorter{};
@@ -222,7 +230,8 @@ TEST(CApi, ConfiguredLimitsRefuseLargerRequestsUpFront) {
 
     // A zeroed struct: the message says how to fill it (rudder_limits has no defaults function).
     rudder_limits zeroed{};
-    EXPECT_EQ(rudder_generator_create_limited(text.c_str(), nullptr, nullptr, &zeroed, &gen), RUDDER_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(rudder_generator_create_limited(text.c_str(), nullptr, nullptr, &zeroed, &gen),
+              RUDDER_ERR_INVALID_ARGUMENT);
     EXPECT_THAT(rudder_last_error(), HasSubstr("set struct_size = sizeof(rudder_limits)"));
     EXPECT_THAT(rudder_last_error(), Not(HasSubstr("rudder_default_limits")));
 }
@@ -351,7 +360,8 @@ TEST(CApi, ACancelledRunCanKeepTheSamplesItFinished) {
     const Results partial(res);
     ASSERT_NE(partial.get(), nullptr);
     ASSERT_EQ(rudder_results_count(partial.get()), 2u);
-    for (size_t i = 0; i < 2; ++i) EXPECT_STREQ(rudder_results_text(partial.get(), i), rudder_results_text(full.get(), i));
+    for (size_t i = 0; i < 2; ++i)
+        EXPECT_STREQ(rudder_results_text(partial.get(), i), rudder_results_text(full.get(), i));
 }
 
 struct FreeAttempt {
@@ -400,7 +410,8 @@ TEST(CApi, ContributionsThatCannotMakeADistributionAreFailuresNamingTheControlle
     options.plugin_path = RUDDER_TEST_FIXTURE_DIR;
     auto with = [](const std::string& controller) {
         return R"({"model": "e2e-corpus", "family": "discrete", "sampler": {"steps": 10}, "max_length": 8,
-                   "controllers": [)" + controller + "]}";
+                   "controllers": [)" +
+               controller + "]}";
     };
     const std::vector<std::pair<std::string, std::string>> cases = {
         // 3e38 is finite, ten times it is not.
@@ -424,8 +435,8 @@ TEST(CApi, ContributionsThatCannotMakeADistributionAreFailuresNamingTheControlle
 TEST(CApi, AControllerFailureIsAStatusAndTheGeneratorStaysUsable) {
     rudder_options options = rudder_default_options();
     options.plugin_path = RUDDER_TEST_FIXTURE_DIR;
-    Generator gen = create(recipe("discrete", 9, 3, R"(, {"plugin": "throws", "params": {"throw_in":"step"}})"),
-                           &options);
+    Generator gen =
+        create(recipe("discrete", 9, 3, R"(, {"plugin": "throws", "params": {"throw_in":"step"}})"), &options);
     ASSERT_TRUE(gen);
     rudder_results* res = nullptr;
     for (int attempt = 0; attempt < 2; ++attempt) {
@@ -445,10 +456,12 @@ TEST(CApi, AControllerThatCrashesInAProcessOfItsOwnFailsTheCallAndTheNextCallSuc
     // "faulty" takes its process down with abort() at step 2, once: the marker file it leaves lets the next run go.
     const std::string marker = ::testing::TempDir() + "rudder_c_api_crash_once_" + std::to_string(::getpid());
     std::remove(marker.c_str());
-    Generator gen = create(recipe("discrete", 9, 3,
-                                  R"(, {"plugin": "faulty", "isolation": "process", "params": {"fault": "abort", "at_step": 2, "once": ")" +
-                                      marker + R"("}})"),
-                           &options);
+    Generator gen = create(
+        recipe(
+            "discrete", 9, 3,
+            R"(, {"plugin": "faulty", "isolation": "process", "params": {"fault": "abort", "at_step": 2, "once": ")" +
+                marker + R"("}})"),
+        &options);
     ASSERT_TRUE(gen) << rudder_last_error();
     rudder_results* res = nullptr;
     EXPECT_EQ(rudder_generate(gen.get(), nullptr, &res), RUDDER_ERR_GENERATION_FAILED);
@@ -482,7 +495,8 @@ TEST(CApi, LogMessagesGoToTheApplicationsCallback) {
     ASSERT_EQ(rudder_set_log(nullptr, nullptr, RUDDER_LOG_LEVEL_WARN), RUDDER_OK);
     std::lock_guard<std::mutex> lock(captured.mutex);
     bool rejected = false;
-    for (const auto& m : captured.messages) rejected = rejected || m.find("not_a_library.so rejected") != std::string::npos;
+    for (const auto& m : captured.messages)
+        rejected = rejected || m.find("not_a_library.so rejected") != std::string::npos;
     EXPECT_TRUE(rejected) << captured.messages.size() << " messages";
 }
 

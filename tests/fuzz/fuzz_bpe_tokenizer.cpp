@@ -30,8 +30,9 @@ nlohmann::json small_file(bool qwen_style) {
                {"pretokenizers",
                 {{{"type", "Split"},
                   {"pattern",
-                   {{"Regex", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+"
-                              "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}}},
+                   {{"Regex",
+                     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+"
+                     "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}}},
                   {"behavior", "Isolated"},
                   {"invert", false}},
                  {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
@@ -50,8 +51,10 @@ nlohmann::json small_file(bool qwen_style) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    static const rudder::BpeTokenizer gpt2_style = rudder::BpeTokenizer::from_json(small_file(false).dump(), "gpt2-style");
-    static const rudder::BpeTokenizer qwen_style = rudder::BpeTokenizer::from_json(small_file(true).dump(), "qwen-style");
+    static const rudder::BpeTokenizer gpt2_style =
+        rudder::BpeTokenizer::from_json(small_file(false).dump(), "gpt2-style");
+    static const rudder::BpeTokenizer qwen_style =
+        rudder::BpeTokenizer::from_json(small_file(true).dump(), "qwen-style");
     const std::string text(reinterpret_cast<const char*>(data), size);
     for (const rudder::BpeTokenizer* tok : {&gpt2_style, &qwen_style}) {
         const std::vector<int64_t> ids = tok->encode(text);

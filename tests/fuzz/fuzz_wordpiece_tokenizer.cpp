@@ -17,27 +17,39 @@ namespace {
 
 nlohmann::json small_file() {
     nlohmann::json vocab = nlohmann::json::object();
-    const std::vector<std::string> tokens = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "##s", "ca",
-                                             "##t", "un", "##aff", "##able", ".", ",", "'", "s", "t", "a", "c", "e",
-                                             "##e", "##a", "##c", "一", "二", "é", "##é"};
+    const std::vector<std::string> tokens = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the",    "cat",
+                                             "##s",   "ca",    "##t",   "un",    "##aff",  "##able", ".",
+                                             ",",     "'",     "s",     "t",     "a",      "c",      "e",
+                                             "##e",   "##a",   "##c",   "一",    "二",     "é",      "##é"};
     for (size_t i = 0; i < tokens.size(); ++i) vocab[tokens[i]] = i;
     nlohmann::json added = nlohmann::json::array();
     for (int i = 0; i < 5; ++i)
-        added.push_back({{"id", i}, {"content", tokens[static_cast<size_t>(i)]}, {"single_word", false}, {"lstrip", false},
-                         {"rstrip", false}, {"normalized", false}, {"special", true}});
+        added.push_back({{"id", i},
+                         {"content", tokens[static_cast<size_t>(i)]},
+                         {"single_word", false},
+                         {"lstrip", false},
+                         {"rstrip", false},
+                         {"normalized", false},
+                         {"special", true}});
     return {{"version", "1.0"},
             {"truncation", nullptr},
             {"padding", nullptr},
             {"added_tokens", added},
             {"normalizer",
-             {{"type", "BertNormalizer"}, {"clean_text", true}, {"handle_chinese_chars", true}, {"strip_accents", nullptr},
+             {{"type", "BertNormalizer"},
+              {"clean_text", true},
+              {"handle_chinese_chars", true},
+              {"strip_accents", nullptr},
               {"lowercase", true}}},
             {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
             {"post_processor", nullptr},
             {"decoder", {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}}},
             {"model",
-             {{"type", "WordPiece"}, {"unk_token", "[UNK]"}, {"continuing_subword_prefix", "##"},
-              {"max_input_chars_per_word", 12}, {"vocab", vocab}}}};
+             {{"type", "WordPiece"},
+              {"unk_token", "[UNK]"},
+              {"continuing_subword_prefix", "##"},
+              {"max_input_chars_per_word", 12},
+              {"vocab", vocab}}}};
 }
 
 void check(const rudder::WordPieceTokenizer& tok, const std::string& text, const uint8_t* data, size_t size) {
@@ -55,7 +67,8 @@ void check(const rudder::WordPieceTokenizer& tok, const std::string& text, const
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    static const rudder::WordPieceTokenizer bert_style = rudder::WordPieceTokenizer::from_json(small_file().dump(), "bert-style");
+    static const rudder::WordPieceTokenizer bert_style =
+        rudder::WordPieceTokenizer::from_json(small_file().dump(), "bert-style");
     const std::string text(reinterpret_cast<const char*>(data), size);
     check(bert_style, text, data, size);
     try {

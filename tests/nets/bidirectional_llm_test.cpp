@@ -46,7 +46,8 @@ protected:
         return "";
     }
     // A copy of `name` whose config.json has `key` set to `value` (null removes it).
-    static fs::path with_config(const std::string& name, const std::string& as, const std::string& key, const json& value) {
+    static fs::path with_config(const std::string& name, const std::string& as, const std::string& key,
+                                const json& value) {
         const fs::path dir = copy_of(name, as);
         json config = rudder::read_json_file(dir / "config.json");
         if (value.is_null())
@@ -90,7 +91,9 @@ TEST(LinearWidening, SlicesOfA16BitMatrixGiveTheWholeProduct) {
         const at::Tensor whole = at::linear(x, w.to(at::kFloat), bias);
         for (const int64_t slice : {int64_t{64 * 64}, int64_t{1} << 20}) {  // 64 rows a slice (5 slices), or one
             EXPECT_LT(max_difference(rudder::nn::checkpoint::linear_widening(x, w, bias, slice), whole), 1e-5);
-            EXPECT_LT(max_difference(rudder::nn::checkpoint::linear_widening(x, w, {}, slice), at::linear(x, w.to(at::kFloat))), 1e-5);
+            EXPECT_LT(max_difference(rudder::nn::checkpoint::linear_widening(x, w, {}, slice),
+                                     at::linear(x, w.to(at::kFloat))),
+                      1e-5);
         }
     }
 }
@@ -142,7 +145,8 @@ TEST_F(BidirectionalLlmCheckpoint, RefusesConfigsItDoesNotRunNamingTheField) {
 TEST_F(BidirectionalLlmCheckpoint, RefusesMissingWrongAndExtraTensors) {
     const BidirectionalLlm reference_net = BidirectionalLlm::load(root_ / "llada");
     const rudder::SafeTensors weights = rudder::load_safetensors(root_ / "llada" / "model.safetensors");
-    auto rewritten = [&](const std::string& as, const std::string& drop, const std::string& reshape, const std::string& add) {
+    auto rewritten = [&](const std::string& as, const std::string& drop, const std::string& reshape,
+                         const std::string& add) {
         const fs::path dir = copy_of("llada", as);
         std::vector<std::pair<std::string, at::Tensor>> tensors;
         for (const auto& [name, t] : weights.tensors) {
@@ -156,11 +160,14 @@ TEST_F(BidirectionalLlmCheckpoint, RefusesMissingWrongAndExtraTensors) {
     std::string error = rewritten("missing", "model.transformer.blocks.1.up_proj.weight", "", "");
     EXPECT_NE(error.find("missing tensor 'model.transformer.blocks.1.up_proj.weight'"), std::string::npos) << error;
     error = rewritten("reshaped", "", "model.transformer.blocks.0.k_proj.weight", "");
-    EXPECT_NE(error.find("tensor 'model.transformer.blocks.0.k_proj.weight' has shape [2048], the config implies [32, 64]"),
-              std::string::npos) << error;
+    EXPECT_NE(
+        error.find("tensor 'model.transformer.blocks.0.k_proj.weight' has shape [2048], the config implies [32, 64]"),
+        std::string::npos)
+        << error;
     error = rewritten("extra", "", "", "model.transformer.blocks.0.q_proj.bias");
     EXPECT_NE(error.find("unexpected tensor 'model.transformer.blocks.0.q_proj.bias' (not part of the LLaDA network"),
-              std::string::npos) << error;
+              std::string::npos)
+        << error;
     // The same bias is expected once the config says the projections have one.
     const fs::path biased = with_config("llada", "biased", "include_qkv_bias", true);
     error = load_error(biased);
@@ -175,7 +182,8 @@ TEST_F(BidirectionalLlmCheckpoint, ModelLoadingAsksForTheTokenizerAndRefusesTheC
         rudder::load_model(bare, std::nullopt);
         ADD_FAILURE() << "a Dream checkpoint loaded without its tokenizer";
     } catch (const ModelError& e) {
-        EXPECT_NE(std::string(e.what()).find("is a Dream checkpoint without its tokenizer.json"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("is a Dream checkpoint without its tokenizer.json"), std::string::npos)
+            << e.what();
     }
     try {
         rudder::load_model(root_ / "llada", rudder::Family::continuous);
@@ -188,7 +196,8 @@ TEST_F(BidirectionalLlmCheckpoint, ModelLoadingAsksForTheTokenizerAndRefusesTheC
         rudder::load_model(wrong_mask, std::nullopt);
         ADD_FAILURE() << "a mask id past the tokenizer was accepted";
     } catch (const ModelError& e) {
-        EXPECT_NE(std::string(e.what()).find("field 'mask_token_id': 285 is not a token of"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("field 'mask_token_id': 285 is not a token of"), std::string::npos)
+            << e.what();
     }
 }
 
@@ -235,7 +244,8 @@ TEST_F(BidirectionalLlmCheckpoint, ACheckpointIsAModelThatARecipeSamplesWithHard
         for (const char* guidance : {"0", "1.5"}) {
             SCOPED_TRACE(std::string("prompt_guidance ") + guidance);
             const std::string recipe = R"({"model": ")" + dir.string() + R"(", "max_length": 24,
-                "sampler": {"name": "confidence", "steps": 12, "block_length": 8, "prompt_guidance": )" + guidance +
+                "sampler": {"name": "confidence", "steps": 12, "block_length": 8, "prompt_guidance": )" +
+                                       guidance +
                                        R"(}, "samples": 3, "seed": 4,
                 "controllers": [{"plugin": "span", "params": {"prefix": "the cat"}},
                                 {"plugin": "length", "params": {"tokens": 9}},
@@ -247,13 +257,16 @@ TEST_F(BidirectionalLlmCheckpoint, ACheckpointIsAModelThatARecipeSamplesWithHard
             for (const auto& s : samples) {
                 ASSERT_EQ(s.tokens.size(), 24u);
                 EXPECT_EQ(s.n_tokens, 9) << s.text;
-                EXPECT_TRUE(std::none_of(s.tokens.begin(), s.tokens.end(), [](int64_t id) { return id == kMask; })) << s.text;
+                EXPECT_TRUE(std::none_of(s.tokens.begin(), s.tokens.end(), [](int64_t id) { return id == kMask; }))
+                    << s.text;
                 EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), s.tokens.begin())) << s.text;
                 EXPECT_EQ(s.text, model.tokenizer->decode(s.tokens.data(), 24));
                 EXPECT_EQ(s.text.rfind("the cat", 0), 0u) << s.text;
-                for (const char* word : {"dog", "sat", "food"}) EXPECT_EQ(s.text.find(word), std::string::npos) << s.text;
+                for (const char* word : {"dog", "sat", "food"})
+                    EXPECT_EQ(s.text.find(word), std::string::npos) << s.text;
                 ASSERT_EQ(s.controls.size(), 3u);
-                for (const auto& control : s.controls) EXPECT_EQ(control.verdict.satisfied, 1) << control.label << ": " << s.text;
+                for (const auto& control : s.controls)
+                    EXPECT_EQ(control.verdict.satisfied, 1) << control.label << ": " << s.text;
             }
         }
     }

@@ -45,7 +45,8 @@ std::shared_ptr<nn::DiscreteDenoiserNet> discrete_net(bool conditional, uint64_t
 }
 
 // The message of the ConfigError `make` throws, or "" if it throws none.
-template <class F> std::string config_error(F make) {
+template <class F>
+std::string config_error(F make) {
     try {
         make();
     } catch (const ConfigError& e) {
@@ -58,7 +59,8 @@ template <class F> std::string config_error(F make) {
 class TempDir {
 public:
     TempDir() {
-        path_ = fs::temp_directory_path() / ("rudder_nets_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
+        path_ = fs::temp_directory_path() /
+                ("rudder_nets_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
         fs::remove_all(path_);
         fs::create_directories(path_);
     }
@@ -365,7 +367,9 @@ TEST(TextClassifier, TokenAndOneHotInputsAndSelectedSpansAgreeWithTheFullForms) 
     const at::Tensor through_selected = torch::autograd::grad({selected.select(2, 2).sum()}, {one_hot}, {}, true)[0];
     at::Tensor from_grid_sum = at::zeros({}, at::kFloat);
     for (int64_t k = 0; k < starts.size(0); ++k)
-        from_grid_sum = from_grid_sum + grid.select(1, starts[k].item<int64_t>()).select(1, lasts[k].item<int64_t>()).select(1, 2).sum();
+        from_grid_sum =
+            from_grid_sum +
+            grid.select(1, starts[k].item<int64_t>()).select(1, lasts[k].item<int64_t>()).select(1, 2).sum();
     const at::Tensor through_grid = torch::autograd::grad({from_grid_sum}, {one_hot})[0];
     EXPECT_TRUE(at::allclose(through_selected, through_grid, 1e-5, 1e-6));
     EXPECT_GT(through_selected.abs().max().item<double>(), 0.0);
@@ -481,7 +485,8 @@ void add_unexpected_tensor(const fs::path& file, uint64_t extra_bytes) {
     const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     in.close();
     json parsed = json::parse(header);
-    parsed["unused.huge"] = {{"dtype", "U8"}, {"shape", {extra_bytes}}, {"data_offsets", {data.size(), data.size() + extra_bytes}}};
+    parsed["unused.huge"] = {
+        {"dtype", "U8"}, {"shape", {extra_bytes}}, {"data_offsets", {data.size(), data.size() + extra_bytes}}};
     std::string text = parsed.dump();
     text.append((8 - text.size() % 8) % 8, ' ');
     std::ofstream out(file, std::ios::binary | std::ios::trunc);
@@ -652,7 +657,8 @@ TEST(Cdcd, TheNetworkPredictsADistributionWhoseMeanEmbeddingIsX0OverNormalisedRo
     EXPECT_TRUE(at::allclose(net.clean_logits(x, t, {}, at::zeros_like(estimate)), logits, 1e-5, 1e-6));
     EXPECT_THROW(net.clean_logits(x, t, {}, at::zeros({3, kLength, 4})), std::invalid_argument);
     // The Diffusion-LM objective has no distribution head.
-    EXPECT_THROW(continuous_net(false)->clean_logits(at::randn({1, kLength, 16}), at::full({1}, 0.5), {}), std::logic_error);
+    EXPECT_THROW(continuous_net(false)->clean_logits(at::randn({1, kLength, 16}), at::full({1}, 0.5), {}),
+                 std::logic_error);
 
     const auto names = net.named_parameters();
     for (const char* name : {"embedding", "head.weight", "self_condition_proj.weight", "input_proj.weight"})
@@ -710,7 +716,8 @@ TEST(Cdcd, ConfigProblemsAreNamed) {
     json c = cdcd_config(true);
     c["schedule"] = {{"name", "sqrt"}};
     std::string e = config_error(cont(c));
-    EXPECT_NE(e.find("/objective: the \"cdcd\" objective and the \"cdcd\" schedule go together"), std::string::npos) << e;
+    EXPECT_NE(e.find("/objective: the \"cdcd\" objective and the \"cdcd\" schedule go together"), std::string::npos)
+        << e;
     e = config_error(cont({{"self_conditioning", true}}));
     EXPECT_NE(e.find("/self_conditioning"), std::string::npos) << e;
     c = cdcd_config(false);
@@ -738,7 +745,8 @@ TEST(ScoreEntropyNet, ConfigChoosesTheObjectiveAndGraphAndRoundTrips) {
     json c = micro_config("discrete", false);
     c["graph"] = "uniform";
     std::string e = config_error(disc(c));
-    EXPECT_NE(e.find("/graph: the uniform graph is trained with the \"score_entropy\" objective"), std::string::npos) << e;
+    EXPECT_NE(e.find("/graph: the uniform graph is trained with the \"score_entropy\" objective"), std::string::npos)
+        << e;
     c["objective"] = "score_entropy";
     c["uniform_schedule"] = {{"sigma_min", 5.0}, {"sigma_max", 2.0}};
     e = config_error(disc(c));
@@ -749,7 +757,10 @@ TEST(ScoreEntropyNet, ConfigChoosesTheObjectiveAndGraphAndRoundTrips) {
     EXPECT_NEAR(uniform.uniform_schedule().sigma_bar(0.0), 1e-3, 1e-15);
     EXPECT_NEAR(uniform.uniform_schedule().sigma_bar(1.0), 10.0, 1e-12);
     const double h = 1e-6;  // the rate is the total noise's derivative
-    EXPECT_NEAR(uniform.uniform_schedule().sigma(0.5), (uniform.uniform_schedule().sigma_bar(0.5 + h) - uniform.uniform_schedule().sigma_bar(0.5 - h)) / (2 * h), 1e-5);
+    EXPECT_NEAR(
+        uniform.uniform_schedule().sigma(0.5),
+        (uniform.uniform_schedule().sigma_bar(0.5 + h) - uniform.uniform_schedule().sigma_bar(0.5 - h)) / (2 * h),
+        1e-5);
     const json j = uniform.config();
     EXPECT_EQ(j["objective"], "score_entropy");
     EXPECT_EQ(j["graph"], "uniform");

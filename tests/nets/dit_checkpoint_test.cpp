@@ -1,6 +1,6 @@
-// MDLM, SEDD, UDLM and DUO checkpoints in Hugging Face layout (nn/dit_checkpoint.hpp): tiny random-weight checkpoints written
-// by dit_checkpoint_fixture.py with the public checkpoints' tensor names, shapes and config fields, loaded here and
-// compared with that script's plain-PyTorch (float64) forward of the same network; then the files each refusal
+// MDLM, SEDD, UDLM and DUO checkpoints in Hugging Face layout (nn/dit_checkpoint.hpp): tiny random-weight checkpoints
+// written by dit_checkpoint_fixture.py with the public checkpoints' tensor names, shapes and config fields, loaded here
+// and compared with that script's plain-PyTorch (float64) forward of the same network; then the files each refusal
 // names. Skips, saying why, where python3-torch is missing.
 #include <gtest/gtest.h>
 
@@ -56,20 +56,25 @@ void expect_prefix_length_and_never(const rudder::SampleResult& s, const std::ve
     ASSERT_EQ(s.tokens.size(), 16u);
     EXPECT_EQ(s.n_tokens, length) << s.text;
     EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), s.tokens.begin())) << s.text;
-    EXPECT_TRUE(std::all_of(s.tokens.begin() + length, s.tokens.end(), [&](int64_t id) { return id == end; })) << s.text;
+    EXPECT_TRUE(std::all_of(s.tokens.begin() + length, s.tokens.end(), [&](int64_t id) { return id == end; }))
+        << s.text;
     for (const int64_t id : never)
-        EXPECT_TRUE(std::none_of(s.tokens.begin(), s.tokens.end(), [&](int64_t t) { return t == id; })) << id << ": " << s.text;
+        EXPECT_TRUE(std::none_of(s.tokens.begin(), s.tokens.end(), [&](int64_t t) { return t == id; }))
+            << id << ": " << s.text;
 }
 
 // Four samples of the folder's model with `sampler` (8 steps, seed 5) under a prefix, a length and a banned word.
-std::vector<rudder::SampleResult> constrained_samples(const fs::path& dir, const std::string& sampler, const std::string& prefix,
-                                                      int tokens, const std::string& banned,
+std::vector<rudder::SampleResult> constrained_samples(const fs::path& dir, const std::string& sampler,
+                                                      const std::string& prefix, int tokens, const std::string& banned,
                                                       rudder::plugins::Registry& registry) {
-    const json recipe = {
-        {"model", dir.string()}, {"sampler", {{"name", sampler}, {"steps", 8}}}, {"samples", 4}, {"seed", 5},
-        {"controllers", {{{"plugin", "span"}, {"params", {{"prefix", prefix}}}},
-                         {{"plugin", "length"}, {"params", {{"tokens", tokens}}}},
-                         {{"plugin", "exclude_words"}, {"params", {{"words", {banned}}}}}}}};
+    const json recipe = {{"model", dir.string()},
+                         {"sampler", {{"name", sampler}, {"steps", 8}}},
+                         {"samples", 4},
+                         {"seed", 5},
+                         {"controllers",
+                          {{{"plugin", "span"}, {"params", {{"prefix", prefix}}}},
+                           {{"plugin", "length"}, {"params", {{"tokens", tokens}}}},
+                           {{"plugin", "exclude_words"}, {"params", {{"words", {banned}}}}}}}};
     rudder::Generator generator(rudder::parse_recipe(recipe.dump(), "."), registry);
     return generator.generate();
 }
@@ -83,7 +88,8 @@ TEST_F(DitCheckpoint, MdlmMatchesTheReferenceForward) {
         const at::Tensor tokens = reference(name + ".tokens"), sigma = reference(name + ".sigma");
         const at::Tensor raw = net.forward(tokens, sigma);
         const double raw_diff = max_difference(raw, reference(name + ".raw"));
-        const double probs_diff = max_difference(net.clean_log_probs(tokens, sigma), reference(name + ".clean_log_probs"));
+        const double probs_diff =
+            max_difference(net.clean_log_probs(tokens, sigma), reference(name + ".clean_log_probs"));
         std::cout << name << ": max |raw - reference| = " << raw_diff << ", log-probs " << probs_diff << "\n";
         EXPECT_LT(raw_diff, 1e-5) << name;
         EXPECT_LT(probs_diff, 1e-5) << name;
@@ -111,8 +117,8 @@ TEST_F(DitCheckpoint, SeddMatchesTheReferenceForwardScoreAndMapping) {
     const double raw_diff = max_difference(net.forward(tokens, sigma), reference("sedd.raw"));
     const double score_diff = max_difference(net.sedd_log_score(tokens, sigma), reference("sedd.log_score"));
     const double probs_diff = max_difference(net.clean_log_probs(tokens, sigma), reference("sedd.clean_log_probs"));
-    std::cout << "sedd: max |raw - reference| = " << raw_diff << ", log score " << score_diff << ", log-probs " << probs_diff
-              << "\n";
+    std::cout << "sedd: max |raw - reference| = " << raw_diff << ", log score " << score_diff << ", log-probs "
+              << probs_diff << "\n";
     EXPECT_LT(raw_diff, 1e-5);
     EXPECT_LT(score_diff, 1e-5);
     EXPECT_LT(probs_diff, 1e-5);
@@ -136,9 +142,11 @@ TEST_F(DitCheckpoint, UniformNoiseCheckpointsMatchTheReferenceForwardAndPosterio
         EXPECT_TRUE(net->config().uniform());
         EXPECT_TRUE(net->config().time_conditioning);
         EXPECT_EQ(net->config().mask_id(), -1);
-        const at::Tensor tokens = reference(name + ".tokens"), sigma = reference(name + ".sigma"), t = reference(name + ".t");
+        const at::Tensor tokens = reference(name + ".tokens"), sigma = reference(name + ".sigma"),
+                         t = reference(name + ".t");
         const double raw_diff = max_difference(net->forward(tokens, sigma), reference(name + ".raw"));
-        const double probs_diff = max_difference(net->clean_log_probs(tokens, sigma), reference(name + ".clean_log_probs"));
+        const double probs_diff =
+            max_difference(net->clean_log_probs(tokens, sigma), reference(name + ".clean_log_probs"));
         rudder::DitCheckpointDenoiser denoiser(net);
         ASSERT_NE(denoiser.uniform_noise(), nullptr);
         EXPECT_FALSE(denoiser.uniform_noise()->geometric());
@@ -146,7 +154,8 @@ TEST_F(DitCheckpoint, UniformNoiseCheckpointsMatchTheReferenceForwardAndPosterio
         for (int64_t b = 0; b < tokens.size(0); ++b) {
             const at::Tensor row = tokens.narrow(0, b, 1);
             const auto out = denoiser.denoise(row, t[b].item<double>(), {});
-            posterior_diff = std::max(posterior_diff, max_difference(out.logits, reference(name + ".posterior").narrow(0, b, 1)));
+            posterior_diff =
+                std::max(posterior_diff, max_difference(out.logits, reference(name + ".posterior").narrow(0, b, 1)));
         }
         std::cout << name << ": max |raw - reference| = " << raw_diff << ", x_theta " << probs_diff << ", posterior "
                   << posterior_diff << "\n";
@@ -200,7 +209,8 @@ TEST_F(DitCheckpoint, Bd3lmKeyValueCacheGivesTheUncachedOutputOfEachRowsCurrentB
             while (first < L && state[r][first].item<int64_t>() != mask) ++first;
             const int64_t begin = std::min(first / block * block, L), end = std::min(begin + block, L);
             if (end > begin) {
-                EXPECT_LT(max_difference(got[r].narrow(0, begin, end - begin), want[r].narrow(0, begin, end - begin)), 1e-5)
+                EXPECT_LT(max_difference(got[r].narrow(0, begin, end - begin), want[r].narrow(0, begin, end - begin)),
+                          1e-5)
                     << "row " << r << ", block at " << begin;
             }
             for (int64_t i = 0; i < L; ++i) {
@@ -270,7 +280,8 @@ TEST_F(DitCheckpoint, RecognisesBothConfigsAndNotRuddersOwn) {
     EXPECT_TRUE(rudder::nn::is_dit_checkpoint_config(rudder::read_json_file(root_ / "mdlm" / "config.json")));
     EXPECT_TRUE(rudder::nn::is_dit_checkpoint_config(rudder::read_json_file(root_ / "sedd" / "config.json")));
     EXPECT_FALSE(rudder::nn::is_dit_checkpoint_config(json{{"format_version", 1}, {"type", "transformer"}}));
-    EXPECT_FALSE(rudder::nn::is_dit_checkpoint_config(json{{"model", {{"type", 3}}}, {"graph", json::object()}, {"tokens", 9}}));
+    EXPECT_FALSE(
+        rudder::nn::is_dit_checkpoint_config(json{{"model", {{"type", 3}}}, {"graph", json::object()}, {"tokens", 9}}));
     EXPECT_FALSE(rudder::nn::is_dit_checkpoint_config(json::array()));
 }
 
@@ -281,7 +292,8 @@ TEST_F(DitCheckpoint, RefusesAMissingTensor) {
     for (auto& named : st.tensors)
         if (named.first != "backbone.blocks.1.mlp.2.bias") kept.push_back(named);
     rudder::save_safetensors(dir / "model.safetensors", kept);
-    EXPECT_NE(load_error(dir).find("missing tensor 'backbone.blocks.1.mlp.2.bias'"), std::string::npos) << load_error(dir);
+    EXPECT_NE(load_error(dir).find("missing tensor 'backbone.blocks.1.mlp.2.bias'"), std::string::npos)
+        << load_error(dir);
 }
 
 TEST_F(DitCheckpoint, RefusesAWrongShapeAndAnExtraTensor) {
@@ -329,7 +341,8 @@ TEST_F(DitCheckpoint, RefusesAnIndexNamingAMissingShard) {
     const fs::path dir = copy_of("mdlm_time_sharded", "missing_shard");
     fs::remove(dir / "model-00002-of-00003.safetensors");
     const std::string error = load_error(dir);
-    EXPECT_NE(error.find("shard 'model-00002-of-00003.safetensors' named by the weight_map does not exist"), std::string::npos)
+    EXPECT_NE(error.find("shard 'model-00002-of-00003.safetensors' named by the weight_map does not exist"),
+              std::string::npos)
         << error;
 
     // A shard holding a tensor the index gives to another shard.
@@ -342,7 +355,8 @@ TEST_F(DitCheckpoint, RefusesAnIndexNamingAMissingShard) {
     write_json(moved / "model.safetensors.index.json", index);
     // Whichever shard is read first says it: the one holding the tensor, or the one the index gives it to.
     const std::string misassigned = load_error(moved);
-    EXPECT_NE(misassigned.find("tensor '" + name + "', which model.safetensors.index.json assigns to"), std::string::npos)
+    EXPECT_NE(misassigned.find("tensor '" + name + "', which model.safetensors.index.json assigns to"),
+              std::string::npos)
         << misassigned;
 }
 
@@ -368,7 +382,8 @@ TEST_F(DitCheckpoint, ModelLoadingRecognisesTheLayoutAndAsksForTheTokenizer) {
             ADD_FAILURE() << name << " loaded without a tokenizer";
         } catch (const ModelError& e) {
             EXPECT_NE(std::string(e.what()).find("checkpoint without its tokenizer"), std::string::npos) << e.what();
-            EXPECT_NE(std::string(e.what()).find("tokenizer.json (or vocab.json and merges.txt)"), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("tokenizer.json (or vocab.json and merges.txt)"), std::string::npos)
+                << e.what();
         }
     }
     try {
@@ -394,7 +409,8 @@ TEST_F(DitCheckpoint, ModelLoadingRecognisesTheLayoutAndAsksForTheTokenizer) {
         ADD_FAILURE() << "a UDLM checkpoint without its tokenizer loaded as a model";
     } catch (const ModelError& e) {
         EXPECT_NE(std::string(e.what()).find("is a UDLM checkpoint without its tokenizer: put bert-base-uncased's"),
-                  std::string::npos) << e.what();
+                  std::string::npos)
+            << e.what();
     }
     // A tokenizer of another size than the network's vocabulary less the mask: refused with both sizes.
     const fs::path other = copy_of("mdlm", "mdlm_other_tokenizer");
@@ -409,8 +425,10 @@ TEST_F(DitCheckpoint, ModelLoadingRecognisesTheLayoutAndAsksForTheTokenizer) {
         rudder::load_model(other, std::nullopt);
         ADD_FAILURE() << "a tokenizer of 257 tokens was accepted for a network of 300";
     } catch (const ModelError& e) {
-        EXPECT_NE(std::string(e.what()).find("the tokenizer has 257 tokens, and with the mask 258; the network has 300"),
-                  std::string::npos) << e.what();
+        EXPECT_NE(
+            std::string(e.what()).find("the tokenizer has 257 tokens, and with the mask 258; the network has 300"),
+            std::string::npos)
+            << e.what();
     }
 }
 
@@ -449,7 +467,8 @@ TEST_F(DitCheckpoint, WithItsTokenizerACheckpointIsAModelThatARecipeSamples) {
     for (const std::string name : {"mdlm", "sedd"}) {
         SCOPED_TRACE(name);
         const fs::path dir = copy_of(name, name + "_with_tokenizer");
-        for (const char* file : {"vocab.json", "merges.txt"}) fs::copy(root_ / "gpt2_like_tokenizer" / file, dir / file);
+        for (const char* file : {"vocab.json", "merges.txt"})
+            fs::copy(root_ / "gpt2_like_tokenizer" / file, dir / file);
         const rudder::Model model = rudder::load_model(dir, std::nullopt);
         EXPECT_EQ(model.family, rudder::Family::discrete);
         EXPECT_EQ(model.tokenizer->type(), "bpe");
@@ -495,7 +514,8 @@ TEST_F(DitCheckpoint, WithItsTokenizerACheckpointIsAModelThatARecipeSamples) {
         for (const auto& s : constrained.generate()) {
             expect_prefix_length_and_never(s, prefix, 9, end, {banned[0]});
             if (s.tokens.size() != 16u) continue;
-            EXPECT_TRUE(std::equal(suffix.begin(), suffix.end(), s.tokens.begin() + 9 - static_cast<int64_t>(suffix.size())))
+            EXPECT_TRUE(
+                std::equal(suffix.begin(), suffix.end(), s.tokens.begin() + 9 - static_cast<int64_t>(suffix.size())))
                 << s.text;
             for (const auto& control : s.controls)
                 EXPECT_EQ(control.verdict.satisfied, 1) << control.label << ": " << s.text;
@@ -533,8 +553,8 @@ TEST_F(DitCheckpoint, WithItsTokenizerADuoCheckpointIsAUniformNoiseModelThatARec
 TEST_F(DitCheckpoint, WithBertsWordPieceTokenizerAUdlmCheckpointIsAUniformNoiseModelThatARecipeSamples) {
     rudder::plugins::Registry registry({fs::path(RUDDER_TEST_PLUGIN_DIR)});
     const fs::path dir = copy_of("udlm", "udlm_with_tokenizer");
-    std::vector<std::string> vocab = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "the", "cat", "sat",
-                                      "near", "river", "on", "mat", "##ed", "##ing"};
+    std::vector<std::string> vocab = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".",   ",",    "the",
+                                      "cat",   "sat",   "near",  "river", "on",     "mat", "##ed", "##ing"};
     for (char c = 'a'; c <= 'z'; ++c) vocab.push_back(std::string(1, c));
     for (char c = 'a'; c <= 'z'; ++c) vocab.push_back("##" + std::string(1, c));
     for (int i = 0; vocab.size() < 300; ++i) vocab.push_back("w" + std::to_string(i));
@@ -556,29 +576,47 @@ TEST_F(DitCheckpoint, WithBertsWordPieceTokenizerAUdlmCheckpointIsAUniformNoiseM
         for (size_t i = 0; i < vocab.size(); ++i) vocab_ids[vocab[i]] = i;
         json added = json::array();
         for (int64_t i = 0; i < 5; ++i)
-            added.push_back({{"id", i}, {"content", vocab[static_cast<size_t>(i)]}, {"single_word", false}, {"lstrip", false},
-                             {"rstrip", false}, {"normalized", false}, {"special", true}});
+            added.push_back({{"id", i},
+                             {"content", vocab[static_cast<size_t>(i)]},
+                             {"single_word", false},
+                             {"lstrip", false},
+                             {"rstrip", false},
+                             {"normalized", false},
+                             {"special", true}});
         write_json(as_json / "tokenizer.json",
-                   {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added},
-                    {"normalizer", {{"type", "BertNormalizer"}, {"clean_text", true}, {"handle_chinese_chars", true},
-                                    {"strip_accents", nullptr}, {"lowercase", true}}},
+                   {{"version", "1.0"},
+                    {"truncation", nullptr},
+                    {"padding", nullptr},
+                    {"added_tokens", added},
+                    {"normalizer",
+                     {{"type", "BertNormalizer"},
+                      {"clean_text", true},
+                      {"handle_chinese_chars", true},
+                      {"strip_accents", nullptr},
+                      {"lowercase", true}}},
                     {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
                     {"post_processor", nullptr},
                     {"decoder", {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}}},
-                    {"model", {{"type", "WordPiece"}, {"unk_token", "[UNK]"}, {"continuing_subword_prefix", "##"},
-                               {"max_input_chars_per_word", 100}, {"vocab", vocab_ids}}}});
+                    {"model",
+                     {{"type", "WordPiece"},
+                      {"unk_token", "[UNK]"},
+                      {"continuing_subword_prefix", "##"},
+                      {"max_input_chars_per_word", 100},
+                      {"vocab", vocab_ids}}}});
         const rudder::Model from_json = rudder::load_model(as_json, std::nullopt);
         EXPECT_EQ(from_json.tokenizer->type(), "wordpiece");
         EXPECT_EQ(from_json.tokenizer->encode("The cat"), (std::vector<int64_t>{7, 8}));
         EXPECT_EQ(rudder::describe_model(as_json)["tokenizer"], "WordPiece, tokenizer.json");
         const fs::path with_bpe = copy_of("udlm", "udlm_with_gpt2_tokenizer");
-        for (const char* file : {"vocab.json", "merges.txt"}) fs::copy(root_ / "gpt2_like_tokenizer" / file, with_bpe / file);
+        for (const char* file : {"vocab.json", "merges.txt"})
+            fs::copy(root_ / "gpt2_like_tokenizer" / file, with_bpe / file);
         try {
             rudder::load_model(with_bpe, std::nullopt);
             ADD_FAILURE() << "a UDLM checkpoint took GPT-2's tokenizer";
         } catch (const ModelError& e) {
             EXPECT_NE(std::string(e.what()).find("the folder's byte-level BPE, vocab.json + merges.txt is not one"),
-                      std::string::npos) << e.what();
+                      std::string::npos)
+                << e.what();
         }
     }
     const int64_t plural = std::find(vocab.begin(), vocab.end(), "##s") - vocab.begin();
@@ -624,19 +662,24 @@ TEST_F(DitCheckpoint, ABd3lmCheckpointIsSampledBlockByBlock) {
     }
     const auto issue_of = [&](const std::string& sampler) {
         try {
-            rudder::Generator refused(rudder::parse_recipe(R"({"model": ")" + dir.string() + R"(", "sampler": )" + sampler + "}", "."),
-                                      registry);
+            rudder::Generator refused(
+                rudder::parse_recipe(R"({"model": ")" + dir.string() + R"(", "sampler": )" + sampler + "}", "."),
+                registry);
         } catch (const rudder::RecipeError& e) {
             return e.issues().at(0).pointer + ": " + e.issues().at(0).message;
         }
         return std::string("(accepted)");
     };
-    EXPECT_NE(issue_of(R"({"name": "analytic"})").find("/sampler/name: model 'bd3lm_with_tokenizer' predicts each block of 4"),
-              std::string::npos) << issue_of(R"({"name": "analytic"})");
-    EXPECT_NE(issue_of(R"({"name": "first_hitting", "block_length": 3})").find("/sampler/block_length: "), std::string::npos);
+    EXPECT_NE(issue_of(R"({"name": "analytic"})")
+                  .find("/sampler/name: model 'bd3lm_with_tokenizer' predicts each block of 4"),
+              std::string::npos)
+        << issue_of(R"({"name": "analytic"})");
+    EXPECT_NE(issue_of(R"({"name": "first_hitting", "block_length": 3})").find("/sampler/block_length: "),
+              std::string::npos);
     EXPECT_NE(issue_of(R"({"name": "first_hitting"})").find("(none given)"), std::string::npos);
     EXPECT_EQ(issue_of(R"({"name": "first_hitting", "block_length": 2})"), "(accepted)");
-    EXPECT_NE(issue_of(R"({"name": "first_hitting", "block_length": 4, "prompt_guidance": 1.0})").find("/sampler/prompt_guidance: "),
+    EXPECT_NE(issue_of(R"({"name": "first_hitting", "block_length": 4, "prompt_guidance": 1.0})")
+                  .find("/sampler/prompt_guidance: "),
               std::string::npos);
     EXPECT_EQ(issue_of(R"({"name": "confidence", "steps": 16, "block_length": 4})"), "(accepted)");
 }

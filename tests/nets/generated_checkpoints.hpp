@@ -30,8 +30,8 @@ protected:
         script_ = std::filesystem::path(script).filename().string();
         root_ = std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
         std::filesystem::remove_all(root_);
-        const std::string command =
-            std::string(RUDDER_PYTHON3) + " " + script + " " + root_.string() + " > " + (root_.string() + ".log") + " 2>&1";
+        const std::string command = std::string(RUDDER_PYTHON3) + " " + script + " " + root_.string() + " > " +
+                                    (root_.string() + ".log") + " 2>&1";
         const int status = std::system(command.c_str());
         fixture_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     }

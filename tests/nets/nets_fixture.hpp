@@ -73,11 +73,15 @@ inline at::Tensor condition_tokens() {
 
 // The smallest useful network: the tests check plumbing, not quality.
 inline nlohmann::json micro_config(const std::string& family, bool conditional) {
-    nlohmann::json c = {{"family", family},   {"dim", 16},
-                        {"layers", 1},        {"heads", 2},
-                        {"ff_dim", 32},       {"max_length", kLength},
+    nlohmann::json c = {{"family", family},
+                        {"dim", 16},
+                        {"layers", 1},
+                        {"heads", 2},
+                        {"ff_dim", 32},
+                        {"max_length", kLength},
                         {"max_condition_length", conditional ? kConditionLength : 0},
-                        {"dropout", 0.0},     {"condition_dropout", 0.0}};
+                        {"dropout", 0.0},
+                        {"condition_dropout", 0.0}};
     if (family == "continuous") c["schedule"] = {{"name", "sqrt"}, {"T", 200}};
     return c;
 }

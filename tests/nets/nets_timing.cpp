@@ -54,7 +54,8 @@ int main(int argc, char** argv) {
         if (c.max_condition_length > 0) {
             condition = at::randint(3, V, {B, c.max_condition_length}, gen, at::kLong);
             const at::Tensor cl = at::randint(20, 46, {B, 1}, gen, at::kLong);
-            condition.masked_fill_(at::arange(c.max_condition_length, at::kLong).unsqueeze(0).ge(cl), tokenizer.pad_id());
+            condition.masked_fill_(at::arange(c.max_condition_length, at::kLong).unsqueeze(0).ge(cl),
+                                   tokenizer.pad_id());
         }
         torch::optim::Adam adam(net->parameters(), torch::optim::AdamOptions(1e-3));
         net->train();
@@ -77,13 +78,13 @@ int main(int argc, char** argv) {
         forward = backward = update = 0;
         for (int64_t i = 0; i < steps; ++i) step();
         const double seconds = forward + backward + update;
-        std::printf("%-10s V=%lld dim=%lld layers=%lld heads=%lld ff=%lld L=%lld C=%lld: %lld parameters (%.2f MB "
-                    "float32), batch %lld: %.2f steps/s (forward %.0f%%, backward %.0f%%, Adam %.0f%%)\n",
-                    family.c_str(), (long long)V, (long long)c.dim, (long long)c.layers, (long long)c.heads,
-                    (long long)c.ff_dim, (long long)c.max_length, (long long)c.max_condition_length,
-                    (long long)params, static_cast<double>(params) * 4.0 / 1e6, (long long)B,
-                    static_cast<double>(steps) / seconds, 100 * forward / seconds, 100 * backward / seconds,
-                    100 * update / seconds);
+        std::printf(
+            "%-10s V=%lld dim=%lld layers=%lld heads=%lld ff=%lld L=%lld C=%lld: %lld parameters (%.2f MB "
+            "float32), batch %lld: %.2f steps/s (forward %.0f%%, backward %.0f%%, Adam %.0f%%)\n",
+            family.c_str(), (long long)V, (long long)c.dim, (long long)c.layers, (long long)c.heads,
+            (long long)c.ff_dim, (long long)c.max_length, (long long)c.max_condition_length, (long long)params,
+            static_cast<double>(params) * 4.0 / 1e6, (long long)B, static_cast<double>(steps) / seconds,
+            100 * forward / seconds, 100 * backward / seconds, 100 * update / seconds);
     }
     return 0;
 }

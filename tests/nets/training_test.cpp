@@ -98,8 +98,8 @@ at::Tensor sample_discrete(TransformerDenoiser& den, const MaskSchedule& schedul
 }
 
 struct Reproduction {
-    double share = 0;          // rows that are exactly a training sentence (the wanted one, if given)
-    int64_t distinct = 0;      // how many different training sentences appear
+    double share = 0;      // rows that are exactly a training sentence (the wanted one, if given)
+    int64_t distinct = 0;  // how many different training sentences appear
 };
 
 // How the sampled rows match the training sentences; prints the first ones. `wanted`: per row, the sentence the
@@ -177,7 +177,8 @@ TEST(Training, CdcdLearnsEightSentencesAndTheLoopReproducesThem) {
     const double before = dev_loss();
     train(*net, kSteps, false, 52);
     const double after = dev_loss();
-    std::cout << "[cdcd] cross-entropy at uniform noise levels: " << before << " before, " << after << " after" << std::endl;
+    std::cout << "[cdcd] cross-entropy at uniform noise levels: " << before << " before, " << after << " after"
+              << std::endl;
     EXPECT_LT(after, 0.3 * before);
 
     const GaussianSchedule schedule = net->schedule();
@@ -254,7 +255,8 @@ TEST(Training, ScoreEntropyUniformLearnsEightSentencesAndTauLeapingReproducesThe
     at::Tensor tokens = sampler.init(kSamples, kLength, tokenizer()->vocab_size(), gen, at::kCPU);
     for (int64_t i = 0; i < sampler.steps(); ++i) {
         const at::Tensor log_post = den.denoise(tokens, sampler.t(i), {}).logits.reshape({kSamples * kLength, -1});
-        tokens = DiscreteSampler::draw(sampler.step_log_probs(log_post, tokens.reshape({-1}), i), gen).view({kSamples, kLength});
+        tokens = DiscreteSampler::draw(sampler.step_log_probs(log_post, tokens.reshape({-1}), i), gen)
+                     .view({kSamples, kLength});
     }
     // Measured 37 of 64 (the absorbing micro models: 80-90%): every position is redrawn at every step, so a late
     // wrong draw at one position is not always mended.

@@ -64,9 +64,9 @@ TEST(CorpusDenoiser, DiscretePosteriorMatchesBruteForce) {
     EXPECT_EQ(denoiser.corpus_size(), 4);
 
     const std::vector<std::vector<int64_t>> states = {
-        {3, kMask, kMask, 6, kMask},     // agrees with sentences 0 and 1 (1 has a 6 at position 3)
-        {kMask, 4, kMask, kMask, 7},     // sentences 0 and 2
-        {9, 8, kMask, kMask, kMask},     // no sentence agrees everywhere
+        {3, kMask, kMask, 6, kMask},         // agrees with sentences 0 and 1 (1 has a 6 at position 3)
+        {kMask, 4, kMask, kMask, 7},         // sentences 0 and 2
+        {9, 8, kMask, kMask, kMask},         // no sentence agrees everywhere
         {kMask, kMask, kMask, kMask, kPad},  // only the short sentence has a pad at the end
     };
     std::vector<int64_t> flat;
@@ -166,8 +166,8 @@ TEST(CorpusDenoiser, ContinuousConcentratesAtSmallTAndSpreadsAtOne) {
             std::vector<double> log_w;
             double max_log_w = -INFINITY;
             for (size_t n = 0; n < kCorpus.size(); ++n) {
-                const double d2 = (x[b] - std::sqrt(ab) * sentence_embeddings[n]).to(at::kDouble).pow(2).sum()
-                                      .item<double>();
+                const double d2 =
+                    (x[b] - std::sqrt(ab) * sentence_embeddings[n]).to(at::kDouble).pow(2).sum().item<double>();
                 log_w.push_back(-d2 / (2.0 * (1.0 - ab)));
                 max_log_w = std::max(max_log_w, log_w.back());
             }

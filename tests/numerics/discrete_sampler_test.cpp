@@ -95,8 +95,9 @@ TEST(DiscreteSampler, RemaskingProbabilitiesFollowTheStrategy) {
                  std::invalid_argument);
     r.to_t = 0.5;
     r.from_t = 0.4;
-    EXPECT_THROW(DiscreteSampler(schedule, DiscreteSampler::Kind::analytic, 5, 0, DiscreteSampler::Order::probability, r),
-                 std::invalid_argument);
+    EXPECT_THROW(
+        DiscreteSampler(schedule, DiscreteSampler::Kind::analytic, 5, 0, DiscreteSampler::Order::probability, r),
+        std::invalid_argument);
 }
 
 // Run as a chain over many positions, remasking masks committed tokens again and the masked share still follows the
@@ -273,7 +274,8 @@ TEST(DiscreteSampler, FirstHittingInBlocksFillsThemLeftToRight) {
         x = at::where(chosen, at::full_like(x, 5), x);
     }
     EXPECT_FALSE(x.eq(kMask).any().item<bool>());
-    for (int64_t p = 0; p < block; ++p) EXPECT_NEAR(first_pick[p].item<double>() / B, 0.25, 0.03) << p;  // uniform inside
+    for (int64_t p = 0; p < block; ++p)
+        EXPECT_NEAR(first_pick[p].item<double>() / B, 0.25, 0.03) << p;  // uniform inside
     EXPECT_EQ(first_pick.narrow(0, block, L - block).sum().item<int64_t>(), 0);
 }
 
@@ -281,7 +283,7 @@ TEST(DiscreteSampler, ConfidenceSharesTheStepsAmongBlocksLeftToRight) {
     // 10 positions in blocks of 4 (4, 4, 2), 7 steps: 3, 2, 2 of them.
     const DiscreteSampler sampler(MaskSchedule(), DiscreteSampler::Kind::confidence, 7, 4);
     EXPECT_EQ(sampler.blocks(10), 3);
-    const std::vector<std::array<int64_t, 3>> expected = {{0, 4, 3}, {0, 4, 2}, {0, 4, 1}, {4, 8, 2},
+    const std::vector<std::array<int64_t, 3>> expected = {{0, 4, 3}, {0, 4, 2},  {0, 4, 1}, {4, 8, 2},
                                                           {4, 8, 1}, {8, 10, 2}, {8, 10, 1}};
     for (int64_t i = 0; i < 7; ++i) {
         const auto block = sampler.block_of(i, 10);
@@ -307,7 +309,8 @@ TEST(DiscreteSampler, ConfidenceKeepsTheMostConfidentShareOfTheDrawn) {
     at::Tensor drawn = at::zeros({2, 6}, at::kBool);
     drawn[0].narrow(0, 0, 5).fill_(true);
     drawn.index_put_({1, 3}, true);
-    const at::Tensor confidence = at::tensor({0.1f, 0.9f, 0.5f, 0.5f, 0.2f, 1.0f, 0.f, 0.f, 0.f, 0.3f, 0.f, 0.f}).view({2, 6});
+    const at::Tensor confidence =
+        at::tensor({0.1f, 0.9f, 0.5f, 0.5f, 0.2f, 1.0f, 0.f, 0.f, 0.f, 0.3f, 0.f, 0.f}).view({2, 6});
     const at::Tensor kept = DiscreteSampler::keep_most_confident(drawn, confidence, 2);
     const at::Tensor expected = at::tensor({0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0}).ne(0).view({2, 6});
     EXPECT_TRUE(at::equal(kept, expected)) << kept;  // position 5 is the most confident but was not drawn
@@ -316,11 +319,13 @@ TEST(DiscreteSampler, ConfidenceKeepsTheMostConfidentShareOfTheDrawn) {
 
 TEST(DiscreteSampler, ConfidenceOrders) {
     // Row 0: one sure token; row 1: two equally likely; row 2: spread over four.
-    const at::Tensor p = at::tensor({0.97f, 0.01f, 0.01f, 0.01f, 0.5f, 0.5f, 0.f, 0.f, 0.25f, 0.25f, 0.25f, 0.25f}).view({3, 4});
+    const at::Tensor p =
+        at::tensor({0.97f, 0.01f, 0.01f, 0.01f, 0.5f, 0.5f, 0.f, 0.f, 0.25f, 0.25f, 0.25f, 0.25f}).view({3, 4});
     const at::Tensor scores = p.log();
     const at::Tensor tokens = at::tensor({0, 1, 2}, at::kLong);
     const auto with = [&](DiscreteSampler::Order order) {
-        return DiscreteSampler(MaskSchedule(), DiscreteSampler::Kind::confidence, 4, 0, order).confidence(scores, tokens);
+        return DiscreteSampler(MaskSchedule(), DiscreteSampler::Kind::confidence, 4, 0, order)
+            .confidence(scores, tokens);
     };
     EXPECT_TRUE(at::allclose(with(DiscreteSampler::Order::probability), at::tensor({0.97f, 0.5f, 0.25f})));
     EXPECT_TRUE(at::allclose(with(DiscreteSampler::Order::margin), at::tensor({0.96f, 0.f, 0.f}), 1e-5, 1e-6));
@@ -347,7 +352,8 @@ TEST(DiscreteSampler, ConfidenceStepsUnmaskEveryPositionBlockByBlock) {
         EXPECT_FALSE(unmasked.narrow(1, 0, block.begin).any().item<bool>()) << "step " << i;
         EXPECT_FALSE(unmasked.narrow(1, block.end, L - block.end).any().item<bool>()) << "step " << i;
         const at::Tensor m = before.narrow(1, block.begin, block.end - block.begin).sum(1);
-        EXPECT_TRUE(at::equal(unmasked.sum(1), m.add(block.steps_left - 1).div(block.steps_left, "floor"))) << "step " << i;
+        EXPECT_TRUE(at::equal(unmasked.sum(1), m.add(block.steps_left - 1).div(block.steps_left, "floor")))
+            << "step " << i;
     }
     EXPECT_FALSE(x.eq(kMask).any().item<bool>());
 }

@@ -156,8 +156,10 @@ TEST(ReverseLoop, DiscreteUniformNoiseTauLeapingReproducesTheCorpusDistribution)
         at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(2024);
         at::Tensor x = sampler.init(kDraws, corpus.length, options.vocab_size, gen, at::kCPU);
         for (int64_t i = 0; i < sampler.steps(); ++i) {
-            const at::Tensor log_post = denoiser.denoise(x, sampler.t(i), {}).logits.reshape({kDraws * corpus.length, -1});
-            x = DiscreteSampler::draw(sampler.step_log_probs(log_post, x.reshape({-1}), i), gen).view({kDraws, corpus.length});
+            const at::Tensor log_post =
+                denoiser.denoise(x, sampler.t(i), {}).logits.reshape({kDraws * corpus.length, -1});
+            x = DiscreteSampler::draw(sampler.step_log_probs(log_post, x.reshape({-1}), i), gen)
+                    .view({kDraws, corpus.length});
         }
         // How often each corpus sentence was drawn.
         std::vector<int64_t> count(corpus.sentences.size(), 0);
@@ -175,9 +177,10 @@ TEST(ReverseLoop, DiscreteUniformNoiseTauLeapingReproducesTheCorpusDistribution)
         }
         const double expected = static_cast<double>(exact) / static_cast<double>(count.size());
         double chi2 = 0;
-        for (int64_t c : count) chi2 += (static_cast<double>(c) - expected) * (static_cast<double>(c) - expected) / expected;
-        std::cout << "[uniform noise, " << (analytic ? "tweedie" : "euler") << "] exact corpus sentences " << exact << " / "
-                  << kDraws << ", chi-square over " << count.size() << " sentences " << chi2 << std::endl;
+        for (int64_t c : count)
+            chi2 += (static_cast<double>(c) - expected) * (static_cast<double>(c) - expected) / expected;
+        std::cout << "[uniform noise, " << (analytic ? "tweedie" : "euler") << "] exact corpus sentences " << exact
+                  << " / " << kDraws << ", chi-square over " << count.size() << " sentences " << chi2 << std::endl;
         EXPECT_GE(exact * 10, kDraws * 9) << exact << " of " << kDraws;
         // Uniform over the 20 sentences: chi-square with 19 degrees of freedom stays under 43.8 with probability 0.999.
         EXPECT_LT(chi2, 43.8);

@@ -175,7 +175,8 @@ TEST(TimeWarp, FittedWarpIsMonotoneIntegratesToOneAndFollowsTheLossesRise) {
     // Until every bin has been seen the warp stays uniform; a flat loss gives the uniform warp too.
     std::vector<double> unseen(K, 1.0);
     unseen[5] = 0.0;
-    const std::vector<double> waiting = fit_time_warp(loss, unseen, floor), flat = fit_time_warp(std::vector<double>(K, 2.0), seen, floor);
+    const std::vector<double> waiting = fit_time_warp(loss, unseen, floor),
+                              flat = fit_time_warp(std::vector<double>(K, 2.0), seen, floor);
     for (size_t j = 0; j <= K; ++j) {
         EXPECT_NEAR(waiting[j], static_cast<double>(j) / K, 1e-15);
         EXPECT_NEAR(flat[j], static_cast<double>(j) / K, 1e-15);

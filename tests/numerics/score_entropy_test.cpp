@@ -21,7 +21,8 @@ constexpr int64_t kMask = 4;
 // The rate matrix in the column convention (Q[y, x]: rate from x to y), as the header defines it.
 at::Tensor rate_matrix(Graph graph) {
     at::Tensor q = at::zeros({kVocab, kVocab}, at::kDouble);
-    if (graph == Graph::uniform) return at::full({kVocab, kVocab}, 1.0 / kVocab, at::kDouble) - at::eye(kVocab, at::kDouble);
+    if (graph == Graph::uniform)
+        return at::full({kVocab, kVocab}, 1.0 / kVocab, at::kDouble) - at::eye(kVocab, at::kDouble);
     for (int64_t x = 0; x < kVocab; ++x) {
         if (x == kMask) continue;
         q[kMask][x] = 1.0;
@@ -34,10 +35,13 @@ TEST(ScoreEntropy, ForwardMarginalsAreTheMatrixExponentialOfTheRates) {
     for (Graph graph : {Graph::absorb, Graph::uniform}) {
         for (double sigma_bar : {0.05, 0.7, 3.0}) {
             const at::Tensor exact = at::linalg_matrix_exp(sigma_bar * rate_matrix(graph));  // [y, x0]
-            const at::Tensor x0 = at::arange(kVocab - 1, at::kLong);                          // clean tokens
-            const at::Tensor p = transition_probs(graph, x0, at::full({kVocab - 1}, sigma_bar, at::kDouble), kVocab, kMask);
+            const at::Tensor x0 = at::arange(kVocab - 1, at::kLong);                         // clean tokens
+            const at::Tensor p =
+                transition_probs(graph, x0, at::full({kVocab - 1}, sigma_bar, at::kDouble), kVocab, kMask);
             EXPECT_TRUE(at::allclose(p, exact.t().index_select(0, x0), 1e-12, 1e-12))
-                << graph_name(graph) << " sigma_bar " << sigma_bar << "\n" << p << "\n" << exact.t();
+                << graph_name(graph) << " sigma_bar " << sigma_bar << "\n"
+                << p << "\n"
+                << exact.t();
             EXPECT_TRUE(at::allclose(p.sum(1), at::ones({kVocab - 1}, at::kDouble)));
         }
     }
@@ -50,37 +54,46 @@ TEST(ScoreEntropy, DrawsFollowTheMarginals) {
         const at::Tensor x0 = at::full({1, n}, 1, at::kLong);
         const at::Tensor x_t = sample_transition(graph, x0, at::full({1}, 0.9, at::kDouble), kVocab, kMask, gen);
         const at::Tensor freq = at::bincount(x_t.reshape({-1}), {}, kVocab).to(at::kDouble) / static_cast<double>(n);
-        const at::Tensor p = transition_probs(graph, at::full({1}, 1, at::kLong), at::full({1}, 0.9, at::kDouble), kVocab, kMask)[0];
+        const at::Tensor p =
+            transition_probs(graph, at::full({1}, 1, at::kLong), at::full({1}, 0.9, at::kDouble), kVocab, kMask)[0];
         // Five standard errors of a share of 200,000 draws.
         const at::Tensor tolerance = 5.0 * (p * (1.0 - p) / static_cast<double>(n)).sqrt() + 1e-12;
-        EXPECT_TRUE((freq - p).abs().le(tolerance).all().item<bool>()) << graph_name(graph) << "\n" << freq << "\n" << p;
+        EXPECT_TRUE((freq - p).abs().le(tolerance).all().item<bool>()) << graph_name(graph) << "\n"
+                                                                       << freq << "\n"
+                                                                       << p;
     }
 }
 
 // Worked by hand with V = 3 and sigma_bar = ln 2 (alpha = 1/2).
 TEST(ScoreEntropy, ValueAndGradientMatchAHandWorkedExample) {
     const at::Tensor sigma_bar = at::full({1}, std::log(2.0), at::kDouble);
-    // Uniform, x0 = 0, x_t = 1: p(x_t | x0) = (1/2)/3 = 1/6; r_0 = (1/2 + 1/6) / (1/6) = 4, r_2 = 1. Scores s = (2, ., 1/2):
+    // Uniform, x0 = 0, x_t = 1: p(x_t | x0) = (1/2)/3 = 1/6; r_0 = (1/2 + 1/6) / (1/6) = 4, r_2 = 1. Scores s = (2, .,
+    // 1/2):
     //   y = 0: 2 - 4 ln 2 + 4 (ln 4 - 1) = -2 + 4 ln 2;   y = 2: 1/2 - ln(1/2) + (0 - 1) = -1/2 + ln 2
     //   loss = (-5/2 + 5 ln 2) / 3;   d/d log s_y = (s_y - r_y) / 3 = -2/3, 0 (x_t itself is never read), -1/6.
-    at::Tensor log_score = at::tensor({std::log(2.0), 5.0, std::log(0.5)}, at::kDouble).view({1, 3}).requires_grad_(true);
+    at::Tensor log_score =
+        at::tensor({std::log(2.0), 5.0, std::log(0.5)}, at::kDouble).view({1, 3}).requires_grad_(true);
     at::Tensor loss = score_entropy(Graph::uniform, log_score, at::full({1}, 1, at::kLong), at::full({1}, 0, at::kLong),
                                     sigma_bar, /*mask_id=*/2);
     EXPECT_NEAR(loss.item<double>(), (-2.5 + 5.0 * std::log(2.0)) / 3.0, 1e-12);
     loss.sum().backward();
-    EXPECT_TRUE(at::allclose(log_score.grad(), at::tensor({-2.0 / 3.0, 0.0, -1.0 / 6.0}, at::kDouble).view({1, 3}), 1e-12, 1e-12))
+    EXPECT_TRUE(at::allclose(log_score.grad(), at::tensor({-2.0 / 3.0, 0.0, -1.0 / 6.0}, at::kDouble).view({1, 3}),
+                             1e-12, 1e-12))
         << log_score.grad();
 
     // Absorbing, mask 2, x0 = 0, x_t = mask: r_0 = alpha / (1 - alpha) = 1, other r = 0. Scores s = (2, 3, .):
     //   loss = (2 + 3) - 1 * ln 2 + K(1) = 4 - ln 2;   d/d log s_y = s_y - r_y = 1, 3, 0.
     // An unmasked x_t has no rate flowing in: 0.
-    log_score = at::tensor({std::log(2.0), std::log(3.0), 7.0, std::log(2.0), std::log(3.0), 7.0}, at::kDouble).view({2, 3}).requires_grad_(true);
+    log_score = at::tensor({std::log(2.0), std::log(3.0), 7.0, std::log(2.0), std::log(3.0), 7.0}, at::kDouble)
+                    .view({2, 3})
+                    .requires_grad_(true);
     loss = score_entropy(Graph::absorb, log_score, at::tensor({2, 0}, at::kLong), at::tensor({0, 0}, at::kLong),
                          at::full({2}, std::log(2.0), at::kDouble), 2);
     EXPECT_NEAR(loss[0].item<double>(), 4.0 - std::log(2.0), 1e-12);
     EXPECT_EQ(loss[1].item<double>(), 0.0);
     loss.sum().backward();
-    EXPECT_TRUE(at::allclose(log_score.grad(), at::tensor({1.0, 3.0, 0.0, 0.0, 0.0, 0.0}, at::kDouble).view({2, 3}), 1e-12, 1e-12))
+    EXPECT_TRUE(at::allclose(log_score.grad(), at::tensor({1.0, 3.0, 0.0, 0.0, 0.0, 0.0}, at::kDouble).view({2, 3}),
+                             1e-12, 1e-12))
         << log_score.grad();
 }
 
@@ -95,7 +108,8 @@ TEST(ScoreEntropy, IsZeroExactlyAtTheTrueRatiosAndPositiveElsewhere) {
         const at::Tensor ratio = p / p.gather(1, x_t.unsqueeze(1));  // r_y; y = x_t gives 1
         // log r, with the never-read entries (r = 0: unreachable tokens) at an arbitrary finite value.
         const at::Tensor truth = at::where(ratio.gt(0), ratio.log(), at::full_like(ratio, -30.0));
-        EXPECT_LT(score_entropy(graph, truth, x_t, x0, sigma_bar, kMask).abs().max().item<double>(), 1e-9) << graph_name(graph);
+        EXPECT_LT(score_entropy(graph, truth, x_t, x0, sigma_bar, kMask).abs().max().item<double>(), 1e-9)
+            << graph_name(graph);
         const at::Tensor off = truth + 0.3 * at::randn(truth.sizes(), gen, at::kDouble);
         const at::Tensor loss = score_entropy(graph, off, x_t, x0, sigma_bar, kMask);
         EXPECT_TRUE(loss.ge(0).all().item<bool>()) << graph_name(graph);
@@ -103,7 +117,8 @@ TEST(ScoreEntropy, IsZeroExactlyAtTheTrueRatiosAndPositiveElsewhere) {
         EXPECT_TRUE(loss.masked_select(moved).gt(0).all().item<bool>()) << graph_name(graph);
     }
     EXPECT_THROW(score_entropy(Graph::uniform, at::zeros({1, 3}), at::zeros({1}, at::kLong), at::zeros({1}, at::kLong),
-                               at::zeros({1}, at::kDouble), 2), std::invalid_argument);
+                               at::zeros({1}, at::kDouble), 2),
+                 std::invalid_argument);
     EXPECT_THROW(parse_graph("absorbing"), std::invalid_argument);
     EXPECT_EQ(parse_graph("uniform"), Graph::uniform);
 }
@@ -125,8 +140,9 @@ TEST(ScoreEntropy, UniformPosteriorAddsTheOwnTokensEvidenceAndBack) {
             EXPECT_TRUE(at::allclose(uniform_rest_from_posterior(post, x_t, level)[0].exp(), p0, 1e-10, 1e-12));
         }
     }
-    EXPECT_THROW(uniform_posterior_from_rest(p0.log().unsqueeze(0), at::zeros({1}, at::kLong), at::zeros({1}, at::kDouble)),
-                 std::invalid_argument);
+    EXPECT_THROW(
+        uniform_posterior_from_rest(p0.log().unsqueeze(0), at::zeros({1}, at::kLong), at::zeros({1}, at::kDouble)),
+        std::invalid_argument);
 }
 
 // The score a clean distribution implies is the ratio of the forward marginals, and stays exact where alpha is tiny.
@@ -143,7 +159,8 @@ TEST(ScoreEntropy, UniformScoreOfCleanIsTheRatioOfTheMarginals) {
     // At sigma_bar 20 (alpha 2e-9) s_y - 1 = alpha V (p0(y) - p0(x_t)) to first order: float32 keeps it.
     const double alpha = std::exp(-20.0);
     const at::Tensor log_s = uniform_score_of_clean(p0.log().to(at::kFloat).unsqueeze(0), at::zeros({1}, at::kLong),
-                                                    at::full({1}, 20.0, at::kDouble))[0].to(at::kDouble);
+                                                    at::full({1}, 20.0, at::kDouble))[0]
+                                 .to(at::kDouble);
     const at::Tensor first_order = alpha * kVocab * (p0 - p0[0]);
     EXPECT_TRUE(at::allclose(log_s, first_order, 1e-5, 1e-15)) << log_s << "\n" << first_order;
 }
@@ -163,14 +180,18 @@ TEST(ScoreEntropy, UniformTweedieStepIsExactForOnePositionAndEulerApproachesIt) 
             const at::Tensor x_t = at::full({1}, b, at::kLong);
             const at::Tensor from = at::full({1}, sigma_t, at::kDouble), to = at::full({1}, sigma_s, at::kDouble);
             const at::Tensor tweedie = uniform_tweedie_probs(log_p0, x_t, from, to)[0];
-            EXPECT_TRUE(at::allclose(tweedie, exact, 1e-10, 1e-12)) << sigma_t << " -> " << sigma_s << ", x_t " << b << "\n"
-                                                                  << tweedie << "\n" << exact;
+            EXPECT_TRUE(at::allclose(tweedie, exact, 1e-10, 1e-12))
+                << sigma_t << " -> " << sigma_s << ", x_t " << b << "\n"
+                << tweedie << "\n"
+                << exact;
             const at::Tensor score = uniform_score_of_clean(log_p0, x_t, from)[0].exp();
             const at::Tensor sedd = at::matmul(uniform_kernel(sigma_s - sigma_t), score) * step[b];
             EXPECT_TRUE(at::allclose(tweedie, sedd / sedd.sum(), 1e-10, 1e-12)) << sigma_t << " -> " << sigma_s;
-            const double euler_error = (uniform_euler_probs(log_p0, x_t, from, to)[0] - exact).abs().max().item<double>();
+            const double euler_error =
+                (uniform_euler_probs(log_p0, x_t, from, to)[0] - exact).abs().max().item<double>();
             if (sigma_s > 0) {
-                EXPECT_LT(euler_error, 2.0 * (sigma_t - sigma_s) * (sigma_t - sigma_s) + 1e-3) << sigma_t << " -> " << sigma_s;
+                EXPECT_LT(euler_error, 2.0 * (sigma_t - sigma_s) * (sigma_t - sigma_s) + 1e-3)
+                    << sigma_t << " -> " << sigma_s;
             }
         }
     }
@@ -179,7 +200,8 @@ TEST(ScoreEntropy, UniformTweedieStepIsExactForOnePositionAndEulerApproachesIt) 
     const at::Tensor noisy = at::log_softmax(at::randn({16, kVocab}, gen, at::kDouble) * 3.0, 1);
     const at::Tensor x_t = at::randint(kVocab, {16}, gen, at::kLong);
     const at::Tensor from = at::full({16}, 0.9, at::kDouble), to = at::full({16}, 0.4, at::kDouble);
-    for (const at::Tensor& p : {uniform_tweedie_probs(noisy, x_t, from, to), uniform_euler_probs(noisy, x_t, from, to)}) {
+    for (const at::Tensor& p :
+         {uniform_tweedie_probs(noisy, x_t, from, to), uniform_euler_probs(noisy, x_t, from, to)}) {
         EXPECT_TRUE(p.ge(0).all().item<bool>());
         EXPECT_TRUE(at::allclose(p.sum(1), at::ones({16}, at::kDouble)));
     }

@@ -27,8 +27,8 @@ STATIC_CHECK(status_values, RUDDER_OK == 0 && RUDDER_ERR_INVALID_ARGUMENT == 1 &
                                 RUDDER_ERR_CANCELLED == 5 && RUDDER_ERR_OUT_OF_MEMORY == 6);
 STATIC_CHECK(family_values, RUDDER_FAMILY_CONTINUOUS == 1 && RUDDER_FAMILY_DISCRETE == 2);
 STATIC_CHECK(phase_values, RUDDER_PHASE_PREDICT == 1 && RUDDER_PHASE_GUIDE == 2);
-STATIC_CHECK(log_values, RUDDER_LOG_DEBUG == 0 && RUDDER_LOG_INFO == 1 && RUDDER_LOG_WARN == 2 &&
-                             RUDDER_LOG_ERROR == 3);
+STATIC_CHECK(log_values,
+             RUDDER_LOG_DEBUG == 0 && RUDDER_LOG_INFO == 1 && RUDDER_LOG_WARN == 2 && RUDDER_LOG_ERROR == 3);
 STATIC_CHECK(capability_bits, RUDDER_CAP_LOGIT_DELTA == 1 && RUDDER_CAP_GRADIENT == 2 &&
                                   RUDDER_CAP_HARD_CONSTRAINT == 4 && RUDDER_CAP_NEEDS_FRESH_LOGITS == 8 &&
                                   RUDDER_CAP_EVALUATE == 16 && RUDDER_CAP_THREAD_SAFE == 32 &&
@@ -47,9 +47,9 @@ STATIC_CHECK(run_info_appended, offsetof(rudder_run_info, candidates) > offsetof
 STATIC_CHECK(step_appended, offsetof(rudder_step, rows) > offsetof(rudder_step, masked) &&
                                 offsetof(rudder_step, candidate_ids) > offsetof(rudder_step, rows) &&
                                 offsetof(rudder_step, candidate_logp) > offsetof(rudder_step, candidate_ids));
-STATIC_CHECK(contribution_appended, offsetof(rudder_contribution, token_bits) > offsetof(rudder_contribution, forbidden) &&
-                                        offsetof(rudder_contribution, candidate_delta) >
-                                            offsetof(rudder_contribution, token_bits));
+STATIC_CHECK(contribution_appended,
+             offsetof(rudder_contribution, token_bits) > offsetof(rudder_contribution, forbidden) &&
+                 offsetof(rudder_contribution, candidate_delta) > offsetof(rudder_contribution, token_bits));
 
 /* The entry point's type must match what RUDDER_PLUGIN_ENTRY_SYMBOL names. */
 static const rudder_plugin* entry_with_the_right_type(uint32_t major, uint32_t minor) {
@@ -69,10 +69,11 @@ int main(void) {
     if (!RUDDER_HAS_MEMBER(&step_1_1, rudder_step, candidate_logp)) return 1;
     printf("rudder plugin ABI %d.%d, entry symbol %s\n", RUDDER_ABI_MAJOR, RUDDER_ABI_MINOR,
            RUDDER_PLUGIN_ENTRY_SYMBOL);
-    printf("sizeof: rudder_host %u, rudder_run_info %u, rudder_step %u, rudder_contribution %u, rudder_sample %u, "
-           "rudder_verdict %u, rudder_controller_desc %u, rudder_plugin %u\n",
-           (unsigned)sizeof(rudder_host), (unsigned)sizeof(rudder_run_info), (unsigned)sizeof(rudder_step),
-           (unsigned)sizeof(rudder_contribution), (unsigned)sizeof(rudder_sample), (unsigned)sizeof(rudder_verdict),
-           (unsigned)sizeof(rudder_controller_desc), (unsigned)sizeof(rudder_plugin));
+    printf(
+        "sizeof: rudder_host %u, rudder_run_info %u, rudder_step %u, rudder_contribution %u, rudder_sample %u, "
+        "rudder_verdict %u, rudder_controller_desc %u, rudder_plugin %u\n",
+        (unsigned)sizeof(rudder_host), (unsigned)sizeof(rudder_run_info), (unsigned)sizeof(rudder_step),
+        (unsigned)sizeof(rudder_contribution), (unsigned)sizeof(rudder_sample), (unsigned)sizeof(rudder_verdict),
+        (unsigned)sizeof(rudder_controller_desc), (unsigned)sizeof(rudder_plugin));
     return 0;
 }

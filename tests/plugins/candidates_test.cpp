@@ -15,7 +15,8 @@ namespace {
 
 TEST(Candidates, AreTheTopKTiesToTheLowerId) {
     // The k largest scores, highest first, each at its id, a tie going to the lower id: the first k of a stable
-    // descending sort. Random scores, a vocabulary that is not a multiple of the scan's block, k above V, and heavy ties.
+    // descending sort. Random scores, a vocabulary that is not a multiple of the scan's block, k above V, and heavy
+    // ties.
     const auto expect_stable_top = [](const at::Tensor& scores, int64_t k) {
         const auto [top, ids] = top_candidates(scores, k);
         const int64_t kept = std::min(k, scores.size(1));
@@ -43,7 +44,8 @@ TEST(Candidates, AreTheTopKTiesToTheLowerId) {
     spread.index_put_({0, at::tensor({100, 101, 500, 999}, at::kLong)}, std::numeric_limits<float>::quiet_NaN());
     spread.index_put_({0, at::tensor({102, 501}, at::kLong)}, 9.0f);
     const auto [spread_top, spread_ids] = top_candidates(spread, 8);
-    const at::Tensor order = std::get<1>(at::sort(at::nan_to_num(spread, -inf), /*stable=*/true, 1, /*descending=*/true));
+    const at::Tensor order =
+        std::get<1>(at::sort(at::nan_to_num(spread, -inf), /*stable=*/true, 1, /*descending=*/true));
     EXPECT_TRUE(spread_ids.equal(order.narrow(1, 0, 8)));
     EXPECT_EQ(spread_top[0][0].item<float>(), 9.0f);
 }

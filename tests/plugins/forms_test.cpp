@@ -148,7 +148,9 @@ TEST(Forms, BitsPastTheVocabularyAreAnErrorNamingTheRowAndTheWord) {
     const RunShape shape = discrete_shape();
     ControllerInstance past(fixture_type("forms", "rows_mask"), R"({"write": "past_vocab"})", "m");
     past.begin(shape, nullptr);
-    EXPECT_EQ(plugin_error_of([&] { past.step(with_rows(step_inputs(shape, 2), shape, {1, 2, 4}, 0)); }),
+    EXPECT_EQ(plugin_error_of([&] {
+                  past.step(with_rows(step_inputs(shape, 2), shape, {1, 2, 4}, 0));
+              }),
               "controller 'm' (rows_mask, rudder_forms.so): wrote token_bits past the vocabulary (V = 8) in row 1 "
               "(sequence 0, position 2), word 0 at step 2");
 }
@@ -157,7 +159,9 @@ TEST(Forms, ACandidateDeltaThatIsNotFiniteIsAnError) {
     const RunShape shape = shape_with_candidates(2);
     ControllerInstance nan(fixture_type("forms", "candidate_bonus"), R"({"nan":true})", "c");
     nan.begin(shape, nullptr);
-    EXPECT_EQ(plugin_error_of([&] { nan.step(with_rows(step_inputs(shape, 0), shape, {1, 2}, 2)); }),
+    EXPECT_EQ(plugin_error_of([&] {
+                  nan.step(with_rows(step_inputs(shape, 0), shape, {1, 2}, 2));
+              }),
               "controller 'c' (candidate_bonus, rudder_forms.so): wrote NaN or Inf to candidate_delta at step 0");
 }
 
@@ -317,15 +321,17 @@ ControllerType first_party(const std::string& name) {
 TEST(Forms, LengthAndSpanGiveTheSameConstraintsAsTheirDenseForms) {
     const RunShape shape = discrete_shape();
     FakeServices services;
-    for (const auto& [name, params] : std::vector<std::pair<std::string, std::string>>{
-             {"length", R"({"tokens": 2})"}, {"length", R"({"tokens": 3})"}, {"span", R"({"prefix": "the", "length": 2})"},
-             {"span", R"({"words": [{"position": 1, "text": "cat"}]})"}}) {
+    for (const auto& [name, params] :
+         std::vector<std::pair<std::string, std::string>>{{"length", R"({"tokens": 2})"},
+                                                          {"length", R"({"tokens": 3})"},
+                                                          {"span", R"({"prefix": "the", "length": 2})"},
+                                                          {"span", R"({"words": [{"position": 1, "text": "cat"}]})"}}) {
         const ControllerType type = first_party(name);
         EXPECT_NE(type.capabilities() & RUDDER_CAP_ROWS, 0u) << name;
         EXPECT_NE(type.capabilities() & RUDDER_CAP_PACKED_MASK, 0u) << name;
         for (const auto& rows : std::vector<std::vector<int64_t>>{{1, 2, 4}, {0, 1, 2, 3, 4, 5}, {5}}) {
-            const BothForms f = in_both_forms(type, params, shape, with_rows(step_inputs(shape, 0), shape, rows, 0),
-                                              &services);
+            const BothForms f =
+                in_both_forms(type, params, shape, with_rows(step_inputs(shape, 0), shape, rows, 0), &services);
             expect_same(f, name + " " + params + " N=" + std::to_string(rows.size()));
         }
     }

@@ -23,9 +23,7 @@ at::Tensor good_delta(const RunShape& shape) {
     return 100 * b + i + v / 100;
 }
 
-std::string detail_of(ControllerInstance& instance) {
-    return instance.evaluate(0, {1, 2, 3}, 3, "the cat sat").detail;
-}
+std::string detail_of(ControllerInstance& instance) { return instance.evaluate(0, {1, 2, 3}, 3, "the cat sat").detail; }
 
 TEST(ControllerInstance, GoodDeltaArrivesWithTheRightValues) {
     ControllerInstance good(fixture_type("good"), "{}", "g");
@@ -87,8 +85,9 @@ TEST(ControllerInstance, NaNIsRefusedNamingTheController) {
 TEST(ControllerInstance, AThrowInCreateIsReportedAsInvalidParams) {
     const std::string message =
         plugin_error_of([] { ControllerInstance bad(fixture_type("throws"), "{\"throw_in\":\"create\"}", "t"); });
-    EXPECT_EQ(message,
-              "controller 't' (throws, rudder_throws.so): invalid params: throws fixture: deliberate failure in create");
+    EXPECT_EQ(
+        message,
+        "controller 't' (throws, rudder_throws.so): invalid params: throws fixture: deliberate failure in create");
 }
 
 TEST(ControllerInstance, ThrowsInEveryCallAreReportedAndTheHostKeepsWorking) {
@@ -136,7 +135,9 @@ TEST(ControllerInstance, ACallOverItsTimeLimitFailsNamingTheControllerAndTheLimi
     EXPECT_THAT(step_error, HasSubstr("controller 's' (slow, rudder_slow.so): step took 0.0"));
     EXPECT_THAT(step_error, HasSubstr(" at step 2"));
     EXPECT_THAT(step_error, HasSubstr("over its time limit of 0.005 s"));
-    EXPECT_THAT(plugin_error_of([&] { slow.evaluate(4, {1, 2, 3}, 3, "the cat sat"); }),
+    EXPECT_THAT(plugin_error_of([&] {
+                    slow.evaluate(4, {1, 2, 3}, 3, "the cat sat");
+                }),
                 HasSubstr("evaluate took 0.0"));
     slow.set_time_limit(10);  // the instance keeps working once the limit allows it
     EXPECT_EQ(slow.evaluate(4, {1, 2, 3}, 3, "the cat sat").satisfied, 1);
@@ -298,7 +299,7 @@ TEST(ControllerInstance, RunServicesFollowTheBufferProtocol) {
     const StepOutputs out = probe.step(in);
 
     const std::string detail = detail_of(probe);
-    EXPECT_THAT(detail, HasSubstr("denoise_in_begin=2 null;"));  // denoise only inside a PREDICT step
+    EXPECT_THAT(detail, HasSubstr("denoise_in_begin=2 null;"));         // denoise only inside a PREDICT step
     EXPECT_THAT(detail, HasSubstr("tokenize(cap=1)=3 n=3 ids=1,-7;"));  // what fits, and the full count
     EXPECT_THAT(detail, HasSubstr("tokenize=0 n=3 ids=1,2,3;"));
     EXPECT_THAT(detail, HasSubstr("tokenize(NULL)=1;"));
@@ -359,7 +360,8 @@ TEST(ControllerInstance, RunInfoDeviceIsTheCpu) {
 std::vector<std::string> step_concurrently(const std::vector<ControllerType>& types) {
     std::vector<std::unique_ptr<ControllerInstance>> instances;
     for (size_t k = 0; k < types.size(); ++k) {
-        instances.push_back(std::make_unique<ControllerInstance>(types[k], "{\"sleep_ms\":2}", "g" + std::to_string(k)));
+        instances.push_back(
+            std::make_unique<ControllerInstance>(types[k], "{\"sleep_ms\":2}", "g" + std::to_string(k)));
         instances.back()->begin(discrete_shape(), nullptr);
     }
     std::vector<std::string> errors(instances.size());

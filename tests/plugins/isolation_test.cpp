@@ -38,8 +38,8 @@ constexpr bool kSanitizerCatchesFaults = false;
 std::string detail_of(ControllerInstance& instance) { return instance.evaluate(0, {1, 2, 3}, 3, "the cat sat").detail; }
 
 // Runs `body` on an instance of fixture `name` in each mode and returns what it returned in each.
-template <class Body> std::pair<std::string, std::string> both(const std::string& name, const std::string& params,
-                                                                Body&& body) {
+template <class Body>
+std::pair<std::string, std::string> both(const std::string& name, const std::string& params, Body&& body) {
     ControllerInstance in_process(fixture_type(name), params, "x", Isolation::in_process);
     ControllerInstance isolated(fixture_type(name), params, "x", Isolation::process);
     EXPECT_EQ(isolated.isolation(), Isolation::process);
@@ -64,7 +64,8 @@ TEST(Isolation, OutputsAndVerdictsMatchInProcess) {
                 }
             }
         }
-        const Verdict va = a.evaluate(4, {1, 2, 3, 0}, 3, "the cat sat"), vb = b.evaluate(4, {1, 2, 3, 0}, 3, "the cat sat");
+        const Verdict va = a.evaluate(4, {1, 2, 3, 0}, 3, "the cat sat"),
+                      vb = b.evaluate(4, {1, 2, 3, 0}, 3, "the cat sat");
         EXPECT_EQ(va.satisfied, vb.satisfied) << name;
         EXPECT_EQ(va.has_score, vb.has_score) << name;
         EXPECT_EQ(va.detail, vb.detail) << name;
@@ -126,11 +127,15 @@ TEST(Isolation, PluginErrorsAndContractBreachesReadAsInProcess) {
         c.begin(shape, nullptr);
         return plugin_error_of([&] { c.step(step_inputs(shape, 3)); });
     };
-    for (const auto& [name, params] : std::vector<std::pair<std::string, std::string>>{
-             {"nan", "{}"}, {"error_status", "{}"}, {"throws", "{\"throw_in\":\"step\"}"},
-             {"bad_header", "{\"change\":\"ndim\"}"}, {"bad_header", "{\"change\":\"data\"}"},
-             {"bad_header", "{\"change\":\"shape_value\"}"}, {"bad_header", "{\"change\":\"replace\"}"},
-             {"bad_header", "{\"change\":\"written_bits\"}"}}) {
+    for (const auto& [name, params] :
+         std::vector<std::pair<std::string, std::string>>{{"nan", "{}"},
+                                                          {"error_status", "{}"},
+                                                          {"throws", "{\"throw_in\":\"step\"}"},
+                                                          {"bad_header", "{\"change\":\"ndim\"}"},
+                                                          {"bad_header", "{\"change\":\"data\"}"},
+                                                          {"bad_header", "{\"change\":\"shape_value\"}"},
+                                                          {"bad_header", "{\"change\":\"replace\"}"},
+                                                          {"bad_header", "{\"change\":\"written_bits\"}"}}) {
         const auto [expected, isolated] = both(name, params, step_error);
         EXPECT_THAT(isolated, StartsWith("controller 'x' (")) << name;
         EXPECT_EQ(isolated, expected) << name << " " << params;
@@ -295,9 +300,12 @@ const std::vector<std::vector<int64_t>> kRowsPerStep = {{0, 1, 2, 3, 4, 5}, {1, 
 TEST(Isolation, TheNewFormsReachTheChildAndComeBack) {
     RunShape shape = discrete_shape();
     shape.candidates = 3;
-    const std::pair<std::string, std::string> cases[] = {
-        {"forms#rows_mask", "{}"}, {"forms#rows_mask", R"({"write": "allow"})"}, {"forms#candidate_bonus", "{}"},
-        {"helper_forms", R"({"mask": "forbid"})"}, {"helper_forms", R"({"mask": "allow"})"}, {"abi11", "{}"}};
+    const std::pair<std::string, std::string> cases[] = {{"forms#rows_mask", "{}"},
+                                                         {"forms#rows_mask", R"({"write": "allow"})"},
+                                                         {"forms#candidate_bonus", "{}"},
+                                                         {"helper_forms", R"({"mask": "forbid"})"},
+                                                         {"helper_forms", R"({"mask": "allow"})"},
+                                                         {"abi11", "{}"}};
     for (const auto& [name, params] : cases) {
         const auto hash = name.find('#');
         const ControllerType type =
@@ -314,10 +322,10 @@ TEST(Isolation, TheNewFormsReachTheChildAndComeBack) {
             const StepInputs with = with_rows(in, shape, rows, shape.candidates);
             const StepOutputs x = a.step(with), y = b.step(with);
             EXPECT_EQ(x.bits_allowed, y.bits_allowed) << name;
-            const at::Tensor xs[] = {x.logit_delta, x.grad, x.log_prob, x.fixed_tokens, x.forbidden, x.token_bits,
-                                     x.candidate_delta};
-            const at::Tensor ys[] = {y.logit_delta, y.grad, y.log_prob, y.fixed_tokens, y.forbidden, y.token_bits,
-                                     y.candidate_delta};
+            const at::Tensor xs[] = {x.logit_delta, x.grad,       x.log_prob,       x.fixed_tokens,
+                                     x.forbidden,   x.token_bits, x.candidate_delta};
+            const at::Tensor ys[] = {y.logit_delta, y.grad,       y.log_prob,       y.fixed_tokens,
+                                     y.forbidden,   y.token_bits, y.candidate_delta};
             for (int k = 0; k < 7; ++k) {
                 ASSERT_EQ(xs[k].defined(), ys[k].defined()) << name << " output " << k << " N=" << rows.size();
                 if (xs[k].defined()) {
@@ -335,15 +343,16 @@ TEST(Isolation, ThePluginSeesTheNewFormsAsInProcess) {
     const ControllerType ignores_x0 = fixture_type("probe_forms", "forms_probe_ignores_x0");
     ControllerInstance blind(ignores_x0, "{}", "b", Isolation::process);  // reads no x0 at all
     ControllerInstance forms(fixture_type("probe_forms"), "{}", "f", Isolation::process);
-    ControllerInstance plain(fixture_type("probe"), "{}", "p", Isolation::process);  // shares the inputs, reads x0 dense
+    ControllerInstance plain(fixture_type("probe"), "{}", "p",
+                             Isolation::process);  // shares the inputs, reads x0 dense
     ControllerInstance blind_reference(ignores_x0, "{}", "b");
     ControllerInstance forms_reference(fixture_type("probe_forms"), "{}", "f");
     ControllerInstance plain_reference(fixture_type("probe"), "{}", "p");
     blind.share_step_inputs(share);
     forms.share_step_inputs(share);
     plain.share_step_inputs(share);
-    const std::vector<ControllerInstance*> all = {&blind, &forms, &plain, &blind_reference, &forms_reference,
-                                                  &plain_reference};
+    const std::vector<ControllerInstance*> all = {&blind,           &forms,           &plain,
+                                                  &blind_reference, &forms_reference, &plain_reference};
     for (ControllerInstance* c : all) c->begin(shape, nullptr);
     int32_t step = 0;
     for (const auto& rows : kRowsPerStep) {
@@ -361,9 +370,10 @@ TEST(Isolation, ThePluginSeesTheNewFormsAsInProcess) {
 TEST(Isolation, TheNewFormsChecksReadAsInProcess) {
     RunShape shape = discrete_shape();
     shape.candidates = 2;
-    for (const auto& [id, params] : std::vector<std::pair<std::string, std::string>>{
-             {"rows_mask", R"({"write": "both"})"}, {"rows_mask", R"({"write": "past_vocab"})"},
-             {"candidate_bonus", R"({"nan":true})"}}) {
+    for (const auto& [id, params] :
+         std::vector<std::pair<std::string, std::string>>{{"rows_mask", R"({"write": "both"})"},
+                                                          {"rows_mask", R"({"write": "past_vocab"})"},
+                                                          {"candidate_bonus", R"({"nan":true})"}}) {
         const auto step_error = [&](ControllerInstance& c) {
             c.begin(shape, nullptr);
             return plugin_error_of([&] { c.step(with_rows(step_inputs(shape, 3), shape, {1, 2, 4}, 2)); });
@@ -377,14 +387,16 @@ TEST(Isolation, TheNewFormsChecksReadAsInProcess) {
 }
 
 TEST(Isolation, AMissingHelperIsAClearError) {
-    const std::string saved = std::getenv("RUDDER_CONTROLLER_HOST") != nullptr ? std::getenv("RUDDER_CONTROLLER_HOST") : "";
+    const std::string saved =
+        std::getenv("RUDDER_CONTROLLER_HOST") != nullptr ? std::getenv("RUDDER_CONTROLLER_HOST") : "";
     ::setenv("RUDDER_CONTROLLER_HOST", "/nonexistent/rudder-controller-host", 1);
     const std::string error =
         plugin_error_of([] { ControllerInstance c(fixture_type("good"), "{}", "g", Isolation::process); });
     ::setenv("RUDDER_CONTROLLER_HOST", saved.c_str(), 1);
-    EXPECT_EQ(error, "controller 'g' (good, rudder_good.so): cannot run in a process of its own: the helper "
-                     "/nonexistent/rudder-controller-host is missing (set RUDDER_CONTROLLER_HOST, or install Rudder "
-                     "whole)");
+    EXPECT_EQ(error,
+              "controller 'g' (good, rudder_good.so): cannot run in a process of its own: the helper "
+              "/nonexistent/rudder-controller-host is missing (set RUDDER_CONTROLLER_HOST, or install Rudder "
+              "whole)");
 }
 
 TEST(Isolation, Names) {

@@ -132,10 +132,11 @@ TEST(CapabilityNames, NamesEveryBitAndShowsUnknownOnes) {
     EXPECT_EQ(capability_names(RUDDER_CAP_LOGIT_DELTA | RUDDER_CAP_GRADIENT | RUDDER_CAP_HARD_CONSTRAINT |
                                RUDDER_CAP_NEEDS_FRESH_LOGITS | RUDDER_CAP_EVALUATE | RUDDER_CAP_THREAD_SAFE |
                                RUDDER_CAP_ANY_DEVICE),
-              (std::vector<std::string>{"logit_delta", "gradient", "hard_constraint", "needs_fresh_logits",
-                                        "evaluate", "thread_safe", "any_device"}));
-    EXPECT_EQ(capability_names(RUDDER_CAP_ROWS | RUDDER_CAP_PACKED_MASK | RUDDER_CAP_CANDIDATES | RUDDER_CAP_IGNORES_X0),
-              (std::vector<std::string>{"rows", "packed_mask", "candidates", "ignores_x0"}));
+              (std::vector<std::string>{"logit_delta", "gradient", "hard_constraint", "needs_fresh_logits", "evaluate",
+                                        "thread_safe", "any_device"}));
+    EXPECT_EQ(
+        capability_names(RUDDER_CAP_ROWS | RUDDER_CAP_PACKED_MASK | RUDDER_CAP_CANDIDATES | RUDDER_CAP_IGNORES_X0),
+        (std::vector<std::string>{"rows", "packed_mask", "candidates", "ignores_x0"}));
     EXPECT_EQ(capability_names(RUDDER_CAP_GRADIENT | (uint64_t{1} << 40)),
               (std::vector<std::string>{"gradient", "bit40"}));
 }
@@ -184,8 +185,8 @@ TEST(HostServices, LogGoesToSpdlogAtTheGivenLevel) {
     ASSERT_EQ(messages.size(), 6u);
     const spdlog::level::level_enum levels[] = {spdlog::level::debug, spdlog::level::info, spdlog::level::warn,
                                                 spdlog::level::err,   spdlog::level::info, spdlog::level::warn};
-    const char* payloads[] = {"plugin: d", "plugin: i", "plugin: w", "plugin: e", "plugin: from a newer minor",
-                              "plugin: (null message)"};
+    const char* payloads[] = {
+        "plugin: d", "plugin: i", "plugin: w", "plugin: e", "plugin: from a newer minor", "plugin: (null message)"};
     for (size_t k = 0; k < messages.size(); ++k) {
         EXPECT_EQ(messages[k].level, levels[k]) << k;
         EXPECT_EQ(std::string(messages[k].payload.data(), messages[k].payload.size()), payloads[k]) << k;

@@ -25,8 +25,7 @@ using ::testing::Not;
 class TempDir {
 public:
     explicit TempDir(const std::string& tag) {
-        path_ = fs::temp_directory_path() /
-                ("rudder_plugins_test_" + tag + "_" + std::to_string(::getpid()));
+        path_ = fs::temp_directory_path() / ("rudder_plugins_test_" + tag + "_" + std::to_string(::getpid()));
         fs::remove_all(path_);
         fs::create_directories(path_);
     }
@@ -45,12 +44,16 @@ class ScopedEnv {
 public:
     ScopedEnv(const char* name, const char* value) : name_(name) {
         if (const char* old = std::getenv(name)) old_ = old;
-        if (value != nullptr) ::setenv(name, value, 1);
-        else ::unsetenv(name);
+        if (value != nullptr)
+            ::setenv(name, value, 1);
+        else
+            ::unsetenv(name);
     }
     ~ScopedEnv() {
-        if (old_) ::setenv(name_, old_->c_str(), 1);
-        else ::unsetenv(name_);
+        if (old_)
+            ::setenv(name_, old_->c_str(), 1);
+        else
+            ::unsetenv(name_);
     }
 
 private:
@@ -72,10 +75,26 @@ std::map<std::string, std::string> reasons_by_file(const std::vector<Rejection>&
 
 TEST(Registry, ListsTheGoodFixturesAndTheReasonsForTheRest) {
     Registry registry({fixture_dir()});
-    EXPECT_EQ(ids_of(registry.controllers()),
-              (std::set<std::string>{"abi11", "bad_header", "candidate_bonus", "error_status", "faulty", "forms_probe", "forms_probe_ignores_x0",
-                                     "good", "hard", "helper_forms", "nan", "near_word", "newer_minor", "noop", "pair_a", "pair_b",
-                                     "probe", "rows_mask", "slow", "throws"}));
+    EXPECT_EQ(ids_of(registry.controllers()), (std::set<std::string>{"abi11",
+                                                                     "bad_header",
+                                                                     "candidate_bonus",
+                                                                     "error_status",
+                                                                     "faulty",
+                                                                     "forms_probe",
+                                                                     "forms_probe_ignores_x0",
+                                                                     "good",
+                                                                     "hard",
+                                                                     "helper_forms",
+                                                                     "nan",
+                                                                     "near_word",
+                                                                     "newer_minor",
+                                                                     "noop",
+                                                                     "pair_a",
+                                                                     "pair_b",
+                                                                     "probe",
+                                                                     "rows_mask",
+                                                                     "slow",
+                                                                     "throws"}));
 
     const auto reasons = reasons_by_file(registry.rejections());
     const std::map<std::string, std::string> expected = {
@@ -133,7 +152,7 @@ TEST(Registry, SkipsMissingFoldersAndFilesThatAreNotSharedObjects) {
 }
 
 TEST(Registry, ListingTheSameFolderTwiceIsHarmless) {
-    Registry registry({fixture_dir(), fixture_dir() / "." });
+    Registry registry({fixture_dir(), fixture_dir() / "."});
     EXPECT_EQ(ids_of(registry.controllers()).count("good"), 1u);
     for (const auto& rejection : registry.rejections())
         EXPECT_THAT(rejection.reason, Not(HasSubstr("already provided"))) << rejection.path;
@@ -193,8 +212,7 @@ TEST(Registry, APathOutsideTheSearchPathIsRefusedBeforeLoading) {
     TempDir elsewhere("outside");
     fs::copy_file(fixture("probe"), elsewhere.path() / "rudder_probe_copy.so");
     Registry registry({fixture_dir()});
-    const std::string message =
-        plugin_error_of([&] { registry.resolve("rudder_probe_copy.so", elsewhere.path()); });
+    const std::string message = plugin_error_of([&] { registry.resolve("rudder_probe_copy.so", elsewhere.path()); });
     EXPECT_THAT(message, HasSubstr((elsewhere.path() / "rudder_probe_copy.so").string() +
                                    ": not in a folder of the plugin search path (" + fixture_dir().string() + ")"));
     EXPECT_THAT(plugin_error_of([&] { Registry({}).resolve(fixture("good").string(), ""); }),
@@ -261,8 +279,9 @@ TEST(Registry, APathToABadLibraryNamesTheFileAndTheReason) {
     EXPECT_THAT(message, HasSubstr(fixture("wrong_major").string() + ": built for plugin ABI 2.0"));
     EXPECT_THAT(plugin_error_of([&] { registry.resolve("rudder_x.so", fixture_dir()); }),
                 HasSubstr((fixture_dir() / "rudder_x.so").string() + ": file not found"));
-    EXPECT_THAT(plugin_error_of([&] { registry.resolve("nowhere/rudder_x.so", fixture_dir()); }),
-                HasSubstr((fixture_dir() / "nowhere/rudder_x.so").string() + ": not in a folder of the plugin search path"));
+    EXPECT_THAT(
+        plugin_error_of([&] { registry.resolve("nowhere/rudder_x.so", fixture_dir()); }),
+        HasSubstr((fixture_dir() / "nowhere/rudder_x.so").string() + ": not in a folder of the plugin search path"));
 }
 
 TEST(Registry, AnUnknownIdSuggestsNearMissesAndListsRejections) {
@@ -357,7 +376,8 @@ TEST(PluginIndex, BrokenLibrariesAreListedAndARunLoadsOnlyTheLibraryItNeeds) {
                 HasSubstr((broken_fixture_dir() / "rudder_aborts.so").string() + ": crashed while loading"));
     EXPECT_THAT(plugin_error_of([&] { registry.resolve("rudder_hangs.so", broken_fixture_dir()); }),
                 HasSubstr("did not finish loading"));
-    EXPECT_THAT(plugin_error_of([&] { registry.resolve("broken", ""); }), HasSubstr("no controller plugin with id 'broken'"));
+    EXPECT_THAT(plugin_error_of([&] { registry.resolve("broken", ""); }),
+                HasSubstr("no controller plugin with id 'broken'"));
 
     // A second registry (a second run) takes everything from the index: no child, the same verdicts.
     Registry again({broken_fixture_dir(), fixture_dir()});

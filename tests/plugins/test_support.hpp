@@ -28,7 +28,8 @@ inline ControllerType fixture_type(const std::string& name, const std::string& i
 }
 
 // The PluginError message `body` throws, or a marker that makes the expectation fail.
-template <class Body> std::string plugin_error_of(Body&& body) {
+template <class Body>
+std::string plugin_error_of(Body&& body) {
     try {
         body();
     } catch (const PluginError& e) {
@@ -74,8 +75,8 @@ public:
         if (no_conditioning) throw std::logic_error("this model takes no conditioning");
         denoise_calls.push_back(conditions);
         denoise_steps.push_back(step);
-        auto logits = at::empty({static_cast<int64_t>(conditions.size()), batch_size, seq_len,
-                                 static_cast<int64_t>(vocab.size())});
+        auto logits = at::empty(
+            {static_cast<int64_t>(conditions.size()), batch_size, seq_len, static_cast<int64_t>(vocab.size())});
         for (size_t k = 0; k < conditions.size(); ++k)
             logits[static_cast<int64_t>(k)].fill_(1.5 * static_cast<double>(conditions[k].size()) + 0.25);
         return logits;
@@ -171,9 +172,10 @@ inline at::Tensor forbidden_as_dense(const StepOutputs& out, const at::Tensor& r
     for (int64_t r = 0; r < words.size(0); ++r)
         for (int64_t v = 0; v < V; ++v) l[r][v] = (static_cast<uint32_t>(w[r][v / 32]) >> (v % 32)) & 1u;
     const at::Tensor forbidden = out.bits_allowed ? listed.eq(0).to(at::kByte) : listed;
-    return at_rows_as_dense(forbidden.view(out.token_bits.dim() == 2 ? std::vector<int64_t>{-1, V}
-                                                                      : std::vector<int64_t>{shape.batch_size, shape.seq_len, V}),
-                            rows, shape)
+    return at_rows_as_dense(
+               forbidden.view(out.token_bits.dim() == 2 ? std::vector<int64_t>{-1, V}
+                                                        : std::vector<int64_t>{shape.batch_size, shape.seq_len, V}),
+               rows, shape)
         .to(at::kBool);
 }
 

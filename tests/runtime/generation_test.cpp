@@ -47,10 +47,9 @@ std::string recipe_text(const std::string& family, const std::string& controller
     const bool continuous = family == "continuous", uniform = family == "uniform";
     const fs::path model = uniform ? uniform_corpus_model_dir() : rudder::testing::corpus_model_dir();
     return R"({"model": ")" + model.string() + R"(", "family": ")" + (uniform ? "discrete" : family) +
-           R"(", "sampler": {"name": ")" + (continuous ? "ddim" : "analytic") + R"(", "steps": )" +
-           "200" + R"(}, "samples": )" + std::to_string(samples) +
-           R"(, "batch_size": 8, "max_length": 14, "seed": )" + std::to_string(seed) + extra +
-           R"(, "controllers": [)" + controllers + "]}";
+           R"(", "sampler": {"name": ")" + (continuous ? "ddim" : "analytic") + R"(", "steps": )" + "200" +
+           R"(}, "samples": )" + std::to_string(samples) + R"(, "batch_size": 8, "max_length": 14, "seed": )" +
+           std::to_string(seed) + extra + R"(, "controllers": [)" + controllers + "]}";
 }
 
 std::vector<SampleResult> generate(const std::string& text) {
@@ -120,7 +119,8 @@ TEST_P(Generation, SpanPrefixSelectsMatchingSentences) {
 
 TEST_P(Generation, InfillingBetweenLeftAndRightContext) {
     const auto samples = generate(recipe_text(
-        GetParam(), R"({"plugin": "span", "params": {"prefix": "Zizzi", "suffix": "food in the city centre .", "length": 9}})"));
+        GetParam(),
+        R"({"plugin": "span", "params": {"prefix": "Zizzi", "suffix": "food in the city centre .", "length": 9}})"));
     const Tally t = tally(samples);
     EXPECT_EQ(t.satisfied, 1.0);
     // Exactly one corpus sentence fits: "Zizzi serves English food in the city centre ."
@@ -186,7 +186,8 @@ TEST(GenerationErrors, RecipeProblemsFoundWhenLoadingNameTheirPointer) {
     } catch (const rudder::RecipeError& e) {
         std::map<std::string, std::string> by_pointer;
         for (const auto& i : e.issues()) by_pointer[i.pointer] = i.message;
-        EXPECT_NE(by_pointer["/sampler/name"].find("'euler', 'analytic', 'first_hitting' or 'confidence'"), std::string::npos);
+        EXPECT_NE(by_pointer["/sampler/name"].find("'euler', 'analytic', 'first_hitting' or 'confidence'"),
+                  std::string::npos);
         EXPECT_NE(by_pointer["/controllers/0/plugin"].find("did you mean 'length'"), std::string::npos)
             << by_pointer["/controllers/0/plugin"];
         EXPECT_NE(by_pointer["/controllers/1/params"].find("/tokens"), std::string::npos);
@@ -262,9 +263,11 @@ TEST(GenerationErrors, RemaskingTakesTheAnalyticSamplerAndAWindowFromNoisyToClea
     EXPECT_FALSE(by_pointer["/sampler/remask/eta"].empty());
     by_pointer = issues_of(R"({"name": "analytic", "remask": {"eta": 0.1, "from_t": 0.2, "to_t": 0.5, "from": 1}})");
     EXPECT_NE(by_pointer["/sampler/remask/strategy"].find("required"), std::string::npos);
-    EXPECT_NE(by_pointer["/sampler/remask"].find("to_t (0.500000) must not exceed from_t (0.200000)"), std::string::npos);
+    EXPECT_NE(by_pointer["/sampler/remask"].find("to_t (0.500000) must not exceed from_t (0.200000)"),
+              std::string::npos);
     EXPECT_FALSE(by_pointer["/sampler/remask/from"].empty());
-    EXPECT_TRUE(issues_of(R"({"name": "analytic", "remask": {"strategy": "rescale", "eta": 0.5, "to_t": 0.1}})").empty());
+    EXPECT_TRUE(
+        issues_of(R"({"name": "analytic", "remask": {"strategy": "rescale", "eta": 0.5, "to_t": 0.1}})").empty());
 }
 
 // Under uniform noise nothing is masked: samplers that order masked positions or mask committed tokens again are
@@ -283,11 +286,13 @@ TEST(GenerationErrors, UniformNoiseTakesTheAnalyticOrEulerSampler) {
     };
     for (const std::string sampler : {R"({"name": "first_hitting"})", R"({"name": "confidence", "steps": 14})"}) {
         const auto by_pointer = issues_of(sampler);
-        EXPECT_NE(by_pointer.at("/sampler/name").find("uniform noise"), std::string::npos) << by_pointer.at("/sampler/name");
+        EXPECT_NE(by_pointer.at("/sampler/name").find("uniform noise"), std::string::npos)
+            << by_pointer.at("/sampler/name");
         EXPECT_NE(by_pointer.at("/sampler/name").find("'analytic'"), std::string::npos);
     }
-    EXPECT_NE(issues_of(R"({"name": "analytic", "remask": {"strategy": "cap"}})").at("/sampler/remask").find("uniform noise"),
-              std::string::npos);
+    EXPECT_NE(
+        issues_of(R"({"name": "analytic", "remask": {"strategy": "cap"}})").at("/sampler/remask").find("uniform noise"),
+        std::string::npos);
     EXPECT_NE(issues_of(R"({"name": "analytic", "prompt_guidance": 1})").at("/sampler/prompt_guidance").find("no mask"),
               std::string::npos);
     EXPECT_TRUE(issues_of(R"({"name": "euler", "steps": 50})").empty());
@@ -298,8 +303,8 @@ TEST(GenerationErrors, UniformNoiseTakesTheAnalyticOrEulerSampler) {
 // processes that a recipe naming no sampler could not be checked for before (they were once silently ignored).
 TEST(GenerationErrors, KeysOfAnotherProcessAreRefusedOnceTheModelIsKnown) {
     const auto issues_of = [](const std::string& model, const std::string& family, const std::string& sampler) {
-        const std::string text = R"({"model": ")" + model + R"(", )" + family + R"("max_length": 14, "sampler": )" +
-                                 sampler + "}";
+        const std::string text =
+            R"({"model": ")" + model + R"(", )" + family + R"("max_length": 14, "sampler": )" + sampler + "}";
         std::map<std::string, std::string> by_pointer;
         try {
             Generator g(rudder::parse_recipe(text, "."), registry());
@@ -351,7 +356,8 @@ TEST(GenerationSettings, TheRecipeHoldsWhatRuns) {
     EXPECT_EQ(continuous.settings.at("x0"), "interpolate");
     // The settings as a recipe: the same run again.
     const std::string again = R"({"model": ")" + corpus + R"(", "family": "continuous", "max_length": 14, "seed": 3,
-                                 "sampler": )" + continuous.settings.dump() + "}";
+                                 "sampler": )" +
+                              continuous.settings.dump() + "}";
     const std::string first = R"({"model": ")" + corpus + R"(", "family": "continuous", "max_length": 14, "seed": 3,
                                  "sampler": {"steps": 50}})";
     EXPECT_EQ(generate(again)[0].tokens, generate(first)[0].tokens);
@@ -371,7 +377,8 @@ TEST(GenerationErrors, ConfidenceNeedsAStepPerBlockAndABlockWithinTheLength) {
         return std::map<std::string, std::string>{};
     };
     auto by_pointer = issues_of(R"({"name": "confidence", "steps": 3, "block_length": 2})");
-    EXPECT_NE(by_pointer["/sampler/steps"].find("3 steps for 7 blocks"), std::string::npos) << by_pointer["/sampler/steps"];
+    EXPECT_NE(by_pointer["/sampler/steps"].find("3 steps for 7 blocks"), std::string::npos)
+        << by_pointer["/sampler/steps"];
     by_pointer = issues_of(R"({"name": "confidence", "steps": 30, "block_length": 20})");
     EXPECT_NE(by_pointer["/sampler/block_length"].find("longer than max_length 14"), std::string::npos);
     EXPECT_TRUE(issues_of(R"({"name": "confidence", "steps": 7, "block_length": 2})").empty());
@@ -389,13 +396,13 @@ std::filesystem::path corpus_model_recommending(const nlohmann::json& sampler, c
 }
 
 TEST(RecommendedSampler, TakenWhenTheRecipeNamesNoSampler) {
-    const auto dir = corpus_model_recommending(
-        {{"discrete", {{"name", "euler"}, {"temperature", 0.5}}},
-         {"continuous", {{"name", "ddpm"}, {"x0", "clamp"}, {"noise_scale", 0.8}}}},
-        "recommends");
+    const auto dir =
+        corpus_model_recommending({{"discrete", {{"name", "euler"}, {"temperature", 0.5}}},
+                                   {"continuous", {{"name", "ddpm"}, {"x0", "clamp"}, {"noise_scale", 0.8}}}},
+                                  "recommends");
     auto sampler_of = [&](const std::string& family, const std::string& sampler) {
-        const std::string text = R"({"model": ")" + dir.string() + R"(", "family": ")" + family +
-                                 R"(", "sampler": )" + sampler + "}";
+        const std::string text =
+            R"({"model": ")" + dir.string() + R"(", "family": ")" + family + R"(", "sampler": )" + sampler + "}";
         return Generator(rudder::parse_recipe(text, "."), registry()).recipe().sampler;
     };
     // What runs: the sampler, its steps and every setting, defaults included.
@@ -433,7 +440,8 @@ TEST(RecommendedSampler, AClashWithTheRecipeNamesBoth) {
 
 TEST(RecommendedSampler, AMisspeltKeyIsReportedOnce) {
     const auto dir = corpus_model_recommending({{"discrete", {{"name", "euler"}}}}, "misspelt");
-    const std::string text = R"({"model": ")" + dir.string() + R"(", "family": "discrete", "sampler": {"temprature": 0.5}})";
+    const std::string text =
+        R"({"model": ")" + dir.string() + R"(", "family": "discrete", "sampler": {"temprature": 0.5}})";
     std::vector<rudder::RecipeIssue> issues;
     rudder::Recipe recipe = rudder::parse_recipe(text, ".", {}, &issues);
     try {
@@ -481,8 +489,9 @@ TEST(GenerationErrors, UnknownModelSuggestsBundled) {
 // Found when the recipe is checked (the controller's begin() sees the model's vocabulary then), not by the run.
 TEST(GenerationErrors, SpanWordOutsideTheVocabulary) {
     try {
-        Generator g(rudder::parse_recipe(recipe_text("discrete", R"({"plugin": "span", "params": {"prefix": "Quux"}})"), "."),
-                    registry());
+        Generator g(
+            rudder::parse_recipe(recipe_text("discrete", R"({"plugin": "span", "params": {"prefix": "Quux"}})"), "."),
+            registry());
         FAIL() << "a word outside the vocabulary was accepted";
     } catch (const rudder::RecipeError& e) {
         ASSERT_EQ(e.issues().size(), 1u) << e.what();
@@ -542,7 +551,9 @@ public:
                                    const rudder::Evidence&) override {
         at::Tensor logits = at::full({x.size(0), x.size(1), vocab_}, -30.0f);
         for (int64_t i = 0; i < x.size(1); ++i)
-            logits.select(1, i).select(1, i < static_cast<int64_t>(ids_.size()) ? ids_[static_cast<size_t>(i)] : 0).fill_(0.0f);
+            logits.select(1, i)
+                .select(1, i < static_cast<int64_t>(ids_.size()) ? ids_[static_cast<size_t>(i)] : 0)
+                .fill_(0.0f);
         return {logits, {}};
     }
 
@@ -631,7 +642,8 @@ TEST(PromptGuidance, ScoresAreTheUnconditionalPlusTheScaledDifference) {
         m.denoiser = std::make_shared<PromptSensitive>(tok->vocab_size(), tok->mask_id(), green, blue);
         m.tokenizer = tok;
         const std::string recipe = R"({"model": "x", "sampler": {"name": "analytic", "steps": 4, "prompt_guidance": )" +
-                                   std::to_string(w) + R"(}, "samples": 4000, "batch_size": 1000, "seed": 3, "max_length": 2,
+                                   std::to_string(w) +
+                                   R"(}, "samples": 4000, "batch_size": 1000, "seed": 3, "max_length": 2,
             "controllers": [{"plugin": "span", "params": {"prefix": "red"}}]})";
         Generator g(rudder::parse_recipe(recipe, "."), std::move(m), registry());
         int64_t blues = 0;
@@ -647,12 +659,13 @@ TEST(PromptGuidance, ScoresAreTheUnconditionalPlusTheScaledDifference) {
     const double plain = blue_share(0.0, plain_calls), guided = blue_share(1.0, guided_calls);
     std::cout << "blue after red: " << plain << " unguided, " << guided << " with prompt guidance 1 (" << plain_calls
               << " and " << guided_calls << " network calls)" << std::endl;
-    EXPECT_NEAR(plain, 0.4, 0.03);   // 4,000 draws: one standard error is 0.008
+    EXPECT_NEAR(plain, 0.4, 0.03);  // 4,000 draws: one standard error is 0.008
     EXPECT_NEAR(guided, 0.64, 0.03);
     EXPECT_GT(guided_calls, plain_calls);
     try {
         Generator g(rudder::parse_recipe(R"({"model": ")" + rudder::testing::corpus_model_dir().string() +
-                                             R"(", "family": "continuous", "sampler": {"prompt_guidance": 1}})", "."),
+                                             R"(", "family": "continuous", "sampler": {"prompt_guidance": 1}})",
+                                         "."),
                     registry());
         ADD_FAILURE() << "prompt guidance accepted for a continuous model";
     } catch (const rudder::RecipeError& e) {
@@ -660,8 +673,9 @@ TEST(PromptGuidance, ScoresAreTheUnconditionalPlusTheScaledDifference) {
         EXPECT_EQ(e.issues()[0].pointer, "/sampler/prompt_guidance");
     }
 
-    for (const std::string& bad : {std::string(R"({"model": "x", "family": "discrete", "sampler": {"name": "ddim", "prompt_guidance": 1}})"),
-                                   std::string(R"({"model": "x", "sampler": {"prompt_guidance": -1}})")}) {
+    for (const std::string& bad :
+         {std::string(R"({"model": "x", "family": "discrete", "sampler": {"name": "ddim", "prompt_guidance": 1}})"),
+          std::string(R"({"model": "x", "sampler": {"prompt_guidance": -1}})")}) {
         EXPECT_THROW(rudder::parse_recipe(bad, "."), rudder::RecipeError) << bad;
     }
 }
@@ -672,8 +686,8 @@ TEST(GenerationForms, CandidateDeltaOnlyControllerTakesPart) {
     if (const char* forms = std::getenv("RUDDER_CONTROL_FORMS"); forms != nullptr && *forms != '\0')
         GTEST_SKIP() << "RUDDER_CONTROL_FORMS=" << forms << ": no controller gets candidates";
     static rudder::plugins::Registry fixtures({fs::path(RUDDER_TEST_PLUGIN_DIR), fs::path(RUDDER_TEST_FIXTURE_DIR)});
-    Generator g(rudder::parse_recipe(recipe_text("discrete", R"({"plugin": "candidate_bonus", "params": {"nan": true}})", 8),
-                                     "."),
+    Generator g(rudder::parse_recipe(
+                    recipe_text("discrete", R"({"plugin": "candidate_bonus", "params": {"nan": true}})", 8), "."),
                 fixtures);
     try {
         g.generate();
@@ -693,7 +707,8 @@ rudder::plugins::Registry& with_near_word() {
 const std::string kNearThe = R"({"plugin": "near_word", "params": {"word": "The"}})";
 
 // 16 samples rewarded for beginning with "The", with these guidance settings; the run's counts into *stats.
-std::vector<SampleResult> near_the(const std::string& family, const std::string& guidance, rudder::GenerationStats* stats) {
+std::vector<SampleResult> near_the(const std::string& family, const std::string& guidance,
+                                   rudder::GenerationStats* stats) {
     Generator g(rudder::parse_recipe(recipe_text(family, kNearThe, 16, 1, R"(, "guidance": )" + guidance), "."),
                 with_near_word());
     auto samples = g.generate();
@@ -708,7 +723,8 @@ TEST(Particles, TheSampleIsTheParticleTheControlsRewardMost) {
     const Tally resampled =
         tally(near_the("continuous", R"({"step_size": 0, "particles": 8, "resample_every": 20})", &resampled_stats));
     rudder::GenerationStats late_stats;
-    const Tally late = tally(near_the("continuous", R"({"step_size": 0, "particles": 8, "resample_every": 199})", &late_stats));
+    const Tally late =
+        tally(near_the("continuous", R"({"step_size": 0, "particles": 8, "resample_every": 199})", &late_stats));
     // 7 of the 24 sentences begin with "The": one sequence per sample finds it at about that rate, the best of eight
     // almost always (1 - (17/24)^8 = 94%).
     EXPECT_LE(one.satisfied, 0.5);
@@ -743,12 +759,14 @@ TEST(Particles, NeedAContinuousModelGuidanceAndAReportedLogProbability) {
     EXPECT_NE(issue_at(recipe_text("uniform", kNearThe, 4, 1, R"(, "guidance": {"particles": 4})"))
                   .find("/guidance/particles: model 'rudder-test-corpus-"),
               std::string::npos);
-    EXPECT_NE(issue_at(recipe_text("discrete", kNearThe, 4, 1, R"(, "guidance": {"particles": 4, "resample_every": 5})"))
-                  .find("/guidance/resample_every: discrete particles are only chosen between at the end"),
-              std::string::npos);
-    EXPECT_NE(issue_at(recipe_text("continuous", kNearThe, 4, 1, R"(, "guidance": {"particles": 4, "gradient_steps": 0})"))
-                  .find("/guidance/particles: particles are weighed by the controllers' log p(c | x)"),
-              std::string::npos);
+    EXPECT_NE(
+        issue_at(recipe_text("discrete", kNearThe, 4, 1, R"(, "guidance": {"particles": 4, "resample_every": 5})"))
+            .find("/guidance/resample_every: discrete particles are only chosen between at the end"),
+        std::string::npos);
+    EXPECT_NE(
+        issue_at(recipe_text("continuous", kNearThe, 4, 1, R"(, "guidance": {"particles": 4, "gradient_steps": 0})"))
+            .find("/guidance/particles: particles are weighed by the controllers' log p(c | x)"),
+        std::string::npos);
     EXPECT_NE(issue_at(recipe_text("discrete", R"({"plugin": "length", "params": {"tokens": 6}})", 4, 1,
                                    R"(, "guidance": {"particles": 4})"))
                   .find("/guidance/particles: particles are chosen by the controllers' log p(c | x), which only "
@@ -760,14 +778,17 @@ TEST(Particles, NeedAContinuousModelGuidanceAndAReportedLogProbability) {
     // A controller that steers without saying how likely the control is gives the particles nothing to be weighed by.
     for (const std::string family : {"continuous", "discrete"}) {
         Generator g(rudder::parse_recipe(recipe_text(family, R"({"plugin": "near_word", "params": {"word": "The",
-                                                     "report": false}})", 4, 1, R"(, "guidance": {"particles": 4})"), "."),
+                                                     "report": false}})",
+                                                     4, 1, R"(, "guidance": {"particles": 4})"),
+                                         "."),
                     with_near_word());
         try {
             g.generate();
             ADD_FAILURE() << family << ": particles ran without a reward";
         } catch (const std::runtime_error& e) {
             EXPECT_NE(std::string(e.what()).find("controller 'near_word' steers without reporting log p(c | x)"),
-                      std::string::npos) << e.what();
+                      std::string::npos)
+                << e.what();
         }
     }
 }
@@ -875,16 +896,18 @@ TEST(GenerationIsolation, AHangIsKilledAtTheTimeLimit) {
 }
 
 TEST(GenerationIsolation, OnFailureContinueDropsTheControllerAndTheRunGoesOn) {
-    const auto with = run(recipe_text("discrete", faulty("segv", R"(, "on_failure": "continue")") + "," + kFirstParty, 8));
+    const auto with =
+        run(recipe_text("discrete", faulty("segv", R"(, "on_failure": "continue")") + "," + kFirstParty, 8));
     const auto without = run(recipe_text("discrete", kFirstParty, 8));
     ASSERT_EQ(with.size(), 8u);
     for (size_t i = 0; i < with.size(); ++i) {
         ASSERT_EQ(with[i].controls.size(), 3u);
         EXPECT_EQ(with[i].controls[0].label, "crashy");
         EXPECT_EQ(with[i].controls[0].verdict.satisfied, -1);
-        EXPECT_NE(with[i].controls[0].verdict.detail.find("\"dropped\":\"controller 'crashy' (faulty, rudder_faulty.so): "
-                                                          "step did not complete at step "),
-                  std::string::npos)
+        EXPECT_NE(
+            with[i].controls[0].verdict.detail.find("\"dropped\":\"controller 'crashy' (faulty, rudder_faulty.so): "
+                                                    "step did not complete at step "),
+            std::string::npos)
             << with[i].controls[0].verdict.detail;
         EXPECT_EQ(with[i].controls[1].verdict.satisfied, without[i].controls[0].verdict.satisfied);
     }
@@ -895,8 +918,10 @@ TEST(GenerationIsolation, TheNextRunOfTheSameGeneratorStartsADeadControllerAgain
     // second run of the same Generator starts a new process for it and it takes part again.
     const fs::path marker = fs::temp_directory_path() / ("rudder_isolation_once_" + std::to_string(::getpid()));
     fs::remove(marker);
-    const std::string crashy = R"({"plugin": "faulty", "name": "crashy", "isolation": "process", "on_failure": "continue",
-        "params": {"fault": "segv", "at_step": 3, "once": ")" + marker.string() + R"("}})";
+    const std::string crashy =
+        R"({"plugin": "faulty", "name": "crashy", "isolation": "process", "on_failure": "continue",
+        "params": {"fault": "segv", "at_step": 3, "once": ")" +
+        marker.string() + R"("}})";
     Generator g(rudder::parse_recipe(recipe_text("discrete", crashy + "," + kFirstParty, 8), "."), with_fixtures());
     const auto first = g.generate();
     ASSERT_EQ(first.size(), 8u);

@@ -35,7 +35,8 @@ TEST(Likelihood, TheExactDenoisersBoundIsTheCorpusLogProbability) {
     EXPECT_EQ(r.skipped_too_long, 0);
     EXPECT_EQ(r.length, 12);  // the longest sentence, 11 tokens, and its end
     int64_t tokens = 0;
-    for (const auto& s : testing::corpus_sentences()) tokens += static_cast<int64_t>(model.tokenizer->encode(s).size()) + 1;
+    for (const auto& s : testing::corpus_sentences())
+        tokens += static_cast<int64_t>(model.tokenizer->encode(s).size()) + 1;
     EXPECT_EQ(r.tokens, tokens);
     const double standard_error = r.standard_error_per_token() * static_cast<double>(r.tokens) / r.texts;
     RecordProperty("nats_per_sentence", std::to_string(r.nats_per_text()));

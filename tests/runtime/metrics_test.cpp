@@ -17,8 +17,10 @@ Words words(const std::string& text) {
     Words out;
     std::string w;
     for (char c : text + " ") {
-        if (c != ' ') w += c;
-        else if (!w.empty()) out.push_back(w), w.clear();
+        if (c != ' ')
+            w += c;
+        else if (!w.empty())
+            out.push_back(w), w.clear();
     }
     return out;
 }
@@ -44,7 +46,8 @@ TEST(CorpusBleu, CountsArePooledOverTheCorpus) {
     const std::vector<Words> hyps = {words("a b c x"), words("a b c d")};
     const std::vector<Words> refs = {words("a b c d"), words("a b c d")};
     // unigrams 7/8, bigrams 5/6, trigrams 3/4, 4-grams 1/2; equal lengths, no penalty.
-    const double expected = std::exp((std::log(7.0 / 8) + std::log(5.0 / 6) + std::log(3.0 / 4) + std::log(1.0 / 2)) / 4);
+    const double expected =
+        std::exp((std::log(7.0 / 8) + std::log(5.0 / 6) + std::log(3.0 / 4) + std::log(1.0 / 2)) / 4);
     EXPECT_NEAR(rudder::corpus_bleu(hyps, refs), expected, 1e-12);
 }
 

@@ -37,7 +37,8 @@ TEST(Recipe, DesignExampleParses) {
           "params": { "tree": "(S (NP (NNP Aromi)) (VP (VBZ is) (NP (DT a) (NN pub))))" } },
         { "plugin": "cfg", "params": { "condition": "food[Italian], area[riverside]", "scale": 2.0 } }
       ]
-    })json", "/recipes");
+    })json",
+                                "/recipes");
     EXPECT_EQ(r.model, "e2e-continuous");
     EXPECT_EQ(r.sampler.name, "ddim");
     EXPECT_EQ(r.sampler.steps, 200);
@@ -90,7 +91,8 @@ TEST(Recipe, EveryProblemIsReportedWithItsPointer) {
 
 TEST(Recipe, IsolationPerControllerAndForAll) {
     const auto r = rudder::parse_recipe(R"({"model": "m", "isolation": "process", "controllers": [
-        {"plugin": "length"}, {"plugin": "span", "isolation": "in_process", "on_failure": "continue"}]})", ".");
+        {"plugin": "length"}, {"plugin": "span", "isolation": "in_process", "on_failure": "continue"}]})",
+                                        ".");
     ASSERT_TRUE(r.isolation.has_value());
     EXPECT_EQ(*r.isolation, "process");
     EXPECT_EQ(r.controllers[0].isolation, "");  // the recipe's
@@ -101,8 +103,9 @@ TEST(Recipe, IsolationPerControllerAndForAll) {
 
     const auto issues = issues_of(R"({"model": "m", "isolation": "proces", "controllers": [
         {"plugin": "length", "isolation": "sandbox", "on_failure": "contine"}]})");
-    EXPECT_TRUE(has_issue(issues, "/isolation", "expected one of \"in_process\", \"process\", got \"proces\"; did "
-                                                "you mean \"process\"?"));
+    EXPECT_TRUE(has_issue(issues, "/isolation",
+                          "expected one of \"in_process\", \"process\", got \"proces\"; did "
+                          "you mean \"process\"?"));
     EXPECT_TRUE(has_issue(issues, "/controllers/0/isolation", "got \"sandbox\""));
     EXPECT_TRUE(has_issue(issues, "/controllers/0/on_failure", "did you mean \"continue\"?"));
     EXPECT_EQ(issues.size(), 3u);
@@ -166,8 +169,10 @@ TEST(Recipe, NoiseScaleOnlyForContinuousSamplersAndInRange) {
 }
 
 TEST(Recipe, ConfidenceSettingsAndTruncationAreChecked) {
-    const rudder::Recipe r = parse_recipe(R"({"model": "m", "sampler": {"name": "confidence", "steps": 32, "order": "margin",
-                                     "block_length": 8, "top_k": 5, "top_p": 0.9}})", ".");
+    const rudder::Recipe r =
+        parse_recipe(R"({"model": "m", "sampler": {"name": "confidence", "steps": 32, "order": "margin",
+                                     "block_length": 8, "top_k": 5, "top_p": 0.9}})",
+                     ".");
     EXPECT_EQ(r.sampler.name, "confidence");
     EXPECT_EQ(r.sampler.steps, 32);
     EXPECT_EQ(r.sampler.settings.at("order"), "margin");  // the settings as written; the process reads them
@@ -179,8 +184,8 @@ TEST(Recipe, ConfidenceSettingsAndTruncationAreChecked) {
                           "/sampler/order", "probability"));
     EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "ddim", "top_k": 3}})"), "/sampler/top_k",
                           "discrete samplers only"));
-    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "analytic", "top_p": 0}})"),
-                          "/sampler/top_p", "above 0"));
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "analytic", "top_p": 0}})"), "/sampler/top_p",
+                          "above 0"));
     EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "analytic", "top_p": 1.5}})"),
                           "/sampler/top_p", "[0, 1]"));
 }
@@ -203,7 +208,8 @@ TEST(Recipe, EachKeyAppliesToItsSamplers) {
 TEST(Recipe, FirstHittingTakesNoStepsAndCandidatesAreBounded) {
     EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "first_hitting", "steps": 50}})"),
                           "/sampler/steps", "one step per position"));
-    EXPECT_EQ(parse_recipe(R"({"model": "m", "sampler": {"name": "first_hitting"}})", ".").sampler.name, "first_hitting");
+    EXPECT_EQ(parse_recipe(R"({"model": "m", "sampler": {"name": "first_hitting"}})", ".").sampler.name,
+              "first_hitting");
     EXPECT_EQ(parse_recipe(R"({"model": "m"})", ".").candidates, 64);
     EXPECT_EQ(parse_recipe(R"({"model": "m", "candidates": 8})", ".").candidates, 8);
     EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "candidates": 0})"), "/candidates", "in [1, 4096]"));
@@ -211,7 +217,8 @@ TEST(Recipe, FirstHittingTakesNoStepsAndCandidatesAreBounded) {
 
 TEST(Recipe, ControllerLabelsAreUnique) {
     const auto r = parse_recipe(R"({"model": "m", "controllers": [
-        {"plugin": "span", "params": {}}, {"plugin": "span"}, {"plugin": "./x/rudder_span.so", "name": "own"}]})", ".");
+        {"plugin": "span", "params": {}}, {"plugin": "span"}, {"plugin": "./x/rudder_span.so", "name": "own"}]})",
+                                ".");
     EXPECT_EQ(r.controllers[0].name, "span");
     EXPECT_EQ(r.controllers[1].name, "span_2");
     EXPECT_EQ(r.controllers[2].name, "own");
@@ -223,20 +230,20 @@ TEST(Recipe, ControllerLabelsAreUnique) {
 TEST(Recipe, APluginPinIsSixtyFourHexDigitsKeptInLowerCase) {
     const std::string digest(64, 'A');
     const auto r = parse_recipe(R"({"model": "m", "controllers": [{"plugin": "span", "sha256": ")" + digest + R"("},
-                                                                  {"plugin": "length"}]})", ".");
+                                                                  {"plugin": "length"}]})",
+                                ".");
     EXPECT_EQ(r.controllers[0].sha256, std::string(64, 'a'));
     EXPECT_EQ(r.controllers[1].sha256, "");
     for (const std::string& bad : {std::string(63, 'a'), std::string(65, 'a'), std::string(63, 'a') + "g"})
-        EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "controllers": [{"plugin": "span", "sha256": ")" + bad + R"("}]})"),
-                              "/controllers/0/sha256", "64 hex digits"))
+        EXPECT_TRUE(
+            has_issue(issues_of(R"({"model": "m", "controllers": [{"plugin": "span", "sha256": ")" + bad + R"("}]})"),
+                      "/controllers/0/sha256", "64 hex digits"))
             << bad;
     EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "controllers": [{"plugin": "span", "sha256": 12}]})"),
                           "/controllers/0/sha256", "expected a string"));
 }
 
-TEST(Recipe, MissingFileIsARecipeError) {
-    EXPECT_THROW(rudder::load_recipe("/nonexistent/recipe.json"), RecipeError);
-}
+TEST(Recipe, MissingFileIsARecipeError) { EXPECT_THROW(rudder::load_recipe("/nonexistent/recipe.json"), RecipeError); }
 
 TEST(Recipe, ClosestMatch) {
     using rudder::json_input::closest_match;
@@ -263,11 +270,16 @@ TEST(Recipe, DuplicateKeysNulsAndBidiOverridesAreRefusedWithAPointer) {
                                        {"plugin": "length", "params": {"tokens": 5, "tokens": 6}}]})"),
                           "/controllers/1/params/tokens", "given twice"));
     EXPECT_TRUE(has_issue(issues_of(R"({"model": "m\u0000x"})"), "/model", "NUL"));
-    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "controllers": [{"plugin": "span", "params": {"prefix": ["a", "b\u0000"]}}]})"),
-                          "/controllers/0/params/prefix/1", "NUL"));
-    EXPECT_TRUE(has_issue(issues_of("{\"model\": \"m\", \"controllers\": [{\"plugin\": \"length\", \"label\": \"ok\xE2\x80\xAE" "evil\"}]}"),
-                          "/controllers/0/label", "U+202E"));
-    EXPECT_TRUE(has_issue(issues_of("{\"mo\xE2\x81\xA6" "del\": \"m\"}"), "", "U+2066"));
+    EXPECT_TRUE(has_issue(
+        issues_of(R"({"model": "m", "controllers": [{"plugin": "span", "params": {"prefix": ["a", "b\u0000"]}}]})"),
+        "/controllers/0/params/prefix/1", "NUL"));
+    EXPECT_TRUE(
+        has_issue(issues_of("{\"model\": \"m\", \"controllers\": [{\"plugin\": \"length\", \"label\": \"ok\xE2\x80\xAE"
+                            "evil\"}]}"),
+                  "/controllers/0/label", "U+202E"));
+    EXPECT_TRUE(has_issue(issues_of("{\"mo\xE2\x81\xA6"
+                                    "del\": \"m\"}"),
+                          "", "U+2066"));
     // The same characters elsewhere in a name are fine, and so are other escapes.
     EXPECT_TRUE(issues_of(R"({"model": "m\u00e9\n", "samples": 2})").empty());
 }
@@ -277,7 +289,8 @@ TEST(Recipe, DuplicateKeysNulsAndBidiOverridesAreRefusedWithAPointer) {
 TEST(Recipe, ControllersAreCappedAndLabelledOnce) {
     auto recipe_of = [](int n) {
         std::string text = R"({"model": "m", "controllers": [)";
-        for (int i = 0; i < n; ++i) text += std::string(i ? "," : "") + R"({"plugin": "length", "params": {"tokens": 5}})";
+        for (int i = 0; i < n; ++i)
+            text += std::string(i ? "," : "") + R"({"plugin": "length", "params": {"tokens": 5}})";
         return text + "]}";
     };
     const auto r = parse_recipe(recipe_of(256), ".");

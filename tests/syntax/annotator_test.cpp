@@ -27,7 +27,8 @@ std::vector<std::string> micro_trees() {
         out.push_back("(ROOT (S (NP (NNP " + n + ")) (VP (VBZ is) (NP (DT a) (JJ cheap) (NN pub))) (. .)))");
         out.push_back("(ROOT (S (PP (IN In) (NP (DT the) (NN city) (NN centre))) (, ,) (NP (NNP " + n +
                       ")) (VP (VBZ serves) (NP (NN food))) (. .)))");
-        out.push_back("(ROOT (NP (NP (NNP " + n + ")) (, ,) (NP (DT a) (NN pub) (PP (IN near) (NP (DT the) (NN river))))))");
+        out.push_back("(ROOT (NP (NP (NNP " + n +
+                      ")) (, ,) (NP (DT a) (NN pub) (PP (IN near) (NP (DT the) (NN river))))))");
     }
     return out;
 }
@@ -36,10 +37,20 @@ json micro_config(const std::string& kind, const std::filesystem::path& dir, int
     return {{"kind", kind},
             {"data", {{"train", (dir / "train.ptb").string()}}},
             {"network",
-             {{"word_dim", 16}, {"feature_dim", 8}, {"buckets", 512}, {"hidden", 24}, {"layers", 1}, {"dropout", 0.0},
+             {{"word_dim", 16},
+              {"feature_dim", 8},
+              {"buckets", 512},
+              {"hidden", 24},
+              {"layers", 1},
+              {"dropout", 0.0},
               {"word_dropout", 0.0}}},
             {"training",
-             {{"steps", steps}, {"batch_size", 8}, {"lr", 0.02}, {"seed", 3}, {"threads", 1}, {"log_every", 10},
+             {{"steps", steps},
+              {"batch_size", 8},
+              {"lr", 0.02},
+              {"seed", 3},
+              {"threads", 1},
+              {"log_every", 10},
               {"checkpoint_every", 0}}},
             {"max_length", 20},
             {"out", (dir / kind).string()}};
@@ -115,7 +126,8 @@ TEST_F(MicroSyntax, TaggerLearnsAndAnnotatorProjectsOntoWords) {
     ASSERT_EQ(out.size(), 2u);
     EXPECT_EQ(out[0].words, (std::vector<std::string>{"Wildwood", "serves", "French", "food", "."}));
     EXPECT_EQ(out[0].pos, (std::vector<std::string>{"NNP", "VBZ", "JJ", "NN", "."}));
-    EXPECT_EQ(syntax::to_string(out[0].tree), "(S (NP (NNP Wildwood)) (VP (VBZ serves) (NP (JJ French) (NN food))) (. .))");
+    EXPECT_EQ(syntax::to_string(out[0].tree),
+              "(S (NP (NNP Wildwood)) (VP (VBZ serves) (NP (JJ French) (NN food))) (. .))");
     EXPECT_TRUE(out[1].words.empty());
 }
 
@@ -152,7 +164,8 @@ TEST_F(MicroSyntax, ModelsAreRefusedWhereTheyDoNotBelong) {
         syntax::ParserModel::load(dir_.path() / "tagger");
         FAIL() << "a tagger loaded as a parser";
     } catch (const ModelError& e) {
-        EXPECT_NE(std::string(e.what()).find("is a 'tagger' model, not a constituency parser"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("is a 'tagger' model, not a constituency parser"), std::string::npos)
+            << e.what();
     }
 }
 
@@ -167,8 +180,9 @@ TEST_F(MicroSyntax, ConfigErrorsForTreebankKinds) {
     } catch (const ConfigError& e) {
         ASSERT_EQ(e.issues().size(), 2u) << e.what();
         EXPECT_EQ(e.issues()[0].pointer, "/data/train");
-        EXPECT_EQ(e.issues()[0].message,
-                  "the parser trains on constituency trees (.ptb, .mrg, .tree, .trees, optionally .gz); got 'train.conllu'");
+        EXPECT_EQ(
+            e.issues()[0].message,
+            "the parser trains on constituency trees (.ptb, .mrg, .tree, .trees, optionally .gz); got 'train.conllu'");
         EXPECT_EQ(e.issues()[1].pointer, "/training/condition_dropout");
     }
     // The label sets come from the data.

@@ -40,7 +40,8 @@ TEST(Tree, SyntaxErrorsNameLineAndColumn) {
     EXPECT_EQ(error_of([] { read_tree("(S\n  (NP (DT a) ()))", "f.ptb"); }), "f.ptb:2:14: empty brackets '()'");
     EXPECT_EQ(error_of([] { read_tree("(S (NP (DT The) (NN dog))"); }), "tree:1:1: this '(' is never closed");
     EXPECT_EQ(error_of([] { read_trees("(S (NN a)))"); }), "tree:1:11: expected '(' to start a tree, found ')'");
-    EXPECT_EQ(error_of([] { read_tree("(S (NN a)) (S (NN b))"); }), "tree:1:12: expected one tree, but more text follows");
+    EXPECT_EQ(error_of([] { read_tree("(S (NN a)) (S (NN b))"); }),
+              "tree:1:12: expected one tree, but more text follows");
     EXPECT_EQ(error_of([] { read_tree("(S (NN a) b)"); }),
               "tree:1:11: word 'b' after other children of 'S'; a word must be the only child of its tag");
     EXPECT_EQ(error_of([] { read_tree("  "); }), "tree:1:1: expected a tree, found no text");
@@ -78,8 +79,11 @@ TEST(Tree, TreeFromSpansInvertsChainSpans) {
         EXPECT_EQ("(ROOT " + to_string(rebuilt) + ")", std::string(text));
     }
     // Words outside every span hang from a ROOT.
-    EXPECT_EQ(to_string(tree_from_spans({"a", "b", "c"}, {"X", "Y", "Z"}, {{1, 3, "NP"}})), "(ROOT (X a) (NP (Y b) (Z c)))");
-    EXPECT_EQ(error_of([] { tree_from_spans({"a", "b", "c"}, {"X", "Y", "Z"}, {{0, 2, "A"}, {1, 3, "B"}}); }),
+    EXPECT_EQ(to_string(tree_from_spans({"a", "b", "c"}, {"X", "Y", "Z"}, {{1, 3, "NP"}})),
+              "(ROOT (X a) (NP (Y b) (Z c)))");
+    EXPECT_EQ(error_of([] {
+                  tree_from_spans({"a", "b", "c"}, {"X", "Y", "Z"}, {{0, 2, "A"}, {1, 3, "B"}});
+              }),
               "tree_from_spans: span [1, 3) crosses another span");
     EXPECT_THROW(tree_from_spans({"a"}, {"X", "Y"}, {}), std::invalid_argument);
 }
@@ -154,7 +158,9 @@ TEST(Words, SplitsLikeTheTreebanks) {
     EXPECT_EQ(split_word("Eagle\xE2\x80\x99s"), (V{"Eagle", "\xE2\x80\x99s"}));
     EXPECT_EQ(split_word("cannot"), (V{"can", "not"}));
     EXPECT_EQ(split_word("family-friendly"), (V{"family", "-", "friendly"}));
-    EXPECT_EQ(split_word("\xC2\xA3" "20-25"), (V{"\xC2\xA3", "20", "-", "25"}));
+    EXPECT_EQ(split_word("\xC2\xA3"
+                         "20-25"),
+              (V{"\xC2\xA3", "20", "-", "25"}));
     EXPECT_EQ(split_word("Aromi"), (V{"Aromi"}));
     EXPECT_EQ(split_word("'s"), (V{"'s"}));
 }
@@ -165,25 +171,30 @@ TEST(Words, ProjectsTagsAndTreesOntoWords) {
     EXPECT_EQ(seg.first_token, (std::vector<int64_t>{0, 2, 3, 6, 7}));
     const auto pos = project_tags(seg, {"PRP", "VBZ", "DT", "NN", "HYPH", "JJ", "NN"});
     EXPECT_EQ(pos, (std::vector<std::string>{"PRP+VBZ", "DT", "JJ", "NN"}));
-    const Tree tokens = read_tree(
-        "(S (NP (PRP It)) (VP (VBZ 's) (NP (DT a) (ADJP (NN family) (HYPH -) (JJ friendly)) (NN pub))))");
+    const Tree tokens =
+        read_tree("(S (NP (PRP It)) (VP (VBZ 's) (NP (DT a) (ADJP (NN family) (HYPH -) (JJ friendly)) (NN pub))))");
     // NP "It" and VP "'s a ..." cut through "It's": they are dropped; the rest survives in word positions.
-    EXPECT_EQ(to_string(project_tree(seg, tokens, pos)), "(S (PRP+VBZ It's) (NP (DT a) (ADJP (JJ family-friendly)) (NN pub)))");
-    EXPECT_EQ(project_tags(segment({"\xC2\xA3" "20-25"}), {"$", "CD", "HYPH", "CD"}), (std::vector<std::string>{"CD"}));
+    EXPECT_EQ(to_string(project_tree(seg, tokens, pos)),
+              "(S (PRP+VBZ It's) (NP (DT a) (ADJP (JJ family-friendly)) (NN pub)))");
+    EXPECT_EQ(project_tags(segment({"\xC2\xA3"
+                                    "20-25"}),
+                           {"$", "CD", "HYPH", "CD"}),
+              (std::vector<std::string>{"CD"}));
 }
 
 TEST(Words, KeysAndFeatures) {
     EXPECT_EQ(word_key("-LRB-"), "(");
     EXPECT_EQ(word_key("Aromi2"), "aromi0");
     EXPECT_EQ(unescape_ptb("-RCB-"), "}");
-    const auto aromi = word_features("Aromi", 1000), zizzi = word_features("Zizzi", 1000), zizz = word_features("zizzi", 1000);
+    const auto aromi = word_features("Aromi", 1000), zizzi = word_features("Zizzi", 1000),
+               zizz = word_features("zizzi", 1000);
     for (int64_t f : aromi) {
         EXPECT_GE(f, 1);
         EXPECT_LT(f, 1000);
     }
     EXPECT_EQ(aromi[kWordFeatures - 1], zizzi[kWordFeatures - 1]);  // the same shape, "Xx"
     EXPECT_NE(zizzi[kWordFeatures - 1], zizz[kWordFeatures - 1]);   // "x"
-    EXPECT_EQ(zizzi[0], zizz[0]);                                    // prefixes are lower-cased
+    EXPECT_EQ(zizzi[0], zizz[0]);                                   // prefixes are lower-cased
     EXPECT_NE(aromi[0], zizzi[0]);
     EXPECT_EQ(word_features("-LRB-", 1000), word_features("(", 1000));
 }
@@ -191,7 +202,8 @@ TEST(Words, KeysAndFeatures) {
 class TreebankFiles : public ::testing::Test {
 protected:
     std::filesystem::path file(const std::string& name, const std::string& content) {
-        const auto path = std::filesystem::temp_directory_path() / ("rudder_syntax_" + std::to_string(::getpid()) + "_" + name);
+        const auto path =
+            std::filesystem::temp_directory_path() / ("rudder_syntax_" + std::to_string(::getpid()) + "_" + name);
         std::ofstream(path) << content;
         made_.push_back(path);
         return path;
@@ -223,13 +235,15 @@ TEST_F(TreebankFiles, ReadsConlluWordsAndTags) {
 
 TEST_F(TreebankFiles, ConlluErrorsNameFileAndLine) {
     const auto short_line = file("b.conllu", "# c\n1\tA\ta\tDET\tDT\t_\t0\troot\t_\t_\n2\tb\tb\tNOUN\tNN\t_\t1\n");
-    EXPECT_EQ(error_of([&] { read_conllu(short_line); }), short_line.string() + ":3: expected 10 tab-separated columns, found 7");
+    EXPECT_EQ(error_of([&] { read_conllu(short_line); }),
+              short_line.string() + ":3: expected 10 tab-separated columns, found 7");
     const auto gap = file("c.conllu", "1\tA\ta\tDET\tDT\t_\t0\troot\t_\t_\n3\tb\tb\tNOUN\tNN\t_\t1\tx\t_\t_\n");
     EXPECT_EQ(error_of([&] { read_conllu(gap); }), gap.string() + ":2: word id 3 follows 1; ids must count up from 1");
 }
 
 TEST_F(TreebankFiles, ReadsPtbAndRejectsOtherNames) {
-    const auto path = file("d.ptb", "(ROOT (S (NP (NN Rain)) (VP (VBZ falls))))\n\n(ROOT\n (FRAG (NN Yes) (-NONE- *)))\n");
+    const auto path =
+        file("d.ptb", "(ROOT (S (NP (NN Rain)) (VP (VBZ falls))))\n\n(ROOT\n (FRAG (NN Yes) (-NONE- *)))\n");
     const auto sentences = read_treebank(path);
     ASSERT_EQ(sentences.size(), 2u);
     EXPECT_TRUE(sentences[0].has_tree);

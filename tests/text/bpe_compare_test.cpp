@@ -107,7 +107,8 @@ void compare(const std::string& name, const BpeTokenizer& tok, bool normalizes) 
 
 TEST(BpeCompare, Gpt2TokenizerJson) {
     const auto file = reference_dir() / "gpt2" / "tokenizer.json";
-    if (!std::filesystem::exists(file)) GTEST_SKIP() << "no " << file << ": the fixture text.bpe.fetch_reference needs node and npm";
+    if (!std::filesystem::exists(file))
+        GTEST_SKIP() << "no " << file << ": the fixture text.bpe.fetch_reference needs node and npm";
     compare("gpt2", BpeTokenizer::load_json(file.string()), false);
 }
 
@@ -115,7 +116,8 @@ TEST(BpeCompare, Gpt2TokenizerJson) {
 // is 50,258): the real tokenizer file with the mask added, as the model loader joins them.
 TEST(BpeCompare, Gpt2WithTheCheckpointsMaskToken) {
     const auto file = reference_dir() / "gpt2" / "tokenizer.json";
-    if (!std::filesystem::exists(file)) GTEST_SKIP() << "no " << file << ": the fixture text.bpe.fetch_reference needs node and npm";
+    if (!std::filesystem::exists(file))
+        GTEST_SKIP() << "no " << file << ": the fixture text.bpe.fetch_reference needs node and npm";
     const WithMaskToken tok(std::make_shared<BpeTokenizer>(BpeTokenizer::load_json(file.string())));
     EXPECT_EQ(tok.vocab_size(), 50258);
     EXPECT_EQ(tok.mask_id(), 50257);
@@ -130,13 +132,17 @@ TEST(BpeCompare, Gpt2WithTheCheckpointsMaskToken) {
 
 TEST(BpeCompare, Gpt2VocabAndMerges) {
     const auto dir = reference_dir() / "gpt2";
-    if (!std::filesystem::exists(dir / "vocab.json")) GTEST_SKIP() << "no " << dir / "vocab.json" << ": the fixture text.bpe.fetch_reference needs node and npm";
-    compare("gpt2", BpeTokenizer::load_vocab_merges((dir / "vocab.json").string(), (dir / "merges.txt").string()), false);
+    if (!std::filesystem::exists(dir / "vocab.json"))
+        GTEST_SKIP() << "no " << dir / "vocab.json"
+                     << ": the fixture text.bpe.fetch_reference needs node and npm";
+    compare("gpt2", BpeTokenizer::load_vocab_merges((dir / "vocab.json").string(), (dir / "merges.txt").string()),
+            false);
 }
 
 TEST(BpeCompare, Qwen25TokenizerJson) {
     const auto file = reference_dir() / "qwen2_5" / "tokenizer.json";
-    if (!std::filesystem::exists(file)) GTEST_SKIP() << "no " << file << ": the fixture text.bpe.fetch_reference needs node and npm";
+    if (!std::filesystem::exists(file))
+        GTEST_SKIP() << "no " << file << ": the fixture text.bpe.fetch_reference needs node and npm";
     const BpeTokenizer tok = BpeTokenizer::load_json(file.string(), {"<|endoftext|>", "", ""});
     EXPECT_EQ(tok.vocab_size(), 151665);
     EXPECT_EQ(tok.pad_id(), 151643);
@@ -147,7 +153,8 @@ TEST(BpeCompare, Qwen25TokenizerJson) {
 // encode shares its cache of pieces between threads; each thread must still get the reference's ids.
 TEST(BpeCompare, Qwen25FromSeveralThreads) {
     const auto file = reference_dir() / "qwen2_5" / "tokenizer.json";
-    if (!std::filesystem::exists(file)) GTEST_SKIP() << "no " << file << ": the fixture text.bpe.fetch_reference needs node and npm";
+    if (!std::filesystem::exists(file))
+        GTEST_SKIP() << "no " << file << ": the fixture text.bpe.fetch_reference needs node and npm";
     const BpeTokenizer tok = BpeTokenizer::load_json(file.string());
     const std::vector<Case> cases = read_reference("qwen2_5");
     std::vector<size_t> mismatches(4, 0);

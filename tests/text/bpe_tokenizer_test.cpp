@@ -31,15 +31,23 @@ json small_file() {
         {"truncation", nullptr},
         {"padding", nullptr},
         {"added_tokens",
-         {{{"id", 260}, {"content", "<|end|>"}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
-           {"normalized", false}, {"special", true}},
+         {{{"id", 260},
+           {"content", "<|end|>"},
+           {"single_word", false},
+           {"lstrip", false},
+           {"rstrip", false},
+           {"normalized", false},
+           {"special", true}},
           {{"id", 261}, {"content", "<|end|>x"}, {"special", false}}}},
         {"normalizer", nullptr},
         {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
         {"post_processor", {{"type", "ByteLevel"}, {"trim_offsets", false}}},
         {"decoder", {{"type", "ByteLevel"}}},
         {"model",
-         {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"byte_fallback", false},
+         {{"type", "BPE"},
+          {"dropout", nullptr},
+          {"unk_token", nullptr},
+          {"byte_fallback", false},
           {"vocab", vocab},
           // "l l" ranks before "h e", so "hell" is h e + ll, then he + ll.
           {"merges", {"l l", "h e", "he ll", "Ġ w"}}}},
@@ -56,7 +64,8 @@ void expect_refused(const json& file, const std::vector<std::string>& parts) {
         load(file);
         ADD_FAILURE() << "loaded, expected a refusal mentioning " << parts.front();
     } catch (const std::runtime_error& e) {
-        for (const std::string& part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+        for (const std::string& part : parts)
+            EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
     }
 }
 
@@ -78,8 +87,8 @@ TEST(BpeTokenizer, MergesByRank) {
 
 TEST(BpeTokenizer, MergesAsPairsAreTheSame) {
     json file = small_file();
-    file["model"]["merges"] = json::array({json::array({"l", "l"}), json::array({"h", "e"}), json::array({"he", "ll"}),
-                                          json::array({"Ġ", "w"})});
+    file["model"]["merges"] = json::array(
+        {json::array({"l", "l"}), json::array({"h", "e"}), json::array({"he", "ll"}), json::array({"Ġ", "w"})});
     const BpeTokenizer tok = load(file);
     EXPECT_EQ(tok.encode("hell wo"), (Ids{258, 259, 'o'}));
 }
@@ -115,9 +124,9 @@ TEST(BpeTokenizer, ReplaceInvalidUtf8AsTheWhatwgDecoder) {
     const std::string r = "\xEF\xBF\xBD";
     EXPECT_EQ(replace_invalid_utf8("plain \xC3\xA9 \xF0\x9F\x98\x80"), "plain \xC3\xA9 \xF0\x9F\x98\x80");
     EXPECT_EQ(replace_invalid_utf8("\x80"), r);
-    EXPECT_EQ(replace_invalid_utf8("\xE2\x82x"), r + "x");           // a truncated sequence is one U+FFFD
-    EXPECT_EQ(replace_invalid_utf8("\xC0\xAF"), r + r);              // overlong: each byte
-    EXPECT_EQ(replace_invalid_utf8("\xED\xA0\x80"), r + r + r);      // a surrogate: each byte
+    EXPECT_EQ(replace_invalid_utf8("\xE2\x82x"), r + "x");       // a truncated sequence is one U+FFFD
+    EXPECT_EQ(replace_invalid_utf8("\xC0\xAF"), r + r);          // overlong: each byte
+    EXPECT_EQ(replace_invalid_utf8("\xED\xA0\x80"), r + r + r);  // a surrogate: each byte
     EXPECT_EQ(replace_invalid_utf8("\xF4\x90\x80\x80"), r + r + r + r);
     EXPECT_EQ(replace_invalid_utf8("\xF0\x9F\x98"), r);
     EXPECT_EQ(replace_invalid_utf8(std::string("a\0b", 3)), std::string("a\0b", 3));

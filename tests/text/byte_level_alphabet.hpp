@@ -21,7 +21,9 @@ inline std::string utf8(uint32_t cp) {
 
 // Printable bytes stand for themselves; the others, in order, for U+0100 onwards.
 inline std::string byte_char(int b) {
-    const auto printable = [](int c) { return (c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174 && c <= 255); };
+    const auto printable = [](int c) {
+        return (c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174 && c <= 255);
+    };
     int extra = 0;
     for (int c = 0; c < b; ++c)
         if (!printable(c)) ++extra;

@@ -94,14 +94,16 @@ void compare(const char* loader, const WordPieceTokenizer& tok) {
         }
     }
     EXPECT_EQ(mismatches, 0u) << loader << ": " << mismatches << " of " << cases.size() << " texts differ";
-    std::cout << "bert-base-uncased (" << loader << "): " << cases.size() << " texts, " << tokens
-              << " reference tokens, " << mismatches << " texts differ; on " << departs
-              << " the reference departs from Hugging Face's Rust tokenizers and is read on the text as Rust reads it\n";
+    std::cout
+        << "bert-base-uncased (" << loader << "): " << cases.size() << " texts, " << tokens << " reference tokens, "
+        << mismatches << " texts differ; on " << departs
+        << " the reference departs from Hugging Face's Rust tokenizers and is read on the text as Rust reads it\n";
 }
 
 TEST(WordPieceCompare, BertBaseUncasedTokenizerJson) {
     const auto file = reference_dir() / "tokenizer.json";
-    if (!std::filesystem::exists(file)) GTEST_SKIP() << "no " << file << ": the fixture text.bpe.fetch_reference needs node and npm";
+    if (!std::filesystem::exists(file))
+        GTEST_SKIP() << "no " << file << ": the fixture text.bpe.fetch_reference needs node and npm";
     const WordPieceTokenizer tok = WordPieceTokenizer::load_json(file.string());
     EXPECT_EQ(tok.vocab_size(), 30522);
     // decode stops at pad, which some texts write ("[PAD]"); the comparison reads without one.
@@ -112,14 +114,16 @@ TEST(WordPieceCompare, BertBaseUncasedTokenizerJson) {
 
 TEST(WordPieceCompare, BertBaseUncasedVocabTxt) {
     const auto file = reference_dir() / "vocab.txt";
-    if (!std::filesystem::exists(file)) GTEST_SKIP() << "no " << file << ": the fixture text.bpe.fetch_reference needs node and npm";
+    if (!std::filesystem::exists(file))
+        GTEST_SKIP() << "no " << file << ": the fixture text.bpe.fetch_reference needs node and npm";
     compare("vocab.txt", WordPieceTokenizer::load_vocab_txt(file.string()));
 }
 
 // The ids UDLM's LM1B checkpoints use: [PAD] 0, [MASK] 103, [CLS] 101 and [SEP] 102 around a sentence.
 TEST(WordPieceCompare, BertBaseUncasedSpecialTokens) {
     const auto file = reference_dir() / "tokenizer.json";
-    if (!std::filesystem::exists(file)) GTEST_SKIP() << "no " << file << ": the fixture text.bpe.fetch_reference needs node and npm";
+    if (!std::filesystem::exists(file))
+        GTEST_SKIP() << "no " << file << ": the fixture text.bpe.fetch_reference needs node and npm";
     const WordPieceTokenizer tok = WordPieceTokenizer::load_json(file.string(), {"[PAD]", "", "[MASK]"});
     EXPECT_EQ(tok.pad_id(), 0);
     EXPECT_EQ(tok.unk_id(), 100);

@@ -19,8 +19,9 @@ using Ids = std::vector<int64_t>;
 
 // A small BERT-style file. Ids: [PAD] 0, [UNK] 1, [CLS] 2, [SEP] 3, [MASK] 4, then the pieces below in order.
 const std::vector<std::string> kPieces = {
-    "un", "unaff", "##aff", "##able", "##a", "a", "b", "##b", "hello", "world", ".", ",", "'", "s", "!", "$", "+",
-    "—", "cafe", "Cafe", "i", "i\xCC\x87", "一", "二", "𠀀", "ab", "[", "]", "cls", "do not", "€",
+    "un", "unaff", "##aff", "##able", "##a", "a", "b",   "##b",    "hello", "world", ".",
+    ",",  "'",     "s",     "!",      "$",   "+", "—",   "cafe",   "Cafe",  "i",     "i\xCC\x87",
+    "一", "二",    "𠀀",    "ab",     "[",   "]", "cls", "do not", "€",
 };
 constexpr int64_t kFirstPiece = 5;
 int64_t piece(const std::string& text) {
@@ -37,8 +38,13 @@ json small_file() {
     for (size_t i = 0; i < kPieces.size(); ++i) vocab[kPieces[i]] = kFirstPiece + static_cast<int64_t>(i);
     json added = json::array();
     for (size_t i = 0; i < specials.size(); ++i) {
-        added.push_back({{"id", i}, {"content", specials[i]}, {"single_word", false}, {"lstrip", false},
-                         {"rstrip", false}, {"normalized", false}, {"special", true}});
+        added.push_back({{"id", i},
+                         {"content", specials[i]},
+                         {"single_word", false},
+                         {"lstrip", false},
+                         {"rstrip", false},
+                         {"normalized", false},
+                         {"special", true}});
     }
     return {
         {"version", "1.0"},
@@ -46,17 +52,25 @@ json small_file() {
         {"padding", nullptr},
         {"added_tokens", added},
         {"normalizer",
-         {{"type", "BertNormalizer"}, {"clean_text", true}, {"handle_chinese_chars", true}, {"strip_accents", nullptr},
+         {{"type", "BertNormalizer"},
+          {"clean_text", true},
+          {"handle_chinese_chars", true},
+          {"strip_accents", nullptr},
           {"lowercase", true}}},
         {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
         {"post_processor",
          {{"type", "TemplateProcessing"},
-          {"single", {{{"SpecialToken", {{"id", "[CLS]"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
-                      {{"SpecialToken", {{"id", "[SEP]"}, {"type_id", 0}}}}}}}},
+          {"single",
+           {{{"SpecialToken", {{"id", "[CLS]"}, {"type_id", 0}}}},
+            {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+            {{"SpecialToken", {{"id", "[SEP]"}, {"type_id", 0}}}}}}}},
         {"decoder", {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}}},
         {"model",
-         {{"type", "WordPiece"}, {"unk_token", "[UNK]"}, {"continuing_subword_prefix", "##"},
-          {"max_input_chars_per_word", 100}, {"vocab", vocab}}},
+         {{"type", "WordPiece"},
+          {"unk_token", "[UNK]"},
+          {"continuing_subword_prefix", "##"},
+          {"max_input_chars_per_word", 100},
+          {"vocab", vocab}}},
     };
 }
 
@@ -74,7 +88,8 @@ void expect_refused(const json& file, const std::vector<std::string>& parts) {
         load(file);
         ADD_FAILURE() << "loaded, expected a refusal mentioning " << parts.front();
     } catch (const std::runtime_error& e) {
-        for (const std::string& part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+        for (const std::string& part : parts)
+            EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
     }
 }
 
@@ -104,7 +119,12 @@ TEST(WordPieceTokenizer, UnsegmentableAndOverlongWordsAreUnk) {
     EXPECT_EQ(tok.encode("unaff"), (Ids{piece("unaff")}));
     EXPECT_EQ(tok.encode("unaffable unaff"), (Ids{1, piece("unaff")}));  // 9 characters > 5
     // Characters, not bytes, and counted after normalisation: "ábábá" is 5 once its accents go.
-    EXPECT_EQ(tok.encode("\xC3\xA1" "b" "\xC3\xA1" "b" "\xC3\xA1"), (Ids{piece("ab"), piece("##a"), piece("##b"), piece("##a")}));
+    EXPECT_EQ(tok.encode("\xC3\xA1"
+                         "b"
+                         "\xC3\xA1"
+                         "b"
+                         "\xC3\xA1"),
+              (Ids{piece("ab"), piece("##a"), piece("##b"), piece("##a")}));
     EXPECT_EQ(tok.encode("ababab"), (Ids{1}));
 }
 
@@ -113,8 +133,12 @@ TEST(WordPieceTokenizer, PunctuationIsItsOwnWord) {
     EXPECT_EQ(tok.encode("hello,world."), (Ids{piece("hello"), piece(","), piece("world"), piece(".")}));
     // ASCII symbols count as punctuation, as in BERT; so do Unicode's P* ("—" is Pd); "€" (Sc) does not.
     EXPECT_EQ(tok.encode("a$b+a"), (Ids{piece("a"), piece("$"), piece("b"), piece("+"), piece("a")}));
-    EXPECT_EQ(tok.encode("a\xE2\x80\x94" "b"), (Ids{piece("a"), piece("—"), piece("b")}));
-    EXPECT_EQ(tok.encode("a\xE2\x82\xAC" "b \xE2\x82\xAC"), (Ids{1, piece("€")}));
+    EXPECT_EQ(tok.encode("a\xE2\x80\x94"
+                         "b"),
+              (Ids{piece("a"), piece("—"), piece("b")}));
+    EXPECT_EQ(tok.encode("a\xE2\x82\xAC"
+                         "b \xE2\x82\xAC"),
+              (Ids{1, piece("€")}));
     EXPECT_EQ(tok.encode("!!"), (Ids{piece("!"), piece("!")}));
     EXPECT_EQ(tok.encode("  \t\n "), Ids{});
 }
@@ -142,7 +166,9 @@ TEST(WordPieceTokenizer, ChineseCharactersAreWords) {
     const WordPieceTokenizer tok = load(small_file());
     EXPECT_EQ(tok.encode("\xE4\xB8\x80\xE4\xBA\x8C"), (Ids{piece("一"), piece("二")}));
     // Beyond the BMP too (U+20000).
-    EXPECT_EQ(tok.encode("a\xF0\xA0\x80\x80" "b"), (Ids{piece("a"), piece("𠀀"), piece("b")}));
+    EXPECT_EQ(tok.encode("a\xF0\xA0\x80\x80"
+                         "b"),
+              (Ids{piece("a"), piece("𠀀"), piece("b")}));
     json file = small_file();
     file["normalizer"]["handle_chinese_chars"] = false;
     EXPECT_EQ(load(file).encode("\xE4\xB8\x80\xE4\xBA\x8C \xE4\xB8\x80"), (Ids{1, piece("一")}));
@@ -151,13 +177,25 @@ TEST(WordPieceTokenizer, ChineseCharactersAreWords) {
 TEST(WordPieceTokenizer, CleanTextDropsControlsAndMakesWhitespaceSpaces) {
     const WordPieceTokenizer tok = load(small_file());
     // U+200B (Cf), NUL, U+FFFD, a control character and invalid UTF-8 (read as U+FFFD) go; "ab" is one word.
-    EXPECT_EQ(tok.encode("a\xE2\x80\x8B" "b"), (Ids{piece("ab")}));
+    EXPECT_EQ(tok.encode("a\xE2\x80\x8B"
+                         "b"),
+              (Ids{piece("ab")}));
     EXPECT_EQ(tok.encode(std::string("a\0b", 3)), (Ids{piece("ab")}));
-    EXPECT_EQ(tok.encode("a\xEF\xBF\xBD" "b a\x07" "b a\xFF" "b"), (Ids{piece("ab"), piece("ab"), piece("ab")}));
-    EXPECT_EQ(tok.encode("a\xC2\xA0" "b\xE3\x80\x80" "a"), (Ids{piece("a"), piece("b"), piece("a")}));  // NBSP, U+3000
+    EXPECT_EQ(tok.encode("a\xEF\xBF\xBD"
+                         "b a\x07"
+                         "b a\xFF"
+                         "b"),
+              (Ids{piece("ab"), piece("ab"), piece("ab")}));
+    EXPECT_EQ(tok.encode("a\xC2\xA0"
+                         "b\xE3\x80\x80"
+                         "a"),
+              (Ids{piece("a"), piece("b"), piece("a")}));  // NBSP, U+3000
     json file = small_file();
     file["normalizer"]["clean_text"] = false;
-    EXPECT_EQ(load(file).encode("a\xE2\x80\x8B" "b a\xC2\xA0" "b"), (Ids{1, piece("a"), piece("b")}));
+    EXPECT_EQ(load(file).encode("a\xE2\x80\x8B"
+                                "b a\xC2\xA0"
+                                "b"),
+              (Ids{1, piece("a"), piece("b")}));
     file["normalizer"] = nullptr;  // no normaliser: case and accents stay, whitespace still splits
     EXPECT_EQ(load(file).encode("Cafe cafe\tHELLO"), (Ids{piece("Cafe"), piece("cafe"), 1}));
 }
@@ -233,7 +271,8 @@ TEST(WordPieceTokenizer, VocabTxtHasBertsSettings) {
         WordPieceTokenizer::load_vocab_txt(path);
         ADD_FAILURE() << "loaded a vocab.txt with a token twice";
     } catch (const std::runtime_error& e) {
-        EXPECT_NE(std::string(e.what()).find(path + ":3: token \"hello\" is already id 1"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find(path + ":3: token \"hello\" is already id 1"), std::string::npos)
+            << e.what();
     }
     std::ofstream(path) << "hello\n";
     try {

@@ -101,8 +101,10 @@ TEST(SafeTensors, ReadsAHandWrittenFileWithEntriesOutOfOrder) {
     const auto file = dir.path() / "hand.safetensors";
     // JSON order is not data order: "x" holds the second 4 bytes.
     const float values[2] = {1.5f, -2.0f};
-    write_raw(file, R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},"y":{"dtype":"F32","shape":[],"data_offsets":[0,4]}})",
-              std::string(reinterpret_cast<const char*>(values), 8));
+    write_raw(
+        file,
+        R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},"y":{"dtype":"F32","shape":[],"data_offsets":[0,4]}})",
+        std::string(reinterpret_cast<const char*>(values), 8));
     const SafeTensors loaded = load_safetensors(file);
     ASSERT_EQ(loaded.tensors.size(), 2u);
     EXPECT_EQ(loaded.tensors[0].first, "y");
@@ -154,8 +156,8 @@ TEST(SafeTensors, RefusesAWrongHeaderLength) {
     const std::string header = R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})";
     const auto longer = dir.path() / "longer.safetensors";
     write_raw(longer, header, "ab", header.size() + 100);
-    expect_refused(longer, "truncated: the header length says " + std::to_string(header.size() + 100) + " bytes but only " +
-                               std::to_string(header.size() + 2) + " follow");
+    expect_refused(longer, "truncated: the header length says " + std::to_string(header.size() + 100) +
+                               " bytes but only " + std::to_string(header.size() + 2) + " follow");
     const auto shorter = dir.path() / "shorter.safetensors";
     write_raw(shorter, header, "ab", header.size() - 5);
     expect_refused(shorter, "header is not valid JSON");
@@ -187,22 +189,26 @@ TEST(SafeTensors, RefusesLyingOffsets) {
     write_raw(overflow, R"({"w":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", "");
     expect_refused(overflow, "more bytes than fit in 64 bits");
     const auto strides = dir.path() / "strides.safetensors";
-    write_raw(strides, R"({"w":{"dtype":"F32","shape":[1099511627776,0,1099511627776,1099511627776],"data_offsets":[0,0]}})", "");
+    write_raw(strides,
+              R"({"w":{"dtype":"F32","shape":[1099511627776,0,1099511627776,1099511627776],"data_offsets":[0,0]}})",
+              "");
     expect_refused(strides, "is too large to represent");
 }
 
 TEST(SafeTensors, RefusesOverlapsGapsAndLeftovers) {
     ScratchDir dir;
     const auto overlap = dir.path() / "overlap.safetensors";
-    write_raw(overlap,
-              R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}})",
-              std::string(6, '\0'));
+    write_raw(
+        overlap,
+        R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}})",
+        std::string(6, '\0'));
     expect_refused(overlap, "tensor 'b' (bytes 2-6) overlaps tensor 'a' (bytes 0-4)");
 
     const auto gap = dir.path() / "gap.safetensors";
-    write_raw(gap,
-              R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}})",
-              std::string(6, '\0'));
+    write_raw(
+        gap,
+        R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}})",
+        std::string(6, '\0'));
     expect_refused(gap, "bytes 2-4 of the data area belong to no tensor (before tensor 'b')");
 
     const auto leftover = dir.path() / "leftover.safetensors";
@@ -214,8 +220,10 @@ TEST(SafeTensors, RefusesMalformedHeaders) {
     ScratchDir dir;
     const auto file = dir.path() / "bad.safetensors";
     const std::vector<std::pair<std::string, std::string>> cases = {
-        {R"({"w":{"dtype":"Q7","shape":[1],"data_offsets":[0,1]}})", "tensor 'w': unknown dtype 'Q7' (supported: F32, "},
-        {R"({"w":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}})", "tensor 'w': negative dimension -1 in shape [-1]"},
+        {R"({"w":{"dtype":"Q7","shape":[1],"data_offsets":[0,1]}})",
+         "tensor 'w': unknown dtype 'Q7' (supported: F32, "},
+        {R"({"w":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}})",
+         "tensor 'w': negative dimension -1 in shape [-1]"},
         {R"({"w":{"dtype":"U8","shape":[1.5],"data_offsets":[0,1]}})", "holds 1.5, expected integers >= 0"},
         {R"({"w":{"dtype":"U8","shape":[1]}})", "tensor 'w': missing \"data_offsets\""},
         {R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[0]}})", "\"data_offsets\" must be [begin, end]"},
@@ -238,7 +246,8 @@ TEST(SafeTensors, RefusesMissingFilesAndBadWrites) {
     ScratchDir dir;
     expect_refused(dir.path() / "absent.safetensors", "cannot read");
     const auto file = dir.path() / "out.safetensors";
-    auto expect_save_error = [&](const std::vector<std::pair<std::string, at::Tensor>>& tensors, const std::string& part) {
+    auto expect_save_error = [&](const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                                 const std::string& part) {
         try {
             save_safetensors(file, tensors);
             ADD_FAILURE() << "expected SafeTensorsError containing '" << part << "'";

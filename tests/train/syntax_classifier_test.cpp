@@ -1,6 +1,7 @@
 // The noisy syntax classifier on micro models: `train-controller`'s kind trains one for each family from annotated
-// text, writes a model directory that records its denoiser's noise, and the guidance facade (rudder/syntax/classifier.hpp)
-// gives log p(target | x) whose gradient matches finite differences and which prefers the true target.
+// text, writes a model directory that records its denoiser's noise, and the guidance facade
+// (rudder/syntax/classifier.hpp) gives log p(target | x) whose gradient matches finite differences and which prefers
+// the true target.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -42,7 +43,8 @@ protected:
         if (family == "continuous" || family == "cdcd") j["network"]["embed_dim"] = 8;
         if (family == "cdcd") {
             j["network"]["objective"] = "cdcd";
-            j["network"]["schedule"] = {{"name", "cdcd"}, {"T", 50}, {"sigma_min", 0.2}, {"sigma_max", 20.0}, {"warp_bins", 10}};
+            j["network"]["schedule"] = {
+                {"name", "cdcd"}, {"T", 50}, {"sigma_min", 0.2}, {"sigma_max", 20.0}, {"warp_bins", 10}};
         }
         j["max_condition_length"] = 24;
         j["out"] = (dir_.path() / ("denoiser-" + family)).string();
@@ -72,7 +74,8 @@ protected:
         return file;
     }
 
-    json classifier_config(const std::filesystem::path& denoiser, const std::filesystem::path& data, const std::string& out) {
+    json classifier_config(const std::filesystem::path& denoiser, const std::filesystem::path& data,
+                           const std::string& out) {
         json j = test::micro_teacher_config(dir_.path(), 40);
         j.erase("tokenizer");
         j["kind"] = "syntax_classifier";
@@ -117,7 +120,9 @@ TEST_F(TextClassifierTraining, TrainsForEachFamilyAndGuidesWithExactGradients) {
         auto target_of = [&](bool truth) {
             syntax::ClassifierTarget t;
             for (int64_t i = 0; i < L; ++i)
-                t.tags.push_back({i >= n ? 0 : ((i % 2 == 0) == truth ? classifier->tag_class("NN") : classifier->tag_class("VBZ"))});
+                t.tags.push_back(
+                    {i >= n ? 0
+                            : ((i % 2 == 0) == truth ? classifier->tag_class("NN") : classifier->tag_class("VBZ"))});
             t.spans.push_back({0, 2, truth ? classifier->label_classes("NP") : classifier->label_classes("VP")});
             return t;
         };
@@ -153,7 +158,8 @@ TEST_F(TextClassifierTraining, TrainsForEachFamilyAndGuidesWithExactGradients) {
                 classifier->guide(x.data_ptr<float>(), B, L, 0.05, target_of(true), nullptr, down.data());
                 const int64_t row = index / (L * 8);
                 const double numeric = (up[static_cast<size_t>(row)] - down[static_cast<size_t>(row)]) / (2 * h);
-                EXPECT_NEAR(grad[static_cast<size_t>(index)], numeric, 2e-2 + 0.05 * std::abs(numeric)) << "coordinate " << index;
+                EXPECT_NEAR(grad[static_cast<size_t>(index)], numeric, 2e-2 + 0.05 * std::abs(numeric))
+                    << "coordinate " << index;
             }
         } else {
             at::Tensor tokens = at::full({B, L}, 0, at::kLong);  // pad everywhere ...
@@ -185,8 +191,10 @@ TEST_F(TextClassifierTraining, TrainsForEachFamilyAndGuidesWithExactGradients) {
                 classifier->guide(substituted[v].data_ptr<int64_t>(), 1, L, 0.1, target_of(true), nullptr, &alone);
                 EXPECT_NEAR(batched[static_cast<size_t>(v)], alone, 1e-5f) << "token " << v;
             }
-            EXPECT_GT(*std::max_element(batched.begin(), batched.end()) - *std::min_element(batched.begin(), batched.end()),
-                      1e-3f) << "every substitution scores the same";
+            EXPECT_GT(
+                *std::max_element(batched.begin(), batched.end()) - *std::min_element(batched.begin(), batched.end()),
+                1e-3f)
+                << "every substitution scores the same";
         }
         for (int64_t b = 0; b < B; ++b) {
             EXPECT_LT(lp_true[static_cast<size_t>(b)], 0.0f);
@@ -199,8 +207,8 @@ TEST_F(TextClassifierTraining, TrainsForEachFamilyAndGuidesWithExactGradients) {
         std::vector<float> lp_all(B);
         std::vector<int64_t> pads(B * L, 0);
         at::Tensor zeros = at::zeros({B, L, 8});
-        classifier->guide(family == "continuous" ? static_cast<const void*>(zeros.data_ptr<float>()) : pads.data(), B, L,
-                          0.5, everything, nullptr, lp_all.data());
+        classifier->guide(family == "continuous" ? static_cast<const void*>(zeros.data_ptr<float>()) : pads.data(), B,
+                          L, 0.5, everything, nullptr, lp_all.data());
         for (float v : lp_all) EXPECT_NEAR(v, 0.0f, 1e-4f);
     }
 }
@@ -264,7 +272,8 @@ TEST_F(TextClassifierTraining, ExactCandidateScoringIsTheClassifierOnEverySubsti
     at::Tensor tokens = at::full({B, L}, vocabulary.mask_id(), at::kLong);
     for (int64_t b = 0; b < B; ++b) {
         const auto ids = vocabulary.encode(test::micro_records()[static_cast<size_t>(b)].ref);
-        for (int64_t i = 0; i < L && i < static_cast<int64_t>(ids.size()); i += 2) tokens[b][i] = ids[static_cast<size_t>(i)];
+        for (int64_t i = 0; i < L && i < static_cast<int64_t>(ids.size()); i += 2)
+            tokens[b][i] = ids[static_cast<size_t>(i)];
     }
     plugins::StepInputs in;
     in.phase = RUDDER_PHASE_PREDICT;
@@ -280,7 +289,8 @@ TEST_F(TextClassifierTraining, ExactCandidateScoringIsTheClassifierOnEverySubsti
     const plugins::StepOutputs out = pos.step(in);
     ASSERT_TRUE(out.candidate_delta.defined());
     ASSERT_EQ(out.candidate_delta.sizes(), (at::IntArrayRef{3, V}));
-    const at::Tensor ids = std::get<1>(plugins::top_candidates(in.x0_logits.view({B * L, V}).index_select(0, in.rows), V));
+    const at::Tensor ids =
+        std::get<1>(plugins::top_candidates(in.x0_logits.view({B * L, V}).index_select(0, in.rows), V));
 
     syntax::ClassifierTarget target;
     for (const char* tag : {"NN", "VBZ", "NN", "VBZ"}) target.tags.push_back({classifier->tag_class(tag)});
@@ -291,15 +301,18 @@ TEST_F(TextClassifierTraining, ExactCandidateScoringIsTheClassifierOnEverySubsti
         for (int64_t v = 0; v < V; ++v) {
             at::Tensor one = tokens[b].clone().unsqueeze(0);
             one[0][position] = v;
-            classifier->guide(one.data_ptr<int64_t>(), 1, L, in.t_next, target, nullptr, &by_token[static_cast<size_t>(v)]);
+            classifier->guide(one.data_ptr<int64_t>(), 1, L, in.t_next, target, nullptr,
+                              &by_token[static_cast<size_t>(v)]);
         }
         const float lowest = *std::min_element(by_token.begin(), by_token.end());
         for (int64_t j = 0; j < V; ++j) {
             const int64_t v = ids[static_cast<int64_t>(r)][j].item<int64_t>();
-            EXPECT_NEAR(out.candidate_delta[static_cast<int64_t>(r)][j].item<float>(), by_token[static_cast<size_t>(v)] - lowest, 1e-4f)
+            EXPECT_NEAR(out.candidate_delta[static_cast<int64_t>(r)][j].item<float>(),
+                        by_token[static_cast<size_t>(v)] - lowest, 1e-4f)
                 << "row " << rows[r] << ", token " << v;
         }
-        EXPECT_GT(out.candidate_delta[static_cast<int64_t>(r)].max().item<float>(), 1e-3f) << "row " << rows[r] << " is flat";
+        EXPECT_GT(out.candidate_delta[static_cast<int64_t>(r)].max().item<float>(), 1e-3f)
+            << "row " << rows[r] << " is flat";
     }
 }
 
@@ -317,7 +330,8 @@ TEST_F(TextClassifierTraining, ACdcdDenoiserStoredAsFloat16GivesTheTableItsRunsD
     EXPECT_LE(classifier->embedding_distance(run_table.data_ptr<float>(), run_table.size(0), run_table.size(1)), 1e-6);
     // ... which is the stored table normalised, not the stored table.
     EXPECT_NEAR(run_table.norm(2, -1).min().item<double>(), std::sqrt(8.0), 1e-4);
-    const at::Tensor stored = load_safetensors(denoiser / "model.safetensors").find("embedding")->to(at::kFloat).contiguous();
+    const at::Tensor stored =
+        load_safetensors(denoiser / "model.safetensors").find("embedding")->to(at::kFloat).contiguous();
     EXPECT_GT(classifier->embedding_distance(stored.data_ptr<float>(), stored.size(0), stored.size(1)), 1e-3);
 }
 

@@ -153,7 +153,8 @@ TEST_F(MicroTraining, ResumedRunEqualsUninterruptedRun) {
     EXPECT_EQ(state["step"], 13);
     EXPECT_EQ(state["data_position"], 13 * 8);
     EXPECT_TRUE(std::filesystem::exists(checkpoint / state["weights"].get<std::string>()));
-    EXPECT_FALSE(std::filesystem::exists(checkpoint / "checkpoint-000000010.safetensors")) << "older weights are removed";
+    EXPECT_FALSE(std::filesystem::exists(checkpoint / "checkpoint-000000010.safetensors"))
+        << "older weights are removed";
     EXPECT_FALSE(std::filesystem::exists(dir_.path() / "parts/config.json"));
 
     const auto resumed = run(parts);
@@ -216,10 +217,13 @@ TEST_F(MicroTraining, InitFromContinuesFromTheWeightsOfATrainedModel) {
     no_model["tokenizer"] = {{"min_count", 2}};
     const std::string issues = config_issues([&] { parse(no_model); });
     EXPECT_NE(issues.find("/training/init_from: '" + dir_.path().string() + "' is not a trained model directory"),
-              std::string::npos) << issues;
+              std::string::npos)
+        << issues;
     json min_count = continued;
     min_count["tokenizer"] = {{"min_count", 2}};
-    EXPECT_NE(config_issues([&] { parse(min_count); }).find("/tokenizer/min_count: the vocabulary comes from training.init_from"),
+    EXPECT_NE(config_issues([&] {
+                  parse(min_count);
+              }).find("/tokenizer/min_count: the vocabulary comes from training.init_from"),
               std::string::npos);
 }
 
@@ -372,9 +376,10 @@ TEST_F(MicroTraining, ACdcdNetworkStartsFromADiffusionLmOneWithItsRoundingAsTheH
     run(trained);
 
     json cdcd = trained;
-    cdcd["network"].update({{"objective", "cdcd"},
-                            {"self_conditioning", true},
-                            {"schedule", {{"name", "cdcd"}, {"T", 100}, {"sigma_min", 0.1}, {"sigma_max", 20.0}, {"warp_bins", 10}}}});
+    cdcd["network"].update(
+        {{"objective", "cdcd"},
+         {"self_conditioning", true},
+         {"schedule", {{"name", "cdcd"}, {"T", 100}, {"sigma_min", 0.1}, {"sigma_max", 20.0}, {"warp_bins", 10}}}});
     cdcd["tokenizer"] = json::object();
     cdcd["training"].update({{"steps", 1}, {"warmup", 0}, {"lr", 1e-9}, {"init_from", trained["out"]}});
     cdcd["out"] = (dir_.path() / "cdcd").string();
@@ -385,7 +390,8 @@ TEST_F(MicroTraining, ACdcdNetworkStartsFromADiffusionLmOneWithItsRoundingAsTheH
     for (const std::string shared : {"embedding", "input_proj.weight", "time_mlp2.bias", "trunk.blocks.0.ff1.weight"})
         EXPECT_TRUE(at::allclose(*now.find(shared), *held.find(shared), 0, 1e-6)) << shared;
     const at::Tensor& table = *held.find("embedding");
-    EXPECT_TRUE(at::allclose(*now.find("head.weight"), at::matmul(table, *held.find("output_proj.weight")), 1e-4, 1e-5));
+    EXPECT_TRUE(
+        at::allclose(*now.find("head.weight"), at::matmul(table, *held.find("output_proj.weight")), 1e-4, 1e-5));
     EXPECT_TRUE(at::allclose(*now.find("head.bias"), at::matmul(table, *held.find("output_proj.bias")), 1e-4, 1e-5));
     EXPECT_LT(now.find("self_condition_proj.weight")->abs().max().item<double>(), 1e-6);
     EXPECT_EQ(now.find("output_proj.weight"), nullptr);
@@ -408,7 +414,8 @@ TEST_F(MicroTraining, ACdcdNetworkStartsFromADiffusionLmOneWithItsRoundingAsTheH
             ADD_FAILURE() << "expected ModelError for " << refused["out"];
         } catch (const ModelError& e) {
             EXPECT_NE(std::string(e.what()).find("a cdcd network can start from a diffusion_lm one of its sizes"),
-                      std::string::npos) << e.what();
+                      std::string::npos)
+                << e.what();
         }
     }
 }
@@ -466,7 +473,8 @@ TEST_F(MicroTraining, ASnapshotWritesTheModelOfTheCheckpointAndLeavesTheRunAsItW
     }
     EXPECT_GT(differ_from_average, 0) << "the raw weights are the average";
     std::ifstream raw_in(dir_.path() / "snapshot-raw/config.json");
-    EXPECT_EQ(json::parse(raw_in)["training"]["snapshot_weights"], "raw: the weights at this step, not their moving average");
+    EXPECT_EQ(json::parse(raw_in)["training"]["snapshot_weights"],
+              "raw: the weights at this step, not their moving average");
     // ... which a run without an average has not.
     raw.snapshot = dir_.path() / "snapshot-of-one-layer";
     EXPECT_THROW(train::train(parse(trained), raw), ConfigError);
@@ -545,7 +553,8 @@ TEST_F(MicroTraining, RefusesToOverwriteAFinishedModelUnlessAsked) {
 
 TEST_F(MicroTraining, DevLossIsLoggedAndLongTextsAreDropped) {
     auto records = test::micro_records();
-    records.push_back({"name[Long]", "This text is far too long for a maximum length of sixteen tokens , so it goes ."});
+    records.push_back(
+        {"name[Long]", "This text is far too long for a maximum length of sixteen tokens , so it goes ."});
     test::write_micro_csv(dir_.path() / "train.csv", records);
     test::write_micro_csv(dir_.path() / "dev.csv", {records.begin(), records.begin() + 10});
     json j = config(20);
@@ -573,7 +582,8 @@ TEST_F(MicroTraining, ConfigErrorsNameTheKeyAndWhatWasExpected) {
     j["max_length"] = "long";
     const std::string issues = config_issues([&] { parse(j); });
     for (const char* expected : {
-             "/kind: expected one of \"teacher\", \"continuous\", \"discrete\", \"tagger\", \"parser\", \"syntax_classifier\", \"attribute_classifier\", got \"teachr\"; "
+             "/kind: expected one of \"teacher\", \"continuous\", \"discrete\", \"tagger\", \"parser\", "
+             "\"syntax_classifier\", \"attribute_classifier\", got \"teachr\"; "
              "did you mean \"teacher\"?",
              "/training/lr: expected a number > 0 and <= 1, got -1",
              "/training/steps: missing; expected an integer in [1, 100000000]",
@@ -589,7 +599,8 @@ TEST_F(MicroTraining, ConfigErrorsNameTheKeyAndWhatWasExpected) {
     teacher["network"]["max_length"] = 8;
     const std::string more = config_issues([&] { parse(teacher); });
     EXPECT_NE(more.find("/training/condition_dropout: applies to the denoiser kinds"), std::string::npos) << more;
-    EXPECT_NE(more.find("/network/max_length: must equal the top-level max_length (16) or be left out"), std::string::npos)
+    EXPECT_NE(more.find("/network/max_length: must equal the top-level max_length (16) or be left out"),
+              std::string::npos)
         << more;
 
     // The network's own keys are checked when it is built, and reported under /network.
@@ -635,8 +646,9 @@ TEST_F(MicroTraining, ScoreGivesFinitePerplexityLowerOnTrainingTextsThanShuffled
 
     // Batching does not change the result; unknown words are counted; texts too long are skipped and counted.
     EXPECT_NEAR(score_texts(teacher, texts, 7).nll, on_train.nll, 1e-6 * on_train.nll);
-    const auto odd = score_texts(teacher, {"Xyzzy serves Plugh food .", "", std::string(40, 'a') + " b c d e f g h "
-                                                  "i j k l m n o p q r"});
+    const auto odd = score_texts(teacher, {"Xyzzy serves Plugh food .", "",
+                                           std::string(40, 'a') + " b c d e f g h "
+                                                                  "i j k l m n o p q r"});
     EXPECT_EQ(odd.texts, 2);
     EXPECT_EQ(odd.unknown_tokens, 2);
     EXPECT_EQ(odd.skipped_too_long, 1);
@@ -677,7 +689,8 @@ TEST_F(MicroTraining, DenoiserKindsTrainDeterministicallyIntoTransformerModels) 
         EXPECT_TRUE(std::isfinite(result.last_loss));
         j["out"] = (dir_.path() / (kind + "_b")).string();
         run(j);
-        expect_same_weights(dir_.path() / (kind + "_a/model.safetensors"), dir_.path() / (kind + "_b/model.safetensors"));
+        expect_same_weights(dir_.path() / (kind + "_a/model.safetensors"),
+                            dir_.path() / (kind + "_b/model.safetensors"));
 
         std::ifstream in(dir_.path() / (kind + "_a/config.json"));
         const json cfg = json::parse(in);
@@ -708,7 +721,8 @@ TEST_F(MicroTraining, FieldDropoutTrainsOnSomeOfEachConditionsFieldsAndDevKeepsT
     const auto condition_of = [&](const nn::TrainingBatch& batch, int64_t b) {
         std::vector<int64_t> ids;
         for (int64_t j = 0; j < batch.condition.size(1); ++j)
-            if (const int64_t id = batch.condition[b][j].item<int64_t>(); id != data.tokenizer->pad_id()) ids.push_back(id);
+            if (const int64_t id = batch.condition[b][j].item<int64_t>(); id != data.tokenizer->pad_id())
+                ids.push_back(id);
         return ids;
     };
 
@@ -730,22 +744,26 @@ TEST_F(MicroTraining, FieldDropoutTrainsOnSomeOfEachConditionsFieldsAndDevKeepsT
             for (unsigned subset = 1; subset < (1u << fields.size()) && !found; ++subset) {
                 std::string text;
                 for (size_t f = 0; f < fields.size(); ++f)
-                    if (subset & (1u << f)) text += (text.empty() ? "" : ", ") + fields[f].attribute + "[" + fields[f].value + "]";
+                    if (subset & (1u << f))
+                        text += (text.empty() ? "" : ", ") + fields[f].attribute + "[" + fields[f].value + "]";
                 if (data.tokenizer->encode(text) != got) continue;
                 found = true;
                 if (subset != (1u << fields.size()) - 1) ++partial;
                 if ((subset & (subset - 1)) == 0) ++alone[text];
             }
-            EXPECT_TRUE(found) << "step " << step << ", " << records[i].mr << ": " << data.tokenizer->decode(got.data(), static_cast<int64_t>(got.size()));
+            EXPECT_TRUE(found) << "step " << step << ", " << records[i].mr << ": "
+                               << data.tokenizer->decode(got.data(), static_cast<int64_t>(got.size()));
             ++total;
         }
     }
     const double share = static_cast<double>(partial) / static_cast<double>(total);
     EXPECT_NEAR(share, 0.5 * 7 / 8, 0.04) << partial << " of " << total;
-    for (const char* field : {"name[Aromi]", "food[Italian]", "area[riverside]", "area[city centre]"}) EXPECT_GT(alone[field], 0) << field;
+    for (const char* field : {"name[Aromi]", "food[Italian]", "area[riverside]", "area[city centre]"})
+        EXPECT_GT(alone[field], 0) << field;
     // A step's draw is a function of its seed.
-    EXPECT_TRUE(train::make_batch(c, data.train.examples, rows, data.tokenizer->pad_id(), 9)
-                    .condition.equal(train::make_batch(c, data.train.examples, rows, data.tokenizer->pad_id(), 9).condition));
+    EXPECT_TRUE(
+        train::make_batch(c, data.train.examples, rows, data.tokenizer->pad_id(), 9)
+            .condition.equal(train::make_batch(c, data.train.examples, rows, data.tokenizer->pad_id(), 9).condition));
 
     // A representation that is not fields is refused, naming the setting; the setting is the denoisers'.
     auto bad = records;
@@ -755,7 +773,8 @@ TEST_F(MicroTraining, FieldDropoutTrainsOnSomeOfEachConditionsFieldsAndDevKeepsT
         train::load_training_data(parse(j), [](const std::string&) {});
         FAIL() << "expected std::runtime_error";
     } catch (const std::runtime_error& e) {
-        EXPECT_NE(std::string(e.what()).find("training.field_dropout: meaning representation 'name[The Eagle'"), std::string::npos)
+        EXPECT_NE(std::string(e.what()).find("training.field_dropout: meaning representation 'name[The Eagle'"),
+                  std::string::npos)
             << e.what();
     }
     json teacher = config();
@@ -781,7 +800,8 @@ TEST(ReadTexts, JsonLinesE2ECsvOrPlainLines) {
         read_texts(bad);
         FAIL() << "expected std::runtime_error";
     } catch (const std::runtime_error& e) {
-        EXPECT_NE(std::string(e.what()).find("bad.jsonl:2: expected an object with a \"text\" string"), std::string::npos)
+        EXPECT_NE(std::string(e.what()).find("bad.jsonl:2: expected an object with a \"text\" string"),
+                  std::string::npos)
             << e.what();
     }
 }

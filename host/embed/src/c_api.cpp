@@ -30,7 +30,6 @@
 
 namespace {
 
-
 // ----- errors -----------------------------------------------------------------------------------------------------
 
 std::string& thread_error() {
@@ -46,7 +45,8 @@ public:
 
 // Runs `body`, turning every exception into a status. `error` (a generator's, or null) and the thread's message
 // receive the text; `failure` is the status for an exception that is not one of the known kinds.
-template <class Body> rudder_status guarded(std::string* error, rudder_status failure, Body&& body) noexcept {
+template <class Body>
+rudder_status guarded(std::string* error, rudder_status failure, Body&& body) noexcept {
     rudder_status status = RUDDER_OK;
     std::string message;
     try {
@@ -94,7 +94,8 @@ rudder_status fail(rudder_status status, const char* message) noexcept {
 }
 
 // A caller's versioned struct: the members its struct_size covers, the rest from `defaults` (an older caller).
-template <class T> T read_versioned(const T* in, T defaults, const char* name) {
+template <class T>
+T read_versioned(const T* in, T defaults, const char* name) {
     if (in == nullptr) return defaults;
     if (in->struct_size < sizeof(uint32_t))
         invalid_argument(std::string(name) + ".struct_size is " + std::to_string(in->struct_size) + ": " +
@@ -245,9 +246,9 @@ rudder_status create(const char* recipe_json, const char* recipe_path, const rud
     gen->limits = limits;
     gen->registry = std::make_unique<rudder::plugins::Registry>(
         search_path(options.plugin_path, rudder::plugins::Registry::default_search_path()));
-    gen->generator = std::make_unique<rudder::Generator>(
-        std::move(recipe), *gen->registry, search_path(options.model_path, rudder::default_model_path()),
-        std::move(issues));
+    gen->generator = std::make_unique<rudder::Generator>(std::move(recipe), *gen->registry,
+                                                         search_path(options.model_path, rudder::default_model_path()),
+                                                         std::move(issues));
     *out = gen.release();
     return RUDDER_OK;
 }
@@ -305,7 +306,8 @@ int32_t rudder_keep_freed_memory_in_process(void) { return rudder::keep_freed_me
 
 rudder_status rudder_set_compute_threads(int32_t max_threads) {
     if (max_threads < 0)
-        return fail(RUDDER_ERR_INVALID_ARGUMENT, "rudder_set_compute_threads: max_threads must be >= 0 (0 = every core)");
+        return fail(RUDDER_ERR_INVALID_ARGUMENT,
+                    "rudder_set_compute_threads: max_threads must be >= 0 (0 = every core)");
     rudder::set_compute_threads(max_threads);
     return RUDDER_OK;
 }
@@ -347,8 +349,9 @@ void rudder_generator_free(rudder_generator* gen) {
         std::unique_lock<std::mutex> lock(gen->busy, std::try_to_lock);
         if (!lock.owns_lock()) {
             // Freeing it under the running call would crash the process; refusing costs the caller a later free.
-            fail(RUDDER_ERR_BUSY, "rudder_generator_free: the generator is busy with a call (its own progress "
-                                  "callback?); free it after that call returns");
+            fail(RUDDER_ERR_BUSY,
+                 "rudder_generator_free: the generator is busy with a call (its own progress "
+                 "callback?); free it after that call returns");
             return;
         }
     }
@@ -363,7 +366,9 @@ rudder_status rudder_generator_keep_partial(rudder_generator* gen, int32_t keep)
     return RUDDER_OK;
 }
 
-const char* rudder_generator_last_error(const rudder_generator* gen) { return gen != nullptr ? gen->error.c_str() : ""; }
+const char* rudder_generator_last_error(const rudder_generator* gen) {
+    return gen != nullptr ? gen->error.c_str() : "";
+}
 
 rudder_generate_options rudder_default_generate_options(void) {
     rudder_generate_options options{};
@@ -383,8 +388,8 @@ rudder_status rudder_generate(rudder_generator* gen, const rudder_generate_optio
             read_versioned(options_in, rudder_default_generate_options(), "rudder_generate_options");
         rudder::RunOverrides overrides;
         if (options.samples < 0 || options.samples > gen->limits.max_samples)
-            invalid_argument("samples must be 0 (the recipe's) or 1 to " + std::to_string(gen->limits.max_samples) + ", got " +
-                             std::to_string(options.samples));
+            invalid_argument("samples must be 0 (the recipe's) or 1 to " + std::to_string(gen->limits.max_samples) +
+                             ", got " + std::to_string(options.samples));
         if (options.samples > 0) overrides.samples = options.samples;
         if (options.override_seed != 0 && options.seed > static_cast<uint64_t>(INT64_MAX))
             invalid_argument("seed must be in [0, 9223372036854775807] (2^63 - 1), as a recipe's is; got " +
@@ -394,8 +399,8 @@ rudder_status rudder_generate(rudder_generator* gen, const rudder_generate_optio
         rudder::ProgressCallback progress;
         if (options.on_progress != nullptr)
             progress = [&options](const rudder::Progress& p) {
-                rudder_progress info{sizeof(rudder_progress), p.batch,        p.batches,       p.step, p.steps,
-                                     p.t,                     p.samples_done, p.samples_total, nullptr, 0};
+                rudder_progress info{sizeof(rudder_progress), p.batch,         p.batches, p.step, p.steps, p.t,
+                                     p.samples_done,          p.samples_total, nullptr,   0};
                 std::vector<std::string> texts;
                 std::vector<const char*> pointers;
                 if (options.progress_text != 0 && p.current_texts) {

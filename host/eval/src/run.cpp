@@ -63,8 +63,8 @@ std::vector<TargetOutcome> generate_task(SuiteRun& run, const Task& task, int64_
         throw std::runtime_error("task '" + task.name + "': the recipe " + e.what());
     }
     if (!task.model.empty()) base["model"] = task.model;
-    const std::vector<Target> targets = task_targets(task, base, run.annotated, run.options.targets,
-                                                     run.events.warning);
+    const std::vector<Target> targets =
+        task_targets(task, base, run.annotated, run.options.targets, run.events.warning);
     const bool sharded = !run.options.shard.empty();
     TargetProgress progress;
     progress.task = task.name;
@@ -79,8 +79,10 @@ std::vector<TargetOutcome> generate_task(SuiteRun& run, const Task& task, int64_
         progress.samples += static_cast<int64_t>(outcomes.back().samples.size());
         if (sharded)  // a line per target as it finishes
             run.shard_out << outcome_json(task.name, static_cast<int64_t>(targets.size()), run.options.shard,
-                                          outcomes.back()).dump()
-                          << "\n" << std::flush;
+                                          outcomes.back())
+                                 .dump()
+                          << "\n"
+                          << std::flush;
         else
             write_samples(outcomes.back());
         progress.done = static_cast<int64_t>(i + 1);

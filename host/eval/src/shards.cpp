@@ -69,9 +69,15 @@ std::pair<int64_t, int64_t> parse_shard(const std::string& text) {
 }
 
 json outcome_json(const std::string& task, int64_t targets, const std::string& shard, const TargetOutcome& o) {
-    return {{"task", task},         {"targets", targets},   {"shard", shard},
-            {"index", o.index},     {"family", o.family},   {"labels", o.labels},
-            {"samples", o.samples}, {"seconds", o.seconds}, {"denoised_sequences", o.denoised_sequences},
+    return {{"task", task},
+            {"targets", targets},
+            {"shard", shard},
+            {"index", o.index},
+            {"family", o.family},
+            {"labels", o.labels},
+            {"samples", o.samples},
+            {"seconds", o.seconds},
+            {"denoised_sequences", o.denoised_sequences},
             {"rows_drawn", o.rows_drawn}};
 }
 

@@ -19,11 +19,10 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-const std::vector<std::string> kTargetKinds = {"pos",   "tree",   "span",   "mr",    "fields",
+const std::vector<std::string> kTargetKinds = {"pos",       "tree",   "span",   "mr",     "fields",
                                                "sentiment", "length", "prefix", "infill", "none"};
 
-TargetSource read_targets(json_input::ObjectReader r, const fs::path& base,
-                          TargetSource fallback) {
+TargetSource read_targets(json_input::ObjectReader r, const fs::path& base, TargetSource fallback) {
     TargetSource t = fallback;
     if (auto v = r.text("file")) t.file = base / *v;
     if (auto v = r.text("meaning")) t.meaning = base / *v;
@@ -37,8 +36,7 @@ TargetSource read_targets(json_input::ObjectReader r, const fs::path& base,
 
 // A composition's "controls" ({"semantic": "fields", "syntax_tree": "tree"}, every target from the same text), and
 // its per-control "params" and "weight".
-void read_composition(json_input::ObjectReader& t, const std::string& p, std::vector<ConfigIssue>& issues,
-                      Task& task) {
+void read_composition(json_input::ObjectReader& t, const std::string& p, std::vector<ConfigIssue>& issues, Task& task) {
     if (t.has("control") || t.has("target")) {
         t.issue("controls", "give \"controls\" or \"control\" and \"target\", not both");
         t.text("control").value_or("");  // reported once, above, not again as unknown keys
@@ -55,8 +53,10 @@ void read_composition(json_input::ObjectReader& t, const std::string& p, std::ve
         const json given = t.object(key).value_or(json::object());
         json_input::ObjectReader by_control(given, p + "/" + key, issues);
         for (const auto& item : given.items()) {
-            if (!controls.contains(item.key())) by_control.issue(item.key(), "not one of the task's \"controls\"");
-            else read(by_control, item.key());
+            if (!controls.contains(item.key()))
+                by_control.issue(item.key(), "not one of the task's \"controls\"");
+            else
+                read(by_control, item.key());
         }
     };
     per_control("params", [&](json_input::ObjectReader& r, const std::string& c) {
@@ -89,14 +89,16 @@ void check_task(json_input::ObjectReader& t, const Task& task, const Suite& s) {
         any_target = any_target || c.target != "none";
         mr_target = mr_target || c.target == "mr" || c.target == "fields" || c.target == "sentiment";
         if (c.target == "sentiment" && task.targets.attribute.is_null())
-            t.issue("targets", "a sentiment target needs /targets/attribute ({\"field\", \"classes\"}), here or at the "
-                               "top level");
+            t.issue("targets",
+                    "a sentiment target needs /targets/attribute ({\"field\", \"classes\"}), here or at the "
+                    "top level");
     }
     if (task.targets.file.empty()) t.issue("targets", "no target file (give /targets/file here or at the top level)");
     const bool annotated = task.targets.file.filename().string().find(".csv") == std::string::npos;
     if (any_target && mr_target && annotated && task.targets.meaning.empty())
-        t.issue("targets", "meaning-representation targets from an annotated file need /targets/meaning (the E2E CSV "
-                           "the texts come from)");
+        t.issue("targets",
+                "meaning-representation targets from an annotated file need /targets/meaning (the E2E CSV "
+                "the texts come from)");
     std::error_code ec;
     if (!fs::is_regular_file(task.recipe, ec)) t.issue("recipe", "no recipe file '" + task.recipe.string() + "'");
     for (const fs::path& f : {task.targets.file, task.targets.meaning})
@@ -121,9 +123,9 @@ Task read_task(const json& j, const std::string& p, const fs::path& base, const 
     else
         read_single_control(t, task);
     if (t.has("targets"))
-        task.targets = read_targets(
-            json_input::ObjectReader(t.object("targets").value_or(json::object()), p + "/targets", issues), base,
-            defaults);
+        task.targets =
+            read_targets(json_input::ObjectReader(t.object("targets").value_or(json::object()), p + "/targets", issues),
+                         base, defaults);
     else
         task.targets = defaults;
     check_task(t, task, s);
@@ -153,9 +155,9 @@ Suite read_suite(const fs::path& file) {
     s.samples_per_target = root.integer("samples_per_target", 1, 1000).value_or(1);
     TargetSource defaults;
     if (root.has("targets"))
-        defaults = read_targets(
-            json_input::ObjectReader(root.object("targets").value_or(json::object()), "/targets", issues), base,
-            defaults);
+        defaults =
+            read_targets(json_input::ObjectReader(root.object("targets").value_or(json::object()), "/targets", issues),
+                         base, defaults);
     const json tasks = root.array("tasks", json_input::kRequired).value_or(json::array());
     if (j.is_object() && j.contains("tasks") && tasks.empty()) {
         root.issue("tasks", "expected at least one task");

@@ -59,8 +59,8 @@ std::string markdown(const std::vector<TaskResult>& results) {
         }
         std::snprintf(buf, sizeof buf, " | %.2f | %.2f | %.1f |", r.perplexity, r.seconds_per_sample(),
                       r.per_sample(r.denoised_sequences));
-        md << "| " << r.name << " | " << r.family << " | " << r.targets << " | "
-           << (controls.empty() ? "—" : controls) << buf << "\n";
+        md << "| " << r.name << " | " << r.family << " | " << r.targets << " | " << (controls.empty() ? "—" : controls)
+           << buf << "\n";
     }
     return md.str();
 }

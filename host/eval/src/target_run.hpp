@@ -18,11 +18,11 @@ namespace rudder::eval {
 // One target's generation: its samples as samples/<task>.jsonl holds them, and what they cost. A shard of a run
 // (--shard) writes these; a merge (--merge) reads them back and summarises them as a single run would.
 struct TargetOutcome {
-    int64_t index = 0;                // the target's place in the task's targets
+    int64_t index = 0;  // the target's place in the task's targets
     std::string family;
-    std::vector<std::string> labels;  // the controls' labels, in recipe order
+    std::vector<std::string> labels;      // the controls' labels, in recipe order
     std::vector<nlohmann::json> samples;  // sample_json, "target", and for infill the generated "middle"
-    double seconds = 0.0;             // generation only
+    double seconds = 0.0;                 // generation only
     int64_t denoised_sequences = 0, rows_drawn = 0;
 };
 

@@ -40,20 +40,55 @@ void require_value(const json& object, const std::string& key, const json& want,
         if (absent_ok) return;
         config_fail(file, key, "missing (expected " + want.dump() + ")");
     }
-    if (object.at(key) != want) config_fail(file, key, "only " + want.dump() + " is supported (" + why + "), got " + object.at(key).dump());
+    if (object.at(key) != want)
+        config_fail(file, key, "only " + want.dump() + " is supported (" + why + "), got " + object.at(key).dump());
 }
 
 BidirectionalLlmConfig parse_llada(const json& config, const fs::path& file) {
     std::set<std::string> known = hub_metadata_keys();
-    for (const char* k :
-         {"activation_type", "alibi", "alibi_bias_max", "attention_dropout", "attention_layer_norm",
-          "attention_layer_norm_with_affine", "bias_for_layer_norm", "block_group_size", "block_type", "d_model",
-          "embedding_dropout", "embedding_size", "eos_token_id", "flash_attention", "include_bias", "include_qkv_bias",
-          "init_cutoff_factor", "init_device", "init_fn", "init_std", "input_emb_norm", "layer_norm_type",
-          "layer_norm_with_affine", "mask_token_id", "max_sequence_length", "mlp_hidden_size", "mlp_ratio",
-          "multi_query_attention", "n_heads", "n_kv_heads", "n_layers", "pad_token_id", "precision",
-          "residual_dropout", "rms_norm_eps", "rope", "rope_full_precision", "rope_theta", "scale_logits", "use_cache",
-          "vocab_size", "weight_tying", "clip_qkv"})
+    for (const char* k : {"activation_type",
+                          "alibi",
+                          "alibi_bias_max",
+                          "attention_dropout",
+                          "attention_layer_norm",
+                          "attention_layer_norm_with_affine",
+                          "bias_for_layer_norm",
+                          "block_group_size",
+                          "block_type",
+                          "d_model",
+                          "embedding_dropout",
+                          "embedding_size",
+                          "eos_token_id",
+                          "flash_attention",
+                          "include_bias",
+                          "include_qkv_bias",
+                          "init_cutoff_factor",
+                          "init_device",
+                          "init_fn",
+                          "init_std",
+                          "input_emb_norm",
+                          "layer_norm_type",
+                          "layer_norm_with_affine",
+                          "mask_token_id",
+                          "max_sequence_length",
+                          "mlp_hidden_size",
+                          "mlp_ratio",
+                          "multi_query_attention",
+                          "n_heads",
+                          "n_kv_heads",
+                          "n_layers",
+                          "pad_token_id",
+                          "precision",
+                          "residual_dropout",
+                          "rms_norm_eps",
+                          "rope",
+                          "rope_full_precision",
+                          "rope_theta",
+                          "scale_logits",
+                          "use_cache",
+                          "vocab_size",
+                          "weight_tying",
+                          "clip_qkv"})
         known.insert(k);
     check_known(config, known, "", file);
     require_value(config, "block_type", "llama", file, false, "the LLaMA block LLaDA uses");
@@ -70,10 +105,12 @@ BidirectionalLlmConfig parse_llada(const json& config, const fs::path& file) {
     if (config.contains("bias_for_layer_norm") && !config.at("bias_for_layer_norm").is_null())
         require_value(config, "bias_for_layer_norm", false, file, true, "norms without bias");
     if (config.contains("clip_qkv") && !config.at("clip_qkv").is_null())
-        config_fail(file, "clip_qkv", "only null is supported (no clipping of q, k, v), got " + config.at("clip_qkv").dump());
+        config_fail(file, "clip_qkv",
+                    "only null is supported (no clipping of q, k, v), got " + config.at("clip_qkv").dump());
     if (config.contains("multi_query_attention") && !config.at("multi_query_attention").is_null() &&
         config.at("multi_query_attention") != false)
-        config_fail(file, "multi_query_attention", "only null or false is supported (n_kv_heads says how many key/value heads)");
+        config_fail(file, "multi_query_attention",
+                    "only null or false is supported (n_kv_heads says how many key/value heads)");
 
     BidirectionalLlmConfig c;
     c.flavor = BidirectionalLlmFlavor::llada;
@@ -105,17 +142,21 @@ BidirectionalLlmConfig parse_llada(const json& config, const fs::path& file) {
 
 BidirectionalLlmConfig parse_dream(const json& config, const fs::path& file) {
     std::set<std::string> known = hub_metadata_keys();
-    for (const char* k : {"attention_dropout", "bos_token_id", "eos_token_id", "hidden_act", "hidden_size", "initializer_range",
-                          "intermediate_size", "mask_token_id", "max_position_embeddings", "max_window_layers",
-                          "num_attention_heads", "num_hidden_layers", "num_key_value_heads", "pad_token_id", "rms_norm_eps",
-                          "rope_scaling", "rope_theta", "sliding_window", "tie_word_embeddings", "use_cache",
-                          "use_sliding_window", "vocab_size"})
+    for (const char* k : {"attention_dropout",   "bos_token_id",        "eos_token_id",
+                          "hidden_act",          "hidden_size",         "initializer_range",
+                          "intermediate_size",   "mask_token_id",       "max_position_embeddings",
+                          "max_window_layers",   "num_attention_heads", "num_hidden_layers",
+                          "num_key_value_heads", "pad_token_id",        "rms_norm_eps",
+                          "rope_scaling",        "rope_theta",          "sliding_window",
+                          "tie_word_embeddings", "use_cache",           "use_sliding_window",
+                          "vocab_size"})
         known.insert(k);
     check_known(config, known, "", file);
     require_value(config, "hidden_act", "silu", file, true, "SwiGLU's gate");
     require_value(config, "use_sliding_window", false, file, true, "attention over every position");
     if (config.contains("rope_scaling") && !config.at("rope_scaling").is_null())
-        config_fail(file, "rope_scaling", "only null is supported (plain rotary positions), got " + config.at("rope_scaling").dump());
+        config_fail(file, "rope_scaling",
+                    "only null is supported (plain rotary positions), got " + config.at("rope_scaling").dump());
 
     BidirectionalLlmConfig c;
     c.flavor = BidirectionalLlmFlavor::dream;
@@ -131,7 +172,8 @@ BidirectionalLlmConfig parse_dream(const json& config, const fs::path& file) {
     c.rope_theta = positive_number(config, "rope_theta", file, 10000.0);
     c.rms_eps = positive_number(config, "rms_norm_eps", file, 1e-6);
     c.qkv_bias = true;  // Qwen2's q, k and v projections have biases
-    c.tied_output = config.contains("tie_word_embeddings") && boolean(config, "tie_word_embeddings", "tie_word_embeddings", file);
+    c.tied_output =
+        config.contains("tie_word_embeddings") && boolean(config, "tie_word_embeddings", "tie_word_embeddings", file);
     c.mask_id = config.contains("mask_token_id") ? optional_id(config, "mask_token_id", file) : 151666;  // Dream's
     c.pad_id = optional_id(config, "pad_token_id", file);
     c.eos_id = optional_id(config, "eos_token_id", file);
@@ -173,9 +215,13 @@ BidirectionalLlmConfig parse_bidirectional_llm_config(const json& config, const 
         config_fail(file, c.flavor == BidirectionalLlmFlavor::llada ? "n_kv_heads" : "num_key_value_heads",
                     "must divide the number of query heads (" + std::to_string(c.n_heads) + ")");
     if (c.mask_id < 0 || c.mask_id >= c.vocab_size)
-        config_fail(file, "mask_token_id", std::to_string(c.mask_id) + " is not an id of the " + std::to_string(c.vocab_size) + " tokens");
-    for (const auto& [id, key] : {std::pair<int64_t, const char*>{c.pad_id, "pad_token_id"}, {c.eos_id, "eos_token_id"}})
-        if (id >= c.vocab_size) config_fail(file, key, std::to_string(id) + " is not an id of the " + std::to_string(c.vocab_size) + " tokens");
+        config_fail(file, "mask_token_id",
+                    std::to_string(c.mask_id) + " is not an id of the " + std::to_string(c.vocab_size) + " tokens");
+    for (const auto& [id, key] :
+         {std::pair<int64_t, const char*>{c.pad_id, "pad_token_id"}, {c.eos_id, "eos_token_id"}})
+        if (id >= c.vocab_size)
+            config_fail(file, key,
+                        std::to_string(id) + " is not an id of the " + std::to_string(c.vocab_size) + " tokens");
     return c;
 }
 
@@ -196,11 +242,12 @@ BidirectionalLlm BidirectionalLlm::load(const fs::path& dir) {
     auto names = [&](int64_t i) {
         const std::string b = (llada ? "model.transformer.blocks." : "model.layers.") + std::to_string(i) + ".";
         if (llada)
-            return Names{b + "attn_norm.weight", b + "q_proj", b + "k_proj", b + "v_proj", b + "attn_out.weight",
-                         b + "ff_norm.weight", b + "ff_proj.weight", b + "up_proj.weight", b + "ff_out.weight"};
-        return Names{b + "input_layernorm.weight", b + "self_attn.q_proj", b + "self_attn.k_proj", b + "self_attn.v_proj",
-                     b + "self_attn.o_proj.weight", b + "post_attention_layernorm.weight", b + "mlp.gate_proj.weight",
-                     b + "mlp.up_proj.weight", b + "mlp.down_proj.weight"};
+            return Names{b + "attn_norm.weight", b + "q_proj",          b + "k_proj",
+                         b + "v_proj",           b + "attn_out.weight", b + "ff_norm.weight",
+                         b + "ff_proj.weight",   b + "up_proj.weight",  b + "ff_out.weight"};
+        return Names{b + "input_layernorm.weight", b + "self_attn.q_proj",        b + "self_attn.k_proj",
+                     b + "self_attn.v_proj",       b + "self_attn.o_proj.weight", b + "post_attention_layernorm.weight",
+                     b + "mlp.gate_proj.weight",   b + "mlp.up_proj.weight",      b + "mlp.down_proj.weight"};
     };
     Shapes expected = {{embedding, {V, H}}, {final_norm, {H}}};
     if (!c.tied_output) expected[output] = {V, H};
@@ -253,8 +300,8 @@ void BidirectionalLlm::to(const at::Device& device) {
     final_norm_ = final_norm_.to(device);
     output_ = tied ? embedding_ : output_.to(device);
     for (auto& l : layers_)
-        for (at::Tensor* t : {&l.attn_norm, &l.q_w, &l.q_b, &l.k_w, &l.k_b, &l.v_w, &l.v_b, &l.o_w, &l.ff_norm, &l.gate_w,
-                              &l.up_w, &l.down_w})
+        for (at::Tensor* t : {&l.attn_norm, &l.q_w, &l.q_b, &l.k_w, &l.k_b, &l.v_w, &l.v_b, &l.o_w, &l.ff_norm,
+                              &l.gate_w, &l.up_w, &l.down_w})
             if (t->defined()) *t = t->to(device);
 }
 
@@ -265,16 +312,18 @@ at::Tensor BidirectionalLlm::forward(const at::Tensor& tokens) const {
     const int64_t B = tokens.size(0), L = tokens.size(1), heads = c.n_heads, kv_heads = c.n_kv_heads;
     const int64_t d = c.hidden_size / heads;
     if (L < 1 || L > c.max_length)
-        throw std::invalid_argument("BidirectionalLlm::forward: " + std::to_string(L) + " positions; the network takes 1 to " +
-                                    std::to_string(c.max_length));
+        throw std::invalid_argument("BidirectionalLlm::forward: " + std::to_string(L) +
+                                    " positions; the network takes 1 to " + std::to_string(c.max_length));
     if (tokens.numel() > 0 && (tokens.min().item<int64_t>() < 0 || tokens.max().item<int64_t>() >= c.vocab_size))
-        throw std::invalid_argument("BidirectionalLlm::forward: a token id outside [0, " + std::to_string(c.vocab_size) + ")");
+        throw std::invalid_argument("BidirectionalLlm::forward: a token id outside [0, " +
+                                    std::to_string(c.vocab_size) + ")");
     const auto device = embedding_.device();
     const auto options = at::TensorOptions().dtype(at::kFloat).device(device);
 
     // Rotary tables [L, d] (rotate-half form: the frequencies repeated over both halves), computed in float64 and
     // rounded once: with theta = 500,000 and thousands of positions the angles need the precision.
-    const at::Tensor inv_freq = at::pow(c.rope_theta, -at::arange(0, d, 2, options.dtype(at::kDouble)) / static_cast<double>(d));
+    const at::Tensor inv_freq =
+        at::pow(c.rope_theta, -at::arange(0, d, 2, options.dtype(at::kDouble)) / static_cast<double>(d));
     const at::Tensor angles = at::outer(at::arange(L, inv_freq.options()), inv_freq);
     const at::Tensor both = at::cat({angles, angles}, -1);
     const at::Tensor cos = both.cos().to(at::kFloat), sin = both.sin().to(at::kFloat);

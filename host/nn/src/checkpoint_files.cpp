@@ -20,7 +20,8 @@ void config_fail(const fs::path& file, const std::string& field, const std::stri
 int64_t positive_int(const json& object, const std::string& key, const std::string& field, const fs::path& file) {
     if (!object.contains(key)) config_fail(file, field, "missing (a positive integer)");
     const json& v = object.at(key);
-    if (!v.is_number_integer() || v.get<int64_t>() <= 0) config_fail(file, field, "expected a positive integer, got " + v.dump());
+    if (!v.is_number_integer() || v.get<int64_t>() <= 0)
+        config_fail(file, field, "expected a positive integer, got " + v.dump());
     return v.get<int64_t>();
 }
 
@@ -30,15 +31,17 @@ bool boolean(const json& object, const std::string& key, const std::string& fiel
     return object.at(key).get<bool>();
 }
 
-void check_known(const json& object, const std::set<std::string>& known, const std::string& prefix, const fs::path& file) {
+void check_known(const json& object, const std::set<std::string>& known, const std::string& prefix,
+                 const fs::path& file) {
     for (const auto& [key, value] : object.items())
-        if (!known.count(key)) config_fail(file, prefix + key, "unknown field: this reader does not know what it changes");
+        if (!known.count(key))
+            config_fail(file, prefix + key, "unknown field: this reader does not know what it changes");
 }
 
 const std::set<std::string>& hub_metadata_keys() {
-    static const std::set<std::string> keys = {"architectures", "auto_map",      "model_type",  "torch_dtype",
-                                               "transformers_version", "_name_or_path", "return_dict",
-                                               "output_hidden_states", "output_attentions", "dropout"};
+    static const std::set<std::string> keys = {
+        "architectures", "auto_map",    "model_type",           "torch_dtype",       "transformers_version",
+        "_name_or_path", "return_dict", "output_hidden_states", "output_attentions", "dropout"};
     return keys;
 }
 
@@ -56,7 +59,9 @@ at::Tensor Weights::take(const std::string& name) {
     return t;
 }
 
-at::Tensor as_float(const at::Tensor& weight) { return weight.scalar_type() == at::kFloat ? weight : weight.to(at::kFloat); }
+at::Tensor as_float(const at::Tensor& weight) {
+    return weight.scalar_type() == at::kFloat ? weight : weight.to(at::kFloat);
+}
 
 at::Tensor linear_widening(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, int64_t slice_elements) {
     const auto product = [&](const at::Tensor& weight, const at::Tensor& bias) {
@@ -70,7 +75,8 @@ at::Tensor linear_widening(const at::Tensor& x, const at::Tensor& w, const at::T
     at::Tensor out = at::empty(sizes, x.options());
     for (int64_t start = 0; start < rows; start += per_slice) {
         const int64_t n = std::min(per_slice, rows - start);
-        out.narrow(-1, start, n).copy_(product(as_float(w.narrow(0, start, n)), b.defined() ? b.narrow(0, start, n) : b));
+        out.narrow(-1, start, n)
+            .copy_(product(as_float(w.narrow(0, start, n)), b.defined() ? b.narrow(0, start, n) : b));
     }
     return out;
 }
@@ -81,7 +87,8 @@ Weights load_weights(const fs::path& dir, const Shapes& required, const Shapes& 
     std::error_code ec;
     const bool sharded = !fs::exists(single, ec) && fs::exists(index, ec);
     if (!sharded && !fs::exists(single, ec))
-        throw ModelError("'" + dir.string() + "': neither model.safetensors nor model.safetensors.index.json (only "
+        throw ModelError("'" + dir.string() +
+                         "': neither model.safetensors nor model.safetensors.index.json (only "
                          "safetensors weights are read; pytorch_model.bin is not)");
     Weights weights;
     weights.file = sharded ? index : single;
@@ -93,8 +100,8 @@ Weights load_weights(const fs::path& dir, const Shapes& required, const Shapes& 
                                    what + " this config describes)");
         const std::vector<int64_t>& want = in_required != required.end() ? in_required->second : in_optional->second;
         if (e.shape != want)
-            throw SafeTensorsError("'" + weights.file.string() + "': tensor '" + e.name + "' has shape " + shape_string(e.shape) +
-                                   ", the config implies " + shape_string(want));
+            throw SafeTensorsError("'" + weights.file.string() + "': tensor '" + e.name + "' has shape " +
+                                   shape_string(e.shape) + ", the config implies " + shape_string(want));
         if (e.dtype != at::kFloat && e.dtype != at::kHalf && e.dtype != at::kBFloat16)
             throw SafeTensorsError("'" + weights.file.string() + "': tensor '" + e.name + "' has dtype " +
                                    std::string(c10::toString(e.dtype)) + " (float32, float16 or bfloat16 expected)");
@@ -102,7 +109,8 @@ Weights load_weights(const fs::path& dir, const Shapes& required, const Shapes& 
     };
     SafeTensors st = sharded ? load_sharded_safetensors(index, check_entry) : load_safetensors(single, check_entry);
     for (const auto& [name, shape] : required)
-        if (st.find(name) == nullptr) throw SafeTensorsError("'" + weights.file.string() + "': missing tensor '" + name + "'");
+        if (st.find(name) == nullptr)
+            throw SafeTensorsError("'" + weights.file.string() + "': missing tensor '" + name + "'");
     // Each tensor is taken as it was read (over the mapping) or widened once: never held twice.
     for (auto& [name, tensor] : st.tensors) {
         at::Tensor read = std::move(tensor);

@@ -57,9 +57,9 @@ std::vector<std::string> DenoiserNet::grow_from(const SafeTensors& tensors, cons
 at::Tensor DenoiserNet::check_tokens(const at::Tensor& tokens) const {
     if (!tokens.defined() || tokens.dim() != 2 || tokens.scalar_type() != at::kLong || tokens.size(0) < 1 ||
         tokens.size(1) < 1) {
-        throw std::invalid_argument(
-            "tokens must be int64 [B, L] with B, L >= 1, got " +
-            (tokens.defined() ? shape_string(tokens) + " " + c10::toString(tokens.scalar_type()) : std::string("undefined")));
+        throw std::invalid_argument("tokens must be int64 [B, L] with B, L >= 1, got " +
+                                    (tokens.defined() ? shape_string(tokens) + " " + c10::toString(tokens.scalar_type())
+                                                      : std::string("undefined")));
     }
     if (tokens.size(1) > config_.max_length) {
         throw std::invalid_argument("tokens have length " + std::to_string(tokens.size(1)) +
@@ -76,8 +76,9 @@ at::Tensor DenoiserNet::check_tokens(const at::Tensor& tokens) const {
 at::Tensor DenoiserNet::check_condition(const at::Tensor& condition, int64_t batch) const {
     if (!condition.defined()) return condition;
     if (config_.max_condition_length == 0) {
-        throw std::invalid_argument("a condition was given, but the network has no condition inputs "
-                                    "(max_condition_length = 0)");
+        throw std::invalid_argument(
+            "a condition was given, but the network has no condition inputs "
+            "(max_condition_length = 0)");
     }
     if (condition.dim() != 2 || condition.scalar_type() != at::kLong || condition.size(0) != batch) {
         throw std::invalid_argument("condition must be int64 [B, C] with B = " + std::to_string(batch) + ", got " +
@@ -120,7 +121,8 @@ constexpr double kWarpDecay = 0.99;
 }  // namespace
 
 ContinuousDenoiserNet::ContinuousDenoiserNet(const json& network_config, const Tokenizer& tokenizer)
-    : DenoiserNet(DenoiserConfig::parse(network_config, tokenizer, Family::continuous)), schedule_(config_.gaussian_schedule()) {
+    : DenoiserNet(DenoiserConfig::parse(network_config, tokenizer, Family::continuous)),
+      schedule_(config_.gaussian_schedule()) {
     if (!cdcd()) {  // CDCD draws its noise levels through the warp, which training moves: no fixed table
         const int64_t T = schedule_.T();
         std::vector<double> table(static_cast<size_t>(T) + 1);
@@ -175,7 +177,8 @@ std::vector<double> ContinuousDenoiserNet::warp_cdf() const {
 }
 
 void ContinuousDenoiserNet::update_warp(const at::Tensor& levels, const at::Tensor& losses) {
-    const at::Tensor lv = levels.to(at::kCPU, at::kDouble).contiguous(), ls = losses.detach().to(at::kCPU, at::kDouble).contiguous();
+    const at::Tensor lv = levels.to(at::kCPU, at::kDouble).contiguous(),
+                     ls = losses.detach().to(at::kCPU, at::kDouble).contiguous();
     at::NoGradGuard no_grad;
     at::Tensor mean = warp_loss_.cpu().contiguous(), seen = warp_seen_.cpu().contiguous();
     auto* m = mean.data_ptr<double>();
@@ -183,14 +186,16 @@ void ContinuousDenoiserNet::update_warp(const at::Tensor& levels, const at::Tens
     const int64_t K = config_.warp_bins;
     const double cap = 1.0 / (1.0 - kWarpDecay);
     for (int64_t b = 0; b < lv.numel(); ++b) {
-        const int64_t j = std::clamp(static_cast<int64_t>(lv.data_ptr<double>()[b] * static_cast<double>(K)), int64_t{0}, K - 1);
+        const int64_t j =
+            std::clamp(static_cast<int64_t>(lv.data_ptr<double>()[b] * static_cast<double>(K)), int64_t{0}, K - 1);
         const double l = ls.data_ptr<double>()[b];
         m[j] = w[j] > 0 ? kWarpDecay * m[j] + (1.0 - kWarpDecay) * l : l;
         w[j] = std::min(w[j] + 1.0, cap);
     }
     warp_loss_.copy_(mean);
     warp_seen_.copy_(seen);
-    schedule_ = GaussianSchedule::make_cdcd(TimeWarp(config_.sigma_min, config_.sigma_max, warp_cdf()), config_.schedule_steps);
+    schedule_ =
+        GaussianSchedule::make_cdcd(TimeWarp(config_.sigma_min, config_.sigma_max, warp_cdf()), config_.schedule_steps);
 }
 
 at::Tensor cdcd_embedding(const at::Tensor& stored) {
@@ -225,9 +230,12 @@ void ContinuousDenoiserNet::start_from_diffusion_lm(const SafeTensors& tensors, 
     }
 }
 
-at::Tensor ContinuousDenoiserNet::diffused_embedding() const { return cdcd() ? cdcd_embedding(embedding_) : embedding_; }
+at::Tensor ContinuousDenoiserNet::diffused_embedding() const {
+    return cdcd() ? cdcd_embedding(embedding_) : embedding_;
+}
 
-at::Tensor ContinuousDenoiserNet::check_inputs(const at::Tensor& x_t, const at::Tensor& t, const at::Tensor& condition) const {
+at::Tensor ContinuousDenoiserNet::check_inputs(const at::Tensor& x_t, const at::Tensor& t,
+                                               const at::Tensor& condition) const {
     const int64_t D = config_.embed_dim;
     if (!x_t.defined() || x_t.dim() != 3 || x_t.size(2) != D || x_t.size(0) < 1 || x_t.size(1) < 1 ||
         !x_t.is_floating_point()) {
@@ -266,13 +274,16 @@ at::Tensor ContinuousDenoiserNet::hidden(const at::Tensor& x_t, const at::Tensor
 
 at::Tensor ContinuousDenoiserNet::clean_logits(const at::Tensor& x_t, const at::Tensor& t, const at::Tensor& condition,
                                                const at::Tensor& self_condition, at::Generator* gen) {
-    if (!cdcd()) throw std::logic_error("clean_logits: the network was trained with the diffusion_lm objective (it predicts x0)");
+    if (!cdcd())
+        throw std::logic_error(
+            "clean_logits: the network was trained with the diffusion_lm objective (it predicts x0)");
     const at::Tensor cond = check_inputs(x_t, t, condition);
     // The sampler's times are warped times; the network reads the noise level they stand for.
     const at::Tensor tc = t.to(at::kCPU, at::kDouble).contiguous();
     std::vector<double> levels(static_cast<size_t>(tc.numel()));
     const TimeWarp& w = *schedule_.warp();
-    for (int64_t b = 0; b < tc.numel(); ++b) levels[static_cast<size_t>(b)] = w.level(std::clamp(tc.data_ptr<double>()[b], 0.0, 1.0));
+    for (int64_t b = 0; b < tc.numel(); ++b)
+        levels[static_cast<size_t>(b)] = w.level(std::clamp(tc.data_ptr<double>()[b], 0.0, 1.0));
     return head_->forward(hidden(x_t, at::tensor(levels, at::kFloat), cond, self_condition, gen));
 }
 
@@ -311,7 +322,8 @@ at::Tensor ContinuousDenoiserNet::cdcd_loss(const TrainingBatch& batch, at::Gene
         auto* lv = levels.data_ptr<double>();
         for (int64_t b = 0; b < B; ++b) lv[b] = w.level(lv[b]);
     }
-    const at::Tensor sigma = at::exp(std::log(config_.sigma_min) + levels * (std::log(config_.sigma_max) - std::log(config_.sigma_min)));
+    const at::Tensor sigma =
+        at::exp(std::log(config_.sigma_min) + levels * (std::log(config_.sigma_max) - std::log(config_.sigma_min)));
     const at::Tensor E = diffused_embedding();
     const at::Tensor x0 = at::embedding(E, tokens);
     const at::Tensor eps = at::randn({B, L, D}, gen, at::kFloat).to(device);
@@ -320,12 +332,15 @@ at::Tensor ContinuousDenoiserNet::cdcd_loss(const TrainingBatch& batch, at::Gene
     const at::Tensor level_in = levels.to(at::kFloat);
 
     at::Tensor self_condition;
-    const bool self_condition_now = config_.self_conditioning && (!is_training() || at::rand({1}, gen, at::kDouble).item<double>() < 0.5);
+    const bool self_condition_now =
+        config_.self_conditioning && (!is_training() || at::rand({1}, gen, at::kDouble).item<double>() < 0.5);
     if (self_condition_now) {
         at::NoGradGuard no_grad;
-        self_condition = at::matmul(at::softmax(head_->forward(hidden(x, level_in, cond, {}, nullptr)), -1, at::kFloat), E).detach();
+        self_condition =
+            at::matmul(at::softmax(head_->forward(hidden(x, level_in, cond, {}, nullptr)), -1, at::kFloat), E).detach();
     }
-    const at::Tensor logits = head_->forward(hidden(x, level_in, cond, self_condition, dropout_generator(gen))).to(at::kFloat);
+    const at::Tensor logits =
+        head_->forward(hidden(x, level_in, cond, self_condition, dropout_generator(gen))).to(at::kFloat);
     const at::Tensor target_logit = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1);
     const at::Tensor per_example = (at::logsumexp(logits, -1) - target_logit).mean(1);  // [B]
     if (is_training()) update_warp(levels, per_example);
@@ -361,7 +376,8 @@ at::Tensor ContinuousDenoiserNet::diffusion_lm_loss(const TrainingBatch& batch, 
     const at::Tensor mse = (x0_hat - at::where(first_step, x0_mean, x_start)).pow(2).mean({1, 2});
 
     // -log softmax(x · E^T)[w] = logsumexp(x · E^T) - x · E[w]: one pass over the [B, L, V] logits each way.
-    const at::Tensor rounding = (at::logsumexp(rounding_logits(x_start).to(at::kFloat), -1) - (x_start * x0_mean).sum(-1)).mean(1);
+    const at::Tensor rounding =
+        (at::logsumexp(rounding_logits(x_start).to(at::kFloat), -1) - (x_start * x0_mean).sum(-1)).mean(1);
     const at::Tensor prior = (schedule_.alpha_bar(T) * x_start.pow(2)).mean({1, 2});
     return (mse + rounding + prior).mean();
 }
@@ -370,8 +386,8 @@ at::Tensor ContinuousDenoiserNet::diffusion_lm_loss(const TrainingBatch& batch, 
 // Discrete family
 
 DiscreteDenoiserNet::DiscreteDenoiserNet(const json& network_config, const Tokenizer& tokenizer)
-    : DenoiserNet(DenoiserConfig::parse(network_config, tokenizer, Family::discrete)),
-      mask_schedule_(config_.mask_eps), uniform_schedule_(config_.uniform_sigma_min, config_.uniform_sigma_max) {
+    : DenoiserNet(DenoiserConfig::parse(network_config, tokenizer, Family::discrete)), mask_schedule_(config_.mask_eps),
+      uniform_schedule_(config_.uniform_sigma_min, config_.uniform_sigma_max) {
     const int64_t V = config_.vocab_size, W = config_.dim;
     token_embedding_ = register_parameter("token_embedding", init_normal({V, W}, kInitStd));
     head_ = register_module("head", std::make_shared<Affine>(W, V, kInitStd));
@@ -391,7 +407,8 @@ at::Tensor DiscreteDenoiserNet::hidden(const at::Tensor& x_t, const at::Tensor& 
                                        at::Generator* gen) {
     at::Tensor h = at::embedding(token_embedding_, x_t);
     if (uniform()) {
-        const at::Tensor time = time_mlp2_->forward(at::silu(time_mlp1_->forward(time_sinusoid(t.to(at::kFloat).to(h.device()), config_.dim))));
+        const at::Tensor time = time_mlp2_->forward(
+            at::silu(time_mlp1_->forward(time_sinusoid(t.to(at::kFloat).to(h.device()), config_.dim))));
         h = h + time.unsqueeze(1);
     }
     return trunk_->forward(h, condition, gen);
@@ -424,13 +441,15 @@ at::Tensor DiscreteDenoiserNet::log_probs(const at::Tensor& tokens, const at::Te
     check_tokens(tokens);
     const at::Tensor cond = check_condition(condition, tokens.size(0));
     if (uniform()) {
-        if (!(t > 0.0 && t <= 1.0)) throw std::invalid_argument("log_probs: t must be in (0, 1], got " + std::to_string(t));
+        if (!(t > 0.0 && t <= 1.0))
+            throw std::invalid_argument("log_probs: t must be in (0, 1], got " + std::to_string(t));
         const at::Tensor times = at::full({tokens.size(0)}, t, at::TensorOptions().dtype(at::kFloat));
         const at::Tensor h = hidden(tokens, times, cond, nullptr);
         const int64_t N = tokens.numel(), V = config_.vocab_size;
         // The head gives the clean token given the other positions; the position's own noisy token adds its evidence.
         const at::Tensor log_p0 = at::log_softmax(at::linear(h, head_->weight(), head_bias()), -1).reshape({N, V});
-        const at::Tensor sigma_bar = at::full({N}, uniform_schedule_.sigma_bar(t), at::TensorOptions().dtype(at::kDouble));
+        const at::Tensor sigma_bar =
+            at::full({N}, uniform_schedule_.sigma_bar(t), at::TensorOptions().dtype(at::kDouble));
         return nn::uniform_posterior_from_rest(log_p0, tokens.reshape({N}), sigma_bar)
             .clamp_min(kImpossibleLogProb)
             .view({tokens.size(0), tokens.size(1), V});
@@ -468,7 +487,8 @@ at::Tensor DiscreteDenoiserNet::loss(const TrainingBatch& batch, at::Generator& 
 at::Tensor DiscreteDenoiserNet::score_entropy_loss(const TrainingBatch& batch, at::Generator& gen) {
     const at::Tensor tokens = check_tokens(batch.tokens);
     if (tokens.eq(config_.mask_id).any().item<bool>())
-        throw std::invalid_argument("tokens hold the mask id " + std::to_string(config_.mask_id) + "; training text must be clean");
+        throw std::invalid_argument("tokens hold the mask id " + std::to_string(config_.mask_id) +
+                                    "; training text must be clean");
     const int64_t B = tokens.size(0), L = tokens.size(1), V = config_.vocab_size;
     const at::Tensor cond = drop_condition(check_condition(batch.condition, B), gen);
     const auto device = tokens.device();
@@ -501,8 +521,9 @@ at::Tensor DiscreteDenoiserNet::score_entropy_loss(const TrainingBatch& batch, a
         log_score = head_->forward(states.index_select(0, where)).to(at::kFloat) -
                     at::log(at::expm1(row_total)).to(states.scalar_type()).unsqueeze(1);
     }
-    const at::Tensor entropy = nn::score_entropy(graph, log_score, x_t.reshape({B * L}).index_select(0, where),
-                                                 tokens.reshape({B * L}).index_select(0, where), row_total, config_.mask_id);
+    const at::Tensor entropy =
+        nn::score_entropy(graph, log_score, x_t.reshape({B * L}).index_select(0, where),
+                          tokens.reshape({B * L}).index_select(0, where), row_total, config_.mask_id);
     const at::Tensor weights = weight.to(device).index_select(0, rows).to(entropy.scalar_type());
     return (entropy * weights).sum() / static_cast<double>(B * L);
 }
@@ -544,9 +565,8 @@ std::shared_ptr<DenoiserNet> make_denoiser_net(const json& network_config, const
     if (family == "continuous") return std::make_shared<ContinuousDenoiserNet>(network_config, tokenizer);
     if (family == "discrete") return std::make_shared<DiscreteDenoiserNet>(network_config, tokenizer);
     throw ConfigError("denoiser network config",
-                             {{"/family",
-                               (has_family ? "expected \"continuous\" or \"discrete\", got " + family.dump()
-                                           : std::string("missing 'family' (\"continuous\" or \"discrete\")"))}});
+                      {{"/family", (has_family ? "expected \"continuous\" or \"discrete\", got " + family.dump()
+                                               : std::string("missing 'family' (\"continuous\" or \"discrete\")"))}});
 }
 
 at::Tensor encode_conditions(const Tokenizer& tokenizer, const std::vector<std::string>& conditions,
@@ -558,8 +578,8 @@ at::Tensor encode_conditions(const Tokenizer& tokenizer, const std::vector<std::
         const std::vector<int64_t> ids = tokenizer.encode(conditions[static_cast<size_t>(i)]);
         if (static_cast<int64_t>(ids.size()) > condition_length) {
             throw std::invalid_argument("condition " + std::to_string(i) + " ('" + conditions[static_cast<size_t>(i)] +
-                                        "') has " + std::to_string(ids.size()) +
-                                        " tokens; the model takes at most " + std::to_string(condition_length));
+                                        "') has " + std::to_string(ids.size()) + " tokens; the model takes at most " +
+                                        std::to_string(condition_length));
         }
         std::copy(ids.begin(), ids.end(), data + i * condition_length);
     }

@@ -24,7 +24,8 @@ namespace {
 // not found, so its fields are those of the copies of configuration_duo.py that other projects carry).
 DitConfig parse_hub_dit(const json& config, const fs::path& file, DitFlavor flavor) {
     std::set<std::string> known = hub_metadata_keys();
-    for (const char* k : {"vocab_size", "model_length", "hidden_dim", "cond_dim", "n_blocks", "n_heads", "time_conditioning"})
+    for (const char* k :
+         {"vocab_size", "model_length", "hidden_dim", "cond_dim", "n_blocks", "n_heads", "time_conditioning"})
         known.insert(k);
     if (flavor == DitFlavor::udlm) known.insert({"cfg", "cfg_num_classes"});
     if (flavor == DitFlavor::duo) known.insert({"causal", "var_min"});
@@ -69,18 +70,21 @@ DitConfig parse_hub_dit(const json& config, const fs::path& file, DitFlavor flav
             if (config.contains(k) && !config.at(k).is_number()) config_fail(file, k, "expected a number");
     }
     if (flavor == DitFlavor::udlm && config.contains("cfg") && boolean(config, "cfg", "cfg", file))
-        config_fail(file, "cfg", "true (a class-conditional UDLM, with a cond_map of class embeddings) is not supported");
+        config_fail(file, "cfg",
+                    "true (a class-conditional UDLM, with a cond_map of class embeddings) is not supported");
     if (flavor == DitFlavor::duo && config.contains("causal") && boolean(config, "causal", "causal", file))
         config_fail(file, "causal", "true (DUO's causal variant, without adaLN) is not supported");
-    if (flavor == DitFlavor::duo && config.contains("var_min")) boolean(config, "var_min", "var_min", file);  // training only
+    if (flavor == DitFlavor::duo && config.contains("var_min"))
+        boolean(config, "var_min", "var_min", file);  // training only
     return c;
 }
 
 DitConfig parse_sedd(const json& config, const fs::path& file) {
     // The hub config is SEDD's whole training config (PyTorchModelHubMixin saves what the model was built from);
     // only "tokens", "graph", "noise" and "model" concern the network.
-    check_known(config, {"tokens", "graph", "noise", "model", "ngpus", "training", "data", "eval", "optim", "sampling",
-                         "hydra", "work_dir", "wandb"},
+    check_known(config,
+                {"tokens", "graph", "noise", "model", "ngpus", "training", "data", "eval", "optim", "sampling", "hydra",
+                 "work_dir", "wandb"},
                 "", file);
     DitConfig c;
     c.flavor = DitFlavor::sedd;
@@ -93,20 +97,24 @@ DitConfig parse_sedd(const json& config, const fs::path& file) {
     if (!graph.contains("type") || graph.at("type") != "absorb")
         config_fail(file, "graph.type",
                     "only \"absorb\" is supported (the uniform graph's score does not map to clean-token "
-                    "probabilities here), got " + (graph.contains("type") ? graph.at("type").dump() : std::string("nothing")));
+                    "probabilities here), got " +
+                        (graph.contains("type") ? graph.at("type").dump() : std::string("nothing")));
     c.vocab_size = tokens + 1;  // the absorbing graph adds the mask token
     if (config.contains("noise")) {
         const json& noise = config.at("noise");
         if (!noise.is_object()) config_fail(file, "noise", "expected an object");
         check_known(noise, {"type", "sigma_min", "sigma_max"}, "noise.", file);
         if (!noise.contains("type") || noise.at("type") != "loglinear")
-            config_fail(file, "noise.type", "only \"loglinear\" is supported, got " +
-                                                (noise.contains("type") ? noise.at("type").dump() : std::string("nothing")));
+            config_fail(file, "noise.type",
+                        "only \"loglinear\" is supported, got " +
+                            (noise.contains("type") ? noise.at("type").dump() : std::string("nothing")));
     }
     if (!config.contains("model") || !config.at("model").is_object()) config_fail(file, "model", "missing (an object)");
     const json& model = config.at("model");
-    check_known(model, {"name", "type", "hidden_size", "cond_dim", "length", "n_blocks", "n_heads", "scale_by_sigma", "dropout"},
-                "model.", file);
+    check_known(
+        model,
+        {"name", "type", "hidden_size", "cond_dim", "length", "n_blocks", "n_heads", "scale_by_sigma", "dropout"},
+        "model.", file);
     if (!model.contains("type") || model.at("type") != "ddit")
         config_fail(file, "model.type", "only \"ddit\" is supported");
     c.hidden_size = positive_int(model, "hidden_size", "model.hidden_size", file);
@@ -148,9 +156,8 @@ const char* dit_flavor_name(DitFlavor flavor) {
 
 bool is_dit_checkpoint_config(const json& config) {
     if (!config.is_object() || config.contains("format_version")) return false;
-    if (config.contains("model_type") &&
-        (config.at("model_type") == "mdlm" || config.at("model_type") == "udlm" || config.at("model_type") == "duo" ||
-         config.at("model_type") == "bd3lm"))
+    if (config.contains("model_type") && (config.at("model_type") == "mdlm" || config.at("model_type") == "udlm" ||
+                                          config.at("model_type") == "duo" || config.at("model_type") == "bd3lm"))
         return true;
     return config.contains("model") && config.at("model").is_object() && config.at("model").contains("type") &&
            config.at("model").at("type") == "ddit" && config.contains("graph") && config.contains("tokens");
@@ -164,11 +171,13 @@ DitConfig parse_dit_config(const json& config, const fs::path& file) {
         if (type == "udlm") return parse_hub_dit(config, file, DitFlavor::udlm);
         if (type == "duo") return parse_hub_dit(config, file, DitFlavor::duo);
         if (type == "bd3lm") return parse_hub_dit(config, file, DitFlavor::bd3lm);
-        config_fail(file, "model_type", "only \"mdlm\", \"udlm\", \"duo\" and \"bd3lm\" are supported, got " + type.dump());
+        config_fail(file, "model_type",
+                    "only \"mdlm\", \"udlm\", \"duo\" and \"bd3lm\" are supported, got " + type.dump());
     }
     if (config.contains("model") && config.contains("graph")) return parse_sedd(config, file);
-    throw ModelError("'" + file.string() +
-                     "' is neither an MDLM config (\"model_type\": \"mdlm\") nor a SEDD config (\"model\", \"graph\", \"tokens\")");
+    throw ModelError(
+        "'" + file.string() +
+        "' is neither an MDLM config (\"model_type\": \"mdlm\") nor a SEDD config (\"model\", \"graph\", \"tokens\")");
 }
 
 DitNetwork DitNetwork::load(const fs::path& dir) {
@@ -211,12 +220,12 @@ DitNetwork DitNetwork::load(const fs::path& dir) {
     Shapes optional = {{inv_freq_name, {head_dim / 2}}};
     // BD3-LM keeps its clipped training noise range as two scalar buffers beside the backbone (when var_min).
     if (c.flavor == DitFlavor::bd3lm) optional.insert({{"sampling_eps_min", {}}, {"sampling_eps_max", {}}});
-    Weights weights = load_weights(dir, expected, optional,
-                                   std::string("the ") + dit_flavor_name(c.flavor) + " DiT");
+    Weights weights = load_weights(dir, expected, optional, std::string("the ") + dit_flavor_name(c.flavor) + " DiT");
     auto take = [&](const std::string& name) { return weights.take(name); };
     if (weights.by_name.count(inv_freq_name)) {
         const at::Tensor stored = take(inv_freq_name);
-        const at::Tensor computed = at::pow(10000.0, -at::arange(0, head_dim, 2, at::kFloat) / static_cast<double>(head_dim));
+        const at::Tensor computed =
+            at::pow(10000.0, -at::arange(0, head_dim, 2, at::kFloat) / static_cast<double>(head_dim));
         // Tolerant enough for a buffer stored in bfloat16 (8 bits of mantissa); another base is far outside it.
         if (!at::allclose(stored, computed, 1e-2, 1e-6))
             throw SafeTensorsError("'" + weights.file.string() + "': tensor '" + inv_freq_name +
@@ -231,8 +240,8 @@ DitNetwork DitNetwork::load(const fs::path& dir) {
         const std::string b = p + "blocks." + std::to_string(i) + ".";
         net.blocks_.push_back(Block{take(b + "norm1.weight"), take(b + "attn_qkv.weight"), take(b + "attn_out.weight"),
                                     take(b + "norm2.weight"), take(b + "mlp.0.weight"), take(b + "mlp.0.bias"),
-                                    take(b + "mlp.2.weight"), take(b + "mlp.2.bias"), take(b + "adaLN_modulation.weight"),
-                                    take(b + "adaLN_modulation.bias")});
+                                    take(b + "mlp.2.weight"), take(b + "mlp.2.bias"),
+                                    take(b + "adaLN_modulation.weight"), take(b + "adaLN_modulation.bias")});
     }
     net.final_norm_ = take(p + "output_layer.norm_final.weight");
     net.final_ada_w_ = take(p + "output_layer.adaLN_modulation.weight");
@@ -243,12 +252,12 @@ DitNetwork DitNetwork::load(const fs::path& dir) {
 }
 
 void DitNetwork::to(const at::Device& device) {
-    for (at::Tensor* t : {&embedding_, &sigma_in_w_, &sigma_in_b_, &sigma_out_w_, &sigma_out_b_, &final_norm_, &final_ada_w_,
-                          &final_ada_b_, &head_w_, &head_b_})
+    for (at::Tensor* t : {&embedding_, &sigma_in_w_, &sigma_in_b_, &sigma_out_w_, &sigma_out_b_, &final_norm_,
+                          &final_ada_w_, &final_ada_b_, &head_w_, &head_b_})
         *t = t->to(device);
     for (auto& b : blocks_)
-        for (at::Tensor* t : {&b.norm1, &b.qkv, &b.attn_out, &b.norm2, &b.mlp_in_w, &b.mlp_in_b, &b.mlp_out_w, &b.mlp_out_b,
-                              &b.ada_w, &b.ada_b})
+        for (at::Tensor* t : {&b.norm1, &b.qkv, &b.attn_out, &b.norm2, &b.mlp_in_w, &b.mlp_in_b, &b.mlp_out_w,
+                              &b.mlp_out_b, &b.ada_w, &b.ada_b})
             *t = t->to(device);
 }
 
@@ -266,18 +275,23 @@ at::Tensor DitNetwork::forward_segment(const at::Tensor& tokens, int64_t start, 
     const int64_t B = tokens.size(0), L = tokens.size(1), H = c.hidden_size, heads = c.n_heads, head_dim = H / heads;
     if (L < 1 || start < 0 || start + L > c.max_length)
         throw std::invalid_argument("DitNetwork::forward: positions " + std::to_string(start) + " to " +
-                                    std::to_string(start + L) + "; the network takes 1 to " + std::to_string(c.max_length));
+                                    std::to_string(start + L) + "; the network takes 1 to " +
+                                    std::to_string(c.max_length));
     if (start > 0 && (c.block_size == 0 || start % c.block_size != 0))
-        throw std::invalid_argument("DitNetwork::forward_segment: a segment after position 0 needs block-causal attention "
-                                    "(BD3-LM) and must start at a block boundary, got " + std::to_string(start));
+        throw std::invalid_argument(
+            "DitNetwork::forward_segment: a segment after position 0 needs block-causal attention "
+            "(BD3-LM) and must start at a block boundary, got " +
+            std::to_string(start));
     const int64_t past_length = past != nullptr && !past->keys.empty() ? past->keys.front().size(2) : 0;
     if (past_length != start || (past != nullptr && !past->keys.empty() &&
                                  (static_cast<int64_t>(past->keys.size()) != c.n_blocks ||
                                   static_cast<int64_t>(past->values.size()) != c.n_blocks)))
         throw std::invalid_argument("DitNetwork::forward_segment: the past keys and values must cover positions 0 to " +
-                                    std::to_string(start) + " in each of the " + std::to_string(c.n_blocks) + " blocks");
+                                    std::to_string(start) + " in each of the " + std::to_string(c.n_blocks) +
+                                    " blocks");
     if (tokens.numel() > 0 && (tokens.min().item<int64_t>() < 0 || tokens.max().item<int64_t>() >= c.vocab_size))
-        throw std::invalid_argument("DitNetwork::forward: a token id outside [0, " + std::to_string(c.vocab_size) + ")");
+        throw std::invalid_argument("DitNetwork::forward: a token id outside [0, " + std::to_string(c.vocab_size) +
+                                    ")");
     if (sigma_in.dim() != 1 || sigma_in.size(0) != B)
         throw std::invalid_argument("DitNetwork::forward: sigma must be [B]");
     const auto device = embedding_.device();
@@ -287,15 +301,18 @@ at::Tensor DitNetwork::forward_segment(const at::Tensor& tokens, int64_t start, 
     // Noise-level features: the DiT's sinusoidal timestep embedding (256 features, max period 10000).
     const int64_t half = 128;
     const at::Tensor freqs =
-        at::exp(-std::log(10000.0) * at::arange(half, at::TensorOptions().dtype(at::kFloat).device(device)) / static_cast<double>(half));
+        at::exp(-std::log(10000.0) * at::arange(half, at::TensorOptions().dtype(at::kFloat).device(device)) /
+                static_cast<double>(half));
     const at::Tensor args = sigma.unsqueeze(1) * freqs.unsqueeze(0);
     const at::Tensor features = at::cat({at::cos(args), at::sin(args)}, -1);
-    const at::Tensor cond = at::silu(at::linear(at::silu(at::linear(features, sigma_in_w_, sigma_in_b_)), sigma_out_w_, sigma_out_b_));
+    const at::Tensor cond =
+        at::silu(at::linear(at::silu(at::linear(features, sigma_in_w_, sigma_in_b_)), sigma_out_w_, sigma_out_b_));
 
     // Rotary tables [L, 1, head_dim] at the segment's positions (rotate-half form: the frequencies repeated over both
     // halves).
     const at::Tensor inv_freq =
-        at::pow(10000.0, -at::arange(0, head_dim, 2, at::TensorOptions().dtype(at::kFloat).device(device)) / static_cast<double>(head_dim));
+        at::pow(10000.0, -at::arange(0, head_dim, 2, at::TensorOptions().dtype(at::kFloat).device(device)) /
+                             static_cast<double>(head_dim));
     const at::Tensor angles = at::outer(at::arange(start, start + L, inv_freq.options()), inv_freq);
     const at::Tensor both = at::cat({angles, angles}, -1).unsqueeze(1);
     const at::Tensor cos = both.cos(), sin = both.sin();
@@ -305,9 +322,11 @@ at::Tensor DitNetwork::forward_segment(const at::Tensor& tokens, int64_t start, 
     // past positions are in earlier blocks than every query, so always seen.
     at::Tensor hidden_by_block;
     if (c.block_size > 0) {
-        const at::Tensor block = at::arange(start, start + L, at::TensorOptions().dtype(at::kLong).device(device)).div(c.block_size, "floor");
+        const at::Tensor block = at::arange(start, start + L, at::TensorOptions().dtype(at::kLong).device(device))
+                                     .div(c.block_size, "floor");
         hidden_by_block = block.unsqueeze(0).gt(block.unsqueeze(1));
-        if (start > 0) hidden_by_block = at::cat({at::zeros({L, start}, hidden_by_block.options()), hidden_by_block}, 1);
+        if (start > 0)
+            hidden_by_block = at::cat({at::zeros({L, start}, hidden_by_block.options()), hidden_by_block}, 1);
     }
     if (present != nullptr) {
         present->keys.clear();
@@ -333,12 +352,14 @@ at::Tensor DitNetwork::forward_segment(const at::Tensor& tokens, int64_t start, 
             v_heads = at::cat({past->values[i], v_heads}, 2);
         }
         at::Tensor scores = at::matmul(q_rot, k_rot.transpose(-2, -1)) * attention_scale;
-        if (hidden_by_block.defined()) scores = scores.masked_fill(hidden_by_block, -std::numeric_limits<float>::infinity());
+        if (hidden_by_block.defined())
+            scores = scores.masked_fill(hidden_by_block, -std::numeric_limits<float>::infinity());
         const at::Tensor weights = at::softmax(scores, -1);
         const at::Tensor attended = at::matmul(weights, v_heads).transpose(1, 2).reshape({B, L, H});
         x = x + mod[2].unsqueeze(1) * at::linear(attended, b.attn_out);
         h = modulate(layer_norm(x, b.norm2), mod[3], mod[4]);
-        x = x + mod[5].unsqueeze(1) * at::linear(at::gelu(at::linear(h, b.mlp_in_w, b.mlp_in_b), "tanh"), b.mlp_out_w, b.mlp_out_b);
+        x = x + mod[5].unsqueeze(1) *
+                    at::linear(at::gelu(at::linear(h, b.mlp_in_w, b.mlp_in_b), "tanh"), b.mlp_out_w, b.mlp_out_b);
     }
     const auto mod = at::linear(cond, final_ada_w_, final_ada_b_).chunk(2, 1);
     return at::linear(modulate(layer_norm(x, final_norm_), mod[0], mod[1]), head_w_, head_b_);

@@ -112,7 +112,8 @@ Entry parse_entry(const fs::path& file, const std::string& name, const json& v, 
         if (__builtin_mul_overflow(numel, d, &product)) overflow = true;
         numel = product;
     }
-    if (e.shape.size() > 64) fail(file, where + "shape has " + std::to_string(e.shape.size()) + " dimensions (at most 64)");
+    if (e.shape.size() > 64)
+        fail(file, where + "shape has " + std::to_string(e.shape.size()) + " dimensions (at most 64)");
     const bool has_zero = std::find(e.shape.begin(), e.shape.end(), 0) != e.shape.end();
     if (has_zero) {
         // No data, but LibTorch still computes strides as products of the other sizes: those must fit in int64.
@@ -132,8 +133,8 @@ Entry parse_entry(const fs::path& file, const std::string& name, const json& v, 
         fail(file, where + "\"data_offsets\" must be [begin, end] with integers >= 0, got " + offsets.dump());
     if (begin > end) fail(file, where + "data_offsets " + offsets.dump() + " end before they begin");
     if (end > data_size)
-        fail(file, where + "data_offsets " + offsets.dump() + " lie outside the data area (" + std::to_string(data_size) +
-                       " bytes)");
+        fail(file, where + "data_offsets " + offsets.dump() + " lie outside the data area (" +
+                       std::to_string(data_size) + " bytes)");
     uint64_t bytes = 0;
     if (overflow || __builtin_mul_overflow(numel, e.dtype->size, &bytes) || bytes != end - begin)
         fail(file, where + "shape " + shape.dump() + " of " + e.dtype->name + " needs " +
@@ -164,8 +165,9 @@ void save_safetensors(const fs::path& file, const std::vector<std::pair<std::str
         if (header.contains(name)) fail(file, "two tensors are named '" + name + "'");
         if (!tensor.defined()) fail(file, "tensor '" + name + "' is undefined");
         const DtypeInfo* dtype = dtype_by_type(tensor.scalar_type());
-        if (!dtype) fail(file, "tensor '" + name + "' has dtype " + std::string(c10::toString(tensor.scalar_type())) +
-                                   ", which safetensors files here do not hold");
+        if (!dtype)
+            fail(file, "tensor '" + name + "' has dtype " + std::string(c10::toString(tensor.scalar_type())) +
+                           ", which safetensors files here do not hold");
         at::Tensor t = tensor.to(at::kCPU).contiguous();
         const uint64_t bytes = static_cast<uint64_t>(t.numel()) * dtype->size;
         header[name] = {{"dtype", dtype->name}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
@@ -213,7 +215,8 @@ struct Layout {
 
 Layout read_layout(std::istream& in, uint64_t file_size, const fs::path& file) {
     if (!host_is_little_endian()) fail(file, "this machine is big-endian; safetensors data is little-endian");
-    if (file_size < 8) fail(file, "truncated: " + std::to_string(file_size) + " bytes, shorter than the 8-byte header length");
+    if (file_size < 8)
+        fail(file, "truncated: " + std::to_string(file_size) + " bytes, shorter than the 8-byte header length");
 
     unsigned char length[8];
     in.read(reinterpret_cast<char*>(length), 8);
@@ -246,7 +249,8 @@ Layout read_layout(std::istream& in, uint64_t file_size, const fs::path& file) {
         if (name == "__metadata__") {
             if (!value.is_object()) fail(file, "\"__metadata__\" must be an object of strings");
             for (const auto& [key, v] : value.items()) {
-                if (!v.is_string()) fail(file, "\"__metadata__\" value of '" + key + "' must be a string, got " + v.dump());
+                if (!v.is_string())
+                    fail(file, "\"__metadata__\" value of '" + key + "' must be a string, got " + v.dump());
                 layout.metadata[key] = v.get<std::string>();
             }
             continue;
@@ -262,8 +266,8 @@ Layout read_layout(std::istream& in, uint64_t file_size, const fs::path& file) {
     for (const auto& e : entries) {
         if (e.begin < expected)
             fail(file, "tensor '" + e.name + "' (bytes " + std::to_string(e.begin) + "-" + std::to_string(e.end) +
-                           ") overlaps tensor '" + previous->name + "' (bytes " + std::to_string(previous->begin) + "-" +
-                           std::to_string(previous->end) + ")");
+                           ") overlaps tensor '" + previous->name + "' (bytes " + std::to_string(previous->begin) +
+                           "-" + std::to_string(previous->end) + ")");
         if (e.begin > expected)
             fail(file, "bytes " + std::to_string(expected) + "-" + std::to_string(e.begin) +
                            " of the data area belong to no tensor (before tensor '" + e.name + "')");
@@ -351,7 +355,8 @@ SafeTensors load_safetensors(const fs::path& file, const SafeTensorsSelection& s
         // Over the mapping where the data is aligned for its type (always, for files written as the reference
         // writer and save_safetensors write them), else copied out of it.
         if (reinterpret_cast<uintptr_t>(at_data) % e.dtype->size == 0 && e.end > e.begin) {
-            t = at::from_blob(at_data, e.shape, [mapping](void*) {}, at::TensorOptions().dtype(e.dtype->type));
+            t = at::from_blob(
+                at_data, e.shape, [mapping](void*) {}, at::TensorOptions().dtype(e.dtype->type));
         } else {
             t = empty_tensor(e, file);  // (an empty tensor has no data pointer to copy to)
             if (e.end > e.begin) std::memcpy(t.data_ptr(), at_data, static_cast<size_t>(e.end - e.begin));
@@ -403,12 +408,13 @@ SafeTensors load_sharded_safetensors(const fs::path& index_file, const SafeTenso
     std::vector<std::string> shards;
     std::map<std::string, std::string> shard_of;
     for (const auto& [name, value] : index.at("weight_map").items()) {
-        if (!value.is_string()) fail(index_file, "weight_map entry '" + name + "' must name a file, got " + value.dump());
+        if (!value.is_string())
+            fail(index_file, "weight_map entry '" + name + "' must name a file, got " + value.dump());
         const std::string shard = value.get<std::string>();
         const fs::path relative = fs::path(shard).lexically_normal();
         if (shard.empty() || !relative.is_relative() || *relative.begin() == ".." || relative.has_parent_path())
-            fail(index_file, "weight_map entry '" + name + "' names \"" + shard +
-                                 "\", which is not a file beside the index");
+            fail(index_file,
+                 "weight_map entry '" + name + "' names \"" + shard + "\", which is not a file beside the index");
         if (std::find(shards.begin(), shards.end(), shard) == shards.end()) shards.push_back(shard);
         shard_of[name] = shard;
     }
@@ -439,7 +445,8 @@ SafeTensors load_sharded_safetensors(const fs::path& index_file, const SafeTenso
 }
 
 uint64_t convert_floating_tensors(const std::filesystem::path& file, const std::string& dtype_name) {
-    const std::map<std::string, at::ScalarType> dtypes = {{"float16", at::kHalf}, {"bfloat16", at::kBFloat16}, {"float32", at::kFloat}};
+    const std::map<std::string, at::ScalarType> dtypes = {
+        {"float16", at::kHalf}, {"bfloat16", at::kBFloat16}, {"float32", at::kFloat}};
     const auto found = dtypes.find(dtype_name);
     if (found == dtypes.end())
         throw SafeTensorsError("'" + file.string() + "': weights can be stored as float16, bfloat16 or float32, not '" +

@@ -91,7 +91,8 @@ GaussianSchedule GaussianSchedule::make_cdcd(const TimeWarp& warp, int64_t T) {
 
 GaussianSchedule GaussianSchedule::make_cdcd(double sigma_min, double sigma_max, const std::vector<double>& warp,
                                              int64_t bins, int64_t T) {
-    return make_cdcd(warp.empty() ? TimeWarp::uniform(sigma_min, sigma_max, bins) : TimeWarp(sigma_min, sigma_max, warp), T);
+    return make_cdcd(
+        warp.empty() ? TimeWarp::uniform(sigma_min, sigma_max, bins) : TimeWarp(sigma_min, sigma_max, warp), T);
 }
 
 double GaussianSchedule::alpha_bar_at(double t) const {
@@ -108,13 +109,14 @@ double GaussianSchedule::alpha_bar_at(double t) const {
 TimeWarp::TimeWarp(double sigma_min, double sigma_max, std::vector<double> cdf)
     : sigma_min_(sigma_min), sigma_max_(sigma_max), cdf_(std::move(cdf)) {
     if (!(sigma_min > 0.0 && sigma_max > sigma_min && std::isfinite(sigma_max)))
-        throw std::invalid_argument("TimeWarp: need 0 < sigma_min < sigma_max, got " + std::to_string(sigma_min) + " and " +
-                                    std::to_string(sigma_max));
+        throw std::invalid_argument("TimeWarp: need 0 < sigma_min < sigma_max, got " + std::to_string(sigma_min) +
+                                    " and " + std::to_string(sigma_max));
     if (cdf_.size() < 2) throw std::invalid_argument("TimeWarp: the CDF needs at least 2 values (one bin)");
     if (std::abs(cdf_.front()) > 1e-9 || std::abs(cdf_.back() - 1.0) > 1e-9)
         throw std::invalid_argument("TimeWarp: the CDF must run from 0 to 1");
     for (size_t j = 1; j < cdf_.size(); ++j)
-        if (!(cdf_[j] >= cdf_[j - 1])) throw std::invalid_argument("TimeWarp: the CDF decreases at value " + std::to_string(j));
+        if (!(cdf_[j] >= cdf_[j - 1]))
+            throw std::invalid_argument("TimeWarp: the CDF decreases at value " + std::to_string(j));
     cdf_.front() = 0.0;
     cdf_.back() = 1.0;
 }
@@ -122,15 +124,20 @@ TimeWarp::TimeWarp(double sigma_min, double sigma_max, std::vector<double> cdf)
 TimeWarp TimeWarp::uniform(double sigma_min, double sigma_max, int64_t bins) {
     if (bins < 1) throw std::invalid_argument("TimeWarp: bins must be >= 1, got " + std::to_string(bins));
     std::vector<double> cdf(static_cast<size_t>(bins) + 1);
-    for (int64_t j = 0; j <= bins; ++j) cdf[static_cast<size_t>(j)] = static_cast<double>(j) / static_cast<double>(bins);
+    for (int64_t j = 0; j <= bins; ++j)
+        cdf[static_cast<size_t>(j)] = static_cast<double>(j) / static_cast<double>(bins);
     return TimeWarp(sigma_min, sigma_max, std::move(cdf));
 }
 
 double TimeWarp::level(double u) const {
-    if (!(u >= 0.0 && u <= 1.0)) throw std::invalid_argument("TimeWarp::level: u must be in [0, 1], got " + std::to_string(u));
+    if (!(u >= 0.0 && u <= 1.0))
+        throw std::invalid_argument("TimeWarp::level: u must be in [0, 1], got " + std::to_string(u));
     // The first bin whose upper edge reaches u (passes it, for u = 0): a bin of zero mass is never chosen.
-    const auto upper = u > 0.0 ? std::lower_bound(cdf_.begin() + 1, cdf_.end(), u) : std::upper_bound(cdf_.begin() + 1, cdf_.end(), u);
-    const auto j = static_cast<size_t>(std::min<std::ptrdiff_t>(upper - cdf_.begin(), static_cast<std::ptrdiff_t>(cdf_.size()) - 1)) - 1;
+    const auto upper =
+        u > 0.0 ? std::lower_bound(cdf_.begin() + 1, cdf_.end(), u) : std::upper_bound(cdf_.begin() + 1, cdf_.end(), u);
+    const auto j = static_cast<size_t>(
+                       std::min<std::ptrdiff_t>(upper - cdf_.begin(), static_cast<std::ptrdiff_t>(cdf_.size()) - 1)) -
+                   1;
     const double width = cdf_[j + 1] - cdf_[j];
     const double frac = width > 0.0 ? std::clamp((u - cdf_[j]) / width, 0.0, 1.0) : 0.0;
     return (static_cast<double>(j) + frac) / static_cast<double>(bins());
@@ -142,7 +149,8 @@ double TimeWarp::sigma_of_level(double level) const {
 
 std::vector<double> fit_time_warp(const std::vector<double>& mean_loss, const std::vector<double>& seen, double floor) {
     const size_t K = mean_loss.size();
-    if (K == 0 || seen.size() != K) throw std::invalid_argument("fit_time_warp: need as many bins of loss as of weight, at least one");
+    if (K == 0 || seen.size() != K)
+        throw std::invalid_argument("fit_time_warp: need as many bins of loss as of weight, at least one");
     if (!(floor >= 0.0 && floor <= 1.0)) throw std::invalid_argument("fit_time_warp: floor must be in [0, 1]");
     std::vector<double> cdf(K + 1);
     const bool all_seen = std::all_of(seen.begin(), seen.end(), [](double w) { return w > 0.0; });
@@ -151,7 +159,10 @@ std::vector<double> fit_time_warp(const std::vector<double>& mean_loss, const st
         return cdf;
     }
     // Pool adjacent violators: blocks of bins with their weighted mean, merged while a block is below the one before.
-    struct Block { double sum, weight; size_t count; };
+    struct Block {
+        double sum, weight;
+        size_t count;
+    };
     std::vector<Block> blocks;
     for (size_t j = 0; j < K; ++j) {
         blocks.push_back({mean_loss[j] * seen[j], seen[j], 1});
@@ -189,10 +200,11 @@ double MaskSchedule::sigma_bar(double t) const { return -std::log1p(-mask_prob(t
 
 double MaskSchedule::sigma(double t) const { return (1.0 - eps_) / (1.0 - mask_prob(t)); }
 
-UniformNoiseSchedule::UniformNoiseSchedule(double sigma_min, double sigma_max) : sigma_min_(sigma_min), sigma_max_(sigma_max) {
+UniformNoiseSchedule::UniformNoiseSchedule(double sigma_min, double sigma_max)
+    : sigma_min_(sigma_min), sigma_max_(sigma_max) {
     if (!(sigma_min > 0) || !(sigma_max > sigma_min))
-        throw std::invalid_argument("geometric noise needs 0 < sigma_min < sigma_max (got " + std::to_string(sigma_min) +
-                                    ", " + std::to_string(sigma_max) + ")");
+        throw std::invalid_argument("geometric noise needs 0 < sigma_min < sigma_max (got " +
+                                    std::to_string(sigma_min) + ", " + std::to_string(sigma_max) + ")");
 }
 
 UniformNoiseSchedule UniformNoiseSchedule::log_linear(double eps) {

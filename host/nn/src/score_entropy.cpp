@@ -36,7 +36,8 @@ void check_clean(const at::Tensor& logp, const at::Tensor& x_t, const at::Tensor
     check_rows(x_t, sigma_bar, what);
     if (!logp.defined() || logp.dim() != 2 || logp.size(0) != x_t.size(0))
         throw std::invalid_argument(std::string(what) + ": the log-probabilities must be [N, V] with N = x_t's rows");
-    if (!(sigma_bar.gt(0).all().item<bool>())) throw std::invalid_argument(std::string(what) + ": sigma_bar must be > 0");
+    if (!(sigma_bar.gt(0).all().item<bool>()))
+        throw std::invalid_argument(std::string(what) + ": sigma_bar must be > 0");
 }
 
 at::Tensor shift_own_token(const at::Tensor& logp, const at::Tensor& x_t, const at::Tensor& sigma_bar, double sign,
@@ -104,9 +105,9 @@ at::Tensor score_entropy(Graph graph, const at::Tensor& log_score, const at::Ten
     const at::Tensor spread = (1.0 - alpha) / static_cast<double>(V);
     const at::Tensor same = x_t.eq(x0);
     const at::Tensor p_xt = at::where(same, alpha + spread, spread);
-    const at::Tensor r_other = (spread / p_xt).to(dtype);               // r_y for y != x0
-    const at::Tensor r_clean = ((alpha + spread) / p_xt).to(dtype);     // r_y at y = x0 (read when x0 != x_t)
-    const at::Tensor log_sum = log_score.sum(1) - at_xt;                // sum over y != x_t of log s_y
+    const at::Tensor r_other = (spread / p_xt).to(dtype);            // r_y for y != x0
+    const at::Tensor r_clean = ((alpha + spread) / p_xt).to(dtype);  // r_y at y = x0 (read when x0 != x_t)
+    const at::Tensor log_sum = log_score.sum(1) - at_xt;             // sum over y != x_t of log s_y
     const at::Tensor moved = same.logical_not().to(dtype);
     const at::Tensor weighted_log = r_other * log_sum + moved * (r_clean - r_other) * at_x0;
     const at::Tensor k_sum = (static_cast<double>(V - 1) - moved) * k_term(r_other) + moved * k_term(r_clean);
@@ -125,7 +126,8 @@ at::Tensor uniform_score_of_clean(const at::Tensor& log_p0, const at::Tensor& x_
     check_clean(log_p0, x_t, sigma_bar, "uniform_score_of_clean");
     const double V = static_cast<double>(log_p0.size(1));
     // a = alpha V / (1 - alpha) = V / expm1(sigma_bar), in float64 before it meets the probabilities.
-    const at::Tensor a = (V / at::expm1(sigma_bar.to(at::kDouble))).to(log_p0.device()).to(log_p0.scalar_type()).unsqueeze(1);
+    const at::Tensor a =
+        (V / at::expm1(sigma_bar.to(at::kDouble))).to(log_p0.device()).to(log_p0.scalar_type()).unsqueeze(1);
     const at::Tensor log_pt = at::log1p(a * log_p0.exp());  // log p_t(y) + a constant per row
     return log_pt - log_pt.gather(1, x_t.unsqueeze(1));
 }
@@ -155,10 +157,11 @@ at::Tensor uniform_tweedie_probs(const at::Tensor& log_p0, const at::Tensor& x_t
     const at::Tensor p0 = log_p0.to(at::kDouble).exp();
     const double V = static_cast<double>(p0.size(1));
     const auto device = p0.device();
-    const at::Tensor alpha_s = at::exp(-sigma_bar_s.to(at::kDouble)).to(device).unsqueeze(1);               // [N, 1]
+    const at::Tensor alpha_s = at::exp(-sigma_bar_s.to(at::kDouble)).to(device).unsqueeze(1);  // [N, 1]
     const at::Tensor beta = at::exp(sigma_bar_s.to(at::kDouble) - sigma_bar_t.to(at::kDouble)).to(device).unsqueeze(1);
-    const at::Tensor prior_s = alpha_s * p0 + (1.0 - alpha_s) / V;                        // p_s(y)
-    const at::Tensor kernel = ((1.0 - beta) / V).expand_as(p0).clone().scatter_add_(1, x_t.unsqueeze(1), beta);  // p(x_t | y)
+    const at::Tensor prior_s = alpha_s * p0 + (1.0 - alpha_s) / V;  // p_s(y)
+    const at::Tensor kernel =
+        ((1.0 - beta) / V).expand_as(p0).clone().scatter_add_(1, x_t.unsqueeze(1), beta);  // p(x_t | y)
     return normalised(prior_s * kernel);
 }
 

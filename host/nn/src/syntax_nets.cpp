@@ -33,9 +33,9 @@ EncoderConfig read_encoder_config(json_input::ObjectReader& r, int64_t vocab_siz
 }
 
 json encoder_json(const EncoderConfig& c) {
-    return {{"word_dim", c.sizes.word_dim}, {"feature_dim", c.sizes.feature_dim}, {"buckets", c.sizes.buckets},
-            {"hidden", c.sizes.hidden},     {"layers", c.sizes.layers},           {"dropout", c.dropout},
-            {"word_dropout", c.word_dropout}, {"max_length", c.max_length},      {"vocab_size", c.sizes.vocab_size}};
+    return {{"word_dim", c.sizes.word_dim},   {"feature_dim", c.sizes.feature_dim}, {"buckets", c.sizes.buckets},
+            {"hidden", c.sizes.hidden},       {"layers", c.sizes.layers},           {"dropout", c.dropout},
+            {"word_dropout", c.word_dropout}, {"max_length", c.max_length},         {"vocab_size", c.sizes.vocab_size}};
 }
 
 }  // namespace
@@ -43,8 +43,9 @@ json encoder_json(const EncoderConfig& c) {
 WordEncoder::WordEncoder(const Sizes& s, bool sentinels) : sentinels_(sentinels), hidden_(s.hidden) {
     word_embedding_ = register_module("word_embedding", torch::nn::Embedding(s.vocab_size, s.word_dim));
     // Feature id 0 is padding: its row stays zero.
-    feature_embedding_ = register_module(
-        "feature_embedding", torch::nn::Embedding(torch::nn::EmbeddingOptions(s.buckets, s.feature_dim).padding_idx(0)));
+    feature_embedding_ =
+        register_module("feature_embedding",
+                        torch::nn::Embedding(torch::nn::EmbeddingOptions(s.buckets, s.feature_dim).padding_idx(0)));
     const int64_t input = s.word_dim + s.feature_dim;
     if (sentinels_) {
         start_ = register_parameter("start", at::randn({input}) * 0.1);
@@ -67,7 +68,8 @@ at::Tensor WordEncoder::forward(const at::Tensor& words, const at::Tensor& featu
     at::Tensor ids = words;
     if (gen && word_dropout > 0) {
         // Words replaced by <unk> teach the network to lean on the features for words it never saw.
-        const at::Tensor drop = at::empty(words.sizes(), at::TensorOptions().dtype(at::kFloat)).bernoulli_(word_dropout, *gen);
+        const at::Tensor drop =
+            at::empty(words.sizes(), at::TensorOptions().dtype(at::kFloat)).bernoulli_(word_dropout, *gen);
         ids = at::where(drop.to(words.device()).to(at::kBool) & present, at::full_like(words, unk_id), words);
     }
     at::Tensor x = at::cat({word_embedding_->forward(ids), feature_embedding_->forward(features).sum(2)}, -1);
@@ -86,7 +88,8 @@ at::Tensor WordEncoder::forward(const at::Tensor& words, const at::Tensor& featu
     x = dropout(x, p, gen);
     for (size_t i = 0; i < lstms_.size(); ++i) {
         if (i > 0) x = dropout(x, p, gen);
-        auto packed = torch::nn::utils::rnn::pack_padded_sequence(x, lengths, /*batch_first=*/true, /*enforce_sorted=*/false);
+        auto packed =
+            torch::nn::utils::rnn::pack_padded_sequence(x, lengths, /*batch_first=*/true, /*enforce_sorted=*/false);
         auto out = std::get<0>(lstms_[i]->forward_with_packed_input(packed));
         x = std::get<0>(torch::nn::utils::rnn::pad_packed_sequence(out, /*batch_first=*/true, 0.0, T));
     }
@@ -105,9 +108,11 @@ TaggerNet::TaggerNet(const json& config, const Tokenizer& tokenizer) : unk_id_(t
     r.reject_unknown_keys();
     if (!issues.empty()) throw ConfigError("tagger network config", std::move(issues));
     encoder_ = register_module("encoder", std::make_shared<WordEncoder>(encoder_config_.sizes, false));
-    tag_head_ = register_module("tag_head", torch::nn::Linear(2 * encoder_config_.sizes.hidden, static_cast<int64_t>(tags_.size())));
+    tag_head_ = register_module(
+        "tag_head", torch::nn::Linear(2 * encoder_config_.sizes.hidden, static_cast<int64_t>(tags_.size())));
     if (!upos_.empty())
-        upos_head_ = register_module("upos_head", torch::nn::Linear(2 * encoder_config_.sizes.hidden, static_cast<int64_t>(upos_.size())));
+        upos_head_ = register_module(
+            "upos_head", torch::nn::Linear(2 * encoder_config_.sizes.hidden, static_cast<int64_t>(upos_.size())));
 }
 
 json TaggerNet::config() const {
@@ -152,7 +157,8 @@ ParserNet::ParserNet(const json& config, const Tokenizer& tokenizer) : unk_id_(t
     if (!issues.empty()) throw ConfigError("parser network config", std::move(issues));
     encoder_ = register_module("encoder", std::make_shared<WordEncoder>(encoder_config_.sizes, true));
     const int64_t H = encoder_config_.sizes.hidden;
-    from_forward_ = register_module("from_forward", torch::nn::Linear(torch::nn::LinearOptions(H, span_hidden_).bias(false)));
+    from_forward_ =
+        register_module("from_forward", torch::nn::Linear(torch::nn::LinearOptions(H, span_hidden_).bias(false)));
     from_backward_ = register_module("from_backward", torch::nn::Linear(H, span_hidden_));
     norm_ = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({span_hidden_})));
     output_ = register_module("output", torch::nn::Linear(span_hidden_, static_cast<int64_t>(labels_.size()) + 1));
@@ -185,7 +191,7 @@ at::Tensor ParserNet::span_logits(const at::Tensor& words, const at::Tensor& fea
 }
 
 at::Tensor ParserNet::loss(const TrainingBatch& batch, at::Generator& gen) {
-    const at::Tensor targets = batch.targets;  // [B, L + 1, L + 1]
+    const at::Tensor targets = batch.targets;          // [B, L + 1, L + 1]
     const at::Tensor spans = targets.ge(0).nonzero();  // [N, 3]: (b, i, j)
     const int64_t width = targets.size(1);
     const at::Tensor cell = (spans.select(1, 0) * width + spans.select(1, 1)) * width + spans.select(1, 2);

@@ -25,7 +25,8 @@ CausalBlock::CausalBlock(int64_t dim, int64_t heads, int64_t hidden) : heads_(he
 at::Tensor CausalBlock::forward(const at::Tensor& x, const at::Tensor& future, double p, at::Generator* gen) {
     const int64_t B = x.size(0), T = x.size(1), D = x.size(2), head_dim = D / heads_;
     // [B, T, 3D] -> three [B, H, T, Dh]
-    const at::Tensor qkv = qkv_->forward(ln_attn_->forward(x)).view({B, T, 3, heads_, head_dim}).permute({2, 0, 3, 1, 4});
+    const at::Tensor qkv =
+        qkv_->forward(ln_attn_->forward(x)).view({B, T, 3, heads_, head_dim}).permute({2, 0, 3, 1, 4});
     const at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];
     at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim));
     scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
@@ -49,11 +50,12 @@ TeacherLM::TeacherLM(const json& config, const Tokenizer& tokenizer)
     if (r.has("vocab_size")) {
         const int64_t v = r.integer("vocab_size", 4, int64_t{1} << 31).value_or(vocab_size_);
         if (v != vocab_size_)
-            r.issue("vocab_size", "the network was built for " + std::to_string(v) +
-                                      " tokens but the tokenizer has " + std::to_string(vocab_size_));
+            r.issue("vocab_size", "the network was built for " + std::to_string(v) + " tokens but the tokenizer has " +
+                                      std::to_string(vocab_size_));
     }
     if (dim_ % heads_ != 0)
-        r.issue("heads", "dim (" + std::to_string(dim_) + ") must be a multiple of heads (" + std::to_string(heads_) + ")");
+        r.issue("heads",
+                "dim (" + std::to_string(dim_) + ") must be a multiple of heads (" + std::to_string(heads_) + ")");
     r.reject_unknown_keys();
     if (!issues.empty()) throw ConfigError("teacher network config", std::move(issues));
 
@@ -61,7 +63,8 @@ TeacherLM::TeacherLM(const json& config, const Tokenizer& tokenizer)
     // One position more than max_length: the start symbol sits before the text.
     position_embedding_ = register_module("position_embedding", torch::nn::Embedding(max_length_ + 1, dim_));
     for (int64_t i = 0; i < layers_; ++i)
-        blocks_.push_back(register_module("block" + std::to_string(i), std::make_shared<CausalBlock>(dim_, heads_, hidden_)));
+        blocks_.push_back(
+            register_module("block" + std::to_string(i), std::make_shared<CausalBlock>(dim_, heads_, hidden_)));
     ln_final_ = register_module("ln_final", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim_})));
 
     // GPT-2's initialisation: small normal weights, zero biases, and residual projections scaled down by depth so
@@ -82,8 +85,13 @@ TeacherLM::TeacherLM(const json& config, const Tokenizer& tokenizer)
 }
 
 json TeacherLM::config() const {
-    return {{"dim", dim_},           {"layers", layers_},         {"heads", heads_},          {"hidden", hidden_},
-            {"max_length", max_length_}, {"dropout", dropout_}, {"vocab_size", vocab_size_}};
+    return {{"dim", dim_},
+            {"layers", layers_},
+            {"heads", heads_},
+            {"hidden", hidden_},
+            {"max_length", max_length_},
+            {"dropout", dropout_},
+            {"vocab_size", vocab_size_}};
 }
 
 at::Tensor TeacherLM::hidden(const at::Tensor& input, at::Generator* gen) {

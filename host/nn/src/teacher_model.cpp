@@ -19,7 +19,8 @@ using json = nlohmann::json;
 
 TeacherModel load_teacher(const fs::path& dir) {
     const fs::path file = dir / "config.json";
-    if (!fs::exists(file)) throw ModelError("cannot read '" + file.string() + "' (is '" + dir.string() + "' a model directory?)");
+    if (!fs::exists(file))
+        throw ModelError("cannot read '" + file.string() + "' (is '" + dir.string() + "' a model directory?)");
     const json config = read_model_config(dir);
     const std::string type = config_string(config, "type", file);
     if (type != "teacher")
@@ -69,11 +70,12 @@ PerplexityReport score_texts(const TeacherModel& teacher, const std::vector<std:
         const size_t end = std::min(encoded.size(), start + static_cast<size_t>(batch_size));
         size_t longest = 0;
         for (size_t i = start; i < end; ++i) longest = std::max(longest, encoded[i].size());
-        at::Tensor tokens = at::full({static_cast<int64_t>(end - start), static_cast<int64_t>(longest)},
-                                     tokenizer.pad_id(), at::kLong);
+        at::Tensor tokens =
+            at::full({static_cast<int64_t>(end - start), static_cast<int64_t>(longest)}, tokenizer.pad_id(), at::kLong);
         auto acc = tokens.accessor<int64_t, 2>();
         for (size_t i = start; i < end; ++i)
-            for (size_t j = 0; j < encoded[i].size(); ++j) acc[static_cast<int64_t>(i - start)][static_cast<int64_t>(j)] = encoded[i][j];
+            for (size_t j = 0; j < encoded[i].size(); ++j)
+                acc[static_cast<int64_t>(i - start)][static_cast<int64_t>(j)] = encoded[i][j];
         report.nll += network.text_nll(tokens).sum().item<double>();
     }
     return report;

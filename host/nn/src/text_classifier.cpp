@@ -13,26 +13,27 @@ using json = nlohmann::json;
 namespace {
 
 // The keys of the network config that describe the trunk and the noise: read by DenoiserConfig::parse.
-const char* const kTrunkKeys[] = {"family", "vocab_size", "dim",  "layers",   "heads",        "ff_dim",
-                                  "max_length", "embed_dim", "schedule", "mask_schedule", "objective", "graph", "uniform_schedule"};
+const char* const kTrunkKeys[] = {"family",          "vocab_size", "dim",      "layers",        "heads",     "ff_dim",
+                                  "max_length",      "embed_dim",  "schedule", "mask_schedule", "objective", "graph",
+                                  "uniform_schedule"};
 
 DenoiserConfig trunk_config(const json& config, const Tokenizer& tokenizer) {
     if (!config.is_object() || !config.contains("family") ||
         (config.at("family") != "continuous" && config.at("family") != "discrete"))
         throw ConfigError("syntax classifier network config",
-                                 {{"/family", "expected \"continuous\" or \"discrete\" (the denoiser's family)"}});
+                          {{"/family", "expected \"continuous\" or \"discrete\" (the denoiser's family)"}});
     json trunk = {{"layers", 3}};
     for (const char* key : kTrunkKeys)
         if (config.contains(key)) trunk[key] = config.at(key);
     trunk["max_condition_length"] = 0;  // the classifier sees the text alone
-    return DenoiserConfig::parse(trunk, tokenizer, config.at("family") == "continuous" ? Family::continuous : Family::discrete);
+    return DenoiserConfig::parse(trunk, tokenizer,
+                                 config.at("family") == "continuous" ? Family::continuous : Family::discrete);
 }
 
 }  // namespace
 
 TextClassifierNet::TextClassifierNet(const json& config, const Tokenizer& tokenizer)
-    : trunk_config_(trunk_config(config, tokenizer)),
-      schedule_(trunk_config_.gaussian_schedule()),
+    : trunk_config_(trunk_config(config, tokenizer)), schedule_(trunk_config_.gaussian_schedule()),
       mask_schedule_(trunk_config_.mask_eps),
       uniform_schedule_(trunk_config_.uniform_sigma_min, trunk_config_.uniform_sigma_max) {
     std::vector<ConfigIssue> issues;
@@ -62,8 +63,10 @@ TextClassifierNet::TextClassifierNet(const json& config, const Tokenizer& tokeni
     if (has_syntax_heads()) {
         tag_head_ = register_module("tag_head", torch::nn::Linear(W, static_cast<int64_t>(tags_.size()) + 1));
         span_start_ = register_module("span_start", torch::nn::Linear(W, span_hidden_));
-        span_end_ = register_module("span_end", torch::nn::Linear(torch::nn::LinearOptions(W, span_hidden_).bias(false)));
-        span_head_ = register_module("span_head", torch::nn::Linear(span_hidden_, static_cast<int64_t>(labels_.size()) + 1));
+        span_end_ =
+            register_module("span_end", torch::nn::Linear(torch::nn::LinearOptions(W, span_hidden_).bias(false)));
+        span_head_ =
+            register_module("span_head", torch::nn::Linear(span_hidden_, static_cast<int64_t>(labels_.size()) + 1));
     }
     if (!classes_.empty())
         class_head_ = register_module("class_head", torch::nn::Linear(W, static_cast<int64_t>(classes_.size())));
@@ -107,8 +110,8 @@ at::Tensor TextClassifierNet::hidden(const at::Tensor& input, const at::Tensor& 
         h = at::matmul(input.to(at::kFloat), token_embedding_);
     }
     if (h.size(1) > trunk_config_.max_length)
-        throw std::invalid_argument("input has length " + std::to_string(h.size(1)) + "; the classifier takes at most " +
-                                    std::to_string(trunk_config_.max_length));
+        throw std::invalid_argument("input has length " + std::to_string(h.size(1)) +
+                                    "; the classifier takes at most " + std::to_string(trunk_config_.max_length));
     const at::Tensor time =
         time_mlp2_->forward(at::silu(time_mlp1_->forward(time_sinusoid(t.to(h.device()), trunk_config_.dim))));
     return trunk_->forward(h + time.unsqueeze(1), at::Tensor(), nullptr);
@@ -124,7 +127,8 @@ at::Tensor TextClassifierNet::span_log_probs(const at::Tensor& hidden) {
     return label_spans(span_start_->forward(hidden).unsqueeze(2) + span_end_->forward(hidden).unsqueeze(1));
 }
 
-at::Tensor TextClassifierNet::span_log_probs(const at::Tensor& hidden, const at::Tensor& starts, const at::Tensor& lasts) {
+at::Tensor TextClassifierNet::span_log_probs(const at::Tensor& hidden, const at::Tensor& starts,
+                                             const at::Tensor& lasts) {
     if (!has_syntax_heads()) throw std::logic_error("this classifier has no syntax heads");
     return label_spans(span_start_->forward(hidden.index_select(1, starts)) +
                        span_end_->forward(hidden.index_select(1, lasts)));
@@ -167,7 +171,8 @@ at::Tensor TextClassifierNet::noisy_input(const at::Tensor& tokens, at::Generato
     t = at::rand({B}, gen, at::kFloat) * (1.0 - kMinTime) + kMinTime;
     if (trunk_config_.graph == "uniform") {
         std::vector<double> sigma_bar(static_cast<size_t>(B));
-        for (int64_t b = 0; b < B; ++b) sigma_bar[static_cast<size_t>(b)] = uniform_schedule_.sigma_bar(t[b].item<double>());
+        for (int64_t b = 0; b < B; ++b)
+            sigma_bar[static_cast<size_t>(b)] = uniform_schedule_.sigma_bar(t[b].item<double>());
         return sample_transition(Graph::uniform, tokens, at::tensor(sigma_bar, at::kDouble), trunk_config_.vocab_size,
                                  trunk_config_.mask_id, gen);
     }
@@ -177,10 +182,12 @@ at::Tensor TextClassifierNet::noisy_input(const at::Tensor& tokens, at::Generato
 
 at::Tensor TextClassifierNet::loss(const TrainingBatch& batch, at::Generator& gen) {
     const at::Tensor& tokens = batch.tokens;
-    if (!tokens.defined() || tokens.dim() != 2 || (has_syntax_heads() && (!batch.tags.defined() || !batch.targets.defined())) ||
+    if (!tokens.defined() || tokens.dim() != 2 ||
+        (has_syntax_heads() && (!batch.tags.defined() || !batch.targets.defined())) ||
         (!classes_.empty() && !batch.classes.defined()))
-        throw std::invalid_argument("the text classifier trains on tokens [B, L] with tags [B, L] and span targets (syntax "
-                                    "heads) and classes [B] (attribute head)");
+        throw std::invalid_argument(
+            "the text classifier trains on tokens [B, L] with tags [B, L] and span targets (syntax "
+            "heads) and classes [B] (attribute head)");
     const int64_t L = tokens.size(1);
     at::Tensor t;
     const at::Tensor x = noisy_input(tokens, gen, t);
@@ -188,8 +195,8 @@ at::Tensor TextClassifierNet::loss(const TrainingBatch& batch, at::Generator& ge
     at::Tensor total = at::zeros({}, h.options());
     if (!classes_.empty()) total = total + at::nll_loss(class_log_probs(h), batch.classes);
     if (!has_syntax_heads()) return total;
-    const at::Tensor tag_loss = at::nll_loss(tag_log_probs(h).reshape({-1, static_cast<int64_t>(tags_.size()) + 1}),
-                                             batch.tags.reshape({-1}));
+    const at::Tensor tag_loss =
+        at::nll_loss(tag_log_probs(h).reshape({-1, static_cast<int64_t>(tags_.size()) + 1}), batch.tags.reshape({-1}));
     // Span [i, j) sits at (i, j - 1) of the span head's square.
     const at::Tensor span_targets = batch.targets.slice(1, 0, L).slice(2, 1, L + 1).reshape({-1});
     const at::Tensor span_loss = at::nll_loss(span_log_probs(h).reshape({-1, static_cast<int64_t>(labels_.size()) + 1}),

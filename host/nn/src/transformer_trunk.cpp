@@ -44,7 +44,8 @@ DenoiserConfig DenoiserConfig::parse(const json& config, const Tokenizer& tokeni
     c.dropout = r.number("dropout", 0.0, 0.9).value_or(c.dropout);
     c.condition_dropout = r.number("condition_dropout", 0.0, 1.0).value_or(c.condition_dropout);
     if (c.dim % c.heads != 0) {
-        r.issue("heads", "dim (" + std::to_string(c.dim) + ") must be a multiple of heads (" + std::to_string(c.heads) + ")");
+        r.issue("heads",
+                "dim (" + std::to_string(c.dim) + ") must be a multiple of heads (" + std::to_string(c.heads) + ")");
     }
     if (family == Family::continuous) {
         if (c.dim % 2 != 0) r.issue("dim", "must be even (the time embedding is half cosines, half sines)");
@@ -52,12 +53,14 @@ DenoiserConfig DenoiserConfig::parse(const json& config, const Tokenizer& tokeni
         c.objective = r.choice("objective", {"diffusion_lm", "cdcd"}).value_or("diffusion_lm");
         c.self_conditioning = r.boolean("self_conditioning").value_or(c.self_conditioning);
         json_input::ObjectReader s(r.object("schedule").value_or(json::object()), "/schedule", issues);
-        c.schedule = s.choice("name", {"sqrt", "cosine", "linear", "cdcd"}).value_or(c.objective == "cdcd" ? "cdcd" : c.schedule);
+        c.schedule = s.choice("name", {"sqrt", "cosine", "linear", "cdcd"})
+                         .value_or(c.objective == "cdcd" ? "cdcd" : c.schedule);
         c.schedule_steps = s.integer("T", 2, 1000000).value_or(c.schedule_steps);
         if (c.schedule == "cdcd") {
             c.sigma_min = s.number("sigma_min", 1e-6, 1e6).value_or(c.sigma_min);
             c.sigma_max = s.number("sigma_max", 1e-6, 1e6).value_or(c.sigma_max);
-            if (!(c.sigma_max > c.sigma_min)) s.issue("sigma_max", "must be above sigma_min (" + std::to_string(c.sigma_min) + ")");
+            if (!(c.sigma_max > c.sigma_min))
+                s.issue("sigma_max", "must be above sigma_min (" + std::to_string(c.sigma_min) + ")");
             c.warp_bins = s.integer("warp_bins", 1, 100000).value_or(c.warp_bins);
             c.warp_uniform = s.number("warp_uniform", 0.0, 1.0).value_or(c.warp_uniform);
             if (const auto warp = s.array("warp")) {
@@ -70,7 +73,8 @@ DenoiserConfig DenoiserConfig::parse(const json& config, const Tokenizer& tokeni
                     TimeWarp(1.0, 2.0, cdf);  // checks the CDF alone
                     c.warp = std::move(cdf);
                 } catch (const std::invalid_argument& e) {
-                    s.issue("warp", std::string("not a time warp's CDF (numbers nondecreasing from 0 to 1): ") + e.what());
+                    s.issue("warp",
+                            std::string("not a time warp's CDF (numbers nondecreasing from 0 to 1): ") + e.what());
                 }
             }
         }
@@ -84,12 +88,15 @@ DenoiserConfig DenoiserConfig::parse(const json& config, const Tokenizer& tokeni
         c.objective = r.choice("objective", {"subs", "score_entropy"}).value_or("subs");
         c.graph = r.choice("graph", {"absorb", "uniform"}).value_or(c.graph);
         if (c.graph == "uniform" && c.objective != "score_entropy")
-            r.issue("graph", "the uniform graph is trained with the \"score_entropy\" objective (SUBS is defined for masking only)");
+            r.issue(
+                "graph",
+                "the uniform graph is trained with the \"score_entropy\" objective (SUBS is defined for masking only)");
         json_input::ObjectReader m(r.object("mask_schedule").value_or(json::object()), "/mask_schedule", issues);
         c.mask_eps = m.number("eps", 0.0, 0.5).value_or(c.mask_eps);
         m.reject_unknown_keys();
         if (c.graph == "uniform") {
-            json_input::ObjectReader u(r.object("uniform_schedule").value_or(json::object()), "/uniform_schedule", issues);
+            json_input::ObjectReader u(r.object("uniform_schedule").value_or(json::object()), "/uniform_schedule",
+                                       issues);
             c.uniform_sigma_min = u.number("sigma_min", 1e-8, 1e3).value_or(c.uniform_sigma_min);
             c.uniform_sigma_max = u.number("sigma_max", 1e-8, 1e3).value_or(c.uniform_sigma_max);
             if (!(c.uniform_sigma_max > c.uniform_sigma_min))
@@ -100,8 +107,8 @@ DenoiserConfig DenoiserConfig::parse(const json& config, const Tokenizer& tokeni
     r.reject_unknown_keys();
     for (int64_t id : {c.pad_id, c.mask_id}) {
         if (id < 0 || id >= c.vocab_size) {
-            issues.push_back({"", "the tokenizer's special id " + std::to_string(id) + " is outside its vocabulary of " +
-                                      std::to_string(c.vocab_size)});
+            issues.push_back({"", "the tokenizer's special id " + std::to_string(id) +
+                                      " is outside its vocabulary of " + std::to_string(c.vocab_size)});
         }
     }
     if (!issues.empty()) {
@@ -175,7 +182,8 @@ public:
         const at::Tensor q = qkv[0].contiguous(), k = qkv[1].contiguous(), v = qkv[2].contiguous();
         at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
         if (key_bias.defined()) scores = scores + key_bias;
-        const at::Tensor attended = at::matmul(at::softmax(scores, -1, at::kFloat), v).transpose(1, 2).reshape({B, S, W});
+        const at::Tensor attended =
+            at::matmul(at::softmax(scores, -1, at::kFloat), v).transpose(1, 2).reshape({B, S, W});
         const at::Tensor h = x + dropout(proj_->forward(attended), dropout_, gen);
         const at::Tensor ff = ff2_->forward(at::gelu(ff1_->forward(norm2_->forward(h))));
         return h + dropout(ff, dropout_, gen);
@@ -224,7 +232,8 @@ TransformerTrunk::TransformerTrunk(const DenoiserConfig& config) : config_(confi
 }
 
 void TransformerTrunk::start_blocks_as_identity(int64_t first) {
-    for (size_t i = static_cast<size_t>(std::max<int64_t>(first, 0)); i < blocks_.size(); ++i) blocks_[i]->zero_residual_outputs();
+    for (size_t i = static_cast<size_t>(std::max<int64_t>(first, 0)); i < blocks_.size(); ++i)
+        blocks_[i]->zero_residual_outputs();
 }
 
 at::Tensor TransformerTrunk::forward(const at::Tensor& h, const at::Tensor& condition, at::Generator* gen) {

@@ -22,10 +22,11 @@ namespace {
 }
 
 // A stored tensor `name` (with the prefix) of `sizes` and `dtype` fits `target`, or fail() says how it does not.
-void check_fits(const std::filesystem::path& file, const std::string& name, at::IntArrayRef sizes,
-                at::ScalarType dtype, const at::Tensor& target) {
+void check_fits(const std::filesystem::path& file, const std::string& name, at::IntArrayRef sizes, at::ScalarType dtype,
+                const at::Tensor& target) {
     if (sizes != target.sizes())
-        fail(file, "tensor '" + name + "' has shape " + c10::str(sizes) + ", the network expects " + c10::str(target.sizes()));
+        fail(file, "tensor '" + name + "' has shape " + c10::str(sizes) + ", the network expects " +
+                       c10::str(target.sizes()));
     // Float parameters may be stored narrower (`rudder convert-weights`); copy_ widens them.
     const bool widened = target.scalar_type() == at::kFloat && (dtype == at::kHalf || dtype == at::kBFloat16);
     if (dtype != target.scalar_type() && !widened)
@@ -33,7 +34,9 @@ void check_fits(const std::filesystem::path& file, const std::string& name, at::
                        c10::toString(target.scalar_type()));
 }
 
-bool has_prefix(const std::string& name, const std::string& prefix) { return name.compare(0, prefix.size(), prefix) == 0; }
+bool has_prefix(const std::string& name, const std::string& prefix) {
+    return name.compare(0, prefix.size(), prefix) == 0;
+}
 
 }  // namespace
 

@@ -68,7 +68,9 @@ private:
     }
 
 public:
-    const char* changed_field() const { return rudder::plugins::forms::changed_header_field(dl, original, shape, original_shape); }
+    const char* changed_field() const {
+        return rudder::plugins::forms::changed_header_field(dl, original, shape, original_shape);
+    }
 };
 
 using rudder::plugins::forms::kF32;
@@ -94,7 +96,7 @@ struct Child {
     uint32_t dirty = 0;
     size_t extent[forms::kOutputs] = {};
     std::string model_dir;
-    char* shm = nullptr;           // this controller's outputs and the embedding table (read-write)
+    char* shm = nullptr;  // this controller's outputs and the embedding table (read-write)
     size_t shm_size = 0;
     const char* inputs = nullptr;  // the step's inputs, shared by the run's isolated controllers (read-only)
     size_t inputs_size = 0;
@@ -118,7 +120,8 @@ struct Child {
     }
 
     // Maps a shared memory file the host passed (closing the descriptor), replacing `*where`'s mapping.
-    template <class T> static void map_shared(int fd, size_t size, bool writable, T*& where, size_t& where_size) {
+    template <class T>
+    static void map_shared(int fd, size_t size, bool writable, T*& where, size_t& where_size) {
         if (where != nullptr) ::munmap(const_cast<char*>(where), where_size);
         where = nullptr;
         void* p = ::mmap(nullptr, size, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
@@ -140,7 +143,8 @@ struct Child {
 
     static rudder_status tokenize(void* ctx, const char* text, int64_t* out_ids, int64_t capacity, int64_t* n_ids) {
         if (n_ids != nullptr) *n_ids = 0;
-        if (ctx == nullptr || text == nullptr || n_ids == nullptr || capacity < 0 || (capacity > 0 && out_ids == nullptr))
+        if (ctx == nullptr || text == nullptr || n_ids == nullptr || capacity < 0 ||
+            (capacity > 0 && out_ids == nullptr))
             return RUDDER_ERR_INVALID_ARGUMENT;
         Writer w;
         w.text(text).put<int64_t>(capacity);
@@ -217,7 +221,8 @@ struct Child {
         if (status != RUDDER_OK) return status;
         uint64_t size = 0;
         const char* data = r.bytes(size);
-        const size_t expected = static_cast<size_t>(n_conditions) * static_cast<size_t>(c.B * c.L * c.V) * sizeof(float);
+        const size_t expected =
+            static_cast<size_t>(n_conditions) * static_cast<size_t>(c.B * c.L * c.V) * sizeof(float);
         if (size != expected) return RUDDER_ERR_INTERNAL;
         c.denoised.emplace_back(size / sizeof(float));
         std::memcpy(c.denoised.back().data(), data, size);
@@ -467,7 +472,10 @@ int main(int argc, char** argv) {
         try {
             switch (header.type) {
                 case kCreate: child.do_create(r); break;
-                case kBegin: child.do_begin(r, fds); for (int& fd : fds) fd = -1; break;
+                case kBegin:
+                    child.do_begin(r, fds);
+                    for (int& fd : fds) fd = -1;
+                    break;
                 case kStep: child.do_step(r); break;
                 case kEvaluate: child.do_evaluate(r); break;
                 case kDestroy:

@@ -39,7 +39,7 @@ const char* status_name(rudder_status status) {
 }
 
 // StepOutputs' member for each output, in forms::Output order.
-at::Tensor StepOutputs::* const kResultMember[forms::kOutputs] = {
+at::Tensor StepOutputs::*const kResultMember[forms::kOutputs] = {
     &StepOutputs::logit_delta, &StepOutputs::grad,       &StepOutputs::log_prob,       &StepOutputs::fixed_tokens,
     &StepOutputs::forbidden,   &StepOutputs::token_bits, &StepOutputs::candidate_delta};
 
@@ -117,7 +117,7 @@ std::string changed_output_header(const rudder_contribution& out, const std::arr
 }  // namespace
 
 struct ControllerInstance::Impl {
-    std::string where;  // "controller '<label>' (<id>, <file>)", the prefix of every message
+    std::string where;             // "controller '<label>' (<id>, <file>)", the prefix of every message
     forms::Negotiated negotiated;  // the ABI forms the controller is spoken to in
     std::string params;            // to create the instance again once the transport lost it (its process died)
     bool any_device = false;
@@ -188,7 +188,8 @@ struct ControllerInstance::Impl {
         if (need_x0 && in.x0_rows.defined()) {
             x0 = plugin_input(in.x0_rows, "x0_rows", at::kFloat, {N, V}, device, where);
         } else if (need_x0) {
-            if (!in.x0_logits.defined()) throw std::invalid_argument(where + ": host passed no x0_logits in a PREDICT step");
+            if (!in.x0_logits.defined())
+                throw std::invalid_argument(where + ": host passed no x0_logits in a PREDICT step");
             const at::Tensor all =
                 plugin_input(in.x0_logits, "x0_logits", at::kFloat, {shape.batch_size, shape.seq_len, V}, device, where)
                     .reshape({positions, V});
@@ -198,8 +199,9 @@ struct ControllerInstance::Impl {
         if (wanted.candidates) {
             const int64_t k = run_info.candidates;
             if (in.candidate_ids.defined() != in.candidate_logp.defined())
-                throw std::invalid_argument(where + ": host passed candidate_ids without candidate_logp, or the other "
-                                                    "way round");
+                throw std::invalid_argument(where +
+                                            ": host passed candidate_ids without candidate_logp, or the other "
+                                            "way round");
             if (in.candidate_ids.defined()) {
                 r.candidate_ids = plugin_input(in.candidate_ids, "candidate_ids", at::kLong, {N, k}, device, where);
                 r.candidate_logp = plugin_input(in.candidate_logp, "candidate_logp", at::kFloat, {N, k}, device, where);
@@ -222,7 +224,8 @@ struct ControllerInstance::Impl {
         if ((written & ~provided) != 0) {
             std::string text;
             for (const auto& output : forms::kOutputInfo)
-                if ((written & ~provided & output.written) != 0) text += (text.empty() ? "" : ", ") + std::string(output.name);
+                if ((written & ~provided & output.written) != 0)
+                    text += (text.empty() ? "" : ", ") + std::string(output.name);
             if ((written & ~known) != 0) text += text.empty() ? "unknown bits" : ", unknown bits";
             throw PluginError(where + ": set written bits for outputs it was not given (" + text + ")" + when);
         }
@@ -242,7 +245,8 @@ struct ControllerInstance::Impl {
                                       " outside [-1, " + std::to_string(shape.vocab_size) + ")" + when);
             }
             if (k == forms::kTokenBits) check_token_bits(value, rows, when);
-            result.*kResultMember[k] = value.to(shape.device);  // back to the run's device if the plugin worked on the CPU
+            result.*kResultMember[k] =
+                value.to(shape.device);  // back to the run's device if the plugin worked on the CPU
         }
         result.bits_allowed = (written & RUDDER_WROTE_ALLOWED_BITS) != 0;
         return result;
@@ -287,9 +291,7 @@ bool dense_control_forms() {
                       " is not a form to give controllers: expected \"dense\" (or unset for the forms each declares)");
 }
 
-const char* isolation_name(Isolation isolation) {
-    return isolation == Isolation::process ? "process" : "in_process";
-}
+const char* isolation_name(Isolation isolation) { return isolation == Isolation::process ? "process" : "in_process"; }
 
 ControllerInstance::ControllerInstance(ControllerType type, const std::string& params_json, std::string label,
                                        Isolation isolation)
@@ -303,10 +305,9 @@ ControllerInstance::ControllerInstance(ControllerType type, const std::string& p
     s.params = params_json;
     RunServiceBridge& services = s.services;
     s.transport = isolation_ == Isolation::process
-                      ? make_process_transport(type_, s.where,
-                                               [&services](uint32_t request, isolation::Reader& r) {
-                                                   return services.serve(request, r);
-                                               })
+                      ? make_process_transport(
+                            type_, s.where,
+                            [&services](uint32_t request, isolation::Reader& r) { return services.serve(request, r); })
                       : make_in_process_transport(type_, s.where, has(RUDDER_CAP_THREAD_SAFE));
     s.any_device = has(RUDDER_CAP_ANY_DEVICE) && s.transport->reaches_device_memory();
     s.create();
@@ -473,8 +474,7 @@ Verdict ControllerInstance::evaluate(int64_t index, const std::vector<int64_t>& 
     if (verdict.satisfied < -1 || verdict.satisfied > 1)
         throw PluginError(s.where + ": evaluate returned satisfied=" + std::to_string(verdict.satisfied) + when +
                           " (must be 1, 0 or -1)");
-    if (std::isinf(verdict.score))
-        throw PluginError(s.where + ": evaluate returned an infinite score" + when);
+    if (std::isinf(verdict.score)) throw PluginError(s.where + ": evaluate returned an infinite score" + when);
     result.satisfied = verdict.satisfied;
     result.has_score = !std::isnan(verdict.score);
     if (result.has_score) result.score = verdict.score;

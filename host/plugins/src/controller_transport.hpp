@@ -53,11 +53,11 @@ struct StepTensors {
 
 // step(): one step as the adapter prepared it.
 struct StepCall {
-    const rudder_step* step = nullptr;  // its input views are over `tensors`
-    rudder_contribution* out = nullptr; // its output views are over the buffers output() gave; written = 0
+    const rudder_step* step = nullptr;   // its input views are over `tensors`
+    rudder_contribution* out = nullptr;  // its output views are over the buffers output() gave; written = 0
     const StepTensors* tensors = nullptr;
-    int64_t rows = 0;                   // N, the step's rows (0 when the controller gets none)
-    std::string when;                   // " at step 3" (and the guide iteration), for messages
+    int64_t rows = 0;  // N, the step's rows (0 when the controller gets none)
+    std::string when;  // " at step 3" (and the guide iteration), for messages
 };
 
 // The step inputs' shared memory file of the controllers of a run that run in processes of their own (see
@@ -67,8 +67,8 @@ struct StepInputFile {
     SharedMemory memory;
     uint64_t generation = 0;  // bumped each time a new file replaces the old (children must map the new one)
     isolation::InputLayout layout;
-    uint32_t filled = 0;      // which of this step's inputs are in (isolation::kHas*): each is copied in by the first
-                              // isolated controller of the step that reads it
+    uint32_t filled = 0;  // which of this step's inputs are in (isolation::kHas*): each is copied in by the first
+                          // isolated controller of the step that reads it
 };
 
 struct StepInputShare::Impl {
@@ -106,10 +106,10 @@ public:
 // In this process: calls into the library `type` was loaded from, holding its call mutex unless `thread_safe`.
 // `where` prefixes every message.
 std::unique_ptr<ControllerTransport> make_in_process_transport(const ControllerType& type, std::string where,
-                                                              bool thread_safe);
+                                                               bool thread_safe);
 // In a child process of its own (rudder-controller-host), started by create(); `serve` answers the plugin's run
 // service requests while a begin, step or evaluate waits.
 std::unique_ptr<ControllerTransport> make_process_transport(const ControllerType& type, std::string where,
-                                                           RemoteController::Serve serve);
+                                                            RemoteController::Serve serve);
 
 }  // namespace rudder::plugins

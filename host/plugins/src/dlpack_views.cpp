@@ -21,7 +21,8 @@ DLDataType to_dl_dtype(at::ScalarType type) {
         case at::kLong: return DLDataType{kDLInt, 64, 1};
         case at::kByte: return DLDataType{kDLUInt, 8, 1};
         default:
-            throw std::invalid_argument(std::string("dtype ") + c10::toString(type) + " has no place in the plugin ABI");
+            throw std::invalid_argument(std::string("dtype ") + c10::toString(type) +
+                                        " has no place in the plugin ABI");
     }
 }
 

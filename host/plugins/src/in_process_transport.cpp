@@ -102,8 +102,9 @@ public:
         }
         if (outcome.status != RUDDER_OK) return failed(std::move(outcome), self_);
         check_duration("evaluate", start, when);
-        if (verdict.detail != nullptr) detail = verdict.detail;  // plugin-owned until the next call: copy while no
-                                                                  // other call can run
+        if (verdict.detail != nullptr)
+            detail = verdict.detail;  // plugin-owned until the next call: copy while no
+                                      // other call can run
         return outcome;
     }
 
@@ -147,7 +148,7 @@ private:
 }  // namespace
 
 std::unique_ptr<ControllerTransport> make_in_process_transport(const ControllerType& type, std::string where,
-                                                              bool thread_safe) {
+                                                               bool thread_safe) {
     return std::make_unique<InProcessTransport>(type, std::move(where), thread_safe);
 }
 

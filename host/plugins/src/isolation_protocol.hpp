@@ -41,9 +41,9 @@ enum Msg : uint32_t {
     kEvaluate = 4,  // sample
     kDestroy = 5,
     // child -> host replies
-    kReady = 100,   // after loading: the library loaded and the controller was found (payload: nothing)
-    kReply = 101,   // a call's result
-    kFatal = 102,   // the child cannot go on (e.g. the library failed to load there): message
+    kReady = 100,  // after loading: the library loaded and the controller was found (payload: nothing)
+    kReply = 101,  // a call's result
+    kFatal = 102,  // the child cannot go on (e.g. the library failed to load there): message
     // child -> host service requests during a call, each answered with kServiceReply
     kTokenize = 200,
     kDetokenize = 201,
@@ -55,10 +55,10 @@ enum Msg : uint32_t {
 
 // How a call ended in the child, in a kReply.
 enum Outcome : uint32_t {
-    kOk = 0,           // status RUDDER_OK
-    kFailed = 1,       // a non-OK status: status and the plugin's message follow
-    kEscaped = 2,      // a C++ exception escaped the C callback
-    kRewroteHeader = 3 // step: the plugin changed an output's DLTensor header (message names it)
+    kOk = 0,            // status RUDDER_OK
+    kFailed = 1,        // a non-OK status: status and the plugin's message follow
+    kEscaped = 2,       // a C++ exception escaped the C callback
+    kRewroteHeader = 3  // step: the plugin changed an output's DLTensor header (message names it)
 };
 
 struct Header {
@@ -70,7 +70,8 @@ struct Header {
 // Appends plain values and strings to a payload.
 class Writer {
 public:
-    template <class T> Writer& put(const T& value) {
+    template <class T>
+    Writer& put(const T& value) {
         const auto* bytes = reinterpret_cast<const char*>(&value);
         data_.insert(data_.end(), bytes, bytes + sizeof(T));
         return *this;
@@ -96,7 +97,8 @@ private:
 class Reader {
 public:
     explicit Reader(const std::vector<char>& data) : data_(data) {}
-    template <class T> T get() {
+    template <class T>
+    T get() {
         need(sizeof(T));
         T value;
         std::memcpy(&value, data_.data() + at_, sizeof(T));
@@ -268,7 +270,8 @@ inline OutputLayout output_layout(forms::StepShape run, bool embedding) {
     run.predict = true;
     const auto predict = forms::output_dims(run);
     run.predict = false;
-    const auto guide = run.has(RUDDER_CAP_GRADIENT) ? forms::output_dims(run) : std::array<forms::Dims, forms::kOutputs>{};
+    const auto guide =
+        run.has(RUDDER_CAP_GRADIENT) ? forms::output_dims(run) : std::array<forms::Dims, forms::kOutputs>{};
     OutputLayout layout;
     detail::Placer place;
     for (size_t k = 0; k < forms::kOutputs; ++k) {

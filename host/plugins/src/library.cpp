@@ -47,9 +47,7 @@ constexpr size_t kDescVersionSize =
     offsetof(rudder_controller_desc, abi_minor) + sizeof(rudder_controller_desc::abi_minor);
 constexpr size_t kDescIdSize = offsetof(rudder_controller_desc, id) + sizeof(rudder_controller_desc::id);
 
-std::string abi_text(uint32_t major, uint32_t minor) {
-    return std::to_string(major) + "." + std::to_string(minor);
-}
+std::string abi_text(uint32_t major, uint32_t minor) { return std::to_string(major) + "." + std::to_string(minor); }
 
 bool is_valid_id(const char* id) {
     if (id == nullptr || *id == '\0') return false;
@@ -99,8 +97,8 @@ std::string check_controller(const rudder_controller_desc* desc, uint32_t index)
                abi_text(RUDDER_ABI_MAJOR, RUDDER_ABI_MINOR) + " (another major version)";
     if (desc->struct_size < kDescV1Size)
         return which + " descriptor is truncated: struct_size " + std::to_string(desc->struct_size) +
-               " is smaller than the " + std::to_string(kDescV1Size) + " bytes ABI " +
-               abi_text(RUDDER_ABI_MAJOR, 0) + " requires";
+               " is smaller than the " + std::to_string(kDescV1Size) + " bytes ABI " + abi_text(RUDDER_ABI_MAJOR, 0) +
+               " requires";
     if (!is_valid_id(desc->id)) return which + " has an invalid id " + quoted(desc->id) + " (must match [a-z0-9_]+)";
 
     std::string missing;
@@ -173,7 +171,8 @@ std::optional<std::pair<dev_t, ino_t>> mapped_file_of(const void* address) {
         unsigned long long start = 0, end = 0, inode = 0;
         unsigned int dev_major = 0, dev_minor = 0;
         // "start-end perms offset major:minor inode path"
-        if (std::sscanf(line.c_str(), "%llx-%llx %*s %*s %x:%x %llu", &start, &end, &dev_major, &dev_minor, &inode) != 5)
+        if (std::sscanf(line.c_str(), "%llx-%llx %*s %*s %x:%x %llu", &start, &end, &dev_major, &dev_minor, &inode) !=
+            5)
             continue;
         if (target >= start && target < end) {
             if (inode == 0) return std::nullopt;
@@ -210,7 +209,8 @@ std::vector<ControllerType> load_checked(const std::filesystem::path& path) {
     const FileDescriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (file.get() < 0) throw LoadError(path, std::string("could not be opened: ") + std::strerror(errno));
     struct stat file_stat {};
-    if (::fstat(file.get(), &file_stat) != 0) throw LoadError(path, std::string("could not be read: ") + std::strerror(errno));
+    if (::fstat(file.get(), &file_stat) != 0)
+        throw LoadError(path, std::string("could not be read: ") + std::strerror(errno));
     const std::string sha256 = sha256_of(file.get(), path);
 
     // RTLD_NOW: an unresolved symbol is a load error here, not a crash in the middle of a run. RTLD_LOCAL: one
@@ -235,9 +235,10 @@ std::vector<ControllerType> load_checked(const std::filesystem::path& path) {
     rudder_plugin_entry_fn entry = &shared.get<EntryFunction>(RUDDER_PLUGIN_ENTRY_SYMBOL);
     const auto mapped = mapped_file_of(reinterpret_cast<const void*>(entry));
     if (!mapped || mapped->first != file_stat.st_dev || mapped->second != file_stat.st_ino)
-        throw LoadError(path, "the loaded image does not come from this file: an older version of the file is still "
-                              "loaded in this process, or the file was replaced while it was being loaded; restart the "
-                              "process to load the current file");
+        throw LoadError(path,
+                        "the loaded image does not come from this file: an older version of the file is still "
+                        "loaded in this process, or the file was replaced while it was being loaded; restart the "
+                        "process to load the current file");
 
     const rudder_plugin* plugin = nullptr;
     try {
@@ -260,7 +261,8 @@ std::vector<ControllerType> load_checked(const std::filesystem::path& path) {
                                   abi_text(RUDDER_ABI_MAJOR, 0) + " requires");
     if (plugin->controller_count == 0) throw LoadError(path, "offers no controllers (controller_count is 0)");
     if (plugin->controller_count > kMaxControllersPerLibrary)
-        throw LoadError(path, "claims " + std::to_string(plugin->controller_count) + " controllers (controller_count); at most " +
+        throw LoadError(path, "claims " + std::to_string(plugin->controller_count) +
+                                  " controllers (controller_count); at most " +
                                   std::to_string(kMaxControllersPerLibrary) + " are accepted");
     if (plugin->controllers == nullptr) throw LoadError(path, "controller list is NULL");
     if (plugin->abi_minor > RUDDER_ABI_MINOR)
@@ -331,9 +333,8 @@ ScanResult describe_library(const std::filesystem::path& path) {
 }
 
 const rudder_host* host_services() {
-    static const rudder_host host = {
-        sizeof(rudder_host), RUDDER_ABI_MAJOR, RUDDER_ABI_MINOR, "rudder", RUDDER_VERSION,
-        &host_log,           &host_get_extension};
+    static const rudder_host host = {sizeof(rudder_host), RUDDER_ABI_MAJOR, RUDDER_ABI_MINOR,   "rudder",
+                                     RUDDER_VERSION,      &host_log,        &host_get_extension};
     return &host;
 }
 
@@ -381,9 +382,7 @@ std::string text_or_empty(const char* text) { return text != nullptr ? std::stri
 }  // namespace
 
 std::string ControllerType::id() const { return desc != nullptr ? text_or_empty(desc->id) : std::string(); }
-std::string ControllerType::version() const {
-    return desc != nullptr ? text_or_empty(desc->version) : std::string();
-}
+std::string ControllerType::version() const { return desc != nullptr ? text_or_empty(desc->version) : std::string(); }
 std::string ControllerType::description() const {
     return desc != nullptr ? text_or_empty(desc->description) : std::string();
 }

@@ -207,7 +207,8 @@ ScanResult scan_in_child(const fs::path& scanner, const fs::path& library, doubl
         return rejected("could not be scanned: starting " + scanner_text + " failed: " + std::strerror(spawn_error));
 
     using clock = std::chrono::steady_clock;
-    const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s));
+    const auto deadline =
+        clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s));
     auto millis_left = [&] {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
         return left > 0 ? static_cast<int>(std::min<long long>(left, 1000)) : 0;
@@ -253,7 +254,8 @@ ScanResult scan_in_child(const fs::path& scanner, const fs::path& library, doubl
         seconds << timeout_s;
         return rejected("did not finish loading within " + seconds.str() +
                         " s and was stopped: its entry point or a constructor hangs (scanned in a child process; "
-                        "RUDDER_PLUGIN_SCAN_TIMEOUT sets the limit)" + said);
+                        "RUDDER_PLUGIN_SCAN_TIMEOUT sets the limit)" +
+                        said);
     }
     if (status != -1 && WIFSIGNALED(status))
         return rejected("crashed while loading, killed by " + signal_text(WTERMSIG(status)) +
@@ -281,8 +283,8 @@ PluginIndex::PluginIndex(fs::path file) : file_(std::move(file)) {
     std::ostringstream text;
     text << in.rdbuf();
     const json j = json::parse(text.str(), nullptr, false);
-    if (j.is_discarded() || !j.is_object() || j.value("format", 0) != kIndexFormat || j.value("host", "") != host_tag() ||
-        !j.contains("libraries") || !j["libraries"].is_object()) {
+    if (j.is_discarded() || !j.is_object() || j.value("format", 0) != kIndexFormat ||
+        j.value("host", "") != host_tag() || !j.contains("libraries") || !j["libraries"].is_object()) {
         spdlog::debug("plugin index {} is unreadable or from another host version; scanning again", file_.string());
         return;
     }
@@ -311,9 +313,11 @@ ScanResult PluginIndex::examine(const fs::path& library, size_t& scans) {
     if (!fs::is_regular_file(scanner, error)) {
         static std::once_flag warned;
         std::call_once(warned, [&] {
-            spdlog::warn("the plugin scanner {} is missing: plugin libraries are loaded into this process to list "
-                         "them, so a broken one can take it down (set RUDDER_PLUGIN_SCANNER, or install Rudder "
-                         "whole)", scanner.string());
+            spdlog::warn(
+                "the plugin scanner {} is missing: plugin libraries are loaded into this process to list "
+                "them, so a broken one can take it down (set RUDDER_PLUGIN_SCANNER, or install Rudder "
+                "whole)",
+                scanner.string());
         });
         return describe_library(library);
     }

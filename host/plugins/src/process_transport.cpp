@@ -137,12 +137,22 @@ CallOutcome ProcessTransport::begin(const RunStart& start) {
     }
     if (embedding) shared_tensor(layout_.embedding, {run.vocab_size, run.embed_dim}, at::kFloat).copy_(start.embedding);
     isolation::Writer request;
-    request.put<int32_t>(run.family).put<int64_t>(run.batch_size).put<int64_t>(run.seq_len)
-        .put<int64_t>(run.vocab_size).put<int64_t>(run.embed_dim).put<int64_t>(run.pad_id)
-        .put<int64_t>(run.mask_id).put<int64_t>(run.unk_id).put<int32_t>(run.total_steps)
-        .put<uint8_t>(embedding ? 1 : 0).put<uint64_t>(shared_.size())
-        .put<uint64_t>(share.memory.size()).put<uint8_t>(passed).text(run.model_dir)
-        .put<uint8_t>(start.shape.negotiated.abi12 ? 1 : 0).put<uint64_t>(start.shape.negotiated.capabilities)
+    request.put<int32_t>(run.family)
+        .put<int64_t>(run.batch_size)
+        .put<int64_t>(run.seq_len)
+        .put<int64_t>(run.vocab_size)
+        .put<int64_t>(run.embed_dim)
+        .put<int64_t>(run.pad_id)
+        .put<int64_t>(run.mask_id)
+        .put<int64_t>(run.unk_id)
+        .put<int32_t>(run.total_steps)
+        .put<uint8_t>(embedding ? 1 : 0)
+        .put<uint64_t>(shared_.size())
+        .put<uint64_t>(share.memory.size())
+        .put<uint8_t>(passed)
+        .text(run.model_dir)
+        .put<uint8_t>(start.shape.negotiated.abi12 ? 1 : 0)
+        .put<uint64_t>(start.shape.negotiated.capabilities)
         .put<int64_t>(start.run_candidates);
     const std::vector<char> reply = remote_->call(isolation::kBegin, request, "begin", "", time_limit_, serve_, fds);
     inputs_generation_sent_ = share.generation;
@@ -178,8 +188,14 @@ CallOutcome ProcessTransport::step(const StepCall& call) {
     put_inputs(*call.tensors, present);
     const rudder_step& in = *call.step;
     isolation::Writer request;
-    request.put<int32_t>(in.phase).put<int32_t>(in.step).put<int32_t>(in.total_steps).put<int32_t>(in.guide_iter)
-        .put<double>(in.t).put<double>(in.t_next).put<uint32_t>(present).put<int64_t>(call.rows);
+    request.put<int32_t>(in.phase)
+        .put<int32_t>(in.step)
+        .put<int32_t>(in.total_steps)
+        .put<int32_t>(in.guide_iter)
+        .put<double>(in.t)
+        .put<double>(in.t_next)
+        .put<uint32_t>(present)
+        .put<int64_t>(call.rows);
     const std::vector<char> reply = remote_->call(isolation::kStep, request, "step", call.when, time_limit_, serve_);
     isolation::Reader reader(reply);
     return read_outcome(reader, "step", call.when);
@@ -188,8 +204,10 @@ CallOutcome ProcessTransport::step(const StepCall& call) {
 CallOutcome ProcessTransport::evaluate(const rudder_sample& sample, rudder_verdict& verdict, std::string& detail,
                                        const std::string& when) {
     isolation::Writer request;
-    request.put<int64_t>(sample.index).put<int64_t>(sample.n_tokens)
-        .bytes(sample.tokens, static_cast<size_t>(sample.seq_len) * sizeof(int64_t)).text(sample.text);
+    request.put<int64_t>(sample.index)
+        .put<int64_t>(sample.n_tokens)
+        .bytes(sample.tokens, static_cast<size_t>(sample.seq_len) * sizeof(int64_t))
+        .text(sample.text);
     const std::vector<char> reply = remote_->call(isolation::kEvaluate, request, "evaluate", when, time_limit_, serve_);
     isolation::Reader r(reply);
     CallOutcome outcome = read_outcome(r, "evaluate", when);
@@ -204,7 +222,7 @@ CallOutcome ProcessTransport::evaluate(const rudder_sample& sample, rudder_verdi
 }  // namespace
 
 std::unique_ptr<ControllerTransport> make_process_transport(const ControllerType& type, std::string where,
-                                                           RemoteController::Serve serve) {
+                                                            RemoteController::Serve serve) {
     return std::make_unique<ProcessTransport>(type, std::move(where), std::move(serve));
 }
 

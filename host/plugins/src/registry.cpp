@@ -51,12 +51,15 @@ std::string folders_text(const std::vector<fs::path>& search_path) {
     return joined(dirs, ", ");
 }
 
-template <class Types> std::vector<std::string> ids_of(const Types& types) {
+template <class Types>
+std::vector<std::string> ids_of(const Types& types) {
     std::vector<std::string> ids;
     ids.reserve(types.size());
     for (const auto& type : types) {
-        if constexpr (std::is_same_v<typename Types::value_type, ControllerInfo>) ids.push_back(type.id);
-        else ids.push_back(type.id());
+        if constexpr (std::is_same_v<typename Types::value_type, ControllerInfo>)
+            ids.push_back(type.id);
+        else
+            ids.push_back(type.id());
     }
     return ids;
 }
@@ -93,8 +96,7 @@ void Registry::scan() {
         error.clear();
         for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
             std::error_code type_error;
-            if (it->path().extension() == kLibrarySuffix && !it->is_directory(type_error))
-                files.push_back(it->path());
+            if (it->path().extension() == kLibrarySuffix && !it->is_directory(type_error)) files.push_back(it->path());
         }
         if (error) {
             rejections_.push_back({dir, "could not list the folder: " + error.message()});
@@ -184,10 +186,11 @@ ControllerType Registry::find(const std::string& name, const fs::path& base_dir)
         fs::path file(file_part);
         if (file.is_relative() && !base_dir.empty()) file = base_dir / file;
         if (!in_search_path(file)) {
-            throw PluginError(file.string() + ": not in a folder of the plugin search path (" +
-                              (search_path_.empty() ? std::string("which is empty") : folders_text(search_path_)) +
-                              "); plugins load only from there, so add its folder to the search path (RUDDER_PLUGIN_PATH, "
-                              "or the application's plugin folders)");
+            throw PluginError(
+                file.string() + ": not in a folder of the plugin search path (" +
+                (search_path_.empty() ? std::string("which is empty") : folders_text(search_path_)) +
+                "); plugins load only from there, so add its folder to the search path (RUDDER_PLUGIN_PATH, "
+                "or the application's plugin folders)");
         }
         // Scanned in a child first (or known from the index): a library that crashes or hangs is refused, not run.
         std::error_code error;

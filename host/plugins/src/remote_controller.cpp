@@ -184,8 +184,8 @@ std::vector<char> RemoteController::call(uint32_t type, const Writer& request, c
 
     using clock = std::chrono::steady_clock;
     const bool limited = time_limit > 0;
-    const auto deadline =
-        clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(limited ? time_limit : 0));
+    const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(
+                                             std::chrono::duration<double>(limited ? time_limit : 0));
     for (;;) {
         int wait = -1;
         if (limited) {
@@ -211,8 +211,7 @@ std::vector<char> RemoteController::call(uint32_t type, const Writer& request, c
             if (fd >= 0) ::close(fd);
         switch (header.type) {
             case kReady:
-            case kReply:
-                return payload;
+            case kReply: return payload;
             case kFatal: {
                 Reader r(payload);
                 std::string message;
@@ -236,8 +235,8 @@ std::vector<char> RemoteController::call(uint32_t type, const Writer& request, c
                     answer = serve(header.type, r);
                 } catch (const std::exception& e) {
                     reap(true);
-                    fail(std::string(call_name) + when + ": a malformed service request from its process (" +
-                         e.what() + "); it was stopped");
+                    fail(std::string(call_name) + when + ": a malformed service request from its process (" + e.what() +
+                         "); it was stopped");
                 }
                 if (!send_message(socket_, kServiceReply, answer)) fail(died());
             }

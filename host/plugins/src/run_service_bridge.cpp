@@ -43,7 +43,8 @@ RunServiceBridge::Call::~Call() {
     bridge_.denoise_results_.clear();
 }
 
-template <class Body> rudder_status RunServiceBridge::guard_service(const char* service, Body&& body) noexcept {
+template <class Body>
+rudder_status RunServiceBridge::guard_service(const char* service, Body&& body) noexcept {
     try {
         return body();
     } catch (const std::bad_alloc&) {
@@ -159,8 +160,8 @@ rudder_status RunServiceBridge::tokenize(void* run_ctx, const char* text, int64_
     });
 }
 
-rudder_status RunServiceBridge::detokenize(void* run_ctx, const int64_t* ids, int64_t n_ids, char* out,
-                                           size_t capacity, size_t* n_bytes) noexcept {
+rudder_status RunServiceBridge::detokenize(void* run_ctx, const int64_t* ids, int64_t n_ids, char* out, size_t capacity,
+                                           size_t* n_bytes) noexcept {
     auto* self = static_cast<RunServiceBridge*>(run_ctx);
     if (n_bytes != nullptr) *n_bytes = 0;
     if (self == nullptr || n_bytes == nullptr || n_ids < 0 || (n_ids > 0 && ids == nullptr) ||
@@ -239,11 +240,11 @@ rudder_status RunServiceBridge::denoise(void* run_ctx, const char* const* condit
         const RunShape& shape = self->shape_;
         const std::vector<int64_t> expected = {n_conditions, shape.batch_size, shape.seq_len, shape.vocab_size};
         if (!logits.defined() || logits.scalar_type() != at::kFloat || logits.sizes() != at::IntArrayRef(expected))
-            throw std::runtime_error("the host denoiser returned " +
-                                     (logits.defined() ? std::string(c10::toString(logits.scalar_type())) + " " +
-                                                             shape_text(logits.sizes())
-                                                       : std::string("nothing")) +
-                                     ", expected float32 " + shape_text(expected));
+            throw std::runtime_error(
+                "the host denoiser returned " +
+                (logits.defined() ? std::string(c10::toString(logits.scalar_type())) + " " + shape_text(logits.sizes())
+                                  : std::string("nothing")) +
+                ", expected float32 " + shape_text(expected));
         auto view = std::make_unique<TensorView>();
         *out_logits = view->bind(logits.to(self->plugin_device_).contiguous());
         self->denoise_results_.push_back(std::move(view));

@@ -53,7 +53,8 @@ public:
 
 private:
     // Runs a host service for the plugin: any exception becomes a status, never an unwinding through C frames.
-    template <class Body> rudder_status guard_service(const char* service, Body&& body) noexcept;
+    template <class Body>
+    rudder_status guard_service(const char* service, Body&& body) noexcept;
     void note_service_error(const char* service, const char* what) noexcept;
 
     // The rudder_run_info callbacks; run_ctx is the bridge.
@@ -69,7 +70,7 @@ private:
 
     RunServices* services_ = nullptr;
     RunShape shape_;
-    c10::Device plugin_device_{c10::kCPU};  // where every tensor the plugin sees lives
+    c10::Device plugin_device_{c10::kCPU};      // where every tensor the plugin sees lives
     const StepInputs* predict_step_ = nullptr;  // the PREDICT step in progress: denoise() runs on its input
     std::string service_error_;                 // what a host service threw during the current call, for the report
     std::vector<std::unique_ptr<TensorView>> denoise_results_;  // alive until the call ends

@@ -19,8 +19,8 @@ int main(int argc, char** argv) {
     std::string out;
     try {
         const rudder::plugins::ScanResult result = rudder::plugins::describe_library(argv[1]);
-        out = rudder::plugins::scan_result_to_json(result).dump(-1, ' ', false,
-                                                               nlohmann::json::error_handler_t::replace);
+        out =
+            rudder::plugins::scan_result_to_json(result).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     } catch (...) {
         return 3;
     }

@@ -46,7 +46,8 @@ inline const char* changed_header_field(const DLTensor& dl, const DLTensor& orig
     if (dl.ndim != original.ndim) return "ndim";
     if (dl.shape != original.shape) return "shape pointer";
     if (std::memcmp(shape, original_shape, sizeof(int64_t) * static_cast<size_t>(original.ndim)) != 0) return "shape";
-    if (dl.dtype.code != original.dtype.code || dl.dtype.bits != original.dtype.bits || dl.dtype.lanes != original.dtype.lanes)
+    if (dl.dtype.code != original.dtype.code || dl.dtype.bits != original.dtype.bits ||
+        dl.dtype.lanes != original.dtype.lanes)
         return "dtype";
     if (dl.device.device_type != original.device.device_type || dl.device.device_id != original.device.device_id)
         return "device";

@@ -33,9 +33,10 @@ struct AbsorbingSettings {
     double temperature = 1.0;       // divides the controlled clean-token log-probabilities before they are drawn from
     int64_t top_k = 0;              // draw among each position's k most likely tokens only (0: all)
     double top_p = 1.0;             // draw within the smallest set of tokens holding this probability
-    std::string order = "probability";  // confidence: which drawn tokens are kept first (probability | margin | entropy)
-    int64_t block_length = 0;       // confidence, first_hitting: positions unmask block by block, left to right (0: one)
-    RemaskSettings remask;          // analytic: committed tokens may be masked again (ReMDM)
+    std::string order =
+        "probability";         // confidence: which drawn tokens are kept first (probability | margin | entropy)
+    int64_t block_length = 0;  // confidence, first_hitting: positions unmask block by block, left to right (0: one)
+    RemaskSettings remask;     // analytic: committed tokens may be masked again (ReMDM)
     // Classifier-free guidance towards the tokens hard constraints fix (LLaDA's unsupervised cfg_scale w): scores
     // uncond + (w + 1)(cond - uncond), uncond the network with those tokens masked again.
     double prompt_guidance = 0.0;
@@ -61,7 +62,8 @@ AbsorbingSettings read_settings(SamplerObject& o) {
     if (o.applies("remask"))
         if (auto remask = r.object("remask")) {
             json_input::ObjectReader m(*remask, r.pointer("remask"), r.issues());
-            if (auto v = m.choice("strategy", {"none", "cap", "rescale"}, json_input::kRequired)) out.remask.strategy = *v;
+            if (auto v = m.choice("strategy", {"none", "cap", "rescale"}, json_input::kRequired))
+                out.remask.strategy = *v;
             if (auto v = m.number("eta", 0.0, 1.0)) out.remask.eta = *v;
             read_time_window(m, r, "remask", out.remask.from_t, out.remask.to_t);
         }
@@ -96,8 +98,7 @@ public:
         : s_(s), run_(run), particles_(run.recipe.guidance.particles), batch_(samples * particles_),
           L_(run.recipe.max_length), V_(run.model.tokenizer->vocab_size()), mask_id_(run.model.tokenizer->mask_id()),
           sampler_(sampler_of(s, run.model.mask_schedule)),
-          always_fresh_(!s.cache || run.composer.needs_fresh_logits()),
-          every_row_(run.model.denoiser->uses_evidence()),
+          always_fresh_(!s.cache || run.composer.needs_fresh_logits()), every_row_(run.model.denoiser->uses_evidence()),
           swarm_(samples, particles_, run.recipe.guidance.resample_scale) {
         tokens_ = sampler_.init(batch_, L_, mask_id_, run.device);
         const auto flags = tokens_.options().dtype(at::kBool);
@@ -147,7 +148,8 @@ private:
 
 void AbsorbingLoop::denoise(double t, const Combined& constraints) {
     Denoiser& denoiser = *run_.model.denoiser;
-    logits_ = denoiser.denoise(tokens_, t, {}, evidence_of(constraints, batch_, L_, V_, every_row_)).logits.to(at::kFloat);
+    logits_ =
+        denoiser.denoise(tokens_, t, {}, evidence_of(constraints, batch_, L_, V_, every_row_)).logits.to(at::kFloat);
     ++run_.stats.denoiser_calls;
     run_.stats.denoised_sequences += batch_;
     if (prompt_.defined() && prompt_.any().item<bool>()) {
@@ -189,12 +191,14 @@ void AbsorbingLoop::step(int64_t i) {
     // MDLM's cache: the network's output depends only on the tokens, so reuse it while none changed.
     if (stale_ || always_fresh_) denoise(t, seen_);
 
-    const at::Tensor rows = every_row_ ? at::arange(batch_ * L_, tokens_.options()) : unmask.view({-1}).nonzero().squeeze(1);
+    const at::Tensor rows =
+        every_row_ ? at::arange(batch_ * L_, tokens_.options()) : unmask.view({-1}).nonzero().squeeze(1);
     // The network's scores at the step's rows: the controllers' candidates and the draw read them.
     at::Tensor row_logits = every_row_ ? logits_ : logits_.index_select(0, rows);
     const Composer::Reads reads = run_.composer.reads(t);
-    const plugins::StepInputs in = predict_inputs({i, sampler_.steps(), t, t_next, {}, tokens_, masked.to(at::kByte), rows, {}},
-                                                  reads, logits_, row_logits, logp_, run_.recipe.candidates);
+    const plugins::StepInputs in =
+        predict_inputs({i, sampler_.steps(), t, t_next, {}, tokens_, masked.to(at::kByte), rows, {}}, reads, logits_,
+                       row_logits, logp_, run_.recipe.candidates);
     const Combined combined = reads.any ? run_.composer.predict(in) : rows_only(in.rows);
     if (particles_ > 1 && combined.reward.any()) swarm_.score(combined.reward, i);
 
@@ -231,8 +235,8 @@ void AbsorbingLoop::draw(int64_t i, at::Tensor unmask, const Combined& combined,
     // Every row drawn (none fixed this step): the combination's rows as they are, no copy of them.
     const bool every_row_drawn = drawn_at_row.size(0) == combined.rows.size(0);
     const at::Tensor pick = every_row_drawn ? at::Tensor() : drawn_at_row;
-    at::Tensor scores = Composer::controlled(pick.defined() ? row_logits.index_select(0, pick) : row_logits, combined,
-                                             pick, mask_id_);
+    at::Tensor scores =
+        Composer::controlled(pick.defined() ? row_logits.index_select(0, pick) : row_logits, combined, pick, mask_id_);
     if (s_.temperature != 1.0) scores.div_(s_.temperature);
     if (s_.top_k > 0 || s_.top_p < 1.0) DiscreteSampler::truncate(scores, s_.top_k, s_.top_p);
     at::Tensor drawn;
@@ -275,14 +279,16 @@ private:
 };
 
 json AbsorbingProcess::settings() const {
-    json out = {{"name", s_.name}, {"cache", s_.cache}, {"temperature", s_.temperature}, {"top_k", s_.top_k},
-                {"top_p", s_.top_p}, {"prompt_guidance", s_.prompt_guidance}};
+    json out = {{"name", s_.name},   {"cache", s_.cache}, {"temperature", s_.temperature},
+                {"top_k", s_.top_k}, {"top_p", s_.top_p}, {"prompt_guidance", s_.prompt_guidance}};
     if (s_.name != "first_hitting") out["steps"] = s_.steps;
     if (s_.name == "confidence") out["order"] = s_.order;
     if ((s_.name == "confidence" || s_.name == "first_hitting") && s_.block_length > 0)
         out["block_length"] = s_.block_length;
     if (s_.name == "analytic" && s_.remask.strategy != "none")
-        out["remask"] = {{"strategy", s_.remask.strategy}, {"eta", s_.remask.eta}, {"from_t", s_.remask.from_t},
+        out["remask"] = {{"strategy", s_.remask.strategy},
+                         {"eta", s_.remask.eta},
+                         {"from_t", s_.remask.from_t},
                          {"to_t", s_.remask.to_t}};
     return out;
 }
@@ -291,22 +297,25 @@ json AbsorbingProcess::settings() const {
 void check_blocks(const AbsorbingSettings& s, const Model& model, int64_t block, std::vector<RecipeIssue>& issues) {
     const std::string of = "model '" + model.name + "' predicts each block of " + std::to_string(block) +
                            " positions from the finished blocks before it";
-    const std::string how = "; sample it block by block, e.g. {\"name\": \"first_hitting\", \"block_length\": " +
-                            std::to_string(block) + "}";
+    const std::string how =
+        "; sample it block by block, e.g. {\"name\": \"first_hitting\", \"block_length\": " + std::to_string(block) +
+        "}";
     const int64_t b = s.block_length;
     if (s.name != "first_hitting" && s.name != "confidence")
         issues.push_back({"/sampler/name", of + " (block diffusion); sampler '" + s.name +
                                                "' unmasks the whole sequence at once" + how});
     else if (b < 1 || block % b != 0)
         issues.push_back({"/sampler/block_length", of + ": block_length must divide " + std::to_string(block) +
-                                                       (b < 1 ? " (none given)" : ", not be " + std::to_string(b)) + how});
+                                                       (b < 1 ? " (none given)" : ", not be " + std::to_string(b)) +
+                                                       how});
     // Its training never shows it a masked block before the one it predicts, which is what the unconditional pass
     // would be.
     if (s.prompt_guidance > 0)
-        issues.push_back({"/sampler/prompt_guidance", "model '" + model.name + "' predicts each block from the "
-                                                      "finished blocks before it and was never trained with them "
-                                                      "masked, so it has no unconditional prediction to guide away "
-                                                      "from; prompt guidance is for models that unmask anywhere"});
+        issues.push_back({"/sampler/prompt_guidance", "model '" + model.name +
+                                                          "' predicts each block from the "
+                                                          "finished blocks before it and was never trained with them "
+                                                          "masked, so it has no unconditional prediction to guide away "
+                                                          "from; prompt guidance is for models that unmask anywhere"});
 }
 
 // The checks of an absorbing recipe against its model and length.
@@ -314,8 +323,8 @@ void check(const AbsorbingSettings& s, const Model& model, const Recipe& recipe,
     if (const int64_t block = model.denoiser->decoding_block(); block > 0) check_blocks(s, model, block, issues);
     const int64_t L = recipe.max_length, b = s.block_length;
     if ((s.name == "confidence" || s.name == "first_hitting") && b > L)
-        issues.push_back({"/sampler/block_length", "block_length " + std::to_string(b) + " is longer than max_length " +
-                                                       std::to_string(L)});
+        issues.push_back({"/sampler/block_length",
+                          "block_length " + std::to_string(b) + " is longer than max_length " + std::to_string(L)});
     if (s.name == "confidence") {
         const int64_t blocks = DiscreteSampler::block_count(L, b);
         if (s.steps < blocks)
@@ -324,8 +333,9 @@ void check(const AbsorbingSettings& s, const Model& model, const Recipe& recipe,
                                                     " positions: the confidence sampler needs a step per block"});
     }
     if (recipe.guidance.particles > 1 && recipe.guidance.resample_every > 0)
-        issues.push_back({"/guidance/resample_every", "discrete particles are only chosen between at the end: "
-                                                      "resampling them is for continuous models"});
+        issues.push_back({"/guidance/resample_every",
+                          "discrete particles are only chosen between at the end: "
+                          "resampling them is for continuous models"});
 }
 
 }  // namespace
@@ -346,8 +356,8 @@ ProcessRoom absorbing_room() {
                  SamplerKey::of("top_p", {}, kDiscrete),
                  SamplerKey::of("prompt_guidance", {}, kDiscrete),
                  SamplerKey::of("order", {"confidence"}, "the confidence sampler", true),
-                 SamplerKey::of("block_length", {"confidence", "first_hitting"}, "the confidence and first_hitting samplers",
-                                true),
+                 SamplerKey::of("block_length", {"confidence", "first_hitting"},
+                                "the confidence and first_hitting samplers", true),
                  SamplerKey::of("remask", {"analytic"}, "the analytic sampler", true)};
     room.runs = [](const Model& model) { return model.family == Family::discrete; };
     room.read = [](SamplerObject& o) { read_settings(o); };

@@ -31,8 +31,8 @@ uint64_t BidirectionalLlmDenoiser::working_bytes(int64_t batch, int64_t length) 
     return static_cast<uint64_t>(static_cast<double>(batch) * floats * 4);
 }
 
-DenoiserOutput BidirectionalLlmDenoiser::denoise(const at::Tensor& x, double t, const std::vector<std::string>& conditions,
-                                                 const Evidence&) {
+DenoiserOutput BidirectionalLlmDenoiser::denoise(const at::Tensor& x, double t,
+                                                 const std::vector<std::string>& conditions, const Evidence&) {
     if (!(t >= 0.0 && t <= 1.0)) throw std::invalid_argument("denoise: t must be in [0, 1], got " + std::to_string(t));
     for (const auto& condition : conditions)
         if (!condition.empty())
@@ -47,12 +47,13 @@ Model load_bidirectional_llm_model(const fs::path& dir, const nlohmann::json& co
     const nn::BidirectionalLlmConfig parsed = nn::parse_bidirectional_llm_config(config, file);
     const std::string what = parsed.name();
     if (family && *family != Family::discrete)
-        throw ModelError("'" + dir.string() + "' is a " + what + " checkpoint: a discrete (masked) diffusion model, not a " +
-                         family_name(*family) + " one");
+        throw ModelError("'" + dir.string() + "' is a " + what +
+                         " checkpoint: a discrete (masked) diffusion model, not a " + family_name(*family) + " one");
     // The tokenizer first: it is small, and a folder without one is refused before gigabytes of weights are read.
     const fs::path tokenizer_file = dir / "tokenizer.json";
     if (!fs::exists(tokenizer_file))
-        throw ModelError("'" + dir.string() + "' is a " + what + " checkpoint without its tokenizer.json (the file from the "
+        throw ModelError("'" + dir.string() + "' is a " + what +
+                         " checkpoint without its tokenizer.json (the file from the "
                          "model's Hugging Face repository; docs/checkpoints.md)");
     std::shared_ptr<BpeTokenizer> tokenizer;
     try {
@@ -62,13 +63,14 @@ Model load_bidirectional_llm_model(const fs::path& dir, const nlohmann::json& co
             if (id < 0) return std::string();
             if (id >= plain.vocab_size())
                 throw ModelError("'" + file.string() + "': field '" + field + "': " + std::to_string(id) +
-                                 " is not a token of " + tokenizer_file.string() + " (" + std::to_string(plain.vocab_size()) +
-                                 " tokens): another tokenizer than the model's");
+                                 " is not a token of " + tokenizer_file.string() + " (" +
+                                 std::to_string(plain.vocab_size()) + " tokens): another tokenizer than the model's");
             return plain.token(id);
         };
         BpeSpecialNames names;
         names.mask = name_of(parsed.mask_id, "mask_token_id");
-        names.pad = name_of(parsed.pad_id >= 0 ? parsed.pad_id : parsed.eos_id, parsed.pad_id >= 0 ? "pad_token_id" : "eos_token_id");
+        names.pad = name_of(parsed.pad_id >= 0 ? parsed.pad_id : parsed.eos_id,
+                            parsed.pad_id >= 0 ? "pad_token_id" : "eos_token_id");
         tokenizer = std::make_shared<BpeTokenizer>(BpeTokenizer::load_json(tokenizer_file.string(), names));
     } catch (const ModelError&) {
         throw;

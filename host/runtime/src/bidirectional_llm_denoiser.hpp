@@ -19,7 +19,7 @@ namespace rudder {
 namespace nn {
 class BidirectionalLlm;
 enum class BidirectionalLlmFlavor;
-}
+}  // namespace nn
 
 // Discrete family. denoise() gives the clean-token log-probabilities over the tokenizer's `vocab` ids
 // (nn::BidirectionalLlm::clean_log_probs); neither network reads the time. Unconditional: a condition is an error.
@@ -50,7 +50,8 @@ private:
 // tokenizer.json beside it: the discrete model of the network, its byte-level BPE with the config's mask and pad
 // (the end-of-text token both pad with, so a text ends where the model places it). The config is checked first,
 // then the tokenizer, then the weights.
-Model load_bidirectional_llm_model(const std::filesystem::path& dir, const nlohmann::json& config, std::optional<Family> family);
+Model load_bidirectional_llm_model(const std::filesystem::path& dir, const nlohmann::json& config,
+                                   std::optional<Family> family);
 
 // The authors' samplers, which such a model recommends: LLaDA's low-confidence remasking (probability order),
 // Dream's entropy order.

@@ -18,7 +18,8 @@ bool in_cpu_memory(const at::Tensor& t) { return t.device().is_cpu() && t.is_con
 
 // Runs one call of a controller. A PluginError fails the run, unless the controller may fail alone ("on_failure":
 // "continue"): then it is dropped from the rest of the run with a warning. False if it was (or is now) dropped.
-template <class Call> bool take_part(ComposedController& c, Call&& call) {
+template <class Call>
+bool take_part(ComposedController& c, Call&& call) {
     if (!c.failure.empty()) return false;
     if (!c.continue_on_failure) {
         call();
@@ -71,8 +72,9 @@ void Composer::merge_fixed(Combined& out, const at::Tensor& fixed, size_t owner,
         const auto& other = controllers_[static_cast<size_t>(owners.index({b, i}).item<int64_t>())];
         throw ConstraintConflict("controllers '" + other.instance->label() + "' and '" +
                                  controllers_[owner].instance->label() + "' fix different tokens at position " +
-                                 std::to_string(i) + " (ids " + std::to_string(out.fixed.index({b, i}).item<int64_t>()) +
-                                 " and " + std::to_string(fixed.index({b, i}).item<int64_t>()) + ")");
+                                 std::to_string(i) + " (ids " +
+                                 std::to_string(out.fixed.index({b, i}).item<int64_t>()) + " and " +
+                                 std::to_string(fixed.index({b, i}).item<int64_t>()) + ")");
     };
     if (!out.fixed.defined()) {
         out.fixed = fixed.clone();
@@ -134,7 +136,8 @@ at::Tensor at_rows(const at::Tensor& t, const at::Tensor& rows) {
 // w holds tokens 32 w + 8 j ... 32 w + 8 j + 7 in its bits 0..7, so one gather from a 256 x 8 table of each byte's
 // bits unpacks a row in token order (one pass that writes the mask, instead of a shift, an and and a compare).
 at::Tensor unpack_bits(const at::Tensor& bits, int64_t V) {
-    static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "unpack_bits reads the words' bytes in little-endian order");
+    static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+                  "unpack_bits reads the words' bytes in little-endian order");
     static const at::Tensor table = [] {
         at::Tensor t = at::empty({256, 8}, at::kBool);
         auto a = t.accessor<bool, 2>();
@@ -152,9 +155,11 @@ at::Tensor unpack_bits(const at::Tensor& bits, int64_t V) {
 int64_t first_forbidden_fixed(const at::Tensor& mask, bool packed, const at::Tensor& fixed_rows) {
     if (!in_cpu_memory(mask) || !in_cpu_memory(fixed_rows)) {
         const at::Tensor token = fixed_rows.clamp_min(0).unsqueeze(1);
-        const at::Tensor forbidden =
-            packed ? mask.gather(1, token.bitwise_right_shift(5)).bitwise_right_shift(token.bitwise_and(31)).bitwise_and(1).ne(0)
-                   : mask.gather(1, token);
+        const at::Tensor forbidden = packed ? mask.gather(1, token.bitwise_right_shift(5))
+                                                  .bitwise_right_shift(token.bitwise_and(31))
+                                                  .bitwise_and(1)
+                                                  .ne(0)
+                                            : mask.gather(1, token);
         const at::Tensor hit = forbidden.squeeze(1).logical_and(fixed_rows.ge(0));
         return hit.any().item<bool>() ? hit.nonzero()[0][0].item<int64_t>() : -1;
     }
@@ -163,9 +168,9 @@ int64_t first_forbidden_fixed(const at::Tensor& mask, bool packed, const at::Ten
     for (int64_t r = 0; r < N; ++r) {
         const int64_t token = fixed[r];
         if (token < 0) continue;
-        const bool forbidden = packed ? ((static_cast<const uint32_t*>(mask.data_ptr())[r * width + token / 32] >>
-                                          (token % 32)) & 1u) != 0
-                                      : mask.data_ptr<bool>()[r * width + token];
+        const bool forbidden =
+            packed ? ((static_cast<const uint32_t*>(mask.data_ptr())[r * width + token / 32] >> (token % 32)) & 1u) != 0
+                   : mask.data_ptr<bool>()[r * width + token];
         if (forbidden) return r;
     }
     return -1;
@@ -175,7 +180,8 @@ int64_t first_forbidden_fixed(const at::Tensor& mask, bool packed, const at::Ten
 // counted as forbidden, among the rows where fixed_rows (undefined: none fixed) is -1; or -1.
 int64_t first_row_without_tokens(const at::Tensor& bits, int64_t V, int64_t also, const at::Tensor& fixed_rows) {
     const int64_t N = bits.size(0), W = bits.size(1);
-    const auto past_end = static_cast<uint32_t>(~((uint64_t{1} << (V % 32 == 0 ? 32 : V % 32)) - 1));  // the last word's bits >= V
+    const auto past_end =
+        static_cast<uint32_t>(~((uint64_t{1} << (V % 32 == 0 ? 32 : V % 32)) - 1));  // the last word's bits >= V
     if (!in_cpu_memory(bits) || (fixed_rows.defined() && !in_cpu_memory(fixed_rows))) {
         at::Tensor words = bits.clone();
         words.select(1, W - 1).bitwise_or_(static_cast<int32_t>(past_end));
@@ -211,7 +217,8 @@ int32_t negative_infinity_bits() {
 
 // x[forbidden] = -inf. A contiguous float32 x is changed through its bits, x ^= (x ^ -inf) & m with m all ones where
 // forbidden: branch-free, where masked_fill_ selects per element and mispredicts on a mask without long runs (a
-// pseudo-random half of 151,936 tokens on 8 rows, one thread: 5.1 ms against 1.6, measured). The same values either way.
+// pseudo-random half of 151,936 tokens on 8 rows, one thread: 5.1 ms against 1.6, measured). The same values either
+// way.
 void fill_forbidden(at::Tensor& x, const at::Tensor& forbidden) {
     if (x.scalar_type() != at::kFloat || !x.is_contiguous()) {
         x.masked_fill_(forbidden, -std::numeric_limits<float>::infinity());
@@ -281,9 +288,10 @@ struct Composer::Authors {
     };
     std::vector<Forbidder> forbidders;
     at::Tensor packed;  // the packed forbidders' bits ORed [N, W]: unpacked once, after the loop
-    std::vector<std::pair<size_t, at::Tensor>> whole_masks;  // those that wrote [B, L, V]: checked at every fixed position
-    std::vector<size_t> delta_owners;                        // whose deltas are in logit_delta / candidate_delta
-    bool may_overflow = false;  // the adapter checked each delta finite; a weight or a sum can still overflow
+    std::vector<std::pair<size_t, at::Tensor>>
+        whole_masks;                   // those that wrote [B, L, V]: checked at every fixed position
+    std::vector<size_t> delta_owners;  // whose deltas are in logit_delta / candidate_delta
+    bool may_overflow = false;         // the adapter checked each delta finite; a weight or a sum can still overflow
 };
 
 Combined Composer::predict(const plugins::StepInputs& in) {
@@ -390,8 +398,8 @@ void Composer::check_fixed(const Combined& out, const Authors& authors, int64_t 
     const at::Tensor fixed_flat = out.fixed.reshape({-1});
     auto conflict = [&](int64_t position, int64_t forbidder) {
         const int64_t b = position / L, i = position % L, token = fixed_flat[position].item<int64_t>();
-        throw ConstraintConflict("controller '" + fixer_at(authors, b, i) + "' fixes token id " + std::to_string(token) +
-                                 " at position " + std::to_string(i) + ", which '" +
+        throw ConstraintConflict("controller '" + fixer_at(authors, b, i) + "' fixes token id " +
+                                 std::to_string(token) + " at position " + std::to_string(i) + ", which '" +
                                  controllers_[static_cast<size_t>(forbidder)].instance->label() + "' forbids");
     };
     for (const auto& [k, whole] : authors.whole_masks) {
@@ -411,7 +419,8 @@ void Composer::check_every_row_allows_a_token(const Combined& out, const Authors
     if (authors.forbidders.empty()) return;
     // The mask token is never drawn, so a row that allows only it allows nothing. Counted on the bits when every mask
     // came as bits, else per row as a sum (all(1) over bool [N, V] takes about twice as long).
-    const at::Tensor fixed_rows = out.fixed.defined() ? out.fixed.reshape({-1}).index_select(0, out.rows) : at::Tensor();
+    const at::Tensor fixed_rows =
+        out.fixed.defined() ? out.fixed.reshape({-1}).index_select(0, out.rows) : at::Tensor();
     int64_t row = -1;
     if (out.forbidden_bits.defined()) {
         row = first_row_without_tokens(authors.packed, vocab_size_, mask_id_, fixed_rows);
@@ -426,8 +435,8 @@ void Composer::check_every_row_allows_a_token(const Combined& out, const Authors
     const int64_t position = out.rows[row].item<int64_t>();
     std::string who;  // the forbidders at that row: one that leaves nothing alone, else all of them
     for (const auto& forbidder : authors.forbidders) {
-        const at::Tensor f = forbidder.packed ? unpack_bits(forbidder.mask.narrow(0, row, 1), vocab_size_)[0]
-                                              : forbidder.mask[row];
+        const at::Tensor f =
+            forbidder.packed ? unpack_bits(forbidder.mask.narrow(0, row, 1), vocab_size_)[0] : forbidder.mask[row];
         if (!f.any().item<bool>()) continue;
         const std::string name = "'" + controllers_[forbidder.owner].instance->label() + "'";
         if (f.all().item<bool>() ||

@@ -75,10 +75,11 @@ public:
     void begin(const plugins::RunShape& shape, plugins::RunServices* services);
 
     // PREDICT phase for every controller active at in.t, over in.rows (undefined: every position). Outputs over
-    // [B, L, ...] are cut to the rows; packed token bits stay packed unless a forbidder wrote bytes. Discrete gradients (w.r.t. one-hot tokens) become
-    // logit deltas by first-order Taylor: g[v] - g[current token]. Throws ConstraintConflict naming the controllers
-    // (found at the rows, and at every fixed position for controllers that wrote whole [B, L, V] masks), and
-    // CompositionError when the weighted deltas are not finite or a controller fixes the mask token.
+    // [B, L, ...] are cut to the rows; packed token bits stay packed unless a forbidder wrote bytes. Discrete gradients
+    // (w.r.t. one-hot tokens) become logit deltas by first-order Taylor: g[v] - g[current token]. Throws
+    // ConstraintConflict naming the controllers (found at the rows, and at every fixed position for controllers that
+    // wrote whole [B, L, V] masks), and CompositionError when the weighted deltas are not finite or a controller fixes
+    // the mask token.
     Combined predict(const plugins::StepInputs& in);
 
     // What the step's inputs must hold for the controllers active at t (PREDICT): x0_logits over every position

@@ -18,11 +18,11 @@ using json = nlohmann::json;
 struct ContinuousSettings {
     std::string name = "ddim";
     int64_t steps = 200;
-    double eta = 0.0;                 // ddim only
-    std::string x0 = "interpolate";   // model | interpolate | clamp
-    double clamp_below_t = 0.0;       // clamp x0 to the nearest embedding once t <= this
-    double noise_scale = 1.0;         // multiplies the noise each stochastic reverse step adds
-    double temperature = 1.0;         // divides the controlled clean-token log-probabilities before they are used
+    double eta = 0.0;                // ddim only
+    std::string x0 = "interpolate";  // model | interpolate | clamp
+    double clamp_below_t = 0.0;      // clamp x0 to the nearest embedding once t <= this
+    double noise_scale = 1.0;        // multiplies the noise each stochastic reverse step adds
+    double temperature = 1.0;        // divides the controlled clean-token log-probabilities before they are used
 };
 
 const std::string kEvery = "the continuous samplers (ddpm, ddim)";
@@ -50,9 +50,12 @@ public:
     const std::string& sampler() const override { return s_.name; }
     int64_t steps() const override { return s_.steps; }
     json settings() const override {
-        json out = {{"name", s_.name},      {"steps", s_.steps},
-                    {"x0", s_.x0},          {"clamp_below_t", s_.clamp_below_t},
-                    {"noise_scale", s_.noise_scale}, {"temperature", s_.temperature}};
+        json out = {{"name", s_.name},
+                    {"steps", s_.steps},
+                    {"x0", s_.x0},
+                    {"clamp_below_t", s_.clamp_below_t},
+                    {"noise_scale", s_.noise_scale},
+                    {"temperature", s_.temperature}};
         if (s_.name == "ddim") out["eta"] = s_.eta;
         return out;
     }
@@ -108,8 +111,8 @@ at::Tensor ContinuousProcess::run(int64_t samples, ReverseRun& run) const {
     const int64_t particles = guidance.particles, batch = samples * particles;
     const int64_t L = run.recipe.max_length, V = run.model.tokenizer->vocab_size();
     const at::Tensor E = run.model.denoiser->embedding();
-    const ContinuousSampler sampler(run.model.schedule, s_.name == "ddpm" ? ContinuousSampler::Kind::ddpm
-                                                                          : ContinuousSampler::Kind::ddim,
+    const ContinuousSampler sampler(run.model.schedule,
+                                    s_.name == "ddpm" ? ContinuousSampler::Kind::ddpm : ContinuousSampler::Kind::ddim,
                                     s_.steps, s_.eta, s_.noise_scale);
     const int64_t steps = sampler.steps(), mask_id = run.model.tokenizer->mask_id();
     Denoiser& denoiser = *run.model.denoiser;
@@ -139,10 +142,10 @@ at::Tensor ContinuousProcess::run(int64_t samples, ReverseRun& run) const {
         // The controllers see the log-probabilities and their most likely tokens only when one of them reads them.
         const Composer::Reads reads = run.composer.reads(t);
         const bool steered = reads.any || run.composer.wants_guidance(t_next);
-        const at::Tensor tokens = steered ? most_likely(logits).view({batch, L}) : at::zeros({batch, L}, every_row.options());
-        const plugins::StepInputs in =
-            predict_inputs({i, steps, t, t_next, x, tokens, {}, every_row, previous_x0}, reads, logits, logits, logp,
-                           run.recipe.candidates);
+        const at::Tensor tokens =
+            steered ? most_likely(logits).view({batch, L}) : at::zeros({batch, L}, every_row.options());
+        const plugins::StepInputs in = predict_inputs({i, steps, t, t_next, x, tokens, {}, every_row, previous_x0},
+                                                      reads, logits, logits, logp, run.recipe.candidates);
         Combined combined = reads.any ? run.composer.predict(in) : Combined{};
         combined.rows = every_row;
         if (uses_evidence && !same_constraints(combined, last)) {
@@ -160,7 +163,8 @@ at::Tensor ContinuousProcess::run(int64_t samples, ReverseRun& run) const {
         previous_x0 = x0_hat;
         const ContinuousSampler::Result res = sampler.step(x, x0_hat, i, run.gen);
         x = res.sample;
-        if (t_next > 0 && guidance.gradient_steps > 0 && t_next > guidance.until_t && run.composer.wants_guidance(t_next))
+        if (t_next > 0 && guidance.gradient_steps > 0 && t_next > guidance.until_t &&
+            run.composer.wants_guidance(t_next))
             x = guide(x, res, in, run, swarm, i);
         if (fixed_mask.defined() && i + 1 < steps) {
             // Infilling as Diffusion-LM does it: fixed positions carry the fixed token's embedding, noised to the
@@ -197,8 +201,9 @@ at::Tensor ContinuousProcess::run(int64_t samples, ReverseRun& run) const {
 // The checks of a continuous recipe against its model.
 void check(const ContinuousSettings& s, const Model& model, const Recipe& recipe, std::vector<RecipeIssue>& issues) {
     if (recipe.guidance.particles > 1 && recipe.guidance.gradient_steps == 0)
-        issues.push_back({"/guidance/particles", "particles are weighed by the controllers' log p(c | x), which "
-                                                 "they report during gradient guidance; gradient_steps is 0"});
+        issues.push_back({"/guidance/particles",
+                          "particles are weighed by the controllers' log p(c | x), which "
+                          "they report during gradient guidance; gradient_steps is 0"});
     if (s.steps > model.schedule.T())
         issues.push_back({"/sampler/steps", "model '" + model.name + "' was trained with " +
                                                 std::to_string(model.schedule.T()) + " steps; asked for " +
@@ -214,9 +219,12 @@ ProcessRoom continuous_room() {
     room.model_is = "is continuous";
     room.default_sampler = "ddim";
     room.samplers = {"ddpm", "ddim"};
-    room.keys = {SamplerKey::of("steps", {}, kEvery),       SamplerKey::of("temperature", {}, kEvery),
-                 SamplerKey::of("eta", {"ddim"}, "the ddim sampler"), SamplerKey::of("x0", {}, kEvery),
-                 SamplerKey::of("clamp_below_t", {}, kEvery), SamplerKey::of("noise_scale", {}, kEvery)};
+    room.keys = {SamplerKey::of("steps", {}, kEvery),
+                 SamplerKey::of("temperature", {}, kEvery),
+                 SamplerKey::of("eta", {"ddim"}, "the ddim sampler"),
+                 SamplerKey::of("x0", {}, kEvery),
+                 SamplerKey::of("clamp_below_t", {}, kEvery),
+                 SamplerKey::of("noise_scale", {}, kEvery)};
     room.runs = [](const Model& model) { return model.family == Family::continuous; };
     room.read = [](SamplerObject& o) { read_settings(o); };
     room.make = [](const Model& model, const Recipe& recipe, SamplerObject& sampler,

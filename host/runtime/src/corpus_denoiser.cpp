@@ -22,8 +22,7 @@ std::string shape_string(const at::Tensor& t) {
 
 }  // namespace
 
-CorpusDenoiser::CorpusDenoiser(std::vector<std::vector<int64_t>> sentences, Options options,
-                               GaussianSchedule schedule)
+CorpusDenoiser::CorpusDenoiser(std::vector<std::vector<int64_t>> sentences, Options options, GaussianSchedule schedule)
     : sentences_(std::move(sentences)), options_(options), schedule_(std::move(schedule)), device_(at::kCPU) {
     const int64_t V = options_.vocab_size;
     if (V < 1) throw std::invalid_argument("CorpusDenoiser: vocab_size must be >= 1, got " + std::to_string(V));
@@ -100,9 +99,10 @@ const at::Tensor& CorpusDenoiser::padded(int64_t L) {
     const int64_t V = options_.vocab_size;
     const at::Tensor columns = (cached_ + at::arange(L, cached_.options()).mul_(V).unsqueeze(0)).reshape({-1});
     const at::Tensor rows = at::arange(count, cached_.options()).unsqueeze(1).expand({count, L}).reshape({-1});
-    cached_incidence_ = at::sparse_coo_tensor(at::stack({rows, columns}), at::ones({count * L}, cached_.options().dtype(at::kDouble)),
-                                              {count, L * V})
-                            .coalesce();
+    cached_incidence_ =
+        at::sparse_coo_tensor(at::stack({rows, columns}), at::ones({count * L}, cached_.options().dtype(at::kDouble)),
+                              {count, L * V})
+            .coalesce();
     cached_incidence_t_ = cached_incidence_.t().coalesce().to(at::kFloat);
     return cached_;
 }
@@ -126,9 +126,9 @@ DenoiserOutput CorpusDenoiser::denoise(const at::Tensor& x, double t, const std:
     const bool continuous = options_.family == Family::continuous;
     if (continuous) {
         if (x.scalar_type() != at::kFloat || x.dim() != 3 || x.size(2) != options_.embed_dim) {
-            throw std::invalid_argument("CorpusDenoiser::denoise: continuous x must be float32 [B, L, D=" +
-                                        std::to_string(options_.embed_dim) + "], got " +
-                                        std::string(c10::toString(x.scalar_type())) + " " + shape_string(x));
+            throw std::invalid_argument(
+                "CorpusDenoiser::denoise: continuous x must be float32 [B, L, D=" + std::to_string(options_.embed_dim) +
+                "], got " + std::string(c10::toString(x.scalar_type())) + " " + shape_string(x));
         }
     } else if (x.scalar_type() != at::kLong || x.dim() != 2) {
         throw std::invalid_argument("CorpusDenoiser::denoise: discrete x must be int64 [B, L], got " +
@@ -171,7 +171,8 @@ DenoiserOutput CorpusDenoiser::denoise(const at::Tensor& x, double t, const std:
     } else if (options_.uniform_noise) {
         // Each agreeing position adds its own token's evidence; disagreeing ones leave the weight.
         const double per_match =
-            nn::uniform_own_token_gain(at::full({1}, options_.uniform_noise->sigma_bar(t), at::kDouble), V).item<double>();
+            nn::uniform_own_token_gain(at::full({1}, options_.uniform_noise->sigma_bar(t), at::kDouble), V)
+                .item<double>();
         log_w = per_sentence(one_hot(x, at::ones_like(x, at::kBool))) * per_match;
     } else {
         masked = x.eq(options_.mask_id);
@@ -199,8 +200,8 @@ DenoiserOutput CorpusDenoiser::denoise(const at::Tensor& x, double t, const std:
     logits.select(2, options_.mask_id).fill_(options_.min_logprob);
     if (!continuous && !options_.uniform_noise) {
         // Committed tokens are certain: one-hot log-probabilities at unmasked positions.
-        const at::Tensor committed = at::full({B, L, V}, options_.min_logprob, logits.options())
-                                         .scatter_(2, x.unsqueeze(2), 0.0);
+        const at::Tensor committed =
+            at::full({B, L, V}, options_.min_logprob, logits.options()).scatter_(2, x.unsqueeze(2), 0.0);
         logits = at::where(masked.unsqueeze(2), logits, committed);
     }
 

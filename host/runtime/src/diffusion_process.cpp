@@ -51,7 +51,8 @@ std::string models_of(const std::function<bool(const ProcessRoom&)>& which) {
         }
     if (families.size() != 1) return out;
     const Family family = *families.begin();
-    const auto of_family = std::count_if(rooms().begin(), rooms().end(), [&](const ProcessRoom& r) { return r.family == family; });
+    const auto of_family =
+        std::count_if(rooms().begin(), rooms().end(), [&](const ProcessRoom& r) { return r.family == family; });
     return static_cast<size_t>(of_family) == chosen && chosen > 1 ? std::string(family_name(family)) + " models" : out;
 }
 
@@ -60,8 +61,8 @@ std::string models_of(const std::function<bool(const ProcessRoom&)>& which) {
 void check_keys(json_input::ObjectReader& s, const std::string& name) {
     for (auto it = s.value().begin(); it != s.value().end(); ++it) {
         const std::string& key = it.key();
-        const SamplerKey* first = nullptr;   // the first room's declaration of the key
-        const SamplerKey* nearest = nullptr; // a declaration by a room offering the sampler
+        const SamplerKey* first = nullptr;    // the first room's declaration of the key
+        const SamplerKey* nearest = nullptr;  // a declaration by a room offering the sampler
         bool applies = false;
         for (const auto& room : rooms()) {
             const SamplerKey* k = key_of(room, key);
@@ -104,7 +105,9 @@ void read_sampler_object(json_input::ObjectReader& s, const RecipeLimits& limits
     auto& issues = s.issues();
     std::set<std::pair<std::string, std::string>> seen;
     issues.erase(std::remove_if(issues.begin() + static_cast<std::ptrdiff_t>(before), issues.end(),
-                                [&](const RecipeIssue& i) { return !seen.insert({i.pointer, i.message}).second; }),
+                                [&](const RecipeIssue& i) {
+                                    return !seen.insert({i.pointer, i.message}).second;
+                                }),
                  issues.end());
     s.reject_unknown_keys();
 }
@@ -126,8 +129,8 @@ void check_keys_against(const ProcessRoom& room, const Model& model, const json&
             return k != nullptr && !k->refused;
         });
         if (!models.empty())
-            issues.push_back({pointer, "'" + key + "' applies to " + models + "; model '" + model.name + "' " +
-                                           room.model_is});
+            issues.push_back(
+                {pointer, "'" + key + "' applies to " + models + "; model '" + model.name + "' " + room.model_is});
     }
 }
 
@@ -187,7 +190,8 @@ std::unique_ptr<DiffusionProcess> make_process(const Model& model, const Recipe&
         for (const auto& p : problems)
             if (!reported(p.pointer))  // the recipe's own keys were checked already; say each problem once
                 issues.push_back({p.pointer, p.message + " (the recipe names no sampler, so it takes model '" +
-                                                 model.name + "''s recommended " + model.recommended_sampler.dump() + ")"});
+                                                 model.name + "''s recommended " + model.recommended_sampler.dump() +
+                                                 ")"});
     }
     if (!sampler.contains("name")) sampler["name"] = room->default_sampler;
     const std::string name = sampler["name"].get<std::string>();

@@ -70,7 +70,8 @@ DenoiserOutput DitCheckpointDenoiser::denoise(const at::Tensor& x, double t, con
     // UDLM and DUO: x_theta is the clean token given the other positions (it enters their posterior as that); the
     // loop's clean estimate is the posterior given all of x_t, the position's own noisy token included.
     const int64_t N = x.numel(), V = log_probs.size(-1);
-    const at::Tensor sigma_bar = at::full({N}, uniform_->sigma_bar(std::max(t, 1e-6)), at::TensorOptions().dtype(at::kDouble));
+    const at::Tensor sigma_bar =
+        at::full({N}, uniform_->sigma_bar(std::max(t, 1e-6)), at::TensorOptions().dtype(at::kDouble));
     log_probs = nn::uniform_posterior_from_rest(log_probs.reshape({N, V}), x.reshape({N}).to(log_probs.device()),
                                                 sigma_bar.to(log_probs.device()))
                     .clamp_min(nn::kImpossibleLogProb)
@@ -95,7 +96,9 @@ at::Tensor DitCheckpointDenoiser::denoise_by_blocks(const at::Tensor& x) {
     // here: one the caller no longer
     // holds (neither the tensor nor a view of it is referenced but here). The caller keeps the last call's output
     // while it makes this call, hence two.
-    const auto released = [](const at::Tensor& t) { return t.defined() && t.use_count() == 1 && t.storage().use_count() == 1; };
+    const auto released = [](const at::Tensor& t) {
+        return t.defined() && t.use_count() == 1 && t.storage().use_count() == 1;
+    };
     at::Tensor out;
     for (const at::Tensor& buffer : output_buffers_)
         if (released(buffer) && buffer.sizes() == at::IntArrayRef{B, L, V} && buffer.device() == device) out = buffer;
@@ -117,7 +120,8 @@ at::Tensor DitCheckpointDenoiser::denoise_by_blocks(const at::Tensor& x) {
         const int64_t heads = c.n_heads, head_dim = c.hidden_size / c.n_heads;
         cached_ = {};
         for (int64_t i = 0; i < c.n_blocks; ++i) {
-            cached_.keys.push_back(at::empty({B, heads, L, head_dim}, at::TensorOptions().dtype(at::kFloat).device(device)));
+            cached_.keys.push_back(
+                at::empty({B, heads, L, head_dim}, at::TensorOptions().dtype(at::kFloat).device(device)));
             cached_.values.push_back(at::empty_like(cached_.keys.back()));
         }
         cached_tokens_ = at::full({B, L}, -1, at::kLong);
@@ -155,12 +159,14 @@ at::Tensor DitCheckpointDenoiser::denoise_by_blocks(const at::Tensor& x) {
         // The newly finished blocks [reused, begin) join the cache.
         if (begin > reused) {
             for (int64_t i = 0; i < c.n_blocks; ++i)
-                for (auto [from, to] : {std::pair{&present.keys[i], &cached_.keys[i]}, {&present.values[i], &cached_.values[i]}}) {
+                for (auto [from, to] :
+                     {std::pair{&present.keys[i], &cached_.keys[i]}, {&present.values[i], &cached_.values[i]}}) {
                     const at::Tensor finished = from->narrow(2, 0, begin - reused);
                     if (all_rows)
                         to->narrow(2, reused, begin - reused).copy_(finished);
                     else
-                        for (int64_t g = 0; g < G; ++g) to->select(0, rows[g]).narrow(1, reused, begin - reused).copy_(finished.select(0, g));
+                        for (int64_t g = 0; g < G; ++g)
+                            to->select(0, rows[g]).narrow(1, reused, begin - reused).copy_(finished.select(0, g));
                 }
             for (const int64_t r : rows)
                 for (int64_t p = reused; p < begin; ++p) cached_ids[r][p] = ids[r][p];
@@ -171,7 +177,8 @@ at::Tensor DitCheckpointDenoiser::denoise_by_blocks(const at::Tensor& x) {
         if (all_rows)
             out.narrow(1, begin, end - begin).copy_(current);
         else
-            for (int64_t g = 0; g < G; ++g) out.select(0, rows[g]).narrow(0, begin, end - begin).copy_(current.select(0, g));
+            for (int64_t g = 0; g < G; ++g)
+                out.select(0, rows[g]).narrow(0, begin, end - begin).copy_(current.select(0, g));
     }
     return out;
 }
@@ -219,14 +226,17 @@ std::shared_ptr<const Tokenizer> checkpoint_tokenizer(const fs::path& dir, const
             names.pad = "[PAD]";
             names.mask = "[MASK]";
             if (files == TokenizerFiles::wordpiece_json)
-                return std::make_shared<WordPieceTokenizer>(WordPieceTokenizer::load_json((dir / "tokenizer.json").string(), names));
+                return std::make_shared<WordPieceTokenizer>(
+                    WordPieceTokenizer::load_json((dir / "tokenizer.json").string(), names));
             if (files == TokenizerFiles::wordpiece_txt)
-                return std::make_shared<WordPieceTokenizer>(WordPieceTokenizer::load_vocab_txt((dir / "vocab.txt").string(), true, names));
+                return std::make_shared<WordPieceTokenizer>(
+                    WordPieceTokenizer::load_vocab_txt((dir / "vocab.txt").string(), true, names));
         } else {
             BpeSpecialNames names;
             names.pad = "<|endoftext|>";
             if (files == TokenizerFiles::bpe_json)
-                return std::make_shared<BpeTokenizer>(BpeTokenizer::load_json((dir / "tokenizer.json").string(), names));
+                return std::make_shared<BpeTokenizer>(
+                    BpeTokenizer::load_json((dir / "tokenizer.json").string(), names));
             if (files == TokenizerFiles::bpe_pair)
                 return std::make_shared<BpeTokenizer>(BpeTokenizer::load_vocab_merges(
                     (dir / "vocab.json").string(), (dir / "merges.txt").string(), {"<|endoftext|>"}, names));
@@ -238,9 +248,10 @@ std::shared_ptr<const Tokenizer> checkpoint_tokenizer(const fs::path& dir, const
                                       "bert-base-uncased repository"
                                     : "GPT-2's tokenizer.json (or vocab.json and merges.txt) from Hugging Face's gpt2 "
                                       "repository";
-    throw ModelError("'" + dir.string() + "' is " + what + " checkpoint without its tokenizer: put " + wanted +
-                     " beside config.json (docs/checkpoints.md)" +
-                     (files == TokenizerFiles::none ? "" : "; the folder's " + describe_tokenizer_files(files) + " is not one"));
+    throw ModelError(
+        "'" + dir.string() + "' is " + what + " checkpoint without its tokenizer: put " + wanted +
+        " beside config.json (docs/checkpoints.md)" +
+        (files == TokenizerFiles::none ? "" : "; the folder's " + describe_tokenizer_files(files) + " is not one"));
 }
 
 }  // namespace
@@ -265,11 +276,13 @@ Model load_dit_checkpoint_model(const fs::path& dir, const nlohmann::json& confi
     } else {
         // The network's last id is one token more than GPT-2's: the mask (MDLM, SEDD, BD3-LM), or DUO's "[PAD]",
         // which its data never holds; the loop treats it as the mask, a token never drawn.
-        tokenizer = std::make_shared<WithMaskToken>(checkpoint_tokenizer(dir, what, false), parsed.uniform() ? "[PAD]" : "<mask>");
+        tokenizer = std::make_shared<WithMaskToken>(checkpoint_tokenizer(dir, what, false),
+                                                    parsed.uniform() ? "[PAD]" : "<mask>");
         if (tokenizer->vocab_size() != parsed.vocab_size)
-            throw ModelError("'" + dir.string() + "': the tokenizer has " + std::to_string(tokenizer->vocab_size() - 1) +
-                             " tokens, and with " + (parsed.uniform() ? "\"[PAD]\" " : "the mask ") +
-                             std::to_string(tokenizer->vocab_size()) + "; the network has " + std::to_string(parsed.vocab_size) +
+            throw ModelError("'" + dir.string() + "': the tokenizer has " +
+                             std::to_string(tokenizer->vocab_size() - 1) + " tokens, and with " +
+                             (parsed.uniform() ? "\"[PAD]\" " : "the mask ") + std::to_string(tokenizer->vocab_size()) +
+                             "; the network has " + std::to_string(parsed.vocab_size) +
                              " (that token is its last id): another tokenizer than the one it was trained with");
     }
     Model model;
@@ -277,12 +290,14 @@ Model load_dit_checkpoint_model(const fs::path& dir, const nlohmann::json& confi
     model.dir = dir;
     model.family = Family::discrete;
     model.tokenizer = tokenizer;
-    model.denoiser = std::make_shared<DitCheckpointDenoiser>(std::make_shared<nn::DitNetwork>(nn::DitNetwork::load(dir)));
+    model.denoiser =
+        std::make_shared<DitCheckpointDenoiser>(std::make_shared<nn::DitNetwork>(nn::DitNetwork::load(dir)));
     model.mask_schedule = MaskSchedule(parsed.schedule_eps);
     model.training_layout = parsed.flavor == nn::DitFlavor::udlm
                                 ? "sentences framed as BERT frames them ([CLS] ... [SEP]), which Rudder's texts are not"
                                 : "packed documents joined by <|endoftext|>, never padded";
-    if (const nlohmann::json sampler = dit_checkpoint_sampler(parsed); !sampler.is_null()) model.recommended_sampler = sampler;
+    if (const nlohmann::json sampler = dit_checkpoint_sampler(parsed); !sampler.is_null())
+        model.recommended_sampler = sampler;
     return model;
 }
 

@@ -21,8 +21,8 @@ namespace rudder {
 
 // Discrete family. denoise() gives the clean-token log-probabilities (nn::DitNetwork::clean_log_probs) at the noise
 // level sigma(t) of the checkpoint's log-linear schedule (MDLM-OWT, trained without time conditioning, ignores it).
-// Absorbing (MDLM, SEDD, BD3-LM): the mask token is the last id (GPT-2's 50,257 tokens, then the mask). Uniform (DUO): the
-// posterior given all of x_t from the network's x_theta (nn::uniform_posterior_from_rest), and uniform_noise() is
+// Absorbing (MDLM, SEDD, BD3-LM): the mask token is the last id (GPT-2's 50,257 tokens, then the mask). Uniform (DUO):
+// the posterior given all of x_t from the network's x_theta (nn::uniform_posterior_from_rest), and uniform_noise() is
 // the log-linear schedule. Unconditional: a condition is an error.
 //
 // BD3-LM (without time conditioning, as every released checkpoint) is run with its key/value cache of finished
@@ -85,7 +85,8 @@ std::string describe_tokenizer_files(TokenizerFiles files);
 // WordPiece (tokenizer.json or vocab.txt), "[PAD]" padding. A BD3-LM model recommends its authors' sampler: first
 // hitting, block by block, nucleus 0.9. The config is checked first, then the tokenizer (a folder without one is
 // refused before its weights are read), then the weights.
-Model load_dit_checkpoint_model(const std::filesystem::path& dir, const nlohmann::json& config, std::optional<Family> family);
+Model load_dit_checkpoint_model(const std::filesystem::path& dir, const nlohmann::json& config,
+                                std::optional<Family> family);
 
 // The sampler the checkpoint's authors use where it is not Rudder's default (BD3-LM's), as a recipe's "sampler"
 // object without "steps"; null otherwise.

@@ -32,7 +32,8 @@ constexpr int64_t kThreadRefreshSteps = 20;
 c10::Device parse_device(const std::string& name) {
     const c10::Device device(name);
     if (device.is_cuda() && !at::hasCUDA())
-        throw std::invalid_argument("device '" + name + "' asked for, but this LibTorch was built without CUDA support "
+        throw std::invalid_argument("device '" + name +
+                                    "' asked for, but this LibTorch was built without CUDA support "
                                     "(or no CUDA device is visible); use \"cpu\"");
     return device;
 }
@@ -119,13 +120,15 @@ Generator::Generator(Recipe recipe, Model model, plugins::Registry& registry, co
     set_up(registry, model_path, std::move(earlier_issues), [this, &model] {
         // What load_model guarantees of a model directory, checked here for a model built by the caller.
         if (model.tokenizer == nullptr || model.denoiser == nullptr)
-            throw ModelError("model '" + model.name + "' has no " + (model.tokenizer == nullptr ? "tokenizer" : "denoiser"));
+            throw ModelError("model '" + model.name + "' has no " +
+                             (model.tokenizer == nullptr ? "tokenizer" : "denoiser"));
         if (model.denoiser->family() != model.family)
             throw ModelError("model '" + model.name + "' is " + family_name(model.family) + " but its denoiser is " +
                              family_name(model.denoiser->family()));
         if (model.denoiser->vocab_size() != model.tokenizer->vocab_size())
-            throw ModelError("model '" + model.name + "': the denoiser has " + std::to_string(model.denoiser->vocab_size()) +
-                             " tokens of vocabulary, the tokenizer " + std::to_string(model.tokenizer->vocab_size()));
+            throw ModelError("model '" + model.name + "': the denoiser has " +
+                             std::to_string(model.denoiser->vocab_size()) + " tokens of vocabulary, the tokenizer " +
+                             std::to_string(model.tokenizer->vocab_size()));
         if (recipe_.family && *recipe_.family != family_name(model.family))
             throw ModelError("model '" + model.name + "' is not a " + *recipe_.family + " model");
         return std::move(model);
@@ -155,8 +158,9 @@ void Generator::set_up(plugins::Registry& registry, const std::vector<fs::path>&
     if (recipe_.guidance.particles > 1 && !issues.reported("/guidance/particles") &&
         std::none_of(controllers.begin(), controllers.end(),
                      [](const ComposedController& c) { return c.instance->has(RUDDER_CAP_GRADIENT); }))
-        issues.add("/guidance/particles", "particles are chosen by the controllers' log p(c | x), which only "
-                                          "controllers with the GRADIENT capability report; the recipe has none");
+        issues.add("/guidance/particles",
+                   "particles are chosen by the controllers' log p(c | x), which only "
+                   "controllers with the GRADIENT capability report; the recipe has none");
     issues.throw_any();
     services_ = std::make_unique<ModelServices>(model_, recipe_.base_dir, model_path, stats_);
     composer_ = std::make_unique<Composer>(std::move(controllers), model_.family, model_.tokenizer->mask_id(),
@@ -190,13 +194,17 @@ std::vector<ComposedController> Generator::create_controllers(plugins::Registry&
     std::vector<ComposedController> controllers;
     for (const auto& spec : recipe_.controllers) {
         if (issues.reported(spec.pointer + "/plugin") || issues.reported(spec.pointer + "/params")) continue;
-        const std::string& where = !spec.isolation.empty() ? spec.isolation : recipe_.isolation ? *recipe_.isolation : host;
-        const plugins::Isolation isolation = where == "process" ? plugins::Isolation::process : plugins::Isolation::in_process;
+        const std::string& where = !spec.isolation.empty() ? spec.isolation
+                                   : recipe_.isolation     ? *recipe_.isolation
+                                                           : host;
+        const plugins::Isolation isolation =
+            where == "process" ? plugins::Isolation::process : plugins::Isolation::in_process;
         try {
             plugins::ControllerType type = registry.resolve(spec.plugin, recipe_.base_dir, spec.sha256);
             try {
                 ComposedController c;
-                c.instance = std::make_unique<plugins::ControllerInstance>(type, spec.params.dump(), spec.name, isolation);
+                c.instance =
+                    std::make_unique<plugins::ControllerInstance>(type, spec.params.dump(), spec.name, isolation);
                 c.instance->set_time_limit(spec.time_limit);
                 c.continue_on_failure = spec.on_failure == "continue";
                 c.weight = spec.weight;
@@ -217,7 +225,8 @@ void Generator::begin_controllers(Issues& issues) {
     // Each controller sees the run's shape now, as the first batch will give it: params that cannot work with this
     // model or length (a span longer than max_length, say) are the recipe's problem, found by `validate` rather than
     // by the run. The first batch of the first run then needs no begin of its own.
-    const plugins::RunShape first = run_shape(std::min(recipe_.batch_size, recipe_.samples) * recipe_.guidance.particles);
+    const plugins::RunShape first =
+        run_shape(std::min(recipe_.batch_size, recipe_.samples) * recipe_.guidance.particles);
     for (size_t k = 0; k < composer_->size(); ++k) {
         try {
             composer_->instance(k).begin(first, services_.get());
@@ -240,7 +249,7 @@ uint64_t Generator::estimate_peak_bytes(int64_t batch) const {
         const auto& c = composer_->instance(k);
         const bool rows = c.has(RUDDER_CAP_ROWS);
         whole_x0 = whole_x0 || (!rows && !c.has(RUDDER_CAP_IGNORES_X0));
-        if (c.has(RUDDER_CAP_LOGIT_DELTA)) units += 2;                    // its buffer and the weighted copy
+        if (c.has(RUDDER_CAP_LOGIT_DELTA)) units += 2;  // its buffer and the weighted copy
         if (c.has(RUDDER_CAP_GRADIENT)) units += process_->gradient_units();
         if (c.has(RUDDER_CAP_HARD_CONSTRAINT) && !rows) units += 0.25;  // the forbidden bytes
         // A delta on a model that takes conditions may come from the re-entrant denoise (cfg): its [n, B, L, V].
@@ -252,7 +261,8 @@ uint64_t Generator::estimate_peak_bytes(int64_t batch) const {
     // The units were fitted under glibc's malloc; tcmalloc (the rudder command's) reuses freed tensors more tightly
     // and a batch's working memory peaks at about 0.6 of that (make bench-memory, docs/results.md).
     const double allocator_share = allocator_is_tcmalloc() ? 0.6 : 1.0;
-    const double working = static_cast<double>(model_.denoiser->working_bytes(batch, recipe_.max_length)) + units * unit;
+    const double working =
+        static_cast<double>(model_.denoiser->working_bytes(batch, recipe_.max_length)) + units * unit;
     return resident_bytes() + static_cast<uint64_t>(allocator_share * working);
 }
 
@@ -263,10 +273,11 @@ std::string Generator::over_memory_limit(int64_t batch) const {
     const uint64_t estimate = estimate_peak_bytes(batch * particles);
     if (limit == 0 || estimate <= limit) return "";
     return "a batch of " + std::to_string(batch) +
-           (particles > 1 ? " samples of " + std::to_string(particles) + " particles" : std::string()) + " needs about " +
-           memory_text(estimate) + " at its peak (model '" + model_.name + "', " + std::to_string(recipe_.max_length) +
-           " positions of " + std::to_string(model_.tokenizer->vocab_size()) + " tokens), over the limit of " +
-           memory_text(limit) + (recipe_.max_memory_limit > 0 ? "" : " (the machine's memory)") + "; lower batch_size" +
+           (particles > 1 ? " samples of " + std::to_string(particles) + " particles" : std::string()) +
+           " needs about " + memory_text(estimate) + " at its peak (model '" + model_.name + "', " +
+           std::to_string(recipe_.max_length) + " positions of " + std::to_string(model_.tokenizer->vocab_size()) +
+           " tokens), over the limit of " + memory_text(limit) +
+           (recipe_.max_memory_limit > 0 ? "" : " (the machine's memory)") + "; lower batch_size" +
            (particles > 1 ? ", particles" : "") + " or max_length";
 }
 
@@ -374,8 +385,9 @@ GenerationFault Generator::fault_at(int64_t i, int64_t sample, int64_t position,
         return GenerationFault(where + ": model '" + model_.name + "' gives no distribution there (" +
                                (scores.isnan().any().item<bool>() ? "NaN" : "no finite log-probability") +
                                "): are its weights finite?");
-    return GenerationFault(where + ": the model's distribution is sound there but the controlled one is not (NaN, "
-                                   "or no token allowed): the controllers' contributions or the guidance made it so");
+    return GenerationFault(where +
+                           ": the model's distribution is sound there but the controlled one is not (NaN, "
+                           "or no token allowed): the controllers' contributions or the guidance made it so");
 }
 
 }  // namespace rudder

@@ -67,10 +67,13 @@ at::Tensor uniform_bound(const Model& model, const UniformNoiseSchedule& noise, 
         const double t = stratified_time(k, draws, gen), sigma_bar = noise.sigma_bar(t);
         const at::Tensor level = at::full({B * L}, sigma_bar, at::kDouble);
         const at::Tensor z = nn::sample_transition(nn::Graph::uniform, x, level.narrow(0, 0, B), V, mask, gen);
-        const at::Tensor post = model.denoiser->denoise(z, t, {}).logits.to(at::kCPU).to(at::kDouble).reshape({B * L, V});
+        const at::Tensor post =
+            model.denoiser->denoise(z, t, {}).logits.to(at::kCPU).to(at::kDouble).reshape({B * L, V});
         const at::Tensor flat_z = z.reshape({B * L});
-        const at::Tensor score = nn::uniform_score_of_clean(nn::uniform_rest_from_posterior(post, flat_z, level), flat_z, level);
-        const at::Tensor entropy = nn::score_entropy(nn::Graph::uniform, score, flat_z, x.reshape({B * L}), level, mask);
+        const at::Tensor score =
+            nn::uniform_score_of_clean(nn::uniform_rest_from_posterior(post, flat_z, level), flat_z, level);
+        const at::Tensor entropy =
+            nn::score_entropy(nn::Graph::uniform, score, flat_z, x.reshape({B * L}), level, mask);
         per_text += entropy.view({B, L}).sum(1) * noise.sigma(t);
     }
     return per_text / static_cast<double>(draws) + static_cast<double>(L) * uniform_prior_kl(noise.alpha(1.0), V);
@@ -96,10 +99,10 @@ at::Tensor gaussian_bound(const Model& model, const at::Tensor& x, int64_t draws
     const at::Tensor logits = model.denoiser->denoise(noised(1), time(1), {}).logits.to(at::kCPU).to(at::kDouble);
     at::Tensor per_text = -at::log_softmax(logits.reshape({B, L, V}), 2).gather(2, x.unsqueeze(2)).squeeze(2).sum(1);
 
-    // Diffusion: sum over k = 2..T of KL(q(z_{k-1} | z_k, x) || p(z_{k-1} | z_k)) = (SNR(k-1) - SNR(k)) / 2 |x - x0(z_k)|^2.
-    // The weight spans orders of magnitude while the error per dimension is about min(1, c / SNR), so k is drawn with
-    // probability proportional to its step in log(1 + SNR) = -log(1 - ab) (like VDM's uniform log SNR where the
-    // signal is strong, without spending draws where it is gone), stratified, and each term divided by it.
+    // Diffusion: sum over k = 2..T of KL(q(z_{k-1} | z_k, x) || p(z_{k-1} | z_k)) = (SNR(k-1) - SNR(k)) / 2 |x -
+    // x0(z_k)|^2. The weight spans orders of magnitude while the error per dimension is about min(1, c / SNR), so k is
+    // drawn with probability proportional to its step in log(1 + SNR) = -log(1 - ab) (like VDM's uniform log SNR where
+    // the signal is strong, without spending draws where it is gone), stratified, and each term divided by it.
     if (T >= 2) {
         std::vector<double> log_snr_step(static_cast<size_t>(T + 1), 0.0);  // [k]: log(1 + SNR(k-1)) - log(1 + SNR(k))
         double total = 0.0;
@@ -107,9 +110,12 @@ at::Tensor gaussian_bound(const Model& model, const at::Tensor& x, int64_t draws
             total += log_snr_step[static_cast<size_t>(k)] = std::log1p(snr(k - 1)) - std::log1p(snr(k));
         at::Tensor diffusion = at::zeros({B}, at::kDouble);
         for (int64_t d = 0; d < draws; ++d) {
-            const double u = (static_cast<double>(d) + at::rand({1}, gen, at::kDouble).item<double>()) / static_cast<double>(draws);
+            const double u =
+                (static_cast<double>(d) + at::rand({1}, gen, at::kDouble).item<double>()) / static_cast<double>(draws);
             int64_t k = 2;
-            for (double below = log_snr_step[2]; k < T && below < u * total; below += log_snr_step[static_cast<size_t>(++k)]) {}
+            for (double below = log_snr_step[2]; k < T && below < u * total;
+                 below += log_snr_step[static_cast<size_t>(++k)]) {
+            }
             const double p_k = log_snr_step[static_cast<size_t>(k)] / total;
             const at::Tensor x0 = model.denoiser->denoise(noised(k), time(k), {}).x0.to(at::kCPU).to(at::kDouble);
             diffusion += (snr(k - 1) - snr(k)) / (2.0 * p_k) * (clean - x0).pow(2).sum({1, 2});
@@ -129,20 +135,23 @@ at::Tensor gaussian_bound(const Model& model, const at::Tensor& x, int64_t draws
 LikelihoodReport nelbo(const Model& model, const std::vector<std::string>& texts, const LikelihoodOptions& options,
                        const std::function<void(int64_t, int64_t)>& progress) {
     if (!model.denoiser || !model.tokenizer)
-        throw std::invalid_argument("the likelihood bound needs a denoiser and a tokenizer; '" + model.name + "' has none");
+        throw std::invalid_argument("the likelihood bound needs a denoiser and a tokenizer; '" + model.name +
+                                    "' has none");
     if (options.draws < 1 || options.batch_size < 1 || options.length < 0)
         throw std::invalid_argument("likelihood: draws and batch size must be at least 1, the length 0 or more");
     if (model.family == Family::continuous && !model.denoiser->embedding().defined())
-        throw std::invalid_argument("the continuous bound needs the model's embedding table; '" + model.name + "' has none");
+        throw std::invalid_argument("the continuous bound needs the model's embedding table; '" + model.name +
+                                    "' has none");
     const Tokenizer& tokenizer = *model.tokenizer;
     const int64_t pad = tokenizer.pad_id(), unk = tokenizer.unk_id();
     // Texts are scored as the padded sequences the model generates; a checkpoint trained on packed text saw none.
     if (pad < 0)
-        throw std::invalid_argument("the likelihood bound pads each text to the network's positions, and '" + model.name +
-                                    "' has no padding token; it is not computed for it");
+        throw std::invalid_argument("the likelihood bound pads each text to the network's positions, and '" +
+                                    model.name + "' has no padding token; it is not computed for it");
     if (!model.training_layout.empty())
-        throw std::invalid_argument("the likelihood bound pads each text to the network's positions, and '" + model.name +
-                                    "' was trained on " + model.training_layout + "; it is not computed for it");
+        throw std::invalid_argument("the likelihood bound pads each text to the network's positions, and '" +
+                                    model.name + "' was trained on " + model.training_layout +
+                                    "; it is not computed for it");
     const UniformNoiseSchedule* uniform = model.denoiser->uniform_noise();
     LikelihoodReport report;
     report.draws = options.draws;
@@ -156,8 +165,8 @@ LikelihoodReport nelbo(const Model& model, const std::vector<std::string>& texts
     const int64_t network_length = model.denoiser->max_length();
     report.length = options.length > 0 ? options.length : network_length > 0 ? network_length : longest;
     if (network_length > 0 && report.length > network_length)
-        throw std::invalid_argument("likelihood: length " + std::to_string(report.length) + " is more than the network's " +
-                                    std::to_string(network_length) + " positions");
+        throw std::invalid_argument("likelihood: length " + std::to_string(report.length) +
+                                    " is more than the network's " + std::to_string(network_length) + " positions");
     const int64_t L = report.length;
     // A text and its end: the padded sequence the model generates (one end token counted, as the teacher does).
     std::vector<int64_t> kept;

@@ -38,7 +38,8 @@ std::vector<std::vector<int64_t>> read_sentences(const fs::path& file, const Tok
     return out;
 }
 
-template <class T> T get(const json& obj, const std::string& key, const fs::path& file) {
+template <class T>
+T get(const json& obj, const std::string& key, const fs::path& file) {
     if (!obj.contains(key)) throw ModelError("'" + file.string() + "': missing key '" + key + "'");
     try {
         return obj.at(key).get<T>();
@@ -118,12 +119,14 @@ std::vector<std::string> list_models(const std::vector<fs::path>& search_path) {
     return names;
 }
 
-fs::path resolve_model(const std::string& name_or_path, const fs::path& base_dir, const std::vector<fs::path>& search_path) {
+fs::path resolve_model(const std::string& name_or_path, const fs::path& base_dir,
+                       const std::vector<fs::path>& search_path) {
     std::error_code ec;
     const fs::path as_path = fs::path(name_or_path).is_absolute() ? fs::path(name_or_path) : base_dir / name_or_path;
     const bool looks_like_path = name_or_path.find('/') != std::string::npos;
     if (looks_like_path || fs::is_directory(as_path, ec)) {
-        if (!fs::is_directory(as_path, ec)) throw ModelError("model directory '" + as_path.string() + "' does not exist");
+        if (!fs::is_directory(as_path, ec))
+            throw ModelError("model directory '" + as_path.string() + "' does not exist");
         return as_path;
     }
     for (const auto& dir : search_path) {
@@ -183,12 +186,15 @@ Model load_rudder_model(const fs::path& dir, const json& own, std::optional<Fami
 
     const auto type = get<std::string>(config, "type", file);
     if (type == "teacher")
-        throw ModelError("'" + dir.string() + "' is a teacher language model (used by `rudder score`), not a diffusion model");
+        throw ModelError("'" + dir.string() +
+                         "' is a teacher language model (used by `rudder score`), not a diffusion model");
     if (type == "tagger" || type == "parser")
-        throw ModelError("'" + dir.string() + "' is a " + (type == "tagger" ? "part-of-speech tagger" : "constituency parser") +
+        throw ModelError("'" + dir.string() + "' is a " +
+                         (type == "tagger" ? "part-of-speech tagger" : "constituency parser") +
                          " (used by `rudder annotate` and the syntax controllers), not a diffusion model");
     std::vector<Family> offered;
-    for (const auto& f : get<std::vector<std::string>>(config, "families", file)) offered.push_back(parse_family(f, file));
+    for (const auto& f : get<std::vector<std::string>>(config, "families", file))
+        offered.push_back(parse_family(f, file));
     if (offered.empty()) throw ModelError("'" + file.string() + "': 'families' is empty");
     if (family && std::find(offered.begin(), offered.end(), *family) == offered.end())
         throw ModelError("model '" + m.name + "' is not a " + family_name(*family) + " model");

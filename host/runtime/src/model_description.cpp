@@ -76,8 +76,9 @@ json weights_of(const fs::path& dir, const json& config) {
 std::string checkpoint_tokenizer_files(const fs::path& dir) { return describe_tokenizer_files(tokenizer_files(dir)); }
 
 const char* kHardControls = "hard constraints (length, span, exclude_words) and the composer's deltas";
-const char* kLearnedControls = "learned controls need a classifier trained for this model's noise and vocabulary "
-                               "(rudder train-controller)";
+const char* kLearnedControls =
+    "learned controls need a classifier trained for this model's noise and vocabulary "
+    "(rudder train-controller)";
 
 // A Rudder model folder's description, from its config.json checked as load_model checks it.
 json describe_checked_rudder_model(const fs::path& dir, const json& config) {
@@ -114,10 +115,12 @@ json describe_checked_rudder_model(const fs::path& dir, const json& config) {
     if (family == "continuous") {
         const bool cdcd = network.value("objective", "diffusion_lm") == "cdcd";
         d["kind"] = cdcd ? "continuous denoiser trained as CDCD (cross-entropy, score interpolation, normalised "
-                           "embeddings, learned time warp" + std::string(network.value("self_conditioning", false) ? ", self-conditioning)" : ")")
+                           "embeddings, learned time warp" +
+                               std::string(network.value("self_conditioning", false) ? ", self-conditioning)" : ")")
                          : "continuous denoiser trained as Diffusion-LM (x0 prediction, rounding head)";
         d["noise"] = config.value("schedule", network.value("schedule", json::object()));
-        if (cdcd && d["noise"].contains("warp")) d["noise"]["warp"] = "(" + std::to_string(d["noise"]["warp"].size()) + " values: the learned CDF)";
+        if (cdcd && d["noise"].contains("warp"))
+            d["noise"]["warp"] = "(" + std::to_string(d["noise"]["warp"].size()) + " values: the learned CDF)";
         d["embed_dim"] = network.value("embed_dim", int64_t{0});
     } else {
         const bool score = network.value("objective", "subs") == "score_entropy";
@@ -127,8 +130,9 @@ json describe_checked_rudder_model(const fs::path& dir, const json& config) {
         d["noise"] = graph == "uniform" ? network.value("uniform_schedule", json::object())
                                         : config.value("mask_schedule", network.value("mask_schedule", json::object()));
         if (graph == "uniform")
-            d["sampling"] = "uniform noise: every position is redrawn at every step ('analytic': Tweedie tau-leaping, "
-                            "'euler'); no position is ever masked";
+            d["sampling"] =
+                "uniform noise: every position is redrawn at every step ('analytic': Tweedie tau-leaping, "
+                "'euler'); no position is ever masked";
     }
     d["network"] = {{"width", network.value("dim", int64_t{0})},
                     {"layers", network.value("layers", int64_t{0})},
@@ -136,7 +140,8 @@ json describe_checked_rudder_model(const fs::path& dir, const json& config) {
                     {"max_length", network.value("max_length", int64_t{0})}};
     const bool conditional = network.value("max_condition_length", int64_t{0}) > 0;
     d["conditional"] = conditional;
-    d["recommended_sampler"] = config.contains("sampler") ? config.at("sampler").value(family, json(nullptr)) : json(nullptr);
+    d["recommended_sampler"] =
+        config.contains("sampler") ? config.at("sampler").value(family, json(nullptr)) : json(nullptr);
     d["controls"] = std::string(kHardControls) + (conditional ? "; cfg (trained with condition dropout)" : "") + "; " +
                     kLearnedControls;
     return d;
@@ -150,21 +155,23 @@ json describe_rudder_model(const fs::path& dir, const json& config) {
 
 json describe_dit_checkpoint(const fs::path& dir, const json& config) {
     const nn::DitConfig c = nn::parse_dit_config(config, dir / "config.json");
-    const std::string kind =
-        c.flavor == nn::DitFlavor::mdlm   ? "MDLM's DiT (SUBS, absorbing)"
-        : c.flavor == nn::DitFlavor::sedd ? "SEDD's DiT (score entropy, absorbing graph)"
-        : c.flavor == nn::DitFlavor::udlm ? "UDLM's DiT (uniform noise, clean-token output)"
-        : c.flavor == nn::DitFlavor::duo  ? "DUO's DiT (uniform noise, clean-token output)"
-                                          : "BD3-LM's DiT (SUBS, absorbing; block-causal attention over blocks of " +
-                                               std::to_string(c.block_size) + " positions)";
+    const std::string kind = c.flavor == nn::DitFlavor::mdlm   ? "MDLM's DiT (SUBS, absorbing)"
+                             : c.flavor == nn::DitFlavor::sedd ? "SEDD's DiT (score entropy, absorbing graph)"
+                             : c.flavor == nn::DitFlavor::udlm ? "UDLM's DiT (uniform noise, clean-token output)"
+                             : c.flavor == nn::DitFlavor::duo
+                                 ? "DUO's DiT (uniform noise, clean-token output)"
+                                 : "BD3-LM's DiT (SUBS, absorbing; block-causal attention over blocks of " +
+                                       std::to_string(c.block_size) + " positions)";
     json d = {{"format", "public checkpoint (Hugging Face layout)"},
               {"kind", kind},
               {"diffusion", true},
               {"families", {"discrete"}},
-              {"noise", {{"graph", c.uniform() ? "uniform" : "absorbing"},
-                         {"log_linear_eps", c.schedule_eps},
-                         {"time_conditioning", c.time_conditioning}}},
-              {"network", {{"width", c.hidden_size}, {"layers", c.n_blocks}, {"heads", c.n_heads}, {"max_length", c.max_length}}},
+              {"noise",
+               {{"graph", c.uniform() ? "uniform" : "absorbing"},
+                {"log_linear_eps", c.schedule_eps},
+                {"time_conditioning", c.time_conditioning}}},
+              {"network",
+               {{"width", c.hidden_size}, {"layers", c.n_blocks}, {"heads", c.n_heads}, {"max_length", c.max_length}}},
               {"vocab_size", c.vocab_size},
               {"mask_id", c.uniform() ? json(nullptr) : json(c.mask_id())},
               {"conditional", false},
@@ -178,11 +185,16 @@ json describe_dit_checkpoint(const fs::path& dir, const json& config) {
 json describe_bidirectional_llm(const fs::path& dir, const json& config) {
     const nn::BidirectionalLlmConfig c = nn::parse_bidirectional_llm_config(config, dir / "config.json");
     json d = {{"format", "public checkpoint (Hugging Face layout)"},
-              {"kind", c.name() + (c.shifted() ? " (bidirectional transformer, predictions shifted by one)" : " (bidirectional transformer)")},
+              {"kind", c.name() + (c.shifted() ? " (bidirectional transformer, predictions shifted by one)"
+                                               : " (bidirectional transformer)")},
               {"diffusion", true},
               {"families", {"discrete"}},
-              {"network", {{"width", c.hidden_size}, {"layers", c.n_layers}, {"heads", c.n_heads}, {"kv_heads", c.n_kv_heads},
-                           {"max_length", c.max_length}}},
+              {"network",
+               {{"width", c.hidden_size},
+                {"layers", c.n_layers},
+                {"heads", c.n_heads},
+                {"kv_heads", c.n_kv_heads},
+                {"max_length", c.max_length}}},
               {"vocab_size", c.vocab_size},
               {"mask_id", c.mask_id},
               {"conditional", false},

@@ -12,8 +12,11 @@ Particles::Particles(int64_t samples, int64_t per_sample, double scale)
 
 void Particles::score(const Reward& reward, int64_t step) {
     if (!reward.silent.empty())
-        throw std::runtime_error("controller '" + reward.silent + "' steers without reporting log p(c | x) (the ABI's log_prob "
-                                 "output) at step " + std::to_string(step + 1) + ", and particles are weighed by it; "
+        throw std::runtime_error("controller '" + reward.silent +
+                                 "' steers without reporting log p(c | x) (the ABI's log_prob "
+                                 "output) at step " +
+                                 std::to_string(step + 1) +
+                                 ", and particles are weighed by it; "
                                  "drop 'particles' or use controllers that report it");
     reward_ = reward.log_prob.to(at::kCPU, at::kDouble).reshape({samples_ * per_sample_});
     if (!reward_then_.defined()) reward_then_ = at::zeros_like(reward_);
@@ -36,7 +39,8 @@ at::Tensor Particles::leaders() const {
 
 at::Tensor Particles::chosen(const at::Tensor& sequences) const {
     if (per_sample_ > 1 && !scored())
-        throw std::runtime_error("no controller steered, so the " + std::to_string(per_sample_) + " particles of a sample "
+        throw std::runtime_error("no controller steered, so the " + std::to_string(per_sample_) +
+                                 " particles of a sample "
                                  "have no reward to choose between: give the controllers' 'active' windows steps to "
                                  "steer in, or drop 'particles'");
     return leading(sequences);

@@ -55,8 +55,10 @@ ControllerSpec parse_controller(ObjectReader& item) {
         if (digest.size() == 64 && digest.find_first_not_of("0123456789abcdef") == std::string::npos)
             spec.sha256 = digest;
         else
-            item.issue("sha256", "expected the library file's SHA-256 as 64 hex digits (as `rudder plugins` or "
-                                 "`sha256sum` prints it), got '" + *v + "'");
+            item.issue("sha256",
+                       "expected the library file's SHA-256 as 64 hex digits (as `rudder plugins` or "
+                       "`sha256sum` prints it), got '" +
+                           *v + "'");
     }
     if (auto v = item.text("name")) spec.name = *v;
     if (auto v = item.number("weight", -1e6, 1e6)) spec.weight = *v;
@@ -143,8 +145,8 @@ Recipe parse_recipe(const std::string& text, const std::filesystem::path& base_d
         std::string what = e.what();
         const auto cut = what.find("parse error");
         if (cut != std::string::npos) what = what.substr(cut);
-        throw RecipeError({{"", "not valid JSON at line " + std::to_string(line) + ", column " +
-                                    std::to_string(col) + ": " + what}});
+        throw RecipeError(
+            {{"", "not valid JSON at line " + std::to_string(line) + ", column " + std::to_string(col) + ": " + what}});
     } catch (const json::exception& e) {
         // Well-formed text the parser still refuses, e.g. a number beyond double's range ("1e999").
         throw RecipeError({{"", std::string("not valid JSON: ") + e.what()}});
@@ -175,8 +177,10 @@ Recipe parse_recipe_document(const json& doc, const std::filesystem::path& base_
         const bool ok = d == "cpu" || d == "cuda" ||
                         (d.rfind("cuda:", 0) == 0 && d.size() > 5 &&
                          d.find_first_not_of("0123456789", 5) == std::string::npos && d.size() < 9);
-        if (ok) r.device = d;
-        else root.issue("device", "expected 'cpu', 'cuda' or 'cuda:<index>', got '" + d + "'");
+        if (ok)
+            r.device = d;
+        else
+            root.issue("device", "expected 'cpu', 'cuda' or 'cuda:<index>', got '" + d + "'");
     }
     if (auto v = root.choice("isolation", {"in_process", "process"})) r.isolation = *v;
     if (auto v = root.integer("candidates", 1, 4096)) r.candidates = *v;

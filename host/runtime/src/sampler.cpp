@@ -69,7 +69,8 @@ double ContinuousSampler::t_next(int64_t i) const {
     return i + 1 < steps() ? t(i + 1) : 0.0;
 }
 
-at::Tensor ContinuousSampler::init(const std::vector<int64_t>& sizes, at::Generator& gen, const at::Tensor& like) const {
+at::Tensor ContinuousSampler::init(const std::vector<int64_t>& sizes, at::Generator& gen,
+                                   const at::Tensor& like) const {
     return randn_like_device(sizes, gen, like);
 }
 
@@ -107,7 +108,8 @@ ContinuousSampler::Result ContinuousSampler::step(const at::Tensor& x_t, const a
         r.mean = std::sqrt(ab_next) * x0_hat + dir * eps;
     }
     if (r.sigma > 0.0 && noise_scale_ > 0.0) {
-        r.sample = r.mean + noise_scale_ * r.sigma * randn_like_device(x_t.sizes().vec(), gen, x_t).to(r.mean.scalar_type());
+        r.sample =
+            r.mean + noise_scale_ * r.sigma * randn_like_device(x_t.sizes().vec(), gen, x_t).to(r.mean.scalar_type());
     } else {
         r.sample = r.mean;
     }
@@ -132,14 +134,17 @@ at::Tensor ContinuousSampler::q_sample(const at::Tensor& x0, int64_t k, at::Gene
 
 DiscreteSampler::DiscreteSampler(const MaskSchedule& schedule, Kind kind, int64_t steps, int64_t block_length,
                                  Order order, Remasking remasking)
-    : schedule_(schedule), kind_(kind), steps_(steps), block_length_(block_length), order_(order), remasking_(remasking) {
+    : schedule_(schedule), kind_(kind), steps_(steps), block_length_(block_length), order_(order),
+      remasking_(remasking) {
     if (steps < 1) throw std::invalid_argument("DiscreteSampler: steps must be >= 1, got " + std::to_string(steps));
     if (block_length < 0)
         throw std::invalid_argument("DiscreteSampler: block_length must be >= 0, got " + std::to_string(block_length));
     if (remasks()) {
-        if (kind != Kind::analytic) throw std::invalid_argument("DiscreteSampler: remasking takes the analytic sampler");
+        if (kind != Kind::analytic)
+            throw std::invalid_argument("DiscreteSampler: remasking takes the analytic sampler");
         if (!(remasking.eta >= 0.0 && remasking.eta <= 1.0))
-            throw std::invalid_argument("DiscreteSampler: remasking eta must be in [0, 1], got " + std::to_string(remasking.eta));
+            throw std::invalid_argument("DiscreteSampler: remasking eta must be in [0, 1], got " +
+                                        std::to_string(remasking.eta));
         if (!(remasking.to_t >= 0.0 && remasking.to_t <= remasking.from_t && remasking.from_t <= 1.0))
             throw std::invalid_argument("DiscreteSampler: the remasking window needs 0 <= to_t <= from_t <= 1");
     }
@@ -183,7 +188,8 @@ at::Tensor DiscreteSampler::keep_most_confident(const at::Tensor& drawn, const a
     if (steps_left < 1) throw std::invalid_argument("keep_most_confident: steps_left must be >= 1");
     const int64_t B = drawn.size(0), L = drawn.size(1);
     const at::Tensor kept_count = drawn.sum(1).add_(steps_left - 1).div_(steps_left, "floor");  // ceil(m / r)
-    const at::Tensor score = confidence.to(at::kFloat).masked_fill(drawn.logical_not(), -std::numeric_limits<float>::infinity());
+    const at::Tensor score =
+        confidence.to(at::kFloat).masked_fill(drawn.logical_not(), -std::numeric_limits<float>::infinity());
     // Rank by confidence, highest first; a stable sort keeps equal ones in position order.
     const at::Tensor order = std::get<1>(score.sort(/*stable=*/true, /*dim=*/1, /*descending=*/true));
     const at::Tensor rank = at::empty_like(order).scatter_(1, order, at::arange(L, order.options()).expand({B, L}));
@@ -194,9 +200,10 @@ at::Tensor DiscreteSampler::kept_rows(const at::Tensor& positions, const at::Ten
                                       int64_t batch, int64_t length, int64_t i) const {
     const int64_t n = batch * length;
     const at::Tensor drawn = at::zeros({n}, positions.options().dtype(at::kBool)).index_fill_(0, positions, true);
-    const at::Tensor conf = at::zeros({n}, scores.options().dtype(at::kFloat)).index_copy_(0, positions, confidence(scores, tokens));
-    const at::Tensor kept = keep_most_confident(drawn.view({batch, length}), conf.view({batch, length}),
-                                                block_of(i, length).steps_left);
+    const at::Tensor conf =
+        at::zeros({n}, scores.options().dtype(at::kFloat)).index_copy_(0, positions, confidence(scores, tokens));
+    const at::Tensor kept =
+        keep_most_confident(drawn.view({batch, length}), conf.view({batch, length}), block_of(i, length).steps_left);
     return kept.view({-1}).index_select(0, positions).nonzero().squeeze(1);
 }
 
@@ -256,7 +263,8 @@ double DiscreteSampler::unmask_prob(int64_t i) const {
                                     std::to_string(steps_) + ")");
     }
     if (kind_ == Kind::first_hitting || kind_ == Kind::confidence)
-        throw std::logic_error("DiscreteSampler: first_hitting and confidence choose positions, not each with a probability");
+        throw std::logic_error(
+            "DiscreteSampler: first_hitting and confidence choose positions, not each with a probability");
     if (i + 1 == steps_) return 1.0;
     const double t_cur = t(i), s = t_next(i);
     if (kind_ == Kind::analytic) {
@@ -307,7 +315,8 @@ at::Tensor DiscreteSampler::choose(const at::Tensor& masked, int64_t i, at::Gene
     if (kind_ == Kind::confidence) {
         const Block block = block_of(i, masked.size(1));
         at::Tensor in_block = at::zeros_like(masked);
-        in_block.narrow(1, block.begin, block.end - block.begin).copy_(masked.narrow(1, block.begin, block.end - block.begin));
+        in_block.narrow(1, block.begin, block.end - block.begin)
+            .copy_(masked.narrow(1, block.begin, block.end - block.begin));
         return in_block;
     }
     const at::Tensor u = rand_like_device({masked.size(0), masked.size(1)}, gen, masked);
@@ -333,9 +342,8 @@ at::Tensor DiscreteSampler::draw(const at::Tensor& scores, at::Generator& gen) {
     }
     if (scores.size(0) == 0) return at::empty({0}, scores.options().dtype(at::kLong));
     // Gumbel-max: argmax(score + G), G = -log(-log(u)), is a draw from softmax(score). The floor keeps G finite.
-    const at::Tensor uniform = at::rand(scores.sizes(), gen, at::TensorOptions().dtype(at::kDouble))
-                                   .clamp_min_(1e-300)
-                                   .to(scores.device());
+    const at::Tensor uniform =
+        at::rand(scores.sizes(), gen, at::TensorOptions().dtype(at::kDouble)).clamp_min_(1e-300).to(scores.device());
     const auto [best, index] = (scores.to(at::kDouble) - uniform.log().neg_().log_()).max(1);
     // max passes NaN through and picks some -inf where all are: either leaves the chosen score non-finite.
     const at::Tensor stuck = best.isfinite().logical_not();
@@ -399,8 +407,8 @@ at::Tensor UniformSampler::init(int64_t batch, int64_t len, int64_t vocab_size, 
     return at::randint(vocab_size, {batch, len}, gen, at::TensorOptions().dtype(at::kLong)).to(device);
 }
 
-at::Tensor UniformSampler::step_log_probs(const at::Tensor& log_post, const at::Tensor& x_t, int64_t i, double temperature,
-                                          int64_t top_k, double top_p) const {
+at::Tensor UniformSampler::step_log_probs(const at::Tensor& log_post, const at::Tensor& x_t, int64_t i,
+                                          double temperature, int64_t top_k, double top_p) const {
     const int64_t n = x_t.size(0);
     const auto options = at::TensorOptions().dtype(at::kDouble).device(x_t.device());
     const at::Tensor from = at::full({n}, schedule_.sigma_bar(t(i)), options);

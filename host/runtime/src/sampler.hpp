@@ -39,9 +39,9 @@ public:
     at::Tensor init(const std::vector<int64_t>& sizes, at::Generator& gen, const at::Tensor& like) const;
 
     struct Result {
-        at::Tensor mean;   // the posterior mean of x_{t_next} given x_t and x0_hat
-        double sigma = 0;  // its standard deviation (0 for DDIM eta = 0 and for the last step)
-        at::Tensor sample; // mean + noise_scale * sigma * noise
+        at::Tensor mean;    // the posterior mean of x_{t_next} given x_t and x0_hat
+        double sigma = 0;   // its standard deviation (0 for DDIM eta = 0 and for the last step)
+        at::Tensor sample;  // mean + noise_scale * sigma * noise
     };
     Result step(const at::Tensor& x_t, const at::Tensor& x0_hat, int64_t i, at::Generator& gen) const;
 
@@ -64,12 +64,13 @@ private:
 //                  The last step (t_next = 0) unmasks every remaining position.
 //   first_hitting: one step per position (steps = L): each step unmasks exactly one masked position per sequence,
 //                  chosen uniformly (with block_length, among those of the block holding the sequence's leftmost
-//                  masked position: blocks left to right, as BD3-LM samples). Under absorbing noise every masked position unmasks at an independent time, so
-//                  the next one to unmask is uniform among them; walking from one unmasking to the next instead of
-//                  through a fixed time grid skips the steps where nothing happens and never unmasks two positions
-//                  from one network call (Zheng et al. 2024, "Masked diffusion models are secretly time-agnostic
-//                  masked models"). With a network that does not read t (the bundled ones) it samples the model's
-//                  distribution exactly; its times t(i) are where the schedule expects the masked share 1 - i/L.
+//                  masked position: blocks left to right, as BD3-LM samples). Under absorbing noise every masked
+//                  position unmasks at an independent time, so the next one to unmask is uniform among them; walking
+//                  from one unmasking to the next instead of through a fixed time grid skips the steps where nothing
+//                  happens and never unmasks two positions from one network call (Zheng et al. 2024, "Masked diffusion
+//                  models are secretly time-agnostic masked models"). With a network that does not read t (the bundled
+//                  ones) it samples the model's distribution exactly; its times t(i) are where the schedule expects the
+//                  masked share 1 - i/L.
 //   analytic with remasking (ReMDM; Wang et al. 2025, "Remasking discrete diffusion models with inference-time
 //                  scaling"): committed tokens are masked again with probability sigma(i) per step, and masked
 //                  positions unmask with (a(s) - (1 - sigma) a(t)) / (1 - a(t)), a = 1 - m, so the share masked after
@@ -161,9 +162,9 @@ public:
     // measurably under-samples the tail (Zheng et al. 2024). Returns int64 [n]; throws NothingToSample.
     static at::Tensor draw(const at::Tensor& scores, at::Generator& gen);
 
-    // choose + draw (+ keep_most_confident, + remask): one step on `logp0` [B, L, V] (the mask token must be -inf there, or it
-    // may be drawn). For tests and simple loops; the generator calls the parts itself so that it scores only the
-    // rows it draws.
+    // choose + draw (+ keep_most_confident, + remask): one step on `logp0` [B, L, V] (the mask token must be -inf
+    // there, or it may be drawn). For tests and simple loops; the generator calls the parts itself so that it scores
+    // only the rows it draws.
     at::Tensor step(const at::Tensor& tokens, const at::Tensor& logp0, int64_t i, int64_t mask_id,
                     at::Generator& gen) const;
 

@@ -32,7 +32,8 @@ plugins::StepInputs predict_inputs(const PredictState& state, const Composer::Re
     }
     const bool every_row = in.rows.size(0) == batch * L;
     if (reads.x0_rows)
-        in.x0_rows = logp.defined() ? (every_row ? logp : logp.index_select(0, in.rows)) : at::log_softmax(row_logits, -1);
+        in.x0_rows =
+            logp.defined() ? (every_row ? logp : logp.index_select(0, in.rows)) : at::log_softmax(row_logits, -1);
     if (reads.candidates) {
         // Read by no controller, x0 is not normalised for them: the denoiser's output already is (DenoiserOutput).
         auto [top, ids] = plugins::top_candidates(in.x0_rows.defined() ? in.x0_rows : row_logits, candidates);

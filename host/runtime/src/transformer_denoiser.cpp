@@ -34,10 +34,12 @@ std::string shape_string(at::IntArrayRef sizes) {
 TransformerDenoiser::TransformerDenoiser(std::shared_ptr<nn::DenoiserNet> network,
                                          std::shared_ptr<const Tokenizer> tokenizer)
     : network_(std::move(network)), tokenizer_(std::move(tokenizer)), device_(at::kCPU) {
-    if (!network_ || !tokenizer_) throw std::invalid_argument("TransformerDenoiser: network and tokenizer are required");
+    if (!network_ || !tokenizer_)
+        throw std::invalid_argument("TransformerDenoiser: network and tokenizer are required");
     if (tokenizer_->vocab_size() != network_->denoiser_config().vocab_size) {
-        throw std::invalid_argument("TransformerDenoiser: the tokenizer has " + std::to_string(tokenizer_->vocab_size()) +
-                                    " tokens, the network " + std::to_string(network_->denoiser_config().vocab_size));
+        throw std::invalid_argument("TransformerDenoiser: the tokenizer has " +
+                                    std::to_string(tokenizer_->vocab_size()) + " tokens, the network " +
+                                    std::to_string(network_->denoiser_config().vocab_size));
     }
     continuous_ = dynamic_cast<nn::ContinuousDenoiserNet*>(network_.get());
     discrete_ = dynamic_cast<nn::DiscreteDenoiserNet*>(network_.get());
@@ -76,7 +78,8 @@ void TransformerDenoiser::to(const at::Device& device) {
 uint64_t TransformerDenoiser::working_bytes(int64_t batch, int64_t length) const {
     const nn::DenoiserConfig& c = network_->denoiser_config();
     const double T = static_cast<double>(length + (conditional() ? c.max_condition_length : 0));
-    const auto dim = static_cast<double>(c.dim), ff = static_cast<double>(c.ff_dim), heads = static_cast<double>(c.heads);
+    const auto dim = static_cast<double>(c.dim), ff = static_cast<double>(c.ff_dim),
+               heads = static_cast<double>(c.heads);
     // Per sample, in floats: a layer's inputs, q/k/v, attention output and residuals (6 dim), the feed-forward's
     // hidden layer and its activation (2 ff), attention scores and their softmax (2 heads T^2); then the logits
     // and their log-softmax over the text's positions.
@@ -139,8 +142,9 @@ DenoiserOutput TransformerDenoiser::denoise(const at::Tensor& x, double t, const
 DenoiserOutput TransformerDenoiser::denoise_with_grad(const at::Tensor& x, double t,
                                                       const std::vector<std::string>& conditions) {
     if (!continuous_) {
-        throw std::logic_error("denoise_with_grad: only the continuous family is differentiable in its input; for the "
-                               "discrete family take gradients with respect to one-hot tokens in the controller");
+        throw std::logic_error(
+            "denoise_with_grad: only the continuous family is differentiable in its input; for the "
+            "discrete family take gradients with respect to one-hot tokens in the controller");
     }
     at::AutoGradMode grad(true);
     return run(x, t, conditions, {});
@@ -153,10 +157,12 @@ std::shared_ptr<Denoiser> load_transformer_denoiser(const json& config, const fs
     const std::string where = "'" + (dir / "config.json").string() + "'";
     if (!tokenizer) throw ModelError(where + ": no tokenizer");
     if (!config.is_object() || !config.contains("network") || !config.at("network").is_object()) {
-        throw ModelError(where + ": key 'network' (an object: the network's configuration) is missing or not an object");
+        throw ModelError(where +
+                         ": key 'network' (an object: the network's configuration) is missing or not an object");
     }
     if (!config.contains("weights") || !config.at("weights").is_string()) {
-        throw ModelError(where + ": key 'weights' (the safetensors file of the network's parameters) is missing or "
+        throw ModelError(where +
+                         ": key 'weights' (the safetensors file of the network's parameters) is missing or "
                          "not a string");
     }
     json network_config = config.at("network");
@@ -178,11 +184,12 @@ std::shared_ptr<Denoiser> load_transformer_denoiser(const json& config, const fs
         const json& s = config.at("schedule");
         const json trained = c->config().at("schedule");
         // A CDCD network's schedule includes its learned time warp, which its weights carry too: the two must agree.
-        const bool same_warp = !c->cdcd() || (s.is_object() && s.contains("warp") && s.at("warp") == trained.at("warp"));
+        const bool same_warp =
+            !c->cdcd() || (s.is_object() && s.contains("warp") && s.at("warp") == trained.at("warp"));
         if (!s.is_object() || s.value("name", std::string("sqrt")) != c->schedule().name() ||
             s.value("T", int64_t{2000}) != c->schedule().T() || !same_warp) {
-            throw ModelError(where + ": 'schedule' " + s.dump() + " differs from the one the network was trained with " +
-                             trained.dump());
+            throw ModelError(where + ": 'schedule' " + s.dump() +
+                             " differs from the one the network was trained with " + trained.dump());
         }
     }
     if (auto* d = dynamic_cast<nn::DiscreteDenoiserNet*>(network.get()); d && config.contains("mask_schedule")) {

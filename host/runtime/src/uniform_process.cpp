@@ -42,7 +42,10 @@ public:
     const std::string& sampler() const override { return s_.name; }
     int64_t steps() const override { return s_.steps; }
     json settings() const override {
-        return {{"name", s_.name}, {"steps", s_.steps}, {"temperature", s_.temperature}, {"top_k", s_.top_k},
+        return {{"name", s_.name},
+                {"steps", s_.steps},
+                {"temperature", s_.temperature},
+                {"top_k", s_.top_k},
                 {"top_p", s_.top_p}};
     }
     at::Tensor run(int64_t batch, ReverseRun& run) const override;
@@ -69,7 +72,8 @@ at::Tensor UniformProcess::run(int64_t batch, ReverseRun& run) const {
     Combined seen;
     auto denoise = [&](double t, const Combined& constraints) {
         logits = denoiser.denoise(tokens, t, {}, evidence_of(constraints, batch, L, V, every_row))
-                     .logits.to(at::kFloat).reshape({batch * L, V});
+                     .logits.to(at::kFloat)
+                     .reshape({batch * L, V});
         logp = at::Tensor();
         ++run.stats.denoiser_calls;
         run.stats.denoised_sequences += batch;
@@ -82,8 +86,9 @@ at::Tensor UniformProcess::run(int64_t batch, ReverseRun& run) const {
         const double t = sampler.t(i), t_next = sampler.t_next(i);
         denoise(t, seen);
         const Composer::Reads reads = run.composer.reads(t);
-        const plugins::StepInputs in = predict_inputs({i, sampler.steps(), t, t_next, {}, tokens, nothing_masked, all_rows, {}},
-                                                      reads, logits, logits, logp, run.recipe.candidates);
+        const plugins::StepInputs in =
+            predict_inputs({i, sampler.steps(), t, t_next, {}, tokens, nothing_masked, all_rows, {}}, reads, logits,
+                           logits, logp, run.recipe.candidates);
         const Combined combined = reads.any ? run.composer.predict(in) : rows_only(in.rows);
         if (combined.fixed.defined()) {
             const at::Tensor is_fixed = combined.fixed.ge(0);
@@ -94,9 +99,11 @@ at::Tensor UniformProcess::run(int64_t batch, ReverseRun& run) const {
         }
         if (every_row && !same_constraints(combined, seen)) denoise(t, combined);
 
-        // The controls as deltas on the network's (finite) scores: -inf where a token is forbidden or not the fixed one.
+        // The controls as deltas on the network's (finite) scores: -inf where a token is forbidden or not the fixed
+        // one.
         const at::Tensor delta = Composer::controlled(logits, combined, {}, mask_id) - logits;
-        at::Tensor scores = sampler.step_log_probs(logits, tokens.view({-1}), i, s_.temperature, s_.top_k, s_.top_p) + delta;
+        at::Tensor scores =
+            sampler.step_log_probs(logits, tokens.view({-1}), i, s_.temperature, s_.top_k, s_.top_p) + delta;
         // A fixed position keeps its token whatever the step would give it (Euler's large steps can give staying
         // probability 0): its row is the constraint alone.
         if (combined.fixed.defined())
@@ -118,11 +125,13 @@ at::Tensor UniformProcess::run(int64_t batch, ReverseRun& run) const {
 // The checks of a uniform-noise recipe against its model.
 void check(const Model& model, const Recipe& recipe, std::vector<RecipeIssue>& issues) {
     if (recipe.guidance.particles <= 1) return;
-    issues.push_back({"/guidance/particles", "model '" + model.name + "' diffuses with uniform noise; "
-                                             "particles are for continuous and absorbing models"});
+    issues.push_back({"/guidance/particles", "model '" + model.name +
+                                                 "' diffuses with uniform noise; "
+                                                 "particles are for continuous and absorbing models"});
     if (recipe.guidance.resample_every > 0)
-        issues.push_back({"/guidance/resample_every", "discrete particles are only chosen between at the end: "
-                                                      "resampling them is for continuous models"});
+        issues.push_back({"/guidance/resample_every",
+                          "discrete particles are only chosen between at the end: "
+                          "resampling them is for continuous models"});
 }
 
 }  // namespace
@@ -136,14 +145,19 @@ ProcessRoom uniform_room() {
     room.samplers = {"analytic", "euler"};
     room.other_samplers_refusal = "unmasks positions";
     // The absorbing process's keys that have no meaning here are refused, saying why.
-    room.keys = {SamplerKey::of("steps", {}, kDiscrete), SamplerKey::of("temperature", {}, kDiscrete),
-                 SamplerKey::of("top_k", {}, kDiscrete), SamplerKey::of("top_p", {}, kDiscrete),
-                 SamplerKey::refuse("prompt_guidance", "there is no mask to hide the fixed tokens with, so no "
-                                                       "unconditional pass; prompt guidance is for absorbing models"),
-                 SamplerKey::refuse("remask", "every token may change at every step already; remasking is for "
-                                              "absorbing models"),
-                 SamplerKey::refuse("cache", "every token may change at every step, so the network runs at every "
-                                             "step; 'cache' is for absorbing models")};
+    room.keys = {SamplerKey::of("steps", {}, kDiscrete),
+                 SamplerKey::of("temperature", {}, kDiscrete),
+                 SamplerKey::of("top_k", {}, kDiscrete),
+                 SamplerKey::of("top_p", {}, kDiscrete),
+                 SamplerKey::refuse("prompt_guidance",
+                                    "there is no mask to hide the fixed tokens with, so no "
+                                    "unconditional pass; prompt guidance is for absorbing models"),
+                 SamplerKey::refuse("remask",
+                                    "every token may change at every step already; remasking is for "
+                                    "absorbing models"),
+                 SamplerKey::refuse("cache",
+                                    "every token may change at every step, so the network runs at every "
+                                    "step; 'cache' is for absorbing models")};
     room.runs = [](const Model& model) {
         return model.family == Family::discrete && model.denoiser->uniform_noise() != nullptr;
     };

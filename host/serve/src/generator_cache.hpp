@@ -48,11 +48,8 @@ class GeneratorLoader {
 public:
     GeneratorLoader(const ServerOptions& options, plugins::Registry& registry,
                     std::vector<std::filesystem::path> model_path, Metrics& metrics)
-        : cache(options.cached_generators),
-          limits_(options.limits),
-          registry_(registry),
-          model_path_(std::move(model_path)),
-          metrics_(metrics) {}
+        : cache(options.cached_generators), limits_(options.limits), registry_(registry),
+          model_path_(std::move(model_path)), metrics_(metrics) {}
 
     // The recipe of a request, checked and loaded: every problem (the request's, the recipe's, its model's and
     // controllers') at once, with pointers into the request, as a RequestError (400). A recipe that differs from a

@@ -75,8 +75,12 @@ void JobRunner::run_one(std::unique_ptr<Generator> generator, std::vector<std::s
                     if (begin >= end) continue;  // none of its rows in this batch
                     const std::vector<std::string> own(texts.begin() + (begin - p.samples_done),
                                                        texts.begin() + (end - p.samples_done));
-                    jobs[i]->deliver("step", {{"batch", p.batch}, {"batches", p.batches}, {"step", p.step},
-                                              {"steps", p.steps}, {"t", p.t}, {"first", begin - first[i]},
+                    jobs[i]->deliver("step", {{"batch", p.batch},
+                                              {"batches", p.batches},
+                                              {"step", p.step},
+                                              {"steps", p.steps},
+                                              {"t", p.t},
+                                              {"first", begin - first[i]},
                                               {"texts", own}});
                 }
                 return true;
@@ -103,8 +107,8 @@ void JobRunner::run_one(std::unique_ptr<Generator> generator, std::vector<std::s
             jobs[i]->deliver("error", {{"error", error}});
             continue;
         }
-        jobs[i]->deliver("done", {{"run", {{"seed", seed}, {"samples", total}, {"requests", jobs.size()},
-                                           {"first", first[i]}}}});
+        jobs[i]->deliver(
+            "done", {{"run", {{"seed", seed}, {"samples", total}, {"requests", jobs.size()}, {"first", first[i]}}}});
     }
 }
 

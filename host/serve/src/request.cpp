@@ -100,8 +100,10 @@ GenerateRequest read_request(const std::string& body, const ServerOptions& optio
                     c["params"].update(value);
                 }
             const std::string pointer = "/params/" + name;
-            if (!found) issues.push_back({pointer, "the recipe has no controller named '" + name + "'"});
-            else if (!value.is_object()) issues.push_back({pointer, "expected an object of params"});
+            if (!found)
+                issues.push_back({pointer, "the recipe has no controller named '" + name + "'"});
+            else if (!value.is_object())
+                issues.push_back({pointer, "expected an object of params"});
         }
     }
     if (!issues.empty()) throw RequestError{400, "invalid request", issues};

@@ -28,7 +28,7 @@ void Scheduler::start_workers(const Run& run) {
 std::unique_ptr<Scheduler::Place> Scheduler::admit(Entry& entry) {
     std::lock_guard<std::mutex> lock(mutex_);
     const int64_t idle_workers = options_.parallel - busy_workers_;
-    entry = draining_ ? Entry::draining
+    entry = draining_                                         ? Entry::draining
             : waiting_ >= options_.queue_limit + idle_workers ? Entry::full
                                                               : Entry::admitted;
     if (entry != Entry::admitted) return nullptr;

@@ -34,16 +34,16 @@ struct Job {
         std::string name;  // "step" (streamed requests only), "sample", then "done" or "error"
         nlohmann::json data;
     };
-    std::string key;                       // requests with the same key can share a generator and a run
-    nlohmann::json recipe;                 // the request's recipe, overrides applied, and where its paths resolve
+    std::string key;        // requests with the same key can share a generator and a run
+    nlohmann::json recipe;  // the request's recipe, overrides applied, and where its paths resolve
     std::filesystem::path base_dir;
     // Built to check the request (a recipe no generator was built for before), else none: the run takes a cached
     // generator of its key or builds one. A shared run uses the first job's; the others go back to the cache, and
     // so does the generator of a job that leaves the queue before its run.
     std::unique_ptr<Generator> generator;
     int64_t samples = 1;
-    std::optional<uint64_t> seed;          // fixed by the request or its recipe
-    bool shares = false;                   // may share a run: no fixed seed, and a recipe whose runs batch well
+    std::optional<uint64_t> seed;  // fixed by the request or its recipe
+    bool shares = false;           // may share a run: no fixed seed, and a recipe whose runs batch well
     bool streams = false;
     // The request's thread has stopped listening (its client went away, or its time ran out): a run stops serving
     // it, and is cancelled once it serves nobody.
@@ -121,9 +121,9 @@ private:
     mutable std::mutex mutex_;
     std::condition_variable changed_;
     std::deque<std::shared_ptr<Job>> queue_;
-    int64_t waiting_ = 0;       // admitted, not yet in a run
-    int64_t running_ = 0;       // in a run
-    int64_t open_ = 0;          // admitted, not yet answered
+    int64_t waiting_ = 0;  // admitted, not yet in a run
+    int64_t running_ = 0;  // in a run
+    int64_t open_ = 0;     // admitted, not yet answered
     int64_t busy_workers_ = 0;
     bool draining_ = false, stopping_ = false;
     std::vector<std::thread> workers_;

@@ -51,8 +51,7 @@ struct Server::State {
           registry(options.plugin_path.empty() ? plugins::Registry::default_search_path() : options.plugin_path),
           generators(options, registry, options.model_path.empty() ? default_model_path() : options.model_path,
                      metrics),
-          scheduler(options, metrics, generators.cache),
-          runner(generators, scheduler, metrics) {}
+          scheduler(options, metrics, generators.cache), runner(generators, scheduler, metrics) {}
 
     ServerOptions options;
     plugins::Registry registry;  // scanned once, shared by every request (it locks itself)
@@ -80,10 +79,11 @@ struct Server::State {
         if (!place) {
             metrics.failed(entry == Scheduler::Entry::full ? "queue full" : "draining");
             res.set_header("Retry-After", std::to_string(options.retry_after_seconds));
-            return reply(res, 503, {{"error", entry == Scheduler::Entry::full
-                                                  ? "the queue is full (" + std::to_string(options.queue_limit) +
-                                                        " waiting); try again later"
-                                                  : std::string("the server is shutting down")}});
+            return reply(res, 503,
+                         {{"error", entry == Scheduler::Entry::full
+                                        ? "the queue is full (" + std::to_string(options.queue_limit) +
+                                              " waiting); try again later"
+                                        : std::string("the server is shutting down")}});
         }
         // Checked here, so that a request the run could not serve is answered 400 before it waits. The generator
         // built to check it (none for a recipe checked before) goes with its job to the run: it is built once.
@@ -178,12 +178,13 @@ struct Server::State {
             const std::string key = share_key(request);
             int64_t samples = 0;
             std::unique_ptr<Generator> generator = generators.load(request, key, &samples);
-            reply(res, 200, {{"valid", true},
-                             {"model", generator->model().name},
-                             {"family", family_name(generator->model().family)},
-                             {"sampler", generator->recipe().sampler.name},
-                             {"controllers", generator->recipe().controllers.size()},
-                             {"estimated_peak_bytes", generator->estimated_peak_bytes()}});
+            reply(res, 200,
+                  {{"valid", true},
+                   {"model", generator->model().name},
+                   {"family", family_name(generator->model().family)},
+                   {"sampler", generator->recipe().sampler.name},
+                   {"controllers", generator->recipe().controllers.size()},
+                   {"estimated_peak_bytes", generator->estimated_peak_bytes()}});
             // A generation of this recipe that follows finds it loaded.
             generators.cache.give_back(key, std::move(generator));
         } catch (const RequestError& e) {
@@ -210,7 +211,8 @@ struct Server::State {
                                         {"description", c.description},
                                         {"params_schema", schema}});
         }
-        for (const auto& r : registry.rejections()) j["rejected"].push_back({{"file", r.path.string()}, {"reason", r.reason}});
+        for (const auto& r : registry.rejections())
+            j["rejected"].push_back({{"file", r.path.string()}, {"reason", r.reason}});
         reply(res, 200, j);
     }
 
@@ -221,23 +223,29 @@ struct Server::State {
         http.set_keep_alive_max_count(1000);
         // A thread per connection: the requests waiting (at most the queue and one per idle worker), those in runs
         // (at most a run's samples per worker), and a few for health, metrics and refusals.
-        const size_t threads = static_cast<size_t>(options.queue_limit + options.parallel * (1 + options.batch_samples) + 4);
+        const size_t threads =
+            static_cast<size_t>(options.queue_limit + options.parallel * (1 + options.batch_samples) + 4);
         http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-        http.Post("/v1/generate", [this](const httplib::Request& req, httplib::Response& res) { handle_generate(req, res); });
-        http.Post("/v1/validate", [this](const httplib::Request& req, httplib::Response& res) { handle_validate(req, res); });
+        http.Post("/v1/generate",
+                  [this](const httplib::Request& req, httplib::Response& res) { handle_generate(req, res); });
+        http.Post("/v1/validate",
+                  [this](const httplib::Request& req, httplib::Response& res) { handle_validate(req, res); });
         http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
             json models = json::array();
             for (const auto& name : list_models(generators.model_path())) models.push_back(name);
             reply(res, 200, {{"models", models}});
         });
         http.Get("/v1/plugins", [this](const httplib::Request&, httplib::Response& res) { handle_plugins(res); });
-        http.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(playground_page(), "text/html; charset=utf-8"); });
+        http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+            res.set_content(playground_page(), "text/html; charset=utf-8");
+        });
         http.Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
             const bool draining = scheduler.draining();
             reply(res, draining ? 503 : 200, {{"status", draining ? "draining" : "ok"}});
         });
         http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-            res.set_content(prometheus::TextSerializer().Serialize(metrics.registry.Collect()), "text/plain; version=0.0.4");
+            res.set_content(prometheus::TextSerializer().Serialize(metrics.registry.Collect()),
+                            "text/plain; version=0.0.4");
         });
         http.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
             std::string what = "internal error";
@@ -252,13 +260,16 @@ struct Server::State {
         });
         http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
             if (res.body.empty())
-                res.set_content(json({{"error", "HTTP " + std::to_string(res.status) + " for " + req.method + " " + req.path}}).dump() + "\n",
-                                "application/json");
+                res.set_content(
+                    json({{"error", "HTTP " + std::to_string(res.status) + " for " + req.method + " " + req.path}})
+                            .dump() +
+                        "\n",
+                    "application/json");
         });
         // Paths outside the API are counted together: a scan of random paths must not grow the metrics.
         http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-            static const std::set<std::string> known = {"/", "/v1/generate", "/v1/validate", "/v1/models", "/v1/plugins",
-                                                        "/healthz", "/metrics"};
+            static const std::set<std::string> known = {"/",           "/v1/generate", "/v1/validate", "/v1/models",
+                                                        "/v1/plugins", "/healthz",     "/metrics"};
             metrics.answered(known.count(req.path) ? req.path : "other", res.status);
         });
     }
@@ -268,7 +279,8 @@ Server::Server(ServerOptions options) : state_(std::make_unique<State>(std::move
     if (state_->options.parallel < 1) throw std::invalid_argument("serve: parallel must be at least 1");
     if (state_->options.queue_limit < 0) throw std::invalid_argument("serve: the queue limit must be 0 or more");
     if (state_->options.batch_samples < 1) throw std::invalid_argument("serve: a run must hold at least 1 sample");
-    if (state_->options.cached_generators < 0) throw std::invalid_argument("serve: the generator cache must hold 0 or more");
+    if (state_->options.cached_generators < 0)
+        throw std::invalid_argument("serve: the generator cache must hold 0 or more");
     state_->routes();
     State* s = state_.get();
     s->scheduler.start_workers([s](std::vector<std::shared_ptr<Job>>& jobs) { s->runner.run(jobs); });

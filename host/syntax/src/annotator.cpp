@@ -47,7 +47,8 @@ std::pair<at::Tensor, at::Tensor> encode_batch(const WordTokenizer& vocabulary, 
         for (size_t t = 0; t < ids.size(); ++t) {
             w[b][static_cast<int64_t>(t)] = ids[t];
             for (int64_t k = 0; k < kWordFeatures; ++k)
-                f[b][static_cast<int64_t>(t)][k] = feats[t * static_cast<size_t>(kWordFeatures) + static_cast<size_t>(k)];
+                f[b][static_cast<int64_t>(t)][k] =
+                    feats[t * static_cast<size_t>(kWordFeatures) + static_cast<size_t>(k)];
         }
     }
     return {words, features};
@@ -77,7 +78,8 @@ std::shared_ptr<TaggerModel> TaggerModel::load(const fs::path& dir) {
 bool TaggerModel::has_upos() const { return !impl_->model.network->upos().empty(); }
 const fs::path& TaggerModel::dir() const { return impl_->model.dir; }
 
-std::vector<TokenTags> TaggerModel::tag(const std::vector<std::vector<std::string>>& sentences, int64_t batch_size) const {
+std::vector<TokenTags> TaggerModel::tag(const std::vector<std::vector<std::string>>& sentences,
+                                        int64_t batch_size) const {
     check_batch_size(batch_size);
     auto& m = impl_->model;
     std::vector<TokenTags> out;
@@ -141,7 +143,8 @@ std::vector<Tree> ParserModel::parse(const std::vector<std::vector<std::string>>
             for (int64_t i = 0; i < n; ++i)
                 for (int64_t j = i + 1; j <= n; ++j) rows.insert(rows.end(), {static_cast<int64_t>(s - begin), i, j});
         }
-        const at::Tensor spans = at::from_blob(rows.data(), {static_cast<int64_t>(rows.size() / 3), 3}, at::kLong).clone();
+        const at::Tensor spans =
+            at::from_blob(rows.data(), {static_cast<int64_t>(rows.size() / 3), 3}, at::kLong).clone();
         const at::Tensor log_probs = m.network->span_log_probs(words, features, spans);
         const auto [best_score, best_label] = log_probs.narrow(1, 1, log_probs.size(1) - 1).max(1);
         const at::Tensor empty = log_probs.select(1, 0).contiguous();

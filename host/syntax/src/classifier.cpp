@@ -101,7 +101,7 @@ std::vector<double> TextClassifier::class_log_probs(const std::string& text) {
 }
 
 void TextClassifier::guide(const void* input, int64_t batch, int64_t length, double t, const ClassifierTarget& target,
-                             float* grad, float* log_prob) {
+                           float* grad, float* log_prob) {
     nn::TextClassifierNet& net = *impl_->model.network;
     if (length > net.max_length())
         throw std::invalid_argument("the run has " + std::to_string(length) + " positions; the syntax classifier in '" +
@@ -155,7 +155,8 @@ void TextClassifier::guide(const void* input, int64_t batch, int64_t length, dou
                                             ") does not fit the run's " + std::to_string(length) + " positions");
             starts.push_back(span.start);
             lasts.push_back(span.end - 1);
-            for (int64_t c : span.classes) span_allowed[static_cast<size_t>(k * label_classes + checked_class(c, label_classes, "label"))] = 1;
+            for (int64_t c : span.classes)
+                span_allowed[static_cast<size_t>(k * label_classes + checked_class(c, label_classes, "label"))] = 1;
         }
         const at::Tensor allowed = at::from_blob(span_allowed.data(), {1, n, label_classes}, at::kByte).to(at::kBool);
         const at::Tensor logp = net.span_log_probs(h, at::tensor(starts, at::kLong), at::tensor(lasts, at::kLong));
@@ -164,7 +165,8 @@ void TextClassifier::guide(const void* input, int64_t batch, int64_t length, dou
     if (!target.classes.empty()) {
         const auto n_classes = static_cast<int64_t>(classes().size());
         std::vector<uint8_t> class_allowed(static_cast<size_t>(n_classes), 0);
-        for (int64_t c : target.classes) class_allowed[static_cast<size_t>(checked_class(c, n_classes, "attribute"))] = 1;
+        for (int64_t c : target.classes)
+            class_allowed[static_cast<size_t>(checked_class(c, n_classes, "attribute"))] = 1;
         const at::Tensor allowed = at::from_blob(class_allowed.data(), {1, n_classes}, at::kByte).to(at::kBool);
         total = total + allowed_mass(net.class_log_probs(h), allowed);
     }

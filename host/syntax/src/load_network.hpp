@@ -34,8 +34,10 @@ inline LoadedModel<Net> load_network_model(const std::filesystem::path& dir, con
     const json config = read_model_config(dir);
     const std::string found = config.value("type", json("")).is_string() ? config.value("type", "") : "";
     if (found != type)
-        throw ModelError("'" + dir.string() + "' is " + (found.empty() ? "a model without a type" : "a '" + found + "' model") +
-                         ", not " + what + " (train one with `rudder train` (or `rudder train-controller`) and \"kind\": \"" + type + "\")");
+        throw ModelError("'" + dir.string() + "' is " +
+                         (found.empty() ? "a model without a type" : "a '" + found + "' model") + ", not " + what +
+                         " (train one with `rudder train` (or `rudder train-controller`) and \"kind\": \"" + type +
+                         "\")");
     LoadedModel<Net> m;
     m.dir = dir;
     m.vocabulary = load_word_tokenizer(config, dir);

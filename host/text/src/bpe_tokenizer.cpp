@@ -30,8 +30,7 @@ using tokenizer_internal::path_of;
 using tokenizer_internal::read_file;
 
 // GPT-2's pre-split, which a ByteLevel pre-tokenizer with use_regex applies (and Hugging Face's Rust crate too).
-constexpr const char* kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 // Words longer than this are encoded without the cache: they are rare, and would crowd out the common ones.
 constexpr size_t kCachedWordBytes = 64;
@@ -157,8 +156,8 @@ void BpeTokenizer::Model::finish(const std::string& source, const std::string& m
         // Every byte must have a token, or some text would have no encoding; the files refused here would need
         // an unk or byte fallback, which Rudder does not implement.
         if (found == ids.end()) {
-            throw std::runtime_error(source + ": the vocabulary has no token for byte " + std::to_string(b) +
-                                     " (\"" + alphabet.char_of[b] + "\"); byte-level BPE needs all 256");
+            throw std::runtime_error(source + ": the vocabulary has no token for byte " + std::to_string(b) + " (\"" +
+                                     alphabet.char_of[b] + "\"); byte-level BPE needs all 256");
         }
         byte_id[b] = found->second;
     }
@@ -225,7 +224,8 @@ void BpeTokenizer::Model::encode_word(std::string_view word, std::vector<int64_t
     if (cacheable) {
         std::lock_guard<std::mutex> lock(cache_mutex);
         if (cache.size() >= kCacheEntries) cache.clear();
-        cache.emplace(std::string(word), std::vector<int64_t>(out.begin() + static_cast<std::ptrdiff_t>(first), out.end()));
+        cache.emplace(std::string(word),
+                      std::vector<int64_t>(out.begin() + static_cast<std::ptrdiff_t>(first), out.end()));
     }
 }
 
@@ -234,9 +234,9 @@ void BpeTokenizer::Model::encode_plain(std::string_view text, std::vector<int64_
     std::string normalized;
     if (nfc && std::any_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x80; })) {
         utf8proc_uint8_t* composed = nullptr;
-        const utf8proc_ssize_t n =
-            utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
-                         &composed, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+        const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                                                static_cast<utf8proc_ssize_t>(text.size()), &composed,
+                                                static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
         if (n < 0) throw std::runtime_error(std::string("NFC normalisation failed: ") + utf8proc_errmsg(n));
         normalized.assign(reinterpret_cast<const char*>(composed), static_cast<size_t>(n));
         std::free(composed);
@@ -330,10 +330,12 @@ void read_pre_tokenizer(const JsonFields& in, const json& pre, const std::string
         in.expect_member(pre, path, "invert", {false}, "false");
         const json& pattern = in.member(pre, path, "pattern");
         const std::string pattern_path = path_of(path, "pattern");
-        if (!pattern.is_object() || !pattern.contains("Regex") || !pattern["Regex"].is_string() || pattern.size() != 1) {
+        if (!pattern.is_object() || !pattern.contains("Regex") || !pattern["Regex"].is_string() ||
+            pattern.size() != 1) {
             in.unsupported(pattern_path, shown(pattern), "{\"Regex\": \"...\"}");
         }
-        model.splits.push_back(std::make_unique<Regex>(pattern["Regex"].get<std::string>(), in.source() + ": " + pattern_path));
+        model.splits.push_back(
+            std::make_unique<Regex>(pattern["Regex"].get<std::string>(), in.source() + ": " + pattern_path));
         return;
     }
     in.unsupported(path_of(path, "type"), "\"" + type + "\"", "ByteLevel, Split, and a Sequence of them");
@@ -357,7 +359,8 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::stri
     in.expect_member(bpe, "model", "end_of_word_suffix", {""}, "\"\" or null");
     std::string model_unk;
     if (bpe.contains("unk_token") && !bpe["unk_token"].is_null()) {
-        if (!bpe["unk_token"].is_string()) in.unsupported("model.unk_token", shown(bpe["unk_token"]), "a string or null");
+        if (!bpe["unk_token"].is_string())
+            in.unsupported("model.unk_token", shown(bpe["unk_token"]), "a string or null");
         model_unk = bpe["unk_token"].get<std::string>();
     }
     const json& vocab = in.member(bpe, "model", "vocab");
@@ -404,10 +407,12 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::stri
     }
 
     const json& pre = in.member(root, "", "pre_tokenizer");
-    if (pre.is_null()) in.unsupported("pre_tokenizer", "null", "ByteLevel, or a Sequence of Splits ending in ByteLevel");
+    if (pre.is_null())
+        in.unsupported("pre_tokenizer", "null", "ByteLevel, or a Sequence of Splits ending in ByteLevel");
     if (in.type_of(pre, "pre_tokenizer") == "Sequence") {
         const json& steps = in.member(pre, "pre_tokenizer", "pretokenizers");
-        if (!steps.is_array() || steps.empty()) in.unsupported("pre_tokenizer.pretokenizers", shown(steps), "a non-empty array");
+        if (!steps.is_array() || steps.empty())
+            in.unsupported("pre_tokenizer.pretokenizers", shown(steps), "a non-empty array");
         for (size_t i = 0; i < steps.size(); ++i) {
             read_pre_tokenizer(in, steps[i], "pre_tokenizer.pretokenizers[" + std::to_string(i) + "]",
                                i + 1 == steps.size(), *model);
@@ -424,7 +429,7 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::stri
     if (root.contains("post_processor") && !root["post_processor"].is_null() &&
         in.type_of(root["post_processor"], "post_processor") != "ByteLevel") {
         in.unsupported("post_processor.type", shown(root["post_processor"]["type"]),
-                    "\"ByteLevel\" or a null post-processor (no added BOS/EOS templates)");
+                       "\"ByteLevel\" or a null post-processor (no added BOS/EOS templates)");
     }
 
     // A normalized added token is matched in normalised text; without a normaliser that is the text itself.
@@ -465,7 +470,8 @@ BpeTokenizer BpeTokenizer::load_vocab_merges(const std::string& vocab_json_path,
     json added = json::array();
     for (const std::string& special : special_tokens) {
         if (!vocab.is_object() || !vocab.contains(special)) {
-            throw std::runtime_error(vocab_json_path + ": the special token \"" + special + "\" is not in the vocabulary");
+            throw std::runtime_error(vocab_json_path + ": the special token \"" + special +
+                                     "\" is not in the vocabulary");
         }
         added.push_back({{"id", vocab[special]}, {"content", special}, {"special", true}});
     }
@@ -486,9 +492,9 @@ BpeTokenizer::~BpeTokenizer() = default;
 
 std::vector<int64_t> BpeTokenizer::encode(std::string_view raw) const {
     // Added tokens first; the text between them is normalised, pre-split and merged.
-    return model_->added_tokens.encode(replace_invalid_utf8(raw), [&](std::string_view plain, std::vector<int64_t>& out) {
-        model_->encode_plain(plain, out);
-    });
+    return model_->added_tokens.encode(
+        replace_invalid_utf8(raw),
+        [&](std::string_view plain, std::vector<int64_t>& out) { model_->encode_plain(plain, out); });
 }
 
 std::string BpeTokenizer::decode(const int64_t* ids, int64_t n) const {

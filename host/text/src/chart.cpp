@@ -6,8 +6,7 @@
 namespace rudder::syntax {
 
 SpanChart::SpanChart(int64_t words)
-    : n(words),
-      label_score(static_cast<size_t>((words + 1) * (words + 1)), 0.0f),
+    : n(words), label_score(static_cast<size_t>((words + 1) * (words + 1)), 0.0f),
       label(static_cast<size_t>((words + 1) * (words + 1)), 1),
       empty_score(static_cast<size_t>((words + 1) * (words + 1)), 0.0f) {
     if (words < 1) throw std::invalid_argument("SpanChart: a sentence needs at least one word");
@@ -16,14 +15,15 @@ SpanChart::SpanChart(int64_t words)
 std::vector<LabelledSpan> decode_chart(const SpanChart& c) {
     const int64_t n = c.n;
     const auto cells = static_cast<size_t>((n + 1) * (n + 1));
-    std::vector<double> best(cells, 0.0);     // best score of a subtree over [i, j)
-    std::vector<int64_t> split(cells, -1);    // its split point
-    std::vector<char> labelled(cells, 0);     // whether [i, j) itself is a constituent in it
+    std::vector<double> best(cells, 0.0);   // best score of a subtree over [i, j)
+    std::vector<int64_t> split(cells, -1);  // its split point
+    std::vector<char> labelled(cells, 0);   // whether [i, j) itself is a constituent in it
     for (int64_t length = 1; length <= n; ++length) {
         for (int64_t i = 0; i + length <= n; ++i) {
             const int64_t j = i + length, at = c.at(i, j);
             const bool top = length == n;
-            const bool take_label = top || c.label_score[static_cast<size_t>(at)] >= c.empty_score[static_cast<size_t>(at)];
+            const bool take_label =
+                top || c.label_score[static_cast<size_t>(at)] >= c.empty_score[static_cast<size_t>(at)];
             double score = take_label ? c.label_score[static_cast<size_t>(at)] : c.empty_score[static_cast<size_t>(at)];
             labelled[static_cast<size_t>(at)] = take_label;
             if (length > 1) {

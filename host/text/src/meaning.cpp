@@ -16,13 +16,13 @@ std::vector<Field> parse(const std::string& mr) {
         if (i >= mr.size()) break;
         const size_t open = mr.find('[', i), close = open == std::string::npos ? open : mr.find(']', open);
         if (open == std::string::npos || close == std::string::npos)
-            throw std::invalid_argument("meaning representation \"" + mr + "\": expected attribute[value] at character " +
-                                        std::to_string(i + 1));
+            throw std::invalid_argument("meaning representation \"" + mr +
+                                        "\": expected attribute[value] at character " + std::to_string(i + 1));
         Field f{mr.substr(i, open - i), mr.substr(open + 1, close - open - 1)};
         while (!f.attribute.empty() && f.attribute.back() == ' ') f.attribute.pop_back();
         if (f.attribute.empty() || f.value.empty())
-            throw std::invalid_argument("meaning representation \"" + mr + "\": empty attribute or value at character " +
-                                        std::to_string(i + 1));
+            throw std::invalid_argument("meaning representation \"" + mr +
+                                        "\": empty attribute or value at character " + std::to_string(i + 1));
         out.push_back(std::move(f));
         i = close + 1;
     }

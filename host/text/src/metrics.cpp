@@ -71,7 +71,8 @@ double corpus_bleu(const std::vector<std::vector<std::string>>& hypotheses,
     double hypothesis_length = 0, reference_length = 0;
     auto counts = [](const std::vector<std::string>& words, size_t n) {
         std::map<std::vector<std::string>, int64_t> out;
-        for (size_t i = 0; i + n <= words.size(); ++i) ++out[std::vector<std::string>(words.begin() + i, words.begin() + i + n)];
+        for (size_t i = 0; i + n <= words.size(); ++i)
+            ++out[std::vector<std::string>(words.begin() + i, words.begin() + i + n)];
         return out;
     };
     for (size_t k = 0; k < hypotheses.size(); ++k) {

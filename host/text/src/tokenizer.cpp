@@ -80,7 +80,8 @@ WordTokenizer WordTokenizer::build(const std::vector<std::string>& lines, int64_
 WordTokenizer WordTokenizer::from_words(const std::vector<std::string>& words, int64_t min_count) {
     std::map<std::string, int64_t> counts;
     for (const auto& word : words) {
-        if (word.empty() || std::any_of(word.begin(), word.end(), [](char c) { return is_space_byte(static_cast<unsigned char>(c)); }))
+        if (word.empty() ||
+            std::any_of(word.begin(), word.end(), [](char c) { return is_space_byte(static_cast<unsigned char>(c)); }))
             throw std::invalid_argument("WordTokenizer::from_words: '" + word + "' is empty or holds whitespace");
         ++counts[word];
     }
@@ -101,8 +102,7 @@ WordTokenizer WordTokenizer::from_counts(const std::map<std::string, int64_t>& c
     for (auto& entry : counts) {
         if (entry.second >= min_count) kept.emplace_back(entry.first, entry.second);
     }
-    std::stable_sort(kept.begin(), kept.end(),
-                     [](const auto& a, const auto& b) { return a.second > b.second; });
+    std::stable_sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
 
     std::vector<std::string> tokens = {kPad, kUnk, kMask};
     tokens.reserve(kept.size() + 3);
@@ -129,7 +129,8 @@ WordTokenizer WordTokenizer::read(std::istream& in, const std::string& vocab_pat
         ++line_no;
         if (!line.empty() && line.back() == '\r') line.pop_back();  // tolerate CRLF files
         if (line.empty()) fail("empty line");
-        if (std::any_of(line.begin(), line.end(), [](char c) { return is_space_byte(static_cast<unsigned char>(c)); })) {
+        if (std::any_of(line.begin(), line.end(),
+                        [](char c) { return is_space_byte(static_cast<unsigned char>(c)); })) {
             fail("token '" + line + "' contains whitespace");
         }
         if (line_no <= 3 && line != specials[line_no - 1]) {
@@ -181,8 +182,8 @@ std::string WordTokenizer::decode(const int64_t* ids, int64_t n) const {
 
 const std::string& WordTokenizer::token(int64_t id) const {
     if (id < 0 || id >= vocab_size()) {
-        throw std::out_of_range("token id " + std::to_string(id) + " out of range [0, " +
-                                std::to_string(vocab_size()) + ")");
+        throw std::out_of_range("token id " + std::to_string(id) + " out of range [0, " + std::to_string(vocab_size()) +
+                                ")");
     }
     return tokens_[static_cast<size_t>(id)];
 }
@@ -210,6 +211,8 @@ std::string WithMaskToken::decode(const int64_t* ids, int64_t n) const {
     return text;
 }
 
-const std::string& WithMaskToken::token(int64_t id) const { return id == mask_id() ? mask_text_ : tokenizer_->token(id); }
+const std::string& WithMaskToken::token(int64_t id) const {
+    return id == mask_id() ? mask_text_ : tokenizer_->token(id);
+}
 
 }  // namespace rudder

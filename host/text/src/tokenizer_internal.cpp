@@ -54,8 +54,8 @@ void TokenTable::add_token(const std::string& text, int64_t id, const std::strin
     if (text.empty()) throw std::runtime_error(where + ": empty token");
     const auto found = ids.find(text);
     if (found != ids.end() && found->second != id) {
-        throw std::runtime_error(where + ": token \"" + text + "\" has id " + std::to_string(id) +
-                                 " but already id " + std::to_string(found->second));
+        throw std::runtime_error(where + ": token \"" + text + "\" has id " + std::to_string(id) + " but already id " +
+                                 std::to_string(found->second));
     }
     const auto slot = static_cast<size_t>(id);
     if (slot >= tokens.size()) tokens.resize(slot + 1);
@@ -71,7 +71,8 @@ int64_t TokenTable::special_id(const std::string& source, const std::string& nam
     if (name.empty()) return -1;
     const auto found = ids.find(name);
     if (found == ids.end()) {
-        throw std::runtime_error(source + ": the " + std::string(role) + " token \"" + name + "\" is not a token of the file");
+        throw std::runtime_error(source + ": the " + std::string(role) + " token \"" + name +
+                                 "\" is not a token of the file");
     }
     return found->second;
 }
@@ -85,8 +86,8 @@ void AddedTokenSplitter::add(const std::string& content, int64_t id) {
 
 const std::string& TokenTable::token_at(int64_t id, const char* kind) const {
     if (id < 0 || id >= static_cast<int64_t>(tokens.size()) || tokens[static_cast<size_t>(id)].empty()) {
-        throw std::out_of_range("token id " + std::to_string(id) + " is not a token of this " + kind + " vocabulary (size " +
-                                std::to_string(tokens.size()) + ")");
+        throw std::out_of_range("token id " + std::to_string(id) + " is not a token of this " + kind +
+                                " vocabulary (size " + std::to_string(tokens.size()) + ")");
     }
     return tokens[static_cast<size_t>(id)];
 }
@@ -96,10 +97,13 @@ int64_t TokenTable::id_of(const std::string& token) const {
     return found == ids.end() ? -1 : found->second;
 }
 
-std::string path_of(const std::string& parent, const std::string& key) { return parent.empty() ? key : parent + "." + key; }
+std::string path_of(const std::string& parent, const std::string& key) {
+    return parent.empty() ? key : parent + "." + key;
+}
 
 void JsonFields::unsupported(const std::string& path, const std::string& found, const std::string& supported) const {
-    throw std::runtime_error(source_ + ": " + path + " is " + found + "; Rudder's " + model_ + " supports " + supported);
+    throw std::runtime_error(source_ + ": " + path + " is " + found + "; Rudder's " + model_ + " supports " +
+                             supported);
 }
 
 void JsonFields::expect_member(const json& object, const std::string& parent, const std::string& key,

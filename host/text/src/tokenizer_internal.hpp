@@ -75,7 +75,8 @@ public:
     template <class EncodePlain>
     std::vector<int64_t> encode(std::string_view text, EncodePlain&& encode_plain) const {
         std::vector<int64_t> out;
-        split(text, [&](std::string_view plain) { encode_plain(plain, out); }, [&](int64_t id) { out.push_back(id); });
+        split(
+            text, [&](std::string_view plain) { encode_plain(plain, out); }, [&](int64_t id) { out.push_back(id); });
         return out;
     }
 
@@ -97,7 +98,8 @@ public:
     JsonFields(std::string source, std::string model) : source_(std::move(source)), model_(std::move(model)) {}
 
     const std::string& source() const { return source_; }
-    [[noreturn]] void unsupported(const std::string& path, const std::string& found, const std::string& supported) const;
+    [[noreturn]] void unsupported(const std::string& path, const std::string& found,
+                                  const std::string& supported) const;
     // A member that must be absent, null, or equal to one of `allowed`.
     void expect_member(const json& object, const std::string& parent, const std::string& key,
                        const std::vector<json>& allowed, const std::string& supported) const;

@@ -22,8 +22,7 @@ Tree Tree::node(std::string label, std::vector<Tree> children) {
 
 TreeSyntaxError::TreeSyntaxError(const std::string& source, int64_t line, int64_t column, const std::string& message)
     : std::runtime_error(source + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + message),
-      line_(line),
-      column_(column) {}
+      line_(line), column_(column) {}
 
 namespace {
 
@@ -103,14 +102,16 @@ private:
             const size_t word_at = pos_;
             std::string word = atom();
             if (t.label.empty()) fail_at(word_at, "word '" + word + "' in a node without a label");
-            if (!t.children.empty()) fail_at(word_at, "word '" + word + "' after other children of '" + t.label +
-                                                          "'; a word must be the only child of its tag");
+            if (!t.children.empty())
+                fail_at(word_at, "word '" + word + "' after other children of '" + t.label +
+                                     "'; a word must be the only child of its tag");
             t.children.push_back(Tree::leaf(std::move(word)));
             skip_space();
             if (pos_ < text_.size() && text_[pos_] != ')')
                 fail("expected ')' after the word '" + t.children.back().word + "' of '" + t.label + "'");
         }
-        if (t.children.empty()) fail_at(open, t.label.empty() ? "empty brackets '()'" : "node '" + t.label + "' has no children");
+        if (t.children.empty())
+            fail_at(open, t.label.empty() ? "empty brackets '()'" : "node '" + t.label + "' has no children");
         return t;
     }
 
@@ -249,21 +250,24 @@ Tree tree_from_spans(const std::vector<std::string>& words, const std::vector<st
                      const std::vector<Span>& spans, const std::string& root_label) {
     const auto n = static_cast<int64_t>(words.size());
     if (static_cast<int64_t>(tags.size()) != n)
-        throw std::invalid_argument("tree_from_spans: " + std::to_string(n) + " words but " + std::to_string(tags.size()) + " tags");
+        throw std::invalid_argument("tree_from_spans: " + std::to_string(n) + " words but " +
+                                    std::to_string(tags.size()) + " tags");
     if (n == 0) throw std::invalid_argument("tree_from_spans: no words");
     // Outer spans first; among equal starts, the longer one first.
     std::vector<Span> sorted = spans;
     for (const auto& s : sorted)
         if (s.start < 0 || s.end > n || s.start >= s.end || s.label.empty())
-            throw std::invalid_argument("tree_from_spans: bad span [" + std::to_string(s.start) + ", " + std::to_string(s.end) +
-                                        ") '" + s.label + "' for " + std::to_string(n) + " words");
+            throw std::invalid_argument("tree_from_spans: bad span [" + std::to_string(s.start) + ", " +
+                                        std::to_string(s.end) + ") '" + s.label + "' for " + std::to_string(n) +
+                                        " words");
     std::stable_sort(sorted.begin(), sorted.end(),
                      [](const Span& a, const Span& b) { return std::tie(a.start, b.end) < std::tie(b.start, a.end); });
     auto chain = [](const std::string& label, std::vector<Tree> children) {
         // "S+VP" -> (S (VP children...))
         std::vector<std::string> parts;
         size_t from = 0;
-        for (size_t plus; (plus = label.find('+', from)) != std::string::npos; from = plus + 1) parts.push_back(label.substr(from, plus - from));
+        for (size_t plus; (plus = label.find('+', from)) != std::string::npos; from = plus + 1)
+            parts.push_back(label.substr(from, plus - from));
         parts.push_back(label.substr(from));
         Tree t = Tree::node(parts.back(), std::move(children));
         for (size_t k = parts.size() - 1; k-- > 0;) t = Tree::node(parts[k], {std::move(t)});
@@ -287,7 +291,8 @@ Tree tree_from_spans(const std::vector<std::string>& words, const std::vector<st
                 throw std::invalid_argument("tree_from_spans: span [" + std::to_string(sorted[next].start) + ", " +
                                             std::to_string(sorted[next].end) + ") crosses another span");
             } else {
-                children.push_back(Tree::node(tags[static_cast<size_t>(at)], {Tree::leaf(words[static_cast<size_t>(at)])}));
+                children.push_back(
+                    Tree::node(tags[static_cast<size_t>(at)], {Tree::leaf(words[static_cast<size_t>(at)])}));
                 ++at;
             }
         }

@@ -142,7 +142,8 @@ std::vector<AnnotatedText> read_annotated_texts(const fs::path& file) {
         } catch (const std::exception& e) {
             throw std::runtime_error(file.string() + ":" + std::to_string(line_number) +
                                      ": expected {\"text\", \"pos\": [...], \"tree\": \"(...)\"} as `rudder annotate` "
-                                     "writes it (" + e.what() + ")");
+                                     "writes it (" +
+                                     e.what() + ")");
         }
     }
     return out;

@@ -32,11 +32,21 @@ using tokenizer_internal::read_file;
 // Rust's char::is_whitespace: the White_Space property.
 bool is_whitespace(uint32_t cp) {
     switch (cp) {
-        case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20: case 0x85: case 0xA0: case 0x1680:
-        case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
-            return true;
-        default:
-            return cp >= 0x2000 && cp <= 0x200A;
+        case 0x09:
+        case 0x0A:
+        case 0x0B:
+        case 0x0C:
+        case 0x0D:
+        case 0x20:
+        case 0x85:
+        case 0xA0:
+        case 0x1680:
+        case 0x2028:
+        case 0x2029:
+        case 0x202F:
+        case 0x205F:
+        case 0x3000: return true;
+        default: return cp >= 0x2000 && cp <= 0x200A;
     }
 }
 
@@ -52,13 +62,17 @@ bool is_control(uint32_t cp) {
 
 // ASCII punctuation (symbols such as '$' and '+' included, as BERT does) and Unicode's P* categories.
 bool is_punctuation(uint32_t cp) {
-    if ((cp >= 33 && cp <= 47) || (cp >= 58 && cp <= 64) || (cp >= 91 && cp <= 96) || (cp >= 123 && cp <= 126)) return true;
+    if ((cp >= 33 && cp <= 47) || (cp >= 58 && cp <= 64) || (cp >= 91 && cp <= 96) || (cp >= 123 && cp <= 126))
+        return true;
     switch (category(cp)) {
-        case UTF8PROC_CATEGORY_PC: case UTF8PROC_CATEGORY_PD: case UTF8PROC_CATEGORY_PS: case UTF8PROC_CATEGORY_PE:
-        case UTF8PROC_CATEGORY_PI: case UTF8PROC_CATEGORY_PF: case UTF8PROC_CATEGORY_PO:
-            return true;
-        default:
-            return false;
+        case UTF8PROC_CATEGORY_PC:
+        case UTF8PROC_CATEGORY_PD:
+        case UTF8PROC_CATEGORY_PS:
+        case UTF8PROC_CATEGORY_PE:
+        case UTF8PROC_CATEGORY_PI:
+        case UTF8PROC_CATEGORY_PF:
+        case UTF8PROC_CATEGORY_PO: return true;
+        default: return false;
     }
 }
 
@@ -93,7 +107,7 @@ std::string to_utf8(const std::u32string& chars) {
 // one rule after another.
 std::string clean_up(std::string text) {
     static const std::pair<std::string, std::string> kRules[] = {
-        {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
+        {" .", "."},   {" ?", "?"},           {" !", "!"},   {" ,", ","},     {" ' ", "'"},    {" n't", "n't"},
         {" 'm", "'m"}, {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"},
     };
     for (const auto& [from, to] : kRules) {
@@ -164,9 +178,9 @@ std::u32string WordPieceTokenizer::Model::normalize(std::string_view text) const
     if (strip_accents && !ascii) {
         const std::string utf8 = to_utf8(chars);
         utf8proc_uint8_t* decomposed = nullptr;
-        const utf8proc_ssize_t n =
-            utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(utf8.data()), static_cast<utf8proc_ssize_t>(utf8.size()),
-                         &decomposed, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_DECOMPOSE));
+        const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(utf8.data()),
+                                                static_cast<utf8proc_ssize_t>(utf8.size()), &decomposed,
+                                                static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_DECOMPOSE));
         if (n < 0) throw std::runtime_error(std::string("NFD normalisation failed: ") + utf8proc_errmsg(n));
         const std::string_view nfd(reinterpret_cast<const char*>(decomposed), static_cast<size_t>(n));
         chars.clear();
@@ -394,10 +408,16 @@ WordPieceTokenizer WordPieceTokenizer::load_vocab_txt(const std::string& vocab_t
     }
     const json root = {
         {"model",
-         {{"type", "WordPiece"}, {"vocab", vocab}, {"unk_token", "[UNK]"}, {"continuing_subword_prefix", "##"},
+         {{"type", "WordPiece"},
+          {"vocab", vocab},
+          {"unk_token", "[UNK]"},
+          {"continuing_subword_prefix", "##"},
           {"max_input_chars_per_word", 100}}},
         {"normalizer",
-         {{"type", "BertNormalizer"}, {"clean_text", true}, {"handle_chinese_chars", true}, {"strip_accents", nullptr},
+         {{"type", "BertNormalizer"},
+          {"clean_text", true},
+          {"handle_chinese_chars", true},
+          {"strip_accents", nullptr},
           {"lowercase", lowercase}}},
         {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
         {"decoder", {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}}},
@@ -413,9 +433,9 @@ WordPieceTokenizer::~WordPieceTokenizer() = default;
 
 std::vector<int64_t> WordPieceTokenizer::encode(std::string_view raw) const {
     // Added tokens first, in the raw text; the text between them is normalised, split into words and pieces.
-    return model_->added_tokens.encode(replace_invalid_utf8(raw), [&](std::string_view plain, std::vector<int64_t>& out) {
-        model_->encode_plain(plain, out);
-    });
+    return model_->added_tokens.encode(
+        replace_invalid_utf8(raw),
+        [&](std::string_view plain, std::vector<int64_t>& out) { model_->encode_plain(plain, out); });
 }
 
 std::string WordPieceTokenizer::decode(const int64_t* ids, int64_t n) const {
@@ -428,7 +448,8 @@ std::string WordPieceTokenizer::decode(const int64_t* ids, int64_t n) const {
         std::string piece;
         if (k == 0) {
             piece = text;
-        } else if (model_->wordpiece_decoder && text.compare(0, model_->decoder_prefix.size(), model_->decoder_prefix) == 0) {
+        } else if (model_->wordpiece_decoder &&
+                   text.compare(0, model_->decoder_prefix.size(), model_->decoder_prefix) == 0) {
             piece = text.substr(model_->decoder_prefix.size());
         } else {
             piece = " " + text;

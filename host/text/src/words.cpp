@@ -25,9 +25,12 @@ std::vector<std::string> code_points(const std::string& s) {
     for (size_t i = 0; i < s.size();) {
         size_t n = 1;
         const auto c = static_cast<unsigned char>(s[i]);
-        if (c >= 0xF0) n = 4;
-        else if (c >= 0xE0) n = 3;
-        else if (c >= 0xC0) n = 2;
+        if (c >= 0xF0)
+            n = 4;
+        else if (c >= 0xE0)
+            n = 3;
+        else if (c >= 0xC0)
+            n = 2;
         n = std::min(n, s.size() - i);
         out.push_back(s.substr(i, n));
         i += n;
@@ -167,11 +170,14 @@ Tree project_tree(const Segmentation& seg, const Tree& token_tree, const std::ve
     const auto n_tokens = static_cast<int64_t>(seg.tokens.size());
     // word_at_boundary[t]: the word that starts at token t (or the word count at the end), -1 inside a word.
     std::vector<int64_t> word_at_boundary(static_cast<size_t>(n_tokens) + 1, -1);
-    for (size_t w = 0; w < seg.first_token.size(); ++w) word_at_boundary[static_cast<size_t>(seg.first_token[w])] = static_cast<int64_t>(w);
+    for (size_t w = 0; w < seg.first_token.size(); ++w)
+        word_at_boundary[static_cast<size_t>(seg.first_token[w])] = static_cast<int64_t>(w);
     std::vector<Span> word_spans;
     for (const auto& s : chain_spans(token_tree)) {
-        if (s.end > n_tokens) throw std::invalid_argument("project_tree: the tree has more tokens than the segmentation");
-        const int64_t start = word_at_boundary[static_cast<size_t>(s.start)], end = word_at_boundary[static_cast<size_t>(s.end)];
+        if (s.end > n_tokens)
+            throw std::invalid_argument("project_tree: the tree has more tokens than the segmentation");
+        const int64_t start = word_at_boundary[static_cast<size_t>(s.start)],
+                      end = word_at_boundary[static_cast<size_t>(s.end)];
         if (start >= 0 && end >= 0) word_spans.push_back({start, end, s.label});
     }
     return tree_from_spans(seg.words, word_tags, word_spans);
@@ -191,9 +197,12 @@ std::string unescape_ptb(const std::string& word) {
 std::string word_key(const std::string& word) {
     std::string key = unescape_ptb(word);
     for (char& c : key) {
-        if (ascii_digit(c)) c = '0';
-        else if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v') c = '_';
-        else c = lower(c);
+        if (ascii_digit(c))
+            c = '0';
+        else if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v')
+            c = '_';
+        else
+            c = lower(c);
     }
     return key;
 }
@@ -223,8 +232,10 @@ std::array<int64_t, kWordFeatures> word_features(const std::string& word, int64_
         std::string cls = cp;
         if (cp.size() == 1) {
             const char c = cp[0];
-            if (ascii_digit(c)) cls = "d";
-            else if (ascii_letter(c)) cls = (c >= 'A' && c <= 'Z') ? "X" : "x";
+            if (ascii_digit(c))
+                cls = "d";
+            else if (ascii_letter(c))
+                cls = (c >= 'A' && c <= 'Z') ? "X" : "x";
         } else if (cp.size() == 2 && static_cast<unsigned char>(cp[0]) == 0xC3) {
             cls = "x";  // Latin-1 letters (é, ü, ...): letters in names
         }

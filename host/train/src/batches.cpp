@@ -19,14 +19,14 @@ uint64_t splitmix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-
 // The order of the examples in one epoch: a Fisher-Yates shuffle written out, so it is the same with any
 // standard library.
 std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch) {
     std::vector<int64_t> order(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
     std::mt19937_64 rng(derived_seed(seed, Stream::epoch_order, static_cast<uint64_t>(epoch)));
-    for (int64_t i = n - 1; i > 0; --i) std::swap(order[static_cast<size_t>(i)], order[rng() % static_cast<uint64_t>(i + 1)]);
+    for (int64_t i = n - 1; i > 0; --i)
+        std::swap(order[static_cast<size_t>(i)], order[rng() % static_cast<uint64_t>(i + 1)]);
     return order;
 }
 
@@ -115,8 +115,10 @@ std::vector<int64_t> some_fields(const Example& e, std::mt19937_64& rng) {
     for (size_t f = 0; f < fields; ++f) {
         if (!keep[f]) continue;
         if (!condition.empty())  // the separator: the tokens between the first field and the second
-            condition.insert(condition.end(), e.condition.begin() + e.field_spans[1], e.condition.begin() + e.field_spans[2]);
-        condition.insert(condition.end(), e.condition.begin() + e.field_spans[2 * f], e.condition.begin() + e.field_spans[2 * f + 1]);
+            condition.insert(condition.end(), e.condition.begin() + e.field_spans[1],
+                             e.condition.begin() + e.field_spans[2]);
+        condition.insert(condition.end(), e.condition.begin() + e.field_spans[2 * f],
+                         e.condition.begin() + e.field_spans[2 * f + 1]);
     }
     return condition;
 }
@@ -169,8 +171,8 @@ std::vector<int64_t> EpochOrder::rows(int64_t step, int64_t batch_size) {
     return rows;
 }
 
-nn::TrainingBatch make_batch(const TrainConfig& c, const std::vector<Example>& examples, const std::vector<int64_t>& rows,
-                             int64_t pad, std::optional<uint64_t> fields_seed) {
+nn::TrainingBatch make_batch(const TrainConfig& c, const std::vector<Example>& examples,
+                             const std::vector<int64_t>& rows, int64_t pad, std::optional<uint64_t> fields_seed) {
     if (is_controller_kind(c.kind)) return make_classifier_batch(examples, rows, c.max_length, pad);
     if (is_syntax_kind(c.kind)) return make_syntax_batch(examples, rows, c.kind);
     std::optional<std::mt19937_64> fields_rng;

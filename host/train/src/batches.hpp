@@ -39,7 +39,8 @@ private:
 // their features and targets; a classifier's text padded to max_length with its tags and spans, or its class.
 // With `fields_seed` and training.field_dropout, a denoiser's rows drop some of their conditions' fields, drawn from
 // that seed (a training step's; dev batches keep whole conditions, so dev losses compare across stages).
-nn::TrainingBatch make_batch(const TrainConfig& c, const std::vector<Example>& examples, const std::vector<int64_t>& rows,
-                             int64_t pad, std::optional<uint64_t> fields_seed = std::nullopt);
+nn::TrainingBatch make_batch(const TrainConfig& c, const std::vector<Example>& examples,
+                             const std::vector<int64_t>& rows, int64_t pad,
+                             std::optional<uint64_t> fields_seed = std::nullopt);
 
 }  // namespace rudder::train

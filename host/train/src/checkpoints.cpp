@@ -31,9 +31,11 @@ std::string state_key(const at::Tensor& p) { return c10::guts::to_string(p.unsaf
 json with_folders_as_now(json stored, const json& now) {
     for (const char* pointer : TrainConfig::kIdentityFolders) {
         const json::json_pointer at(pointer);
-        if (!stored.contains(at) || !now.contains(at) || !stored.at(at).is_string() || !now.at(at).is_string()) continue;
+        if (!stored.contains(at) || !now.contains(at) || !stored.at(at).is_string() || !now.at(at).is_string())
+            continue;
         std::error_code ec;
-        if (fs::equivalent(stored.at(at).get<std::string>(), now.at(at).get<std::string>(), ec)) stored.at(at) = now.at(at);
+        if (fs::equivalent(stored.at(at).get<std::string>(), now.at(at).get<std::string>(), ec))
+            stored.at(at) = now.at(at);
     }
     return stored;
 }
@@ -74,7 +76,8 @@ std::optional<json> find_checkpoint(const TrainConfig& c, bool overwrite) {
     std::error_code ec;
     if (!fs::exists(state_file, ec)) {
         if (fs::exists(c.out / "config.json", ec) && !overwrite)
-            throw ModelError("'" + c.out.string() + "' already holds a trained model; choose another \"out\" or "
+            throw ModelError("'" + c.out.string() +
+                             "' already holds a trained model; choose another \"out\" or "
                              "pass --overwrite to train it again");
         return std::nullopt;
     }
@@ -90,7 +93,8 @@ std::optional<json> find_checkpoint(const TrainConfig& c, bool overwrite) {
             const json::json_pointer path(op.value("path", ""));
             const json before = stored.contains(path) ? stored.at(path) : json("(absent)");
             const json now = identity.contains(path) ? identity.at(path) : json("(absent)");
-            what += "\n  " + path.to_string() + ": " + before.dump() + " in the checkpoint, " + now.dump() + " in the config";
+            what += "\n  " + path.to_string() + ": " + before.dump() + " in the checkpoint, " + now.dump() +
+                    " in the config";
             if (what.size() > 2000) break;
         }
         throw ModelError("the checkpoint in '" + dir.string() + "' was written with another config:" + what +
@@ -106,7 +110,8 @@ void write_checkpoint(const TrainConfig& c, const TrainingState& state, const Pr
     fs::create_directories(dir, ec);
     if (ec) throw ModelError("cannot create '" + dir.string() + "': " + ec.message());
     std::vector<std::pair<std::string, at::Tensor>> tensors;
-    for (const auto& [name, tensor] : nn::module_tensors(state.network)) tensors.emplace_back("network." + name, tensor);
+    for (const auto& [name, tensor] : nn::module_tensors(state.network))
+        tensors.emplace_back("network." + name, tensor);
     for (const auto& [name, p] : state.parameters) {
         auto it = state.optimizer.state().find(state_key(p));
         if (it == state.optimizer.state().end()) continue;  // a parameter that never had a gradient
@@ -125,12 +130,9 @@ void write_checkpoint(const TrainConfig& c, const TrainingState& state, const Pr
     const fs::path state_file = dir / "state.json";
     std::string previous;
     if (fs::exists(state_file, ec)) previous = checkpoint_weights_name(read_json_file(state_file));
-    const json record = {{"step", progress.step},
-                         {"data_position", progress.step * c.batch_size},
-                         {"examples", examples},
-                         {"seconds", progress.seconds},
-                         {"weights", name},
-                         {"data_fingerprint", fingerprint},
+    const json record = {{"step", progress.step},   {"data_position", progress.step * c.batch_size},
+                         {"examples", examples},    {"seconds", progress.seconds},
+                         {"weights", name},         {"data_fingerprint", fingerprint},
                          {"identity", c.identity()}};
     write_atomically(dir / "vocab.txt", vocab_text(tokenizer));
     write_atomically(state_file, record.dump(2) + "\n");
@@ -164,7 +166,8 @@ Progress resume_checkpoint(const TrainConfig& c, const json& checkpoint, const T
         if (!exp_avg && !exp_avg_sq && !step) continue;
         if (!exp_avg || !exp_avg_sq || !step || exp_avg->sizes() != p.sizes() || exp_avg_sq->sizes() != p.sizes() ||
             step->numel() != 1 || step->scalar_type() != at::kLong)
-            throw SafeTensorsError("'" + weights.string() + "': incomplete or misshapen optimizer state for '" + name + "'");
+            throw SafeTensorsError("'" + weights.string() + "': incomplete or misshapen optimizer state for '" + name +
+                                   "'");
         auto s = std::make_unique<torch::optim::AdamWParamState>();
         s->step(step->item<int64_t>());
         s->exp_avg(exp_avg->clone());
@@ -189,7 +192,8 @@ void start_train_log(const TrainConfig& c, std::optional<int64_t> resumed_step) 
     if (resumed_step && fs::exists(log_file, ec)) {
         for (const auto& line : read_lines(log_file)) {
             try {
-                if (!line.empty() && json_input::parse(line).value("step", int64_t{0}) <= *resumed_step) kept += line + "\n";
+                if (!line.empty() && json_input::parse(line).value("step", int64_t{0}) <= *resumed_step)
+                    kept += line + "\n";
             } catch (const std::exception&) {
                 // A line cut short by a crash: dropped.
             }

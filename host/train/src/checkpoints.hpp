@@ -68,7 +68,7 @@ void write_model_files(const std::filesystem::path& dir, const TrainConfig& c, c
                        const Tokenizer& tokenizer, int64_t step, const nlohmann::json& training);
 
 // write_model_files to c.out, then removes the checkpoint: the run's end.
-void write_model(const TrainConfig& c, const nn::TrainableNetwork& network, const Tokenizer& tokenizer,
-                 int64_t step, const nlohmann::json& training);
+void write_model(const TrainConfig& c, const nn::TrainableNetwork& network, const Tokenizer& tokenizer, int64_t step,
+                 const nlohmann::json& training);
 
 }  // namespace rudder::train

@@ -43,7 +43,8 @@ void check_data_file(ObjectReader& r, const std::string& key, const fs::path& fi
     if (is_controller_kind(kind)) {
         const std::string name = file.filename().string();
         if (name.find(".jsonl") == std::string::npos)
-            r.issue(key, "the " + kind + " trains on text annotated by `rudder annotate` (JSON Lines, .jsonl or .jsonl.gz); got '" +
+            r.issue(key, "the " + kind +
+                             " trains on text annotated by `rudder annotate` (JSON Lines, .jsonl or .jsonl.gz); got '" +
                              name + "'");
         return;
     }
@@ -54,14 +55,18 @@ void check_data_file(ObjectReader& r, const std::string& key, const fs::path& fi
             r.issue(key, "the parser trains on constituency trees (.ptb, .mrg, .tree, .trees, optionally .gz); got '" +
                              file.filename().string() + "'");
     } catch (const std::invalid_argument&) {
-        r.issue(key, "the " + kind + " trains on a treebank: .conllu (CoNLL-U) or .ptb, .mrg, .tree, .trees (bracketed "
-                     "trees), optionally .gz; got '" + file.filename().string() + "'");
+        r.issue(key, "the " + kind +
+                         " trains on a treebank: .conllu (CoNLL-U) or .ptb, .mrg, .tree, .trees (bracketed "
+                         "trees), optionally .gz; got '" +
+                         file.filename().string() + "'");
     }
 }
 
 }  // namespace
 
-bool is_controller_kind(const std::string& kind) { return kind == "syntax_classifier" || kind == "attribute_classifier"; }
+bool is_controller_kind(const std::string& kind) {
+    return kind == "syntax_classifier" || kind == "attribute_classifier";
+}
 
 json TrainConfig::identity() const {
     json id = {{"kind", kind},
@@ -123,14 +128,16 @@ TrainConfig parse_train_config(const json& j, const fs::path& base_dir, const st
         c.denoiser = resolve(base_dir, root.text("denoiser", json_input::kRequired).value_or(""));
         std::error_code ec;
         if (!fs::is_regular_file(c.denoiser / "config.json", ec) || !fs::is_regular_file(c.denoiser / "vocab.txt", ec))
-            root.issue("denoiser", "'" + c.denoiser.string() + "' is not a trained denoiser directory (config.json, vocab.txt)");
+            root.issue("denoiser",
+                       "'" + c.denoiser.string() + "' is not a trained denoiser directory (config.json, vocab.txt)");
         c.vocab_file = c.denoiser / "vocab.txt";
     } else if (root.has("denoiser")) {
-        root.issue("denoiser", "applies to the controller kinds (syntax_classifier, attribute_classifier); the " + c.kind +
-                                   " has none");
+        root.issue("denoiser", "applies to the controller kinds (syntax_classifier, attribute_classifier); the " +
+                                   c.kind + " has none");
     }
     if (tokenizer.has("vocab") && tokenizer.has("min_count"))
-        tokenizer.issue("min_count", "applies only when the vocabulary is built; give \"vocab\" or \"min_count\", not both");
+        tokenizer.issue("min_count",
+                        "applies only when the vocabulary is built; give \"vocab\" or \"min_count\", not both");
     tokenizer.reject_unknown_keys();
 
     c.max_length = root.integer("max_length", 1, 4096).value_or(64);
@@ -157,16 +164,19 @@ TrainConfig parse_train_config(const json& j, const fs::path& base_dir, const st
     if (const std::string init = training.text("init_from").value_or(""); !init.empty()) {
         c.init_from = resolve(base_dir, init);
         std::error_code ec;
-        if (!fs::is_regular_file(c.init_from / "config.json", ec) || !fs::is_regular_file(c.init_from / "model.safetensors", ec))
-            training.issue("init_from", "'" + c.init_from.string() + "' is not a trained model directory (config.json and "
-                                        "model.safetensors)");
+        if (!fs::is_regular_file(c.init_from / "config.json", ec) ||
+            !fs::is_regular_file(c.init_from / "model.safetensors", ec))
+            training.issue("init_from", "'" + c.init_from.string() +
+                                            "' is not a trained model directory (config.json and "
+                                            "model.safetensors)");
         else if (c.vocab_file.empty() && fs::is_regular_file(c.init_from / "vocab.txt", ec))
             c.vocab_file = c.init_from / "vocab.txt";
         if (tokenizer.has("min_count") && !tokenizer.has("vocab"))
             tokenizer.issue("min_count", "the vocabulary comes from training.init_from; leave min_count out");
     }
     if (!denoiser && c.condition_dropout > 0)
-        training.issue("condition_dropout", "applies to the denoiser kinds; the " + c.kind + " is unconditional (use 0)");
+        training.issue("condition_dropout",
+                       "applies to the denoiser kinds; the " + c.kind + " is unconditional (use 0)");
     if (!denoiser && c.field_dropout > 0)
         training.issue("field_dropout", "applies to the denoiser kinds; the " + c.kind + " is unconditional (use 0)");
     if (training.has("warmup") && training.has("steps") && c.warmup > c.steps)
@@ -189,8 +199,8 @@ TrainConfig parse_train_config(const json& j, const fs::path& base_dir, const st
         if (length.is_number_integer()) c.max_length = length.get<int64_t>();
         if (denoiser) {
             fill_in("family", c.kind, true, "the kind");
-            const json cond_length = fill_in("max_condition_length", c.max_condition_length, root.has("max_condition_length"),
-                                             "the top-level max_condition_length");
+            const json cond_length = fill_in("max_condition_length", c.max_condition_length,
+                                             root.has("max_condition_length"), "the top-level max_condition_length");
             if (cond_length.is_number_integer()) c.max_condition_length = cond_length.get<int64_t>();
             const json dropout = fill_in("condition_dropout", c.condition_dropout, training.has("condition_dropout"),
                                          "training.condition_dropout");

@@ -102,8 +102,7 @@ Dataset encode_annotations(const fs::path& file, const Tokenizer& tokenizer, Tre
     Dataset data;
     for (const auto& a : syntax::read_annotated_texts(file)) {
         const std::string where = file.string() + ":" + std::to_string(a.line);
-        if (a.tree.empty())
-            throw std::runtime_error(where + ": no tree (annotate with the parser, not --tags-only)");
+        if (a.tree.empty()) throw std::runtime_error(where + ": no tree (annotate with the parser, not --tags-only)");
         Example e;
         if (!encode_text(tokenizer, a.text, max_length, e, data)) continue;
         if (a.pos.size() != e.tokens.size()) {
@@ -152,7 +151,8 @@ Dataset encode_attribute(const std::vector<E2ERecord>& records, const Tokenizer&
 // Where each field of a meaning representation lies in its encoding: (start, end) pairs, in order. Throws
 // std::runtime_error for a representation that is not fields, or a field the tokenizer encodes differently on its own
 // (field dropout would then train on conditions a controller cannot write).
-std::vector<int64_t> field_spans(const Tokenizer& tokenizer, const std::string& mr, const std::vector<int64_t>& condition) {
+std::vector<int64_t> field_spans(const Tokenizer& tokenizer, const std::string& mr,
+                                 const std::vector<int64_t>& condition) {
     std::vector<meaning::Field> fields;
     try {
         fields = meaning::parse(mr);
@@ -238,7 +238,8 @@ void load_treebanks(const TrainConfig& c, TrainingData& d) {
     d.network_config = c.network;
     std::vector<ConfigIssue> issues;
     for (const char* key : {"tags", "upos", "labels"})
-        if (d.network_config.contains(key)) issues.push_back({std::string("/network/") + key, "filled in from the training data; leave it out"});
+        if (d.network_config.contains(key))
+            issues.push_back({std::string("/network/") + key, "filled in from the training data; leave it out"});
     if (!issues.empty()) throw ConfigError(c.source, std::move(issues));
     if (c.kind == "tagger") {
         d.network_config["tags"] = labels.tags.names;
@@ -257,14 +258,17 @@ void load_annotations(const TrainConfig& c, TrainingData& d) {
     d.tokenizer = std::make_shared<WordTokenizer>(WordTokenizer::load(c.vocab_file.string()));
     // The family and the noise are the denoiser's: the classifier must see what the sampler will hand it.
     const json denoiser = read_json_file(c.denoiser / "config.json");
-    if (denoiser.value("type", "") != "transformer" || !denoiser.contains("network") || !denoiser.at("network").is_object())
-        throw ModelError("'" + c.denoiser.string() + "' is not a trained denoiser (config.json \"type\": \"transformer\")");
+    if (denoiser.value("type", "") != "transformer" || !denoiser.contains("network") ||
+        !denoiser.at("network").is_object())
+        throw ModelError("'" + c.denoiser.string() +
+                         "' is not a trained denoiser (config.json \"type\": \"transformer\")");
     d.network_config = c.network;
     std::vector<ConfigIssue> issues;
-    for (const char* key : {"family", "vocab_size", "embed_dim", "schedule", "mask_schedule", "objective", "graph", "uniform_schedule",
-                            "tags", "labels", "classes"}) {
+    for (const char* key : {"family", "vocab_size", "embed_dim", "schedule", "mask_schedule", "objective", "graph",
+                            "uniform_schedule", "tags", "labels", "classes"}) {
         if (d.network_config.contains(key)) {
-            issues.push_back({std::string("/network/") + key, "filled in from the denoiser and the data; leave it out"});
+            issues.push_back(
+                {std::string("/network/") + key, "filled in from the denoiser and the data; leave it out"});
             continue;
         }
         if (denoiser.at("network").contains(key)) d.network_config[key] = denoiser.at("network").at(key);
@@ -302,7 +306,8 @@ void load_e2e(const TrainConfig& c, TrainingData& d) {
         d.tokenizer = std::make_shared<WordTokenizer>(WordTokenizer::build(lines, c.min_count));
     }
     d.train = encode_records(records, *d.tokenizer, c, is_denoiser_kind(c.kind));
-    if (!c.dev_file.empty()) d.dev = encode_records(read_e2e_csv(c.dev_file), *d.tokenizer, c, is_denoiser_kind(c.kind));
+    if (!c.dev_file.empty())
+        d.dev = encode_records(read_e2e_csv(c.dev_file), *d.tokenizer, c, is_denoiser_kind(c.kind));
 }
 
 }  // namespace
@@ -319,15 +324,18 @@ TrainingData load_training_data(const TrainConfig& c, const std::function<void(c
     }
     const std::string unit = syntax ? "sentence" : "text";
     if (d.train.dropped_misaligned > 0)
-        say("dropped " + std::to_string(d.train.dropped_misaligned) + " annotated texts whose words are not the denoiser's tokens");
+        say("dropped " + std::to_string(d.train.dropped_misaligned) +
+            " annotated texts whose words are not the denoiser's tokens");
     if (d.train.examples.empty())
-        throw std::runtime_error("'" + c.train_file.string() + "': no training " + unit + " is left after dropping the " +
-                                 std::to_string(d.train.dropped_too_long) + " longer than max_length " +
-                                 std::to_string(c.max_length));
+        throw std::runtime_error("'" + c.train_file.string() + "': no training " + unit +
+                                 " is left after dropping the " + std::to_string(d.train.dropped_too_long) +
+                                 " longer than max_length " + std::to_string(c.max_length));
     d.fingerprint = fingerprint(*d.tokenizer, d.train.examples);
     if (!c.dev_file.empty()) {
-        if (static_cast<int64_t>(d.dev.examples.size()) > c.dev_max_texts) d.dev.examples.resize(static_cast<size_t>(c.dev_max_texts));
-        if (d.dev.examples.empty()) throw std::runtime_error("'" + c.dev_file.string() + "': no dev " + unit + " fits max_length");
+        if (static_cast<int64_t>(d.dev.examples.size()) > c.dev_max_texts)
+            d.dev.examples.resize(static_cast<size_t>(c.dev_max_texts));
+        if (d.dev.examples.empty())
+            throw std::runtime_error("'" + c.dev_file.string() + "': no dev " + unit + " fits max_length");
     }
     return d;
 }

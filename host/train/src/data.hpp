@@ -18,9 +18,9 @@ namespace rudder::train {
 
 struct Example {
     std::vector<int64_t> tokens;
-    std::vector<int64_t> condition;  // denoisers only
+    std::vector<int64_t> condition;    // denoisers only
     std::vector<int64_t> field_spans;  // denoisers with field_dropout: (start, end) in `condition` of each field
-    std::vector<int64_t> features;   // tagger, parser: syntax::kWordFeatures per token
+    std::vector<int64_t> features;     // tagger, parser: syntax::kWordFeatures per token
     // tagger: (PTB tag, universal tag) per token, -1 = unknown; parser: (start, end, label) per constituent
     std::vector<int64_t> targets;
     std::vector<int64_t> tags;  // syntax classifier: tag + 1 per token
@@ -32,7 +32,7 @@ struct Dataset {
     int64_t dropped_too_long = 0;
     int64_t dropped_condition = 0;
     int64_t dropped_empty = 0;
-    int64_t unknown_labels = 0;  // dev only: gold tags or constituents the training data never had
+    int64_t unknown_labels = 0;      // dev only: gold tags or constituents the training data never had
     int64_t dropped_misaligned = 0;  // annotations whose words are not the tokenizer's tokens
     int64_t dropped_unlabelled = 0;  // attribute classifier: texts whose meaning representation maps to no class
 };

@@ -12,8 +12,8 @@ namespace rudder::train {
 using json = nlohmann::json;
 
 const std::vector<std::string>& network_kinds() {
-    static const std::vector<std::string> kinds = {"teacher", "continuous", "discrete", "tagger", "parser",
-                                                      "syntax_classifier", "attribute_classifier"};
+    static const std::vector<std::string> kinds = {
+        "teacher", "continuous", "discrete", "tagger", "parser", "syntax_classifier", "attribute_classifier"};
     return kinds;
 }
 
@@ -27,9 +27,11 @@ std::shared_ptr<nn::TrainableNetwork> make_network(const std::string& kind, cons
     if (kind == "discrete") return std::make_shared<nn::DiscreteDenoiserNet>(network_config, tokenizer);
     if (kind == "tagger") return std::make_shared<nn::TaggerNet>(network_config, tokenizer);
     if (kind == "parser") return std::make_shared<nn::ParserNet>(network_config, tokenizer);
-    if (kind == "syntax_classifier" || kind == "attribute_classifier") return std::make_shared<nn::TextClassifierNet>(network_config, tokenizer);
-    throw std::invalid_argument("unknown network kind '" + kind +
-                                "' (known: teacher, continuous, discrete, tagger, parser, syntax_classifier, attribute_classifier)");
+    if (kind == "syntax_classifier" || kind == "attribute_classifier")
+        return std::make_shared<nn::TextClassifierNet>(network_config, tokenizer);
+    throw std::invalid_argument(
+        "unknown network kind '" + kind +
+        "' (known: teacher, continuous, discrete, tagger, parser, syntax_classifier, attribute_classifier)");
 }
 
 }  // namespace rudder::train

@@ -65,7 +65,8 @@ private:
 // Linear warmup to lr, then a cosine decay to lr / 10 at the last step.
 double learning_rate(const TrainConfig& c, int64_t step) {
     if (step <= c.warmup) return c.lr * static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, c.warmup));
-    const double progress = static_cast<double>(step - c.warmup) / static_cast<double>(std::max<int64_t>(1, c.steps - c.warmup));
+    const double progress =
+        static_cast<double>(step - c.warmup) / static_cast<double>(std::max<int64_t>(1, c.steps - c.warmup));
     return c.lr * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(kPi * std::min(1.0, progress))));
 }
 
@@ -86,9 +87,11 @@ std::string duration_text(double seconds) {
     const auto s = static_cast<int64_t>(std::max(0.0, seconds) + 0.5);
     char text[32];
     if (s >= 3600)
-        std::snprintf(text, sizeof text, "%lldh%02lldm", static_cast<long long>(s / 3600), static_cast<long long>(s % 3600 / 60));
+        std::snprintf(text, sizeof text, "%lldh%02lldm", static_cast<long long>(s / 3600),
+                      static_cast<long long>(s % 3600 / 60));
     else
-        std::snprintf(text, sizeof text, "%lldm%02llds", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+        std::snprintf(text, sizeof text, "%lldm%02llds", static_cast<long long>(s / 60),
+                      static_cast<long long>(s % 60));
     return text;
 }
 
@@ -121,8 +124,8 @@ private:
     std::vector<std::pair<std::string, at::Tensor>> parameters_;  // named, in a fixed order
     std::vector<at::Tensor> averages_;  // training.ema: each parameter's moving average, in parameters_' order
     int64_t start_step_ = 0;
-    double seconds_before_ = 0.0;  // training time of earlier runs (from the checkpoint)
-    int64_t init_steps_ = 0;       // steps behind the training.init_from weights, earlier stages included
+    double seconds_before_ = 0.0;    // training time of earlier runs (from the checkpoint)
+    int64_t init_steps_ = 0;         // steps behind the training.init_from weights, earlier stages included
     int64_t grown_from_layers_ = 0;  // the init_from model's layers when this network has more, else 0
     std::string from_objective_;     // the init_from model's objective when it is not this network's, else ""
     double run_seconds_ = 0.0;
@@ -141,9 +144,11 @@ void Trainer::copy_denoiser_embedding() {
     if (classifier == nullptr || classifier->family() != Family::continuous) return;
     const json denoiser = read_json_file(c_.denoiser / "config.json");
     const fs::path weights = model_file(c_.denoiser, denoiser.value("weights", "model.safetensors"));
-    const SafeTensors saved = load_safetensors(weights, [](const SafeTensorsEntry& e) { return e.name == "embedding"; });
+    const SafeTensors saved =
+        load_safetensors(weights, [](const SafeTensorsEntry& e) { return e.name == "embedding"; });
     const at::Tensor* table = saved.find("embedding");
-    if (table == nullptr) throw ModelError("'" + weights.string() + "' has no tensor 'embedding' (not a continuous denoiser)");
+    if (table == nullptr)
+        throw ModelError("'" + weights.string() + "' has no tensor 'embedding' (not a continuous denoiser)");
     // A CDCD denoiser diffuses its table's rows normalised: the classifier must see the same.
     const bool cdcd = denoiser.contains("network") && denoiser.at("network").value("objective", "") == "cdcd";
     classifier->set_noise_embedding(cdcd ? nn::cdcd_embedding(*table) : *table);
@@ -219,8 +224,9 @@ void Trainer::start_from_model(bool load_weights) {
         auto* continuous = dynamic_cast<nn::ContinuousDenoiserNet*>(network_.get());
         if (continuous == nullptr) throw std::logic_error("a continuous kind without a continuous denoiser network");
         continuous->start_from_diffusion_lm(tensors, weights);
-        say(from + ", trained with the diffusion_lm objective: the cdcd head starts as its rounding of x0, "
-                   "self-conditioning at zero");
+        say(from +
+            ", trained with the diffusion_lm objective: the cdcd head starts as its rounding of x0, "
+            "self-conditioning at zero");
         return;
     }
     if (!grows) {
@@ -297,11 +303,13 @@ double Trainer::dev_loss() {
         for (int64_t i = start; i < std::min(n, start + c_.batch_size); ++i) rows.push_back(i);
         const nn::TrainingBatch batch = make_batch(c_, data_.dev.examples, rows, data_.tokenizer->pad_id());
         // The same noise at every evaluation, so dev losses are comparable across steps.
-        at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(derived_seed(c_.seed, Stream::dev, static_cast<uint64_t>(index)));
+        at::Generator gen =
+            at::make_generator<at::CPUGeneratorImpl>(derived_seed(c_.seed, Stream::dev, static_cast<uint64_t>(index)));
         sum += network_->loss(batch, gen).item<double>() * static_cast<double>(rows.size());
         rows_done += static_cast<int64_t>(rows.size());
         if (attribute) {
-            at::Generator same = at::make_generator<at::CPUGeneratorImpl>(derived_seed(c_.seed, Stream::dev, static_cast<uint64_t>(index)));
+            at::Generator same = at::make_generator<at::CPUGeneratorImpl>(
+                derived_seed(c_.seed, Stream::dev, static_cast<uint64_t>(index)));
             correct += classifier->predict_classes(batch.tokens, same).eq(batch.classes).sum().item<int64_t>();
         }
     }
@@ -315,7 +323,8 @@ void Trainer::log_step(int64_t step, double loss, std::optional<double> dev, dou
     char dev_text[32] = "";
     if (dev) std::snprintf(dev_text, sizeof dev_text, "  dev %.4f", *dev);
     if (dev && last_dev_accuracy_)
-        std::snprintf(dev_text + std::strlen(dev_text), sizeof dev_text - std::strlen(dev_text), " (accuracy %.3f)", *last_dev_accuracy_);
+        std::snprintf(dev_text + std::strlen(dev_text), sizeof dev_text - std::strlen(dev_text), " (accuracy %.3f)",
+                      *last_dev_accuracy_);
     char line[256];
     std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f%s  lr %.2e  %.2f steps/s  ETA %s",
                   static_cast<long long>(step), static_cast<long long>(c_.steps), loss, dev_text, lr, rate,
@@ -338,8 +347,9 @@ TrainResult Trainer::run() {
     // process make a step 14 times slower (docs/design.md, "Compute threads").
     ComputeShare share(static_cast<int>(c_.threads));
     if (o_.snapshot_raw_weights && (o_.snapshot.empty() || c_.ema <= 0))
-        throw ConfigError(c_.source, {{"/training/ema", "raw weights are for a snapshot (--snapshot) of a run that keeps a "
-                                                        "moving average (training.ema); its model holds the weights themselves"}});
+        throw ConfigError(c_.source, {{"/training/ema",
+                                       "raw weights are for a snapshot (--snapshot) of a run that keeps a "
+                                       "moving average (training.ema); its model holds the weights themselves"}});
     prepare_out_dir();
     const std::optional<json> checkpoint = find_checkpoint(c_, o_.overwrite);
     data_ = load_training_data(c_, [&](const std::string& line) { say(line); });
@@ -371,10 +381,12 @@ TrainResult Trainer::run() {
         std::ostringstream line;
         const char* unit = is_syntax_kind(c_.kind) ? " sentences" : " texts";
         line << "training " << c_.kind << ": " << result.texts << unit;
-        if (data_.train.dropped_too_long) line << ", " << data_.train.dropped_too_long << " dropped (longer than max_length " << c_.max_length << ")";
+        if (data_.train.dropped_too_long)
+            line << ", " << data_.train.dropped_too_long << " dropped (longer than max_length " << c_.max_length << ")";
         if (data_.train.dropped_condition)
-            line << ", " << data_.train.dropped_condition << " dropped (meaning representation longer than max_condition_length "
-                 << c_.max_condition_length << ")";
+            line << ", " << data_.train.dropped_condition
+                 << " dropped (meaning representation longer than max_condition_length " << c_.max_condition_length
+                 << ")";
         if (data_.train.dropped_empty) line << ", " << data_.train.dropped_empty << " empty";
         line << "; vocabulary " << result.vocab_size << "; " << result.parameters << " parameters; " << share.threads()
              << " compute thread" << (share.threads() == 1 ? "" : "s") << " (at most " << c_.threads << ")";
@@ -390,7 +402,8 @@ TrainResult Trainer::run() {
             else
                 line << "; " << net.at("labels").size() << " span labels (unary chains joined with '+')";
         }
-        if (!data_.dev.examples.empty()) line << "; dev loss on " << data_.dev.examples.size() << unit << " every " << c_.dev_every << " steps";
+        if (!data_.dev.examples.empty())
+            line << "; dev loss on " << data_.dev.examples.size() << unit << " every " << c_.dev_every << " steps";
         if (data_.dev.unknown_labels)
             line << " (" << data_.dev.unknown_labels << " dev " << (c_.kind == "tagger" ? "tags" : "constituents")
                  << " with labels the training data lacks are not scored)";
@@ -417,8 +430,8 @@ TrainResult Trainer::run() {
         }
         const double loss_value = loss.item<double>();
         if (!std::isfinite(loss_value))
-            throw std::runtime_error("the training loss is " + std::to_string(loss_value) + " at step " + std::to_string(step) +
-                                     " (try a lower training.lr or a training.grad_clip)");
+            throw std::runtime_error("the training loss is " + std::to_string(loss_value) + " at step " +
+                                     std::to_string(step) + " (try a lower training.lr or a training.grad_clip)");
         loss.backward();
         if (c_.grad_clip > 0) clip_gradients(network_->parameters(), c_.grad_clip);
         optimizer_->step();
@@ -468,8 +481,9 @@ TrainResult Trainer::run() {
     write_model(c_, *network_, *data_.tokenizer, result.step, training);
     result.finished = true;
     std::error_code ec;
-    say("wrote model '" + c_.out.string() + "' (" + std::to_string(fs::file_size(c_.out / "model.safetensors", ec) / 1024) +
-        " KB of weights) after " + duration_text(seconds_before_ + run_seconds_) + " of training");
+    say("wrote model '" + c_.out.string() + "' (" +
+        std::to_string(fs::file_size(c_.out / "model.safetensors", ec) / 1024) + " KB of weights) after " +
+        duration_text(seconds_before_ + run_seconds_) + " of training");
     return result;
 }
 

@@ -53,17 +53,19 @@ private:
     rudder_status status_;
 };
 
-template <class T> constexpr DLDataType dl_dtype() {
+template <class T>
+constexpr DLDataType dl_dtype() {
     static_assert(std::is_arithmetic_v<T>, "View needs an arithmetic element type");
     return DLDataType{static_cast<uint8_t>(std::is_floating_point_v<T> ? kDLFloat
-                                           : std::is_signed_v<T>     ? kDLInt
-                                                                     : kDLUInt),
+                                           : std::is_signed_v<T>       ? kDLInt
+                                                                       : kDLUInt),
                       static_cast<uint8_t>(sizeof(T) * 8), 1};
 }
 
 // A typed, bounds-aware view of a compact row-major DLTensor in CPU memory. Checks dtype, device and layout once
 // at construction so that indexing in the hot loop is plain arithmetic.
-template <class T> class View {
+template <class T>
+class View {
 public:
     View() = default;
     explicit View(const DLTensor* t) {
@@ -79,7 +81,8 @@ public:
         if (t->strides != nullptr) {
             int64_t expect = 1;
             for (int d = t->ndim - 1; d >= 0; --d) {
-                if (shape_[d] != 1 && t->strides[d] != expect) throw Error("tensor is not compact", RUDDER_ERR_INTERNAL);
+                if (shape_[d] != 1 && t->strides[d] != expect)
+                    throw Error("tensor is not compact", RUDDER_ERR_INTERNAL);
                 expect *= shape_[d];
             }
         }
@@ -160,7 +163,8 @@ private:
 
 // A buffer one row at a time, whether it is [N, X] over the step's rows or [B, L, X] dense: row r is Rows' row r
 // in both (a dense buffer's rows are its B * L positions). For x0_logits, logit_delta, forbidden, the discrete grad.
-template <class T> class RowView {
+template <class T>
+class RowView {
 public:
     RowView() = default;
     explicit RowView(const DLTensor* t) : view_(t) {
@@ -266,9 +270,10 @@ public:
         }
         if (step.x0_logits == nullptr) throw Error("candidates exist only in the PREDICT phase", RUDDER_ERR_INTERNAL);
         if (out.logit_delta == nullptr)
-            throw Error("the host offers no candidates here, so deltas go into logit_delta: declare "
-                        "RUDDER_CAP_LOGIT_DELTA as well as RUDDER_CAP_CANDIDATES",
-                        RUDDER_ERR_INTERNAL);
+            throw Error(
+                "the host offers no candidates here, so deltas go into logit_delta: declare "
+                "RUDDER_CAP_LOGIT_DELTA as well as RUDDER_CAP_CANDIDATES",
+                RUDDER_ERR_INTERNAL);
         const RowView<const float> x0(step.x0_logits);
         logit_delta_ = RowView<float>(out.logit_delta);
         rows_ = x0.rows();
@@ -279,9 +284,8 @@ public:
         for (int64_t r = 0; r < rows_; ++r) {
             const float* lp = x0[r];
             for (size_t v = 0; v < order.size(); ++v) order[v] = static_cast<int64_t>(v);
-            std::partial_sort(order.begin(), order.begin() + k_, order.end(), [lp](int64_t a, int64_t b) {
-                return lp[a] > lp[b] || (lp[a] == lp[b] && a < b);
-            });
+            std::partial_sort(order.begin(), order.begin() + k_, order.end(),
+                              [lp](int64_t a, int64_t b) { return lp[a] > lp[b] || (lp[a] == lp[b] && a < b); });
             for (int64_t j = 0; j < k_; ++j) {
                 own_ids_[static_cast<size_t>(r * k_ + j)] = order[static_cast<size_t>(j)];
                 own_logp_[static_cast<size_t>(r * k_ + j)] = lp[order[static_cast<size_t>(j)]];
@@ -294,9 +298,7 @@ public:
     int64_t k() const { return k_; }
     // The host gave the candidates (else they were found here).
     bool offered() const { return offered_; }
-    int64_t id(int64_t r, int64_t j) const {
-        return offered_ ? ids_(r, j) : own_ids_[static_cast<size_t>(r * k_ + j)];
-    }
+    int64_t id(int64_t r, int64_t j) const { return offered_ ? ids_(r, j) : own_ids_[static_cast<size_t>(r * k_ + j)]; }
     float logp(int64_t r, int64_t j) const {
         return offered_ ? logp_(r, j) : own_logp_[static_cast<size_t>(r * k_ + j)];
     }
@@ -415,7 +417,8 @@ struct Instance {
     std::string error;
 };
 
-template <class F> rudder_status guarded(std::string& error, F&& body) noexcept {
+template <class F>
+rudder_status guarded(std::string& error, F&& body) noexcept {
     try {
         body();
         return RUDDER_OK;
@@ -434,7 +437,8 @@ template <class F> rudder_status guarded(std::string& error, F&& body) noexcept 
     }
 }
 
-template <class C> struct Adapter {
+template <class C>
+struct Adapter {
     static rudder_status create(const rudder_host* host, const char* params, void** self) noexcept {
         if (self == nullptr) return RUDDER_ERR_INVALID_ARGUMENT;
         *self = nullptr;
@@ -474,23 +478,34 @@ template <class C> struct Adapter {
 
 // Defines `static const rudder_controller_desc NAME` for controller class CLASS. Add RUDDER_CAP_EVALUATE to
 // CAPABILITIES if the class overrides evaluate().
-#define RUDDER_CONTROLLER(NAME, CLASS, ID, VERSION, DESCRIPTION, SCHEMA_JSON, CAPABILITIES)                        \
-    static const rudder_controller_desc NAME = {                                                                 \
-        sizeof(rudder_controller_desc), RUDDER_ABI_MAJOR, RUDDER_ABI_MINOR, ID, VERSION, DESCRIPTION, SCHEMA_JSON, \
-        (CAPABILITIES),                                                                                          \
-        &::rudder::detail::Adapter<CLASS>::create,   &::rudder::detail::Adapter<CLASS>::destroy,                 \
-        &::rudder::detail::Adapter<CLASS>::begin,    &::rudder::detail::Adapter<CLASS>::step,                    \
-        &::rudder::detail::Adapter<CLASS>::evaluate, &::rudder::detail::Adapter<CLASS>::last_error};
+#define RUDDER_CONTROLLER(NAME, CLASS, ID, VERSION, DESCRIPTION, SCHEMA_JSON, CAPABILITIES)  \
+    static const rudder_controller_desc NAME = {sizeof(rudder_controller_desc),              \
+                                                RUDDER_ABI_MAJOR,                            \
+                                                RUDDER_ABI_MINOR,                            \
+                                                ID,                                          \
+                                                VERSION,                                     \
+                                                DESCRIPTION,                                 \
+                                                SCHEMA_JSON,                                 \
+                                                (CAPABILITIES),                              \
+                                                &::rudder::detail::Adapter<CLASS>::create,   \
+                                                &::rudder::detail::Adapter<CLASS>::destroy,  \
+                                                &::rudder::detail::Adapter<CLASS>::begin,    \
+                                                &::rudder::detail::Adapter<CLASS>::step,     \
+                                                &::rudder::detail::Adapter<CLASS>::evaluate, \
+                                                &::rudder::detail::Adapter<CLASS>::last_error};
 
 // Defines the exported entry point listing the given controller descriptors (pointers). Refuses other majors.
-#define RUDDER_PLUGIN(LIBRARY_NAME, ...)                                                                          \
-    static const rudder_controller_desc* const rudder_plugin_controllers_[] = {__VA_ARGS__};                     \
-    static const rudder_plugin rudder_plugin_info_ = {                                                           \
-        sizeof(rudder_plugin), RUDDER_ABI_MAJOR, RUDDER_ABI_MINOR, LIBRARY_NAME,                                 \
-        static_cast<uint32_t>(sizeof(rudder_plugin_controllers_) / sizeof(rudder_plugin_controllers_[0])),       \
-        rudder_plugin_controllers_};                                                                             \
-    extern "C" RUDDER_EXPORT const rudder_plugin* rudder_plugin_entry(uint32_t host_abi_major, uint32_t) {       \
-        return host_abi_major == RUDDER_ABI_MAJOR ? &rudder_plugin_info_ : nullptr;                              \
+#define RUDDER_PLUGIN(LIBRARY_NAME, ...)                                                                   \
+    static const rudder_controller_desc* const rudder_plugin_controllers_[] = {__VA_ARGS__};               \
+    static const rudder_plugin rudder_plugin_info_ = {                                                     \
+        sizeof(rudder_plugin),                                                                             \
+        RUDDER_ABI_MAJOR,                                                                                  \
+        RUDDER_ABI_MINOR,                                                                                  \
+        LIBRARY_NAME,                                                                                      \
+        static_cast<uint32_t>(sizeof(rudder_plugin_controllers_) / sizeof(rudder_plugin_controllers_[0])), \
+        rudder_plugin_controllers_};                                                                       \
+    extern "C" RUDDER_EXPORT const rudder_plugin* rudder_plugin_entry(uint32_t host_abi_major, uint32_t) { \
+        return host_abi_major == RUDDER_ABI_MAJOR ? &rudder_plugin_info_ : nullptr;                        \
     }
 
 #endif  // RUDDER_CONTROLLER_HPP

@@ -112,8 +112,8 @@ inline std::string string_problem(const std::string& text) {
 inline nlohmann::json parse(const std::string& text, int max_depth = kMaxDepth, bool check_strings = true) {
     struct Frame {
         bool object;
-        std::string key;      // the object's current key
-        int64_t index = -1;   // the array's current element
+        std::string key;     // the object's current key
+        int64_t index = -1;  // the array's current element
         std::unordered_set<std::string> keys;
     };
     std::vector<Frame> frames;
@@ -252,7 +252,8 @@ public:
         // Compared as integers: through a double, 2^63 would pass for 2^63 - 1.
         std::optional<int64_t> value;
         if (v->is_number_unsigned()) {
-            if (v->get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)) value = static_cast<int64_t>(v->get<uint64_t>());
+            if (v->get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX))
+                value = static_cast<int64_t>(v->get<uint64_t>());
         } else if (v->is_number_integer()) {
             value = v->get<int64_t>();
         } else if (v->is_number_float()) {
@@ -383,7 +384,8 @@ private:
         return &*it;
     }
 
-    template <class T> std::optional<T> wrong(const std::string& key, const std::string& expected, const nlohmann::json& v) {
+    template <class T>
+    std::optional<T> wrong(const std::string& key, const std::string& expected, const nlohmann::json& v) {
         issue(key, "expected " + expected + ", got " + shown(v));
         return std::nullopt;
     }

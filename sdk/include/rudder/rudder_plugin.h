@@ -246,11 +246,11 @@ typedef struct rudder_run_info {
 typedef struct rudder_step {
     uint32_t struct_size;
     rudder_phase phase;
-    int32_t step;         /* 0 .. total_steps-1, counting reverse steps taken so far */
+    int32_t step; /* 0 .. total_steps-1, counting reverse steps taken so far */
     int32_t total_steps;
-    int32_t guide_iter;   /* GUIDE phase: 0 .. K-1; PREDICT phase: 0 */
-    double t;             /* diffusion time of the inputs, in (0, 1]; 1 = pure noise */
-    double t_next;        /* time the sampler is stepping to */
+    int32_t guide_iter;        /* GUIDE phase: 0 .. K-1; PREDICT phase: 0 */
+    double t;                  /* diffusion time of the inputs, in (0, 1]; 1 = pure noise */
+    double t_next;             /* time the sampler is stepping to */
     const DLTensor* latent;    /* continuous: float32 [B, L, D] (x_t, or the guided iterate in GUIDE) */
     const DLTensor* x0_logits; /* PREDICT: float32 [B, L, V] log-probabilities of the clean token ([N, V] at the
                                   step's rows with RUDDER_CAP_ROWS); NULL with RUDDER_CAP_IGNORES_X0; GUIDE: NULL */
@@ -310,8 +310,8 @@ typedef struct rudder_sample {
     int64_t index;         /* sample number within the run */
     const int64_t* tokens; /* seq_len ids, on the CPU */
     int64_t seq_len;
-    int64_t n_tokens;      /* tokens before the first pad */
-    const char* text;      /* detokenized tokens[0 .. n_tokens) */
+    int64_t n_tokens; /* tokens before the first pad */
+    const char* text; /* detokenized tokens[0 .. n_tokens) */
 } rudder_sample;
 
 /* A controller's verdict on a sample. Host-allocated; initialised to {satisfied = -1, score = NaN}. */
@@ -327,12 +327,12 @@ typedef struct rudder_verdict {
  * ------------------------------------------------------------------------------------------------------- */
 typedef struct rudder_controller_desc {
     uint32_t struct_size;
-    uint32_t abi_major, abi_minor; /* the ABI this controller was built against */
-    const char* id;                /* unique name used by recipes, [a-z0-9_]+, e.g. "length" */
-    const char* version;           /* semantic version of the controller, e.g. "1.2.0" */
-    const char* description;       /* one line for `rudder plugins` */
+    uint32_t abi_major, abi_minor;  /* the ABI this controller was built against */
+    const char* id;                 /* unique name used by recipes, [a-z0-9_]+, e.g. "length" */
+    const char* version;            /* semantic version of the controller, e.g. "1.2.0" */
+    const char* description;        /* one line for `rudder plugins` */
     const char* params_schema_json; /* JSON Schema of the params object (documentation; may be NULL) */
-    uint64_t capabilities;         /* RUDDER_CAP_* bits */
+    uint64_t capabilities;          /* RUDDER_CAP_* bits */
 
     /* Makes an instance from the params object (JSON text, host-owned, valid during the call). Checks the
      * params fully: a bad value is reported here, before any run. On success stores the instance in *self.

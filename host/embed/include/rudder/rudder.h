@@ -74,8 +74,8 @@ enum {
     RUDDER_ERR_INVALID_ARGUMENT = 1, /* a NULL handle or out pointer, or an option out of range */
     RUDDER_ERR_UNSUPPORTED = 2,
     RUDDER_ERR_BUFFER_TOO_SMALL = 3,
-    RUDDER_ERR_INTERNAL = 4,         /* anything else: the message says what */
-    RUDDER_ERR_CANCELLED = 5,        /* the progress callback asked to stop; the generator stays usable */
+    RUDDER_ERR_INTERNAL = 4,  /* anything else: the message says what */
+    RUDDER_ERR_CANCELLED = 5, /* the progress callback asked to stop; the generator stays usable */
     RUDDER_ERR_OUT_OF_MEMORY = 6
 };
 #endif
@@ -147,7 +147,7 @@ typedef struct rudder_generator rudder_generator; /* opaque */
 
 /* How a generator finds its model and plugins. Every pointer is read during the create call only. */
 typedef struct rudder_options {
-    uint32_t struct_size;    /* sizeof(rudder_options) as the caller compiled it */
+    uint32_t struct_size; /* sizeof(rudder_options) as the caller compiled it */
     /* Replaces the recipe's "model": a bundled model's name or a model directory. NULL keeps the recipe's. */
     const char* model;
     /* ':'-separated folders searched first for models by name; then $RUDDER_MODEL_PATH, then the bundled models
@@ -181,11 +181,11 @@ RUDDER_API rudder_status rudder_generator_create_from_file(const char* recipe_pa
  * minors may append members. */
 typedef struct rudder_limits {
     uint32_t struct_size;
-    int64_t max_steps;       /* the recipe's sampler.steps */
-    int64_t max_samples;     /* the recipe's samples, and rudder_generate_options.samples */
-    int64_t max_batch_size;  /* the recipe's batch_size */
-    int64_t max_length;      /* the recipe's max_length */
-    int64_t max_memory_mb;   /* API 1.2: a run's estimated peak memory in MB (10^6 bytes); 0: the machine's memory */
+    int64_t max_steps;      /* the recipe's sampler.steps */
+    int64_t max_samples;    /* the recipe's samples, and rudder_generate_options.samples */
+    int64_t max_batch_size; /* the recipe's batch_size */
+    int64_t max_length;     /* the recipe's max_length */
+    int64_t max_memory_mb;  /* API 1.2: a run's estimated peak memory in MB (10^6 bytes); 0: the machine's memory */
 } rudder_limits;
 
 /* rudder_generator_create or rudder_generator_create_from_file under resource limits (API 1.1): exactly one of
@@ -214,9 +214,9 @@ RUDDER_API const char* rudder_generator_last_error(const rudder_generator* gen);
 /* What the progress callback sees after every reverse step. Library-owned; valid during the callback only. */
 typedef struct rudder_progress {
     uint32_t struct_size;
-    int64_t batch, batches;        /* batch being denoised (0-based), and how many the run has */
-    int64_t step, steps;           /* reverse steps done in this batch (1..steps), and per batch */
-    double t;                      /* diffusion time reached, 1 = pure noise, 0 = clean */
+    int64_t batch, batches;              /* batch being denoised (0-based), and how many the run has */
+    int64_t step, steps;                 /* reverse steps done in this batch (1..steps), and per batch */
+    double t;                            /* diffusion time reached, 1 = pure noise, 0 = clean */
     int64_t samples_done, samples_total; /* samples finished before this batch, and in the run */
     /* With rudder_generate_options.progress_text set: the current best guess of every sample of this batch
      * (samples samples_done .. samples_done + n_texts - 1), decoded; otherwise NULL and 0. */
@@ -231,13 +231,13 @@ typedef struct rudder_progress {
 typedef int32_t (*rudder_progress_fn)(const rudder_progress* progress, void* user_data);
 
 typedef struct rudder_generate_options {
-    uint32_t struct_size;       /* sizeof(rudder_generate_options) as the caller compiled it */
-    int64_t samples;            /* > 0: replaces the recipe's "samples" for this call; 0: keep the recipe's */
-    int32_t override_seed;      /* nonzero: use `seed` instead of the recipe's "seed" for this call */
-    uint64_t seed;              /* 0 to 2^63 - 1, as a recipe's "seed"; larger is RUDDER_ERR_INVALID_ARGUMENT */
+    uint32_t struct_size;           /* sizeof(rudder_generate_options) as the caller compiled it */
+    int64_t samples;                /* > 0: replaces the recipe's "samples" for this call; 0: keep the recipe's */
+    int32_t override_seed;          /* nonzero: use `seed` instead of the recipe's "seed" for this call */
+    uint64_t seed;                  /* 0 to 2^63 - 1, as a recipe's "seed"; larger is RUDDER_ERR_INVALID_ARGUMENT */
     rudder_progress_fn on_progress; /* NULL: no callback */
-    void* user_data;            /* passed to on_progress */
-    int32_t progress_text;      /* nonzero: fill rudder_progress.texts (decoding costs; off by default) */
+    void* user_data;                /* passed to on_progress */
+    int32_t progress_text;          /* nonzero: fill rudder_progress.texts (decoding costs; off by default) */
 } rudder_generate_options;
 
 /* Defaults: the recipe's samples and seed, no callback. Any thread. */

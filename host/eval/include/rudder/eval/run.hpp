@@ -16,11 +16,11 @@
 namespace rudder::eval {
 
 struct RunOptions {
-    std::string suite;       // the suite's JSON file
-    std::string out;         // folder for results.json, results.md and the samples; empty = <suite stem>-results
-    int64_t targets = 0;     // > 0: at most this many targets per task (a quick run); 0 = the suite's count
-    std::string only;        // run only the tasks whose name contains this
-    std::string shard;       // "K/N": generate only targets K, K+N, ... into <out>/shard.jsonl (no scoring)
+    std::string suite;    // the suite's JSON file
+    std::string out;      // folder for results.json, results.md and the samples; empty = <suite stem>-results
+    int64_t targets = 0;  // > 0: at most this many targets per task (a quick run); 0 = the suite's count
+    std::string only;     // run only the tasks whose name contains this
+    std::string shard;    // "K/N": generate only targets K, K+N, ... into <out>/shard.jsonl (no scoring)
     std::vector<std::string> merge;  // shard folders to summarise instead of generating
 };
 
@@ -48,7 +48,6 @@ std::filesystem::path output_dir(const RunOptions& options);
 // (none for a shard, which only generates). Results are written after every task, samples as their targets
 // finish, so a long run that is stopped keeps them. Throws ConfigError (rudder/nn/config_error.hpp) for a bad
 // suite, std::runtime_error for anything else (missing files, failed runs, shards that do not merge).
-std::vector<TaskResult> run_suite(const RunOptions& options, plugins::Registry& registry,
-                                  const RunEvents& events = {});
+std::vector<TaskResult> run_suite(const RunOptions& options, plugins::Registry& registry, const RunEvents& events = {});
 
 }  // namespace rudder::eval

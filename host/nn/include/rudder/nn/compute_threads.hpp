@@ -17,7 +17,8 @@
 namespace rudder {
 
 // The most threads a computation may use, process-wide; 0 (the default) means OMP_NUM_THREADS when the environment
-// sets it, else every core this process may run on. Also sets OpenBLAS's pool to one thread. Any thread, any time; computations pick it up at their next refresh.
+// sets it, else every core this process may run on. Also sets OpenBLAS's pool to one thread. Any thread, any time;
+// computations pick it up at their next refresh.
 void set_compute_threads(int max_threads);
 // The cap as set (0 = every core).
 int compute_threads_setting();

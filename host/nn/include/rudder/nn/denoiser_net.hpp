@@ -57,7 +57,8 @@ public:
     // `file` stores them): its blocks are the first ones, the later blocks start as the identity
     // (TransformerTrunk::start_blocks_as_identity), so the grown network computes what the trained one did.
     // Returns the names of the tensors the file did not have. Throws SafeTensorsError for tensors that do not fit.
-    std::vector<std::string> grow_from(const SafeTensors& tensors, const std::filesystem::path& file, int64_t held_layers);
+    std::vector<std::string> grow_from(const SafeTensors& tensors, const std::filesystem::path& file,
+                                       int64_t held_layers);
 
 protected:
     explicit DenoiserNet(DenoiserConfig config);
@@ -141,7 +142,8 @@ private:
     TimeWarp warp() const;
 
     GaussianSchedule schedule_;
-    at::Tensor alpha_bar_;  // "diffusion_lm": [T + 1] float64 on the CPU, the schedule as a table for per-example lookup
+    at::Tensor
+        alpha_bar_;  // "diffusion_lm": [T + 1] float64 on the CPU, the schedule as a table for per-example lookup
     at::Tensor embedding_;
     at::Tensor warp_loss_, warp_seen_;  // "cdcd": [warp_bins] float64
     std::shared_ptr<Affine> input_proj_, time_mlp1_, time_mlp2_, output_proj_, head_, self_condition_proj_;

@@ -21,13 +21,12 @@
 //   output_layer: shift, scale = adaLN_modulation(c) ([2H, C], [2H]);
 //     out = linear(LN(x) * norm_final.weight * (1 + scale) + shift)         linear weight [V, H], bias [V]
 //   rotary_emb.inv_freq [H / heads / 2]: a buffer, recomputed here and checked against the file when present.
-// MDLM's hub checkpoint holds these under "backbone." (its MDLM wrapper's DITBackbone), as BD3-LM's, UDLM's and DUO's do
-// (their wrappers are built the same way); SEDD's without a prefix. UDLM and DUO give the network
-// sigma = -log alpha_t of their log-linear schedule, as MDLM with time conditioning does.
-// MDLM-OWT has time_conditioning false: its sigma is replaced by 0, so c is a constant (BD3-LM's checkpoints too).
-// BD3-LM: the attention scores of query p over key q are -inf unless block(q) <= block(p), block(i) = i / block_size:
-// its sampler's path without a key/value cache (bd3lms models/dit.py, sample_mode with the x0 part of
-// block_diff_mask); forward_segment is the path with the cache.
+// MDLM's hub checkpoint holds these under "backbone." (its MDLM wrapper's DITBackbone), as BD3-LM's, UDLM's and DUO's
+// do (their wrappers are built the same way); SEDD's without a prefix. UDLM and DUO give the network sigma = -log
+// alpha_t of their log-linear schedule, as MDLM with time conditioning does. MDLM-OWT has time_conditioning false: its
+// sigma is replaced by 0, so c is a constant (BD3-LM's checkpoints too). BD3-LM: the attention scores of query p over
+// key q are -inf unless block(q) <= block(p), block(i) = i / block_size: its sampler's path without a key/value cache
+// (bd3lms models/dit.py, sample_mode with the x0 part of block_diff_mask); forward_segment is the path with the cache.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -67,8 +66,8 @@ struct DitConfig {
     std::string tensor_prefix() const { return flavor == DitFlavor::sedd ? "" : "backbone."; }
 };
 
-// Whether a config.json is one of these checkpoints' ("model_type" "mdlm", "bd3lm", "udlm" or "duo"; SEDD: a "model" object
-// of "type" "ddit" beside "graph" and "tokens") rather than a Rudder model directory's.
+// Whether a config.json is one of these checkpoints' ("model_type" "mdlm", "bd3lm", "udlm" or "duo"; SEDD: a "model"
+// object of "type" "ddit" beside "graph" and "tokens") rather than a Rudder model directory's.
 bool is_dit_checkpoint_config(const nlohmann::json& config);
 
 // Reads the fields the network depends on. A field this reader does not know, a missing or mistyped one, and a
@@ -100,8 +99,8 @@ public:
     // values never change: the output equals forward()'s over the whole sequence at those positions. `present`, when
     // given, receives the segment's own keys and values. `start` must be a multiple of block_size (0 for the other
     // flavors).
-    at::Tensor forward_segment(const at::Tensor& tokens, int64_t start, const at::Tensor& sigma, const DitKeyValues* past,
-                               DitKeyValues* present) const;
+    at::Tensor forward_segment(const at::Tensor& tokens, int64_t start, const at::Tensor& sigma,
+                               const DitKeyValues* past, DitKeyValues* present) const;
     // SEDD's log score [B, L, V] as its SEDD.forward returns it (scale_by_sigma offset, 0 at each input token).
     at::Tensor sedd_log_score(const at::Tensor& tokens, const at::Tensor& sigma) const;
     // Log-probabilities [B, L, V] of the clean token. Absorbing noise, Rudder's discrete output: at a masked position

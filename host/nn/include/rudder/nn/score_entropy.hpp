@@ -61,13 +61,14 @@ at::Tensor uniform_rest_from_posterior(const at::Tensor& log_post, const at::Ten
 //   log s_y = log p_t(y) - log p_t(x_t) = log1p(a p0(y)) - log1p(a p0(x_t)),   a = alpha V / (1 - alpha),
 // which stays exact where alpha is tiny (s_y - 1 is then of order alpha). A uniform-noise network is parameterised
 // this way (its head gives p0, the distribution given the other positions), so its score is always a valid one and
-// p0 needs no inversion of the score, which divides by alpha: 2e-9 at sigma_bar 20. Inputs: log_p0 float [N, V] (log-probabilities), x_t int64 [N], sigma_bar
-// float64 [N] (> 0). Returns [N, V] in log_p0's dtype, differentiable in log_p0.
+// p0 needs no inversion of the score, which divides by alpha: 2e-9 at sigma_bar 20. Inputs: log_p0 float [N, V]
+// (log-probabilities), x_t int64 [N], sigma_bar float64 [N] (> 0). Returns [N, V] in log_p0's dtype, differentiable in
+// log_p0.
 at::Tensor uniform_score_of_clean(const at::Tensor& log_p0, const at::Tensor& x_t, const at::Tensor& sigma_bar);
 
 // The reverse steps over the uniform graph for one position per row, from the clean-token distribution p0 given the
-// other positions (log_p0 float [N, V]) at x_t (int64 [N]), from total noise sigma_bar_t back to sigma_bar_s (float64 [N],
-// sigma_bar_t >= sigma_bar_s >= 0; 0 is the clean data). Both return probabilities of x_s, float64 [N, V] (rows
+// other positions (log_p0 float [N, V]) at x_t (int64 [N]), from total noise sigma_bar_t back to sigma_bar_s (float64
+// [N], sigma_bar_t >= sigma_bar_s >= 0; 0 is the clean data). Both return probabilities of x_s, float64 [N, V] (rows
 // sum to 1).
 // Tweedie tau-leaping (SEDD, section 4.2): p(x_s = y) ∝ [exp(-d Q) s]_y exp(d Q)[y, x_t], d = sigma_bar_t -
 // sigma_bar_s, for the score s that p0 implies. Written out, this is Bayes over the forward kernels:

@@ -90,7 +90,8 @@ public:
     const std::vector<std::string>& labels() const { return labels_; }  // label k + 1 is labels()[k]
 
 private:
-    at::Tensor span_logits(const at::Tensor& words, const at::Tensor& features, const at::Tensor& spans, at::Generator* gen);
+    at::Tensor span_logits(const at::Tensor& words, const at::Tensor& features, const at::Tensor& spans,
+                           at::Generator* gen);
 
     EncoderConfig encoder_config_;
     int64_t unk_id_, span_hidden_;

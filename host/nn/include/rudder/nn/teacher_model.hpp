@@ -34,7 +34,7 @@ struct PerplexityReport {
     int64_t skipped_too_long = 0;  // texts longer than the teacher's max_length, not scored
     double nll = 0.0;              // summed negative log-likelihood, nats
     double mean_nll() const { return tokens ? nll / static_cast<double>(tokens) : 0.0; }
-    double perplexity() const;     // exp(mean_nll)
+    double perplexity() const;  // exp(mean_nll)
 };
 
 // Perplexity of `texts` under `teacher`: exp of the mean per-token NLL over all scored tokens, end tokens included.

@@ -1,8 +1,9 @@
 // The noisy text classifier that guides the classifier controllers (pos, syntax_span, syntax_tree, sentiment):
 // from a denoiser's noisy input at diffusion time t it predicts each position's part-of-speech tag and, for every
-// span, its constituent label (the syntax heads), and/or one class for the whole text (the attribute head). Trained by `rudder train-controller` (kind "syntax_classifier") on E2E text annotated by the
-// bundled tagger and parser, noised by the same process as the denoiser it guides, as Diffusion-LM trains its
-// tree classifier. Used through rudder/syntax/classifier.hpp, which does not include this header.
+// span, its constituent label (the syntax heads), and/or one class for the whole text (the attribute head). Trained by
+// `rudder train-controller` (kind "syntax_classifier") on E2E text annotated by the bundled tagger and parser, noised
+// by the same process as the denoiser it guides, as Diffusion-LM trains its tree classifier. Used through
+// rudder/syntax/classifier.hpp, which does not include this header.
 //
 // Input, per family:
 //   continuous: x_t = sqrt(ab_k) E[w] + sqrt(1 - ab_k) eps, with the denoiser's own embedding table E (kept in the
@@ -62,8 +63,8 @@ public:
     int64_t max_length() const { return trunk_config_.max_length; }
     int64_t vocab_size() const { return trunk_config_.vocab_size; }
     int64_t embed_dim() const { return trunk_config_.embed_dim; }
-    const std::vector<std::string>& tags() const { return tags_; }      // class k + 1 is tags()[k]
-    const std::vector<std::string>& labels() const { return labels_; }  // class k + 1 is labels()[k]
+    const std::vector<std::string>& tags() const { return tags_; }        // class k + 1 is tags()[k]
+    const std::vector<std::string>& labels() const { return labels_; }    // class k + 1 is labels()[k]
     const std::vector<std::string>& classes() const { return classes_; }  // attribute class k is classes()[k]
     bool has_syntax_heads() const { return !tags_.empty(); }
 
@@ -96,8 +97,8 @@ private:
     GaussianSchedule schedule_;
     MaskSchedule mask_schedule_;
     UniformNoiseSchedule uniform_schedule_;  // discrete, "graph": "uniform"
-    at::Tensor noise_embedding_;  // continuous: buffer [V, D]
-    at::Tensor token_embedding_;  // discrete: [V, dim]
+    at::Tensor noise_embedding_;             // continuous: buffer [V, D]
+    at::Tensor token_embedding_;             // discrete: [V, dim]
     torch::nn::Linear input_proj_{nullptr}, time_mlp1_{nullptr}, time_mlp2_{nullptr};
     std::shared_ptr<TransformerTrunk> trunk_;
     torch::nn::Linear tag_head_{nullptr}, span_start_{nullptr}, span_end_{nullptr}, span_head_{nullptr};

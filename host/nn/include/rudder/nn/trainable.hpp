@@ -12,7 +12,6 @@
 
 namespace rudder::nn {
 
-
 class TrainableNetwork : public torch::nn::Module {
 public:
     // Mean training loss over the batch (a scalar with a graph). Any noise (diffusion time, masking, condition

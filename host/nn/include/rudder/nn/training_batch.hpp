@@ -11,7 +11,8 @@ namespace rudder::nn {
 struct TrainingBatch {
     // A constructor rather than aggregate initialisation, so that {tokens, condition} stays warning-free now that
     // there are more (optional) fields.
-    TrainingBatch(at::Tensor tokens_ = {}, at::Tensor condition_ = {}, at::Tensor features_ = {}, at::Tensor targets_ = {})
+    TrainingBatch(at::Tensor tokens_ = {}, at::Tensor condition_ = {}, at::Tensor features_ = {},
+                  at::Tensor targets_ = {})
         : tokens(std::move(tokens_)), condition(std::move(condition_)), features(std::move(features_)),
           targets(std::move(targets_)) {}
 

@@ -64,15 +64,16 @@ struct DenoiserConfig {
     int64_t embed_dim = 16;
     std::string schedule = "sqrt";
     int64_t schedule_steps = 2000;
-    std::string objective;  // continuous: "diffusion_lm" (default) | "cdcd"; discrete: "subs" (default) | "score_entropy"
+    std::string
+        objective;  // continuous: "diffusion_lm" (default) | "cdcd"; discrete: "subs" (default) | "score_entropy"
     bool self_conditioning = false;
     double sigma_min = 1.0, sigma_max = 300.0;  // "cdcd" schedule
     int64_t warp_bins = 100;
     double warp_uniform = 0.5;  // share of the levels drawn uniformly whatever the fit (fit_time_warp's floor)
-    std::vector<double> warp;  // the time warp's CDF (warp_bins + 1 values); empty = uniform
+    std::vector<double> warp;   // the time warp's CDF (warp_bins + 1 values); empty = uniform
     // discrete
     double mask_eps = 1e-3;
-    std::string graph = "absorb";                        // score_entropy: "absorb" | "uniform"
+    std::string graph = "absorb";                               // score_entropy: "absorb" | "uniform"
     double uniform_sigma_min = 1e-4, uniform_sigma_max = 20.0;  // "uniform": geometric total noise
 
     // Reads `config` for `family`; throws ConfigError with every problem.

@@ -48,8 +48,9 @@ public:
     // A recipe's "plugin" value: a path (contains '/' or ends in the platform's library suffix) is loaded from
     // `base_dir` if relative, and only if its folder is one of the search path's; otherwise an id looked up in the
     // index, and only the library that provides it is loaded. Either way the library is first scanned in a child
-    // process (or found in the index), and one that was rejected there is refused with that reason. `sha256` (64 lowercase hex digits, or empty) pins the library file: another digest is refused.
-    // Throws PluginError with "did you mean" for near misses and the rejected files' reasons when nothing matches.
+    // process (or found in the index), and one that was rejected there is refused with that reason. `sha256` (64
+    // lowercase hex digits, or empty) pins the library file: another digest is refused. Throws PluginError with "did
+    // you mean" for near misses and the rejected files' reasons when nothing matches.
     ControllerType resolve(const std::string& name, const std::filesystem::path& base_dir,
                            const std::string& sha256 = "");
 
@@ -127,22 +128,22 @@ public:
 // What a controller wrote; undefined tensors were not written. Tensors are on the run's device. "[B, L | N, ...]":
 // [N, ...] over the step's rows when the controller declares RUDDER_CAP_ROWS, [B, L, ...] otherwise.
 struct StepOutputs {
-    at::Tensor logit_delta;  // [B, L | N, V] float32
-    at::Tensor grad;         // GUIDE: [B, L, D]; discrete PREDICT: [B, L | N, V]
-    at::Tensor log_prob;     // [B]
-    at::Tensor fixed_tokens; // [B, L] int64, -1 = free
-    at::Tensor forbidden;    // [B, L | N, V] uint8
+    at::Tensor logit_delta;   // [B, L | N, V] float32
+    at::Tensor grad;          // GUIDE: [B, L, D]; discrete PREDICT: [B, L | N, V]
+    at::Tensor log_prob;      // [B]
+    at::Tensor fixed_tokens;  // [B, L] int64, -1 = free
+    at::Tensor forbidden;     // [B, L | N, V] uint8
     // ABI 1.2
-    at::Tensor token_bits;      // int32 [B, L | N, ceil(V / 32)]: token v is bit v % 32 of word v / 32
-    bool bits_allowed = false;  // token_bits lists the allowed tokens (RUDDER_WROTE_ALLOWED_BITS), else the forbidden
-    at::Tensor candidate_delta; // float32 [N, k]: added (times the weight) to the logits of candidate_ids
+    at::Tensor token_bits;       // int32 [B, L | N, ceil(V / 32)]: token v is bit v % 32 of word v / 32
+    bool bits_allowed = false;   // token_bits lists the allowed tokens (RUDDER_WROTE_ALLOWED_BITS), else the forbidden
+    at::Tensor candidate_delta;  // float32 [N, k]: added (times the weight) to the logits of candidate_ids
 };
 
 struct Verdict {
     int32_t satisfied = -1;  // 1, 0, or -1 (cannot tell)
     double score = 0.0;
     bool has_score = false;
-    std::string detail;      // JSON object text or ""
+    std::string detail;  // JSON object text or ""
 };
 
 // Where a controller instance runs. In-process (the default) its calls are function calls into the library loaded in

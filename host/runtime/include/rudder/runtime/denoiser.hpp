@@ -82,11 +82,11 @@ public:
         int64_t vocab_size = 0;
         int64_t pad_id = 0;
         int64_t mask_id = 2;
-        int64_t embed_dim = 16;     // continuous: width of the random embedding table
-        uint64_t embed_seed = 0;    // continuous: seed of the embedding table
-        double mismatch = 1e-6;     // discrete: weight per disagreeing unmasked position (and per breached constraint)
+        int64_t embed_dim = 16;   // continuous: width of the random embedding table
+        uint64_t embed_seed = 0;  // continuous: seed of the embedding table
+        double mismatch = 1e-6;   // discrete: weight per disagreeing unmasked position (and per breached constraint)
         std::optional<UniformNoiseSchedule> uniform_noise;  // discrete: diffuse with uniform noise on this schedule
-        double min_logprob = -30.0; // floor of the returned log-probabilities (keeps them finite)
+        double min_logprob = -30.0;  // floor of the returned log-probabilities (keeps them finite)
     };
     // `sentences`: token ids without padding; each is padded with pad_id to the length the loop asks for.
     // Sentences longer than that length are left out of that call's posterior. `schedule` is used by the

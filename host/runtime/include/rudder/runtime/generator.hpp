@@ -74,13 +74,14 @@ public:
 };
 
 struct GenerationStats {
-    int64_t denoiser_calls = 0;  // network evaluations (the discrete cache skips some)
-    int64_t steps = 0;           // reverse steps taken
-    int64_t remasked = 0;        // committed tokens masked again (the analytic sampler's "remask")
-    int64_t rows_drawn = 0;      // discrete: positions a token was drawn at, over all steps and sequences
-    int64_t resamplings = 0;     // continuous: steps at which particles were resampled (guidance.particles)
-    int64_t denoised_sequences = 0;  // sequences the network evaluated, for the loop and for controllers (cfg): each call's batch size, summed (per sample: / samples)
-    int threads = 0;             // the most compute threads the run used (rudder/nn/compute_threads.hpp)
+    int64_t denoiser_calls = 0;      // network evaluations (the discrete cache skips some)
+    int64_t steps = 0;               // reverse steps taken
+    int64_t remasked = 0;            // committed tokens masked again (the analytic sampler's "remask")
+    int64_t rows_drawn = 0;          // discrete: positions a token was drawn at, over all steps and sequences
+    int64_t resamplings = 0;         // continuous: steps at which particles were resampled (guidance.particles)
+    int64_t denoised_sequences = 0;  // sequences the network evaluated, for the loop and for controllers (cfg): each
+                                     // call's batch size, summed (per sample: / samples)
+    int threads = 0;                 // the most compute threads the run used (rudder/nn/compute_threads.hpp)
 };
 
 // Keeps memory that tensors free inside the process instead of returning it to the OS. Every reverse step
@@ -129,7 +130,9 @@ public:
     // docs/results.md. A recipe whose estimate exceeds its memory limit is refused when the generator is made.
     uint64_t estimated_peak_bytes() const { return estimate_peak_bytes(std::min(recipe_.batch_size, recipe_.samples)); }
     // Whether a run of `samples` samples keeps within the recipe's memory limit (generate() refuses one that does not).
-    bool fits_memory_limit(int64_t samples) const { return over_memory_limit(std::min(recipe_.batch_size, samples)).empty(); }
+    bool fits_memory_limit(int64_t samples) const {
+        return over_memory_limit(std::min(recipe_.batch_size, samples)).empty();
+    }
 
 private:
     struct Issues;

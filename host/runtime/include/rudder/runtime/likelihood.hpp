@@ -19,7 +19,8 @@
 // chain (Ho et al. 2020; Kingma et al. 2021, "Variational diffusion models", eq. 13), x = E[w] the text's embeddings,
 // z_k ~ N(sqrt(ab_k) x, (1 - ab_k) I), the reverse step the DDPM posterior q(z_{k-1} | z_k, x0(z_k)) with its
 // variance (Rudder's `ddpm` sampler at noise scale 1, on every one of the T steps):
-//   -log p(w) <= E[-log p(w | z_1)] + sum_{k=2..T} E[(SNR(k-1) - SNR(k)) / 2 |x - x0(z_k)|^2] + KL(q(z_T | x) || N(0, I))
+//   -log p(w) <= E[-log p(w | z_1)] + sum_{k=2..T} E[(SNR(k-1) - SNR(k)) / 2 |x - x0(z_k)|^2] + KL(q(z_T | x) || N(0,
+//   I))
 // with SNR(k) = ab_k / (1 - ab_k), x0 the network's clean estimate (Diffusion-LM's prediction; CDCD's score
 // interpolation, without self-conditioning, which would make the chain non-Markov) and p(w | z_1) its clean-token
 // distribution one step from the data. The sum is estimated from `draws` steps k, stratified and drawn in
@@ -39,10 +40,10 @@
 namespace rudder {
 
 struct LikelihoodOptions {
-    int64_t draws = 16;       // Monte Carlo draws (a noise level and a noised text) per text
+    int64_t draws = 16;  // Monte Carlo draws (a noise level and a noised text) per text
     uint64_t seed = 0;
     int64_t batch_size = 64;  // texts per network call
-    int64_t length = 0;       // positions per sequence (texts are padded to it); 0: the network's, else the longest text
+    int64_t length = 0;  // positions per sequence (texts are padded to it); 0: the network's, else the longest text
 };
 
 struct LikelihoodReport {
@@ -52,8 +53,8 @@ struct LikelihoodReport {
     int64_t unknown_tokens = 0;    // words the tokenizer did not know, scored as its unknown token
     int64_t skipped_too_long = 0;  // texts with more tokens than `length`
     int64_t draws = 0;
-    double nelbo_sum = 0.0;        // nats, over all texts: a bound on -log p of the whole file
-    double nelbo_sq_sum = 0.0;     // sum of each text's squared estimate (for the standard error)
+    double nelbo_sum = 0.0;     // nats, over all texts: a bound on -log p of the whole file
+    double nelbo_sq_sum = 0.0;  // sum of each text's squared estimate (for the standard error)
     double nats_per_token() const { return tokens ? nelbo_sum / static_cast<double>(tokens) : 0.0; }
     double perplexity_bound() const;  // exp(nats_per_token): the model's perplexity is at most this
     double nats_per_text() const { return texts ? nelbo_sum / static_cast<double>(texts) : 0.0; }

@@ -54,7 +54,7 @@ struct GuidanceSpec {
 struct ActiveWindow {
     double from_t = 1.0;  // active while to_t <= t <= from_t
     double to_t = 0.0;
-    bool never = false;   // "evaluate_only": the controller judges the samples but never steers
+    bool never = false;  // "evaluate_only": the controller judges the samples but never steers
     bool contains(double t) const { return !never && t <= from_t && t >= to_t; }
 };
 
@@ -75,14 +75,14 @@ struct ControllerSpec {
 };
 
 struct Recipe {
-    std::string model;              // a bundled model name or a model directory (relative to the recipe)
+    std::string model;                  // a bundled model name or a model directory (relative to the recipe)
     std::optional<std::string> family;  // "continuous" | "discrete"; needed only for models that offer both
     SamplerChoice sampler;
     uint64_t seed = 0;
     int64_t samples = 1;
-    int64_t batch_size = 16;        // samples denoised together
-    int64_t max_length = 0;         // L: positions per sequence; 0 = the model's longest (64 if it has none)
-    std::string device = "cpu";     // cpu | cuda | cuda:<index>
+    int64_t batch_size = 16;     // samples denoised together
+    int64_t max_length = 0;      // L: positions per sequence; 0 = the model's longest (64 if it has none)
+    std::string device = "cpu";  // cpu | cuda | cuda:<index>
     // Where controllers run unless their own "isolation" says: "in_process" | "process"; unset = the host's default
     // ($RUDDER_ISOLATION, else in_process).
     std::optional<std::string> isolation;
@@ -90,10 +90,10 @@ struct Recipe {
     int64_t candidates = 64;
     GuidanceSpec guidance;
     std::vector<ControllerSpec> controllers;
-    std::filesystem::path base_dir; // the recipe file's folder: relative paths resolve against it
-    int64_t max_length_limit = 0;   // RecipeLimits::max_length, for the model's length when max_length is 0
+    std::filesystem::path base_dir;    // the recipe file's folder: relative paths resolve against it
+    int64_t max_length_limit = 0;      // RecipeLimits::max_length, for the model's length when max_length is 0
     int64_t max_steps_limit = 100000;  // RecipeLimits::max_steps, for the settings a model recommends
-    uint64_t max_memory_limit = 0;  // RecipeLimits::max_memory_bytes
+    uint64_t max_memory_limit = 0;     // RecipeLimits::max_memory_bytes
 };
 
 // Resource limits checked up front so a recipe cannot ask for an absurd allocation.

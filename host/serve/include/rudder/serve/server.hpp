@@ -12,9 +12,10 @@
 // Generations run on `parallel` workers, one reverse loop each at a time; up to `queue_limit` more requests wait,
 // and a request beyond that is answered 503 with Retry-After. A worker that takes a request without a fixed seed,
 // of a recipe whose runs batch well (Generator::batching_pays), takes with it the waiting requests of the same
-// recipe (seed and samples aside), up to `batch_samples` samples, and serves them all from one run. Generators (a recipe's model and controllers, loaded) are kept for the next
-// request of the same recipe, `cached_generators` of them. stop() drains: new generations are refused with 503,
-// the running and waiting ones finish, then the listener closes.
+// recipe (seed and samples aside), up to `batch_samples` samples, and serves them all from one run. Generators (a
+// recipe's model and controllers, loaded) are kept for the next request of the same recipe, `cached_generators` of
+// them. stop() drains: new generations are refused with 503, the running and waiting ones finish, then the listener
+// closes.
 #pragma once
 
 #include <cstdint>
@@ -30,18 +31,18 @@ namespace rudder::serve {
 
 struct ServerOptions {
     std::string host = "127.0.0.1";
-    int port = 8080;                       // 0: any free port
-    int64_t parallel = 1;                  // generations that run at once
-    int64_t queue_limit = 16;              // generations that may wait for a turn; more are refused with 503
-    int64_t batch_samples = 32;            // the most samples one run serves for requests that share it (1: none share)
-    int64_t cached_generators = 8;         // idle generators kept for requests that follow (0: each request loads)
-    int64_t max_body_bytes = 1 << 20;      // a larger request body is refused with 413
-    double timeout_seconds = 600;          // a generation running longer is cancelled (504, or an error event)
-    int64_t retry_after_seconds = 5;       // the Retry-After of a 503
-    RecipeLimits limits;                   // applied to every recipe, as `rudder generate` applies its own
+    int port = 8080;                   // 0: any free port
+    int64_t parallel = 1;              // generations that run at once
+    int64_t queue_limit = 16;          // generations that may wait for a turn; more are refused with 503
+    int64_t batch_samples = 32;        // the most samples one run serves for requests that share it (1: none share)
+    int64_t cached_generators = 8;     // idle generators kept for requests that follow (0: each request loads)
+    int64_t max_body_bytes = 1 << 20;  // a larger request body is refused with 413
+    double timeout_seconds = 600;      // a generation running longer is cancelled (504, or an error event)
+    int64_t retry_after_seconds = 5;   // the Retry-After of a 503
+    RecipeLimits limits;               // applied to every recipe, as `rudder generate` applies its own
     std::map<std::string, std::filesystem::path> recipes;  // recipes a request may name instead of giving one
-    std::vector<std::filesystem::path> model_path;          // empty: default_model_path()
-    std::vector<std::filesystem::path> plugin_path;         // empty: Registry::default_search_path()
+    std::vector<std::filesystem::path> model_path;         // empty: default_model_path()
+    std::vector<std::filesystem::path> plugin_path;        // empty: Registry::default_search_path()
 };
 
 class Server {

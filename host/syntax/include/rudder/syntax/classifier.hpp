@@ -1,7 +1,8 @@
 // The noisy text classifier as the classifier controllers use it (pos, syntax_span, syntax_tree, sentiment): load
 // a model directory of type "syntax_classifier" or "attribute_classifier" (written by `rudder train-controller`),
-// and compute log p(target | x_t) and its gradient with respect to the sampler's state. No LibTorch header here (the network is behind a pointer), so
-// a controller including it compiles in seconds; it links rudder_syntax. Not thread-safe: one call at a time.
+// and compute log p(target | x_t) and its gradient with respect to the sampler's state. No LibTorch header here (the
+// network is behind a pointer), so a controller including it compiles in seconds; it links rudder_syntax. Not
+// thread-safe: one call at a time.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +34,8 @@ class TextClassifier {
 public:
     // `type`: the config.json type expected, "syntax_classifier" or "attribute_classifier". Throws ModelError
     // naming the file and the problem.
-    static std::shared_ptr<TextClassifier> load(const std::filesystem::path& dir, const std::string& type = "syntax_classifier");
+    static std::shared_ptr<TextClassifier> load(const std::filesystem::path& dir,
+                                                const std::string& type = "syntax_classifier");
     ~TextClassifier();
 
     bool continuous() const;     // which family's noise it was trained on
@@ -42,9 +44,9 @@ public:
     int64_t max_length() const;
     const std::string& token(int64_t id) const;  // the denoiser vocabulary it was trained with
     const std::filesystem::path& dir() const;
-    const std::vector<std::string>& tags() const;    // class k + 1 is tags()[k]
-    const std::vector<std::string>& labels() const;  // class k + 1 is labels()[k]: unary chains such as "S+VP"
-    const std::vector<std::string>& classes() const; // attribute class k is classes()[k]; empty without that head
+    const std::vector<std::string>& tags() const;     // class k + 1 is tags()[k]
+    const std::vector<std::string>& labels() const;   // class k + 1 is labels()[k]: unary chains such as "S+VP"
+    const std::vector<std::string>& classes() const;  // attribute class k is classes()[k]; empty without that head
 
     // The class of a PTB tag (joined tags such as "PRP+VBZ" included), -1 if the classifier never saw it.
     int64_t tag_class(const std::string& tag) const;

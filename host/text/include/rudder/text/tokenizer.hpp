@@ -68,7 +68,8 @@ public:
 
 private:
     explicit WordTokenizer(std::vector<std::string> tokens);
-    static WordTokenizer from_counts(const std::map<std::string, int64_t>& counts, int64_t min_count, const char* caller);
+    static WordTokenizer from_counts(const std::map<std::string, int64_t>& counts, int64_t min_count,
+                                     const char* caller);
     std::vector<std::string> tokens_;
     std::unordered_map<std::string, int64_t> index_;
 };

@@ -27,7 +27,8 @@ public:
     // A Hugging Face tokenizer.json. Throws std::runtime_error naming the file and the JSON path of anything it
     // does not support. A post-processor (BERT's TemplateProcessing "[CLS] $A [SEP]") is read but not applied:
     // encode never adds [CLS] or [SEP]; a model that wants them puts them in itself.
-    static WordPieceTokenizer load_json(const std::string& tokenizer_json_path, const WordPieceSpecialNames& names = {});
+    static WordPieceTokenizer load_json(const std::string& tokenizer_json_path,
+                                        const WordPieceSpecialNames& names = {});
     // The same from the file's text; `source` names it in messages.
     static WordPieceTokenizer from_json(std::string_view json_text, const std::string& source,
                                         const WordPieceSpecialNames& names = {});

@@ -26,17 +26,17 @@ struct TrainOptions {
 };
 
 struct TrainResult {
-    bool finished = false;            // reached config.steps and wrote the model directory
-    int64_t step = 0;                 // steps done, in total
-    int64_t resumed_from = 0;         // the checkpoint's step, 0 if started afresh
-    int64_t texts = 0;                // training texts used
-    int64_t dropped_too_long = 0;     // training texts (or meaning representations) over the length limits
+    bool finished = false;         // reached config.steps and wrote the model directory
+    int64_t step = 0;              // steps done, in total
+    int64_t resumed_from = 0;      // the checkpoint's step, 0 if started afresh
+    int64_t texts = 0;             // training texts used
+    int64_t dropped_too_long = 0;  // training texts (or meaning representations) over the length limits
     int64_t vocab_size = 0;
     int64_t parameters = 0;
-    double last_loss = 0.0;           // mean training loss over the last log interval
-    std::optional<double> dev_loss;   // the last dev loss computed
-    double seconds = 0.0;             // wall time of this run's steps
-    double steps_per_second = 0.0;    // this run
+    double last_loss = 0.0;          // mean training loss over the last log interval
+    std::optional<double> dev_loss;  // the last dev loss computed
+    double seconds = 0.0;            // wall time of this run's steps
+    double steps_per_second = 0.0;   // this run
 };
 
 // Trains as configured. Resumes from the checkpoint in `out` when there is one written with the same identity().
