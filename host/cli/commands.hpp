@@ -20,6 +20,7 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitInvalid = 2;        // the input (recipe, config, suite) is invalid
 constexpr int kExitInterrupted = 130;  // Ctrl-C or SIGTERM stopped the run (128 + SIGINT, as shells report it)
+// 70 (rudder::plugins::kPluginExitStatus): a plugin in the process called exit() during one of its calls.
 
 struct Command {
     CLI::App* app = nullptr;   // parsed() says whether it was given
@@ -38,6 +39,13 @@ struct Commands {
             ->check(CLI::Range(1, 256));
     }
 };
+
+// Standard output as results see it (main.cpp): separate_results_from_plugin_output() moves the command's results to
+// a duplicate of descriptor 1 (rudder::results_stream(), std::cout) and points descriptor 1 at standard error, for
+// every command; restore_standard_output() puts descriptor 1 back, for a command that hands its process over (exec).
+// Commands print results through std::cout or results_stream(), never printf.
+void separate_results_from_plugin_output();
+void restore_standard_output();
 
 // The plugins every command finds: $RUDDER_PLUGIN_PATH, then this installation's (Registry::default_search_path).
 plugins::Registry plugin_registry();  // (listing_commands.cpp)

@@ -100,7 +100,7 @@ int run_on_dask(const EvalOptions& o, int threads) {
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    std::fflush(stdout);
+    restore_standard_output();  // the Python that takes over writes its own results there
     std::fflush(stderr);
     execvp(argv[0], argv.data());
     throw std::runtime_error("--dask: cannot run " + python + " (" + std::strerror(errno) +

@@ -3,10 +3,16 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <ext/stdio_sync_filebuf.h>
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+
+#include <rudder/base/output_file.hpp>
 
 #include <rudder/nn/compute_threads.hpp>
 #include <rudder/rudder_plugin.h>
@@ -15,6 +21,38 @@
 #include <rudder/runtime/recipe.hpp>
 
 #include "commands.hpp"
+
+namespace rudder::cli {
+
+namespace {
+int g_results_fd = -1;  // the duplicate of standard output that results go to, once separated
+}  // namespace
+
+void separate_results_from_plugin_output() {
+    // Results go to a duplicate of standard output; descriptor 1 then points at standard error, so that whatever a
+    // plugin in this process prints (printf, std::cout in its library) can never pass for a result line.
+    const int results = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+    if (results < 0) return;  // no standard output to keep apart
+    std::FILE* stream = ::fdopen(results, "w");
+    if (stream == nullptr || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+        if (stream != nullptr) std::fclose(stream);
+        else ::close(results);
+        return;
+    }
+    g_results_fd = results;
+    set_results_stream(stream);
+    static __gnu_cxx::stdio_sync_filebuf<char> buffer(stream);  // std::cout writes where the results go
+    std::cout.rdbuf(&buffer);
+}
+
+void restore_standard_output() {
+    if (g_results_fd < 0) return;
+    std::cout.flush();
+    std::fflush(results_stream());
+    ::dup2(g_results_fd, STDOUT_FILENO);
+}
+
+}  // namespace rudder::cli
 
 int main(int argc, char** argv) {
     namespace cli = rudder::cli;
@@ -42,7 +80,8 @@ int main(int argc, char** argv) {
         const int code = app.exit(e);
         return code == 0 ? cli::kExitOk : cli::kExitInvalid;
     }
-    // stdout carries the JSON Lines; every log message goes to stderr.
+    // stdout carries the JSON Lines (through the duplicate set apart here); every log message goes to stderr.
+    cli::separate_results_from_plugin_output();
     spdlog::set_default_logger(spdlog::stderr_color_mt("rudder"));
     spdlog::set_level(verbose ? spdlog::level::debug : spdlog::level::warn);
     rudder::keep_freed_memory_in_process();
@@ -54,7 +93,7 @@ int main(int argc, char** argv) {
             const int code = command.run();
             // What went to stdout through std::cout must have arrived (a full disk, a closed pipe are failures).
             std::cout.flush();
-            if (!std::cout || std::fflush(stdout) != 0)
+            if (!std::cout || std::fflush(rudder::results_stream()) != 0)
                 throw std::runtime_error(std::string("cannot write to standard output: ") + std::strerror(errno));
             return code;
         } catch (const rudder::RecipeError& e) {  // a recipe a command built or read for itself

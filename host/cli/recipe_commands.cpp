@@ -2,6 +2,9 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/fmt/fmt.h>
 
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -14,6 +17,7 @@
 
 #include <rudder/base/memory.hpp>
 #include <rudder/base/output_file.hpp>
+#include <rudder/plugins/plugin_calls.hpp>
 #include <rudder/runtime/generator.hpp>
 #include <rudder/runtime/model.hpp>
 #include <rudder/runtime/recipe.hpp>
@@ -92,26 +96,56 @@ RecipeLimits limits_with_memory(int64_t max_memory_mb) {
     return limits;
 }
 
-// Ctrl-C (SIGINT) or SIGTERM during a run: the run stops at the end of the step in progress; a second one ends
-// the process at once, as usual.
+// Ctrl-C (SIGINT) or SIGTERM during a run: the run stops at the end of the step in progress (a step waiting on a
+// controller's process stops at once: Generator::cancel); a second one ends the process at once, as usual. A step
+// inside an in-process plugin call that does not return (an endless loop) would never reach its end, so the first
+// signal also starts a watch: a second after kCallGraceSeconds and every second after, if the plugin call running at
+// the last look is still the one running (plugins::plugin_calls: none started since), the process ends with
+// kExitInterrupted and says why. Everything here is async-signal-safe: lock-free atomics, write, alarm, _exit.
 volatile std::sig_atomic_t g_interrupted = 0;
+std::atomic<Generator*> g_running{nullptr};  // the generator to cancel
+std::atomic<uint64_t> g_calls_started_at_last_look{0};
+constexpr unsigned kCallGraceSeconds = 2;
+
+extern "C" void on_watch(int) {
+    const plugins::PluginCalls now = plugins::plugin_calls();
+    if (now.running > 0 && now.started == g_calls_started_at_last_look.load()) {
+        static const char message[] =
+            "\nrudder: interrupted inside a plugin call that did not return; ending the process now\n";
+        (void)!::write(STDERR_FILENO, message, sizeof message - 1);
+        ::_exit(kExitInterrupted);
+    }
+    g_calls_started_at_last_look.store(now.started);
+    ::alarm(1);
+}
 
 extern "C" void on_interrupt(int signal_number) {
     g_interrupted = signal_number;
     std::signal(signal_number, SIG_DFL);
+    if (Generator* generator = g_running.load()) generator->cancel();
+    g_calls_started_at_last_look.store(plugins::plugin_calls().started);
+    std::signal(SIGALRM, on_watch);
+    ::alarm(kCallGraceSeconds);
 }
 
 class InterruptHandlers {
 public:
-    InterruptHandlers() {
+    explicit InterruptHandlers(Generator& generator) {
+        static_assert(std::atomic<Generator*>::is_always_lock_free, "read in a signal handler");
         g_interrupted = 0;
+        g_running.store(&generator);
         previous_int_ = std::signal(SIGINT, on_interrupt);
         previous_term_ = std::signal(SIGTERM, on_interrupt);
     }
     ~InterruptHandlers() {
         std::signal(SIGINT, previous_int_);
         std::signal(SIGTERM, previous_term_);
+        ::alarm(0);
+        std::signal(SIGALRM, SIG_DFL);
+        g_running.store(nullptr);
     }
+    InterruptHandlers(const InterruptHandlers&) = delete;
+    InterruptHandlers& operator=(const InterruptHandlers&) = delete;
 
 private:
     void (*previous_int_)(int);
@@ -143,7 +177,7 @@ int cmd_generate(const std::string& recipe_path, const std::string& out_path, st
     std::vector<std::string> order;
     const auto start = std::chrono::steady_clock::now();
     ProgressPrinter printer(quiet);
-    InterruptHandlers interrupts;
+    InterruptHandlers interrupts(generator);
     int64_t written = 0;
     try {
         generator.generate([&](const Progress& p) { return g_interrupted == 0 && printer(p); },

@@ -16,6 +16,7 @@ Generators on different Python threads run at the same time (ctypes releases the
 import ctypes
 import json
 import os
+import select
 import signal
 import threading
 from dataclasses import dataclass, field
@@ -132,6 +133,7 @@ def _load() -> ctypes.CDLL:
         "rudder_generator_keep_partial": ([p, c_int32], c_int32),
         "rudder_default_generate_options": ([], _GenerateOptions),
         "rudder_generate": ([p, ctypes.POINTER(_GenerateOptions), ctypes.POINTER(p)], c_int32),
+        "rudder_generator_cancel": ([p], c_int32),
         "rudder_results_count": ([p], c_size_t),
         "rudder_results_text": ([p, c_size_t], c_char_p),
         "rudder_results_tokens": ([p, c_size_t, ctypes.POINTER(c_size_t)], ctypes.POINTER(ctypes.c_int64)),
@@ -252,6 +254,59 @@ def _paths(value: Optional[Union[str, List[str]]]) -> Optional[bytes]:
     return _bytes(":".join(os.fspath(v) for v in value))
 
 
+_INT64_MAX = 2**63 - 1
+
+
+def _int64(name: str, value: int, least: int) -> int:
+    """`value` as a C int64_t the library will see unchanged: ctypes would wrap 2**70 around silently."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Error(ERR_INVALID_ARGUMENT, f"{name} must be an integer, got {value!r}")
+    if not least <= value <= _INT64_MAX:
+        lowest = "-2**63" if least == -_INT64_MAX - 1 else str(least)
+        raise Error(ERR_INVALID_ARGUMENT, f"{name} must be in [{lowest}, 2**63 - 1], got {value}")
+    return value
+
+
+class _InterruptWatch:
+    """Ctrl-C while the main thread is inside rudder_generate. Python runs its own SIGINT handler only between
+    bytecodes of the main thread, which is inside the C call until it returns; but the C-level handler also writes
+    the signal's number to the wakeup file descriptor, which this thread reads to cancel the call at once
+    (rudder_generator_cancel): a step blocked in a controller's process ends within a fraction of a second instead of
+    at its time limit, or never. Other signals' bytes are passed on to the wakeup descriptor that was set before."""
+
+    def __init__(self, handle: ctypes.c_void_p):
+        self.signalled = False
+        self._read, self._write = os.pipe()
+        self._stop_read, self._stop_write = os.pipe()
+        os.set_blocking(self._write, False)
+        self._previous = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+        self._thread = threading.Thread(target=self._watch, args=(handle,), name="rudder-interrupt", daemon=True)
+        self._thread.start()
+
+    def _watch(self, handle: ctypes.c_void_p) -> None:
+        while True:
+            ready, _, _ = select.select([self._read, self._stop_read], [], [])
+            if self._stop_read in ready:
+                return
+            numbers = os.read(self._read, 64)
+            if signal.SIGINT in numbers:
+                self.signalled = True
+                _lib.rudder_generator_cancel(handle)
+            others = bytes(n for n in numbers if n != signal.SIGINT)
+            if others and self._previous >= 0:
+                try:
+                    os.write(self._previous, others)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        signal.set_wakeup_fd(self._previous)
+        os.write(self._stop_write, b"\0")
+        self._thread.join()
+        for fd in (self._read, self._write, self._stop_read, self._stop_write):
+            os.close(fd)
+
+
 class Generator:
     """A recipe with its model and controllers loaded, ready to generate many times.
 
@@ -276,7 +331,7 @@ class Generator:
             if key not in {name for name, _ in _Limits._fields_[1:]}:
                 raise Error(ERR_INVALID_ARGUMENT, f"unknown limit '{key}' (max_steps, max_samples, max_batch_size, "
                                                   "max_length, max_memory_mb)")
-            setattr(c_limits, key, value)
+            setattr(c_limits, key, _int64(f"limits['{key}']", value, -_INT64_MAX - 1))  # the library checks the sign
         text = path = None
         if isinstance(recipe, dict):
             text = json.dumps(recipe).encode()
@@ -297,8 +352,9 @@ class Generator:
         (an exception raised in on_step cancels too and is re-raised here). step_texts=True fills progress.texts
         with each sample's current best guess (decoding costs, so it is off by default).
 
-        Ctrl-C stops the run within a step and raises Interrupted (a KeyboardInterrupt) whose `samples` are those
-        finished before it; Cancelled carries them too.
+        Ctrl-C stops the run within a step, and within a fraction of a second where the step waits on a controller in a
+        process of its own (whatever its time_limit), and raises Interrupted (a KeyboardInterrupt) whose `samples` are
+        those finished before it; Cancelled carries them too. samples and seed must fit a C int64 (Error otherwise).
         """
         if self._handle is None or not self._handle.value:
             raise Error(ERR_INVALID_ARGUMENT, "generator is closed")
@@ -306,13 +362,9 @@ class Generator:
             raise Error(ERR_BUSY, "generate() called from a callback of this generator's own generate()")
         options = _lib.rudder_default_generate_options()
         if samples is not None:
-            if samples < 1:
-                raise Error(ERR_INVALID_ARGUMENT, f"samples must be at least 1, got {samples}")
-            options.samples = samples
+            options.samples = _int64("samples", samples, 1)
         if seed is not None:
-            if not 0 <= seed < 2**63:
-                raise Error(ERR_INVALID_ARGUMENT, f"seed must be in [0, 2**63 - 1], got {seed}")
-            options.override_seed, options.seed = 1, seed
+            options.override_seed, options.seed = 1, _int64("seed", seed, 0)
         raised: List[BaseException] = []
         interrupted: List[int] = []
 
@@ -338,14 +390,24 @@ class Generator:
         options.on_progress = callback
         options.progress_text = 1 if step_texts and on_step is not None else 0
         previous_handler = None
+        watch = None
         if threading.current_thread() is threading.main_thread():
             previous_handler = signal.signal(signal.SIGINT, lambda signum, _frame: interrupted.append(signum))
+            try:
+                watch = _InterruptWatch(self._handle)
+            except BaseException:
+                signal.signal(signal.SIGINT, previous_handler)
+                raise
         res = ctypes.c_void_p()
         self._busy = True
         try:
             status = _lib.rudder_generate(self._handle, options, ctypes.byref(res))
         finally:
             self._busy = False
+            if watch is not None:
+                watch.close()
+                if watch.signalled:
+                    interrupted.append(signal.SIGINT)
             if previous_handler is not None:
                 signal.signal(signal.SIGINT, previous_handler)
         try:

@@ -5,9 +5,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstddef>
 #include <cstdlib>
@@ -362,6 +364,72 @@ TEST(CApi, ACancelledRunCanKeepTheSamplesItFinished) {
     ASSERT_EQ(rudder_results_count(partial.get()), 2u);
     for (size_t i = 0; i < 2; ++i)
         EXPECT_STREQ(rudder_results_text(partial.get(), i), rudder_results_text(full.get(), i));
+}
+
+// API 1.3: a cancel from another thread stops a call blocked in a controller's process at once, whatever its
+// time_limit (here none), and the next call starts a new process for it.
+TEST(CApi, CancelFromAnotherThreadStopsAStepBlockedInAControllersProcess) {
+    rudder_options options = rudder_default_options();
+    options.plugin_path = RUDDER_TEST_FIXTURE_DIR;
+    const std::string marker = ::testing::TempDir() + "rudder_c_api_hang_once_" + std::to_string(::getpid());
+    std::remove(marker.c_str());
+    Generator gen = create(recipe("discrete", 9, 3,
+                                  R"(, {"plugin": "faulty", "isolation": "process", "time_limit": 0,
+                                        "params": {"fault": "hang", "at_step": 2, "once": ")" +
+                                      marker + R"("}})"),
+                           &options);
+    ASSERT_TRUE(gen) << rudder_last_error();
+    ASSERT_EQ(rudder_generator_keep_partial(gen.get(), 1), RUDDER_OK);
+    std::thread canceller([&] {
+        // Cancels once the step hangs (the plugin leaves its marker just before).
+        while (::access(marker.c_str(), F_OK) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        EXPECT_EQ(rudder_generator_cancel(gen.get()), RUDDER_OK);
+    });
+    rudder_results* res = nullptr;
+    EXPECT_EQ(rudder_generate(gen.get(), nullptr, &res), RUDDER_ERR_CANCELLED);
+    canceller.join();
+    const Results partial(res);
+    EXPECT_EQ(rudder_results_count(partial.get()), 0u);
+    EXPECT_THAT(rudder_generator_last_error(gen.get()), HasSubstr("cancelled"));
+    EXPECT_EQ(rudder_generator_cancel(nullptr), RUDDER_ERR_INVALID_ARGUMENT);
+    Results next = generate(gen.get());
+    EXPECT_EQ(rudder_results_count(next.get()), 3u);
+    std::remove(marker.c_str());
+}
+
+// A recipe file that is a FIFO would block the open for ever, /dev/zero would be read until memory runs out: both are
+// refused at once, as is recipe text over 16 MiB.
+TEST(CApi, RecipesThatAreNotRegularFilesOrTooLargeAreRefusedAtOnce) {
+    const std::string fifo = ::testing::TempDir() + "rudder_c_api_fifo_" + std::to_string(::getpid());
+    std::remove(fifo.c_str());
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    std::atomic<bool> returned{false};
+    std::thread unblock([&] {  // were the open to block (the old behaviour), a writer comes after 10 s
+        for (int i = 0; i < 1000 && !returned; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        if (!returned) std::ofstream(fifo).put(' ');
+    });
+    rudder_generator* gen = nullptr;
+    EXPECT_EQ(rudder_generator_create_from_file(fifo.c_str(), nullptr, &gen), RUDDER_ERR_INVALID_RECIPE);
+    returned = true;
+    unblock.join();
+    EXPECT_THAT(rudder_last_error(), HasSubstr("recipe file '" + fifo + "' is a FIFO: only regular files are read"));
+    std::remove(fifo.c_str());
+
+    EXPECT_EQ(rudder_generator_create_from_file("/dev/zero", nullptr, &gen), RUDDER_ERR_INVALID_RECIPE);
+    EXPECT_THAT(rudder_last_error(), HasSubstr("recipe file '/dev/zero' is a character device"));
+
+    const std::string huge = "{\"model\": \"e2e-corpus\", \"pad\": \"" + std::string(17 << 20, 'x') + "\"}";
+    EXPECT_EQ(rudder_generator_create(huge.c_str(), nullptr, &gen), RUDDER_ERR_INVALID_RECIPE);
+    EXPECT_THAT(rudder_last_error(), HasSubstr("the recipe is larger than 16 MiB"));
+
+    // A model name of 10 MB, given as the option that replaces the recipe's.
+    rudder_options options = rudder_default_options();
+    const std::string long_name(10000000, 'm');
+    options.model = long_name.c_str();
+    EXPECT_EQ(rudder_generator_create(recipe("discrete").c_str(), &options, &gen), RUDDER_ERR_INVALID_RECIPE);
+    EXPECT_THAT(rudder_last_error(), HasSubstr("a model name or path of 10000000 bytes is over the limit of 4096"));
+    EXPECT_LT(std::string(rudder_last_error()).size(), 2000u);
 }
 
 struct FreeAttempt {

@@ -142,6 +142,31 @@ TEST_F(BidirectionalLlmCheckpoint, RefusesConfigsItDoesNotRunNamingTheField) {
     }
 }
 
+// A layer count or a width the weights cannot hold is refused from the weights files' sizes, before the shapes of a
+// billion layers are listed (which took minutes and gigabytes before the weights were opened).
+TEST_F(BidirectionalLlmCheckpoint, RefusesSizesTheWeightsCannotHoldBeforeAllocating) {
+    const struct {
+        std::string model, key;
+        json value;
+        std::string expected;
+    } cases[] = {
+        {"llada", "n_layers", 1000000000, "field 'n_layers': 1000000000 layers of these sizes make "},
+        {"dream", "num_hidden_layers", 1000000000, "field 'num_hidden_layers': 1000000000 layers of these sizes make "},
+        {"dream", "intermediate_size", 2000000000, "field 'num_hidden_layers': "},
+        {"llada", "d_model", int64_t{1} << 40, "field 'd_model': expected a positive integer up to 2147483647"},
+    };
+    int index = 0;
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.model + " " + c.key);
+        const fs::path dir = with_config(c.model, "too_large_" + std::to_string(index++), c.key, c.value);
+        const std::string error = load_error(dir);
+        EXPECT_NE(error.find((dir / "config.json").string()), std::string::npos) << error;
+        EXPECT_NE(error.find(c.expected), std::string::npos) << error;
+        if (c.key != "d_model") EXPECT_NE(error.find("layers of these sizes make"), std::string::npos) << error;
+        if (c.key != "d_model") EXPECT_NE(error.find(", but model.safetensors holds "), std::string::npos) << error;
+    }
+}
+
 TEST_F(BidirectionalLlmCheckpoint, RefusesMissingWrongAndExtraTensors) {
     const BidirectionalLlm reference_net = BidirectionalLlm::load(root_ / "llada");
     const rudder::SafeTensors weights = rudder::load_safetensors(root_ / "llada" / "model.safetensors");

@@ -624,6 +624,18 @@ TEST(Weights, ModelConfigProblemsNameTheFileAndKey) {
     json inside = good;
     inside["weights"] = "./sub/../weights.safetensors";
     EXPECT_EQ(error(inside, Family::continuous), "");
+
+    // Sizes within the config's bounds that the weights file cannot hold (the network would take 344 GB to build)
+    // are refused before the network is built.
+    json huge = good;
+    huge["network"]["dim"] = 8192;
+    huge["network"]["ff_dim"] = 65536;
+    huge["network"]["layers"] = 64;
+    e = error(huge, Family::continuous);
+    EXPECT_NE(e.find("'network' makes at least 85899444224 parameters, 160.0 GiB of weights at 2 bytes each, but "
+                     "'weights.safetensors' holds "),
+              std::string::npos)
+        << e;
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -337,6 +337,40 @@ TEST_F(DitCheckpoint, RefusesUnknownAndUnsupportedConfigFields) {
     EXPECT_NE(load_error(sedd).find("field 'model.mlp_ratio': unknown field"), std::string::npos) << load_error(sedd);
 }
 
+// A block count the weights cannot hold is refused from the weights files' sizes (one file, or the shards an index
+// names), before the shapes of a billion blocks are listed (which took 22 s and 3.3 GB before bad_alloc).
+TEST_F(DitCheckpoint, RefusesABlockCountTheWeightsCannotHoldBeforeAllocating) {
+    const struct {
+        std::string model, field;
+        std::vector<std::string> path;
+    } cases[] = {{"mdlm", "n_blocks", {"n_blocks"}},
+                 {"mdlm_time_sharded", "n_blocks", {"n_blocks"}},
+                 {"sedd", "model.n_blocks", {"model", "n_blocks"}}};
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.model);
+        const fs::path dir = copy_of(c.model, c.model + "_billion_blocks");
+        json config = rudder::read_json_file(dir / "config.json");
+        json& place = c.path.size() == 1 ? config : config[c.path[0]];
+        place[c.path.back()] = 1000000000;
+        write_json(dir / "config.json", config);
+        const std::string error = load_error(dir);
+        EXPECT_NE(error.find("field '" + c.field + "': 1000000000 layers of these sizes make "), std::string::npos)
+            << error;
+        EXPECT_NE(error.find(c.model == "mdlm_time_sharded" ? "but model.safetensors.index.json holds"
+                                                            : "but model.safetensors holds"),
+                  std::string::npos)
+            << error;
+    }
+    // A width beyond int32 is refused as such: the shapes computed from it would overflow.
+    const fs::path wide = copy_of("mdlm", "wide");
+    json config = rudder::read_json_file(wide / "config.json");
+    config["hidden_dim"] = int64_t{1} << 62;
+    write_json(wide / "config.json", config);
+    EXPECT_NE(load_error(wide).find("field 'hidden_dim': expected a positive integer up to 2147483647"),
+              std::string::npos)
+        << load_error(wide);
+}
+
 TEST_F(DitCheckpoint, RefusesAnIndexNamingAMissingShard) {
     const fs::path dir = copy_of("mdlm_time_sharded", "missing_shard");
     fs::remove(dir / "model-00002-of-00003.safetensors");

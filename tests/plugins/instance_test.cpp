@@ -2,11 +2,14 @@
 // names the controller, the run services follow their C protocol, and the library outlives what it made.
 #include "test_support.hpp"
 
+#include <rudder/plugins/plugin_calls.hpp>
+
 #include <gmock/gmock.h>
 
 #include <dlfcn.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <thread>
 
@@ -80,6 +83,36 @@ TEST(ControllerInstance, NaNIsRefusedNamingTheController) {
     inf.begin(discrete_shape(), nullptr);
     EXPECT_THAT(plugin_error_of([&] { inf.step(step_inputs(discrete_shape(), 0)); }),
                 HasSubstr("controller 'my_inf' (nan, rudder_nan.so): wrote NaN or Inf to logit_delta at step 0"));
+}
+
+TEST(ControllerInstance, AVerdictDetailThatIsNotUtf8IsRefusedNamingTheController) {
+    ControllerInstance bytes(fixture_type("faulty"), "{\"bad_detail\": 1}", "bytes");
+    bytes.begin(discrete_shape(), nullptr);
+    EXPECT_EQ(plugin_error_of([&] { bytes.evaluate(2, {1, 2}, 2, "the cat"); }),
+              "controller 'bytes' (faulty, rudder_faulty.so): evaluate returned a detail that is not valid UTF-8 on "
+              "sample 2 (it is JSON object text)");
+}
+
+// exit() inside an in-process call must not end the host with the plugin's status (0 would pass for success).
+TEST(ControllerInstanceDeathTest, ExitInsideACallEndsTheProcessAsAFailureNamingTheController) {
+    ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+    EXPECT_EXIT(
+        {
+            ControllerInstance exits(fixture_type("faulty"), "{\"fault\": \"exit\"}", "quitter");
+            exits.begin(discrete_shape(), nullptr);
+            exits.step(step_inputs(discrete_shape(), 0));
+        },
+        ::testing::ExitedWithCode(kPluginExitStatus),
+        "controller 'quitter' \\(faulty, rudder_faulty.so\\) ended the process \\(exit\\(\\) called inside the plugin\\)");
+    // exit() outside any plugin call keeps its status.
+    EXPECT_EXIT(
+        {
+            ControllerInstance fine(fixture_type("faulty"), "{}", "fine");
+            fine.begin(discrete_shape(), nullptr);
+            fine.step(step_inputs(discrete_shape(), 0));
+            std::exit(3);
+        },
+        ::testing::ExitedWithCode(3), "");
 }
 
 TEST(ControllerInstance, AThrowInCreateIsReportedAsInvalidParams) {

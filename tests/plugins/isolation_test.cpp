@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -225,6 +226,49 @@ TEST(Isolation, AHangIsStoppedAtTheTimeLimit) {
     EXPECT_LT(seconds, 10.0);
     EXPECT_FALSE(hangs.usable());
     expect_host_healthy();
+}
+
+TEST(Isolation, ACancelStopsAWaitingCallWhateverItsTimeLimit) {
+    ControllerInstance hangs(fixture_type("faulty"), "{\"fault\":\"hang\",\"at_step\":1}", "sleepy",
+                             Isolation::process);
+    std::atomic<bool> cancel{false};
+    hangs.set_cancel_flag(&cancel);
+    hangs.set_time_limit(0);  // no limit: only the cancel ends the call
+    hangs.begin(discrete_shape(), nullptr);
+    std::thread canceller([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        cancel = true;
+    });
+    std::string error;
+    try {
+        hangs.step(step_inputs(discrete_shape(), 1));
+    } catch (const CallCancelled& e) {
+        error = e.what();
+    } catch (const std::exception& e) {
+        error = std::string("not CallCancelled: ") + e.what();
+    }
+    canceller.join();
+    EXPECT_THAT(error, StartsWith("controller 'sleepy' (faulty, rudder_faulty.so): step at step 1 was cancelled; its "
+                                  "process (pid "));
+    EXPECT_FALSE(hangs.usable());
+    // The next run starts a new process.
+    cancel = false;
+    hangs.begin(discrete_shape(), nullptr);
+    EXPECT_TRUE(hangs.usable());
+    EXPECT_TRUE(at::equal(hangs.step(step_inputs(discrete_shape(), 0)).logit_delta, at::ones({2, 3, 8})));
+}
+
+TEST(Isolation, TheChildsMemoryIsLimited) {
+    // 4 GB, never touched: where nothing limits it the allocation succeeds without costing memory.
+    const std::string params = "{\"fault\":\"alloc\",\"mb\":4096}";
+    ControllerInstance unlimited(fixture_type("faulty"), params, "big", Isolation::process);
+    unlimited.begin(discrete_shape(), nullptr);
+    EXPECT_NO_THROW(unlimited.step(step_inputs(discrete_shape(), 0)));
+    ControllerInstance limited(fixture_type("faulty"), params, "big", Isolation::process, uint64_t{512} << 20);
+    limited.begin(discrete_shape(), nullptr);
+    EXPECT_EQ(plugin_error_of([&] { limited.step(step_inputs(discrete_shape(), 0)); }),
+              "controller 'big' (faulty, rudder_faulty.so): step failed at step 0 (RUDDER_ERR_OUT_OF_MEMORY): could "
+              "not allocate 4096 MB");
 }
 
 TEST(Isolation, AThreadThatOutlivesTheCallTakesOnlyTheChild) {

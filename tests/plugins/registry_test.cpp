@@ -229,6 +229,29 @@ TEST(Registry, APathOutsideTheSearchPathIsRefusedBeforeLoading) {
     EXPECT_TRUE(registry.in_search_path(elsewhere.path() / "link" / "rudder_good.so"));
 }
 
+// A symlink inside a plugin folder is judged by where it leads: to a library outside the search path it is rejected
+// (scan) or refused (by path); to one in a folder of the search path it is that library.
+TEST(Registry, ASymlinkedLibraryMustLeadIntoTheSearchPath) {
+    TempDir plugins("symlinked"), elsewhere("symlink_target");
+    fs::copy_file(fixture("probe"), elsewhere.path() / "rudder_probe_copy.so");
+    fs::create_symlink(elsewhere.path() / "rudder_probe_copy.so", plugins.path() / "rudder_outside.so");
+    fs::create_symlink(fixture("good"), plugins.path() / "rudder_inside.so");
+    Registry alone({plugins.path()});
+    EXPECT_TRUE(alone.controllers().empty()) << "a library outside the search path was scanned";
+    const auto reasons = reasons_by_file(alone.rejections());
+    ASSERT_TRUE(reasons.count("rudder_outside.so"));
+    EXPECT_EQ(reasons.at("rudder_outside.so"), "a symlink to " + (elsewhere.path() / "rudder_probe_copy.so").string() +
+                                                   ", outside the folders of the plugin search path: not loaded");
+    EXPECT_FALSE(alone.in_search_path(plugins.path() / "rudder_outside.so"));
+    EXPECT_THAT(plugin_error_of([&] { alone.resolve("rudder_outside.so", plugins.path()); }),
+                HasSubstr("not in a folder of the plugin search path"));
+    EXPECT_THAT(plugin_error_of([&] { alone.resolve("probe", plugins.path()); }), HasSubstr("no controller plugin"));
+
+    Registry both({plugins.path(), fixture_dir()});
+    EXPECT_TRUE(both.in_search_path(plugins.path() / "rudder_inside.so"));
+    EXPECT_EQ(both.resolve("rudder_inside.so", plugins.path()).id(), "good");
+}
+
 // The digest as coreutils' sha256sum prints it: an implementation independent of the host's.
 std::string sha256sum(const fs::path& file) {
     const std::string command = "sha256sum '" + file.string() + "'";

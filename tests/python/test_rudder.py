@@ -1,10 +1,12 @@
 """The Python binding over librudder.so: generate from a recipe, verdicts, the step callback, cancelling, errors,
 and generators on several Python threads. Run by ctest with RUDDER_LIBRARY and PYTHONPATH set."""
+import faulthandler
 import json
 import os
 import signal
 import tempfile
 import threading
+import time
 import unittest
 
 import rudder
@@ -87,6 +89,47 @@ class Binding(unittest.TestCase):
         finally:
             timer.cancel()
         self.assertLess(len(caught.exception.samples), 400)
+
+    @unittest.skipUnless(os.environ.get("RUDDER_TEST_FIXTURE_DIR"), "needs the fixture plugins (ctest sets the folder)")
+    def test_ctrl_c_stops_a_step_blocked_in_a_controllers_process(self):
+        # A controller in a process of its own hangs in its step with no time limit: Ctrl-C must still end the call
+        # (it used to wait for the time limit, and for ever without one). faulthandler ends a hung test.
+        fixtures = os.environ["RUDDER_TEST_FIXTURE_DIR"]
+        with tempfile.TemporaryDirectory() as folder:
+            marker = os.path.join(folder, "hanging")
+            recipe = dict(RECIPE, controllers=RECIPE["controllers"] + [
+                {"plugin": "faulty", "isolation": "process", "time_limit": 0,
+                 "params": {"fault": "hang", "at_step": 3, "once": marker}}])
+            gen = rudder.Generator(recipe, plugin_path=fixtures)
+
+            def press_ctrl_c_once_it_hangs():
+                while not os.path.exists(marker):
+                    time.sleep(0.01)
+                time.sleep(0.2)
+                os.kill(os.getpid(), signal.SIGINT)
+
+            presser = threading.Thread(target=press_ctrl_c_once_it_hangs)
+            presser.start()
+            faulthandler.dump_traceback_later(120, exit=True)
+            try:
+                with self.assertRaises(rudder.Interrupted) as caught:
+                    gen.generate()
+            finally:
+                faulthandler.cancel_dump_traceback_later()
+                presser.join()
+            self.assertEqual(caught.exception.samples, [])
+            self.assertEqual(len(gen.generate()), 3, "the generator is usable afterwards (a new process)")
+        self.assertIs(signal.getsignal(signal.SIGINT), signal.default_int_handler)
+
+    def test_counts_beyond_int64_are_refused_not_wrapped(self):
+        gen = rudder.Generator(RECIPE)
+        for samples in (2**70, 2**64, 2**63, 0, -1, 2.5):
+            with self.assertRaises(rudder.Error) as caught:
+                gen.generate(samples=samples)
+            self.assertEqual(caught.exception.status, rudder.ERR_INVALID_ARGUMENT, samples)
+        with self.assertRaises(rudder.Error):
+            rudder.Generator(RECIPE, limits={"max_samples": 2**64 + 3})
+        self.assertEqual(len(gen.generate(samples=2)), 2)
 
     def test_close_inside_a_callback_is_refused(self):
         gen = rudder.Generator(RECIPE)

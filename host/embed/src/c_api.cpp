@@ -424,6 +424,12 @@ rudder_status rudder_generate(rudder_generator* gen, const rudder_generate_optio
     });
 }
 
+rudder_status rudder_generator_cancel(rudder_generator* gen) {
+    if (gen == nullptr || gen->generator == nullptr) return RUDDER_ERR_INVALID_ARGUMENT;  // no message: signal-safe
+    gen->generator->cancel();
+    return RUDDER_OK;
+}
+
 size_t rudder_results_count(const rudder_results* res) { return res != nullptr ? res->samples.size() : 0; }
 
 const char* rudder_results_text(const rudder_results* res, size_t i) {

@@ -2,9 +2,7 @@
 #include "suite.hpp"
 
 #include <cstdint>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -12,6 +10,7 @@
 #include <rudder/nn/config_error.hpp>
 #include <rudder/rudder_json.hpp>
 #include <rudder/text/meaning.hpp>
+#include <rudder/text/text_files.hpp>
 
 namespace rudder::eval {
 namespace {
@@ -136,13 +135,10 @@ Task read_task(const json& j, const std::string& p, const fs::path& base, const 
 }  // namespace
 
 Suite read_suite(const fs::path& file) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) throw std::runtime_error("cannot read the suite '" + file.string() + "'");
-    std::ostringstream text;
-    text << in.rdbuf();
+    const std::string text = read_small_file(file, kMaxConfigFileBytes, "suite");
     json j;
     try {
-        j = json_input::parse(text.str());
+        j = json_input::parse(text);
     } catch (const std::exception& e) {  // nlohmann's parse errors, and json_input::TooDeep
         throw ConfigError(file.string(), {{"", std::string("not valid JSON: ") + e.what()}});
     }

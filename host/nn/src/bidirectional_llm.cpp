@@ -251,23 +251,17 @@ BidirectionalLlm BidirectionalLlm::load(const fs::path& dir) {
     };
     Shapes expected = {{embedding, {V, H}}, {final_norm, {H}}};
     if (!c.tied_output) expected[output] = {V, H};
-    for (int64_t i = 0; i < c.n_layers; ++i) {
+    const auto layer_shapes = [&](int64_t i) {
         const Names n = names(i);
-        expected[n.attn_norm] = {H};
-        expected[n.q + ".weight"] = {q_rows, H};
-        expected[n.k + ".weight"] = {kv_rows, H};
-        expected[n.v + ".weight"] = {kv_rows, H};
-        if (c.qkv_bias) {
-            expected[n.q + ".bias"] = {q_rows};
-            expected[n.k + ".bias"] = {kv_rows};
-            expected[n.v + ".bias"] = {kv_rows};
-        }
-        expected[n.o] = {H, q_rows};
-        expected[n.ff_norm] = {H};
-        expected[n.gate] = {I, H};
-        expected[n.up] = {I, H};
-        expected[n.down] = {H, I};
-    }
+        Shapes layer = {{n.attn_norm, {H}},       {n.q + ".weight", {q_rows, H}}, {n.k + ".weight", {kv_rows, H}},
+                        {n.v + ".weight", {kv_rows, H}}, {n.o, {H, q_rows}},           {n.ff_norm, {H}},
+                        {n.gate, {I, H}},          {n.up, {I, H}},                  {n.down, {H, I}}};
+        if (c.qkv_bias) layer.insert({{n.q + ".bias", {q_rows}}, {n.k + ".bias", {kv_rows}}, {n.v + ".bias", {kv_rows}}});
+        return layer;
+    };
+    check_weights_can_hold(dir, config_file, llada ? "n_layers" : "num_hidden_layers", c.n_layers, layer_shapes(0),
+                           expected);
+    for (int64_t i = 0; i < c.n_layers; ++i) expected.merge(layer_shapes(i));
     Weights weights = load_weights(dir, expected, {}, "the " + c.name() + " network", Storage::keep_matrices);
     net.embedding_ = weights.take(embedding);
     net.final_norm_ = weights.take(final_norm);

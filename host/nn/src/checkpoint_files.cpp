@@ -3,11 +3,14 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <limits>
 #include <sstream>
 #include <vector>
 
 #include <rudder/nn/model_files.hpp>
 #include <rudder/nn/safetensors.hpp>
+#include <rudder/text/text_files.hpp>
 
 namespace rudder::nn::checkpoint {
 namespace fs = std::filesystem;
@@ -20,8 +23,8 @@ void config_fail(const fs::path& file, const std::string& field, const std::stri
 int64_t positive_int(const json& object, const std::string& key, const std::string& field, const fs::path& file) {
     if (!object.contains(key)) config_fail(file, field, "missing (a positive integer)");
     const json& v = object.at(key);
-    if (!v.is_number_integer() || v.get<int64_t>() <= 0)
-        config_fail(file, field, "expected a positive integer, got " + v.dump());
+    if (!v.is_number_integer() || v.get<int64_t>() <= 0 || v.get<int64_t>() > kMaxConfigSize)
+        config_fail(file, field, "expected a positive integer up to " + std::to_string(kMaxConfigSize) + ", got " + v.dump());
     return v.get<int64_t>();
 }
 
@@ -49,6 +52,68 @@ std::string shape_string(const std::vector<int64_t>& shape) {
     std::ostringstream out;
     out << at::IntArrayRef(shape);
     return out.str();
+}
+
+int64_t parameter_count(const Shapes& shapes) {
+    int64_t total = 0;
+    for (const auto& [name, shape] : shapes) {
+        int64_t count = 1;
+        for (int64_t size : shape)
+            if (__builtin_mul_overflow(count, size, &count)) return std::numeric_limits<int64_t>::max();
+        if (__builtin_add_overflow(total, count, &total)) return std::numeric_limits<int64_t>::max();
+    }
+    return total;
+}
+
+namespace {
+
+// The bytes of the weights files of `dir`: model.safetensors, or the distinct shards its index names beside it.
+// Files that cannot be found count nothing (load_weights reports them).
+uint64_t weights_bytes(const fs::path& dir, fs::path& described) {
+    std::error_code ec;
+    const fs::path single = dir / "model.safetensors";
+    if (fs::is_regular_file(single, ec)) {
+        described = single;
+        return fs::file_size(single, ec);
+    }
+    const fs::path index_file = dir / "model.safetensors.index.json";
+    described = index_file;
+    if (!fs::is_regular_file(index_file, ec)) return 0;
+    const json index = read_json_file(index_file);
+    if (!index.is_object() || !index.contains("weight_map") || !index.at("weight_map").is_object()) return 0;
+    std::set<std::string> shards;
+    for (const auto& [name, shard] : index.at("weight_map").items())
+        if (shard.is_string() && fs::path(shard.get<std::string>()).filename() == shard.get<std::string>())
+            shards.insert(shard.get<std::string>());
+    uint64_t total = 0;
+    for (const auto& shard : shards) {
+        const uint64_t size = fs::file_size(dir / shard, ec);
+        if (!ec) total += size;
+    }
+    return total;
+}
+
+}  // namespace
+
+void check_weights_can_hold(const fs::path& dir, const fs::path& config_file, const std::string& layers_field,
+                            int64_t layers, const Shapes& one_layer, const Shapes& rest) {
+    int64_t parameters = 0;
+    if (__builtin_mul_overflow(parameter_count(one_layer), layers, &parameters) ||
+        __builtin_add_overflow(parameters, parameter_count(rest), &parameters))
+        parameters = std::numeric_limits<int64_t>::max();
+    fs::path file;
+    const uint64_t held = weights_bytes(dir, file);
+    if (held == 0) return;  // nothing there to compare with: load_weights says what is missing
+    constexpr uint64_t kNarrowestBytes = 2;  // float16, bfloat16
+    if (static_cast<uint64_t>(parameters) <= held / kNarrowestBytes) return;
+    char count[32];
+    std::snprintf(count, sizeof count, "%.3g", static_cast<double>(parameters));
+    config_fail(config_file, layers_field,
+                std::to_string(layers) + " layers of these sizes make " + count + " parameters, at least " +
+                    byte_size_text(static_cast<uint64_t>(
+                        std::min(static_cast<double>(kNarrowestBytes) * static_cast<double>(parameters), 1.8e19))) +
+                    " of weights, but " + file.filename().string() + " holds " + byte_size_text(held) +
+                    ": the config does not describe these weights");
 }
 
 at::Tensor Weights::take(const std::string& name) {

@@ -16,7 +16,11 @@
 namespace rudder::nn::checkpoint {
 
 [[noreturn]] void config_fail(const std::filesystem::path& file, const std::string& field, const std::string& what);
-// object[key] as a positive integer; `field` is its name in messages (a path such as "model.n_heads").
+// The largest value a config's size field may hold (2^31 - 1): the shapes computed from sizes (3 H, 6 H, a ratio
+// times H) then stay inside int64, and no network comes near it.
+constexpr int64_t kMaxConfigSize = 2147483647;
+// object[key] as a positive integer up to kMaxConfigSize; `field` is its name in messages (a path such as
+// "model.n_heads").
 int64_t positive_int(const nlohmann::json& object, const std::string& key, const std::string& field,
                      const std::filesystem::path& file);
 bool boolean(const nlohmann::json& object, const std::string& key, const std::string& field,
@@ -29,6 +33,18 @@ const std::set<std::string>& hub_metadata_keys();
 std::string shape_string(const std::vector<int64_t>& shape);
 
 using Shapes = std::map<std::string, std::vector<int64_t>>;
+
+// How many parameters `shapes` hold, saturating at INT64_MAX instead of overflowing.
+int64_t parameter_count(const Shapes& shapes);
+
+// Checks, before any allocation of the size a config implies, that the weights of `dir` can hold its network:
+// `layers` layers of `one_layer`'s shapes plus `rest`, at 2 bytes a parameter (the narrowest dtype read), against
+// the size of model.safetensors or of the shards its index names. Otherwise a ModelError naming `config_file` and
+// `layers_field` (a layer count of 10^9 would cost minutes and gigabytes of shape bookkeeping before the weights
+// were even opened). Files that are missing are left for load_weights to report.
+void check_weights_can_hold(const std::filesystem::path& dir, const std::filesystem::path& config_file,
+                            const std::string& layers_field, int64_t layers, const Shapes& one_layer,
+                            const Shapes& rest);
 
 // How 16-bit weights are held: widened once into float32 tensors of their own, or, for matrices (two or more
 // dimensions), kept as stored, over the mapping, and widened at each use (as_float): the networks of billions of

@@ -191,7 +191,7 @@ DitNetwork DitNetwork::load(const fs::path& dir) {
 
     const int64_t H = c.hidden_size, C = c.cond_dim, V = c.vocab_size, head_dim = H / c.n_heads;
     const std::string p = c.tensor_prefix();
-    std::map<std::string, std::vector<int64_t>> expected = {
+    Shapes expected = {
         {p + "vocab_embed.embedding", {V, H}},
         {p + "sigma_map.mlp.0.weight", {C, 256}},
         {p + "sigma_map.mlp.0.bias", {C}},
@@ -203,19 +203,22 @@ DitNetwork DitNetwork::load(const fs::path& dir) {
         {p + "output_layer.adaLN_modulation.weight", {2 * H, C}},
         {p + "output_layer.adaLN_modulation.bias", {2 * H}},
     };
-    for (int64_t i = 0; i < c.n_blocks; ++i) {
+    const auto block_shapes = [&](int64_t i) {
         const std::string b = p + "blocks." + std::to_string(i) + ".";
-        expected[b + "norm1.weight"] = {H};
-        expected[b + "attn_qkv.weight"] = {3 * H, H};
-        expected[b + "attn_out.weight"] = {H, H};
-        expected[b + "norm2.weight"] = {H};
-        expected[b + "mlp.0.weight"] = {4 * H, H};
-        expected[b + "mlp.0.bias"] = {4 * H};
-        expected[b + "mlp.2.weight"] = {H, 4 * H};
-        expected[b + "mlp.2.bias"] = {H};
-        expected[b + "adaLN_modulation.weight"] = {6 * H, C};
-        expected[b + "adaLN_modulation.bias"] = {6 * H};
-    }
+        return Shapes{{b + "norm1.weight", {H}},
+                      {b + "attn_qkv.weight", {3 * H, H}},
+                      {b + "attn_out.weight", {H, H}},
+                      {b + "norm2.weight", {H}},
+                      {b + "mlp.0.weight", {4 * H, H}},
+                      {b + "mlp.0.bias", {4 * H}},
+                      {b + "mlp.2.weight", {H, 4 * H}},
+                      {b + "mlp.2.bias", {H}},
+                      {b + "adaLN_modulation.weight", {6 * H, C}},
+                      {b + "adaLN_modulation.bias", {6 * H}}};
+    };
+    check_weights_can_hold(dir, config_file, c.flavor == DitFlavor::sedd ? "model.n_blocks" : "n_blocks", c.n_blocks,
+                           block_shapes(0), expected);
+    for (int64_t i = 0; i < c.n_blocks; ++i) expected.merge(block_shapes(i));
     const std::string inv_freq_name = p + "rotary_emb.inv_freq";  // a buffer: optional, checked if present
     Shapes optional = {{inv_freq_name, {head_dim / 2}}};
     // BD3-LM keeps its clipped training noise range as two scalar buffers beside the backbone (when var_min).

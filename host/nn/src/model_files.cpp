@@ -1,21 +1,22 @@
 #include <rudder/nn/model_files.hpp>
 
-#include <fstream>
-#include <sstream>
 
 #include <rudder/rudder_json.hpp>
+#include <rudder/text/text_files.hpp>
 
 namespace rudder {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 json read_json_file(const fs::path& file) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) throw ModelError("cannot read '" + file.string() + "'");
-    std::ostringstream text;
-    text << in.rdbuf();
+    std::string text;
     try {
-        return json_input::parse(text.str());
+        text = read_small_file(file, kMaxConfigFileBytes);
+    } catch (const std::runtime_error& e) {
+        throw ModelError(e.what());
+    }
+    try {
+        return json_input::parse(text);
     } catch (const std::exception& e) {  // nlohmann's parse errors, and json_input::TooDeep
         throw ModelError("'" + file.string() + "' is not valid JSON: " + e.what());
     }

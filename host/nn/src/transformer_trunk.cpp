@@ -152,6 +152,11 @@ json DenoiserConfig::to_json() const {
     return j;
 }
 
+int64_t DenoiserConfig::parameters_at_least() const {
+    // The parse() bounds (dim <= 8192, ff_dim <= 65536, layers <= 64, max_length <= 4096) keep this inside int64.
+    return layers * (4 * dim * dim + 2 * dim * ff_dim) + max_length * dim;
+}
+
 GaussianSchedule DenoiserConfig::gaussian_schedule() const {
     if (schedule != "cdcd") return GaussianSchedule::make(schedule, schedule_steps);
     return GaussianSchedule::make_cdcd(sigma_min, sigma_max, warp, warp_bins, schedule_steps);

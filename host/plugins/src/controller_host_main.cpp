@@ -1,5 +1,7 @@
-// rudder-controller-host LIBRARY CONTROLLER_ID PARENT_PID: runs one controller instance for a host that asked for
-// process isolation ("isolation": "process"). It loads LIBRARY with the host's checks, finds CONTROLLER_ID and then
+// rudder-controller-host LIBRARY CONTROLLER_ID PARENT_PID MEMORY_LIMIT: runs one controller instance for a host that
+// asked for process isolation ("isolation": "process"). It limits its data to MEMORY_LIMIT bytes (RLIMIT_DATA; 0:
+// none), ignores SIGINT (a Ctrl-C at the terminal reaches the whole process group: the host decides whether the run
+// stops, and stops this process itself), loads LIBRARY with the host's checks, finds CONTROLLER_ID and then
 // serves the host's calls on file descriptor 3 (see isolation_protocol.hpp): create, begin, step, evaluate, destroy.
 // The step's tensors are in shared memory the host hands over at begin; the run services the plugin calls
 // (tokenize, find_model, denoise...) are forwarded to the host. A plugin that crashes, aborts, exits, overflows its
@@ -12,9 +14,11 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -428,14 +432,26 @@ struct Child {
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (argc != 4) {
-        static const char usage[] = "usage: rudder-controller-host LIBRARY CONTROLLER_ID PARENT_PID (host on fd 3)\n";
+    if (argc != 5) {
+        static const char usage[] =
+            "usage: rudder-controller-host LIBRARY CONTROLLER_ID PARENT_PID MEMORY_LIMIT (host on fd 3)\n";
         (void)!::write(2, usage, sizeof usage - 1);
         return 2;
     }
     // Should the host die, this process goes with it; if it died before we got here, end now.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != static_cast<pid_t>(std::strtol(argv[3], nullptr, 10))) return 0;
+    ::signal(SIGINT, SIG_IGN);
+    const unsigned long long memory_limit = std::strtoull(argv[4], nullptr, 10);
+    if (memory_limit > 0) {
+        const rlimit limit{static_cast<rlim_t>(memory_limit), static_cast<rlim_t>(memory_limit)};
+        if (::setrlimit(RLIMIT_DATA, &limit) != 0) {
+            Writer w;
+            w.text(std::string("could not limit its memory to ") + argv[4] + " bytes: " + std::strerror(errno));
+            send_or_exit(kFatal, w);
+            return 0;
+        }
+    }
 #if defined(__GLIBC__)
     // As the CLI does in the host (rudder::keep_freed_memory_in_process): a plugin that allocates large tensors each
     // step (a LibTorch network) would otherwise get them back page-faulted every time.

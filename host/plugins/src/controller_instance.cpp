@@ -11,6 +11,7 @@
 #include <rudder/plugins/plugins.hpp>
 
 #include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
 
 #include <array>
 #include <cmath>
@@ -84,6 +85,16 @@ bool ascending_within(const at::Tensor& t, int64_t end) {
     for (int64_t k = 1; k < n; ++k)
         if (v[k] <= v[k - 1]) return false;
     return v[0] >= 0 && v[n - 1] < end;
+}
+
+// Whether `text` is valid UTF-8, as nlohmann/json (which writes the results' JSON) judges it.
+bool valid_utf8(const std::string& text) {
+    try {
+        (void)nlohmann::json(text).dump();
+        return true;
+    } catch (const nlohmann::json::type_error&) {
+        return false;
+    }
 }
 
 // Checks one input the host passes in: dtype, shape, and puts it where the plugin may read it.
@@ -294,7 +305,7 @@ bool dense_control_forms() {
 const char* isolation_name(Isolation isolation) { return isolation == Isolation::process ? "process" : "in_process"; }
 
 ControllerInstance::ControllerInstance(ControllerType type, const std::string& params_json, std::string label,
-                                       Isolation isolation)
+                                       Isolation isolation, uint64_t memory_limit)
     : type_(std::move(type)), label_(std::move(label)), isolation_(isolation), impl_(std::make_unique<Impl>()) {
     Impl& s = *impl_;
     if (type_.library == nullptr || type_.desc == nullptr)
@@ -307,7 +318,8 @@ ControllerInstance::ControllerInstance(ControllerType type, const std::string& p
     s.transport = isolation_ == Isolation::process
                       ? make_process_transport(
                             type_, s.where,
-                            [&services](uint32_t request, isolation::Reader& r) { return services.serve(request, r); })
+                            [&services](uint32_t request, isolation::Reader& r) { return services.serve(request, r); },
+                            memory_limit)
                       : make_in_process_transport(type_, s.where, has(RUDDER_CAP_THREAD_SAFE));
     s.any_device = has(RUDDER_CAP_ANY_DEVICE) && s.transport->reaches_device_memory();
     s.create();
@@ -366,6 +378,8 @@ void ControllerInstance::begin(const RunShape& shape, RunServices* services) {
     s.check(s.transport->begin(start), "begin", "");
     s.begun = true;
 }
+
+void ControllerInstance::set_cancel_flag(const std::atomic<bool>* flag) { impl_->transport->set_cancel_flag(flag); }
 
 void ControllerInstance::set_time_limit(double seconds) {
     if (!(seconds >= 0)) throw std::invalid_argument(impl_->where + ": time limit must be >= 0 seconds");
@@ -475,6 +489,9 @@ Verdict ControllerInstance::evaluate(int64_t index, const std::vector<int64_t>& 
         throw PluginError(s.where + ": evaluate returned satisfied=" + std::to_string(verdict.satisfied) + when +
                           " (must be 1, 0 or -1)");
     if (std::isinf(verdict.score)) throw PluginError(s.where + ": evaluate returned an infinite score" + when);
+    if (!valid_utf8(result.detail))
+        throw PluginError(s.where + ": evaluate returned a detail that is not valid UTF-8" + when +
+                          " (it is JSON object text)");
     result.satisfied = verdict.satisfied;
     result.has_score = !std::isnan(verdict.score);
     if (result.has_score) result.score = verdict.score;

@@ -14,6 +14,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -89,6 +90,9 @@ public:
     virtual bool reaches_device_memory() const = 0;
     // Seconds one step() or evaluate() may take (0 = no limit); in a child, begin() too.
     virtual void set_time_limit(double seconds) = 0;
+    // A flag that stops a call waiting on a child once it turns true (CallCancelled); ignored in this process, where a
+    // call in progress cannot be stopped.
+    virtual void set_cancel_flag(const std::atomic<bool>* flag) = 0;
     // The run's shared step inputs (process isolation; ignored in this process). Without, a child's transport keeps a
     // file of its own and refills it at every step.
     virtual void share_step_inputs(std::shared_ptr<StepInputFile> inputs) = 0;
@@ -107,9 +111,9 @@ public:
 // `where` prefixes every message.
 std::unique_ptr<ControllerTransport> make_in_process_transport(const ControllerType& type, std::string where,
                                                                bool thread_safe);
-// In a child process of its own (rudder-controller-host), started by create(); `serve` answers the plugin's run
-// service requests while a begin, step or evaluate waits.
+// In a child process of its own (rudder-controller-host), started by create(), holding at most `memory_limit` bytes of
+// data (0 = no limit); `serve` answers the plugin's run service requests while a begin, step or evaluate waits.
 std::unique_ptr<ControllerTransport> make_process_transport(const ControllerType& type, std::string where,
-                                                            RemoteController::Serve serve);
+                                                            RemoteController::Serve serve, uint64_t memory_limit);
 
 }  // namespace rudder::plugins

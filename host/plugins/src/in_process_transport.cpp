@@ -4,6 +4,8 @@
 #include "dlpack_views.hpp"
 #include "library.hpp"
 
+#include <rudder/plugins/plugin_calls.hpp>
+
 #include <ATen/ATen.h>
 #include <spdlog/spdlog.h>
 
@@ -19,12 +21,15 @@ namespace {
 class InProcessTransport final : public ControllerTransport {
 public:
     InProcessTransport(const ControllerType& type, std::string where, bool thread_safe)
-        : library_(type.library), desc_(type.desc), where_(std::move(where)), thread_safe_(thread_safe) {}
+        : library_(type.library), desc_(type.desc), where_(std::move(where)), thread_safe_(thread_safe) {
+        guard_exit_during_plugin_calls();
+    }
 
     ~InProcessTransport() override {
         if (!created_) return;
         try {
             auto lock = lock_for_call();
+            const PluginCallScope scope(where_.c_str());
             desc_->destroy(self_);
         } catch (...) {
             try {
@@ -38,6 +43,7 @@ public:
     CallOutcome create(const std::string& params_json) override {
         CallOutcome outcome;
         auto lock = lock_for_call();  // last_error(NULL) is per thread: read it before anyone else creates
+        const PluginCallScope scope(where_.c_str());
         try {
             outcome.status = desc_->create(host_services(), params_json.c_str(), &self_);
         } catch (...) {
@@ -52,12 +58,14 @@ public:
     bool usable() const override { return true; }
     bool reaches_device_memory() const override { return true; }
     void set_time_limit(double seconds) override { time_limit_ = seconds; }
+    void set_cancel_flag(const std::atomic<bool>*) override {}
     void share_step_inputs(std::shared_ptr<StepInputFile>) override {}
 
     CallOutcome begin(const RunStart& start) override {
         device_ = start.plugin_device;
         CallOutcome outcome;
         auto lock = lock_for_call();
+        const PluginCallScope scope(where_.c_str());
         try {
             outcome.status = desc_->begin(self_, start.run);
         } catch (...) {
@@ -77,6 +85,7 @@ public:
         CallOutcome outcome;
         auto lock = lock_for_call();
         const auto start = std::chrono::steady_clock::now();
+        const PluginCallScope scope(where_.c_str());
         try {
             outcome.status = desc_->step(self_, call.step, call.out);
         } catch (...) {
@@ -94,6 +103,7 @@ public:
         CallOutcome outcome;
         auto lock = lock_for_call();
         const auto start = std::chrono::steady_clock::now();
+        const PluginCallScope scope(where_.c_str());
         try {
             outcome.status = desc_->evaluate(self_, &sample, &verdict);
         } catch (...) {

@@ -23,12 +23,13 @@ namespace {
 
 class ProcessTransport final : public ControllerTransport {
 public:
-    ProcessTransport(const ControllerType& type, std::string where, RemoteController::Serve serve)
-        : type_(type), where_(std::move(where)), serve_(std::move(serve)) {}
+    ProcessTransport(const ControllerType& type, std::string where, RemoteController::Serve serve,
+                     uint64_t memory_limit)
+        : type_(type), where_(std::move(where)), serve_(std::move(serve)), memory_limit_(memory_limit) {}
 
     // Starts the child and creates the instance there. The child replaces the current one only if both succeed.
     CallOutcome create(const std::string& params_json) override {
-        auto fresh = std::make_unique<RemoteController>(type_, where_);
+        auto fresh = std::make_unique<RemoteController>(type_, where_, memory_limit_);
         isolation::Writer request;
         request.text(params_json);
         const std::vector<char> reply = fresh->call(isolation::kCreate, request, "create", "", 0, nullptr);
@@ -44,6 +45,7 @@ public:
     bool usable() const override { return remote_ != nullptr && remote_->alive(); }
     bool reaches_device_memory() const override { return false; }
     void set_time_limit(double seconds) override { time_limit_ = seconds; }
+    void set_cancel_flag(const std::atomic<bool>* flag) override { cancel_ = flag; }
 
     void share_step_inputs(std::shared_ptr<StepInputFile> inputs) override {
         if (inputs_ != inputs) inputs_generation_sent_ = 0;
@@ -77,7 +79,9 @@ private:
     ControllerType type_;  // to start the child again once the old one died
     std::string where_;
     RemoteController::Serve serve_;
+    uint64_t memory_limit_;
     double time_limit_ = 0;
+    const std::atomic<bool>* cancel_ = nullptr;
     bool continuous_ = false;
 
     // The child that runs the instance, the shared memory its outputs live in, and the inputs' shared memory (the
@@ -154,7 +158,7 @@ CallOutcome ProcessTransport::begin(const RunStart& start) {
         .put<uint8_t>(start.shape.negotiated.abi12 ? 1 : 0)
         .put<uint64_t>(start.shape.negotiated.capabilities)
         .put<int64_t>(start.run_candidates);
-    const std::vector<char> reply = remote_->call(isolation::kBegin, request, "begin", "", time_limit_, serve_, fds);
+    const std::vector<char> reply = remote_->call(isolation::kBegin, request, "begin", "", time_limit_, serve_, fds, cancel_);
     inputs_generation_sent_ = share.generation;
     send_outputs_fd_ = false;
     isolation::Reader r(reply);
@@ -196,7 +200,7 @@ CallOutcome ProcessTransport::step(const StepCall& call) {
         .put<double>(in.t_next)
         .put<uint32_t>(present)
         .put<int64_t>(call.rows);
-    const std::vector<char> reply = remote_->call(isolation::kStep, request, "step", call.when, time_limit_, serve_);
+    const std::vector<char> reply = remote_->call(isolation::kStep, request, "step", call.when, time_limit_, serve_, {}, cancel_);
     isolation::Reader reader(reply);
     return read_outcome(reader, "step", call.when);
 }
@@ -208,7 +212,7 @@ CallOutcome ProcessTransport::evaluate(const rudder_sample& sample, rudder_verdi
         .put<int64_t>(sample.n_tokens)
         .bytes(sample.tokens, static_cast<size_t>(sample.seq_len) * sizeof(int64_t))
         .text(sample.text);
-    const std::vector<char> reply = remote_->call(isolation::kEvaluate, request, "evaluate", when, time_limit_, serve_);
+    const std::vector<char> reply = remote_->call(isolation::kEvaluate, request, "evaluate", when, time_limit_, serve_, {}, cancel_);
     isolation::Reader r(reply);
     CallOutcome outcome = read_outcome(r, "evaluate", when);
     if (outcome.end != CallEnd::ok) return outcome;
@@ -222,8 +226,8 @@ CallOutcome ProcessTransport::evaluate(const rudder_sample& sample, rudder_verdi
 }  // namespace
 
 std::unique_ptr<ControllerTransport> make_process_transport(const ControllerType& type, std::string where,
-                                                            RemoteController::Serve serve) {
-    return std::make_unique<ProcessTransport>(type, std::move(where), std::move(serve));
+                                                            RemoteController::Serve serve, uint64_t memory_limit) {
+    return std::make_unique<ProcessTransport>(type, std::move(where), std::move(serve), memory_limit);
 }
 
 }  // namespace rudder::plugins

@@ -107,6 +107,13 @@ void Registry::scan() {
                   [](const fs::path& a, const fs::path& b) { return a.filename().string() < b.filename().string(); });
 
         for (const auto& file : files) {
+            // A symlink may lead to a library in a folder of the search path, not to one outside it.
+            if (!in_search_path(file)) {
+                std::error_code link_error;
+                rejections_.push_back({file, "a symlink to " + fs::read_symlink(file, link_error).string() +
+                                                 ", outside the folders of the plugin search path: not loaded"});
+                continue;
+            }
             ScanResult result = index.examine(file, scanned_in_child_);
             if (!result.ok) {
                 rejections_.push_back({file, result.reason});
@@ -160,8 +167,10 @@ ControllerType Registry::resolve(const std::string& name, const fs::path& base_d
 }
 
 bool Registry::in_search_path(const fs::path& file) const {
+    // Where the file really is: every symlink resolved, the file's own included (a file that does not exist is
+    // judged by its folder, and then fails to load).
     std::error_code error;
-    const fs::path folder = fs::canonical(fs::absolute(file, error).parent_path(), error);
+    const fs::path folder = fs::weakly_canonical(fs::absolute(file, error), error).parent_path();
     if (error) return false;
     for (const auto& dir : search_path_) {
         std::error_code dir_error;
@@ -173,6 +182,9 @@ bool Registry::in_search_path(const fs::path& file) const {
 
 ControllerType Registry::find(const std::string& name, const fs::path& base_dir) {
     if (name.empty()) throw PluginError("empty controller plugin name");
+    if (name.size() > json_input::kMaxNameBytes)
+        throw PluginError("a controller plugin name or path of " + std::to_string(name.size()) +
+                          " bytes is over the limit of " + std::to_string(json_input::kMaxNameBytes));
 
     // "dir/file.so#id" picks one controller out of a library that offers several.
     std::string file_part = name;

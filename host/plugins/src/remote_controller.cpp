@@ -70,7 +70,8 @@ void SharedMemory::release() {
     size_ = 0;
 }
 
-RemoteController::RemoteController(const ControllerType& type, std::string where) : where_(std::move(where)) {
+RemoteController::RemoteController(const ControllerType& type, std::string where, uint64_t memory_limit)
+    : where_(std::move(where)), memory_limit_(memory_limit) {
     const std::filesystem::path helper = controller_host_file();
     std::error_code error;
     if (!std::filesystem::is_regular_file(helper, error))
@@ -99,9 +100,10 @@ RemoteController::RemoteController(const ControllerType& type, std::string where
     posix_spawn_file_actions_adddup2(&actions, theirs, kChildSocketFd);
     start_with_default_signals(attr);
     const std::string helper_text = helper.string(), library_text = type.path.string(), id = type.id(),
-                      parent = std::to_string(::getpid());
+                      parent = std::to_string(::getpid()), limit = std::to_string(memory_limit);
     char* argv[] = {const_cast<char*>(helper_text.c_str()), const_cast<char*>(library_text.c_str()),
-                    const_cast<char*>(id.c_str()), const_cast<char*>(parent.c_str()), nullptr};
+                    const_cast<char*>(id.c_str()),          const_cast<char*>(parent.c_str()),
+                    const_cast<char*>(limit.c_str()),       nullptr};
     pid_t pid = -1;
     const int spawn_error = ::posix_spawn(&pid, helper_text.c_str(), &actions, &attr, argv, environ);
     posix_spawn_file_actions_destroy(&actions);
@@ -156,6 +158,8 @@ std::string RemoteController::reap(bool kill_first) {
             text += ": the plugin called abort() or failed an assertion, or the C library found a corrupted heap";
         else if (sig == SIGKILL)
             text += " (out of memory, or killed from outside)";
+        if (memory_limit_ > 0 && (sig == SIGSEGV || sig == SIGABRT || sig == SIGKILL))
+            text += "; its memory limit was " + std::to_string(memory_limit_ / 1000000) + " MB (--max-memory)";
         return text;
     }
     if (WIFEXITED(status))
@@ -171,7 +175,7 @@ void RemoteController::fail(const std::string& what) {
 
 std::vector<char> RemoteController::call(uint32_t type, const Writer& request, const char* call_name,
                                          const std::string& when, double time_limit, const Serve& serve,
-                                         const std::vector<int>& fds) {
+                                         const std::vector<int>& fds, const std::atomic<bool>* cancel) {
     if (!dead_reason_.empty())
         throw PluginError(where_ + ": cannot " + call_name + when + ": the controller's process is gone (" +
                           dead_reason_ + ")");
@@ -187,16 +191,24 @@ std::vector<char> RemoteController::call(uint32_t type, const Writer& request, c
     const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(
                                              std::chrono::duration<double>(limited ? time_limit : 0));
     for (;;) {
+        if (cancel != nullptr && cancel->load()) {
+            const pid_t pid = pid_;
+            reap(true);
+            dead_reason_ = "its process was stopped when the run was cancelled";
+            throw CallCancelled(where_ + ": " + call_name + when + " was cancelled; its process (pid " +
+                                std::to_string(pid) + ") was stopped");
+        }
         int wait = -1;
         if (limited) {
             const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
             wait = left > 0 ? static_cast<int>(std::min<long long>(left + 1, 1 << 30)) : 0;
         }
+        if (cancel != nullptr) wait = wait < 0 ? kCancelPollMs : std::min(wait, kCancelPollMs);
         pollfd p{socket_, POLLIN, 0};
         const int ready = ::poll(&p, 1, wait);
         if (ready < 0 && errno == EINTR) continue;
         if (ready == 0) {
-            if (clock::now() < deadline) continue;
+            if (!limited || clock::now() < deadline) continue;
             reap(true);
             fail(std::string(call_name) + " did not return within its time limit of " + seconds_text(time_limit) +
                  " s" + when + ", so its process (pid " + std::to_string(pid_) +

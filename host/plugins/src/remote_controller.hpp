@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <functional>
 #include <string>
 #include <vector>
@@ -47,8 +48,9 @@ public:
     using Serve = std::function<std::vector<char>(uint32_t type, isolation::Reader& request)>;
 
     // Starts rudder-controller-host for `type` and waits until it has loaded the library. `where` prefixes every
-    // message. Throws PluginError (the helper is missing, the library fails to load there, the child dies).
-    RemoteController(const ControllerType& type, std::string where);
+    // message. The child limits its own data to `memory_limit` bytes (RLIMIT_DATA) before it loads anything; 0 = no
+    // limit. Throws PluginError (the helper is missing, the library fails to load there, the child dies).
+    RemoteController(const ControllerType& type, std::string where, uint64_t memory_limit = 0);
     ~RemoteController();  // destroys the instance in the child (briefly waiting) and reaps it, killing it if need be
     RemoteController(const RemoteController&) = delete;
     RemoteController& operator=(const RemoteController&) = delete;
@@ -56,9 +58,12 @@ public:
     // Sends one call and returns its reply's payload, serving the plugin's service requests meanwhile. `call` and
     // `when` name the call in messages ("step", " at step 3"). A child that dies, or does not reply within
     // `time_limit` seconds (0 = no limit; it is then killed), fails the call with a PluginError that says so; the
-    // controller is unusable after that. `fds` (at most isolation::kMaxFds) are passed along.
+    // controller is unusable after that. `fds` (at most isolation::kMaxFds) are passed along. Once `*cancel` turns
+    // true (checked every kCancelPollMs while waiting), the child is killed and the call throws CallCancelled.
     std::vector<char> call(uint32_t type, const isolation::Writer& request, const char* call, const std::string& when,
-                           double time_limit, const Serve& serve, const std::vector<int>& fds = {});
+                           double time_limit, const Serve& serve, const std::vector<int>& fds = {},
+                           const std::atomic<bool>* cancel = nullptr);
+    static constexpr int kCancelPollMs = 50;
 
     bool alive() const { return pid_ > 0 && dead_reason_.empty(); }
     pid_t pid() const { return pid_; }
@@ -67,6 +72,7 @@ private:
     [[noreturn]] void fail(const std::string& what);
     std::string reap(bool kill_first);  // ends and reaps the child: how it ended
     std::string where_;
+    uint64_t memory_limit_ = 0;
     int socket_ = -1;
     pid_t pid_ = -1;
     bool reaped_ = false;

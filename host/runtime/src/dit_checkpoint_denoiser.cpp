@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <tuple>
 #include <stdexcept>
@@ -15,6 +14,7 @@
 #include <rudder/nn/dit_checkpoint.hpp>
 #include <rudder/nn/score_entropy.hpp>
 #include <rudder/text/bpe_tokenizer.hpp>
+#include <rudder/text/text_files.hpp>
 #include <rudder/text/wordpiece_tokenizer.hpp>
 
 namespace rudder {
@@ -188,8 +188,13 @@ TokenizerFiles tokenizer_files(const fs::path& dir) {
     if (fs::exists(dir / "tokenizer.json", ec)) {
         // Hugging Face's file says which model it is; anything but WordPiece goes to the BPE reader, which names what
         // it does not support.
-        std::ifstream in(dir / "tokenizer.json");
-        const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
+        std::string text;
+        try {
+            text = read_small_file(dir / "tokenizer.json", kMaxTokenizerFileBytes);
+        } catch (const std::runtime_error&) {
+            return TokenizerFiles::bpe_json;  // its reader says why the file cannot be read
+        }
+        const nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
         const bool wordpiece = doc.is_object() && doc.contains("model") && doc["model"].is_object() &&
                                doc["model"].value("type", "") == "WordPiece";
         return wordpiece ? TokenizerFiles::wordpiece_json : TokenizerFiles::bpe_json;

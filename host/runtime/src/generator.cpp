@@ -203,9 +203,13 @@ std::vector<ComposedController> Generator::create_controllers(plugins::Registry&
             plugins::ControllerType type = registry.resolve(spec.plugin, recipe_.base_dir, spec.sha256);
             try {
                 ComposedController c;
-                c.instance =
-                    std::make_unique<plugins::ControllerInstance>(type, spec.params.dump(), spec.name, isolation);
+                // A controller in a process of its own holds at most the run's memory limit there.
+                const uint64_t memory_limit =
+                    recipe_.max_memory_limit > 0 ? recipe_.max_memory_limit : physical_memory_bytes();
+                c.instance = std::make_unique<plugins::ControllerInstance>(type, spec.params.dump(), spec.name,
+                                                                           isolation, memory_limit);
                 c.instance->set_time_limit(spec.time_limit);
+                c.instance->set_cancel_flag(&cancel_requested_);
                 c.continue_on_failure = spec.on_failure == "continue";
                 c.weight = spec.weight;
                 c.active = spec.active;
@@ -308,8 +312,20 @@ std::string Generator::decode(const int64_t* row, int64_t* n_tokens) const {
     return model_.tokenizer->decode(ids.data(), *n_tokens);
 }
 
+void Generator::cancel() noexcept { cancel_requested_.store(true); }
+
 std::vector<SampleResult> Generator::generate(const ProgressCallback& progress, const SampleCallback& on_sample,
                                               const RunOverrides& overrides) {
+    cancel_requested_.store(false);
+    try {
+        return run_batches(progress, on_sample, overrides);
+    } catch (const plugins::CallCancelled&) {  // a controller's process stopped by cancel()
+        throw Cancelled();
+    }
+}
+
+std::vector<SampleResult> Generator::run_batches(const ProgressCallback& progress, const SampleCallback& on_sample,
+                                                 const RunOverrides& overrides) {
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(overrides.seed.value_or(recipe_.seed));
     const int64_t total = overrides.samples.value_or(recipe_.samples);
     if (total < 1) throw std::invalid_argument("samples must be at least 1, got " + std::to_string(total));
@@ -336,6 +352,7 @@ std::vector<SampleResult> Generator::generate(const ProgressCallback& progress, 
         ReverseRun run{model_, recipe_, *composer_, stats_, device_, gen, {}, {}};
         run.tick = [&](int64_t step, double t, const std::function<at::Tensor()>& best_tokens) {
             if (step % kThreadRefreshSteps == 0) stats_.threads = std::max(stats_.threads, share.refresh());
+            if (cancel_requested_.load()) throw Cancelled();
             if (!progress) return;
             Progress p{b, batches, step, process_->steps(), t, b * per_batch, total, {}};
             p.current_texts = [&] {

@@ -121,6 +121,9 @@ std::vector<std::string> list_models(const std::vector<fs::path>& search_path) {
 
 fs::path resolve_model(const std::string& name_or_path, const fs::path& base_dir,
                        const std::vector<fs::path>& search_path) {
+    if (name_or_path.size() > json_input::kMaxNameBytes)
+        throw ModelError("a model name or path of " + std::to_string(name_or_path.size()) +
+                         " bytes is over the limit of " + std::to_string(json_input::kMaxNameBytes));
     std::error_code ec;
     const fs::path as_path = fs::path(name_or_path).is_absolute() ? fs::path(name_or_path) : base_dir / name_or_path;
     const bool looks_like_path = name_or_path.find('/') != std::string::npos;

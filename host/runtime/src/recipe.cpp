@@ -1,15 +1,14 @@
 #include <rudder/runtime/recipe.hpp>
 
 #include <rudder/rudder_json.hpp>
+#include <rudder/text/text_files.hpp>
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
-#include <sstream>
 
 namespace rudder {
 namespace {
@@ -45,10 +44,21 @@ void parse_guidance(ObjectReader& g, GuidanceSpec& out) {
     g.reject_unknown_keys();
 }
 
+// A name or path the host looks up (a model, a plugin) or shows (a controller's name): at most kMaxNameBytes.
+std::optional<std::string> name_text(ObjectReader& object, const std::string& key, json_input::Need need) {
+    std::optional<std::string> v = object.text(key, need);
+    if (v && v->size() > json_input::kMaxNameBytes) {
+        object.issue(key, std::to_string(v->size()) + " bytes long, over the limit of " +
+                              std::to_string(json_input::kMaxNameBytes) + " for a name or path");
+        return std::nullopt;
+    }
+    return v;
+}
+
 ControllerSpec parse_controller(ObjectReader& item) {
     ControllerSpec spec;
     spec.pointer = item.pointer();
-    if (auto v = item.text("plugin", kRequired)) spec.plugin = *v;
+    if (auto v = name_text(item, "plugin", kRequired)) spec.plugin = *v;
     if (auto v = item.text("sha256")) {
         std::string digest = *v;
         for (char& ch : digest) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -60,7 +70,7 @@ ControllerSpec parse_controller(ObjectReader& item) {
                        "`sha256sum` prints it), got '" +
                            *v + "'");
     }
-    if (auto v = item.text("name")) spec.name = *v;
+    if (auto v = name_text(item, "name", json_input::kOptional)) spec.name = *v;
     if (auto v = item.number("weight", -1e6, 1e6)) spec.weight = *v;
     if (auto v = item.number("time_limit", 0.0, 86400.0)) spec.time_limit = *v;
     if (auto v = item.choice("isolation", {"in_process", "process"})) spec.isolation = *v;
@@ -126,6 +136,9 @@ RecipeError::RecipeError(std::vector<RecipeIssue> issues)
 
 Recipe parse_recipe(const std::string& text, const std::filesystem::path& base_dir, const RecipeLimits& limits,
                     std::vector<RecipeIssue>* issues) {
+    if (text.size() > kMaxConfigFileBytes)
+        throw RecipeError({{"", "the recipe is larger than " + byte_size_text(kMaxConfigFileBytes) +
+                                    ", the most a recipe may be"}});
     json doc;
     try {
         doc = json_input::parse(text);
@@ -161,7 +174,7 @@ Recipe parse_recipe_document(const json& doc, const std::filesystem::path& base_
     r.base_dir = base_dir;
     if (!doc.is_object()) throw RecipeError({{"", "a recipe is a JSON object, got " + json_input::shown(doc)}});
     ObjectReader root(doc, "", found);
-    if (auto v = root.text("model", kRequired)) r.model = *v;
+    if (auto v = name_text(root, "model", kRequired)) r.model = *v;
     if (auto v = root.choice("family", {"continuous", "discrete"})) r.family = *v;
     if (auto v = root.integer("seed", 0, std::numeric_limits<int64_t>::max())) r.seed = static_cast<uint64_t>(*v);
     if (auto v = root.integer("samples", 1, limits.max_samples)) r.samples = *v;
@@ -208,13 +221,15 @@ Recipe parse_recipe_document(const json& doc, const std::filesystem::path& base_
 }
 
 Recipe load_recipe(const std::filesystem::path& path, const RecipeLimits& limits, std::vector<RecipeIssue>* issues) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw RecipeError({{"", "cannot read recipe file '" + path.string() + "'"}});
-    std::ostringstream text;
-    text << in.rdbuf();
+    std::string text;
+    try {
+        text = read_small_file(path, kMaxConfigFileBytes, "recipe file");
+    } catch (const std::runtime_error& e) {
+        throw RecipeError({{"", std::string(e.what())}});
+    }
     std::filesystem::path dir = path.parent_path();
     if (dir.empty()) dir = ".";
-    return parse_recipe(text.str(), dir, limits, issues);
+    return parse_recipe(text, dir, limits, issues);
 }
 
 }  // namespace rudder

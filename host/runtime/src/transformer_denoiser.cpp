@@ -14,6 +14,7 @@
 #include <rudder/nn/model_files.hpp>
 #include <rudder/nn/safetensors.hpp>
 #include <rudder/nn/weights.hpp>
+#include <rudder/text/text_files.hpp>
 
 namespace rudder {
 namespace fs = std::filesystem;
@@ -172,8 +173,19 @@ std::shared_ptr<Denoiser> load_transformer_denoiser(const json& config, const fs
                          family_name(family) + " family was asked for");
     }
 
+    const fs::path weights = model_file(dir, config.at("weights").get<std::string>());
     std::shared_ptr<nn::DenoiserNet> network;
     try {
+        // Building the network allocates every parameter: a config that needs more than the weights file holds (at
+        // 2 bytes a parameter, the narrowest it stores) is refused first.
+        const int64_t parameters = nn::DenoiserConfig::parse(network_config, *tokenizer, family).parameters_at_least();
+        std::error_code ec;
+        const uint64_t held = fs::file_size(weights, ec);
+        if (!ec && static_cast<uint64_t>(parameters) > held / 2)
+            throw ModelError(where + ": 'network' makes at least " + std::to_string(parameters) + " parameters, " +
+                             byte_size_text(2 * static_cast<uint64_t>(parameters)) + " of weights at 2 bytes each, but '" +
+                             weights.filename().string() + "' holds " + byte_size_text(held) +
+                             ": the config does not describe these weights");
         network = nn::make_denoiser_net(network_config, *tokenizer);
     } catch (const ConfigError& e) {
         throw ModelError(where + ": 'network': " + e.what());
@@ -202,7 +214,6 @@ std::shared_ptr<Denoiser> load_transformer_denoiser(const json& config, const fs
         }
     }
 
-    const fs::path weights = model_file(dir, config.at("weights").get<std::string>());
     nn::load_module_file(*network, weights);
     return std::make_shared<TransformerDenoiser>(std::move(network), std::move(tokenizer));
 }

@@ -4,11 +4,35 @@
 #include <rudder/rudder_json.hpp>
 #include <zlib.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 
 namespace rudder {
 namespace {
+
+const char* file_kind(mode_t mode) {
+    if (S_ISDIR(mode)) return "a folder";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "a file of another kind";
+}
+
+// Closes a descriptor on every way out.
+struct Descriptor {
+    int fd;
+    ~Descriptor() {
+        if (fd >= 0) ::close(fd);
+    }
+};
 
 // The whole file as bytes; gzip is detected by name. zlib's gz* functions also read plain files unchanged.
 std::string read_all(const std::filesystem::path& file) {
@@ -29,6 +53,49 @@ std::string read_all(const std::filesystem::path& file) {
 }
 
 }  // namespace
+
+std::string byte_size_text(uint64_t bytes) {
+    static const char* const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+    double value = static_cast<double>(bytes);
+    size_t unit = 0;
+    while (value >= 1024 && unit + 1 < sizeof units / sizeof units[0]) {
+        value /= 1024;
+        ++unit;
+    }
+    char text[32];
+    const bool whole = value == static_cast<double>(static_cast<uint64_t>(value));
+    std::snprintf(text, sizeof text, whole ? "%.0f %s" : "%.1f %s", value, units[unit]);
+    return text;
+}
+
+std::string read_small_file(const std::filesystem::path& file, uint64_t max_bytes, const std::string& what) {
+    const std::string named = (what.empty() ? "" : what + " ") + "'" + file.string() + "'";
+    const auto cannot_read = [&] { return std::runtime_error("cannot read " + named + ": " + std::strerror(errno)); };
+    // O_NONBLOCK: opening a FIFO without a writer would wait for one forever; it is refused below instead.
+    const Descriptor in{::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)};
+    if (in.fd < 0) throw cannot_read();
+    struct stat status {};
+    if (::fstat(in.fd, &status) != 0) throw cannot_read();
+    if (!S_ISREG(status.st_mode))
+        throw std::runtime_error(named + " is " + file_kind(status.st_mode) + ": only regular files are read");
+    const auto over = [&] {
+        return std::runtime_error(named + " is larger than " + byte_size_text(max_bytes) + ", the most read from " +
+                                  (what.empty() ? std::string("such a file") : "a " + what));
+    };
+    if (static_cast<uint64_t>(status.st_size) > max_bytes) throw over();
+    std::string data;
+    data.reserve(static_cast<size_t>(status.st_size));
+    char buffer[1 << 16];
+    for (;;) {
+        const ssize_t n = ::read(in.fd, buffer, sizeof buffer);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw cannot_read();
+        if (n == 0) break;
+        if (data.size() + static_cast<size_t>(n) > max_bytes) throw over();  // it grew while being read
+        data.append(buffer, static_cast<size_t>(n));
+    }
+    return data;
+}
 
 std::vector<std::string> read_lines(const std::filesystem::path& file) {
     const std::string data = read_all(file);

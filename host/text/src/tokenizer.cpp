@@ -1,8 +1,10 @@
 #include <rudder/text/tokenizer.hpp>
+#include <rudder/text/text_files.hpp>
 
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 #include <utility>
 
@@ -111,8 +113,7 @@ WordTokenizer WordTokenizer::from_counts(const std::map<std::string, int64_t>& c
 }
 
 WordTokenizer WordTokenizer::load(const std::string& vocab_path) {
-    std::ifstream in(vocab_path, std::ios::binary);
-    if (!in) throw std::runtime_error("cannot open vocabulary file '" + vocab_path + "'");
+    std::istringstream in(read_small_file(vocab_path, kMaxTokenizerFileBytes));
     return read(in, vocab_path);
 }
 

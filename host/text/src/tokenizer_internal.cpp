@@ -1,6 +1,7 @@
 #include "tokenizer_internal.hpp"
 
 #include <rudder/rudder_json.hpp>
+#include <rudder/text/text_files.hpp>
 
 #include <algorithm>
 #include <fstream>
@@ -39,13 +40,7 @@ uint32_t next_code_point(std::string_view s, size_t& i) {
     return cp;
 }
 
-std::string read_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw std::runtime_error("cannot open " + path);
-    std::ostringstream text;
-    text << in.rdbuf();
-    return text.str();
-}
+std::string read_file(const std::string& path) { return read_small_file(path, kMaxTokenizerFileBytes); }
 
 void TokenTable::add_token(const std::string& text, int64_t id, const std::string& where) {
     if (id < 0 || id > std::numeric_limits<int32_t>::max()) {

@@ -20,7 +20,8 @@ void append_utf8(std::string& out, uint32_t cp);
 // The code point of valid UTF-8 at `i`, advancing `i` past it.
 uint32_t next_code_point(std::string_view s, size_t& i);
 
-// The whole file, bytes as they are; throws std::runtime_error naming it when it cannot be opened.
+// The whole file, bytes as they are (a regular file of at most kMaxTokenizerFileBytes); throws std::runtime_error
+// naming it when it cannot be read.
 std::string read_file(const std::string& path);
 
 // Tokens by id and ids by token, as a tokenizer file lists them.

@@ -1,11 +1,10 @@
 #include <rudder/train/config.hpp>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <rudder/text/meaning.hpp>
+#include <rudder/text/text_files.hpp>
 #include <rudder/text/treebank.hpp>
 #include "networks.hpp"
 
@@ -216,13 +215,15 @@ TrainConfig parse_train_config(const json& j, const fs::path& base_dir, const st
 }
 
 TrainConfig load_train_config(const fs::path& file) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) throw ConfigError(file.string(), {{"", "cannot read the file"}});
-    std::ostringstream text;
-    text << in.rdbuf();
+    std::string text;
+    try {
+        text = read_small_file(file, kMaxConfigFileBytes, "training config");
+    } catch (const std::runtime_error& e) {
+        throw ConfigError(file.string(), {{"", e.what()}});
+    }
     json j;
     try {
-        j = json_input::parse(text.str());
+        j = json_input::parse(text);
     } catch (const std::exception& e) {  // parse errors, numbers beyond double's range ("1e999"), too deep
         throw ConfigError(file.string(), {{"", std::string("not valid JSON: ") + e.what()}});
     }

@@ -164,28 +164,36 @@ inline nlohmann::json parse(const std::string& text, int max_depth = kMaxDepth, 
 
 // ----- "did you mean" --------------------------------------------------------------------------------------------
 
+// The longest model or plugin name or path, controller name, or other name a host looks up (PATH_MAX): a longer one
+// cannot name a file, and is refused before any lookup or "did you mean" runs on it.
+constexpr size_t kMaxNameBytes = 4096;
+
 // Edit distance in which inserting, deleting or changing a character, or swapping two neighbours, costs one
-// (optimal string alignment: Levenshtein plus the commonest typo, "lenght").
+// (optimal string alignment: Levenshtein plus the commonest typo, "lenght"). Three rows of b's length, not a matrix.
 inline size_t edit_distance(const std::string& a, const std::string& b) {
-    std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
-    for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-    for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+    std::vector<size_t> before(b.size() + 1), previous(b.size() + 1), current(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) previous[j] = j;
     for (size_t i = 1; i <= a.size(); ++i) {
+        current[0] = i;
         for (size_t j = 1; j <= b.size(); ++j) {
-            d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+            current[j] = std::min({previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
             if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
-                d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+                current[j] = std::min(current[j], before[j - 2] + 1);
         }
+        std::swap(before, previous);
+        std::swap(previous, current);
     }
-    return d[a.size()][b.size()];
+    return previous[b.size()];
 }
 
-// Candidates within two edits of `name`, or one a prefix of the other; nearest first, at most `limit`.
+// Candidates within two edits of `name`, or one a prefix of the other; nearest first, at most `limit`. Strings whose
+// lengths differ by more than two are more than two edits apart, so their distance is never computed.
 inline std::vector<std::string> near_misses(const std::string& name, const std::vector<std::string>& candidates,
                                             size_t limit = 3) {
     std::vector<std::pair<size_t, std::string>> scored;
     for (const auto& candidate : candidates) {
-        const size_t distance = edit_distance(name, candidate);
+        const size_t gap = name.size() > candidate.size() ? name.size() - candidate.size() : candidate.size() - name.size();
+        const size_t distance = gap > 2 ? gap : edit_distance(name, candidate);
         const bool prefix = !name.empty() && (candidate.rfind(name, 0) == 0 || name.rfind(candidate, 0) == 0);
         if (distance <= 2 || prefix) scored.emplace_back(distance, candidate);
     }

@@ -40,7 +40,8 @@
  * rudder_default_generate_options(). Those return their struct by value, into storage the caller sized, so these
  * two structs will not grow within major 1 (a larger struct written into an older caller's storage would overrun
  * it); new options come as new structs or functions (1.1: rudder_limits, rudder_generator_create_limited;
- * 1.2: rudder_set_compute_threads, rudder_limits.max_memory_mb, rudder_generator_keep_partial).
+ * 1.2: rudder_set_compute_threads, rudder_limits.max_memory_mb, rudder_generator_keep_partial; 1.3:
+ * rudder_generator_cancel).
  */
 #ifndef RUDDER_H
 #define RUDDER_H
@@ -53,7 +54,7 @@ extern "C" {
 #endif
 
 #define RUDDER_API_VERSION_MAJOR 1
-#define RUDDER_API_VERSION_MINOR 2
+#define RUDDER_API_VERSION_MINOR 3
 
 /* librudder.so is built with hidden visibility and exports exactly the functions marked RUDDER_API. */
 #if defined(RUDDER_BUILDING_LIBRARY)
@@ -259,6 +260,15 @@ RUDDER_API rudder_status rudder_generator_keep_partial(rudder_generator* gen, in
  * call per generator at a time. */
 RUDDER_API rudder_status rudder_generate(rudder_generator* gen, const rudder_generate_options* options,
                                          rudder_results** out);
+
+/* API 1.3. Cancels the rudder_generate call running on `gen`, from another thread or from a signal handler (it
+ * only sets a flag): that call returns RUDDER_ERR_CANCELLED (with the finished samples under
+ * rudder_generator_keep_partial) at the end of the step in progress, or within about 50 ms where it waits on a
+ * controller in a process of its own ("isolation": "process"; that process is stopped, and the next call starts a
+ * new one). A call inside an in-process plugin cannot be interrupted: the run stops once it returns. With no call
+ * running it does nothing (every rudder_generate starts uncancelled). `gen` must stay alive: free it after the
+ * call returns. RUDDER_ERR_INVALID_ARGUMENT for NULL. */
+RUDDER_API rudder_status rudder_generator_cancel(rudder_generator* gen);
 
 /* ---------------------------------------------------------------------------------------------------------
  * Results. Immutable; every pointer below is owned by the results and valid until rudder_results_free. Any

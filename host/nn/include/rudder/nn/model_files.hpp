@@ -22,7 +22,8 @@ public:
     using std::runtime_error::runtime_error;
 };
 
-// A JSON file's contents; ModelError naming the file if it cannot be read or parsed.
+// A JSON file's contents; ModelError naming the file if it cannot be read or parsed, is not a regular file or is
+// larger than kMaxConfigFileBytes (rudder/text/text_files.hpp).
 nlohmann::json read_json_file(const std::filesystem::path& file);
 
 // `dir`/config.json: a JSON object of this format version. Throws ModelError naming the file.

@@ -82,6 +82,10 @@ struct DenoiserConfig {
     nlohmann::json to_json() const;
     // Continuous: the Gaussian schedule the config names ("cdcd": over the config's warp, uniform when it has none).
     GaussianSchedule gaussian_schedule() const;
+    // A lower bound on the parameters of a network of this config: its blocks' four matrices (4 dim^2 + 2 dim ff_dim
+    // each) and its positions. A loader compares it with the weights file before building the network, which
+    // allocates and draws every parameter (up to 344 GB at the largest sizes a config may give).
+    int64_t parameters_at_least() const;
 };
 
 // Building blocks. Plain parameters and ATen calls rather than torch::nn modules: the maths is on the page, the

@@ -20,6 +20,13 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+// A call into a controller's process that was stopped because the run was cancelled (ControllerInstance::
+// set_cancel_flag): not the plugin's failure, so "on_failure": "continue" does not swallow it.
+class CallCancelled : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
 class Library;  // a loaded shared library; stays loaded while anything made from it is alive
 
 // One controller type offered by a loaded library.

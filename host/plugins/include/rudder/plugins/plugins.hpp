@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -54,7 +55,8 @@ public:
     ControllerType resolve(const std::string& name, const std::filesystem::path& base_dir,
                            const std::string& sha256 = "");
 
-    // Whether `file` lies directly in a folder of the search path (symlinks resolved): the files a scan sees.
+    // Whether `file` lies directly in a folder of the search path once every symlink is resolved, the file's own
+    // included: a library is loaded only from there. A scan lists a symlink that leads elsewhere as rejected.
     bool in_search_path(const std::filesystem::path& file) const;
 
 private:
@@ -188,9 +190,11 @@ private:
 class ControllerInstance {
 public:
     // Creates the instance from params (JSON text). `label` names it in messages and outputs. With
-    // Isolation::process the instance lives in a child process from here on (started now; PluginError if that fails).
+    // Isolation::process the instance lives in a child process from here on (started now; PluginError if that fails),
+    // which may hold at most `memory_limit` bytes of data (RLIMIT_DATA: its heap and private mappings; 0 = no limit):
+    // a plugin that allocates more gets an allocation failure there, not the machine's memory.
     ControllerInstance(ControllerType type, const std::string& params_json, std::string label,
-                       Isolation isolation = Isolation::in_process);
+                       Isolation isolation = Isolation::in_process, uint64_t memory_limit = 0);
     ~ControllerInstance();
     ControllerInstance(const ControllerInstance&) = delete;
     ControllerInstance& operator=(const ControllerInstance&) = delete;
@@ -217,6 +221,11 @@ public:
     // cannot be stopped in-process. With process isolation the limit also covers begin(), and a call still running
     // at the limit is stopped by killing the controller's process.
     void set_time_limit(double seconds);
+    // A flag (outliving the instance) that cancels the run: once it is true, a call waiting on the controller's process
+    // (process isolation) stops within RemoteController's poll interval (50 ms): the process is killed (a new one is
+    // started at the next begin()) and the call throws CallCancelled. A call in this process cannot be stopped; the
+    // run stops after it returns.
+    void set_cancel_flag(const std::atomic<bool>* flag);
     // Allocates the outputs the controller declared for this phase, calls step(), validates what it wrote. With
     // process isolation the outputs on the CPU view the instance's shared memory: valid until its next step().
     // ABI 1.2: a PREDICT step without `rows` has all B * L rows; x0 at the rows and the candidates (k =

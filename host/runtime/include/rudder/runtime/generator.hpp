@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -113,6 +114,12 @@ public:
 
     std::vector<SampleResult> generate(const ProgressCallback& progress = {}, const SampleCallback& on_sample = {},
                                        const RunOverrides& overrides = {});
+    // Stops the generate() call in progress: it throws Cancelled at the end of the step in progress, or, when it waits
+    // on a controller in a process of its own, within 50 ms (that process is stopped; the next run starts a new one).
+    // A call into an in-process plugin cannot be stopped: the run stops once it returns. Safe from any thread and from
+    // a signal handler (one lock-free atomic store); with no generate() running it does nothing (each generate() starts
+    // uncancelled).
+    void cancel() noexcept;
 
     // The recipe as it runs: max_length resolved, and `sampler` holding the sampler, its steps and every setting
     // (the model's recommendation or the family's default where the recipe names none).
@@ -145,6 +152,9 @@ private:
     std::vector<ComposedController> create_controllers(plugins::Registry& registry, Issues& issues);
     // Begins every controller with the first batch's shape: what does not fit the run is the recipe's problem.
     void begin_controllers(Issues& issues);
+    // generate()'s batches, after it reset the cancel flag.
+    std::vector<SampleResult> run_batches(const ProgressCallback& progress, const SampleCallback& on_sample,
+                                          const RunOverrides& overrides);
     // A finished sample: its text and each controller's verdict.
     SampleResult finish_sample(int64_t index, const int64_t* row);
     std::string decode(const int64_t* row, int64_t* n_tokens) const;
@@ -158,6 +168,7 @@ private:
     GenerationFault fault_at(int64_t i, int64_t sample, int64_t position, const at::Tensor& scores) const;
 
     Recipe recipe_;
+    std::atomic<bool> cancel_requested_{false};  // cancel(); outlives the controllers, which read it
     Model model_;
     std::unique_ptr<DiffusionProcess> process_;  // its room's reverse loop and sampler settings
     std::unique_ptr<Composer> composer_;
