@@ -13,7 +13,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <sstream>
 
 #include <rudder/base/memory.hpp>
 #include <rudder/base/output_file.hpp>
@@ -21,6 +20,7 @@
 #include <rudder/runtime/generator.hpp>
 #include <rudder/runtime/model.hpp>
 #include <rudder/runtime/recipe.hpp>
+#include <rudder/text/text_files.hpp>
 
 #include "commands.hpp"
 #include "progress_line.hpp"
@@ -84,9 +84,12 @@ std::string sample_text_line(const SampleResult& s) {
 // to the working directory).
 Recipe read_recipe(const std::string& path, std::vector<RecipeIssue>& issues, const RecipeLimits& limits) {
     if (path != "-") return load_recipe(path, limits, &issues);
-    std::ostringstream text;
-    text << std::cin.rdbuf();
-    return parse_recipe(text.str(), ".", limits, &issues);
+    // Read up to just past the limit, which parse_recipe refuses: /dev/zero on stdin is not read for ever.
+    std::string text;
+    char chunk[1 << 16];
+    while (text.size() <= kMaxConfigFileBytes && std::cin.read(chunk, sizeof chunk).gcount() > 0)
+        text.append(chunk, static_cast<size_t>(std::cin.gcount()));
+    return parse_recipe(text, ".", limits, &issues);
 }
 
 // --max-memory MB: the limit on a run's estimated peak memory (0: the machine's memory).

@@ -18,7 +18,7 @@ JSON
 # the entry's other keys EXTRA (e.g. '"isolation": "process"').
 with_faulty() {
   local params=$1 extra=${2:-}
-  sed "s/\"controllers\": \[/\"controllers\": [ {\"plugin\": \"faulty\", \"params\": $params${extra:+, $extra}},/" \
+  sed "s|\"controllers\": \[|\"controllers\": [ {\"plugin\": \"faulty\", \"params\": $params${extra:+, $extra}},|" \
     "$work/good.json"
 }
 export RUDDER_PLUGIN_PATH=$fixtures RUDDER_CACHE_DIR=$work/cache
@@ -88,10 +88,12 @@ case $case in
     ;;
   sigterm_in_plugin_loop)
     # An in-process plugin that never returns: SIGTERM still ends the command (exit 130, saying why).
-    with_faulty '{"fault": "hang", "at_step": 5}' '"time_limit": 0' > "$work/hangs.json"
-    timeout -s KILL 60 "$rudder" generate -q "$work/hangs.json" -o "$work/out.jsonl" 2> "$work/err.txt" &
+    with_faulty "{\"fault\": \"hang\", \"at_step\": 5, \"once\": \"$work/hanging\"}" '"time_limit": 0' > "$work/hangs.json"
+    timeout -s KILL 120 "$rudder" generate -q "$work/hangs.json" -o "$work/out.jsonl" 2> "$work/err.txt" &
     pid=$!
-    sleep 3
+    for _ in $(seq 1200); do [ -e "$work/hanging" ] && break; sleep 0.05; done
+    [ -e "$work/hanging" ] || fail "the plugin never started to hang: $(cat "$work/err.txt")"
+    sleep 0.5
     kill -TERM $pid
     wait $pid; code=$?
     [ $code -eq 130 ] || fail "expected exit 130, got $code: $(cat "$work/err.txt")"
@@ -157,11 +159,12 @@ case $case in
       <<<"$err" || fail "$err"
     ;;
   huge_deltas)
-    # Finite deltas too large for float32 once used fail the run naming the controller.
-    with_faulty '{"delta": 3e38}' > "$work/huge.json"
+    # A finite delta (float32's largest) that overflows once added to the scores fails the run naming the controller.
+    printf '%s' '{"model": "e2e-discrete", "sampler": {"steps": 20}, "samples": 2,
+      "controllers": [{"plugin": "faulty", "params": {"delta": 3.4028235e38}}]}' > "$work/huge.json"
     err=$("$rudder" generate -q "$work/huge.json" 2>&1 >/dev/null); code=$?
     [ $code -eq 1 ] || fail "expected exit 1, got $code: $err"
-    grep -q "'faulty'" <<<"$err" || fail "the controller is not named: $err"
+    grep -q "the controlled one is not (NaN, or no token allowed) once the logit deltas of 'faulty' (weight 1) are added"       <<<"$err" || fail "the controller is not named: $err"
     ;;
   *) fail "unknown case $case" ;;
 esac

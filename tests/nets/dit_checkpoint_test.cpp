@@ -356,7 +356,7 @@ TEST_F(DitCheckpoint, RefusesABlockCountTheWeightsCannotHoldBeforeAllocating) {
         const std::string error = load_error(dir);
         EXPECT_NE(error.find("field '" + c.field + "': 1000000000 layers of these sizes make "), std::string::npos)
             << error;
-        EXPECT_NE(error.find(c.model == "mdlm_time_sharded" ? "but model.safetensors.index.json holds"
+        EXPECT_NE(error.find(c.model == "mdlm_time_sharded" ? "but the 3 shards model.safetensors.index.json names hold"
                                                             : "but model.safetensors holds"),
                   std::string::npos)
             << error;

@@ -67,17 +67,16 @@ int64_t parameter_count(const Shapes& shapes) {
 
 namespace {
 
-// The bytes of the weights files of `dir`: model.safetensors, or the distinct shards its index names beside it.
-// Files that cannot be found count nothing (load_weights reports them).
-uint64_t weights_bytes(const fs::path& dir, fs::path& described) {
+// The bytes of the weights files of `dir`: model.safetensors, or the distinct shards its index names beside it;
+// `holder` says which, for messages. Files that cannot be found count nothing (load_weights reports them).
+uint64_t weights_bytes(const fs::path& dir, std::string& holder) {
     std::error_code ec;
     const fs::path single = dir / "model.safetensors";
     if (fs::is_regular_file(single, ec)) {
-        described = single;
+        holder = "model.safetensors holds";
         return fs::file_size(single, ec);
     }
     const fs::path index_file = dir / "model.safetensors.index.json";
-    described = index_file;
     if (!fs::is_regular_file(index_file, ec)) return 0;
     const json index = read_json_file(index_file);
     if (!index.is_object() || !index.contains("weight_map") || !index.at("weight_map").is_object()) return 0;
@@ -90,6 +89,7 @@ uint64_t weights_bytes(const fs::path& dir, fs::path& described) {
         const uint64_t size = fs::file_size(dir / shard, ec);
         if (!ec) total += size;
     }
+    holder = "the " + std::to_string(shards.size()) + " shards model.safetensors.index.json names hold";
     return total;
 }
 
@@ -101,8 +101,8 @@ void check_weights_can_hold(const fs::path& dir, const fs::path& config_file, co
     if (__builtin_mul_overflow(parameter_count(one_layer), layers, &parameters) ||
         __builtin_add_overflow(parameters, parameter_count(rest), &parameters))
         parameters = std::numeric_limits<int64_t>::max();
-    fs::path file;
-    const uint64_t held = weights_bytes(dir, file);
+    std::string holder;
+    const uint64_t held = weights_bytes(dir, holder);
     if (held == 0) return;  // nothing there to compare with: load_weights says what is missing
     constexpr uint64_t kNarrowestBytes = 2;  // float16, bfloat16
     if (static_cast<uint64_t>(parameters) <= held / kNarrowestBytes) return;
@@ -112,7 +112,7 @@ void check_weights_can_hold(const fs::path& dir, const fs::path& config_file, co
                 std::to_string(layers) + " layers of these sizes make " + count + " parameters, at least " +
                     byte_size_text(static_cast<uint64_t>(
                         std::min(static_cast<double>(kNarrowestBytes) * static_cast<double>(parameters), 1.8e19))) +
-                    " of weights, but " + file.filename().string() + " holds " + byte_size_text(held) +
+                    " of weights, but " + holder + " " + byte_size_text(held) +
                     ": the config does not describe these weights");
 }
 

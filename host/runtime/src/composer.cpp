@@ -351,6 +351,7 @@ Combined Composer::predict(const plugins::StepInputs& in) {
         out.forbidden_bits = authors.packed;  // applied to the scores as bits
     else if (authors.packed.defined())
         out.forbidden = unpack_bits(authors.packed, vocab_size_).logical_or(out.forbidden);
+    last_delta_owners_ = authors.delta_owners;
     if (authors.may_overflow) {
         check_finite(out, out.logit_delta, authors, L);
         check_finite(out, out.candidate_delta, authors, L);
@@ -371,14 +372,21 @@ void Composer::check_finite(const Combined& out, const at::Tensor& sum, const Au
     if (least.isfinite().item<bool>() && greatest.isfinite().item<bool>()) return;
     const int64_t row = sum.isfinite().all(1).logical_not().nonzero()[0][0].item<int64_t>();
     const int64_t position = out.rows[row].item<int64_t>();
-    std::ostringstream who;
-    for (size_t k : authors.delta_owners)
-        who << (k == authors.delta_owners.front() ? "'" : ", '") << controllers_[k].instance->label() << "' (weight "
-            << controllers_[k].weight << ")";
-    throw CompositionError("the logit deltas of " + who.str() + " are not finite once weighted and summed (sample " +
+    throw CompositionError("the logit deltas of " + labels_with_weights(authors.delta_owners) +
+                           " are not finite once weighted and summed (sample " +
                            std::to_string(position / L) + ", position " + std::to_string(position % L) +
                            "): each is finite, but float32 overflows; lower the weight or the delta");
 }
+
+std::string Composer::labels_with_weights(const std::vector<size_t>& indices) const {
+    std::ostringstream who;
+    for (size_t k : indices)
+        who << (k == indices.front() ? "'" : ", '") << controllers_[k].instance->label() << "' (weight "
+            << controllers_[k].weight << ")";
+    return who.str();
+}
+
+std::string Composer::last_delta_authors() const { return labels_with_weights(last_delta_owners_); }
 
 void Composer::check_fixed(const Combined& out, const Authors& authors, int64_t B, int64_t L) const {
     if (!out.fixed.defined()) return;

@@ -116,6 +116,9 @@ public:
     plugins::ControllerInstance& instance(size_t i) { return *controllers_[i].instance; }
     // Why controller i was dropped from the run ("on_failure": "continue" and a PluginError), or "" if it was not.
     const std::string& failure(size_t i) const { return controllers_[i].failure; }
+    // The controllers whose logit or candidate deltas the last predict() combined, as messages name them:
+    // "'label' (weight w), ..." ("" when none did): what a distribution that is no longer one is blamed on.
+    std::string last_delta_authors() const;
 
 private:
     struct Authors;  // who wrote what at a PREDICT step (composer.cpp)
@@ -129,7 +132,10 @@ private:
     // The capabilities that make a controller take part in a PREDICT step of this family.
     uint64_t predict_capabilities() const;
     void merge_fixed(Combined& out, const at::Tensor& fixed, size_t owner, at::Tensor& owners);
+    // "'label' (weight w), ..." for the controllers at these indices.
+    std::string labels_with_weights(const std::vector<size_t>& indices) const;
     std::vector<ComposedController> controllers_;
+    std::vector<size_t> last_delta_owners_;  // predict()'s last Authors::delta_owners
     std::shared_ptr<plugins::StepInputShare> inputs_;  // the step's inputs for controllers in processes of their own
     Family family_;
     int64_t mask_id_;

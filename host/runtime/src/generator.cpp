@@ -402,6 +402,14 @@ GenerationFault Generator::fault_at(int64_t i, int64_t sample, int64_t position,
         return GenerationFault(where + ": model '" + model_.name + "' gives no distribution there (" +
                                (scores.isnan().any().item<bool>() ? "NaN" : "no finite log-probability") +
                                "): are its weights finite?");
+    const std::string authors = composer_->last_delta_authors();
+    if (!authors.empty())
+        return GenerationFault(where +
+                               ": the model's distribution is sound there but the controlled one is not (NaN, or no "
+                               "token allowed) once the logit deltas of " +
+                               authors +
+                               " are added: deltas that large overflow float32 with the scores; lower the weight or "
+                               "the delta");
     return GenerationFault(where +
                            ": the model's distribution is sound there but the controlled one is not (NaN, "
                            "or no token allowed): the controllers' contributions or the guidance made it so");
