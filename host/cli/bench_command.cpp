@@ -55,8 +55,8 @@ int run_bench(const BenchOptions& options) {
     plugins::Registry registry = plugin_registry();
     std::vector<Measurement> rows;
     if (!options.as_json)
-        std::fprintf(results_stream(), "%-16s %-10s %-8s %6s %8s %8s %10s %10s %12s\n", "model", "family", "sampler", "batch", "samples",
-                    "threads", "seconds", "samples/s", "ms/step");
+        std::fprintf(results_stream(), "%-16s %-10s %-8s %6s %8s %8s %10s %10s %12s\n", "model", "family", "sampler",
+                     "batch", "samples", "threads", "seconds", "samples/s", "ms/step");
     for (const auto& model : options.models) {
         // One short untimed run first: the first call into a network pays one-time setup (allocator, kernels).
         make_generator(model, 1, 1, 2, registry).generate();
@@ -76,10 +76,10 @@ int run_bench(const BenchOptions& options) {
             m.denoiser_calls = generator.stats().denoiser_calls;
             m.threads = generator.stats().threads;
             if (!options.as_json)
-                std::fprintf(results_stream(), "%-16s %-10s %-8s %6lld %8lld %8d %10.2f %10.2f %12.2f\n", m.model.c_str(),
-                            m.family.c_str(), m.sampler.c_str(), static_cast<long long>(batch),
-                            static_cast<long long>(samples), m.threads, m.seconds, m.samples_per_second(),
-                            m.ms_per_step());
+                std::fprintf(results_stream(), "%-16s %-10s %-8s %6lld %8lld %8d %10.2f %10.2f %12.2f\n",
+                             m.model.c_str(), m.family.c_str(), m.sampler.c_str(), static_cast<long long>(batch),
+                             static_cast<long long>(samples), m.threads, m.seconds, m.samples_per_second(),
+                             m.ms_per_step());
             std::fflush(results_stream());
             rows.push_back(m);
         }
@@ -100,7 +100,8 @@ int run_bench(const BenchOptions& options) {
                                       {"denoiser_calls", m.denoiser_calls}});
         std::cout << out.dump(2) << "\n";
     } else {
-        std::fprintf(results_stream(), 
+        std::fprintf(
+            results_stream(),
             "(%lld reverse steps per sample, unconditional, no controllers; threads: the most a run used, of %s)\n",
             static_cast<long long>(options.steps),
             compute_threads_setting() > 0 ? ("at most " + std::to_string(compute_threads_setting())).c_str()

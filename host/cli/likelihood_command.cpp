@@ -62,18 +62,19 @@ int cmd_likelihood(const Options& o) {
     }
     const std::string kind = nelbo_kind(model);
     std::fprintf(results_stream(), "bound: %s\n",
-                kind == "sedd_uniform" ? "SEDD's (uniform noise: diffusion-weighted score entropy + prior)"
-                : kind == "ddpm_vlb"   ? "the Gaussian chain's variational bound (decoding + T steps + prior)"
-                                       : "MDLM's (absorbing noise)");
+                 kind == "sedd_uniform" ? "SEDD's (uniform noise: diffusion-weighted score entropy + prior)"
+                 : kind == "ddpm_vlb"   ? "the Gaussian chain's variational bound (decoding + T steps + prior)"
+                                        : "MDLM's (absorbing noise)");
     std::fprintf(results_stream(), "negative ELBO %.4f nats per token (standard error %.4f): perplexity at most %.3f\n",
-                r.nats_per_token(), r.standard_error_per_token(), r.perplexity_bound());
-    std::fprintf(results_stream(), "%lld texts, %lld tokens including one end token per text, %lld positions each, %lld draws per text\n",
-                static_cast<long long>(r.texts), static_cast<long long>(r.tokens), static_cast<long long>(r.length),
-                static_cast<long long>(r.draws));
+                 r.nats_per_token(), r.standard_error_per_token(), r.perplexity_bound());
+    std::fprintf(results_stream(),
+                 "%lld texts, %lld tokens including one end token per text, %lld positions each, %lld draws per text\n",
+                 static_cast<long long>(r.texts), static_cast<long long>(r.tokens), static_cast<long long>(r.length),
+                 static_cast<long long>(r.draws));
     std::fprintf(results_stream(), "unknown words scored as <unk>: %lld\n", static_cast<long long>(r.unknown_tokens));
     if (r.skipped_too_long)
-        std::fprintf(results_stream(), "not scored: %lld texts longer than %lld positions\n", static_cast<long long>(r.skipped_too_long),
-                    static_cast<long long>(r.length));
+        std::fprintf(results_stream(), "not scored: %lld texts longer than %lld positions\n",
+                     static_cast<long long>(r.skipped_too_long), static_cast<long long>(r.length));
     return kExitOk;
 }
 

@@ -35,8 +35,10 @@ void separate_results_from_plugin_output() {
     if (results < 0) return;  // no standard output to keep apart
     std::FILE* stream = ::fdopen(results, "w");
     if (stream == nullptr || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
-        if (stream != nullptr) std::fclose(stream);
-        else ::close(results);
+        if (stream != nullptr)
+            std::fclose(stream);
+        else
+            ::close(results);
         return;
     }
     g_results_fd = results;

@@ -58,25 +58,28 @@ int cmd_score(const std::string& file, const std::string& teacher_name, const st
         std::cout << out.dump() << "\n";
         return kExitOk;
     }
-    std::fprintf(results_stream(), "perplexity %.3f over %lld texts (%lld tokens including one end token per text; mean NLL %.4f nats)\n",
-                report.perplexity(), static_cast<long long>(report.texts), static_cast<long long>(report.tokens),
-                report.mean_nll());
-    std::fprintf(results_stream(), "unknown words scored as <unk>: %lld\n", static_cast<long long>(report.unknown_tokens));
+    std::fprintf(results_stream(),
+                 "perplexity %.3f over %lld texts (%lld tokens including one end token per text; mean NLL %.4f nats)\n",
+                 report.perplexity(), static_cast<long long>(report.texts), static_cast<long long>(report.tokens),
+                 report.mean_nll());
+    std::fprintf(results_stream(), "unknown words scored as <unk>: %lld\n",
+                 static_cast<long long>(report.unknown_tokens));
     if (report.skipped_too_long)
         std::fprintf(results_stream(), "not scored: %lld texts longer than the teacher's max_length\n",
-                    static_cast<long long>(report.skipped_too_long));
+                     static_cast<long long>(report.skipped_too_long));
     std::fprintf(results_stream(), "teacher: %s\n", dir.string().c_str());
-    std::fprintf(results_stream(), 
+    std::fprintf(
+        results_stream(),
         "mean words per text %.2f; distinct-1 %.4f, distinct-2 %.4f, distinct-3 %.4f (different n-grams over all "
         "n-grams of the %lld texts)\n",
         diversity.mean_words, diversity.distinct[0], diversity.distinct[1], diversity.distinct[2],
         static_cast<long long>(diversity.texts));
     if (overlap) {
         std::fprintf(results_stream(), "distinct texts: %lld of %lld\n", static_cast<long long>(overlap->distinct),
-                    static_cast<long long>(overlap->texts));
+                     static_cast<long long>(overlap->texts));
         std::fprintf(results_stream(), "verbatim copies of a text in %s: %lld of %lld (%.1f%%)\n", against.c_str(),
-                    static_cast<long long>(overlap->copies), static_cast<long long>(overlap->texts),
-                    100.0 * overlap->copy_share());
+                     static_cast<long long>(overlap->copies), static_cast<long long>(overlap->texts),
+                     100.0 * overlap->copy_share());
     }
     return kExitOk;
 }

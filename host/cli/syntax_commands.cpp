@@ -147,13 +147,15 @@ int run_eval_annotator(const EvalAnnotatorOptions& o) {
             j["upos_accuracy"] = upos_tokens ? json(upos_accuracy) : json(nullptr);
             std::cout << j.dump() << "\n";
         } else {
-            std::fprintf(results_stream(), "PTB tag accuracy %.2f%% (%lld of %lld tokens, %zu sentences)\n", 100.0 * accuracy,
-                        static_cast<long long>(correct), static_cast<long long>(tokens), sentences.size());
+            std::fprintf(results_stream(), "PTB tag accuracy %.2f%% (%lld of %lld tokens, %zu sentences)\n",
+                         100.0 * accuracy, static_cast<long long>(correct), static_cast<long long>(tokens),
+                         sentences.size());
             if (upos_tokens)
-                std::fprintf(results_stream(), "universal tag accuracy %.2f%% (%lld of %lld tokens)\n", 100.0 * upos_accuracy,
-                            static_cast<long long>(upos_correct), static_cast<long long>(upos_tokens));
+                std::fprintf(results_stream(), "universal tag accuracy %.2f%% (%lld of %lld tokens)\n",
+                             100.0 * upos_accuracy, static_cast<long long>(upos_correct),
+                             static_cast<long long>(upos_tokens));
             std::fprintf(results_stream(), "tagger: %s; %.1f sentences/s\n", dir.string().c_str(),
-                        static_cast<double>(sentences.size()) / secs);
+                         static_cast<double>(sentences.size()) / secs);
         }
         return 0;
     }
@@ -187,17 +189,18 @@ int run_eval_annotator(const EvalAnnotatorOptions& o) {
                              .dump()
                       << "\n";
         } else {
-            std::fprintf(results_stream(), 
-                "labelled bracket F1 %.2f (precision %.2f, recall %.2f; %lld of %lld gold and %lld predicted "
-                "brackets match)\n",
-                100.0 * score.f1(), 100.0 * score.precision(), 100.0 * score.recall(),
-                static_cast<long long>(score.matched), static_cast<long long>(score.gold),
-                static_cast<long long>(score.test));
-            std::fprintf(results_stream(), "exact match %.2f%% of %lld sentences; evalb conventions (COLLINS.prm), see docs/syntax.md\n",
-                        100.0 * static_cast<double>(score.exact) / static_cast<double>(score.sentences),
-                        static_cast<long long>(score.sentences));
+            std::fprintf(results_stream(),
+                         "labelled bracket F1 %.2f (precision %.2f, recall %.2f; %lld of %lld gold and %lld predicted "
+                         "brackets match)\n",
+                         100.0 * score.f1(), 100.0 * score.precision(), 100.0 * score.recall(),
+                         static_cast<long long>(score.matched), static_cast<long long>(score.gold),
+                         static_cast<long long>(score.test));
+            std::fprintf(results_stream(),
+                         "exact match %.2f%% of %lld sentences; evalb conventions (COLLINS.prm), see docs/syntax.md\n",
+                         100.0 * static_cast<double>(score.exact) / static_cast<double>(score.sentences),
+                         static_cast<long long>(score.sentences));
             std::fprintf(results_stream(), "parser: %s; %.1f sentences/s\n", dir.string().c_str(),
-                        static_cast<double>(sentences.size()) / secs);
+                         static_cast<double>(sentences.size()) / secs);
         }
         return 0;
     }

@@ -101,6 +101,9 @@ case $case in
     ;;
   isolated_memory_limit)
     # A controller in a process of its own may hold at most the run's --max-memory: its 4 GB allocation fails there.
+    # (A sanitizer build sets no limit: its shadow memory counts toward RLIMIT_DATA.)
+    host=$(dirname "$rudder")/../libexec/rudder/rudder-controller-host
+    if nm -D "$host" 2>/dev/null | grep -qE "__(asan|tsan)_init"; then echo "SKIP: a sanitizer build"; exit 77; fi
     with_faulty '{"fault": "alloc", "mb": 4096}' '"isolation": "process"' > "$work/allocates.json"
     err=$("$rudder" generate -q --max-memory 2000 "$work/allocates.json" -o "$work/out.jsonl" 2>&1); code=$?
     [ $code -eq 1 ] || fail "expected exit 1, got $code: $err"
@@ -149,6 +152,20 @@ case $case in
     err=$("$rudder" validate "$work/bytes.json" 2>&1); code=$?
     [ $code -eq 2 ] || fail "exit $code, expected 2: $err"
     grep -q "invalid recipe" <<<"$err" || fail "$err"
+    ;;
+  generated_text_bad_utf8)
+    # A vocabulary token that is not UTF-8 (a byte-level tokenizer's partial character reads the same): the JSON Lines
+    # carry U+FFFD for each bad byte instead of the run failing.
+    printf 'The \xff pub .\nThe \xfe mill .\n' > "$work/bytes.txt"
+    "$rudder" corpus-model "$work/bytes.txt" "$work/bytes_model" > /dev/null || fail "corpus-model: exit $?"
+    printf '%s' '{"model": "bytes_model", "family": "discrete", "sampler": {"steps": 10}, "samples": 2, "max_length": 8}' \
+      > "$work/bytes_recipe.json"
+    "$rudder" generate -q "$work/bytes_recipe.json" > "$work/out.jsonl" 2> "$work/err.txt" || fail "exit $?: $(cat "$work/err.txt")"
+    python3 - "$work/out.jsonl" <<'PY' || fail "not JSON Lines with U+FFFD: $(cat "$work/out.jsonl")"
+import json, sys
+texts = [json.loads(line)["text"] for line in open(sys.argv[1], encoding="utf-8")]
+assert len(texts) == 2 and all("\ufffd" in t for t in texts), texts
+PY
     ;;
   verdict_bad_utf8)
     # A verdict detail that is not UTF-8 fails the run naming the controller.

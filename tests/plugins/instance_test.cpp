@@ -88,7 +88,9 @@ TEST(ControllerInstance, NaNIsRefusedNamingTheController) {
 TEST(ControllerInstance, AVerdictDetailThatIsNotUtf8IsRefusedNamingTheController) {
     ControllerInstance bytes(fixture_type("faulty"), "{\"bad_detail\": 1}", "bytes");
     bytes.begin(discrete_shape(), nullptr);
-    EXPECT_EQ(plugin_error_of([&] { bytes.evaluate(2, {1, 2}, 2, "the cat"); }),
+    EXPECT_EQ(plugin_error_of([&] {
+                  bytes.evaluate(2, {1, 2}, 2, "the cat");
+              }),
               "controller 'bytes' (faulty, rudder_faulty.so): evaluate returned a detail that is not valid UTF-8 on "
               "sample 2 (it is JSON object text)");
 }
@@ -103,7 +105,8 @@ TEST(ControllerInstanceDeathTest, ExitInsideACallEndsTheProcessAsAFailureNamingT
             exits.step(step_inputs(discrete_shape(), 0));
         },
         ::testing::ExitedWithCode(kPluginExitStatus),
-        "controller 'quitter' \\(faulty, rudder_faulty.so\\) ended the process \\(exit\\(\\) called inside the plugin\\)");
+        "controller 'quitter' \\(faulty, rudder_faulty.so\\) ended the process \\(exit\\(\\) called inside the "
+        "plugin\\)");
     // exit() outside any plugin call keeps its status.
     EXPECT_EXIT(
         {

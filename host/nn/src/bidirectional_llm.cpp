@@ -253,10 +253,17 @@ BidirectionalLlm BidirectionalLlm::load(const fs::path& dir) {
     if (!c.tied_output) expected[output] = {V, H};
     const auto layer_shapes = [&](int64_t i) {
         const Names n = names(i);
-        Shapes layer = {{n.attn_norm, {H}},       {n.q + ".weight", {q_rows, H}}, {n.k + ".weight", {kv_rows, H}},
-                        {n.v + ".weight", {kv_rows, H}}, {n.o, {H, q_rows}},           {n.ff_norm, {H}},
-                        {n.gate, {I, H}},          {n.up, {I, H}},                  {n.down, {H, I}}};
-        if (c.qkv_bias) layer.insert({{n.q + ".bias", {q_rows}}, {n.k + ".bias", {kv_rows}}, {n.v + ".bias", {kv_rows}}});
+        Shapes layer = {{n.attn_norm, {H}},
+                        {n.q + ".weight", {q_rows, H}},
+                        {n.k + ".weight", {kv_rows, H}},
+                        {n.v + ".weight", {kv_rows, H}},
+                        {n.o, {H, q_rows}},
+                        {n.ff_norm, {H}},
+                        {n.gate, {I, H}},
+                        {n.up, {I, H}},
+                        {n.down, {H, I}}};
+        if (c.qkv_bias)
+            layer.insert({{n.q + ".bias", {q_rows}}, {n.k + ".bias", {kv_rows}}, {n.v + ".bias", {kv_rows}}});
         return layer;
     };
     check_weights_can_hold(dir, config_file, llada ? "n_layers" : "num_hidden_layers", c.n_layers, layer_shapes(0),

@@ -24,7 +24,8 @@ int64_t positive_int(const json& object, const std::string& key, const std::stri
     if (!object.contains(key)) config_fail(file, field, "missing (a positive integer)");
     const json& v = object.at(key);
     if (!v.is_number_integer() || v.get<int64_t>() <= 0 || v.get<int64_t>() > kMaxConfigSize)
-        config_fail(file, field, "expected a positive integer up to " + std::to_string(kMaxConfigSize) + ", got " + v.dump());
+        config_fail(file, field,
+                    "expected a positive integer up to " + std::to_string(kMaxConfigSize) + ", got " + v.dump());
     return v.get<int64_t>();
 }
 
@@ -103,7 +104,7 @@ void check_weights_can_hold(const fs::path& dir, const fs::path& config_file, co
         parameters = std::numeric_limits<int64_t>::max();
     std::string holder;
     const uint64_t held = weights_bytes(dir, holder);
-    if (held == 0) return;  // nothing there to compare with: load_weights says what is missing
+    if (held == 0) return;                   // nothing there to compare with: load_weights says what is missing
     constexpr uint64_t kNarrowestBytes = 2;  // float16, bfloat16
     if (static_cast<uint64_t>(parameters) <= held / kNarrowestBytes) return;
     char count[32];

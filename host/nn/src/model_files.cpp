@@ -1,6 +1,5 @@
 #include <rudder/nn/model_files.hpp>
 
-
 #include <rudder/rudder_json.hpp>
 #include <rudder/text/text_files.hpp>
 

@@ -26,8 +26,9 @@ void end_plugin_exit() {
     if (call == nullptr) return;
     write_error("\nrudder: error: ");
     write_error(call);
-    write_error(" ended the process (exit() called inside the plugin); the run did not complete. A controller that "
-                "may do that needs \"isolation\": \"process\"\n");
+    write_error(
+        " ended the process (exit() called inside the plugin); the run did not complete. A controller that "
+        "may do that needs \"isolation\": \"process\"\n");
     ::_exit(kPluginExitStatus);
 }
 

@@ -158,7 +158,8 @@ CallOutcome ProcessTransport::begin(const RunStart& start) {
         .put<uint8_t>(start.shape.negotiated.abi12 ? 1 : 0)
         .put<uint64_t>(start.shape.negotiated.capabilities)
         .put<int64_t>(start.run_candidates);
-    const std::vector<char> reply = remote_->call(isolation::kBegin, request, "begin", "", time_limit_, serve_, fds, cancel_);
+    const std::vector<char> reply =
+        remote_->call(isolation::kBegin, request, "begin", "", time_limit_, serve_, fds, cancel_);
     inputs_generation_sent_ = share.generation;
     send_outputs_fd_ = false;
     isolation::Reader r(reply);
@@ -200,7 +201,8 @@ CallOutcome ProcessTransport::step(const StepCall& call) {
         .put<double>(in.t_next)
         .put<uint32_t>(present)
         .put<int64_t>(call.rows);
-    const std::vector<char> reply = remote_->call(isolation::kStep, request, "step", call.when, time_limit_, serve_, {}, cancel_);
+    const std::vector<char> reply =
+        remote_->call(isolation::kStep, request, "step", call.when, time_limit_, serve_, {}, cancel_);
     isolation::Reader reader(reply);
     return read_outcome(reader, "step", call.when);
 }
@@ -212,7 +214,8 @@ CallOutcome ProcessTransport::evaluate(const rudder_sample& sample, rudder_verdi
         .put<int64_t>(sample.n_tokens)
         .bytes(sample.tokens, static_cast<size_t>(sample.seq_len) * sizeof(int64_t))
         .text(sample.text);
-    const std::vector<char> reply = remote_->call(isolation::kEvaluate, request, "evaluate", when, time_limit_, serve_, {}, cancel_);
+    const std::vector<char> reply =
+        remote_->call(isolation::kEvaluate, request, "evaluate", when, time_limit_, serve_, {}, cancel_);
     isolation::Reader r(reply);
     CallOutcome outcome = read_outcome(r, "evaluate", when);
     if (outcome.end != CallEnd::ok) return outcome;

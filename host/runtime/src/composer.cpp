@@ -373,8 +373,8 @@ void Composer::check_finite(const Combined& out, const at::Tensor& sum, const Au
     const int64_t row = sum.isfinite().all(1).logical_not().nonzero()[0][0].item<int64_t>();
     const int64_t position = out.rows[row].item<int64_t>();
     throw CompositionError("the logit deltas of " + labels_with_weights(authors.delta_owners) +
-                           " are not finite once weighted and summed (sample " +
-                           std::to_string(position / L) + ", position " + std::to_string(position % L) +
+                           " are not finite once weighted and summed (sample " + std::to_string(position / L) +
+                           ", position " + std::to_string(position % L) +
                            "): each is finite, but float32 overflows; lower the weight or the delta");
 }
 

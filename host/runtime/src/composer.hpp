@@ -135,7 +135,7 @@ private:
     // "'label' (weight w), ..." for the controllers at these indices.
     std::string labels_with_weights(const std::vector<size_t>& indices) const;
     std::vector<ComposedController> controllers_;
-    std::vector<size_t> last_delta_owners_;  // predict()'s last Authors::delta_owners
+    std::vector<size_t> last_delta_owners_;            // predict()'s last Authors::delta_owners
     std::shared_ptr<plugins::StepInputShare> inputs_;  // the step's inputs for controllers in processes of their own
     Family family_;
     int64_t mask_id_;

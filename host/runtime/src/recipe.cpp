@@ -137,8 +137,8 @@ RecipeError::RecipeError(std::vector<RecipeIssue> issues)
 Recipe parse_recipe(const std::string& text, const std::filesystem::path& base_dir, const RecipeLimits& limits,
                     std::vector<RecipeIssue>* issues) {
     if (text.size() > kMaxConfigFileBytes)
-        throw RecipeError({{"", "the recipe is larger than " + byte_size_text(kMaxConfigFileBytes) +
-                                    ", the most a recipe may be"}});
+        throw RecipeError(
+            {{"", "the recipe is larger than " + byte_size_text(kMaxConfigFileBytes) + ", the most a recipe may be"}});
     json doc;
     try {
         doc = json_input::parse(text);

@@ -183,9 +183,9 @@ std::shared_ptr<Denoiser> load_transformer_denoiser(const json& config, const fs
         const uint64_t held = fs::file_size(weights, ec);
         if (!ec && static_cast<uint64_t>(parameters) > held / 2)
             throw ModelError(where + ": 'network' makes at least " + std::to_string(parameters) + " parameters, " +
-                             byte_size_text(2 * static_cast<uint64_t>(parameters)) + " of weights at 2 bytes each, but '" +
-                             weights.filename().string() + "' holds " + byte_size_text(held) +
-                             ": the config does not describe these weights");
+                             byte_size_text(2 * static_cast<uint64_t>(parameters)) +
+                             " of weights at 2 bytes each, but '" + weights.filename().string() + "' holds " +
+                             byte_size_text(held) + ": the config does not describe these weights");
         network = nn::make_denoiser_net(network_config, *tokenizer);
     } catch (const ConfigError& e) {
         throw ModelError(where + ": 'network': " + e.what());

@@ -176,7 +176,8 @@ inline size_t edit_distance(const std::string& a, const std::string& b) {
     for (size_t i = 1; i <= a.size(); ++i) {
         current[0] = i;
         for (size_t j = 1; j <= b.size(); ++j) {
-            current[j] = std::min({previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+            current[j] =
+                std::min({previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
             if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
                 current[j] = std::min(current[j], before[j - 2] + 1);
         }
@@ -192,7 +193,8 @@ inline std::vector<std::string> near_misses(const std::string& name, const std::
                                             size_t limit = 3) {
     std::vector<std::pair<size_t, std::string>> scored;
     for (const auto& candidate : candidates) {
-        const size_t gap = name.size() > candidate.size() ? name.size() - candidate.size() : candidate.size() - name.size();
+        const size_t gap =
+            name.size() > candidate.size() ? name.size() - candidate.size() : candidate.size() - name.size();
         const size_t distance = gap > 2 ? gap : edit_distance(name, candidate);
         const bool prefix = !name.empty() && (candidate.rfind(name, 0) == 0 || name.rfind(candidate, 0) == 0);
         if (distance <= 2 || prefix) scored.emplace_back(distance, candidate);
