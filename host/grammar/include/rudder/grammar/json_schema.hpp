@@ -50,8 +50,9 @@ struct SchemaOptions {
 // forms of `items` and `definitions` too). Throws SchemaError for a keyword it does not compile, LimitError when the
 // automaton would exceed options.limits.
 Dfa compile_json_schema(const nlohmann::ordered_json& schema, const SchemaOptions& options = {});
-// The same from the schema's text (its key order kept); a text that is not JSON is a SchemaError at "".
-Dfa compile_json_schema(std::string_view schema_text, const SchemaOptions& options = {});
+// The same from the schema's text (its key order kept); a text that is not JSON is a SchemaError at "". (A separate
+// name: a std::string would convert to either parameter.)
+Dfa compile_json_schema_text(std::string_view schema_text, const SchemaOptions& options = {});
 
 // The instance as the automaton's language writes it: the whitespace policy (no space under optional_space),
 // properties in the order the schema gives them at that place (every `properties` and `required` name that applies
