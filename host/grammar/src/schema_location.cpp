@@ -201,9 +201,14 @@ std::string canonical_text(const Json& root, const Json& instance, const Locatio
         for (const auto& name : property_order(root, location)) {
             if (instance.contains(name)) keys.push_back(name);
         }
+        std::vector<std::string> others;
         for (const auto& item : instance.items()) {
-            if (std::find(keys.begin(), keys.end(), item.key()) == keys.end()) keys.push_back(item.key());
+            if (std::find(keys.begin(), keys.end(), item.key()) == keys.end()) others.push_back(item.key());
         }
+        // The others in byte order: one text per value, so that a const or enum object matches an instance that
+        // lists its members in another order.
+        std::sort(others.begin(), others.end());
+        keys.insert(keys.end(), others.begin(), others.end());
         std::string out = "{";
         for (size_t i = 0; i < keys.size(); ++i) {
             if (i > 0) out += "," + space;

@@ -55,11 +55,12 @@ Dfa compile_json_schema(const nlohmann::ordered_json& schema, const SchemaOption
 Dfa compile_json_schema_text(std::string_view schema_text, const SchemaOptions& options = {});
 
 // The instance as the automaton's language writes it: the whitespace policy (no space under optional_space),
-// properties in the order the schema gives them at that place (every `properties` and `required` name that applies
-// there, in order of first appearance), then the others in the instance's order; strings in UTF-8 with \" \\ \b \f \n
-// \r \t and \u00XX only for the control characters left; numbers in plain decimal without exponent, an integral value
-// with no fraction (1.0 is 1, -0 is 0). An instance that validates has this text in the automaton's language, up to
-// the depths of SchemaOptions.
+// properties in the order the schema gives them at that place (every `properties` and `required` name of the schemas
+// that apply there, in order of first appearance), then the others in byte order of their names (one text per value,
+// so that a `const` or `enum` object matches its instances whatever their member order); strings in UTF-8 with \"
+// \\ \b \f \n \r \t and \u00XX only for the other control characters; numbers in plain decimal without exponent, an
+// integral value with no fraction (1.0 is 1, -0 is 0). An instance that validates has this text in the automaton's
+// language, within the depths of SchemaOptions.
 std::string canonical_json(const nlohmann::ordered_json& instance, const nlohmann::ordered_json& schema,
                            const SchemaOptions& options = {});
 
