@@ -56,8 +56,8 @@ fuzz-long: deps
 	@CC=clang CXX=clang++ cmake -S . -B $(SANITIZE_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" \
 	  -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DRUDDER_SANITIZE=address,undefined -DRUDDER_FUZZ=ON -DRUDDER_BUILD_BENCH=OFF \
 	  > $(SANITIZE_BUILD).configure.log 2>&1 || (cat $(SANITIZE_BUILD).configure.log; exit 1)
-	cmake --build $(SANITIZE_BUILD) -j$(JOBS) --target fuzz_recipe fuzz_safetensors fuzz_tokenizer
-	@for target in recipe safetensors tokenizer; do \
+	cmake --build $(SANITIZE_BUILD) -j$(JOBS) --target fuzz_recipe fuzz_safetensors fuzz_tokenizer fuzz_regex fuzz_json_schema
+	@for target in recipe safetensors tokenizer regex json_schema; do \
 	  scratch=$(SANITIZE_BUILD)/tests/fuzz/long_$$target; mkdir -p $$scratch; \
 	  dict=; [ -f tests/fuzz/$$target.dict ] && dict=-dict=tests/fuzz/$$target.dict; \
 	  ASAN_OPTIONS=detect_leaks=1 $(SANITIZE_BUILD)/tests/bin/fuzz_$$target -runs=$(FUZZ_RUNS) -max_len=262144 \

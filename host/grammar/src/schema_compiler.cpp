@@ -66,6 +66,12 @@ void SchemaCompiler::check_keywords(const SchemaNode& node) const {
 }
 
 LangPtr SchemaCompiler::compile(const SchemaNode& node, const Location& location) {
+    struct Nesting {  // how deep compile() recurses now
+        explicit Nesting(int& depth) : depth_(depth) { ++depth_; }
+        ~Nesting() { --depth_; }
+        int& depth_;
+    } nesting(nesting_);
+    if (nesting_ > 512) throw SchemaError(node.pointer, "subschemas nest deeper than 512 levels");
     constexpr int64_t kMaxCompiledNodes = 100000;
     if (++compiled_nodes_ > kMaxCompiledNodes) {
         throw LimitError("the schema expands to more than 100000 subschemas (its $ref recursion multiplies them); "

@@ -55,6 +55,7 @@ private:
     const Json& root_;
     const SchemaOptions& options_;
     std::map<std::string, int> ref_depth_;  // $ref targets being expanded -> how many times, on the current path
+    int nesting_ = 0;                       // compile() calls on the stack
     int64_t compiled_nodes_ = 0;            // subschemas compiled so far (recursion multiplies them)
     std::map<int, LangPtr> any_value_;
     LangPtr any_string_;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <set>
+#include <stdexcept>
 
 namespace rudder::grammar {
 
@@ -47,18 +48,22 @@ std::string percent_decoded(const std::string& text) {
     return out;
 }
 
-void collect(const Json& root, const SchemaNode& node, std::vector<SchemaNode>& out, std::set<const Json*>& seen) {
+constexpr int kMaxNesting = 256;  // applicators and values nested deeper are refused (keeps the recursion's stack small)
+
+void collect(const Json& root, const SchemaNode& node, std::vector<SchemaNode>& out, std::set<const Json*>& seen,
+             int depth = 0) {
     if (!node.schema->is_object() || !seen.insert(node.schema).second) return;
+    if (depth > kMaxNesting) throw SchemaError(node.pointer, "applicators nest deeper than 256 levels");
     out.push_back(node);
     for (const char* keyword : {"allOf", "anyOf", "oneOf"}) {
         auto it = node.schema->find(keyword);
         if (it == node.schema->end() || !it->is_array()) continue;
         for (size_t i = 0; i < it->size(); ++i) {
-            collect(root, {&(*it)[i], node.pointer + "/" + keyword + "/" + std::to_string(i)}, out, seen);
+            collect(root, {&(*it)[i], node.pointer + "/" + keyword + "/" + std::to_string(i)}, out, seen, depth + 1);
         }
     }
     if (node.schema->contains("$ref") && (*node.schema)["$ref"].is_string()) {
-        collect(root, resolve_ref(root, node), out, seen);
+        collect(root, resolve_ref(root, node), out, seen, depth + 1);
     }
 }
 
@@ -194,7 +199,8 @@ std::string canonical_string(const std::string& value) {
 }
 
 std::string canonical_text(const Json& root, const Json& instance, const Location& location,
-                           const SchemaOptions& options) {
+                           const SchemaOptions& options, int depth) {
+    if (depth > kMaxNesting) throw std::invalid_argument("canonical_json: the instance nests deeper than 256 levels");
     const std::string space = options.whitespace == Whitespace::space_after_separators ? " " : "";
     if (instance.is_object()) {
         std::vector<std::string> keys;
@@ -213,7 +219,7 @@ std::string canonical_text(const Json& root, const Json& instance, const Locatio
         for (size_t i = 0; i < keys.size(); ++i) {
             if (i > 0) out += "," + space;
             out += canonical_string(keys[i]) + ":" + space;
-            out += canonical_text(root, instance[keys[i]], property_location(root, location, keys[i]), options);
+            out += canonical_text(root, instance[keys[i]], property_location(root, location, keys[i]), options, depth + 1);
         }
         return out + "}";
     }
@@ -221,7 +227,7 @@ std::string canonical_text(const Json& root, const Json& instance, const Locatio
         std::string out = "[";
         for (size_t i = 0; i < instance.size(); ++i) {
             if (i > 0) out += "," + space;
-            out += canonical_text(root, instance[i], item_location(root, location, i), options);
+            out += canonical_text(root, instance[i], item_location(root, location, i), options, depth + 1);
         }
         return out + "]";
     }

@@ -48,8 +48,9 @@ size_t longest_prefix(const Json& root, const Location& location);
 
 // A string as the language writes it: UTF-8 kept, only \" \\ \b \f \n \r \t and \u00XX for other control characters.
 std::string canonical_string(const std::string& value);
-// canonical_json's writer, at a location (with `options.whitespace`).
+// canonical_json's writer, at a location (with `options.whitespace`); std::invalid_argument for an instance nested
+// deeper than 256 levels.
 std::string canonical_text(const Json& root, const Json& instance, const Location& location,
-                           const SchemaOptions& options);
+                           const SchemaOptions& options, int depth = 0);
 
 }  // namespace rudder::grammar

@@ -60,7 +60,8 @@ Dfa compile_json_schema_text(std::string_view schema_text, const SchemaOptions& 
 // so that a `const` or `enum` object matches its instances whatever their member order); strings in UTF-8 with \"
 // \\ \b \f \n \r \t and \u00XX only for the other control characters; numbers in plain decimal without exponent, an
 // integral value with no fraction (1.0 is 1, -0 is 0). An instance that validates has this text in the automaton's
-// language, within the depths of SchemaOptions.
+// language, within the depths of SchemaOptions. Throws std::invalid_argument for an instance nested deeper than 256
+// levels.
 std::string canonical_json(const nlohmann::ordered_json& instance, const nlohmann::ordered_json& schema,
                            const SchemaOptions& options = {});
 
