@@ -8,7 +8,7 @@ TSAN_BUILD ?= build-tsan
 # numerics (which `make test` covers), take 10 of the sanitized suite's 20 CPU-minutes, and add no new code paths.
 SANITIZE_EXCLUDE ?= ^nets\.Training\.
 
-.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long bench bench-threads bench-memory bench-eager bench-vocab bench-checkpoint bench-serve clean
+.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long bench bench-threads bench-memory bench-eager bench-vocab bench-checkpoint bench-serve bench-grammar clean
 
 all: build
 
@@ -65,6 +65,11 @@ fuzz-long: deps
 	    2> $(SANITIZE_BUILD)/tests/fuzz/long_$$target.log || { tail -40 $(SANITIZE_BUILD)/tests/fuzz/long_$$target.log; exit 1; }; \
 	  echo "fuzz_$$target: $$(grep -m1 stat::number_of_executed_units $(SANITIZE_BUILD)/tests/fuzz/long_$$target.log)"; \
 	done
+
+# The byte automata of structured output: compile time and size for realistic schemas and patterns (seconds).
+bench-grammar: configure
+	cmake --build $(BUILD) -j$(JOBS) --target rudder_grammar_bench
+	$(BUILD)/bin/rudder_grammar_bench
 
 bench: build
 	$(BUILD)/bin/rudder_bench --benchmark_counters_tabular=true

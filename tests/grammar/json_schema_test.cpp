@@ -175,6 +175,15 @@ TEST(JsonSchema, StringsAreDecodedValuesWrittenCanonically) {
     const Dfa date = schema(R"({"type":"string","format":"date"})");
     EXPECT_TRUE(date.matches(R"("2024-02-29")"));
     EXPECT_FALSE(date.matches(R"("2023-02-29")"));
+    SchemaOptions exact;
+    exact.exact_leap_seconds = true;
+    const std::string time = R"({"type":"string","format":"time"})";
+    EXPECT_TRUE(schema(time).matches(R"("23:59:60Z")"));
+    EXPECT_TRUE(schema(time).matches(R"("23:59:60.5-00:00")"));
+    EXPECT_FALSE(schema(time).matches(R"("15:59:60-08:00")"));  // valid, refused by the compact default
+    EXPECT_TRUE(schema(time, exact).matches(R"("15:59:60-08:00")"));
+    EXPECT_FALSE(schema(time, exact).matches(R"("15:59:60+08:00")"));
+    EXPECT_GT(schema(time, exact).size(), 20 * schema(time).size());
 }
 
 TEST(JsonSchema, RecursionIsUnrolledToTheDocumentedDepth) {

@@ -60,6 +60,7 @@ private:
     void emit_repeat(const Lang& lang, int32_t from, int32_t to);
     void emit_graph(const Lang& lang, int32_t from, int32_t to);
     void emit_automaton(const Dfa& dfa, bool json_string, int32_t from, int32_t to);
+    void emit_escapes(const Dfa& dfa, int32_t s, const std::vector<int32_t>& state);
 
     Budget& budget_;
     int32_t states_ = 0;
@@ -178,18 +179,36 @@ void NfaBuilder::emit_automaton(const Dfa& dfa, bool json_string, int32_t from, 
                 bytes(state[static_cast<size_t>(s)], r.first, r.second, state[static_cast<size_t>(t)]);
             }
         }
-        if (!json_string) continue;
-        for (int b = 0; b < 0x80; ++b) {  // the bytes JSON escapes become their escape sequences
-            const std::string escape = json_escape(static_cast<uint8_t>(b));
-            const int32_t t = dfa.next(s, static_cast<uint8_t>(b));
-            if (escape.empty() || t == Dfa::kDead) continue;
+        if (json_string) emit_escapes(dfa, s, state);
+    }
+}
+
+// The escape sequences of the bytes JSON escapes, from state s: one trie per target state, so that the 34 escapes
+// share their prefixes (`\`, `\u00`) instead of each taking a chain of states.
+void NfaBuilder::emit_escapes(const Dfa& dfa, int32_t s, const std::vector<int32_t>& state) {
+    std::map<int32_t, std::vector<const std::string*>> by_target;
+    for (int b = 0; b < 0x80; ++b) {
+        const std::string& escape = json_escape(static_cast<uint8_t>(b));
+        if (escape.empty()) continue;
+        const int32_t t = dfa.next(s, static_cast<uint8_t>(b));
+        if (t != Dfa::kDead) by_target[t].push_back(&escape);
+    }
+    for (const auto& [t, escapes] : by_target) {
+        std::map<std::pair<int32_t, uint8_t>, int32_t> trie;
+        for (const std::string* escape : escapes) {
             int32_t current = state[static_cast<size_t>(s)];
-            for (size_t i = 0; i < escape.size(); ++i) {
-                const int32_t next = i + 1 == escape.size() ? state[static_cast<size_t>(t)] : add_state();
-                const auto byte = static_cast<uint8_t>(escape[i]);
-                bytes(current, byte, byte, next);
-                current = next;
+            for (size_t i = 0; i + 1 < escape->size(); ++i) {
+                const auto byte = static_cast<uint8_t>((*escape)[i]);
+                auto it = trie.find({current, byte});
+                if (it == trie.end()) {
+                    const int32_t next = add_state();
+                    bytes(current, byte, byte, next);
+                    it = trie.emplace(std::make_pair(current, byte), next).first;
+                }
+                current = it->second;
             }
+            const auto last = static_cast<uint8_t>(escape->back());
+            bytes(current, last, last, state[static_cast<size_t>(t)]);
         }
     }
 }
@@ -309,14 +328,25 @@ RawDfa determinize(const LangPtr& lang, Budget& budget) {
             }
         }
         raw.accepting.push_back(std::binary_search(sets[d].begin(), sets[d].end(), accept) ? 1 : 0);
+        // Neighbouring classes often reach the same NFA states (the bytes a context does not tell apart): the
+        // previous class's targets are remembered so that their closure is computed once.
+        std::vector<int32_t> previous_targets;
+        int32_t previous_id = Dfa::kDead;
         for (int c = 0; c < nfa.classes; ++c) {
             auto& bucket = buckets[static_cast<size_t>(c)];
             if (bucket.empty()) {
                 raw.table.push_back(Dfa::kDead);
                 continue;
             }
+            if (previous_id != Dfa::kDead && bucket == previous_targets) {
+                raw.table.push_back(previous_id);
+                bucket.clear();
+                continue;
+            }
+            previous_targets = bucket;
             close(bucket);
-            raw.table.push_back(id_of(std::move(bucket)));
+            previous_id = id_of(std::move(bucket));
+            raw.table.push_back(previous_id);
             bucket = {};
         }
     }

@@ -50,9 +50,9 @@ std::string email_pattern() {
 
 // RFC 3339 allows second 60 only at 23:59:60 UTC: the local time is 23:59 plus the offset. One branch per local
 // time, each with the offsets (+ and -) that put it at 23:59 UTC.
-LangPtr leap_second_times() {
+LangPtr leap_second_times(bool every_offset) {
     std::map<int, std::vector<std::string>> offsets_by_local;  // minutes since midnight -> offsets
-    for (int offset = 0; offset < 24 * 60; ++offset) {
+    for (int offset = 0; offset < (every_offset ? 24 * 60 : 1); ++offset) {
         char text[32];
         std::snprintf(text, sizeof text, "%02d:%02d", offset / 60, offset % 60);
         offsets_by_local[(23 * 60 + 59 + offset) % 1440].push_back(std::string("+") + text);
@@ -72,12 +72,14 @@ LangPtr leap_second_times() {
     return choice(std::move(options));
 }
 
-LangPtr format_language(const std::string& name) {
+LangPtr format_language(const std::string& name, bool exact_leap_seconds) {
     if (name == "date") return parse_regex(kDate, RegexDialect::pcre2);
-    if (name == "time") return choice({parse_regex(kTimeNoLeap, RegexDialect::pcre2), leap_second_times()});
+    if (name == "time") {
+        return choice({parse_regex(kTimeNoLeap, RegexDialect::pcre2), leap_second_times(exact_leap_seconds)});
+    }
     if (name == "date-time") {
         return sequence({parse_regex(kDate, RegexDialect::pcre2), parse_regex("[Tt]", RegexDialect::pcre2),
-                         format_language("time")});
+                         format_language("time", exact_leap_seconds)});
     }
     if (name == "uuid") return parse_regex(kUuid, RegexDialect::pcre2);
     if (name == "ipv4") return parse_regex(kIpv4, RegexDialect::pcre2);
@@ -90,17 +92,18 @@ LangPtr format_language(const std::string& name) {
 
 std::string supported_formats() { return "date, time, date-time, uuid, ipv4, ipv6, email"; }
 
-std::shared_ptr<const Dfa> format_automaton(const std::string& name) {
+std::shared_ptr<const Dfa> format_automaton(const std::string& name, bool exact_leap_seconds) {
     static std::mutex mutex;
     static std::map<std::string, std::shared_ptr<const Dfa>> cache;
     std::lock_guard<std::mutex> lock(mutex);
-    auto it = cache.find(name);
+    const std::string key = name + (exact_leap_seconds ? "/exact" : "");
+    auto it = cache.find(key);
     if (it != cache.end()) return it->second;
-    const LangPtr lang = format_language(name);
+    const LangPtr lang = format_language(name, exact_leap_seconds);
     if (!lang) return nullptr;
     // Fixed limits: a format's automaton is the same whatever the schema's limits are.
     auto dfa = std::make_shared<const Dfa>(build_dfa(lang, CompileLimits{}, "the format '" + name + "'"));
-    cache.emplace(name, dfa);
+    cache.emplace(key, dfa);
     return dfa;
 }
 

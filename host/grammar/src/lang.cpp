@@ -113,7 +113,9 @@ LangPtr json_string_contents(std::shared_ptr<const Dfa> decoded) {
     return make(std::move(lang));
 }
 
-std::string json_escape(uint8_t byte) {
+namespace {
+
+std::string escape_of(uint8_t byte) {
     switch (byte) {
         case '"': return "\\\"";
         case '\\': return "\\\\";
@@ -128,6 +130,17 @@ std::string json_escape(uint8_t byte) {
     char buffer[8];
     std::snprintf(buffer, sizeof buffer, "\\u%04x", byte);
     return buffer;
+}
+
+}  // namespace
+
+const std::string& json_escape(uint8_t byte) {
+    static const std::vector<std::string> table = [] {
+        std::vector<std::string> escapes(256);
+        for (int b = 0; b < 256; ++b) escapes[static_cast<size_t>(b)] = escape_of(static_cast<uint8_t>(b));
+        return escapes;
+    }();
+    return table[byte];
 }
 
 }  // namespace rudder::grammar

@@ -63,7 +63,7 @@ bool is_nothing(const LangPtr& lang);
 
 // The JSON escape of a byte that cannot stand in a JSON string (a control character, '"' or '\\'), "" for any other
 // byte: \" \\ \b \f \n \r \t, else \u00XX in lower case.
-std::string json_escape(uint8_t byte);
+const std::string& json_escape(uint8_t byte);
 
 // The minimal automaton of a language, within `limits`. `what` names it in a LimitError ("the pattern", "the schema
 // at /properties/a").

@@ -225,7 +225,7 @@ LangPtr SchemaCompiler::string_language(const SchemaNode& node) {
     if (schema.contains("format")) {
         const std::string at = node.pointer + "/format";
         if (!schema["format"].is_string()) throw SchemaError(at, "expected a string");
-        auto dfa = format_automaton(schema["format"].get<std::string>());
+        auto dfa = format_automaton(schema["format"].get<std::string>(), options_.exact_leap_seconds);
         if (!dfa) {
             throw SchemaError(at, "the format '" + schema["format"].get<std::string>() + "' is not compiled (" +
                                       supported_formats() + " are)");

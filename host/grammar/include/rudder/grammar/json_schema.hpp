@@ -43,6 +43,11 @@ struct SchemaOptions {
     // Additional properties when a schema says nothing about them: true follows the specification (allowed); false
     // refuses them as if every object schema said "additionalProperties": false.
     bool additional_properties_by_default = true;
+    // Formats time and date-time: RFC 3339 allows second 60 at 23:59:60 UTC, that is at the local time 23:59 plus the
+    // offset. true accepts it at every offset (exact, about 10,000 states per field: one branch per local time);
+    // false (default) only with Z, z, +00:00 or -00:00, refusing the rarer local-time leap seconds (a few dozen
+    // states). Every accepted text is valid either way.
+    bool exact_leap_seconds = false;
     CompileLimits limits;
 };
 
