@@ -100,10 +100,12 @@ void summary(const char* kind, std::vector<double> medians) {
 int main() {
     std::vector<double> schema_ms, pattern_ms;
     for (const auto& input : kSchemas) {
-        report("schema", input.name, [&] { return rudder::grammar::compile_json_schema_text(input.text); }, schema_ms);
+        report(
+            "schema", input.name, [&] { return rudder::grammar::compile_json_schema_text(input.text); }, schema_ms);
     }
     for (const auto& input : kPatterns) {
-        report("regex", input.name, [&] { return rudder::grammar::compile_regex(input.text); }, pattern_ms);
+        report(
+            "regex", input.name, [&] { return rudder::grammar::compile_regex(input.text); }, pattern_ms);
     }
     summary("schemas", schema_ms);
     summary("patterns", pattern_ms);

@@ -15,7 +15,11 @@ bool valid_utf8(const std::string& s) {
     size_t i = 0;
     while (i < s.size()) {
         const auto b = static_cast<uint8_t>(s[i]);
-        size_t n = b < 0x80 ? 1 : (b >= 0xC2 && b <= 0xDF) ? 2 : (b >= 0xE0 && b <= 0xEF) ? 3 : (b >= 0xF0 && b <= 0xF4) ? 4 : 0;
+        size_t n = b < 0x80                   ? 1
+                   : (b >= 0xC2 && b <= 0xDF) ? 2
+                   : (b >= 0xE0 && b <= 0xEF) ? 3
+                   : (b >= 0xF0 && b <= 0xF4) ? 4
+                                              : 0;
         if (n == 0 || i + n > s.size()) return false;
         uint32_t cp = n == 1 ? b : n == 2 ? (b & 0x1Fu) : n == 3 ? (b & 0x0Fu) : (b & 0x07u);
         for (size_t k = 1; k < n; ++k) {

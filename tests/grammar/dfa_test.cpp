@@ -11,8 +11,9 @@
 namespace rudder::grammar {
 namespace {
 
-const char* const kPatterns[] = {"[a-z]+(-[a-z]+)*", "(ab|a)*c?", "\\p{Lu}\\p{Ll}*", "[0-9]{2,4}|x", "",
-                                 "(a|b)*a(a|b){3}", "\"([^\"\\\\]|\\\\.)*\"", "[^\\n]{0,5}"};
+const char* const kPatterns[] = {"[a-z]+(-[a-z]+)*",       "(ab|a)*c?",  "\\p{Lu}\\p{Ll}*",
+                                 "[0-9]{2,4}|x",           "",           "(a|b)*a(a|b){3}",
+                                 "\"([^\"\\\\]|\\\\.)*\"", "[^\\n]{0,5}"};
 
 TEST(Dfa, ByteClassesAreExact) {
     for (const char* pattern : kPatterns) {
@@ -29,7 +30,8 @@ TEST(Dfa, ByteClassesAreExact) {
         for (int c = 0; c < dfa.classes(); ++c) {
             for (int d = c + 1; d < dfa.classes(); ++d) {
                 bool differ = false;
-                for (int32_t s = 0; s < dfa.size() && !differ; ++s) differ = dfa.next_by_class(s, c) != dfa.next_by_class(s, d);
+                for (int32_t s = 0; s < dfa.size() && !differ; ++s)
+                    differ = dfa.next_by_class(s, c) != dfa.next_by_class(s, d);
                 EXPECT_TRUE(differ) << pattern << ": classes " << c << " and " << d;
             }
         }
@@ -55,7 +57,8 @@ TEST(Dfa, IsMinimalAndTrimmed) {
                 }
                 next[static_cast<size_t>(s)] = ids.emplace(signature, static_cast<int>(ids.size())).first->second;
             }
-            changed = std::set<int>(next.begin(), next.end()).size() != std::set<int>(block.begin(), block.end()).size();
+            changed =
+                std::set<int>(next.begin(), next.end()).size() != std::set<int>(block.begin(), block.end()).size();
             block = next;
         }
         EXPECT_EQ(std::set<int>(block.begin(), block.end()).size(), static_cast<size_t>(n) + 1) << pattern;

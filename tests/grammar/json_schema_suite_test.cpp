@@ -14,13 +14,42 @@
 namespace rudder::grammar {
 namespace {
 
-const char* const kFiles[] = {
-    "additionalProperties", "allOf", "anyOf", "boolean_schema", "const", "default", "defs", "enum",
-    "exclusiveMaximum", "exclusiveMinimum", "infinite-loop-detection", "items", "maxItems", "maxLength", "maximum",
-    "minItems", "minLength", "minimum", "oneOf", "pattern", "prefixItems", "properties", "ref", "required", "type",
-    "uniqueItems", "optional/bignum", "optional/ecmascript-regex", "optional/non-bmp-regex", "optional/format/date",
-    "optional/format/time", "optional/format/date-time", "optional/format/uuid", "optional/format/ipv4",
-    "optional/format/ipv6", "optional/format/email"};
+const char* const kFiles[] = {"additionalProperties",
+                              "allOf",
+                              "anyOf",
+                              "boolean_schema",
+                              "const",
+                              "default",
+                              "defs",
+                              "enum",
+                              "exclusiveMaximum",
+                              "exclusiveMinimum",
+                              "infinite-loop-detection",
+                              "items",
+                              "maxItems",
+                              "maxLength",
+                              "maximum",
+                              "minItems",
+                              "minLength",
+                              "minimum",
+                              "oneOf",
+                              "pattern",
+                              "prefixItems",
+                              "properties",
+                              "ref",
+                              "required",
+                              "type",
+                              "uniqueItems",
+                              "optional/bignum",
+                              "optional/ecmascript-regex",
+                              "optional/non-bmp-regex",
+                              "optional/format/date",
+                              "optional/format/time",
+                              "optional/format/date-time",
+                              "optional/format/uuid",
+                              "optional/format/ipv4",
+                              "optional/format/ipv6",
+                              "optional/format/email"};
 
 struct Counts {
     int cases = 0, refused = 0, agreeing = 0, disagreeing = 0;
@@ -73,10 +102,11 @@ void run_suite(const SchemaOptions& options, const char* label) {
                     c.agreeing, c.disagreeing, c.refused);
         total.add(c);
     }
-    std::printf("JSON-Schema-Test-Suite (draft 2020-12, whitespace %s, free_value_depth 4, exact leap seconds): %d cases, %d supported (%d agreeing, %d "
-                "disagreeing), %d refused\n",
-                label, total.cases, total.agreeing + total.disagreeing, total.agreeing, total.disagreeing,
-                total.refused);
+    std::printf(
+        "JSON-Schema-Test-Suite (draft 2020-12, whitespace %s, free_value_depth 4, exact leap seconds): %d cases, %d "
+        "supported (%d agreeing, %d "
+        "disagreeing), %d refused\n",
+        label, total.cases, total.agreeing + total.disagreeing, total.agreeing, total.disagreeing, total.refused);
     EXPECT_EQ(total.disagreeing, 0);
     EXPECT_GT(total.agreeing, total.cases / 2);
 }

@@ -14,7 +14,9 @@ namespace {
 
 using nlohmann::ordered_json;
 
-Dfa schema(const std::string& text, const SchemaOptions& options = {}) { return compile_json_schema_text(text, options); }
+Dfa schema(const std::string& text, const SchemaOptions& options = {}) {
+    return compile_json_schema_text(text, options);
+}
 
 std::string refusal(const std::string& text, const std::string& words) {
     try {
@@ -105,7 +107,8 @@ TEST(JsonSchema, OrderHoldsAcrossBranchesOfOnePlace) {
         const std::string text = canonical_json(ordered_json::parse(instance), s);
         EXPECT_TRUE(dfa.matches(text)) << instance << " -> " << text;
     }
-    EXPECT_EQ(canonical_json(ordered_json::parse(R"({"c":"x","z":0,"y":0,"a":1})"), s), R"({"a":1,"c":"x","y":0,"z":0})");
+    EXPECT_EQ(canonical_json(ordered_json::parse(R"({"c":"x","z":0,"y":0,"a":1})"), s),
+              R"({"a":1,"c":"x","y":0,"z":0})");
 }
 
 // The number automata against double comparison: random bounds and values with few digits, both written canonically.
@@ -161,7 +164,7 @@ TEST(JsonSchema, StringsAreDecodedValuesWrittenCanonically) {
     EXPECT_TRUE(length.matches(R"("a\"b")"));  // an escape is one character of the value
     EXPECT_TRUE(length.matches(R"("\n\t")"));
     EXPECT_FALSE(length.matches(R"("\u0041b")"));  // only the escapes JSON needs
-    EXPECT_FALSE(length.matches("\"a\nb\""));       // a raw control character is not JSON
+    EXPECT_FALSE(length.matches("\"a\nb\""));      // a raw control character is not JSON
     EXPECT_TRUE(length.matches(R"("\u001fb")"));
     EXPECT_FALSE(length.matches(R"("\u001Fb")"));
     // pattern: a search on the decoded value, composed with its escapes

@@ -18,10 +18,37 @@ namespace {
 
 // Characters the strings and literals are drawn from: ASCII letters, digits, punctuation, whitespace, and code
 // points of two, three and four bytes assigned long before Unicode 14 (PCRE2 10.42's tables) and 15 (utf8proc's).
-const std::vector<std::string> kPool = {"a", "b", "c", "z", "A", "Z", "0", "5", "9", "_", "-", " ", "\t", "\n",
-                                        "\r", ".", "!", "]", "}", "\xC3\xA9", "\xC3\x89", "\xC3\x9F", "\xCE\xA9",
-                                        "\xCF\x89", "\xD1\x8F", "\xE4\xB8\xAD", "\xF0\x9F\x98\x80", "\xD9\xA3",
-                                        "\xC2\xA0", "\xE2\x80\xA8", "\x0B"};
+const std::vector<std::string> kPool = {"a",
+                                        "b",
+                                        "c",
+                                        "z",
+                                        "A",
+                                        "Z",
+                                        "0",
+                                        "5",
+                                        "9",
+                                        "_",
+                                        "-",
+                                        " ",
+                                        "\t",
+                                        "\n",
+                                        "\r",
+                                        ".",
+                                        "!",
+                                        "]",
+                                        "}",
+                                        "\xC3\xA9",
+                                        "\xC3\x89",
+                                        "\xC3\x9F",
+                                        "\xCE\xA9",
+                                        "\xCF\x89",
+                                        "\xD1\x8F",
+                                        "\xE4\xB8\xAD",
+                                        "\xF0\x9F\x98\x80",
+                                        "\xD9\xA3",
+                                        "\xC2\xA0",
+                                        "\xE2\x80\xA8",
+                                        "\x0B"};
 
 struct Pattern {
     std::string mine;   // in Rudder's syntax
@@ -94,8 +121,9 @@ private:
             case 2: escape(p); return;
             case 3: char_class(p); return;
             case 4: {
-                static const char* const kProperties[] = {"\\p{L}", "\\p{Lu}", "\\p{Ll}", "\\p{N}", "\\p{Nd}", "\\P{L}",
-                                                          "\\p{P}", "\\p{S}", "\\p{Zs}", "\\pL", "\\PN", "\\p{L&}"};
+                static const char* const kProperties[] = {"\\p{L}",  "\\p{Lu}", "\\p{Ll}", "\\p{N}",
+                                                          "\\p{Nd}", "\\P{L}",  "\\p{P}",  "\\p{S}",
+                                                          "\\p{Zs}", "\\pL",    "\\PN",    "\\p{L&}"};
                 add(p, kProperties[pick(12)]);
                 return;
             }
@@ -137,9 +165,22 @@ private:
     }
 
     void char_class(Pattern& p) {
-        static const char* const kItems[] = {"a",     "b-d",   "0-9", "\\d",   "\\s",     "_",      "\\-",     "\xC3\xA9",
-                                             "\xC3\xA0-\xC3\xBF", "\\w", "\xCE\x91-\xCF\x89", "\\p{Lu}", "\\P{L}", "\\]",
-                                             "\\n",   "z"};
+        static const char* const kItems[] = {"a",
+                                             "b-d",
+                                             "0-9",
+                                             "\\d",
+                                             "\\s",
+                                             "_",
+                                             "\\-",
+                                             "\xC3\xA9",
+                                             "\xC3\xA0-\xC3\xBF",
+                                             "\\w",
+                                             "\xCE\x91-\xCF\x89",
+                                             "\\p{Lu}",
+                                             "\\P{L}",
+                                             "\\]",
+                                             "\\n",
+                                             "z"};
         add(p, pick(3) == 0 ? "[^" : "[");
         for (int i = 1 + static_cast<int>(pick(3)); i > 0; --i) add(p, kItems[pick(16)]);
         add(p, "]");
@@ -190,7 +231,8 @@ TEST(RegexAgainstPcre2, RandomPatternsTimesRandomStrings) {
         std::vector<std::string> strings = strings_for(g, 24);
         for (int k = 0; k < 8; ++k) {
             std::string text = g.sample_string() + g.sample_string() + g.sample_string();
-            if (pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0, 0, data, match_context) >= 0) {
+            if (pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0, 0, data, match_context) >=
+                0) {
                 const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data);
                 strings.push_back(text.substr(ov[0], ov[1] - ov[0]));
             }
@@ -219,9 +261,10 @@ TEST(RegexAgainstPcre2, RandomPatternsTimesRandomStrings) {
     }
     pcre2_match_context_free(match_context);
     pcre2_compile_context_free(compile_context);
-    std::printf("regex vs PCRE2: %d patterns compiled (%d more over 20,000 states), %d pattern x string "
-                "pairs (%d matching), %d agreeing, %d disagreeing, %d skipped at PCRE2's match limit\n",
-                patterns, over_limits, pairs, matched, pairs - disagreements, disagreements, skipped);
+    std::printf(
+        "regex vs PCRE2: %d patterns compiled (%d more over 20,000 states), %d pattern x string "
+        "pairs (%d matching), %d agreeing, %d disagreeing, %d skipped at PCRE2's match limit\n",
+        patterns, over_limits, pairs, matched, pairs - disagreements, disagreements, skipped);
     EXPECT_EQ(disagreements, 0);
     EXPECT_LT(over_limits, patterns / 100);
     EXPECT_GT(matched, pairs / 10);  // the strings exercise both answers

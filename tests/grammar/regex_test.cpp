@@ -71,7 +71,9 @@ TEST(Regex, UnicodeCategories) {
     EXPECT_TRUE(full("\\p{Lu}\\p{Ll}", "\xC3\x89t"));  // Ét
     EXPECT_FALSE(full("\\p{Lu}", "t"));
     EXPECT_TRUE(full("\\P{L}", "1"));
-    EXPECT_TRUE(full("\\pN\\p{Nd}", "\xD9\xA3" "3"));
+    EXPECT_TRUE(full("\\pN\\p{Nd}",
+                     "\xD9\xA3"
+                     "3"));
     EXPECT_TRUE(full("[\\p{Lu}\\d]+", "A1B2"));
     EXPECT_TRUE(full("\\p{L&}", "a"));
     EXPECT_TRUE(full("\\p{Zs}", " "));

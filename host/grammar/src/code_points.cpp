@@ -83,8 +83,8 @@ namespace {
 
 // utf8proc's categories (UTF8PROC_CATEGORY_*, 0 = Cn .. 29 = Co) in the order of their two-letter names.
 constexpr std::array<const char*, 30> kCategoryNames = {"Cn", "Lu", "Ll", "Lt", "Lm", "Lo", "Mn", "Mc", "Me", "Nd",
-                                                         "Nl", "No", "Pc", "Pd", "Ps", "Pe", "Pi", "Pf", "Po", "Sm",
-                                                         "Sc", "Sk", "So", "Zs", "Zl", "Zp", "Cc", "Cf", "Cs", "Co"};
+                                                        "Nl", "No", "Pc", "Pd", "Ps", "Pe", "Pi", "Pf", "Po", "Sm",
+                                                        "Sc", "Sk", "So", "Zs", "Zl", "Zp", "Cc", "Cf", "Cs", "Co"};
 
 // Every code point's category, once per process (about 1.1 million utf8proc look-ups, a few milliseconds).
 const std::array<CodePointSet, 30>& category_table() {

@@ -27,15 +27,11 @@ const char* const kIpv4 = RUDDER_DEC_OCTET "(\\." RUDDER_DEC_OCTET "){3}";
 #define RUDDER_H16 "[0-9a-fA-F]{1,4}"
 #define RUDDER_LS32 "(" RUDDER_H16 ":" RUDDER_H16 "|" RUDDER_DEC_OCTET "(\\." RUDDER_DEC_OCTET "){3})"
 const char* const kIpv6 =
-    "(" RUDDER_H16 ":){6}" RUDDER_LS32
-    "|::(" RUDDER_H16 ":){5}" RUDDER_LS32
-    "|(" RUDDER_H16 ")?::(" RUDDER_H16 ":){4}" RUDDER_LS32
-    "|((" RUDDER_H16 ":){0,1}" RUDDER_H16 ")?::(" RUDDER_H16 ":){3}" RUDDER_LS32
-    "|((" RUDDER_H16 ":){0,2}" RUDDER_H16 ")?::(" RUDDER_H16 ":){2}" RUDDER_LS32
-    "|((" RUDDER_H16 ":){0,3}" RUDDER_H16 ")?::" RUDDER_H16 ":" RUDDER_LS32
-    "|((" RUDDER_H16 ":){0,4}" RUDDER_H16 ")?::" RUDDER_LS32
-    "|((" RUDDER_H16 ":){0,5}" RUDDER_H16 ")?::" RUDDER_H16
-    "|((" RUDDER_H16 ":){0,6}" RUDDER_H16 ")?::";
+    "(" RUDDER_H16 ":){6}" RUDDER_LS32 "|::(" RUDDER_H16 ":){5}" RUDDER_LS32 "|(" RUDDER_H16 ")?::(" RUDDER_H16
+    ":){4}" RUDDER_LS32 "|((" RUDDER_H16 ":){0,1}" RUDDER_H16 ")?::(" RUDDER_H16 ":){3}" RUDDER_LS32 "|((" RUDDER_H16
+    ":){0,2}" RUDDER_H16 ")?::(" RUDDER_H16 ":){2}" RUDDER_LS32 "|((" RUDDER_H16 ":){0,3}" RUDDER_H16 ")?::" RUDDER_H16
+    ":" RUDDER_LS32 "|((" RUDDER_H16 ":){0,4}" RUDDER_H16 ")?::" RUDDER_LS32 "|((" RUDDER_H16 ":){0,5}" RUDDER_H16
+    ")?::" RUDDER_H16 "|((" RUDDER_H16 ":){0,6}" RUDDER_H16 ")?::";
 // RFC 5321's Mailbox: a dot-atom or quoted-string local part, then a domain of LDH labels (each 1 to 63 characters,
 // not starting or ending with '-') or an address literal ([IPv4] or [IPv6:...]).
 const char* const kAtext = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]";
@@ -44,7 +40,8 @@ const char* const kLabel = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
 std::string email_pattern() {
     const std::string atom = std::string(kAtext) + "+";
     const std::string local = atom + "(\\." + atom + ")*|\"([\\x20\\x21\\x23-\\x5B\\x5D-\\x7E]|\\\\[\\x20-\\x7E])*\"";
-    const std::string domain = std::string(kLabel) + "(\\." + kLabel + ")*|\\[" + kIpv4 + "\\]|\\[IPv6:(" + kIpv6 + ")\\]";
+    const std::string domain =
+        std::string(kLabel) + "(\\." + kLabel + ")*|\\[" + kIpv4 + "\\]|\\[IPv6:(" + kIpv6 + ")\\]";
     return "(" + local + ")@(" + domain + ")";
 }
 

@@ -43,14 +43,14 @@ std::string canonical_number(const nlohmann::ordered_json& number) {
 
 namespace {
 
-LangPtr digit(char lo = '0', char hi = '9') {
-    return byte_range(static_cast<uint8_t>(lo), static_cast<uint8_t>(hi));
-}
+LangPtr digit(char lo = '0', char hi = '9') { return byte_range(static_cast<uint8_t>(lo), static_cast<uint8_t>(hi)); }
 LangPtr digits(int min, int max) { return repeat(digit(), min, max); }
 LangPtr point() { return literal("."); }
 
 // The fractions a text may have: none, or (numbers only) a point and digits.
-LangPtr any_fraction(bool integer_only) { return integer_only ? empty_word() : optional(sequence({point(), digits(1, -1)})); }
+LangPtr any_fraction(bool integer_only) {
+    return integer_only ? empty_word() : optional(sequence({point(), digits(1, -1)}));
+}
 
 // Magnitudes (0|[1-9][0-9]*) with a fraction, as text, whose value is >= (or >) the bound's integer.fraction.
 LangPtr magnitude_at_least(const std::string& integer, const std::string& fraction, bool strict, bool integer_only) {
@@ -74,12 +74,13 @@ LangPtr magnitude_at_least(const std::string& integer, const std::string& fracti
         const int m = static_cast<int>(fraction.size());
         for (int k = 0; k < m; ++k) {
             if (fraction[static_cast<size_t>(k)] == '9') continue;
-            fractions.push_back(sequence({point(), literal(fraction.substr(0, static_cast<size_t>(k))),
-                                          digit(static_cast<char>(fraction[static_cast<size_t>(k)] + 1), '9'),
-                                          digits(0, -1)}));
+            fractions.push_back(
+                sequence({point(), literal(fraction.substr(0, static_cast<size_t>(k))),
+                          digit(static_cast<char>(fraction[static_cast<size_t>(k)] + 1), '9'), digits(0, -1)}));
         }
-        fractions.push_back(sequence({point(), literal(fraction),
-                                      strict ? sequence({digits(0, -1), digit('1', '9'), digits(0, -1)}) : digits(0, -1)}));
+        fractions.push_back(
+            sequence({point(), literal(fraction),
+                      strict ? sequence({digits(0, -1), digit('1', '9'), digits(0, -1)}) : digits(0, -1)}));
     }
     options.push_back(sequence({literal(integer), choice(std::move(fractions))}));
     return choice(std::move(options));
@@ -90,8 +91,8 @@ LangPtr magnitude_at_most(const std::string& integer, const std::string& fractio
     const int n = static_cast<int>(integer.size());
     std::vector<LangPtr> options;
     if (n >= 2) {  // fewer digits
-        options.push_back(sequence({choice({literal("0"), sequence({digit('1', '9'), digits(0, n - 2)})}),
-                                    any_fraction(integer_only)}));
+        options.push_back(sequence(
+            {choice({literal("0"), sequence({digit('1', '9'), digits(0, n - 2)})}), any_fraction(integer_only)}));
     }
     for (int k = 0; k < n; ++k) {  // as many digits, smaller at digit k
         const char lowest = k == 0 && n > 1 ? '1' : '0';
@@ -111,9 +112,9 @@ LangPtr magnitude_at_most(const std::string& integer, const std::string& fractio
             std::vector<LangPtr> after_point;
             for (int k = 0; k < m; ++k) {
                 if (fraction[static_cast<size_t>(k)] > '0') {
-                    after_point.push_back(sequence({literal(fraction.substr(0, static_cast<size_t>(k))),
-                                                    digit('0', static_cast<char>(fraction[static_cast<size_t>(k)] - 1)),
-                                                    digits(0, -1)}));
+                    after_point.push_back(
+                        sequence({literal(fraction.substr(0, static_cast<size_t>(k))),
+                                  digit('0', static_cast<char>(fraction[static_cast<size_t>(k)] - 1)), digits(0, -1)}));
                 }
                 if (k >= 1) after_point.push_back(literal(fraction.substr(0, static_cast<size_t>(k))));
             }
@@ -153,7 +154,8 @@ public:
         return std::make_shared<const Dfa>(build_dfa(lang, limits_, what_));
     }
     LangPtr any_magnitude() const {
-        return sequence({choice({literal("0"), sequence({digit('1', '9'), digits(0, -1)})}), any_fraction(integer_only_)});
+        return sequence(
+            {choice({literal("0"), sequence({digit('1', '9'), digits(0, -1)})}), any_fraction(integer_only_)});
     }
     // Magnitudes with a value above zero.
     LangPtr positive() const { return magnitude_at_least("0", "", true, integer_only_); }
@@ -164,14 +166,16 @@ public:
     LangPtr at_least(const NumberBound& bound) const {
         const Decimal d = parse_decimal(bound.decimal);
         if (!d.negative) return magnitude_at_least(d.integer, d.fraction, bound.exclusive, integer_only_);
-        return choice({any_magnitude(), negative(magnitude_at_most(d.integer, d.fraction, bound.exclusive, integer_only_))});
+        return choice(
+            {any_magnitude(), negative(magnitude_at_most(d.integer, d.fraction, bound.exclusive, integer_only_))});
     }
     LangPtr at_most(const NumberBound& bound) const {
         const Decimal d = parse_decimal(bound.decimal);
         if (d.negative) {
             return sequence({literal("-"), magnitude_at_least(d.integer, d.fraction, bound.exclusive, integer_only_)});
         }
-        return choice({negative(any_magnitude()), magnitude_at_most(d.integer, d.fraction, bound.exclusive, integer_only_)});
+        return choice(
+            {negative(any_magnitude()), magnitude_at_most(d.integer, d.fraction, bound.exclusive, integer_only_)});
     }
 
 private:
@@ -184,7 +188,8 @@ private:
 
 LangPtr number_language(bool integer_only, const std::optional<NumberBound>& lower,
                         const std::optional<NumberBound>& upper, const CompileLimits& limits, const std::string& what) {
-    const LangPtr integer = sequence({optional(literal("-")), choice({literal("0"), sequence({digit('1', '9'), digits(0, -1)})})});
+    const LangPtr integer =
+        sequence({optional(literal("-")), choice({literal("0"), sequence({digit('1', '9'), digits(0, -1)})})});
     if (!lower && !upper) {
         if (integer_only) return integer;
         const LangPtr sign = optional(choice({literal("+"), literal("-")}));

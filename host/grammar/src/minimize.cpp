@@ -52,7 +52,8 @@ public:
                 past[z] = past[s];
                 first[z] = past[s] = j;
             }
-            for (int32_t i = first[z]; i < past[z]; ++i) set_of[static_cast<size_t>(elements[static_cast<size_t>(i)])] = sets;
+            for (int32_t i = first[z]; i < past[z]; ++i)
+                set_of[static_cast<size_t>(elements[static_cast<size_t>(i)])] = sets;
             marked[s] = marked[z] = 0;
             ++sets;
         }
@@ -131,12 +132,14 @@ std::vector<int32_t> refine(const RawDfa& raw, const std::vector<uint8_t>& live,
     }
     b.split();
     // Cords: the transitions grouped by label.
-    std::stable_sort(c.elements.begin(), c.elements.end(),
-                     [&](int32_t x, int32_t y) { return transitions[static_cast<size_t>(x)].label < transitions[static_cast<size_t>(y)].label; });
+    std::stable_sort(c.elements.begin(), c.elements.end(), [&](int32_t x, int32_t y) {
+        return transitions[static_cast<size_t>(x)].label < transitions[static_cast<size_t>(y)].label;
+    });
     c.sets = 0;
     for (int32_t i = 0; i < m; ++i) {
         const int32_t t = c.elements[static_cast<size_t>(i)];
-        if (i == 0 || transitions[static_cast<size_t>(t)].label != transitions[static_cast<size_t>(c.elements[static_cast<size_t>(i - 1)])].label) {
+        if (i == 0 || transitions[static_cast<size_t>(t)].label !=
+                          transitions[static_cast<size_t>(c.elements[static_cast<size_t>(i - 1)])].label) {
             if (c.sets > 0) c.past[static_cast<size_t>(c.sets - 1)] = i;
             c.first[static_cast<size_t>(c.sets++)] = i;
         }
@@ -149,12 +152,14 @@ std::vector<int32_t> refine(const RawDfa& raw, const std::vector<uint8_t>& live,
     for (const auto& t : transitions) ++in_start[static_cast<size_t>(t.head) + 1];
     for (int32_t s = 0; s < n; ++s) in_start[static_cast<size_t>(s) + 1] += in_start[static_cast<size_t>(s)];
     std::vector<int32_t> fill(in_start.begin(), in_start.end() - 1);
-    for (int32_t i = 0; i < m; ++i) in[static_cast<size_t>(fill[static_cast<size_t>(transitions[static_cast<size_t>(i)].head)]++)] = i;
+    for (int32_t i = 0; i < m; ++i)
+        in[static_cast<size_t>(fill[static_cast<size_t>(transitions[static_cast<size_t>(i)].head)]++)] = i;
 
     int32_t next_block = 1, next_cord = 0;
     while (next_cord < c.sets) {
         const auto cord = static_cast<size_t>(next_cord++);
-        for (int32_t i = c.first[cord]; i < c.past[cord]; ++i) b.mark(transitions[static_cast<size_t>(c.elements[static_cast<size_t>(i)])].tail);
+        for (int32_t i = c.first[cord]; i < c.past[cord]; ++i)
+            b.mark(transitions[static_cast<size_t>(c.elements[static_cast<size_t>(i)])].tail);
         b.split();
         while (next_block < b.sets) {
             const auto block = static_cast<size_t>(next_block++);
@@ -167,7 +172,8 @@ std::vector<int32_t> refine(const RawDfa& raw, const std::vector<uint8_t>& live,
     }
     blocks = b.sets;
     std::vector<int32_t> block_of(static_cast<size_t>(n));
-    for (int32_t s = 0; s < n; ++s) block_of[static_cast<size_t>(s)] = live[static_cast<size_t>(s)] ? b.set_of[static_cast<size_t>(s)] : -1;
+    for (int32_t s = 0; s < n; ++s)
+        block_of[static_cast<size_t>(s)] = live[static_cast<size_t>(s)] ? b.set_of[static_cast<size_t>(s)] : -1;
     return block_of;
 }
 
@@ -186,7 +192,8 @@ Dfa minimize(const RawDfa& raw, Budget& budget) {
     std::vector<int32_t> number(static_cast<size_t>(blocks), -1), representative;
     std::vector<int32_t> representative_of(static_cast<size_t>(blocks), -1);
     for (int32_t s = 0; s < n; ++s) {
-        if (block_of[static_cast<size_t>(s)] >= 0 && representative_of[static_cast<size_t>(block_of[static_cast<size_t>(s)])] < 0) {
+        if (block_of[static_cast<size_t>(s)] >= 0 &&
+            representative_of[static_cast<size_t>(block_of[static_cast<size_t>(s)])] < 0) {
             representative_of[static_cast<size_t>(block_of[static_cast<size_t>(s)])] = s;
         }
     }
@@ -214,7 +221,9 @@ Dfa minimize(const RawDfa& raw, Budget& budget) {
         std::vector<int32_t> column(states);
         for (size_t q = 0; q < states; ++q) {
             const int32_t t = raw.table[static_cast<size_t>(representative[q]) * k + c];
-            column[q] = t == Dfa::kDead || block_of[static_cast<size_t>(t)] < 0 ? Dfa::kDead : number[static_cast<size_t>(block_of[static_cast<size_t>(t)])];
+            column[q] = t == Dfa::kDead || block_of[static_cast<size_t>(t)] < 0
+                            ? Dfa::kDead
+                            : number[static_cast<size_t>(block_of[static_cast<size_t>(t)])];
         }
         auto it = column_class.find(column);
         if (it == column_class.end()) {

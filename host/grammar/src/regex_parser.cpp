@@ -13,7 +13,7 @@ RegexError::RegexError(size_t at, const std::string& why)
 
 namespace {
 
-constexpr int kMaxRepeat = 65535;     // PCRE2's largest repetition count
+constexpr int kMaxRepeat = 65535;    // PCRE2's largest repetition count
 constexpr int kMaxGroupDepth = 256;  // keeps the recursive descent's stack small
 
 CodePointSet digit_set() { return CodePointSet::range('0', '9'); }
@@ -112,16 +112,18 @@ private:
             if (peek('$')) {
                 const bool last = pos_ + 1 == text_.size() || peek_at(1, '|');
                 if (!top || !last) {
-                    throw RegexError(pos_, "'$' is supported only at the end of the pattern or of a top-level "
-                                           "alternative (write \\$ for a dollar sign)");
+                    throw RegexError(pos_,
+                                     "'$' is supported only at the end of the pattern or of a top-level "
+                                     "alternative (write \\$ for a dollar sign)");
                 }
                 ++pos_;
                 *end_anchor = true;
                 break;
             }
             if (peek('^')) {
-                throw RegexError(pos_, "'^' is supported only at the start of the pattern or of a top-level "
-                                       "alternative (write \\^ for a caret)");
+                throw RegexError(pos_,
+                                 "'^' is supported only at the start of the pattern or of a top-level "
+                                 "alternative (write \\^ for a caret)");
             }
             parts.push_back(parse_quantifiers(parse_atom()));
         }
@@ -172,7 +174,8 @@ private:
             const auto hi = number();
             max = hi ? *hi : -1;
         }
-        if (!peek('}')) throw RegexError(at, "'{' does not start a quantifier {m}, {m,} or {m,n} (write \\{ for a brace)");
+        if (!peek('}'))
+            throw RegexError(at, "'{' does not start a quantifier {m}, {m,} or {m,n} (write \\{ for a brace)");
         ++pos_;
         if (max >= 0 && max < min) throw RegexError(at, "a quantifier's maximum is below its minimum");
     }
@@ -234,7 +237,8 @@ private:
         if (starts(">")) throw RegexError(at, "atomic groups are not supported");
         if (starts("#")) throw RegexError(at, "comments (?#...) are not supported");
         if (starts("|")) throw RegexError(at, "branch-reset groups are not supported");
-        throw RegexError(at, "inline flags and other (?...) constructs are not supported; only (?:...) and named groups are");
+        throw RegexError(
+            at, "inline flags and other (?...) constructs are not supported; only (?:...) and named groups are");
     }
 
     CodePointSet parse_class() {
@@ -255,7 +259,8 @@ private:
                 ++pos_;
                 bool end_is_class = false;
                 const CodePointSet end = parse_class_item(end_is_class);
-                if (is_class || end_is_class) throw RegexError(item_at, "a range cannot start or end at a class such as \\d");
+                if (is_class || end_is_class)
+                    throw RegexError(item_at, "a range cannot start or end at a class such as \\d");
                 const uint32_t lo = item.ranges()[0].first, hi = end.ranges()[0].first;
                 if (lo > hi) throw RegexError(item_at, "a range's end is before its start");
                 set.add(lo, hi);
@@ -268,7 +273,8 @@ private:
     }
 
     CodePointSet parse_class_item(bool& is_class) {
-        if (peek('[')) throw RegexError(pos_, "'[' inside a class must be escaped as \\[ (POSIX classes are not supported)");
+        if (peek('['))
+            throw RegexError(pos_, "'[' inside a class must be escaped as \\[ (POSIX classes are not supported)");
         if (peek('\\')) {
             if (peek_at(1, 'b')) {  // a backspace inside a class
                 pos_ += 2;
@@ -382,7 +388,8 @@ CodePointSet Parser::parse_escape(bool in_class) {
     if (std::isalnum(static_cast<unsigned char>(c))) {
         throw RegexError(at, std::string("unsupported escape \\") + c + (in_class ? " in a class" : ""));
     }
-    return CodePointSet::single(static_cast<uint8_t>(c));  // an escaped punctuation character or space stands for itself
+    return CodePointSet::single(
+        static_cast<uint8_t>(c));  // an escaped punctuation character or space stands for itself
 }
 
 LangPtr any_text() { return repeat(code_points(CodePointSet::all()), 0, -1); }

@@ -10,14 +10,35 @@ namespace rudder::grammar {
 namespace {
 
 // Keywords that do not change validity: skipped.
-const std::set<std::string> kAnnotations = {"$schema", "$comment", "title",    "description", "examples",
+const std::set<std::string> kAnnotations = {"$schema", "$comment",   "title",    "description", "examples",
                                             "default", "deprecated", "readOnly", "writeOnly"};
 // Keywords compiled (their values checked where they are read); $defs and definitions hold schemas that $ref reaches.
-const std::set<std::string> kCompiled = {
-    "type",     "enum",     "const",     "properties", "required",  "additionalProperties", "items",
-    "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "minLength", "maxLength",
-    "pattern",  "format",   "minimum",   "maximum",    "exclusiveMinimum", "exclusiveMaximum", "allOf",
-    "anyOf",    "oneOf",    "$ref",      "$defs",      "definitions"};
+const std::set<std::string> kCompiled = {"type",
+                                         "enum",
+                                         "const",
+                                         "properties",
+                                         "required",
+                                         "additionalProperties",
+                                         "items",
+                                         "prefixItems",
+                                         "additionalItems",
+                                         "minItems",
+                                         "maxItems",
+                                         "uniqueItems",
+                                         "minLength",
+                                         "maxLength",
+                                         "pattern",
+                                         "format",
+                                         "minimum",
+                                         "maximum",
+                                         "exclusiveMinimum",
+                                         "exclusiveMaximum",
+                                         "allOf",
+                                         "anyOf",
+                                         "oneOf",
+                                         "$ref",
+                                         "$defs",
+                                         "definitions"};
 
 std::string why_refused(const std::string& keyword) {
     if (keyword == "not") return "'not' is not compiled (a complement is not exact under the depth bounds)";
@@ -74,8 +95,9 @@ LangPtr SchemaCompiler::compile(const SchemaNode& node, const Location& location
     if (nesting_ > 512) throw SchemaError(node.pointer, "subschemas nest deeper than 512 levels");
     constexpr int64_t kMaxCompiledNodes = 100000;
     if (++compiled_nodes_ > kMaxCompiledNodes) {
-        throw LimitError("the schema expands to more than 100000 subschemas (its $ref recursion multiplies them); "
-                         "lower SchemaOptions::recursion_depth");
+        throw LimitError(
+            "the schema expands to more than 100000 subschemas (its $ref recursion multiplies them); "
+            "lower SchemaOptions::recursion_depth");
     }
     if (node.schema->is_boolean()) return node.schema->get<bool>() ? any_value(options_.free_value_depth) : nothing();
     if (!node.schema->is_object()) throw SchemaError(node.pointer, "a schema must be an object or a boolean");
@@ -165,7 +187,8 @@ LangPtr SchemaCompiler::enum_part(const SchemaNode& node, const Location& locati
 }
 
 LangPtr SchemaCompiler::types_part(const SchemaNode& node, const Location& location) {
-    static const std::vector<std::string> kTypes = {"null", "boolean", "object", "array", "number", "string", "integer"};
+    static const std::vector<std::string> kTypes = {"null",   "boolean", "object", "array",
+                                                    "number", "string",  "integer"};
     std::set<std::string> types;
     const Json* type = node.schema->contains("type") ? &(*node.schema)["type"] : nullptr;
     if (type && type->is_string()) {
@@ -181,10 +204,12 @@ LangPtr SchemaCompiler::types_part(const SchemaNode& node, const Location& locat
         }
     }
     // Without `type`, the keywords of each type still constrain values of that type.
-    static const std::set<std::string> kTypeKeywords = {
-        "properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems", "minItems",
-        "maxItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
-        "exclusiveMaximum"};
+    static const std::set<std::string> kTypeKeywords = {"properties",      "required",    "additionalProperties",
+                                                        "items",           "prefixItems", "additionalItems",
+                                                        "minItems",        "maxItems",    "minLength",
+                                                        "maxLength",       "pattern",     "format",
+                                                        "minimum",         "maximum",     "exclusiveMinimum",
+                                                        "exclusiveMaximum"};
     if (!type) {
         bool constrained = false;
         for (const auto& k : kTypeKeywords) constrained = constrained || node.schema->contains(k);
@@ -227,7 +252,8 @@ std::optional<int64_t> SchemaCompiler::count_keyword(const SchemaNode& node, con
     if (!node.schema->contains(keyword)) return std::nullopt;
     const Json& value = (*node.schema)[keyword];
     const bool integral = value.is_number_integer() ||
-                          (value.is_number_float() && value.get<double>() == static_cast<double>(static_cast<int64_t>(value.get<double>())));
+                          (value.is_number_float() &&
+                           value.get<double>() == static_cast<double>(static_cast<int64_t>(value.get<double>())));
     if (!integral || value.get<double>() < 0) {
         throw SchemaError(node.pointer + "/" + keyword, "expected a non-negative integer");
     }

@@ -48,7 +48,8 @@ std::string percent_decoded(const std::string& text) {
     return out;
 }
 
-constexpr int kMaxNesting = 256;  // applicators and values nested deeper are refused (keeps the recursion's stack small)
+constexpr int kMaxNesting =
+    256;  // applicators and values nested deeper are refused (keeps the recursion's stack small)
 
 void collect(const Json& root, const SchemaNode& node, std::vector<SchemaNode>& out, std::set<const Json*>& seen,
              int depth = 0) {
@@ -73,8 +74,8 @@ SchemaNode resolve_ref(const Json& root, const SchemaNode& node) {
     const std::string ref = (*node.schema)["$ref"].get<std::string>();
     const std::string at = node.pointer + "/$ref";
     if (ref.empty() || ref[0] != '#') {
-        throw SchemaError(at, "only references within the schema ('#', '#/$defs/name', ...) are supported, not '" +
-                                  ref + "'");
+        throw SchemaError(
+            at, "only references within the schema ('#', '#/$defs/name', ...) are supported, not '" + ref + "'");
     }
     const std::string fragment = percent_decoded(ref.substr(1));
     if (!fragment.empty() && fragment[0] != '/') {
@@ -86,8 +87,10 @@ SchemaNode resolve_ref(const Json& root, const SchemaNode& node) {
         const size_t slash = fragment.find('/', pos);
         std::string token = fragment.substr(pos, slash == std::string::npos ? std::string::npos : slash - pos);
         for (size_t i = 0; (i = token.find('~', i)) != std::string::npos; ++i) {
-            if (i + 1 < token.size() && token[i + 1] == '1') token.replace(i, 2, "/");
-            else if (i + 1 < token.size() && token[i + 1] == '0') token.replace(i, 2, "~");
+            if (i + 1 < token.size() && token[i + 1] == '1')
+                token.replace(i, 2, "/");
+            else if (i + 1 < token.size() && token[i + 1] == '0')
+                token.replace(i, 2, "~");
         }
         if (target->is_object() && target->contains(token)) {
             target = &(*target)[token];
@@ -123,7 +126,8 @@ std::vector<std::string> property_order(const Json& root, const Location& locati
         auto required = node.schema->find("required");
         if (required != node.schema->end() && required->is_array()) {
             for (const auto& name : *required) {
-                if (name.is_string() && seen.insert(name.get<std::string>()).second) names.push_back(name.get<std::string>());
+                if (name.is_string() && seen.insert(name.get<std::string>()).second)
+                    names.push_back(name.get<std::string>());
             }
         }
     }
@@ -219,7 +223,8 @@ std::string canonical_text(const Json& root, const Json& instance, const Locatio
         for (size_t i = 0; i < keys.size(); ++i) {
             if (i > 0) out += "," + space;
             out += canonical_string(keys[i]) + ":" + space;
-            out += canonical_text(root, instance[keys[i]], property_location(root, location, keys[i]), options, depth + 1);
+            out +=
+                canonical_text(root, instance[keys[i]], property_location(root, location, keys[i]), options, depth + 1);
         }
         return out + "}";
     }

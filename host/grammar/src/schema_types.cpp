@@ -66,8 +66,8 @@ LangPtr SchemaCompiler::any_value(int depth) {
         options.push_back(sequence({literal("{"), optional(members), literal("}")}));
     }
     // One automaton per depth, so that a free value used in many places expands to its few states, not to its Lang.
-    const LangPtr lang = automaton(std::make_shared<const Dfa>(
-        build_dfa(choice(std::move(options)), options_.limits, "a free JSON value")));
+    const LangPtr lang = automaton(
+        std::make_shared<const Dfa>(build_dfa(choice(std::move(options)), options_.limits, "a free JSON value")));
     any_value_.emplace(depth, lang);
     return lang;
 }
@@ -142,9 +142,9 @@ LangPtr SchemaCompiler::object_language(const SchemaNode& node, const Location& 
         if (!names.empty()) {
             std::vector<LangPtr> listed;
             for (const auto& name : names) listed.push_back(literal(canonical_string(name)));
-            key = automaton(std::make_shared<const Dfa>(difference(*to_dfa(any_string(), node.pointer),
-                                                                   *to_dfa(choice(std::move(listed)), node.pointer),
-                                                                   options_.limits, "the schema at '" + node.pointer + "'")));
+            key = automaton(std::make_shared<const Dfa>(
+                difference(*to_dfa(any_string(), node.pointer), *to_dfa(choice(std::move(listed)), node.pointer),
+                           options_.limits, "the schema at '" + node.pointer + "'")));
         }
         const LangPtr member = sequence({key, colon(), other_value});
         edges.push_back({id(slots, 0), id(slots, 1), member});
@@ -175,7 +175,8 @@ LangPtr SchemaCompiler::array_language(const SchemaNode& node, const Location& l
     } else if (schema.contains("items") && schema["items"].is_array()) {
         prefix = &schema["items"];
         prefix_keyword = "items";
-        rest = {schema.contains("additionalItems") ? &schema["additionalItems"] : &kTrue, node.pointer + "/additionalItems"};
+        rest = {schema.contains("additionalItems") ? &schema["additionalItems"] : &kTrue,
+                node.pointer + "/additionalItems"};
     } else if (schema.contains("items")) {
         rest.schema = &schema["items"];
     }
@@ -246,7 +247,8 @@ LangPtr SchemaCompiler::number_language_of(const SchemaNode& node, bool integer_
     auto bound = [&](const char* keyword, bool exclusive) -> std::optional<NumberBound> {
         if (!schema.contains(keyword)) return std::nullopt;
         if (!schema[keyword].is_number()) {
-            throw SchemaError(node.pointer + "/" + keyword, "expected a number (draft-04's boolean form is not supported)");
+            throw SchemaError(node.pointer + "/" + keyword,
+                              "expected a number (draft-04's boolean form is not supported)");
         }
         return NumberBound{canonical_number(schema[keyword]), exclusive};
     };
