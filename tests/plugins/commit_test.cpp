@@ -65,6 +65,9 @@ StepInputs predict_inputs(const RunShape& shape, const State& s) {
     return with_rows(in, shape, s.rows, 0);
 }
 
+// bool [n] from 0 / 1 (ATen 1.13 makes no bool tensor from a list).
+at::Tensor flags(const std::vector<int64_t>& values) { return at::tensor(values, at::kLong).ne(0); }
+
 // A random state: each position committed (a token of {1, 2, 3} unlike its committed left neighbour), masked, or a
 // row with a proposal drawn from 0..4 (outside the allowed set too, and clashing often).
 State random_state(const RunShape& shape, std::mt19937& random) {
@@ -211,10 +214,10 @@ TEST(Commit, PredictTreatsTheRowsAndTheMaskedPositionsAsFree) {
         ASSERT_TRUE(out.bits_allowed);
         const at::Tensor allowed = forbidden_as_dense(out, at::tensor(s.rows, at::kLong), shape).logical_not();
         // Position 3 (a row) has the committed 3 at position 4 beside it; position 2 has a masked and a row beside it.
-        EXPECT_TRUE(at::equal(allowed[0][2].narrow(0, 1, 3), at::tensor({true, true, true})));
-        EXPECT_TRUE(at::equal(allowed[0][3].narrow(0, 1, 3), at::tensor({true, true, false})));
+        EXPECT_TRUE(at::equal(allowed[0][2].narrow(0, 1, 3), flags({1, 1, 1})));
+        EXPECT_TRUE(at::equal(allowed[0][3].narrow(0, 1, 3), flags({1, 1, 0})));
         for (int64_t i = 0; i < shape.seq_len; ++i)
-            EXPECT_TRUE(at::equal(allowed[1][i].narrow(0, 1, 3), at::tensor({true, true, true}))) << id << " " << i;
+            EXPECT_TRUE(at::equal(allowed[1][i].narrow(0, 1, 3), flags({1, 1, 1}))) << id << " " << i;
     }
 }
 
