@@ -239,7 +239,9 @@ TEST(ComposerCommit, TheHostsContractEndsInAStateTheControllersAccept) {
             for (int64_t i = 0; i < L; ++i) {
                 const int64_t token = tokens[b][i].item<int64_t>();
                 EXPECT_TRUE(token >= 4 && token <= 6) << isolation_name(isolation) << " " << b << "," << i;
-                if (i > 0) EXPECT_NE(token, tokens[b][i - 1].item<int64_t>()) << isolation_name(isolation);
+                if (i > 0) {
+                    EXPECT_NE(token, tokens[b][i - 1].item<int64_t>()) << isolation_name(isolation);
+                }
             }
     }
 }

@@ -167,11 +167,11 @@ const char* isolation_name(Isolation isolation);
 // value. Read by each ControllerInstance when it is made.
 bool dense_control_forms();
 
-// The step's inputs (latent, x0_logits, tokens, masked; rows, x0 at the rows, candidates) in one shared memory file
-// for the controllers of a run that run in processes of their own: each step's input is copied there once, by the
-// first controller that reads it, not once per controller, and every child maps them read-only. Its owner (the
-// composer) hands it to each instance before begin() and calls next_step() before each step's (or guide
-// iteration's) calls. An instance given none keeps one of its own and refills it at every step.
+// The step's inputs (latent, x0_logits, tokens, masked; rows, x0 at the rows, candidates; COMMIT's proposals) in one
+// shared memory file for the controllers of a run that run in processes of their own: each step's input is copied
+// there once, by the first controller that reads it, not once per controller, and every child maps them read-only.
+// Its owner (the composer) hands it to each instance before begin() and calls next_step() before each step's (guide
+// iteration's, commit round's) calls. An instance given none keeps one of its own and refills it at every step.
 class StepInputShare {
 public:
     StepInputShare();
