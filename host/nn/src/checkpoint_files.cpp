@@ -68,26 +68,49 @@ int64_t parameter_count(const Shapes& shapes) {
 
 namespace {
 
+[[noreturn]] void no_weights(const fs::path& dir) {
+    throw ModelError("'" + dir.string() +
+                     "': neither model.safetensors nor model.safetensors.index.json (only "
+                     "safetensors weights are read; pytorch_model.bin is not)");
+}
+
 // The bytes of the weights files of `dir`: model.safetensors, or the distinct shards its index names beside it;
-// `holder` says which, for messages. Files that cannot be found count nothing (load_weights reports them).
+// `holder` says which, for messages. Where there is nothing to measure (no weights file, an index that is not valid or
+// names a shard that is not there) it throws what load_weights would: a caller never goes on to build the shapes of a
+// config it could not check.
 uint64_t weights_bytes(const fs::path& dir, std::string& holder) {
     std::error_code ec;
-    const fs::path single = dir / "model.safetensors";
-    if (fs::is_regular_file(single, ec)) {
+    const fs::path single = dir / "model.safetensors", index_file = dir / "model.safetensors.index.json";
+    if (fs::exists(single, ec)) {
         holder = "model.safetensors holds";
-        return fs::file_size(single, ec);
+        const uint64_t size = fs::file_size(single, ec);
+        return ec ? 0 : size;
     }
-    const fs::path index_file = dir / "model.safetensors.index.json";
-    if (!fs::is_regular_file(index_file, ec)) return 0;
-    const json index = read_json_file(index_file);
-    if (!index.is_object() || !index.contains("weight_map") || !index.at("weight_map").is_object()) return 0;
+    if (!fs::exists(index_file, ec)) no_weights(dir);
+    const auto refuse = [&] {  // reads the headers only, and throws the loader's message
+        load_sharded_safetensors(index_file, [](const SafeTensorsEntry&) { return false; });
+        throw SafeTensorsError("'" + index_file.string() + "': its shards cannot be measured");
+    };
+    json index;
+    try {
+        index = read_json_file(index_file);
+    } catch (const ModelError&) {
+        refuse();
+    }
+    if (!index.is_object() || !index.contains("weight_map") || !index.at("weight_map").is_object()) refuse();
     std::set<std::string> shards;
-    for (const auto& [name, shard] : index.at("weight_map").items())
-        if (shard.is_string() && fs::path(shard.get<std::string>()).filename() == shard.get<std::string>())
-            shards.insert(shard.get<std::string>());
+    for (const auto& [name, shard] : index.at("weight_map").items()) {
+        if (!shard.is_string()) refuse();
+        const fs::path file = fs::path(shard.get<std::string>()).lexically_normal();  // as the loader takes it
+        if (file.empty() || !file.is_relative() || *file.begin() == ".." || file.has_parent_path()) refuse();
+        shards.insert(file.string());
+    }
+    if (shards.empty()) refuse();
     uint64_t total = 0;
     for (const auto& shard : shards) {
-        const uint64_t size = fs::file_size(dir / shard, ec);
+        const fs::path file = dir / shard;
+        if (!fs::is_regular_file(file, ec)) refuse();
+        const uint64_t size = fs::file_size(file, ec);
         if (!ec) total += size;
     }
     holder = "the " + std::to_string(shards.size()) + " shards model.safetensors.index.json names hold";
@@ -104,7 +127,6 @@ void check_weights_can_hold(const fs::path& dir, const fs::path& config_file, co
         parameters = std::numeric_limits<int64_t>::max();
     std::string holder;
     const uint64_t held = weights_bytes(dir, holder);
-    if (held == 0) return;                   // nothing there to compare with: load_weights says what is missing
     constexpr uint64_t kNarrowestBytes = 2;  // float16, bfloat16
     if (static_cast<uint64_t>(parameters) <= held / kNarrowestBytes) return;
     char count[32];
@@ -152,10 +174,7 @@ Weights load_weights(const fs::path& dir, const Shapes& required, const Shapes& 
     const fs::path single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
     std::error_code ec;
     const bool sharded = !fs::exists(single, ec) && fs::exists(index, ec);
-    if (!sharded && !fs::exists(single, ec))
-        throw ModelError("'" + dir.string() +
-                         "': neither model.safetensors nor model.safetensors.index.json (only "
-                         "safetensors weights are read; pytorch_model.bin is not)");
+    if (!sharded && !fs::exists(single, ec)) no_weights(dir);
     Weights weights;
     weights.file = sharded ? index : single;
     auto check_entry = [&](const SafeTensorsEntry& e) {

@@ -41,7 +41,7 @@ int64_t parameter_count(const Shapes& shapes);
 // `layers` layers of `one_layer`'s shapes plus `rest`, at 2 bytes a parameter (the narrowest dtype read), against
 // the size of model.safetensors or of the shards its index names. Otherwise a ModelError naming `config_file` and
 // `layers_field` (a layer count of 10^9 would cost minutes and gigabytes of shape bookkeeping before the weights
-// were even opened). Files that are missing are left for load_weights to report.
+// were even opened). Weights that are missing throw as load_weights would.
 void check_weights_can_hold(const std::filesystem::path& dir, const std::filesystem::path& config_file,
                             const std::string& layers_field, int64_t layers, const Shapes& one_layer,
                             const Shapes& rest);

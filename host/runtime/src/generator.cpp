@@ -13,6 +13,7 @@
 
 #include <rudder/base/memory.hpp>
 #include <rudder/nn/compute_threads.hpp>
+#include <rudder/text/bpe_tokenizer.hpp>  // replace_invalid_utf8
 
 #include "composer.hpp"
 #include "diffusion_process.hpp"
@@ -309,7 +310,9 @@ bool Generator::batching_pays() const { return process_->batching_pays(); }
 std::string Generator::decode(const int64_t* row, int64_t* n_tokens) const {
     const std::vector<int64_t> ids(row, row + recipe_.max_length);
     *n_tokens = content_length(ids, model_.tokenizer->pad_id());
-    return model_.tokenizer->decode(ids.data(), *n_tokens);
+    // A word vocabulary may hold tokens that are not UTF-8 (and a partial character reads the same): every text a run
+    // hands out (JSON Lines, the C API, Python, the server's events) is valid UTF-8, with U+FFFD for such bytes.
+    return replace_invalid_utf8(model_.tokenizer->decode(ids.data(), *n_tokens));
 }
 
 void Generator::cancel() noexcept { cancel_requested_.store(true); }

@@ -181,7 +181,9 @@ std::shared_ptr<Denoiser> load_transformer_denoiser(const json& config, const fs
         const int64_t parameters = nn::DenoiserConfig::parse(network_config, *tokenizer, family).parameters_at_least();
         std::error_code ec;
         const uint64_t held = fs::file_size(weights, ec);
-        if (!ec && static_cast<uint64_t>(parameters) > held / 2)
+        if (ec)
+            throw SafeTensorsError("'" + weights.string() + "': cannot read: " + ec.message());  // as the load would
+        if (static_cast<uint64_t>(parameters) > held / 2)
             throw ModelError(where + ": 'network' makes at least " + std::to_string(parameters) + " parameters, " +
                              byte_size_text(2 * static_cast<uint64_t>(parameters)) +
                              " of weights at 2 bytes each, but '" + weights.filename().string() + "' holds " +

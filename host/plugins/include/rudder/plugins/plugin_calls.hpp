@@ -11,11 +11,12 @@ namespace rudder::plugins {
 constexpr int kPluginExitStatus = 70;  // EX_SOFTWARE
 
 // Installs, once per process, handlers for exit() and quick_exit(): called on a thread that is inside an in-process
-// plugin call (create, begin, step, evaluate, destroy), they write "rudder: controller '...' ended the process
-// (exit() during its step call) ..." on standard error and end the process with kPluginExitStatus, whatever status
-// the plugin asked for, so that a plugin's exit(0) never passes for a run that succeeded. The in-process transport
-// installs them before its first call; exit() on any other thread is left alone. _exit() and a plugin's own threads
-// are beyond it: a controller that may do that needs a process of its own ("isolation": "process").
+// plugin call (create, begin, step, evaluate, destroy), they write "rudder: error: controller '...' (id, file) ended
+// the process (exit() called inside the plugin) ..." on standard error and end the process with kPluginExitStatus,
+// whatever status the plugin asked for, so that a plugin's exit(0) never passes for a run that succeeded. The
+// in-process transport installs them before its first call; exit() on any other thread is left alone. _exit() and a
+// plugin's own threads are beyond it: a controller that may do that needs a process of its own ("isolation":
+// "process").
 void guard_exit_during_plugin_calls();
 
 // How many in-process plugin calls have started so far, and how many are running now. Both read lock-free atomics:
