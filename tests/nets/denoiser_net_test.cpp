@@ -636,6 +636,10 @@ TEST(Weights, ModelConfigProblemsNameTheFileAndKey) {
                      "'weights.safetensors' holds "),
               std::string::npos)
         << e;
+    // So is a weights file that is not there: nothing to measure, so nothing is built.
+    huge["weights"] = "nowhere.safetensors";
+    e = error(huge, Family::continuous);
+    EXPECT_NE(e.find("nowhere.safetensors': cannot read: No such file or directory"), std::string::npos) << e;
 }
 
 // ---------------------------------------------------------------------------------------------------------------

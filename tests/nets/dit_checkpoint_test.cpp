@@ -369,6 +369,23 @@ TEST_F(DitCheckpoint, RefusesABlockCountTheWeightsCannotHoldBeforeAllocating) {
     EXPECT_NE(load_error(wide).find("field 'hidden_dim': expected a positive integer up to 2147483647"),
               std::string::npos)
         << load_error(wide);
+
+    // Weights that are missing or cannot be measured are reported before the blocks are listed, as a load reports them
+    // (without a file to compare with, a billion blocks went unchecked into the listing).
+    const struct {
+        std::string model, removed, expected;
+    } missing[] = {{"mdlm", "model.safetensors", "neither model.safetensors nor model.safetensors.index.json"},
+                   {"mdlm_time_sharded", "model-00002-of-00003.safetensors",
+                    "shard 'model-00002-of-00003.safetensors' named by the weight_map does not exist"}};
+    for (const auto& m : missing) {
+        SCOPED_TRACE(m.model + " without " + m.removed);
+        const fs::path dir = copy_of(m.model, m.model + "_billion_blocks_no_weights");
+        json billion = rudder::read_json_file(dir / "config.json");
+        billion["n_blocks"] = 1000000000;
+        write_json(dir / "config.json", billion);
+        fs::remove(dir / m.removed);
+        EXPECT_NE(load_error(dir).find(m.expected), std::string::npos) << load_error(dir);
+    }
 }
 
 TEST_F(DitCheckpoint, RefusesAnIndexNamingAMissingShard) {
