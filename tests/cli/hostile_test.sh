@@ -152,6 +152,9 @@ case $case in
     err=$("$rudder" validate "$work/bytes.json" 2>&1); code=$?
     [ $code -eq 2 ] || fail "exit $code, expected 2: $err"
     grep -q "invalid recipe" <<<"$err" || fail "$err"
+    err=$("$rudder" validate - < "$work/bytes.json" 2>&1); code=$?
+    [ $code -eq 2 ] || fail "stdin: exit $code, expected 2: $err"
+    grep -q "invalid recipe" <<<"$err" || fail "$err"
     ;;
   generated_text_bad_utf8)
     # A vocabulary token that is not UTF-8 (a byte-level tokenizer's partial character reads the same): the JSON Lines
@@ -181,7 +184,8 @@ PY
       "controllers": [{"plugin": "faulty", "params": {"delta": 3.4028235e38}}]}' > "$work/huge.json"
     err=$("$rudder" generate -q "$work/huge.json" 2>&1 >/dev/null); code=$?
     [ $code -eq 1 ] || fail "expected exit 1, got $code: $err"
-    grep -q "the controlled one is not (NaN, or no token allowed) once the logit deltas of 'faulty' (weight 1) are added"       <<<"$err" || fail "the controller is not named: $err"
+    grep -q "the controlled one is not (NaN, or no token allowed) once the logit deltas of 'faulty' (weight 1) are added" \
+      <<<"$err" || fail "the controller is not named: $err"
     ;;
   *) fail "unknown case $case" ;;
 esac
