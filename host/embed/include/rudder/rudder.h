@@ -286,7 +286,8 @@ typedef struct rudder_verdict_info {
 } rudder_verdict_info;
 
 RUDDER_API size_t rudder_results_count(const rudder_results* res);
-/* The sample's text (its tokens before the first pad, decoded); NULL if `i` is out of range. */
+/* The sample's text (its tokens before the first pad, decoded; valid UTF-8, with U+FFFD for bytes that are not); NULL
+ * if `i` is out of range. */
 RUDDER_API const char* rudder_results_text(const rudder_results* res, size_t i);
 /* The sample's token ids before the first pad; their number in *n_tokens (may be NULL). NULL if out of range. */
 RUDDER_API const int64_t* rudder_results_tokens(const rudder_results* res, size_t i, size_t* n_tokens);
