@@ -17,6 +17,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -55,6 +56,29 @@ std::string shortest_text(const Dfa& dfa) {
     return "";
 }
 
+// The vocabulary's tries, built once per vocabulary in the process and shared by every instance and run over it
+// (151,936 tokens take a few hundred milliseconds to sort into tries).
+std::shared_ptr<const rudder::grammar::Vocabulary> shared_vocabulary(rudder::grammar::Pieces pieces) {
+    static std::mutex mutex;
+    static std::vector<std::weak_ptr<const rudder::grammar::Vocabulary>> known;
+    const std::lock_guard<std::mutex> lock(mutex);
+    for (auto it = known.begin(); it != known.end();) {
+        auto v = it->lock();
+        if (v == nullptr) {
+            it = known.erase(it);
+            continue;
+        }
+        const auto& p = v->pieces();
+        if (p.text == pieces.text && p.kind_after == pieces.kind_after && p.end_token == pieces.end_token &&
+            p.never == pieces.never)
+            return v;
+        ++it;
+    }
+    auto made = std::make_shared<const rudder::grammar::Vocabulary>(std::move(pieces));
+    known.push_back(made);
+    return made;
+}
+
 // What both controllers share: the automaton, and the steps.
 class Structured : public rudder::Controller {
 public:
@@ -62,9 +86,9 @@ public:
         Controller::begin(run);
         rudder::grammar::Pieces pieces = run_pieces(run);
         // begin() comes once per batch: the automaton (and the transitions it found) outlives runs of one vocabulary.
-        if (automaton_ == nullptr || automaton_->pieces().text != pieces.text ||
-            automaton_->pieces().kind_after != pieces.kind_after || automaton_->pieces().end_token != pieces.end_token) {
-            automaton_ = std::make_unique<TokenAutomaton>(dfa_, std::move(pieces));
+        std::shared_ptr<const rudder::grammar::Vocabulary> vocabulary = shared_vocabulary(std::move(pieces));
+        if (automaton_ == nullptr || &automaton_->vocabulary() != vocabulary.get()) {
+            automaton_ = std::make_unique<TokenAutomaton>(dfa_, std::move(vocabulary));
             const std::optional<int64_t> shortest = automaton_->shortest();
             if (!shortest) {
                 const std::string example = shortest_text(*dfa_);

@@ -42,14 +42,16 @@ Pieces word_vocabulary() {
     return p;
 }
 
-// The text a full sequence decodes to (up to the end token), or nullopt if it holds a token never placed.
+// The text a full sequence decodes to (up to the end token), or nullopt if it holds a token never placed (anywhere:
+// a finished sample holds none, after the end token neither).
 std::optional<std::string> spell(const Pieces& p, const std::vector<int64_t>& seq) {
+    for (int64_t v : seq)
+        for (int64_t never : p.never)
+            if (v == never) return std::nullopt;
     std::string text;
     int32_t kind = 0;
     for (int64_t v : seq) {
         if (v == p.end_token) break;
-        for (int64_t never : p.never)
-            if (v == never) return std::nullopt;
         text += p.text[static_cast<size_t>(kind)][static_cast<size_t>(v)];
         kind = p.kind_after[static_cast<size_t>(v)];
     }
@@ -73,7 +75,7 @@ bool in_language(const Dfa& dfa, const Pieces& p, const std::vector<int64_t>& se
 
 TEST(TokenAutomaton, EdgesPartitionTheTokensByWhereTheyLead) {
     auto dfa = std::make_shared<const Dfa>(compile_regex("(ab|b)*c?\\{\"?a*\\}?"));
-    TokenAutomaton a(dfa, small_vocabulary());
+    TokenAutomaton a(dfa, std::make_shared<const Vocabulary>(small_vocabulary()));
     for (int32_t s = 0; s < a.states(); ++s) {
         const auto& edges = a.edges(s);
         for (int64_t v = 0; v < a.vocab_size(); ++v) {
@@ -102,7 +104,7 @@ TEST(Completion, AllowedTokensAreExactlyThoseSomeCompletionAccepts) {
         for (const std::string& pattern : pieces.kinds() == 1 ? patterns : word_patterns) {
             SCOPED_TRACE(pattern);
             auto dfa = std::make_shared<const Dfa>(compile_regex(pattern));
-            TokenAutomaton automaton(dfa, pieces);
+            TokenAutomaton automaton(dfa, std::make_shared<const Vocabulary>(pieces));
             Completion completion(automaton);
             const int64_t V = automaton.vocab_size();
             std::uniform_int_distribution<int64_t> token(0, V - 1);
@@ -138,7 +140,7 @@ TEST(Completion, AllowedTokensAreExactlyThoseSomeCompletionAccepts) {
 
 TEST(Completion, KeptProposalsFitTogether) {
     auto dfa = std::make_shared<const Dfa>(compile_regex("(ab)*"));
-    TokenAutomaton automaton(dfa, small_vocabulary());
+    TokenAutomaton automaton(dfa, std::make_shared<const Vocabulary>(small_vocabulary()));
     Completion completion(automaton);
     // Holes at 0..3; proposals: "ab" at 0 fits, "a" at 1 fits alone only if 2 is "b"...
     const std::vector<int64_t> holes(4, Completion::kFree);
@@ -158,9 +160,59 @@ TEST(Completion, KeptProposalsFitTogether) {
     EXPECT_TRUE(completion.possible());
 }
 
+// accept() against brute force: the proposals it keeps fit together (some filling of the other holes completes them),
+// and each one it refuses does not fit the ones kept before it (with every hole after it free), while each of those
+// was allowed alone.
+TEST(Completion, AcceptKeepsExactlyTheProposalsThatFitInOrder) {
+    std::mt19937 rng(3);
+    const Pieces pieces = small_vocabulary();
+    for (const std::string pattern : {"(ab|ba)+", "a*b(ab)*", "\\{\"a*\"\\}c?", "(a|b)*c"}) {
+        SCOPED_TRACE(pattern);
+        auto dfa = std::make_shared<const Dfa>(compile_regex(pattern));
+        TokenAutomaton automaton(dfa, std::make_shared<const Vocabulary>(pieces));
+        Completion completion(automaton);
+        const int64_t V = automaton.vocab_size();
+        const auto completes = [&](const std::vector<int64_t>& seq) {
+            bool any = false;
+            fillings(seq, 0, V, [&](const std::vector<int64_t>& s) { any = any || in_language(*dfa, pieces, s); });
+            return any;
+        };
+        for (int trial = 0; trial < 60; ++trial) {
+            const size_t L = 2 + static_cast<size_t>(trial % 3);
+            std::vector<int64_t> holes(L, Completion::kFree);
+            if (!completes(holes)) break;
+            // Proposals at every hole, each allowed alone.
+            std::vector<int64_t> rows, proposed;
+            std::vector<uint32_t> bits(token_words(V));
+            completion.set(holes);
+            for (size_t i = 0; i < L; ++i) {
+                completion.allowed(static_cast<int64_t>(i), bits.data());
+                std::vector<int64_t> allowed;
+                for (int64_t v = 0; v < V; ++v)
+                    if ((bits[static_cast<size_t>(v) / 32] >> (v % 32)) & 1u) allowed.push_back(v);
+                if (allowed.empty() || rng() % 4 == 0) continue;
+                rows.push_back(static_cast<int64_t>(i));
+                proposed.push_back(allowed[rng() % allowed.size()]);
+            }
+            if (rows.empty()) continue;
+            const std::vector<bool> refused = completion.accept(holes, rows, proposed);
+            std::vector<int64_t> kept = holes;
+            for (size_t k = 0; k < rows.size(); ++k) {
+                std::vector<int64_t> with = kept;  // the kept ones before it, and it; later holes free
+                with[static_cast<size_t>(rows[k])] = proposed[k];
+                EXPECT_EQ(refused[k], !completes(with)) << "row " << rows[k] << " token " << proposed[k];
+                if (!refused[k]) kept = with;
+            }
+            EXPECT_FALSE(refused[0]) << "the first proposal, allowed alone, fits";
+            EXPECT_TRUE(completes(kept));
+            EXPECT_TRUE(completion.possible());
+        }
+    }
+}
+
 TEST(TokenAutomaton, ShortestCountsTokensAndEndTokenEndsTheText) {
     auto dfa = std::make_shared<const Dfa>(compile_regex("aab?"));
-    TokenAutomaton automaton(dfa, small_vocabulary());
+    TokenAutomaton automaton(dfa, std::make_shared<const Vocabulary>(small_vocabulary()));
     EXPECT_EQ(automaton.shortest(), 1);  // "aa"
     EXPECT_EQ(automaton.next(automaton.next(automaton.start(), 8), 0), automaton.end_state());  // "aa", then the pad
     EXPECT_EQ(automaton.next(automaton.next(automaton.start(), 2), 0), TokenAutomaton::kDead);  // "a" cannot end

@@ -35,12 +35,14 @@ void TokenSet::or_into(uint32_t* words) const {
     for (int32_t v : ids_) words[static_cast<size_t>(v) / 32] |= uint32_t{1} << (v % 32);
 }
 
-TokenAutomaton::Trie TokenAutomaton::build_trie(const std::vector<std::string>& pieces, const std::vector<bool>& skip) {
+namespace {
+
+Vocabulary::Trie build_trie(const std::vector<std::string>& pieces, const std::vector<bool>& skip) {
     std::vector<int32_t> order;
     for (size_t v = 0; v < pieces.size(); ++v)
         if (!skip[v]) order.push_back(static_cast<int32_t>(v));
     std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return pieces[a] < pieces[b]; });
-    Trie t;
+    Vocabulary::Trie t;
     std::vector<int32_t> open;  // the nodes on the path to the current piece, by depth - 1
     std::vector<std::vector<int32_t>> ends;
     const std::string* previous = nullptr;
@@ -76,35 +78,51 @@ TokenAutomaton::Trie TokenAutomaton::build_trie(const std::vector<std::string>& 
     return t;
 }
 
-TokenAutomaton::TokenAutomaton(std::shared_ptr<const Dfa> dfa, Pieces pieces)
-    : dfa_(std::move(dfa)), pieces_(std::move(pieces)), kinds_(pieces_.kinds()) {
+}  // namespace
+
+Vocabulary::Vocabulary(Pieces pieces) : pieces_(std::move(pieces)) {
     const int64_t V = pieces_.vocab_size();
-    if (kinds_ < 1) throw std::invalid_argument("the vocabulary's pieces have no kind");
+    if (pieces_.kinds() < 1) throw std::invalid_argument("the vocabulary's pieces have no kind");
     for (const auto& kind : pieces_.text)
         if (static_cast<int64_t>(kind.size()) != V)
             throw std::invalid_argument("the vocabulary's pieces differ in size between kinds");
     for (int32_t k : pieces_.kind_after)
-        if (k < 0 || k >= kinds_) throw std::invalid_argument("a token leaves a kind the pieces do not have");
+        if (k < 0 || k >= pieces_.kinds()) throw std::invalid_argument("a token leaves a kind the pieces do not have");
     skipped_.assign(static_cast<size_t>(V), false);
     for (int64_t v : pieces_.never)
         if (v >= 0 && v < V) skipped_[static_cast<size_t>(v)] = true;
     if (pieces_.end_token >= 0 && pieces_.end_token < V) skipped_[static_cast<size_t>(pieces_.end_token)] = true;
     for (const auto& kind : pieces_.text) tries_.push_back(build_trie(kind, skipped_));
+}
+
+size_t Vocabulary::memory_bytes() const {
+    size_t bytes = 0;
+    for (const Trie& t : tries_)
+        bytes += t.byte.capacity() + (t.depth.capacity() + t.subtree_end.capacity() + t.end_begin.capacity() +
+                                      t.ends.capacity() + t.empty.capacity()) * sizeof(int32_t);
+    for (const auto& kind : pieces_.text)
+        for (const auto& piece : kind) bytes += sizeof(piece) + piece.capacity();
+    return bytes;
+}
+
+TokenAutomaton::TokenAutomaton(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocabulary)
+    : dfa_(std::move(dfa)), vocabulary_(std::move(vocabulary)), kinds_(vocabulary_->kinds()) {
     edges_.resize(static_cast<size_t>(states()));
 }
 
 int32_t TokenAutomaton::next(int32_t state, int64_t token) const {
     if (state == kDead || token < 0 || token >= vocab_size()) return kDead;
-    if (state == end_state()) return skipped_[static_cast<size_t>(token)] && token != pieces_.end_token ? kDead : state;
-    if (token == pieces_.end_token) return accepting(state) ? end_state() : kDead;
-    if (skipped_[static_cast<size_t>(token)]) return kDead;
+    const Pieces& p = pieces();
+    if (state == end_state()) return vocabulary_->skipped(token) && token != p.end_token ? kDead : state;
+    if (token == p.end_token) return accepting(state) ? end_state() : kDead;
+    if (vocabulary_->skipped(token)) return kDead;
     const int32_t kind = state % kinds_;
     int32_t s = state / kinds_;
-    for (const char c : pieces_.text[static_cast<size_t>(kind)][static_cast<size_t>(token)]) {
+    for (const char c : p.text[static_cast<size_t>(kind)][static_cast<size_t>(token)]) {
         s = dfa_->next(s, static_cast<uint8_t>(c));
         if (s == Dfa::kDead) return kDead;
     }
-    return pair(s, pieces_.kind_after[static_cast<size_t>(token)]);
+    return pair(s, p.kind_after[static_cast<size_t>(token)]);
 }
 
 bool TokenAutomaton::accepting(int32_t state) const {
@@ -113,15 +131,16 @@ bool TokenAutomaton::accepting(int32_t state) const {
 
 std::vector<TokenAutomaton::Edge> TokenAutomaton::expand(int32_t state) const {
     const int64_t V = vocab_size();
+    const Pieces& p = pieces();
     std::map<int32_t, TokenSet> by_target;
     if (state == end_state()) {
         TokenSet& all = by_target[state];
         for (int64_t v = 0; v < V; ++v)
-            if (!skipped_[static_cast<size_t>(v)] || v == pieces_.end_token) all.add(v);
+            if (!vocabulary_->skipped(v) || v == p.end_token) all.add(v);
     } else {
         const int32_t kind = state % kinds_, from = state / kinds_;
-        const Trie& t = tries_[static_cast<size_t>(kind)];
-        for (int32_t v : t.empty) by_target[pair(from, pieces_.kind_after[static_cast<size_t>(v)])].add(v);
+        const Vocabulary::Trie& t = vocabulary_->trie(kind);
+        for (int32_t v : t.empty) by_target[pair(from, p.kind_after[static_cast<size_t>(v)])].add(v);
         // Depth-first over the trie: the byte automaton's state after each node's prefix, a dead one skipping the
         // node's whole subtree.
         std::vector<int32_t> at(static_cast<size_t>(t.max_depth) + 1, from);
@@ -136,11 +155,11 @@ std::vector<TokenAutomaton::Edge> TokenAutomaton::expand(int32_t state) const {
             at[static_cast<size_t>(d)] = s;
             for (int32_t e = t.end_begin[static_cast<size_t>(n)]; e < t.end_begin[static_cast<size_t>(n) + 1]; ++e) {
                 const int32_t v = t.ends[static_cast<size_t>(e)];
-                by_target[pair(s, pieces_.kind_after[static_cast<size_t>(v)])].add(v);
+                by_target[pair(s, p.kind_after[static_cast<size_t>(v)])].add(v);
             }
             ++n;
         }
-        if (pieces_.end_token >= 0 && dfa_->accepting(from)) by_target[end_state()].add(pieces_.end_token);
+        if (p.end_token >= 0 && dfa_->accepting(from)) by_target[end_state()].add(p.end_token);
     }
     std::vector<Edge> out;
     out.reserve(by_target.size());
@@ -179,15 +198,12 @@ std::optional<int64_t> TokenAutomaton::shortest() {
 }
 
 size_t TokenAutomaton::memory_bytes() const {
-    size_t bytes = 0;
-    for (const Trie& t : tries_)
-        bytes += t.byte.capacity() + (t.depth.capacity() + t.subtree_end.capacity() + t.end_begin.capacity() +
-                                      t.ends.capacity() + t.empty.capacity()) * sizeof(int32_t);
+    size_t bytes = edges_.capacity() * sizeof(edges_[0]);
     for (const auto& slot : edges_) {
         if (!slot) continue;
         for (const Edge& e : *slot) bytes += sizeof(Edge) + e.tokens.memory_bytes();
     }
-    return bytes + edges_.capacity() * sizeof(edges_[0]);
+    return bytes;
 }
 
 }  // namespace rudder::grammar

@@ -46,6 +46,36 @@ private:
     int64_t count_ = 0;
 };
 
+// A vocabulary ready for token automata: its pieces, and each kind's pieces as a trie. Built once per vocabulary (the
+// tries of 151,936 tokens take a few hundred milliseconds) and shared by every automaton over it.
+class Vocabulary {
+public:
+    explicit Vocabulary(Pieces pieces);
+    const Pieces& pieces() const { return pieces_; }
+    int64_t size() const { return pieces_.vocab_size(); }
+    int32_t kinds() const { return pieces_.kinds(); }
+    // Whether token v is left out of the tries: never placed, or the end token.
+    bool skipped(int64_t v) const { return skipped_[static_cast<size_t>(v)]; }
+    size_t memory_bytes() const;
+
+    // The pieces of one kind as a trie in depth-first order: node n spells `byte[n]` at depth `depth[n]` (1 for the
+    // root's children), its subtree is [n, subtree_end[n]), and the tokens whose piece ends there are
+    // ends[end_begin[n] .. end_begin[n + 1]).
+    struct Trie {
+        std::vector<uint8_t> byte;
+        std::vector<int32_t> depth, subtree_end, end_begin;
+        std::vector<int32_t> ends;
+        std::vector<int32_t> empty;  // tokens whose piece is empty
+        int32_t max_depth = 0;
+    };
+    const Trie& trie(int32_t kind) const { return tries_[static_cast<size_t>(kind)]; }
+
+private:
+    Pieces pieces_;
+    std::vector<bool> skipped_;
+    std::vector<Trie> tries_;  // one per kind
+};
+
 class TokenAutomaton {
 public:
     static constexpr int32_t kDead = -1;
@@ -54,7 +84,7 @@ public:
         TokenSet tokens;  // the tokens that lead there
     };
 
-    TokenAutomaton(std::shared_ptr<const Dfa> dfa, Pieces pieces);
+    TokenAutomaton(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocabulary);
 
     // A state is the byte automaton's state and the decoder's kind, or the end: the text ended at the end token and
     // every later token is ignored.
@@ -71,33 +101,21 @@ public:
     // the language needs of the sequence's length.
     std::optional<int64_t> shortest();
 
-    int64_t vocab_size() const { return pieces_.vocab_size(); }
-    const Pieces& pieces() const { return pieces_; }
+    int64_t vocab_size() const { return vocabulary_->size(); }
+    const Pieces& pieces() const { return vocabulary_->pieces(); }
+    const Vocabulary& vocabulary() const { return *vocabulary_; }
     const Dfa& dfa() const { return *dfa_; }
-    // Memory the tries and the transitions found so far take.
+    // Memory the transitions found so far take (the vocabulary's tries are counted by Vocabulary::memory_bytes).
     size_t memory_bytes() const;
     int32_t states_expanded() const { return expanded_; }
 
 private:
-    // The pieces of one kind as a trie in depth-first order: node n spells `byte[n]` at depth `depth[n]` (1 for the
-    // root's children), its subtree is [n, subtree_end[n]), and the tokens whose piece ends there are
-    // ends[end_begin[n] .. end_begin[n + 1]).
-    struct Trie {
-        std::vector<uint8_t> byte;
-        std::vector<int32_t> depth, subtree_end, end_begin;
-        std::vector<int32_t> ends;
-        std::vector<int32_t> empty;  // tokens whose piece is empty
-        int32_t max_depth = 0;
-    };
-    static Trie build_trie(const std::vector<std::string>& pieces, const std::vector<bool>& skip);
     int32_t pair(int32_t dfa_state, int32_t kind) const { return dfa_state * kinds_ + kind; }
     std::vector<Edge> expand(int32_t state) const;
 
     std::shared_ptr<const Dfa> dfa_;
-    Pieces pieces_;
+    std::shared_ptr<const Vocabulary> vocabulary_;
     int32_t kinds_;
-    std::vector<Trie> tries_;      // one per kind
-    std::vector<bool> skipped_;    // never placed, or the end token: not in the tries
     std::vector<std::optional<std::vector<Edge>>> edges_;
     int32_t expanded_ = 0;
 };
