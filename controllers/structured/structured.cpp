@@ -110,7 +110,28 @@ public:
 
     void step(const rudder_step& step, rudder_contribution& out) override {
         if (step.phase == RUDDER_PHASE_PREDICT) predict(step, out);
-        if (step.phase == RUDDER_PHASE_COMMIT) commit(step, out);
+    }
+
+    // Of the tokens the host drew, the ones that fit together in position order are kept; every row gets what it may
+    // take given the kept ones.
+    void commit(const rudder_step& step, rudder_contribution& out) override {
+        const rudder_run_info& run = run_.info();
+        const rudder::Rows rows(step, run);
+        const rudder::View<const int64_t> proposed(step.proposed);
+        rudder::View<uint8_t> rejected(out.rejected);
+        rudder::RowView<uint32_t> bits(out.token_bits);
+        out.written |= RUDDER_WROTE_REJECTED | RUDDER_WROTE_ALLOWED_BITS;
+        for (const auto& [b, group] : by_sequence(rows)) {
+            const auto& [indices, positions] = group;
+            std::vector<int64_t> tokens(indices.size());
+            for (size_t k = 0; k < indices.size(); ++k) tokens[k] = proposed(indices[k]);
+            const std::vector<bool> refused = completion_->accept(holes(step, b, positions), positions, tokens);
+            fail_if_impossible(b);
+            for (size_t k = 0; k < indices.size(); ++k) {
+                rejected(indices[k]) = refused[k] ? 1 : 0;
+                completion_->allowed(positions[k], bits[indices[k]]);
+            }
+        }
     }
 
     void evaluate(const rudder_sample& sample, rudder_verdict& verdict) override {
@@ -119,6 +140,7 @@ public:
     }
 
 protected:
+    const Dfa& dfa() const { return *dfa_; }
     // `what`: how messages name the language ("matching the pattern ...").
     void set_language(std::shared_ptr<const Dfa> dfa, std::string what) {
         dfa_ = std::move(dfa);
@@ -127,8 +149,7 @@ protected:
 
 private:
     static rudder::grammar::Pieces run_pieces(const rudder_run_info& run) {
-        const rudder::Run services(&run);
-        std::optional<rudder::Run::TokenPieces> given = services.token_pieces();
+        std::optional<rudder::Run::TokenPieces> given = rudder::Run(&run).token_pieces();
         if (!given)
             throw rudder::Error("this model's tokenizer does not decode a text as the concatenation of its tokens' "
                                 "texts, which structured output follows",
@@ -208,26 +229,6 @@ private:
             std::copy_n(all_free_.data() + static_cast<size_t>(positions[k]) * words, words, bits[indices[k]]);
     }
 
-    void commit(const rudder_step& step, rudder_contribution& out) {
-        const rudder_run_info& run = run_.info();
-        const rudder::Rows rows(step, run);
-        const rudder::View<const int64_t> proposed(step.proposed);
-        rudder::View<uint8_t> rejected(out.rejected);
-        rudder::RowView<uint32_t> bits(out.token_bits);
-        out.written |= RUDDER_WROTE_REJECTED | RUDDER_WROTE_ALLOWED_BITS;
-        for (const auto& [b, group] : by_sequence(rows)) {
-            const auto& [indices, positions] = group;
-            std::vector<int64_t> tokens(indices.size());
-            for (size_t k = 0; k < indices.size(); ++k) tokens[k] = proposed(indices[k]);
-            const std::vector<bool> refused = completion_->accept(holes(step, b, positions), positions, tokens);
-            fail_if_impossible(b);
-            for (size_t k = 0; k < indices.size(); ++k) {
-                rejected(indices[k]) = refused[k] ? 1 : 0;
-                completion_->allowed(positions[k], bits[indices[k]]);
-            }
-        }
-    }
-
     std::shared_ptr<const Dfa> dfa_;
     std::string what_;
     std::unique_ptr<TokenAutomaton> automaton_;
@@ -247,6 +248,8 @@ public:
                          "matching the pattern");
         } catch (const rudder::grammar::RegexError& e) {
             throw rudder::Error("/pattern: at byte " + std::to_string(e.offset) + ": " + e.what());
+        } catch (const rudder::grammar::LimitError& e) {
+            throw rudder::Error(std::string("/pattern: ") + e.what());
         }
     }
 };
@@ -255,36 +258,62 @@ class JsonSchema final : public Structured {
 public:
     JsonSchema(const rudder_host&, std::string_view params_json) {
         rudder::Params p(params_json);
-        std::optional<nlohmann::json> schema = p->object("schema");
+        const bool inline_schema = p->object("schema").has_value();
         const std::optional<std::string> file = p->text("schema_file");
         p.finish();
-        std::string where = "/schema";
-        if (schema.has_value() == file.has_value())
+        if (inline_schema == file.has_value())
             throw rudder::Error("give the schema as \"schema\" (an object) or \"schema_file\" (a path), one of them");
+        // Read again keeping the keys' order: properties are written in the order the schema gives them.
+        nlohmann::ordered_json schema;
+        std::string where = "/schema";
         if (file) {
             schema = read_schema(*file);
-            where = "schema_file '" + *file + "'";
+            where = "/schema_file ('" + *file + "')";
+        } else {
+            schema = nlohmann::ordered_json::parse(params_json)["schema"];
         }
         try {
-            set_language(std::make_shared<const Dfa>(rudder::grammar::compile_json_schema(*schema)),
+            set_language(std::make_shared<const Dfa>(rudder::grammar::compile_json_schema(schema)),
                          "that is JSON valid against the schema");
         } catch (const rudder::grammar::SchemaError& e) {
             throw rudder::Error(where + (e.pointer.empty() ? "" : " at " + e.pointer) + ": " + e.what());
+        } catch (const rudder::grammar::LimitError& e) {
+            throw rudder::Error(where + ": " + e.what());
         }
+        schema_ = std::move(schema);
+    }
+
+    // Valid JSON that validates, however it is spaced and ordered: the text parsed, written as the automaton's
+    // language writes it (canonical_json), and matched.
+    void evaluate(const rudder_sample& sample, rudder_verdict& verdict) override {
+        nlohmann::ordered_json instance;
+        try {
+            instance = nlohmann::ordered_json::parse(sample.text != nullptr ? sample.text : "");
+        } catch (const std::exception&) {
+            verdict.satisfied = 0;
+            detail_ = R"({"json": false})";
+            verdict.detail = detail_.c_str();
+            return;
+        }
+        verdict.satisfied = dfa().matches(rudder::grammar::canonical_json(instance, schema_)) ? 1 : 0;
     }
 
 private:
-    static nlohmann::json read_schema(const std::string& file) {
+    static nlohmann::ordered_json read_schema(const std::string& file) {
         std::ifstream in(file, std::ios::binary);
         if (!in) throw rudder::Error("/schema_file: cannot read '" + file + "'");
         std::ostringstream text;
         text << in.rdbuf();
         try {
-            return rudder::json_input::parse(text.str());
+            rudder::json_input::parse(text.str());  // refuses duplicate keys and deep nesting
+            return nlohmann::ordered_json::parse(text.str());
         } catch (const std::exception& e) {
             throw rudder::Error("/schema_file: '" + file + "' is not valid JSON: " + e.what());
         }
     }
+
+    nlohmann::ordered_json schema_;
+    std::string detail_;
 };
 
 constexpr uint64_t kCapabilities = RUDDER_CAP_HARD_CONSTRAINT | RUDDER_CAP_ROWS | RUDDER_CAP_PACKED_MASK |

@@ -50,6 +50,7 @@ enum Msg : uint32_t {
     kTokenText = 202,
     kFindModel = 203,
     kDenoise = 204,
+    kTokenPieces = 205,  // ABI 1.3: every kind's pieces and the kinds after, asked once per run
     kServiceReply = 300,
 };
 

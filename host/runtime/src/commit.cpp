@@ -4,6 +4,8 @@
 
 #include "step_inputs.hpp"
 
+#include <tuple>
+
 namespace rudder {
 
 CommitOutcome commit_drawn(Composer& composer, at::Tensor& tokens, const at::Tensor& positions, at::Tensor drawn,
@@ -17,11 +19,16 @@ CommitOutcome commit_drawn(Composer& composer, at::Tensor& tokens, const at::Ten
     }
     at::Tensor rows = positions, which = at::arange(positions.size(0), positions.options());
     while (rows.size(0) > 0) {
-        auto [current, masked] = state();
-        const Composer::Commit verdict = composer.commit(commit_inputs(step, steps, t, t_next, current, masked, rows, drawn));
+        PredictState round;
+        round.step = step;
+        round.steps = steps;
+        round.t = t;
+        round.t_next = t_next;
+        std::tie(round.tokens, round.masked) = state();
+        round.rows = rows;
+        const Commit verdict = composer.commit(commit_inputs(round, drawn, outcome.rounds));
         ++outcome.rounds;
-        at::Tensor accepted = verdict.rejected.defined() ? verdict.rejected.logical_not() : at::ones_like(rows, at::kBool);
-        if (!accepted.any().item<bool>()) accepted.index_fill_(0, at::zeros({1}, rows.options()), true);
+        const at::Tensor accepted = verdict.committed();
         const at::Tensor keep = accepted.nonzero().squeeze(1), again = accepted.logical_not().nonzero().squeeze(1);
         tokens.view({-1}).index_copy_(0, rows.index_select(0, keep), drawn.index_select(0, keep));
         if (again.size(0) == 0) break;

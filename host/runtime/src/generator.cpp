@@ -204,7 +204,8 @@ std::vector<ComposedController> Generator::create_controllers(plugins::Registry&
             try {
                 ComposedController c;
                 c.instance =
-                    std::make_unique<plugins::ControllerInstance>(type, spec.params.dump(), spec.name, isolation);
+                    std::make_unique<plugins::ControllerInstance>(
+                    type, spec.params_text.empty() ? spec.params.dump() : spec.params_text, spec.name, isolation);
                 c.instance->set_time_limit(spec.time_limit);
                 c.continue_on_failure = spec.on_failure == "continue";
                 c.weight = spec.weight;
