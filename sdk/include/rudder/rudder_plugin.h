@@ -347,11 +347,11 @@ typedef struct rudder_contribution {
 
     /* ABI 1.2: read only if struct_size covers them. Like the outputs above: host-owned, allocated and initialised
      * by the host, on rudder_run_info.device, valid during the step() call, written from the thread inside it. */
-    /* HARD_CONSTRAINT + PACKED_MASK, PREDICT: uint32 [B, L, W] ([N, W] with RUDDER_CAP_ROWS), W = ceil(V / 32),
-     * COMMIT (1.3): [N, W] whatever the forms,
-     * zero-filled; token v of a row is bit (v % 32) of word v / 32. Set RUDDER_WROTE_FORBIDDEN_BITS (set bits are
-     * forbidden tokens) or RUDDER_WROTE_ALLOWED_BITS (set bits are the row's only allowed tokens: a row with no bit
-     * set then allows nothing, a conflict the host reports). A bit at or past V is an error. */
+    /* HARD_CONSTRAINT + PACKED_MASK, PREDICT: uint32 [B, L, W] ([N, W] with RUDDER_CAP_ROWS); COMMIT (1.3): [N, W]
+     * whatever the forms. W = ceil(V / 32), zero-filled; token v of a row is bit (v % 32) of word v / 32. Set
+     * RUDDER_WROTE_FORBIDDEN_BITS (set bits are forbidden tokens) or RUDDER_WROTE_ALLOWED_BITS (set bits are the row's
+     * only allowed tokens: a row with no bit set then allows nothing, a conflict the host reports). A bit at or past V
+     * is an error. */
     DLTensor* token_bits;
     /* CANDIDATES, PREDICT, k > 0: float32 [N, k], zero-filled: added (times the weight) to the log-probability of
      * candidate_ids[r, j] at row r. Set RUDDER_WROTE_CANDIDATE_DELTA. NULL when the step offers no candidates. */
@@ -362,7 +362,8 @@ typedef struct rudder_contribution {
     /* COMMIT: uint8 [N], zero-filled: 1 = the controller cannot accept row r's proposed token together with the
      * proposals it accepts (any other value is an error). Set RUDDER_WROTE_REJECTED. In the same call, token_bits
      * [N, W] (FORBIDDEN_BITS or ALLOWED_BITS, as in PREDICT) says what each row allows given the rows it accepts
-     * committed: the host draws a rejected row again within it. NULL in the other phases. */
+     * committed: the host draws a rejected row again within it (rejecting a row without writing them is an error).
+     * NULL in the other phases. */
     DLTensor* rejected;
 } rudder_contribution;
 
