@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -295,7 +296,11 @@ public:
             verdict.detail = detail_.c_str();
             return;
         }
-        verdict.satisfied = dfa().matches(rudder::grammar::canonical_json(instance, schema_)) ? 1 : 0;
+        try {
+            verdict.satisfied = dfa().matches(rudder::grammar::canonical_json(instance, schema_)) ? 1 : 0;
+        } catch (const std::invalid_argument&) {  // nested deeper than the automaton's language reaches
+            verdict.satisfied = 0;
+        }
     }
 
 private:

@@ -3,7 +3,6 @@ GPT-2's tokenizer (a JSON Schema), a Dream-shaped model with Qwen2.5's (a JSON S
 added tokens), UDLM with BERT's WordPiece (a pattern; uniform noise). Weights from tests/nets' fixture writers, the
 tokenizers from the fixture text.bpe.fetch_reference (npm). Random weights make the constraint do all the work."""
 import json
-import os
 import pathlib
 import re
 import shutil
@@ -67,15 +66,15 @@ def make(folder, references):
     for i, text in ((151665, "<|beginoftext|>"), (151666, "<|mask|>")):
         qwen["added_tokens"].append({"id": i, "content": text, "single_word": False, "lstrip": False,
                                      "rstrip": False, "normalized": False, "special": True})
+    size = dict(llm.TINY, hidden=32, heads=2, kv_heads=1, intermediate=48, layers=1, length=64)
     config = llm.dream_config()
     config.update(vocab_size=151936, mask_token_id=151666, eos_token_id=151643, bos_token_id=151643,
-                  pad_token_id=151643, max_position_embeddings=64)
-    size = dict(llm.TINY, hidden=32, heads=2, kv_heads=1, intermediate=48, layers=1, length=64)
+                  pad_token_id=151643, max_position_embeddings=64, hidden_size=32, num_attention_heads=2,
+                  num_key_value_heads=1, intermediate_size=48, num_hidden_layers=1, max_window_layers=1)
     llm.write_model(folder, "dream_qwen", config, llm.random_weights("dream", size, 151936, gen))
     (pathlib.Path(folder) / "dream_qwen" / "tokenizer.json").write_text(json.dumps(qwen))
     made["dream_qwen"] = "json"
     # UDLM with bert-base-uncased's WordPiece vocabulary (30,522 tokens).
-    bert = (references / "bert_base_uncased" / "vocab.txt").read_text().split("\n")
     udlm = {"architectures": ["UDLM"], "model_type": "udlm", "time_conditioning": True, "cfg": False,
             "cfg_num_classes": -1, "return_dict": False, "torch_dtype": "float32", "transformers_version": "4.49.0",
             "dropout": 0.1, "cond_dim": dit.TINY["cond"], "hidden_dim": dit.TINY["hidden"], "model_length": 48,
@@ -83,7 +82,6 @@ def make(folder, references):
     dit.write_model(folder, "udlm_bert", udlm, dit.random_weights("backbone.", 30522, gen))
     shutil.copy(references / "bert_base_uncased" / "vocab.txt", pathlib.Path(folder) / "udlm_bert" / "vocab.txt")
     made["udlm_bert"] = "pattern"
-    del bert
     return made
 
 

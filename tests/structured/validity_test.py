@@ -8,14 +8,12 @@ usage: validity_test.py RUDDER BUILD_DIR CASE     CASE: word_models | checkpoint
 exit 77 (skipped) when python3-jsonschema, python3-torch or the tokenizer files (text.bpe.fetch_reference) are missing.
 """
 import json
-import os
 import pathlib
 import re
 import subprocess
 import sys
 import tempfile
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 RUDDER, BUILD, CASE = sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[3]
 
 
@@ -50,7 +48,6 @@ DISCRETE_SAMPLERS = {
 
 def word_models(folder):
     pattern = r"name \[ [A-Z][a-z]+( [A-Z][a-z]+)* \], eatType \[ (pub|restaurant|coffee shop) \](, area \[ (riverside|city centre) \])?"
-    regex = re.compile(pattern)
     prose = r"[A-Z][a-z]+( [A-Z][a-z]+)? is a (pub|restaurant|coffee shop)( near [A-Z][a-z]+( [A-Z][a-z]+)*)?\."
     for model, samplers in (("e2e-discrete", DISCRETE_SAMPLERS), ("e2e-continuous", {"ddim": {"name": "ddim", "steps": 40}})):
         for label, sampler in samplers.items():
@@ -60,7 +57,6 @@ def word_models(folder):
                 compiled = re.compile(p)
                 check(generate(recipe, folder, f"{model}_{label}_{name}"), f"{model} {label} {name}",
                       lambda t, c=compiled: c.fullmatch(t) is not None, "regex")
-    del regex
 
 
 def refusals(folder):
