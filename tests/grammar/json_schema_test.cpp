@@ -152,6 +152,8 @@ TEST(JsonSchema, NumberBoundsAreExact) {
     const Dfa free = schema(R"({"type":"number"})");
     EXPECT_TRUE(free.matches("-0.5e+10"));
     EXPECT_TRUE(free.matches("1E3"));
+    EXPECT_TRUE(free.matches("2.5e-99"));
+    EXPECT_FALSE(free.matches("5e308"));  // three exponent digits: many parsers refuse what overflows a double
     EXPECT_FALSE(free.matches("01"));
     EXPECT_FALSE(free.matches(".5"));
     EXPECT_TRUE(schema(R"({"type":"integer","exclusiveMaximum":0})").matches("-12345678901234567890"));

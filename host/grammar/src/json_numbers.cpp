@@ -193,7 +193,9 @@ LangPtr number_language(bool integer_only, const std::optional<NumberBound>& low
     if (!lower && !upper) {
         if (integer_only) return integer;
         const LangPtr sign = optional(choice({literal("+"), literal("-")}));
-        const LangPtr exponent = sequence({choice({literal("e"), literal("E")}), sign, digits(1, -1)});
+        // At most two exponent digits: "1e400" is JSON but beyond a double, and many parsers refuse it (nlohmann,
+        // serde_json, Go's encoding/json). Only a mantissa of over 200 digits still overflows.
+        const LangPtr exponent = sequence({choice({literal("e"), literal("E")}), sign, digits(1, 2)});
         return sequence({integer, optional(sequence({point(), digits(1, -1)})), optional(exponent)});
     }
     const Bounded bounded(integer_only, limits, what);
