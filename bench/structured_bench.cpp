@@ -39,9 +39,7 @@ using rudder::grammar::Dfa;
 using rudder::grammar::TokenAutomaton;
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-    return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 double median(std::vector<double> v) {
     if (v.empty()) return 0;
@@ -67,7 +65,8 @@ struct StepCost {
 StepCost simulate(TokenAutomaton& automaton, int64_t L, int64_t B, int64_t R, std::mt19937_64& rng) {
     const int64_t V = automaton.vocab_size();
     const size_t W = rudder::grammar::token_words(V);
-    std::vector<std::vector<int64_t>> seqs(static_cast<size_t>(B), std::vector<int64_t>(static_cast<size_t>(L), Completion::kFree));
+    std::vector<std::vector<int64_t>> seqs(static_cast<size_t>(B),
+                                           std::vector<int64_t>(static_cast<size_t>(L), Completion::kFree));
     std::vector<std::vector<int64_t>> order(static_cast<size_t>(B));
     for (auto& o : order) {
         o.resize(static_cast<size_t>(L));
@@ -82,7 +81,8 @@ StepCost simulate(TokenAutomaton& automaton, int64_t L, int64_t B, int64_t R, st
     const auto pick = [&](const uint32_t* words) {
         allowed.clear();
         for (size_t w = 0; w < W; ++w)
-            for (uint32_t x = words[w]; x != 0; x &= x - 1) allowed.push_back(static_cast<int32_t>(w * 32 + __builtin_ctz(x)));
+            for (uint32_t x = words[w]; x != 0; x &= x - 1)
+                allowed.push_back(static_cast<int32_t>(w * 32 + __builtin_ctz(x)));
         return allowed.empty() ? int64_t{-1} : int64_t{allowed[rng() % allowed.size()]};
     };
     for (int64_t done = 0; done < L; done += R) {
@@ -164,11 +164,12 @@ int run(const Options& o) {
     nlohmann::json rows = nlohmann::json::array();
     std::mt19937_64 rng(o.seed);
     if (!o.as_json)
-        std::printf("vocabulary: %lld tokens (%s): pieces and tries in %.3f s, %.1f MB, once per vocabulary\n"
-                    "%-22s %7s %9s %9s %9s %9s  %s\n",
-                    static_cast<long long>(pieces.vocab_size()), o.tokenizer.c_str(), vocab_s,
-                    static_cast<double>(shared->memory_bytes()) / 1e6, "schema", "states", "dfa ms", "first ms",
-                    "total ms", "MB", "step ms (median / worst) at L x B, R rows");
+        std::printf(
+            "vocabulary: %lld tokens (%s): pieces and tries in %.3f s, %.1f MB, once per vocabulary\n"
+            "%-22s %7s %9s %9s %9s %9s  %s\n",
+            static_cast<long long>(pieces.vocab_size()), o.tokenizer.c_str(), vocab_s,
+            static_cast<double>(shared->memory_bytes()) / 1e6, "schema", "states", "dfa ms", "first ms", "total ms",
+            "MB", "step ms (median / worst) at L x B, R rows");
     for (const fs::path& file : files) {
         std::ifstream in(file);
         const nlohmann::ordered_json schema = nlohmann::ordered_json::parse(in);
@@ -183,8 +184,11 @@ int run(const Options& o) {
             Completion first(automaton);
             first.set(std::vector<int64_t>(256, Completion::kFree));
             const double first_ms = seconds_since(t) * 1e3;
-            row.update({{"dfa_states", dfa->size()}, {"dfa_ms", dfa_ms}, {"first_ms", first_ms},
-                        {"compile_ms", dfa_ms + first_ms}, {"shortest_tokens", shortest.value_or(-1)}});
+            row.update({{"dfa_states", dfa->size()},
+                        {"dfa_ms", dfa_ms},
+                        {"first_ms", first_ms},
+                        {"compile_ms", dfa_ms + first_ms},
+                        {"shortest_tokens", shortest.value_or(-1)}});
             nlohmann::json steps = nlohmann::json::array();
             std::string text;
             for (const int64_t L : {int64_t{256}, int64_t{1024}})
@@ -192,9 +196,14 @@ int run(const Options& o) {
                     for (const int64_t R : o.rows_per_step) {
                         if (L == 1024 && R == 1) continue;  // 1,024 steps of one row: R = 8 shows the same per row
                         const StepCost c = simulate(automaton, L, B, R, rng);
-                        steps.push_back({{"L", L}, {"B", B}, {"rows_per_step", R}, {"steps", c.steps},
-                                         {"median_ms", c.median_ms}, {"worst_ms", c.worst_ms},
-                                         {"redrawn", c.redrawn}, {"valid", c.valid}});
+                        steps.push_back({{"L", L},
+                                         {"B", B},
+                                         {"rows_per_step", R},
+                                         {"steps", c.steps},
+                                         {"median_ms", c.median_ms},
+                                         {"worst_ms", c.worst_ms},
+                                         {"redrawn", c.redrawn},
+                                         {"valid", c.valid}});
                         char cell[96];
                         std::snprintf(cell, sizeof cell, " %lldx%lld,R%lld %.2f/%.1f%s", static_cast<long long>(L),
                                       static_cast<long long>(B), static_cast<long long>(R), c.median_ms, c.worst_ms,
@@ -205,8 +214,8 @@ int run(const Options& o) {
             row["memory_mb"] = static_cast<double>(automaton.memory_bytes() + dfa->memory_bytes()) / 1e6;
             row["states_expanded"] = automaton.states_expanded();
             if (!o.as_json)
-                std::printf("%-22s %7d %9.1f %9.1f %9.1f %9.1f %s\n", file.stem().string().c_str(), dfa->size(),
-                            dfa_ms, first_ms, dfa_ms + first_ms, row["memory_mb"].get<double>(), text.c_str());
+                std::printf("%-22s %7d %9.1f %9.1f %9.1f %9.1f %s\n", file.stem().string().c_str(), dfa->size(), dfa_ms,
+                            first_ms, dfa_ms + first_ms, row["memory_mb"].get<double>(), text.c_str());
         } catch (const std::exception& e) {
             row["refused"] = e.what();
             if (!o.as_json) std::printf("%-22s refused: %s\n", file.stem().string().c_str(), e.what());
@@ -229,20 +238,28 @@ int main(int argc, char** argv) {
             return argv[++i];
         };
         try {
-            if (a == "--tokenizer") o.tokenizer = value();
-            else if (a == "--schemas") o.schemas = value();
-            else if (a == "--vocab") o.vocab = std::stoll(value());
-            else if (a == "--seed") o.seed = std::stoull(value());
-            else if (a == "--rows-per-step") o.rows_per_step = {std::stoll(value())};
-            else if (a == "--json") o.as_json = true;
-            else throw std::invalid_argument("unknown argument " + a);
+            if (a == "--tokenizer")
+                o.tokenizer = value();
+            else if (a == "--schemas")
+                o.schemas = value();
+            else if (a == "--vocab")
+                o.vocab = std::stoll(value());
+            else if (a == "--seed")
+                o.seed = std::stoull(value());
+            else if (a == "--rows-per-step")
+                o.rows_per_step = {std::stoll(value())};
+            else if (a == "--json")
+                o.as_json = true;
+            else
+                throw std::invalid_argument("unknown argument " + a);
         } catch (const std::exception& e) {
             std::fprintf(stderr, "rudder_structured_bench: %s\n", e.what());
             return 2;
         }
     }
     if (o.tokenizer.empty() || o.schemas.empty()) {
-        std::fprintf(stderr, "usage: rudder_structured_bench --tokenizer TOKENIZER.json --schemas FOLDER [--vocab V]\n");
+        std::fprintf(stderr,
+                     "usage: rudder_structured_bench --tokenizer TOKENIZER.json --schemas FOLDER [--vocab V]\n");
         return 2;
     }
     try {

@@ -93,11 +93,12 @@ public:
             const std::optional<int64_t> shortest = automaton_->shortest();
             if (!shortest) {
                 const std::string example = shortest_text(*dfa_);
-                throw rudder::Error("this model's tokenizer cannot spell any text " + what_ +
-                                    (example.empty() ? std::string(" (it matches no text at all)")
-                                                     : " (it matches texts such as \"" + example +
-                                                           "\", which no sequence of the model's tokens decodes to)"),
-                                    RUDDER_ERR_UNSUPPORTED);
+                throw rudder::Error(
+                    "this model's tokenizer cannot spell any text " + what_ +
+                        (example.empty() ? std::string(" (it matches no text at all)")
+                                         : " (it matches texts such as \"" + example +
+                                               "\", which no sequence of the model's tokens decodes to)"),
+                    RUDDER_ERR_UNSUPPORTED);
             }
             shortest_ = *shortest;
         }
@@ -152,9 +153,10 @@ private:
     static rudder::grammar::Pieces run_pieces(const rudder_run_info& run) {
         std::optional<rudder::Run::TokenPieces> given = rudder::Run(&run).token_pieces();
         if (!given)
-            throw rudder::Error("this model's tokenizer does not decode a text as the concatenation of its tokens' "
-                                "texts, which structured output follows",
-                                RUDDER_ERR_UNSUPPORTED);
+            throw rudder::Error(
+                "this model's tokenizer does not decode a text as the concatenation of its tokens' "
+                "texts, which structured output follows",
+                RUDDER_ERR_UNSUPPORTED);
         rudder::grammar::Pieces pieces;
         pieces.text = std::move(given->text);
         pieces.kind_after = std::move(given->kind_after);
@@ -181,7 +183,8 @@ private:
     }
 
     // Rows grouped by their sequence: b -> (row indices, positions).
-    static std::map<int64_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> by_sequence(const rudder::Rows& rows) {
+    static std::map<int64_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> by_sequence(
+        const rudder::Rows& rows) {
         std::map<int64_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> out;
         for (int64_t r = 0; r < rows.size(); ++r) {
             auto& [indices, positions] = out[rows.batch(r)];
@@ -195,7 +198,8 @@ private:
         if (!completion_->possible())
             throw rudder::Error("the tokens in place in sample " + std::to_string(b) +
                                 " of the batch (other controllers' fixed tokens, or tokens placed before) leave no "
-                                "completion " + what_);
+                                "completion " +
+                                what_);
     }
 
     void predict(const rudder_step& step, rudder_contribution& out) {
@@ -245,8 +249,7 @@ public:
         const std::string pattern = p->text("pattern", rudder::json_input::kRequired).value_or("");
         p.finish();
         try {
-            set_language(std::make_shared<const Dfa>(rudder::grammar::compile_regex(pattern)),
-                         "matching the pattern");
+            set_language(std::make_shared<const Dfa>(rudder::grammar::compile_regex(pattern)), "matching the pattern");
         } catch (const rudder::grammar::RegexError& e) {
             throw rudder::Error("/pattern: at byte " + std::to_string(e.offset) + ": " + e.what());
         } catch (const rudder::grammar::LimitError& e) {

@@ -59,7 +59,8 @@ std::optional<std::string> spell(const Pieces& p, const std::vector<int64_t>& se
 }
 
 // Every way to fill the holes of `seq` (kFree) with tokens of the vocabulary.
-void fillings(std::vector<int64_t> seq, size_t at, int64_t V, const std::function<void(const std::vector<int64_t>&)>& f) {
+void fillings(std::vector<int64_t> seq, size_t at, int64_t V,
+              const std::function<void(const std::vector<int64_t>&)>& f) {
     while (at < seq.size() && seq[at] != Completion::kFree) ++at;
     if (at == seq.size()) return f(seq);
     for (int64_t v = 0; v < V; ++v) {
@@ -95,8 +96,8 @@ TEST(TokenAutomaton, EdgesPartitionTheTokensByWhereTheyLead) {
 // exactly those some filling of the other holes makes a word of the language, and accept() keeps a set of proposals
 // that fits together, refusing only ones that do not fit the kept ones before them.
 TEST(Completion, AllowedTokensAreExactlyThoseSomeCompletionAccepts) {
-    const std::vector<std::string> patterns = {"a*b", "(ab|ba)+", "\\{\"a*\"\\}", "a{2,3}c?", "(a|b)*c", "ba?b?a",
-                                               "c|aab"};
+    const std::vector<std::string> patterns = {"a*b",     "(ab|ba)+", "\\{\"a*\"\\}", "a{2,3}c?",
+                                               "(a|b)*c", "ba?b?a",   "c|aab"};
     std::mt19937 rng(11);
     for (const Pieces& pieces : {small_vocabulary(), word_vocabulary()}) {
         const std::vector<std::string> word_patterns = {"the cat( \\(sat\\))?\\.?", "(the|cat)( (the|cat))*",
@@ -213,11 +214,11 @@ TEST(Completion, AcceptKeepsExactlyTheProposalsThatFitInOrder) {
 TEST(TokenAutomaton, ShortestCountsTokensAndEndTokenEndsTheText) {
     auto dfa = std::make_shared<const Dfa>(compile_regex("aab?"));
     TokenAutomaton automaton(dfa, std::make_shared<const Vocabulary>(small_vocabulary()));
-    EXPECT_EQ(automaton.shortest(), 1);  // "aa"
+    EXPECT_EQ(automaton.shortest(), 1);                                                         // "aa"
     EXPECT_EQ(automaton.next(automaton.next(automaton.start(), 8), 0), automaton.end_state());  // "aa", then the pad
     EXPECT_EQ(automaton.next(automaton.next(automaton.start(), 2), 0), TokenAutomaton::kDead);  // "a" cannot end
     EXPECT_EQ(automaton.next(automaton.end_state(), 3), automaton.end_state());  // after the pad nothing is read
-    EXPECT_EQ(automaton.next(automaton.start(), 1), TokenAutomaton::kDead);  // the mask is never placed
+    EXPECT_EQ(automaton.next(automaton.start(), 1), TokenAutomaton::kDead);      // the mask is never placed
 }
 
 }  // namespace

@@ -378,7 +378,7 @@ def case_response_format():
     try:
         for body, want in [
             ({"recipe": QUICK, "response_format": {"type": "json_object"}},
-             "/recipe/controllers/0/params"),
+             "/recipe/controllers/1/params"),  # after the recipe's length controller
             ({"recipe": QUICK, "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object"}}}},
              "cannot spell any text that is JSON valid against the schema"),
             ({"recipe": QUICK, "response_format": {"type": "xml"}}, "/response_format/type"),

@@ -95,7 +95,7 @@ def make(folder, references):
     return made
 
 
-def run(rudder, build, folder, generate, check):
+def run(rudder, build, folder, generate, check, seeds=(5,), samples=4):
     references = pathlib.Path(build) / "tests" / "bpe_reference"
     for need in ("gpt2/vocab.json", "qwen2_5/tokenizer.json", "bert_base_uncased/vocab.txt"):
         if not (references / need).exists():
@@ -104,21 +104,23 @@ def run(rudder, build, folder, generate, check):
     pattern = r"[a-z]+( [a-z]+){1,4}\."
     samplers = {"analytic_few_steps": {"name": "analytic", "steps": 8},
                 "confidence_blocks": {"name": "confidence", "steps": 8, "block_length": 16},
-                "first_hitting": {"name": "first_hitting"}}
+                "first_hitting": {"name": "first_hitting"},
+                "remasking": {"name": "analytic", "steps": 12, "remask": {"strategy": "rescale", "eta": 0.5}}}
+    compiled = re.compile(pattern)
     for model, kind in made.items():
         chosen = {"uniform_analytic": {"name": "analytic", "steps": 8}, "uniform_euler": {"name": "euler", "steps": 8}} \
             if model == "udlm_bert" else samplers
+        if kind == "json":
+            controller, valid = {"plugin": "json_schema", "params": {"schema": PERSON}}, valid_person
+        else:
+            controller, valid = {"plugin": "regex", "params": {"pattern": pattern}}, \
+                (lambda t: compiled.fullmatch(t) is not None)
         for label, sampler in chosen.items():
-            controller = {"plugin": "json_schema", "params": {"schema": PERSON}} if kind == "json" else \
-                {"plugin": "regex", "params": {"pattern": pattern}}
-            recipe = {"model": str(pathlib.Path(folder) / model), "sampler": sampler, "seed": 5, "samples": 4,
-                      "batch_size": 2, "max_length": 48, "controllers": [controller]}
-            if kind == "json":
-                check(generate(recipe, folder, f"{model}_{label}"), f"{model} {label}", valid_person, "json_schema")
-            else:
-                compiled = re.compile(pattern)
-                check(generate(recipe, folder, f"{model}_{label}"), f"{model} {label}",
-                      lambda t: compiled.fullmatch(t) is not None, "regex")
+            for seed in seeds:
+                recipe = {"model": str(pathlib.Path(folder) / model), "sampler": sampler, "seed": seed,
+                          "samples": samples, "batch_size": 2, "max_length": 48, "controllers": [controller]}
+                check(generate(recipe, folder, f"{model}_{label}"), f"{model} {label} seed {seed}", valid,
+                      controller["plugin"])
     served(rudder, folder, made, check)
 
 

@@ -4,7 +4,8 @@
 independent validator, on the bundled word-level models and on random-weight public checkpoints with real
 tokenizers (GPT-2's for MDLM and SEDD, Qwen2.5's for a Dream-shaped model, BERT's for UDLM).
 
-usage: validity_test.py RUDDER BUILD_DIR CASE     CASE: word_models | checkpoints | refusals
+usage: validity_test.py RUDDER BUILD_DIR CASE     CASE: word_models | checkpoints | refusals | sweep
+sweep (make structured-sweep): word_models and checkpoints with five seeds and four times the samples.
 exit 77 (skipped) when python3-jsonschema, python3-torch or the tokenizer files (text.bpe.fetch_reference) are missing.
 """
 import json
@@ -46,17 +47,18 @@ DISCRETE_SAMPLERS = {
 }
 
 
-def word_models(folder):
+def word_models(folder, seeds=(3,), samples=6):
     pattern = r"name \[ [A-Z][a-z]+( [A-Z][a-z]+)* \], eatType \[ (pub|restaurant|coffee shop) \](, area \[ (riverside|city centre) \])?"
     prose = r"[A-Z][a-z]+( [A-Z][a-z]+)? is a (pub|restaurant|coffee shop)( near [A-Z][a-z]+( [A-Z][a-z]+)*)?\."
     for model, samplers in (("e2e-discrete", DISCRETE_SAMPLERS), ("e2e-continuous", {"ddim": {"name": "ddim", "steps": 40}})):
         for label, sampler in samplers.items():
             for name, p in (("mr", pattern), ("prose", prose)):
-                recipe = {"model": model, "sampler": sampler, "seed": 3, "samples": 6, "batch_size": 3,
-                          "max_length": 24, "controllers": [{"plugin": "regex", "params": {"pattern": p}}]}
                 compiled = re.compile(p)
-                check(generate(recipe, folder, f"{model}_{label}_{name}"), f"{model} {label} {name}",
-                      lambda t, c=compiled: c.fullmatch(t) is not None, "regex")
+                for seed in seeds:
+                    recipe = {"model": model, "sampler": sampler, "seed": seed, "samples": samples, "batch_size": 3,
+                              "max_length": 24, "controllers": [{"plugin": "regex", "params": {"pattern": p}}]}
+                    check(generate(recipe, folder, f"{model}_{label}_{name}"), f"{model} {label} {name} seed {seed}",
+                          lambda t, c=compiled: c.fullmatch(t) is not None, "regex")
 
 
 def refusals(folder):
@@ -80,9 +82,13 @@ def main():
             word_models(folder)
         elif CASE == "refusals":
             refusals(folder)
-        elif CASE == "checkpoints":
+        elif CASE in ("checkpoints", "sweep"):
             import checkpoints_validity  # noqa: the random-weight public checkpoints with real tokenizers
-            checkpoints_validity.run(RUDDER, BUILD, folder, generate, check)
+            if CASE == "sweep":
+                word_models(folder, seeds=(1, 2, 3, 4, 5), samples=24)
+                checkpoints_validity.run(RUDDER, BUILD, folder, generate, check, seeds=(1, 2, 3, 4, 5), samples=16)
+            else:
+                checkpoints_validity.run(RUDDER, BUILD, folder, generate, check)
         else:
             raise SystemExit("unknown case " + CASE)
 

@@ -55,7 +55,8 @@ Vocabulary::Trie build_trie(const std::vector<std::string>& pieces, const std::v
         size_t common = 0;  // the prefix shared with the previous piece: its nodes are reused
         if (previous != nullptr)
             while (common < previous->size() && common < piece.size() && (*previous)[common] == piece[common]) ++common;
-        for (size_t d = common; d < open.size(); ++d) t.subtree_end[static_cast<size_t>(open[d])] = static_cast<int32_t>(t.byte.size());
+        for (size_t d = common; d < open.size(); ++d)
+            t.subtree_end[static_cast<size_t>(open[d])] = static_cast<int32_t>(t.byte.size());
         open.resize(common);
         for (size_t d = common; d < piece.size(); ++d) {
             open.push_back(static_cast<int32_t>(t.byte.size()));
@@ -99,7 +100,8 @@ size_t Vocabulary::memory_bytes() const {
     size_t bytes = 0;
     for (const Trie& t : tries_)
         bytes += t.byte.capacity() + (t.depth.capacity() + t.subtree_end.capacity() + t.end_begin.capacity() +
-                                      t.ends.capacity() + t.empty.capacity()) * sizeof(int32_t);
+                                      t.ends.capacity() + t.empty.capacity()) *
+                                         sizeof(int32_t);
     for (const auto& kind : pieces_.text)
         for (const auto& piece : kind) bytes += sizeof(piece) + piece.capacity();
     return bytes;

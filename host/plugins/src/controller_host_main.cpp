@@ -107,7 +107,7 @@ struct Child {
     // ABI 1.3: the run's token pieces, asked of the host once per run: each kind's pieces, the kinds after.
     std::vector<std::vector<std::string>> pieces;
     std::vector<int32_t> piece_kind_after;
-    std::vector<std::vector<float>> denoised;    // denoise results: valid until step() returns
+    std::vector<std::vector<float>> denoised;  // denoise results: valid until step() returns
     std::vector<std::unique_ptr<View>> denoised_views;
 
     // Sends a service request and waits for its answer (the host answers before anything else).
@@ -191,11 +191,21 @@ struct Child {
         if (r.get<uint8_t>() == 0) return nullptr;
         return c.token_texts.emplace(id, r.text()).first->second.c_str();
     }
-    // The run's token pieces from the host (kTokenPieces), kept for the run's calls.
-    void fetch_pieces() {
+    // The run's token pieces from the host (kTokenPieces): at begin only how many kinds there are; the pieces
+    // themselves (megabytes for a large vocabulary) at the plugin's first call, then kept for the run.
+    int32_t ask_piece_kinds() {
         pieces.clear();
         piece_kind_after.clear();
-        const std::vector<char> reply = service(kTokenPieces, Writer());
+        Writer w;
+        w.put<uint8_t>(0);
+        const std::vector<char> reply = service(kTokenPieces, w);
+        Reader r(reply);
+        return std::max<int32_t>(r.get<int32_t>(), 0);
+    }
+    void fetch_pieces() {
+        Writer w;
+        w.put<uint8_t>(1);
+        const std::vector<char> reply = service(kTokenPieces, w);
         Reader r(reply);
         const auto kinds = r.get<int32_t>();
         if (kinds <= 0) return;
@@ -210,8 +220,10 @@ struct Child {
                                       int64_t* offsets, int32_t* kind_after) {
         if (ctx == nullptr || n_bytes == nullptr || offsets == nullptr || (bytes == nullptr && capacity > 0))
             return RUDDER_ERR_INVALID_ARGUMENT;
-        const Child& c = of(ctx);
-        if (kind < 0 || kind >= static_cast<int32_t>(c.pieces.size())) return RUDDER_ERR_INVALID_ARGUMENT;
+        Child& c = of(ctx);
+        if (kind < 0 || kind >= c.run.piece_kinds) return RUDDER_ERR_INVALID_ARGUMENT;
+        if (c.pieces.empty()) c.fetch_pieces();
+        if (kind >= static_cast<int32_t>(c.pieces.size())) return RUDDER_ERR_INVALID_ARGUMENT;
         const auto& of_kind = c.pieces[static_cast<size_t>(kind)];
         size_t total = 0;
         for (size_t v = 0; v < of_kind.size(); ++v) {
@@ -337,9 +349,8 @@ struct Child {
         run.forms = forms::run_forms(negotiated);
         token_texts.clear();
         if (negotiated.abi13) {
-            fetch_pieces();
-            run.piece_kinds = static_cast<int32_t>(pieces.size());
-            run.token_pieces = pieces.empty() ? nullptr : &Child::token_pieces;
+            run.piece_kinds = ask_piece_kinds();
+            run.token_pieces = run.piece_kinds > 0 ? &Child::token_pieces : nullptr;
         }
         // A new run (or a new process after a crash, or a new layout): every output starts at zero.
         std::memset(shm, 0, layout.embedding.size != 0 ? layout.embedding.offset : layout.total);

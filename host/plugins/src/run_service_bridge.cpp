@@ -38,8 +38,8 @@ void RunServiceBridge::begin_run(RunServices* services, const RunShape& shape, c
     }
 }
 
-rudder_status RunServiceBridge::token_pieces(void* run_ctx, int32_t kind, char* bytes, size_t capacity,
-                                             size_t* n_bytes, int64_t* offsets, int32_t* kind_after) noexcept {
+rudder_status RunServiceBridge::token_pieces(void* run_ctx, int32_t kind, char* bytes, size_t capacity, size_t* n_bytes,
+                                             int64_t* offsets, int32_t* kind_after) noexcept {
     auto* self = static_cast<RunServiceBridge*>(run_ctx);
     if (self == nullptr || self->pieces_ == nullptr) return RUDDER_ERR_UNSUPPORTED;
     if (n_bytes == nullptr || offsets == nullptr || (bytes == nullptr && capacity > 0) || kind < 0 ||
@@ -129,9 +129,11 @@ std::vector<char> RunServiceBridge::serve(uint32_t type, isolation::Reader& r) {
             break;
         }
         case kTokenPieces: {
-            // Every kind at once, for the child to answer its plugin's calls from.
+            // The number of kinds (at begin), or every kind at once (at the plugin's first call), for the child to
+            // answer its plugin's calls from.
+            const bool whole = r.get<uint8_t>() != 0;
             w.put<int32_t>(pieces_ != nullptr ? static_cast<int32_t>(pieces_->text.size()) : 0);
-            if (pieces_ == nullptr) break;
+            if (pieces_ == nullptr || !whole) break;
             w.put<int64_t>(static_cast<int64_t>(pieces_->kind_after.size()));
             for (int32_t k : pieces_->kind_after) w.put<int32_t>(k);
             for (const auto& kind : pieces_->text)

@@ -1,8 +1,8 @@
 // The run services a plugin calls back into during a call (tokenize, detokenize, token_text, find_model, denoise,
-// token_pieces; the model's directory and embedding table), over the host's RunServices. Written once for both transports: a plugin
-// in this process calls the C callbacks that begin_run() puts into its rudder_run_info; a plugin in a process of its
-// own sends requests that serve() answers through the same callbacks. No exception ever crosses into plugin code:
-// each becomes a status, and what was thrown is kept for the report (service_error()).
+// token_pieces; the model's directory and embedding table), over the host's RunServices. Written once for both
+// transports: a plugin in this process calls the C callbacks that begin_run() puts into its rudder_run_info; a plugin
+// in a process of its own sends requests that serve() answers through the same callbacks. No exception ever crosses
+// into plugin code: each becomes a status, and what was thrown is kept for the report (service_error()).
 #pragma once
 
 #include "dlpack_views.hpp"

@@ -34,9 +34,7 @@ struct Negotiated {
     bool abi12 = false;         // 1.2 struct sizes and members (rows; the forms it declares)
     bool abi13 = false;         // 1.3 struct sizes and members (proposed, rejected; the COMMIT phase if declared)
     uint64_t capabilities = 0;  // what the host honours: the declared bits, less those of a later minor
-    uint32_t run_info_size() const {
-        return abi13 ? sizeof(rudder_run_info) : abi12 ? kRunInfoSize12 : kRunInfoSize11;
-    }
+    uint32_t run_info_size() const { return abi13 ? sizeof(rudder_run_info) : abi12 ? kRunInfoSize12 : kRunInfoSize11; }
     uint32_t step_size() const { return abi13 ? sizeof(rudder_step) : abi12 ? kStepSize12 : kStepSize11; }
     uint32_t contribution_size() const {
         return abi13 ? sizeof(rudder_contribution) : abi12 ? kContributionSize12 : kContributionSize11;

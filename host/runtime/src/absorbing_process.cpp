@@ -237,8 +237,8 @@ void AbsorbingLoop::draw(int64_t i, at::Tensor unmask, const Combined& combined,
     // Every row drawn (none fixed this step): the combination's rows as they are, no copy of them.
     const bool every_row_drawn = drawn_at_row.size(0) == combined.rows.size(0);
     const at::Tensor pick = every_row_drawn ? at::Tensor() : drawn_at_row;
-    at::Tensor scores = Composer::controlled(pick.defined() ? row_logits.index_select(0, pick) : row_logits, combined,
-                                             pick, mask_id_);
+    at::Tensor scores =
+        Composer::controlled(pick.defined() ? row_logits.index_select(0, pick) : row_logits, combined, pick, mask_id_);
     if (s_.temperature != 1.0) scores.div_(s_.temperature);
     const bool truncates = s_.top_k > 0 || s_.top_p < 1.0;
     // A row a COMMIT controller refuses is drawn again from its scores before truncation, within what it allows.
@@ -269,9 +269,8 @@ void AbsorbingLoop::draw(int64_t i, at::Tensor unmask, const Combined& combined,
         return draw_rows(again, positions.index_select(0, rows));
     };
     const CommitState state = [&] { return std::make_pair(tokens_, tokens_.eq(mask_id_).to(at::kByte)); };
-    const CommitOutcome outcome =
-        commit_drawn(run_.composer, tokens_, committed, drawn, state, redraw, i, sampler_.steps(), sampler_.t(i),
-                     sampler_.t_next(i));
+    const CommitOutcome outcome = commit_drawn(run_.composer, tokens_, committed, drawn, state, redraw, i,
+                                               sampler_.steps(), sampler_.t(i), sampler_.t_next(i));
     run_.stats.redrawn += outcome.redrawn;
     stale_ = true;
 }

@@ -34,8 +34,8 @@ CommitOutcome commit_drawn(Composer& composer, at::Tensor& tokens, const at::Ten
         if (again.size(0) == 0) break;
         rows = rows.index_select(0, again);
         which = which.index_select(0, again);
-        const at::Tensor bits = verdict.forbidden_bits.defined() ? verdict.forbidden_bits.index_select(0, again)
-                                                                 : at::Tensor();
+        const at::Tensor bits =
+            verdict.forbidden_bits.defined() ? verdict.forbidden_bits.index_select(0, again) : at::Tensor();
         drawn = redraw(which, bits);
         outcome.redrawn += rows.size(0);
     }

@@ -207,10 +207,9 @@ at::Tensor ContinuousProcess::run(int64_t samples, ReverseRun& run) const {
             return most_likely(again);
         };
         const CommitState state = [&] { return std::make_pair(tokens, at::Tensor()); };
-        run.stats.redrawn +=
-            commit_drawn(run.composer, tokens, every_row, tokens.reshape({-1}).clone(), state, nearest, steps, steps,
-                         0.0, 0.0)
-                .redrawn;
+        run.stats.redrawn += commit_drawn(run.composer, tokens, every_row, tokens.reshape({-1}).clone(), state, nearest,
+                                          steps, steps, 0.0, 0.0)
+                                 .redrawn;
     }
     return swarm.chosen(tokens);
 }

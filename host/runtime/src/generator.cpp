@@ -203,8 +203,7 @@ std::vector<ComposedController> Generator::create_controllers(plugins::Registry&
             plugins::ControllerType type = registry.resolve(spec.plugin, recipe_.base_dir, spec.sha256);
             try {
                 ComposedController c;
-                c.instance =
-                    std::make_unique<plugins::ControllerInstance>(
+                c.instance = std::make_unique<plugins::ControllerInstance>(
                     type, spec.params_text.empty() ? spec.params.dump() : spec.params_text, spec.name, isolation);
                 c.instance->set_time_limit(spec.time_limit);
                 c.continue_on_failure = spec.on_failure == "continue";

@@ -445,7 +445,8 @@ std::string WordPieceTokenizer::piece(int64_t id, bool first) const {
     std::string piece;
     if (first) {
         piece = text;
-    } else if (model_->wordpiece_decoder && text.compare(0, model_->decoder_prefix.size(), model_->decoder_prefix) == 0) {
+    } else if (model_->wordpiece_decoder &&
+               text.compare(0, model_->decoder_prefix.size(), model_->decoder_prefix) == 0) {
         piece = text.substr(model_->decoder_prefix.size());
     } else {
         piece = " " + text;
