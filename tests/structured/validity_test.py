@@ -61,6 +61,19 @@ def word_models(folder, seeds=(3,), samples=6):
                           lambda t, c=compiled: c.fullmatch(t) is not None, "regex")
 
 
+def isolated(folder):
+    # The controller in a process of its own: the pieces come through the isolation protocol; the same samples.
+    pattern = r"[A-Z][a-z]+( [A-Z][a-z]+)? is a (pub|restaurant|coffee shop)( near [A-Z][a-z]+( [A-Z][a-z]+)*)?\."
+    compiled = re.compile(pattern)
+    recipe = {"model": "e2e-discrete", "sampler": DISCRETE_SAMPLERS["confidence_blocks"], "seed": 4, "samples": 6,
+              "batch_size": 3, "max_length": 24, "controllers": [{"plugin": "regex", "params": {"pattern": pattern}}]}
+    same = generate(recipe, folder, "in_process")
+    apart = generate(dict(recipe, isolation="process"), folder, "isolated")
+    check(apart, "e2e-discrete isolated", lambda t: compiled.fullmatch(t) is not None, "regex")
+    if [s["text"] for s in apart] != [s["text"] for s in same]:
+        raise SystemExit("FAIL isolated: the samples differ from in-process ones")
+
+
 def refusals(folder):
     # A schema the word vocabulary cannot spell (no '{' or '"'), and a pattern longer than the sequence: errors before
     # sampling, at the controller's params.
@@ -80,6 +93,7 @@ def main():
     with tempfile.TemporaryDirectory() as folder:
         if CASE == "word_models":
             word_models(folder)
+            isolated(folder)
         elif CASE == "refusals":
             refusals(folder)
         elif CASE in ("checkpoints", "sweep"):
