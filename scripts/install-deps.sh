@@ -12,6 +12,7 @@ packages=(
   libgoogle-perftools-dev   # tcmalloc_minimal for the rudder command: a long training run's memory stays flat
   libgtest-dev libbenchmark-dev python3   # python3: the Python binding and its test, JSON checks in the CLI tests
   python3-torch   # the MDLM/SEDD checkpoint test writes its random-weight checkpoints and reference outputs with it
+  python3-jsonschema   # structured output's validity test checks every sample with an independent validator
   clang libclang-rt-14-dev                # make test-sanitize: ASan/UBSan build and the libFuzzer targets
   chromium   # the playground's browser test (serve.playground), driven by playwright-core from npm
   python3-distributed   # rudder.dask (bulk generation and sharded evals on Dask) and its test

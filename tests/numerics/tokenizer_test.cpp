@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <random>
 #include <unistd.h>
 
 #include <filesystem>
@@ -176,6 +177,36 @@ TEST(WordTokenizer, LoadErrorsNameFileAndLine) {
 
     file.write("<pad>\n<unk>\n");
     expect_runtime_error(load, {path, "special"});
+}
+
+// decode() as pieces: a word-level text is its words' pieces in turn (spaces between words, none after "(" nor before
+// punctuation), for every sequence of words; the mask of a WithMaskToken starts the text again.
+TEST(WordTokenizer, PiecesSpellWhatDecodeWrites) {
+    const auto tok = WordTokenizer::build({"The Eagle ( a pub ) is near the river . It 's cheap , really !"}, 1);
+    const std::optional<TokenPieces> pieces = tok.pieces();
+    ASSERT_TRUE(pieces.has_value());
+    ASSERT_EQ(pieces->kinds(), 3);
+    const auto spell = [](const TokenPieces& p, const std::vector<int64_t>& ids) {
+        std::string out;
+        int32_t kind = 0;
+        for (int64_t id : ids) {
+            out += p.text[static_cast<size_t>(kind)][static_cast<size_t>(id)];
+            kind = p.kind_after[static_cast<size_t>(id)];
+        }
+        return out;
+    };
+    std::mt19937 rng(5);
+    std::uniform_int_distribution<int64_t> word(3, tok.vocab_size() - 1);
+    for (int trial = 0; trial < 500; ++trial) {
+        std::vector<int64_t> ids(static_cast<size_t>(1 + trial % 12));
+        for (auto& id : ids) id = word(rng);
+        EXPECT_EQ(spell(*pieces, ids), tok.decode(ids.data(), static_cast<int64_t>(ids.size())));
+    }
+    const WithMaskToken masked(std::make_shared<WordTokenizer>(tok), "<mask>");
+    const std::optional<TokenPieces> with_mask = masked.pieces();
+    ASSERT_TRUE(with_mask.has_value());
+    const std::vector<int64_t> ids = {tok.id("The"), masked.mask_id(), tok.id("Eagle")};
+    EXPECT_EQ(spell(*with_mask, ids), masked.decode(ids.data(), static_cast<int64_t>(ids.size())));
 }
 
 }  // namespace

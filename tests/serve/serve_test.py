@@ -371,8 +371,35 @@ def case_sigterm_drain():
     assert any("stopping" in line for line in s.log), s.log
 
 
+def case_response_format():
+    # OpenAI's response_format adds a json_schema controller; its values are checked at their pointers. The E2E word
+    # vocabulary cannot spell JSON, which is the recipe's 400 (the served positive case is in tests/structured).
+    s = Server()
+    try:
+        for body, want in [
+            ({"recipe": QUICK, "response_format": {"type": "json_object"}},
+             "/recipe/controllers/1/params"),  # after the recipe's length controller
+            ({"recipe": QUICK, "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object"}}}},
+             "cannot spell any text that is JSON valid against the schema"),
+            ({"recipe": QUICK, "response_format": {"type": "xml"}}, "/response_format/type"),
+            ({"recipe": QUICK, "response_format": {"type": "json_schema"}}, "/response_format/json_schema"),
+            ({"recipe": QUICK, "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+             "/response_format/json_schema/schema"),
+            ({"recipe": QUICK, "response_format": {"type": "json_schema", "json_schema": {"schema": {}, "size": 1}}},
+             "/response_format/json_schema/size"),
+            ({"recipe": QUICK, "response_format": "json"}, "/response_format"),
+        ]:
+            status, _, text = s.request("POST", "/v1/generate", body)
+            assert status == 400 and want in text, (body, status, text)
+        status, _, body = s.json("POST", "/v1/generate", {"recipe": QUICK, "response_format": {"type": "text"}})
+        assert status == 200 and len(body["samples"]) == 2, (status, body)
+    finally:
+        code = s.stop()
+    assert code == 0, f"exit {code}: {''.join(s.log)}"
+
+
 if __name__ == "__main__":  # nginx_test.py imports the helpers
     {"endpoints": case_endpoints, "bad_requests": case_bad_requests, "batching": case_batching,
      "queue_and_disconnect": case_queue_and_disconnect, "left_queue": case_left_queue, "timeout": case_timeout,
-     "sigterm_drain": case_sigterm_drain}[CASE]()
+     "sigterm_drain": case_sigterm_drain, "response_format": case_response_format}[CASE]()
     print("ok:", CASE)

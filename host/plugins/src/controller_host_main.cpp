@@ -108,7 +108,10 @@ struct Child {
     InputLayout in_layout;
     View embedding;
     std::map<int64_t, std::string> token_texts;  // token_text results: valid as long as the run info
-    std::vector<std::vector<float>> denoised;    // denoise results: valid until step() returns
+    // ABI 1.3: the run's token pieces, asked of the host once per run: each kind's pieces, the kinds after.
+    std::vector<std::vector<std::string>> pieces;
+    std::vector<int32_t> piece_kind_after;
+    std::vector<std::vector<float>> denoised;  // denoise results: valid until step() returns
     std::vector<std::unique_ptr<View>> denoised_views;
 
     // Sends a service request and waits for its answer (the host answers before anything else).
@@ -191,6 +194,51 @@ struct Child {
         Reader r(reply);
         if (r.get<uint8_t>() == 0) return nullptr;
         return c.token_texts.emplace(id, r.text()).first->second.c_str();
+    }
+    // The run's token pieces from the host (kTokenPieces): at begin only how many kinds there are; the pieces
+    // themselves (megabytes for a large vocabulary) at the plugin's first call, then kept for the run.
+    int32_t ask_piece_kinds() {
+        pieces.clear();
+        piece_kind_after.clear();
+        Writer w;
+        w.put<uint8_t>(0);
+        const std::vector<char> reply = service(kTokenPieces, w);
+        Reader r(reply);
+        return std::max<int32_t>(r.get<int32_t>(), 0);
+    }
+    void fetch_pieces() {
+        Writer w;
+        w.put<uint8_t>(1);
+        const std::vector<char> reply = service(kTokenPieces, w);
+        Reader r(reply);
+        const auto kinds = r.get<int32_t>();
+        if (kinds <= 0) return;
+        const auto V = r.get<int64_t>();
+        piece_kind_after.resize(static_cast<size_t>(V));
+        for (auto& k : piece_kind_after) k = r.get<int32_t>();
+        pieces.assign(static_cast<size_t>(kinds), std::vector<std::string>(static_cast<size_t>(V)));
+        for (auto& kind : pieces)
+            for (auto& piece : kind) piece = r.text();
+    }
+    static rudder_status token_pieces(void* ctx, int32_t kind, char* bytes, size_t capacity, size_t* n_bytes,
+                                      int64_t* offsets, int32_t* kind_after) {
+        if (ctx == nullptr || n_bytes == nullptr || offsets == nullptr || (bytes == nullptr && capacity > 0))
+            return RUDDER_ERR_INVALID_ARGUMENT;
+        Child& c = of(ctx);
+        if (kind < 0 || kind >= c.run.piece_kinds) return RUDDER_ERR_INVALID_ARGUMENT;
+        if (c.pieces.empty()) c.fetch_pieces();
+        if (kind >= static_cast<int32_t>(c.pieces.size())) return RUDDER_ERR_INVALID_ARGUMENT;
+        const auto& of_kind = c.pieces[static_cast<size_t>(kind)];
+        size_t total = 0;
+        for (size_t v = 0; v < of_kind.size(); ++v) {
+            offsets[v] = static_cast<int64_t>(total);
+            if (total + of_kind[v].size() <= capacity) std::memcpy(bytes + total, of_kind[v].data(), of_kind[v].size());
+            total += of_kind[v].size();
+        }
+        offsets[of_kind.size()] = static_cast<int64_t>(total);
+        if (kind_after != nullptr) std::copy(c.piece_kind_after.begin(), c.piece_kind_after.end(), kind_after);
+        *n_bytes = total;
+        return total <= capacity ? RUDDER_OK : RUDDER_ERR_BUFFER_TOO_SMALL;
     }
     static rudder_status find_model(void* ctx, const char* name, char* out, size_t capacity, size_t* n_bytes) {
         if (ctx == nullptr || name == nullptr || n_bytes == nullptr || (out == nullptr && capacity > 0))
@@ -304,6 +352,10 @@ struct Child {
         run.candidates = static_cast<int32_t>(run_shape.candidates);
         run.forms = forms::run_forms(negotiated);
         token_texts.clear();
+        if (negotiated.abi13) {
+            run.piece_kinds = ask_piece_kinds();
+            run.token_pieces = run.piece_kinds > 0 ? &Child::token_pieces : nullptr;
+        }
         // A new run (or a new process after a crash, or a new layout): every output starts at zero.
         std::memset(shm, 0, layout.embedding.size != 0 ? layout.embedding.offset : layout.total);
         dirty = 0;

@@ -50,6 +50,7 @@ enum Msg : uint32_t {
     kTokenText = 202,
     kFindModel = 203,
     kDenoise = 204,
+    kTokenPieces = 205,  // ABI 1.3: uint8 whole -> int32 kinds [, int64 V, kinds after, every kind's pieces if whole]
     kServiceReply = 300,
 };
 

@@ -236,7 +236,7 @@ std::vector<char> RemoteController::call(uint32_t type, const Writer& request, c
                 fail(std::string(call_name) + " failed" + when + " in its process: " + message);
             }
             default: {
-                if (header.type < kTokenize || header.type > kDenoise || !serve) {
+                if (header.type < kTokenize || header.type > kTokenPieces || !serve) {
                     reap(true);
                     fail(std::string(call_name) + when + ": its process sent an unexpected message " +
                          std::to_string(header.type) + " and was stopped");

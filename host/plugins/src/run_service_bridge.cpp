@@ -31,6 +31,32 @@ void RunServiceBridge::begin_run(RunServices* services, const RunShape& shape, c
         run.embedding = embedding_view_->bind(embedding_);
     }
     run.find_model = &RunServiceBridge::find_model;
+    pieces_ = services != nullptr ? services->token_pieces() : nullptr;  // a child asks for them (kTokenPieces)
+    if (run.struct_size >= offsetof(rudder_run_info, token_pieces) + sizeof(run.token_pieces)) {
+        run.piece_kinds = pieces_ != nullptr ? static_cast<int32_t>(pieces_->text.size()) : 0;
+        run.token_pieces = pieces_ != nullptr ? &RunServiceBridge::token_pieces : nullptr;
+    }
+}
+
+rudder_status RunServiceBridge::token_pieces(void* run_ctx, int32_t kind, char* bytes, size_t capacity, size_t* n_bytes,
+                                             int64_t* offsets, int32_t* kind_after) noexcept {
+    auto* self = static_cast<RunServiceBridge*>(run_ctx);
+    if (self == nullptr || self->pieces_ == nullptr) return RUDDER_ERR_UNSUPPORTED;
+    if (n_bytes == nullptr || offsets == nullptr || (bytes == nullptr && capacity > 0) || kind < 0 ||
+        kind >= static_cast<int32_t>(self->pieces_->text.size()))
+        return RUDDER_ERR_INVALID_ARGUMENT;
+    const auto& pieces = self->pieces_->text[static_cast<size_t>(kind)];
+    size_t total = 0;
+    for (size_t v = 0; v < pieces.size(); ++v) {
+        offsets[v] = static_cast<int64_t>(total);
+        if (total + pieces[v].size() <= capacity) std::memcpy(bytes + total, pieces[v].data(), pieces[v].size());
+        total += pieces[v].size();
+    }
+    offsets[pieces.size()] = static_cast<int64_t>(total);
+    if (kind_after != nullptr)
+        std::copy(self->pieces_->kind_after.begin(), self->pieces_->kind_after.end(), kind_after);
+    *n_bytes = total;
+    return total <= capacity ? RUDDER_OK : RUDDER_ERR_BUFFER_TOO_SMALL;
 }
 
 RunServiceBridge::Call::Call(RunServiceBridge& bridge, const StepInputs* predict_step) : bridge_(bridge) {
@@ -100,6 +126,18 @@ std::vector<char> RunServiceBridge::serve(uint32_t type, isolation::Reader& r) {
                 });
             w.put<int32_t>(status);
             if (status == RUDDER_OK) w.text(text);
+            break;
+        }
+        case kTokenPieces: {
+            // The number of kinds (at begin), or every kind at once (at the plugin's first call), for the child to
+            // answer its plugin's calls from.
+            const bool whole = r.get<uint8_t>() != 0;
+            w.put<int32_t>(pieces_ != nullptr ? static_cast<int32_t>(pieces_->text.size()) : 0);
+            if (pieces_ == nullptr || !whole) break;
+            w.put<int64_t>(static_cast<int64_t>(pieces_->kind_after.size()));
+            for (int32_t k : pieces_->kind_after) w.put<int32_t>(k);
+            for (const auto& kind : pieces_->text)
+                for (const auto& piece : kind) w.text(piece);
             break;
         }
         case kTokenText: {

@@ -1,8 +1,8 @@
-// The run services a plugin calls back into during a call (tokenize, detokenize, token_text, find_model, denoise; the
-// model's directory and embedding table), over the host's RunServices. Written once for both transports: a plugin
-// in this process calls the C callbacks that begin_run() puts into its rudder_run_info; a plugin in a process of its
-// own sends requests that serve() answers through the same callbacks. No exception ever crosses into plugin code:
-// each becomes a status, and what was thrown is kept for the report (service_error()).
+// The run services a plugin calls back into during a call (tokenize, detokenize, token_text, find_model, denoise,
+// token_pieces; the model's directory and embedding table), over the host's RunServices. Written once for both
+// transports: a plugin in this process calls the C callbacks that begin_run() puts into its rudder_run_info; a plugin
+// in a process of its own sends requests that serve() answers through the same callbacks. No exception ever crosses
+// into plugin code: each becomes a status, and what was thrown is kept for the report (service_error()).
 #pragma once
 
 #include "dlpack_views.hpp"
@@ -67,6 +67,8 @@ private:
                                     size_t* n_bytes) noexcept;
     static rudder_status denoise(void* run_ctx, const char* const* conditions, int32_t n_conditions,
                                  const DLTensor** out_logits) noexcept;
+    static rudder_status token_pieces(void* run_ctx, int32_t kind, char* bytes, size_t capacity, size_t* n_bytes,
+                                      int64_t* offsets, int32_t* kind_after) noexcept;
 
     RunServices* services_ = nullptr;
     RunShape shape_;
@@ -77,6 +79,7 @@ private:
     std::string model_dir_;                                     // run_info.model_dir points here
     at::Tensor embedding_;                                      // run_info.embedding views this
     std::unique_ptr<TensorView> embedding_view_;
+    std::shared_ptr<const RunServices::TokenPieces> pieces_;  // run_info.token_pieces answers from these
 };
 
 }  // namespace rudder::plugins

@@ -24,7 +24,8 @@ constexpr uint64_t kCapabilities13 = RUDDER_CAP_COMMIT;
 constexpr uint32_t kRunInfoSize11 = offsetof(rudder_run_info, candidates);
 constexpr uint32_t kStepSize11 = offsetof(rudder_step, rows);
 constexpr uint32_t kContributionSize11 = offsetof(rudder_contribution, token_bits);
-// The structs as ABI 1.2 had them (1.3 appended to the step and the contribution only).
+// The structs as ABI 1.2 had them.
+constexpr uint32_t kRunInfoSize12 = offsetof(rudder_run_info, piece_kinds);
 constexpr uint32_t kStepSize12 = offsetof(rudder_step, proposed);
 constexpr uint32_t kContributionSize12 = offsetof(rudder_contribution, rejected);
 
@@ -33,7 +34,7 @@ struct Negotiated {
     bool abi12 = false;         // 1.2 struct sizes and members (rows; the forms it declares)
     bool abi13 = false;         // 1.3 struct sizes and members (proposed, rejected; the COMMIT phase if declared)
     uint64_t capabilities = 0;  // what the host honours: the declared bits, less those of a later minor
-    uint32_t run_info_size() const { return abi12 ? sizeof(rudder_run_info) : kRunInfoSize11; }
+    uint32_t run_info_size() const { return abi13 ? sizeof(rudder_run_info) : abi12 ? kRunInfoSize12 : kRunInfoSize11; }
     uint32_t step_size() const { return abi13 ? sizeof(rudder_step) : abi12 ? kStepSize12 : kStepSize11; }
     uint32_t contribution_size() const {
         return abi13 ? sizeof(rudder_contribution) : abi12 ? kContributionSize12 : kContributionSize11;

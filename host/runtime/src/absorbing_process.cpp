@@ -5,6 +5,7 @@
 
 #include <limits>
 
+#include "commit.hpp"
 #include "composer.hpp"
 #include "diffusion_process.hpp"
 #include "particles.hpp"
@@ -227,7 +228,8 @@ void AbsorbingLoop::step(int64_t i) {
     tick();
 }
 
-// Draws at the positions that unmask: the controlled scores of those rows only, at the temperature.
+// Draws at the positions that unmask: the controlled scores of those rows only, at the temperature; commits them
+// through the COMMIT controllers (commit.hpp), drawing again within what they allow the rows they refuse.
 void AbsorbingLoop::draw(int64_t i, at::Tensor unmask, const Combined& combined, const at::Tensor& row_logits) {
     const at::Tensor drawn_at_row = unmask.view({-1}).index_select(0, combined.rows).nonzero().squeeze(1);
     if (drawn_at_row.size(0) == 0) return;
@@ -238,24 +240,38 @@ void AbsorbingLoop::draw(int64_t i, at::Tensor unmask, const Combined& combined,
     at::Tensor scores =
         Composer::controlled(pick.defined() ? row_logits.index_select(0, pick) : row_logits, combined, pick, mask_id_);
     if (s_.temperature != 1.0) scores.div_(s_.temperature);
-    if (s_.top_k > 0 || s_.top_p < 1.0) DiscreteSampler::truncate(scores, s_.top_k, s_.top_p);
-    at::Tensor drawn;
-    try {
-        drawn = DiscreteSampler::draw(scores, run_.gen);
-    } catch (const NothingToSample& e) {
-        const int64_t position = positions[e.row].item<int64_t>();
-        throw run_.fault_at(i, position / L_, position % L_, logits_[position]);
-    }
-    at::Tensor committed = positions;
+    const bool truncates = s_.top_k > 0 || s_.top_p < 1.0;
+    // A row a COMMIT controller refuses is drawn again from its scores before truncation, within what it allows.
+    const at::Tensor untruncated = run_.composer.commits() && truncates ? scores.clone() : scores;
+    if (truncates) DiscreteSampler::truncate(scores, s_.top_k, s_.top_p);
+    const auto draw_rows = [&](const at::Tensor& rows_scores, const at::Tensor& at_positions) {
+        try {
+            return DiscreteSampler::draw(rows_scores, run_.gen);
+        } catch (const NothingToSample& e) {
+            const int64_t position = at_positions[e.row].item<int64_t>();
+            throw run_.fault_at(i, position / L_, position % L_, logits_[position]);
+        }
+    };
+    at::Tensor drawn = draw_rows(scores, positions);
+    at::Tensor committed = positions, kept;
     if (sampler_.kind() == DiscreteSampler::Kind::confidence) {
         // Of the tokens drawn, the ones the model is most confident in are kept; the rest stay masked.
-        const at::Tensor kept = sampler_.kept_rows(positions, scores, drawn, batch_, L_, i);
+        kept = sampler_.kept_rows(positions, scores, drawn, batch_, L_, i);
         committed = positions.index_select(0, kept);
         drawn = drawn.index_select(0, kept);
     }
     run_.stats.rows_drawn += positions.size(0);
-    tokens_ = tokens_.clone();
-    tokens_.view({-1}).index_copy_(0, committed, drawn);
+    const Redraw redraw = [&](const at::Tensor& which, const at::Tensor& forbidden_bits) {
+        const at::Tensor rows = kept.defined() ? kept.index_select(0, which) : which;
+        at::Tensor again = untruncated.index_select(0, rows);
+        Composer::forbid(again, forbidden_bits);
+        if (truncates) DiscreteSampler::truncate(again, s_.top_k, s_.top_p);
+        return draw_rows(again, positions.index_select(0, rows));
+    };
+    const CommitState state = [&] { return std::make_pair(tokens_, tokens_.eq(mask_id_).to(at::kByte)); };
+    const CommitOutcome outcome = commit_drawn(run_.composer, tokens_, committed, drawn, state, redraw, i,
+                                               sampler_.steps(), sampler_.t(i), sampler_.t_next(i));
+    run_.stats.redrawn += outcome.redrawn;
     stale_ = true;
 }
 

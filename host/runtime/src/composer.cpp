@@ -543,6 +543,10 @@ Composer::Guided Composer::guide(const plugins::StepInputs& in) {
     return total;
 }
 
+void Composer::forbid(at::Tensor& scores, const at::Tensor& forbidden_bits) {
+    if (forbidden_bits.defined()) copy_forbidding_bits(scores, forbidden_bits, scores);
+}
+
 at::Tensor Composer::controlled(const at::Tensor& logits, const Combined& c, const at::Tensor& pick, int64_t never_id) {
     const float neg_inf = -std::numeric_limits<float>::infinity();
     auto at_pick = [&](const at::Tensor& t) {

@@ -126,6 +126,9 @@ public:
     // get -inf; fixed positions become one-hot. Not renormalised: a draw or an argmax does not need it.
     static at::Tensor controlled(const at::Tensor& logits, const Combined& combined, const at::Tensor& pick,
                                  int64_t never_id);
+    // Sets `scores` [n, V] (float32) to -inf where `forbidden_bits` [n, ceil(V / 32)] (int32) has a bit; nothing when
+    // the bits are undefined.
+    static void forbid(at::Tensor& scores, const at::Tensor& forbidden_bits);
     // controlled() over every position of log-probabilities [B, L, V] (combined.rows undefined or all of them),
     // renormalised.
     static at::Tensor apply(const at::Tensor& logp, const Combined& combined, int64_t never_id);

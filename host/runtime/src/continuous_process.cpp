@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "commit.hpp"
 #include "composer.hpp"
 #include "diffusion_process.hpp"
 #include "particles.hpp"
@@ -195,7 +196,22 @@ at::Tensor ContinuousProcess::run(int64_t samples, ReverseRun& run) const {
     // embedding has the largest 2 x.e - |e|^2 (|x|^2 is the same for every token).
     const at::Tensor closeness = at::addmm(E.pow(2).sum(-1).neg(), x.reshape({batch * L, -1}), E.t(), 1.0, 2.0);
     run.stats.steps += steps;
-    return swarm.chosen(most_likely(Composer::controlled(closeness, last, {}, mask_id)).view({batch, L}));
+    const at::Tensor rounded = Composer::controlled(closeness, last, {}, mask_id);
+    at::Tensor tokens = most_likely(rounded).view({batch, L});
+    if (run.composer.commits()) {
+        // The COMMIT controllers see every position as free and the rounding as proposals; a position they refuse
+        // takes the nearest embedding they allow there.
+        const Redraw nearest = [&](const at::Tensor& which, const at::Tensor& forbidden_bits) {
+            at::Tensor again = rounded.index_select(0, which);
+            Composer::forbid(again, forbidden_bits);
+            return most_likely(again);
+        };
+        const CommitState state = [&] { return std::make_pair(tokens, at::Tensor()); };
+        run.stats.redrawn += commit_drawn(run.composer, tokens, every_row, tokens.reshape({-1}).clone(), state, nearest,
+                                          steps, steps, 0.0, 0.0)
+                                 .redrawn;
+    }
+    return swarm.chosen(tokens);
 }
 
 // The checks of a continuous recipe against its model.

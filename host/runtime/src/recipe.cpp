@@ -164,7 +164,18 @@ Recipe parse_recipe(const std::string& text, const std::filesystem::path& base_d
         // Well-formed text the parser still refuses, e.g. a number beyond double's range ("1e999").
         throw RecipeError({{"", std::string("not valid JSON: ") + e.what()}});
     }
-    return parse_recipe_document(doc, base_dir, limits, issues);
+    Recipe recipe = parse_recipe_document(doc, base_dir, limits, issues);
+    // Each controller's params in the text's key order: a controller may read order into them (a JSON Schema's
+    // properties are written in the order it gives them).
+    const auto ordered = nlohmann::ordered_json::parse(text, nullptr, false);
+    const auto list = ordered.is_object() ? ordered.find("controllers") : ordered.end();
+    if (list != ordered.end() && list->is_array())
+        for (auto& spec : recipe.controllers) {
+            const size_t i = std::stoul(spec.pointer.substr(spec.pointer.rfind('/') + 1));
+            if (i < list->size() && (*list)[i].is_object() && (*list)[i].contains("params"))
+                spec.params_text = (*list)[i]["params"].dump();
+        }
+    return recipe;
 }
 
 Recipe parse_recipe_document(const json& doc, const std::filesystem::path& base_dir, const RecipeLimits& limits,

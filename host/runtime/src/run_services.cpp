@@ -50,6 +50,19 @@ at::Tensor ModelServices::embedding() {
     return model_.family == Family::continuous ? model_.denoiser->embedding() : at::Tensor();
 }
 
+std::shared_ptr<const ModelServices::TokenPieces> ModelServices::token_pieces() {
+    if (!pieces_asked_) {
+        pieces_asked_ = true;
+        if (std::optional<rudder::TokenPieces> given = model_.tokenizer->pieces()) {
+            auto pieces = std::make_shared<TokenPieces>();
+            pieces->text = std::move(given->text);
+            pieces->kind_after = std::move(given->kind_after);
+            pieces_ = std::move(pieces);
+        }
+    }
+    return pieces_;
+}
+
 std::string ModelServices::find_model(const std::string& name) {
     std::error_code ec;
     return fs::absolute(resolve_model(name, base_dir_, model_path_), ec).lexically_normal().string();

@@ -6,6 +6,7 @@
 #include <rudder/plugins/plugins.hpp>
 
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,12 +29,16 @@ public:
     std::string model_dir() override;
     at::Tensor embedding() override;
     std::string find_model(const std::string& name) override;
+    // The tokenizer's pieces (Tokenizer::pieces), made on first use and kept.
+    std::shared_ptr<const TokenPieces> token_pieces() override;
 
 private:
     const Model& model_;
     std::filesystem::path base_dir_;
     std::vector<std::filesystem::path> model_path_;
     GenerationStats& stats_;
+    std::shared_ptr<const TokenPieces> pieces_;
+    bool pieces_asked_ = false;
 };
 
 }  // namespace rudder

@@ -7,6 +7,7 @@
 // estimate the step is built from.
 #include <ATen/ATen.h>
 
+#include "commit.hpp"
 #include "composer.hpp"
 #include "diffusion_process.hpp"
 #include "sampler.hpp"
@@ -108,14 +109,25 @@ at::Tensor UniformProcess::run(int64_t batch, ReverseRun& run) const {
         // probability 0): its row is the constraint alone.
         if (combined.fixed.defined())
             scores = at::where(combined.fixed.ge(0).view({-1, 1}), delta.to(scores.scalar_type()), scores);
-        at::Tensor drawn;
-        try {
-            drawn = DiscreteSampler::draw(scores, run.gen);
-        } catch (const NothingToSample& e) {
-            throw run.fault_at(i, e.row / L, e.row % L, logits[e.row]);
-        }
+        const auto draw = [&](const at::Tensor& rows_scores, const at::Tensor& rows) {
+            try {
+                return DiscreteSampler::draw(rows_scores, run.gen);
+            } catch (const NothingToSample& e) {
+                const int64_t position = rows.defined() ? rows[e.row].item<int64_t>() : e.row;
+                throw run.fault_at(i, position / L, position % L, logits[position]);
+            }
+        };
+        const at::Tensor drawn = draw(scores, at::Tensor());
         run.stats.rows_drawn += batch * L;
-        tokens = drawn.view({batch, L});
+        // Every position is drawn anew: the COMMIT controllers (commit.hpp) see them all as free.
+        const Redraw redraw = [&](const at::Tensor& which, const at::Tensor& forbidden_bits) {
+            at::Tensor again = scores.index_select(0, which);
+            Composer::forbid(again, forbidden_bits);
+            return draw(again, which);
+        };
+        const CommitState state = [&] { return std::make_pair(tokens, nothing_masked); };
+        run.stats.redrawn +=
+            commit_drawn(run.composer, tokens, all_rows, drawn, state, redraw, i, sampler.steps(), t, t_next).redrawn;
         run.tick(i + 1, t_next, best_guess);
     }
     run.stats.steps += sampler.steps();

@@ -1,6 +1,7 @@
 #include "request.hpp"
 
 #include <cstdint>
+#include <optional>
 
 #include <rudder/nn/model_files.hpp>
 #include <rudder/rudder_json.hpp>
@@ -22,6 +23,41 @@ json read_recipe_file(const fs::path& file) {
             throw RequestError{500, "the server cannot read its recipe '" + file.string() + "'", {}};
         throw RequestError{500, "the server's recipe " + what, {}};
     }
+}
+
+// OpenAI's response_format as a controller of the structured library: {"type": "json_schema", "json_schema":
+// {"name", "schema", "strict", "description"}} -> json_schema with that schema; {"type": "json_object"} -> any JSON
+// object; {"type": "text"} -> none. std::nullopt when none is asked for (or the value has issues, recorded).
+std::optional<json> response_format_controller(const json& value, std::vector<RecipeIssue>& issues) {
+    json_input::ObjectReader r(value, "/response_format", issues);
+    const auto type = r.text("type", json_input::kRequired);
+    const auto spec = r.object("json_schema");
+    r.reject_unknown_keys();
+    if (!type) return std::nullopt;
+    if (*type == "text") {
+        if (spec) r.issue("json_schema", "only with \"type\": \"json_schema\"");
+        return std::nullopt;
+    }
+    if (*type == "json_object") {
+        if (spec) r.issue("json_schema", "only with \"type\": \"json_schema\"");
+        return json{{"plugin", "json_schema"}, {"params", {{"schema", {{"type", "object"}}}}}};
+    }
+    if (*type != "json_schema") {
+        r.issue("type", "expected \"json_schema\", \"json_object\" or \"text\", got '" + *type + "'");
+        return std::nullopt;
+    }
+    if (!spec) {
+        r.issue("json_schema", "\"type\": \"json_schema\" needs {\"schema\": {...}}");
+        return std::nullopt;
+    }
+    json_input::ObjectReader s(*spec, r.pointer("json_schema"), issues);
+    const auto schema = s.object("schema", json_input::kRequired);
+    s.text("name");
+    s.text("description");
+    s.boolean("strict");  // OpenAI's switch for exactness: here the schema is always held exactly
+    s.reject_unknown_keys();
+    if (!schema) return std::nullopt;
+    return json{{"plugin", "json_schema"}, {"params", {{"schema", *schema}}}};
 }
 
 }  // namespace
@@ -77,7 +113,16 @@ GenerateRequest read_request(const std::string& body, const ServerOptions& optio
     const auto max_length = r.integer("max_length", 1, options.limits.max_length);
     const json params = r.object("params").value_or(json::object());
     out.stream = r.boolean("stream").value_or(false);
+    const json* response_format = r.any("response_format");
     r.reject_unknown_keys();
+    if (response_format != nullptr) {
+        const std::optional<json> controller = response_format_controller(*response_format, issues);
+        if (controller && out.recipe.is_object()) {
+            if (!out.recipe.contains("controllers")) out.recipe["controllers"] = json::array();
+            // A malformed controllers value is the recipe's issue, reported when it is parsed.
+            if (out.recipe["controllers"].is_array()) out.recipe["controllers"].push_back(*controller);
+        }
+    }
     if (out.recipe.is_object()) {
         if (seed) out.recipe["seed"] = *seed;
         // A recipe's seed that is not a valid one is an issue parse_recipe_document reports.

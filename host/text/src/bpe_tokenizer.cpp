@@ -497,29 +497,41 @@ std::vector<int64_t> BpeTokenizer::encode(std::string_view raw) const {
         [&](std::string_view plain, std::vector<int64_t>& out) { model_->encode_plain(plain, out); });
 }
 
-std::string BpeTokenizer::decode(const int64_t* ids, int64_t n) const {
+std::string BpeTokenizer::token_bytes(int64_t id) const {
     const ByteAlphabet& alphabet = byte_alphabet();
+    const std::string& text = token(id);
+    if (model_->is_added[static_cast<size_t>(id)]) return text;
+    std::string bytes;
+    for (size_t i = 0; i < text.size();) {
+        const size_t start = i;
+        const uint32_t cp = next_code_point(text, i);
+        const auto found = alphabet.byte_of.find(cp);
+        // A character outside the byte alphabet (not in GPT-2's or Qwen's files) stands for itself.
+        if (found != alphabet.byte_of.end()) {
+            bytes += static_cast<char>(found->second);
+        } else {
+            bytes.append(text, start, i - start);
+        }
+    }
+    return bytes;
+}
+
+std::string BpeTokenizer::decode(const int64_t* ids, int64_t n) const {
     std::string bytes;
     for (int64_t k = 0; k < n; ++k) {
         if (model_->pad >= 0 && ids[k] == model_->pad) break;
-        const std::string& text = token(ids[k]);
-        if (model_->is_added[static_cast<size_t>(ids[k])]) {
-            bytes += text;
-            continue;
-        }
-        for (size_t i = 0; i < text.size();) {
-            const size_t start = i;
-            const uint32_t cp = next_code_point(text, i);
-            const auto found = alphabet.byte_of.find(cp);
-            // A character outside the byte alphabet (not in GPT-2's or Qwen's files) stands for itself.
-            if (found != alphabet.byte_of.end()) {
-                bytes += static_cast<char>(found->second);
-            } else {
-                bytes.append(text, start, i - start);
-            }
-        }
+        bytes += token_bytes(ids[k]);
     }
     return replace_invalid_utf8(bytes);
+}
+
+std::optional<TokenPieces> BpeTokenizer::pieces() const {
+    TokenPieces out;
+    out.text.resize(1);
+    out.text[0].reserve(static_cast<size_t>(vocab_size()));
+    for (int64_t v = 0; v < vocab_size(); ++v) out.text[0].push_back(token_bytes(v));
+    out.kind_after.assign(static_cast<size_t>(vocab_size()), 0);
+    return out;
 }
 
 int64_t BpeTokenizer::vocab_size() const { return static_cast<int64_t>(model_->tokens.size()); }

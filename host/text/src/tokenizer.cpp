@@ -181,6 +181,20 @@ std::string WordTokenizer::decode(const int64_t* ids, int64_t n) const {
     return text;
 }
 
+std::optional<TokenPieces> WordTokenizer::pieces() const {
+    TokenPieces out;
+    out.text.assign(3, std::vector<std::string>(tokens_.size()));
+    out.kind_after.resize(tokens_.size());
+    for (size_t v = 0; v < tokens_.size(); ++v) {
+        const std::string& word = tokens_[v];
+        out.text[0][v] = word;
+        out.text[1][v] = attaches_left(word) ? word : " " + word;
+        out.text[2][v] = word;
+        out.kind_after[v] = word == "(" ? 2 : 1;
+    }
+    return out;
+}
+
 const std::string& WordTokenizer::token(int64_t id) const {
     if (id < 0 || id >= vocab_size()) {
         throw std::out_of_range("token id " + std::to_string(id) + " out of range [0, " + std::to_string(vocab_size()) +
@@ -210,6 +224,14 @@ std::string WithMaskToken::decode(const int64_t* ids, int64_t n) const {
         start = i + 1;
     }
     return text;
+}
+
+std::optional<TokenPieces> WithMaskToken::pieces() const {
+    std::optional<TokenPieces> out = tokenizer_->pieces();
+    if (!out) return out;
+    for (auto& kind : out->text) kind.push_back(mask_text_);
+    out->kind_after.push_back(0);  // decode() starts the tokenizer again after a mask
+    return out;
 }
 
 const std::string& WithMaskToken::token(int64_t id) const {

@@ -438,24 +438,39 @@ std::vector<int64_t> WordPieceTokenizer::encode(std::string_view raw) const {
         [&](std::string_view plain, std::vector<int64_t>& out) { model_->encode_plain(plain, out); });
 }
 
+std::string WordPieceTokenizer::piece(int64_t id, bool first) const {
+    const std::string& text = token(id);
+    // Hugging Face's WordPiece decoder, token by token: the first as it is, then a continuation without its prefix and
+    // any other token after a space; the clean-up applies to each token so made.
+    std::string piece;
+    if (first) {
+        piece = text;
+    } else if (model_->wordpiece_decoder &&
+               text.compare(0, model_->decoder_prefix.size(), model_->decoder_prefix) == 0) {
+        piece = text.substr(model_->decoder_prefix.size());
+    } else {
+        piece = " " + text;
+    }
+    return model_->cleanup ? clean_up(std::move(piece)) : piece;
+}
+
 std::string WordPieceTokenizer::decode(const int64_t* ids, int64_t n) const {
     std::string out;
     for (int64_t k = 0; k < n; ++k) {
         if (model_->pad >= 0 && ids[k] == model_->pad) break;
-        const std::string& text = token(ids[k]);
-        // Hugging Face's WordPiece decoder, token by token: the first as it is, then a continuation without its
-        // prefix and any other token after a space; the clean-up applies to each token so made.
-        std::string piece;
-        if (k == 0) {
-            piece = text;
-        } else if (model_->wordpiece_decoder &&
-                   text.compare(0, model_->decoder_prefix.size(), model_->decoder_prefix) == 0) {
-            piece = text.substr(model_->decoder_prefix.size());
-        } else {
-            piece = " " + text;
-        }
-        out += model_->cleanup ? clean_up(std::move(piece)) : piece;
+        out += piece(ids[k], k == 0);
     }
+    return out;
+}
+
+std::optional<TokenPieces> WordPieceTokenizer::pieces() const {
+    TokenPieces out;
+    out.text.assign(2, std::vector<std::string>(static_cast<size_t>(vocab_size())));
+    for (int64_t v = 0; v < vocab_size(); ++v) {
+        out.text[0][static_cast<size_t>(v)] = piece(v, true);
+        out.text[1][static_cast<size_t>(v)] = piece(v, false);
+    }
+    out.kind_after.assign(static_cast<size_t>(vocab_size()), 1);
     return out;
 }
 

@@ -48,6 +48,7 @@
 #include <exception>
 #include <memory>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -428,6 +429,39 @@ public:
         }
         if (st != RUDDER_OK) throw Error("no model '" + name + "' (see the host's message)", st);
         out.resize(len);
+        return out;
+    }
+    // ABI 1.3: the run's text as its tokens' pieces (rudder_run_info.token_pieces): text[k][v] is what token v adds
+    // after a token that left kind k (0 at the start), and v leaves kind_after[v]. std::nullopt when the host has none
+    // for this tokenizer (or predates 1.3).
+    struct TokenPieces {
+        std::vector<std::vector<std::string>> text;
+        std::vector<int32_t> kind_after;
+    };
+    std::optional<TokenPieces> token_pieces() const {
+        if (!has(offsetof(rudder_run_info, token_pieces) + sizeof(info_->token_pieces)) ||
+            info_->token_pieces == nullptr || info_->piece_kinds <= 0)
+            return std::nullopt;
+        const auto V = static_cast<size_t>(info_->vocab_size);
+        TokenPieces out;
+        out.kind_after.resize(V);
+        std::vector<int64_t> offsets(V + 1);
+        std::vector<char> bytes;
+        for (int32_t k = 0; k < info_->piece_kinds; ++k) {
+            size_t n = 0;
+            rudder_status st = info_->token_pieces(info_->run_ctx, k, bytes.data(), bytes.size(), &n, offsets.data(),
+                                                   out.kind_after.data());
+            if (st == RUDDER_ERR_BUFFER_TOO_SMALL) {
+                bytes.resize(n);
+                st = info_->token_pieces(info_->run_ctx, k, bytes.data(), bytes.size(), &n, offsets.data(),
+                                         out.kind_after.data());
+            }
+            if (st != RUDDER_OK) throw Error("the host could not give the token pieces", st);
+            std::vector<std::string> kind(V);
+            for (size_t v = 0; v < V; ++v)
+                kind[v].assign(bytes.data() + offsets[v], static_cast<size_t>(offsets[v + 1] - offsets[v]));
+            out.text.push_back(std::move(kind));
+        }
         return out;
     }
 

@@ -264,6 +264,21 @@ typedef struct rudder_run_info {
      * RUDDER_CAP_ROWS is set here (and the step has rows); x0_logits is NULL when RUDDER_CAP_IGNORES_X0 is. A 1.3
      * host also sets RUDDER_CAP_COMMIT here for a controller it will call in the COMMIT phase. */
     uint64_t forms;
+
+    /* ABI 1.3: read only if struct_size covers them (a 1.2 host has not). The run's text as pieces of its tokens, for a
+     * controller that follows the text through an automaton (docs/abi.md, "Token pieces"): decoding ids up to the
+     * first pad writes, for each token v in turn, piece(k, v), k the kind the token before it left (0 at the start of
+     * the text), and v leaves kind kind_after(v). `piece_kinds` kinds (a byte-level BPE has 1; a word-level decoder,
+     * which puts spaces between words, 3); 0, and token_pieces NULL, when the tokenizer's decoding is not such a
+     * concatenation. */
+    int32_t piece_kinds;
+    /* For kind `kind` in [0, piece_kinds): writes every token's piece into `bytes` (no NUL; at most `capacity`
+     * bytes), piece v being bytes[offsets[v], offsets[v + 1]) (`offsets`: vocab_size + 1 entries), and each token's
+     * kind after into `kind_after` (vocab_size entries; may be NULL); `*n_bytes` gets the bytes needed. Returns
+     * RUDDER_ERR_BUFFER_TOO_SMALL when they did not fit (offsets and kinds are written anyway: call again with
+     * *n_bytes). Any call of the controller's, from its thread; the same answer for the whole run. */
+    rudder_status (*token_pieces)(void* run_ctx, int32_t kind, char* bytes, size_t capacity, size_t* n_bytes,
+                                  int64_t* offsets, int32_t* kind_after);
 } rudder_run_info;
 
 /* ---------------------------------------------------------------------------------------------------------

@@ -129,6 +129,13 @@ public:
     virtual std::string find_model(const std::string& name) {
         throw std::runtime_error("this host cannot look up model '" + name + "'");
     }
+    // ABI 1.3: the decoded text as pieces of its tokens (rudder_run_info.token_pieces): `text` [kinds][V], each token's
+    // `kind_after` [V]; nullptr when the tokenizer's decoding is not such a concatenation. The same for the whole run.
+    struct TokenPieces {
+        std::vector<std::vector<std::string>> text;
+        std::vector<int32_t> kind_after;
+    };
+    virtual std::shared_ptr<const TokenPieces> token_pieces() { return nullptr; }
 };
 
 // What a controller wrote; undefined tensors were not written. Tensors are on the run's device. "[B, L | N, ...]":

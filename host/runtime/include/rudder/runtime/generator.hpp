@@ -79,6 +79,7 @@ struct GenerationStats {
     int64_t steps = 0;               // reverse steps taken
     int64_t remasked = 0;            // committed tokens masked again (the analytic sampler's "remask")
     int64_t rows_drawn = 0;          // discrete: positions a token was drawn at, over all steps and sequences
+    int64_t redrawn = 0;             // rows drawn again because a COMMIT controller (ABI 1.3) refused their first draw
     int64_t resamplings = 0;         // continuous: steps at which particles were resampled (guidance.particles)
     int64_t denoised_sequences = 0;  // sequences the network evaluated, for the loop and for controllers (cfg): each
                                      // call's batch size, summed (per sample: / samples)

@@ -71,6 +71,9 @@ struct ControllerSpec {
     // (with a warning; its verdicts say "dropped") and the run goes on without it.
     std::string on_failure = "fail";
     nlohmann::json params = nlohmann::json::object();
+    // The params as the recipe text writes them, keys in its order (`params` sorts them): what the plugin is given.
+    // Empty for a recipe read from a parsed document (parse_recipe_document), which has lost the order.
+    std::string params_text;
     std::string pointer;  // "/controllers/<i>", for messages
 };
 

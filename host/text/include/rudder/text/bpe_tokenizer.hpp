@@ -59,6 +59,8 @@ public:
     int64_t unk_id() const override;
     int64_t mask_id() const override;
     std::string type() const override { return "bpe"; }
+    // One kind: each token's bytes (an added token's text as it is).
+    std::optional<TokenPieces> pieces() const override;
 
     // The id of a token as the file writes it; -1 if there is none.
     int64_t id(const std::string& token) const;
@@ -68,6 +70,9 @@ public:
 
 private:
     explicit BpeTokenizer(std::unique_ptr<Model> model);
+    // The bytes token `id` decodes to: its characters mapped back through the byte alphabet (an added token's text
+    // as it is).
+    std::string token_bytes(int64_t id) const;
     std::unique_ptr<Model> model_;
 };
 

@@ -5,12 +5,23 @@
 #include <istream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
 namespace rudder {
+
+// The decoded text of a token sequence as the concatenation of per-token pieces: token v adds `text[k][v]` after a
+// token that left kind k (kind 0 at the start of the text) and leaves kind `kind_after[v]`. A word-level decoder puts
+// spaces between words but not after "(" nor before punctuation: three kinds; a byte-level BPE decoder has one. For
+// the structured-output controllers, which follow the text a sequence spells through an automaton.
+struct TokenPieces {
+    std::vector<std::vector<std::string>> text;  // [kinds][vocab_size]
+    std::vector<int32_t> kind_after;             // [vocab_size]
+    int32_t kinds() const { return static_cast<int32_t>(text.size()); }
+};
 
 class Tokenizer {
 public:
@@ -28,6 +39,10 @@ public:
     virtual int64_t mask_id() const = 0;
     // The "type" written to config.json ("word", "bpe").
     virtual std::string type() const = 0;
+    // decode() as pieces (TokenPieces): for ids before the first pad, decode(ids) is the concatenation of their pieces
+    // in turn, as long as it is valid UTF-8 (a byte-level BPE decode replaces invalid sequences). std::nullopt for a
+    // tokenizer whose decoding is not such a concatenation.
+    virtual std::optional<TokenPieces> pieces() const { return std::nullopt; }
 };
 
 // Word-level tokenizer, as Diffusion-LM used on E2E: words and punctuation marks are separate tokens, case is
@@ -65,6 +80,9 @@ public:
     int64_t unk_id() const override { return 1; }
     int64_t mask_id() const override { return 2; }
     std::string type() const override { return "word"; }
+    // Kinds: 0 at the start, 1 after a word (a space before the next, unless it attaches left: punctuation, "'s"),
+    // 2 after "(" (no space).
+    std::optional<TokenPieces> pieces() const override;
 
 private:
     explicit WordTokenizer(std::vector<std::string> tokens);
@@ -90,6 +108,8 @@ public:
     int64_t unk_id() const override { return tokenizer_->unk_id(); }
     int64_t mask_id() const override { return tokenizer_->vocab_size(); }
     std::string type() const override { return tokenizer_->type(); }
+    // The tokenizer's, and the mask as `mask_text`, after which the text goes on as at its start.
+    std::optional<TokenPieces> pieces() const override;
 
 private:
     std::shared_ptr<const Tokenizer> tokenizer_;

@@ -62,6 +62,9 @@ public:
     int64_t unk_id() const override;
     int64_t mask_id() const override;
     std::string type() const override { return "wordpiece"; }
+    // Kinds: 0 at the start (the token as it is), 1 after a token (a continuation without its prefix, any other after
+    // a space), each cleaned up as decode() does.
+    std::optional<TokenPieces> pieces() const override;
 
     // The id of a token as the file writes it; -1 if there is none.
     int64_t id(const std::string& token) const;
@@ -71,6 +74,8 @@ public:
 
 private:
     explicit WordPieceTokenizer(std::unique_ptr<Model> model);
+    // The text token `id` adds to a decoded text, first or after another token.
+    std::string piece(int64_t id, bool first) const;
     std::unique_ptr<Model> model_;
 };
 

@@ -1,0 +1,355 @@
+// regex and json_schema: the sample's text matches a regular expression as a whole, or is JSON that validates
+// against a JSON Schema (docs/structured-output.md). Both compile their language to a byte automaton
+// (rudder_grammar), read it token by token through the run's tokenizer pieces (ABI 1.3), and hold it exactly: at
+// each PREDICT step every row may take only tokens that some completion of the other free positions accepts
+// (positions still masked, and the step's rows, are free), and at each COMMIT they keep, of the tokens the host drew,
+// the ones that fit together, and say what the others may take instead. So no sampler, however many positions it
+// unmasks in one step, commits a text that cannot end in the language.
+#include <rudder/grammar/completion.hpp>
+#include <rudder/grammar/dfa.hpp>
+#include <rudder/grammar/json_schema.hpp>
+#include <rudder/grammar/regex.hpp>
+#include <rudder/grammar/token_automaton.hpp>
+#include <rudder/rudder_controller.hpp>
+
+#include <algorithm>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "../common/params.hpp"
+
+namespace {
+
+using rudder::grammar::Completion;
+using rudder::grammar::Dfa;
+using rudder::grammar::TokenAutomaton;
+
+// The shortest text the automaton accepts, for messages (breadth-first over bytes).
+std::string shortest_text(const Dfa& dfa) {
+    std::vector<int32_t> parent(static_cast<size_t>(dfa.size()), -2);
+    std::vector<uint8_t> via(static_cast<size_t>(dfa.size()), 0);
+    std::deque<int32_t> queue{dfa.start()};
+    parent[static_cast<size_t>(dfa.start())] = -1;
+    while (!queue.empty()) {
+        const int32_t s = queue.front();
+        queue.pop_front();
+        if (dfa.accepting(s)) {
+            std::string text;
+            for (int32_t at = s; parent[static_cast<size_t>(at)] >= 0; at = parent[static_cast<size_t>(at)])
+                text.insert(text.begin(), static_cast<char>(via[static_cast<size_t>(at)]));
+            return text;
+        }
+        for (int b = 0; b < 256; ++b) {
+            const int32_t t = dfa.next(s, static_cast<uint8_t>(b));
+            if (t == Dfa::kDead || parent[static_cast<size_t>(t)] != -2) continue;
+            parent[static_cast<size_t>(t)] = s;
+            via[static_cast<size_t>(t)] = static_cast<uint8_t>(b);
+            queue.push_back(t);
+        }
+    }
+    return "";
+}
+
+// The vocabulary's tries, built once per vocabulary in the process and shared by every instance and run over it
+// (151,936 tokens take a few hundred milliseconds to sort into tries).
+std::shared_ptr<const rudder::grammar::Vocabulary> shared_vocabulary(rudder::grammar::Pieces pieces) {
+    static std::mutex mutex;
+    static std::vector<std::weak_ptr<const rudder::grammar::Vocabulary>> known;
+    const std::lock_guard<std::mutex> lock(mutex);
+    for (auto it = known.begin(); it != known.end();) {
+        auto v = it->lock();
+        if (v == nullptr) {
+            it = known.erase(it);
+            continue;
+        }
+        const auto& p = v->pieces();
+        if (p.text == pieces.text && p.kind_after == pieces.kind_after && p.end_token == pieces.end_token &&
+            p.never == pieces.never)
+            return v;
+        ++it;
+    }
+    auto made = std::make_shared<const rudder::grammar::Vocabulary>(std::move(pieces));
+    known.push_back(made);
+    return made;
+}
+
+// What both controllers share: the automaton, and the steps.
+class Structured : public rudder::Controller {
+public:
+    void begin(const rudder_run_info& run) override {
+        Controller::begin(run);
+        rudder::grammar::Pieces pieces = run_pieces(run);
+        // begin() comes once per batch: the automaton (and the transitions it found) outlives runs of one vocabulary.
+        std::shared_ptr<const rudder::grammar::Vocabulary> vocabulary = shared_vocabulary(std::move(pieces));
+        if (automaton_ == nullptr || &automaton_->vocabulary() != vocabulary.get()) {
+            automaton_ = std::make_unique<TokenAutomaton>(dfa_, std::move(vocabulary));
+            const std::optional<int64_t> shortest = automaton_->shortest();
+            if (!shortest) {
+                const std::string example = shortest_text(*dfa_);
+                throw rudder::Error(
+                    "this model's tokenizer cannot spell any text " + what_ +
+                        (example.empty() ? std::string(" (it matches no text at all)")
+                                         : " (it matches texts such as \"" + example +
+                                               "\", which no sequence of the model's tokens decodes to)"),
+                    RUDDER_ERR_UNSUPPORTED);
+            }
+            shortest_ = *shortest;
+        }
+        if (shortest_ > run.seq_len)
+            throw rudder::Error("the shortest text " + what_ + " takes " + std::to_string(shortest_) +
+                                " tokens of this model's tokenizer; the run has " + std::to_string(run.seq_len) +
+                                " positions (max_length)");
+        completion_ = std::make_unique<Completion>(*automaton_);
+        all_free_.clear();
+    }
+
+    void step(const rudder_step& step, rudder_contribution& out) override {
+        if (step.phase == RUDDER_PHASE_PREDICT) predict(step, out);
+    }
+
+    // Of the tokens the host drew, the ones that fit together in position order are kept; every row gets what it may
+    // take given the kept ones.
+    void commit(const rudder_step& step, rudder_contribution& out) override {
+        const rudder_run_info& run = run_.info();
+        const rudder::Rows rows(step, run);
+        const rudder::View<const int64_t> proposed(step.proposed);
+        rudder::View<uint8_t> rejected(out.rejected);
+        rudder::RowView<uint32_t> bits(out.token_bits);
+        out.written |= RUDDER_WROTE_REJECTED | RUDDER_WROTE_ALLOWED_BITS;
+        for (const auto& [b, group] : by_sequence(rows)) {
+            const auto& [indices, positions] = group;
+            std::vector<int64_t> tokens(indices.size());
+            for (size_t k = 0; k < indices.size(); ++k) tokens[k] = proposed(indices[k]);
+            const std::vector<bool> refused = completion_->accept(holes(step, b, positions), positions, tokens);
+            fail_if_impossible(b);
+            for (size_t k = 0; k < indices.size(); ++k) {
+                rejected(indices[k]) = refused[k] ? 1 : 0;
+                completion_->allowed(positions[k], bits[indices[k]]);
+            }
+        }
+    }
+
+    void evaluate(const rudder_sample& sample, rudder_verdict& verdict) override {
+        const std::string text = sample.text != nullptr ? sample.text : "";
+        verdict.satisfied = dfa_->matches(text) ? 1 : 0;
+    }
+
+protected:
+    const Dfa& dfa() const { return *dfa_; }
+    // `what`: how messages name the language ("matching the pattern ...").
+    void set_language(std::shared_ptr<const Dfa> dfa, std::string what) {
+        dfa_ = std::move(dfa);
+        what_ = std::move(what);
+    }
+
+private:
+    static rudder::grammar::Pieces run_pieces(const rudder_run_info& run) {
+        std::optional<rudder::Run::TokenPieces> given = rudder::Run(&run).token_pieces();
+        if (!given)
+            throw rudder::Error(
+                "this model's tokenizer does not decode a text as the concatenation of its tokens' "
+                "texts, which structured output follows",
+                RUDDER_ERR_UNSUPPORTED);
+        rudder::grammar::Pieces pieces;
+        pieces.text = std::move(given->text);
+        pieces.kind_after = std::move(given->kind_after);
+        pieces.end_token = run.pad_id;
+        if (run.family == RUDDER_FAMILY_DISCRETE && run.mask_id >= 0) pieces.never.push_back(run.mask_id);
+        return pieces;
+    }
+
+    // The sequence of batch row b as the completion reads it: the masked positions and the step's rows are free.
+    std::vector<int64_t> holes(const rudder_step& step, int64_t b, const std::vector<int64_t>& free_positions) const {
+        const rudder_run_info& run = run_.info();
+        std::vector<int64_t> seq(static_cast<size_t>(run.seq_len), Completion::kFree);
+        if (run.family == RUDDER_FAMILY_DISCRETE && step.tokens != nullptr) {
+            const rudder::View<const int64_t> tokens(step.tokens);
+            for (int64_t i = 0; i < run.seq_len; ++i) seq[static_cast<size_t>(i)] = tokens(b, i);
+            if (step.masked != nullptr) {
+                const rudder::View<const uint8_t> masked(step.masked);
+                for (int64_t i = 0; i < run.seq_len; ++i)
+                    if (masked(b, i) != 0) seq[static_cast<size_t>(i)] = Completion::kFree;
+            }
+        }
+        for (int64_t i : free_positions) seq[static_cast<size_t>(i)] = Completion::kFree;
+        return seq;
+    }
+
+    // Rows grouped by their sequence: b -> (row indices, positions).
+    static std::map<int64_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> by_sequence(
+        const rudder::Rows& rows) {
+        std::map<int64_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> out;
+        for (int64_t r = 0; r < rows.size(); ++r) {
+            auto& [indices, positions] = out[rows.batch(r)];
+            indices.push_back(r);
+            positions.push_back(rows.position(r));
+        }
+        return out;
+    }
+
+    void fail_if_impossible(int64_t b) const {
+        if (!completion_->possible())
+            throw rudder::Error("the tokens in place in sample " + std::to_string(b) +
+                                " of the batch (other controllers' fixed tokens, or tokens placed before) leave no "
+                                "completion " +
+                                what_);
+    }
+
+    void predict(const rudder_step& step, rudder_contribution& out) {
+        const rudder_run_info& run = run_.info();
+        const rudder::Rows rows(step, run);
+        rudder::RowView<uint32_t> bits(out.token_bits);
+        out.written |= RUDDER_WROTE_ALLOWED_BITS;
+        const bool all_free = run.family != RUDDER_FAMILY_DISCRETE;  // the continuous family places nothing
+        for (const auto& [b, group] : by_sequence(rows)) {
+            const auto& [indices, positions] = group;
+            if (all_free) {
+                allowed_when_all_free(indices, positions, bits);
+                continue;
+            }
+            completion_->set(holes(step, b, positions));
+            fail_if_impossible(b);
+            for (size_t k = 0; k < indices.size(); ++k) completion_->allowed(positions[k], bits[indices[k]]);
+        }
+    }
+
+    // With every position free, each position's allowed tokens are the same at every step: computed once per run.
+    void allowed_when_all_free(const std::vector<int64_t>& indices, const std::vector<int64_t>& positions,
+                               rudder::RowView<uint32_t>& bits) {
+        const size_t words = rudder::grammar::token_words(run_.info().vocab_size);
+        if (all_free_.empty()) {
+            completion_->set(std::vector<int64_t>(static_cast<size_t>(run_.info().seq_len), Completion::kFree));
+            all_free_.assign(static_cast<size_t>(run_.info().seq_len) * words, 0);
+            for (int64_t i = 0; i < run_.info().seq_len; ++i)
+                completion_->allowed(i, all_free_.data() + static_cast<size_t>(i) * words);
+        }
+        for (size_t k = 0; k < indices.size(); ++k)
+            std::copy_n(all_free_.data() + static_cast<size_t>(positions[k]) * words, words, bits[indices[k]]);
+    }
+
+    std::shared_ptr<const Dfa> dfa_;
+    std::string what_;
+    std::unique_ptr<TokenAutomaton> automaton_;
+    int64_t shortest_ = 0;
+    std::unique_ptr<Completion> completion_;
+    std::vector<uint32_t> all_free_;  // [L, W]: every position free (the continuous family)
+};
+
+class Regex final : public Structured {
+public:
+    Regex(const rudder_host&, std::string_view params_json) {
+        rudder::Params p(params_json);
+        const std::string pattern = p->text("pattern", rudder::json_input::kRequired).value_or("");
+        p.finish();
+        try {
+            set_language(std::make_shared<const Dfa>(rudder::grammar::compile_regex(pattern)), "matching the pattern");
+        } catch (const rudder::grammar::RegexError& e) {
+            throw rudder::Error("/pattern: at byte " + std::to_string(e.offset) + ": " + e.what());
+        } catch (const rudder::grammar::LimitError& e) {
+            throw rudder::Error(std::string("/pattern: ") + e.what());
+        }
+    }
+};
+
+class JsonSchema final : public Structured {
+public:
+    JsonSchema(const rudder_host&, std::string_view params_json) {
+        rudder::Params p(params_json);
+        const bool inline_schema = p->object("schema").has_value();
+        const std::optional<std::string> file = p->text("schema_file");
+        p.finish();
+        if (inline_schema == file.has_value())
+            throw rudder::Error("give the schema as \"schema\" (an object) or \"schema_file\" (a path), one of them");
+        // Read again keeping the keys' order: properties are written in the order the schema gives them.
+        nlohmann::ordered_json schema;
+        std::string where = "/schema";
+        if (file) {
+            schema = read_schema(*file);
+            where = "/schema_file ('" + *file + "')";
+        } else {
+            schema = nlohmann::ordered_json::parse(params_json)["schema"];
+        }
+        try {
+            set_language(std::make_shared<const Dfa>(rudder::grammar::compile_json_schema(schema)),
+                         "that is JSON valid against the schema");
+        } catch (const rudder::grammar::SchemaError& e) {
+            throw rudder::Error(where + (e.pointer.empty() ? "" : " at " + e.pointer) + ": " + e.what());
+        } catch (const rudder::grammar::LimitError& e) {
+            throw rudder::Error(where + ": " + e.what());
+        }
+        schema_ = std::move(schema);
+    }
+
+    // Valid JSON that validates, however it is spaced and ordered: the text parsed, written as the automaton's
+    // language writes it (canonical_json), and matched.
+    void evaluate(const rudder_sample& sample, rudder_verdict& verdict) override {
+        nlohmann::ordered_json instance;
+        try {
+            instance = nlohmann::ordered_json::parse(sample.text != nullptr ? sample.text : "");
+        } catch (const std::exception&) {
+            verdict.satisfied = 0;
+            detail_ = R"({"json": false})";
+            verdict.detail = detail_.c_str();
+            return;
+        }
+        try {
+            verdict.satisfied = dfa().matches(rudder::grammar::canonical_json(instance, schema_)) ? 1 : 0;
+        } catch (const std::invalid_argument&) {  // nested deeper than the automaton's language reaches
+            verdict.satisfied = 0;
+        }
+    }
+
+private:
+    static nlohmann::ordered_json read_schema(const std::string& file) {
+        std::ifstream in(file, std::ios::binary);
+        if (!in) throw rudder::Error("/schema_file: cannot read '" + file + "'");
+        std::ostringstream text;
+        text << in.rdbuf();
+        try {
+            rudder::json_input::parse(text.str());  // refuses duplicate keys and deep nesting
+            return nlohmann::ordered_json::parse(text.str());
+        } catch (const std::exception& e) {
+            throw rudder::Error("/schema_file: '" + file + "' is not valid JSON: " + e.what());
+        }
+    }
+
+    nlohmann::ordered_json schema_;
+    std::string detail_;
+};
+
+constexpr uint64_t kCapabilities = RUDDER_CAP_HARD_CONSTRAINT | RUDDER_CAP_ROWS | RUDDER_CAP_PACKED_MASK |
+                                   RUDDER_CAP_IGNORES_X0 | RUDDER_CAP_COMMIT | RUDDER_CAP_EVALUATE;
+
+}  // namespace
+
+static const char kRegexSchema[] = R"schema({
+  "type": "object",
+  "properties": {
+    "pattern": { "type": "string", "description": "the text must match it as a whole (docs/structured-output.md)" }
+  },
+  "required": ["pattern"], "additionalProperties": false
+})schema";
+
+static const char kJsonSchemaSchema[] = R"schema({
+  "type": "object",
+  "properties": {
+    "schema": { "type": "object", "description": "the JSON Schema the text must validate against" },
+    "schema_file": { "type": "string", "description": "or a file holding it (relative to the working directory)" }
+  },
+  "additionalProperties": false
+})schema";
+
+RUDDER_CONTROLLER(regex_desc, Regex, "regex", "1.0.0",
+                  "the text matches a regular expression as a whole (hard constraint, exact)", kRegexSchema,
+                  kCapabilities)
+RUDDER_CONTROLLER(json_schema_desc, JsonSchema, "json_schema", "1.0.0",
+                  "the text is JSON valid against a JSON Schema (hard constraint, exact)", kJsonSchemaSchema,
+                  kCapabilities)
+RUDDER_PLUGIN("rudder-structured", &regex_desc, &json_schema_desc)
