@@ -1,7 +1,11 @@
 #include <rudder/nn/model_files.hpp>
 
-#include <fstream>
-#include <sstream>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 
 #include <rudder/rudder_json.hpp>
 
@@ -9,13 +13,37 @@ namespace rudder {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+namespace {
+
+// A regular file's bytes. Opened without blocking and read only when it is a regular file: a FIFO or a device in its
+// place would block the load, or never end.
+std::string read_regular_file(const fs::path& file) {
+    const int fd = ::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) throw ModelError("cannot read '" + file.string() + "'");
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        ::close(fd);
+        throw ModelError("'" + file.string() + "' is not a regular file");
+    }
+    std::string text;
+    char buffer[1 << 16];
+    ssize_t n;
+    while ((n = ::read(fd, buffer, sizeof buffer)) != 0) {
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) break;
+        text.append(buffer, static_cast<size_t>(n));
+    }
+    ::close(fd);
+    if (n < 0) throw ModelError("cannot read '" + file.string() + "'");
+    return text;
+}
+
+}  // namespace
+
 json read_json_file(const fs::path& file) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) throw ModelError("cannot read '" + file.string() + "'");
-    std::ostringstream text;
-    text << in.rdbuf();
+    const std::string text = read_regular_file(file);
     try {
-        return json_input::parse(text.str());
+        return json_input::parse(text);
     } catch (const std::exception& e) {  // nlohmann's parse errors, and json_input::TooDeep
         throw ModelError("'" + file.string() + "' is not valid JSON: " + e.what());
     }
@@ -48,6 +76,13 @@ fs::path model_file(const fs::path& dir, const std::string& name) {
     if (!inside)
         throw ModelError("'" + (dir / "config.json").string() + "': \"" + name +
                          "\" is not a file inside the model's folder (names are relative to it and stay in it)");
+    // And after its links are followed: a link to a file elsewhere is refused as a name with ".." is.
+    std::error_code ec, dir_ec;
+    const fs::path resolved = fs::weakly_canonical(dir / relative, ec), root = fs::weakly_canonical(dir, dir_ec);
+    const auto [r, p] = std::mismatch(root.begin(), root.end(), resolved.begin(), resolved.end());
+    if (!ec && !dir_ec && r != root.end())
+        throw ModelError("'" + (dir / "config.json").string() + "': \"" + name +
+                         "\" links to a file outside the model's folder (links must stay in it)");
     return dir / relative;
 }
 

@@ -49,6 +49,11 @@ bool Scheduler::draining() const {
     return draining_;
 }
 
+bool Scheduler::idle() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return open_ == 0;
+}
+
 void Scheduler::wait_idle() {
     std::unique_lock<std::mutex> lock(mutex_);
     changed_.wait(lock, [&] { return open_ == 0; });
