@@ -187,9 +187,11 @@ void add_serve_command(CLI::App& app, Commands& commands) {
                  o->server.host.c_str(), server.port(), static_cast<long long>(o->server.parallel),
                  static_cast<long long>(o->server.queue_limit), static_cast<long long>(o->server.batch_samples));
              std::fprintf(stderr,
-                          "rudder serve: controllers %s unless a request asks for a process of their own; client "
-                          "paths %s; API keys %s; a request's run may use up to %s\n",
-                          server.options().isolation == "process" ? "in a process of their own" : "in process",
+                          "rudder serve: controllers run %s; client paths %s; API keys %s; a request's run may use "
+                          "up to %s\n",
+                          server.options().isolation == "process"
+                              ? "in a process of their own (requests may not ask for less)"
+                              : "in process (a request may ask for a process of their own)",
                           o->server.allow_client_paths ? "allowed" : "refused",
                           o->server.api_keys.empty() ? "off" : "required",
                           memory_text(server.options().limits.max_memory_bytes).c_str());

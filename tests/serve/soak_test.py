@@ -59,9 +59,11 @@ class Stats:
             self.failures.append(f"{kind}: {message}")
 
 
-def rss_mb(pid):
+def rss_mb(pid, field="VmRSS"):
+    """Resident memory (VmRSS), or its anonymous part (RssAnon: the heap, stacks) or its file part (RssFile: the
+    pages of the program and its libraries read in)."""
     with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":")) / 1024
 
 
 class Client:
@@ -170,8 +172,9 @@ class Soak:
         # The same seed twice gives the same samples: the references can be trusted.
         if self.reference(client, QUICK, 1) != self.references[("quick", 1)]:
             raise Failure("the same seed gave other samples")
-        for recipe in (SHARED,):
-            client.json("POST", "/v1/generate", {"recipe": recipe})
+        # Shared runs batch 1 to 16 samples (the recipe's batch_size): each batch shape once, as the load will.
+        for n in range(1, 17):
+            client.json("POST", "/v1/generate", {"recipe": SHARED, "samples": n})
 
     def valid(self, client, rng):
         kind = rng.choice(["seeded", "seeded", "seeded_stream", "continuous", "shared", "validate", "listing"])
@@ -371,6 +374,7 @@ class Soak:
         self.warm_up()
         time.sleep(3)
         warm = rss_mb(self.proc.pid)
+        warm_parts = (rss_mb(self.proc.pid, "RssAnon"), rss_mb(self.proc.pid, "RssFile"))
         stop = threading.Event()
         helpers = [threading.Thread(target=self.probe, args=(stop,)),
                    threading.Thread(target=self.sample_memory, args=(stop,))]
@@ -389,6 +393,7 @@ class Soak:
             time.sleep(1)
             end = rss_mb(self.proc.pid)
         settle = time.monotonic() - load_end
+        end_parts = (rss_mb(self.proc.pid, "RssAnon"), rss_mb(self.proc.pid, "RssFile"))
         stop.set()
         for h in helpers:
             h.join()
@@ -406,7 +411,8 @@ class Soak:
                         "max_s": round(max(answered), 3) if answered else None,
                         "p99_s": round(sorted(answered)[int(0.99 * (len(answered) - 1))], 3) if answered else None},
             "rss_mb": {"cold": round(cold), "warm": round(warm), "peak": round(max(m for _, m in self.memory))
-                       if self.memory else None, "end": round(end), "settled_after_s": round(settle, 1)},
+                       if self.memory else None, "end": round(end), "settled_after_s": round(settle, 1),
+                       "warm_anon_file": [round(x) for x in warm_parts], "end_anon_file": [round(x) for x in end_parts]},
         }
         result["passed"] = (alive and not slow_health and not self.stats.failures and end <= warm * 1.1)
         return result

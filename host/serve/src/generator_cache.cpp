@@ -1,5 +1,7 @@
 #include "generator_cache.hpp"
 
+#include "memory_release.hpp"
+
 #include <algorithm>
 #include <exception>
 #include <thread>
@@ -76,7 +78,12 @@ std::unique_ptr<Generator> GeneratorCache::take(const std::string& key) {
 void GeneratorCache::give_back(const std::string& key, std::unique_ptr<Generator> generator) {
     std::vector<std::unique_ptr<Generator>> dropped;  // unloaded outside the lock
     std::lock_guard<std::mutex> lock(mutex_);
-    if (generator) idle_.emplace_front(key, std::move(generator));
+    const auto of_key =
+        std::count_if(idle_.begin(), idle_.end(), [&](const auto& entry) { return entry.first == key; });
+    if (generator && static_cast<size_t>(of_key) >= per_key_)
+        dropped.push_back(std::move(generator));
+    else if (generator)
+        idle_.emplace_front(key, std::move(generator));
     while (idle_.size() > capacity_) {
         dropped.push_back(std::move(idle_.back().second));
         idle_.pop_back();
@@ -176,6 +183,7 @@ void GeneratorLoader::work() {
         tasks_.pop_front();
         lock.unlock();
         task();
+        release_thread_cache();
         lock.lock();
         --loads_;
         loads_ended_.notify_all();

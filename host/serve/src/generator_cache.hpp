@@ -27,7 +27,9 @@
 namespace rudder::serve {
 
 // Generators kept between requests, so a recipe's model and controllers load once; beyond `capacity` the least
-// recently used is dropped. A generator whose run failed or was cancelled is not kept. The cache also remembers
+// recently used is dropped, and so is one more of a recipe than `per_key` (no more runs than the server's parallel
+// ones can use a recipe's generators at once: more were copies of its model, held for nothing, that concurrent
+// validations of one recipe built). A generator whose run failed or was cancelled is not kept. The cache also remembers
 // the keys generators were built for (their recipes passed every check), so a request of a known recipe is not
 // checked by building another generator while it waits.
 class GeneratorCache {
@@ -38,7 +40,8 @@ public:
         int64_t batch_size = 1;      // the recipe's
         int64_t fitting_batch = 1;   // the largest batch within the memory limit: now, if a generator is kept
     };
-    explicit GeneratorCache(int64_t capacity) : capacity_(static_cast<size_t>(capacity)) {}
+    GeneratorCache(int64_t capacity, int64_t per_key)
+        : capacity_(static_cast<size_t>(capacity)), per_key_(static_cast<size_t>(per_key)) {}
     // For a known key, what is known of it; nothing for a key not known.
     std::optional<Known> known(const std::string& key);
     void remember(const std::string& key, const Generator& generator);
@@ -52,7 +55,7 @@ private:
     // megabyte).
     static constexpr size_t kKnownKeys = 256;
     static constexpr size_t kKnownBytes = size_t{16} << 20;
-    const size_t capacity_;
+    const size_t capacity_, per_key_;
     size_t known_bytes_ = 0;
     std::mutex mutex_;
     std::list<std::pair<std::string, std::unique_ptr<Generator>>> idle_;  // most recently used first
@@ -64,8 +67,8 @@ class GeneratorLoader {
 public:
     GeneratorLoader(const ServerOptions& options, plugins::Registry& registry, const ModelCatalog& catalog,
                     Metrics& metrics)
-        : cache(options.cached_generators), limits_(options.limits), registry_(registry), catalog_(catalog),
-          metrics_(metrics) {}
+        : cache(options.cached_generators, options.parallel), limits_(options.limits), registry_(registry),
+          catalog_(catalog), metrics_(metrics) {}
     ~GeneratorLoader();
 
     // The recipe of a request, checked and loaded: every problem (the request's, the recipe's, its model's and
@@ -98,8 +101,10 @@ private:
     plugins::Registry& registry_;  // shared by every request (it locks itself)
     const ModelCatalog& catalog_;
     Metrics& metrics_;
-    // The loader's threads, started as loads need them, up to kMaxThreads (a load that never ends keeps one).
-    static constexpr size_t kMaxThreads = 64;
+    // The loader's threads, started as loads need them, up to kMaxThreads (a load that never ends keeps one; each
+    // thread that has loaded keeps some memory of LibTorch's and the allocator's, so few are kept: the soak's
+    // resident memory grew by 17 MB with about twenty); loads beyond them wait for one.
+    static constexpr size_t kMaxThreads = 4;
     void work();
     std::mutex loads_mutex_;
     std::condition_variable loads_ended_, load_waiting_;

@@ -1,5 +1,7 @@
 #include "http_transport.hpp"
 
+#include "memory_release.hpp"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -12,6 +14,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <list>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -201,7 +204,8 @@ private:
 };
 
 // A thread per connection, up to `max` at once; a connection beyond that is run on the accept thread in refusing
-// mode (answered 503 and closed at once) instead of waiting in an unbounded queue. Threads start as needed.
+// mode (answered 503 and closed at once) instead of waiting in an unbounded queue. Threads start as needed and end
+// after a while without work (their stacks and allocator caches go back to the system), the last few kept.
 class ConnectionPool final : public httplib::TaskQueue {
 public:
     explicit ConnectionPool(size_t max) : max_(max) {}
@@ -210,6 +214,7 @@ public:
     void enqueue(std::function<void()> fn) override {
         {
             std::lock_guard<std::mutex> lock(mutex_);
+            join_finished();
             if (running_ + jobs_.size() < max_) {
                 jobs_.push_back(std::move(fn));
                 if (idle_ < jobs_.size() && threads_.size() < max_) threads_.emplace_back([this] { work(); });
@@ -231,30 +236,50 @@ public:
     }
 
 private:
+    static constexpr size_t kKeptThreads = 8;
+    static constexpr std::chrono::seconds kIdleEnd{10};
+
     void work() {
+        std::unique_lock<std::mutex> lock(mutex_);
         for (;;) {
-            std::function<void()> fn;
-            {
-                std::unique_lock<std::mutex> lock(mutex_);
-                ++idle_;
-                ready_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
-                --idle_;
-                if (jobs_.empty()) return;
-                fn = std::move(jobs_.front());
-                jobs_.pop_front();
-                ++running_;
+            ++idle_;
+            const bool woken = ready_.wait_for(lock, kIdleEnd, [&] { return stopping_ || !jobs_.empty(); });
+            --idle_;
+            if (!woken) {
+                if (threads_.size() - finished_.size() <= kKeptThreads) continue;
+                finished_.push_back(std::this_thread::get_id());  // joined by the next enqueue
+                return;
             }
+            if (jobs_.empty()) return;  // stopping
+            std::function<void()> fn = std::move(jobs_.front());
+            jobs_.pop_front();
+            ++running_;
+            lock.unlock();
             fn();
-            std::lock_guard<std::mutex> lock(mutex_);
+            fn = nullptr;
+            release_thread_cache();  // the connection's allocations, freed, are not kept in this thread's cache
+            lock.lock();
             --running_;
         }
+    }
+    // The threads that ended for want of work (the lock held): they have let go of it, so they are joined at once.
+    void join_finished() {
+        for (const auto id : finished_)
+            for (auto it = threads_.begin(); it != threads_.end(); ++it)
+                if (it->get_id() == id) {
+                    it->join();
+                    threads_.erase(it);
+                    break;
+                }
+        finished_.clear();
     }
 
     const size_t max_;
     std::mutex mutex_;
     std::condition_variable ready_;
     std::deque<std::function<void()>> jobs_;
-    std::vector<std::thread> threads_;
+    std::list<std::thread> threads_;
+    std::vector<std::thread::id> finished_;
     size_t running_ = 0, idle_ = 0;
     bool stopping_ = false;
 };

@@ -1,5 +1,7 @@
 #include "scheduler.hpp"
 
+#include "memory_release.hpp"
+
 #include <algorithm>
 #include <iterator>
 
@@ -147,6 +149,8 @@ void Scheduler::work(const Run& run) {
             jobs = take_jobs();
         }
         run(jobs);
+        jobs.clear();
+        release_thread_cache();
     }
 }
 

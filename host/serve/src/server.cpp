@@ -6,14 +6,9 @@
 // free of server paths, metrics.hpp counts for /metrics (prometheus-cpp's registry and text format).
 #include <rudder/serve/server.hpp>
 
-#include <dlfcn.h>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <prometheus/text_serializer.h>
-
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 
 #include <atomic>
 #include <chrono>
@@ -41,6 +36,7 @@
 #include "generator_cache.hpp"
 #include "http_transport.hpp"
 #include "job_runner.hpp"
+#include "memory_release.hpp"
 #include "metrics.hpp"
 #include "model_catalog.hpp"
 #include "playground_page.hpp"
@@ -85,17 +81,6 @@ uint64_t available_memory_bytes() {
         }
     }
     return available;
-}
-
-// Freed memory back to the system: tcmalloc's (the rudder command's allocator) or glibc's.
-void release_free_memory() {
-    using Release = void (*)();
-    static const auto tcmalloc_release =
-        reinterpret_cast<Release>(::dlsym(RTLD_DEFAULT, "MallocExtension_ReleaseFreeMemory"));
-    if (tcmalloc_release != nullptr) return tcmalloc_release();
-#if defined(__GLIBC__)
-    ::malloc_trim(0);
-#endif
 }
 
 // The options with every default decided: isolation, the request memory limit, the model folders.
