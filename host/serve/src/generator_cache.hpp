@@ -101,10 +101,10 @@ private:
     plugins::Registry& registry_;  // shared by every request (it locks itself)
     const ModelCatalog& catalog_;
     Metrics& metrics_;
-    // The loader's threads, started as loads need them, up to kMaxThreads (a load that never ends keeps one; each
-    // thread that has loaded keeps some memory of LibTorch's and the allocator's, so few are kept: the soak's
-    // resident memory grew by 17 MB with about twenty); loads beyond them wait for one.
-    static constexpr size_t kMaxThreads = 4;
+    // The loader's threads, started as loads need them, up to kMaxThreads; loads beyond wait for one. They never
+    // end while the loader lives (an isolated controller's process ends with the thread that started it), and a
+    // load that never ends keeps one.
+    static constexpr size_t kMaxThreads = 8;
     void work();
     std::mutex loads_mutex_;
     std::condition_variable loads_ended_, load_waiting_;
