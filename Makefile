@@ -73,7 +73,7 @@ fuzz-long: deps
 # back afterwards. Prints the numbers (also in $(BUILD)/soak.json). SOAK_SECONDS changes the length.
 SOAK_SECONDS ?= 600
 soak: build
-	python3 tests/serve/soak_test.py $(BUILD)/bin/rudder $(BUILD)/tests/fixtures/plugins --seconds $(SOAK_SECONDS) \
+	python3 tests/serve/soak_test.py $(BUILD)/bin/rudder $(BUILD)/tests/fixtures --seconds $(SOAK_SECONDS) \
 	  --json $(BUILD)/soak.json
 
 bench: build

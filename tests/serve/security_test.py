@@ -1,7 +1,8 @@
 """rudder serve against hostile clients (issue 50), one case per run: python3 security_test.py RUDDER FIXTURES CASE.
 
-FIXTURES is the folder of the test fixture plugins (tests/plugins); `faulty` (crashes as told) and `hostile` (sleeps in
-create, fails a step with a message that is not UTF-8) are copied from it into a scratch plugin folder. Each case
+FIXTURES is the build's folder of test fixtures (tests/plugins builds them): `faulty` (crashes as told, from its
+plugins/) and `hostile` (sleeps in create, fails a step with a message that is not UTF-8, from its serve_plugins/)
+are copied into a scratch plugin folder. Each case
 starts its servers on free ports on loopback with the standard library only. Where a case checks one of the findings
 of issue 50, its first checks start the server with options it had before (environment variables, defaults), so that
 run against the build before the fix (879a041) they fail where that server failed: it died, hung, answered 500, read
@@ -107,8 +108,8 @@ class Server:
 def plugin_folder(scratch):
     folder = os.path.join(scratch, "plugins")
     os.makedirs(folder)
-    for name in ("faulty", "hostile"):
-        shutil.copy(os.path.join(FIXTURES, f"rudder_{name}.so"), folder)
+    shutil.copy(os.path.join(FIXTURES, "plugins", "rudder_faulty.so"), folder)
+    shutil.copy(os.path.join(FIXTURES, "serve_plugins", "rudder_hostile.so"), folder)
     return folder
 
 
@@ -301,7 +302,8 @@ def case_no_server_paths():
         recipe = os.path.join(scratch, "broken.json")
         with open(recipe, "w") as f:
             json.dump(dict(QUICK, model="nowhere"), f)
-        s = Server("--recipe", "broken=" + recipe, env={"RUDDER_PLUGIN_PATH": plugins + ":" + FIXTURES})
+        s = Server("--recipe", "broken=" + recipe,
+                   env={"RUDDER_PLUGIN_PATH": plugins + ":" + os.path.join(FIXTURES, "plugins")})
         try:
             bodies = [
                 {"recipe": dict(QUICK, model="nowhere")},

@@ -138,8 +138,8 @@ class Soak:
         os.symlink("/etc/passwd", os.path.join(models, "leaky", "vocab.txt"))
         plugins = os.path.join(scratch, "plugins")
         os.makedirs(plugins)
-        for name in ("faulty", "hostile"):
-            shutil.copy(os.path.join(fixtures, f"rudder_{name}.so"), plugins)
+        shutil.copy(os.path.join(fixtures, "plugins", "rudder_faulty.so"), plugins)
+        shutil.copy(os.path.join(fixtures, "serve_plugins", "rudder_hostile.so"), plugins)
         env = dict(os.environ, RUDDER_API_KEYS=KEY, RUDDER_PLUGIN_PATH=plugins)
         self.proc = subprocess.Popen(
             [rudder, "serve", "--port", "0", "--threads", "1", "--parallel", "1", "--queue", "64", "--isolation",
