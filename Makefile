@@ -8,7 +8,7 @@ TSAN_BUILD ?= build-tsan
 # numerics (which `make test` covers), take 10 of the sanitized suite's 20 CPU-minutes, and add no new code paths.
 SANITIZE_EXCLUDE ?= ^nets\.Training\.
 
-.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long soak bench bench-threads bench-memory bench-eager bench-vocab bench-checkpoint bench-serve clean
+.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long soak bench bench-threads bench-memory bench-eager bench-vocab bench-checkpoint bench-serve bench-grammar clean
 
 all: build
 
@@ -57,9 +57,9 @@ fuzz-long: deps
 	@CC=clang CXX=clang++ cmake -S . -B $(SANITIZE_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" \
 	  -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DRUDDER_SANITIZE=address,undefined -DRUDDER_FUZZ=ON -DRUDDER_BUILD_BENCH=OFF \
 	  > $(SANITIZE_BUILD).configure.log 2>&1 || (cat $(SANITIZE_BUILD).configure.log; exit 1)
-	cmake --build $(SANITIZE_BUILD) -j$(JOBS) --target fuzz_recipe fuzz_safetensors fuzz_tokenizer fuzz_http \
-	  rudder_plugin_scan rudder_controller_host length span exclude_words cfg syntax
-	@for target in recipe safetensors tokenizer http; do \
+	cmake --build $(SANITIZE_BUILD) -j$(JOBS) --target fuzz_recipe fuzz_safetensors fuzz_tokenizer fuzz_regex \
+	  fuzz_json_schema fuzz_http rudder_plugin_scan rudder_controller_host length span exclude_words cfg syntax
+	@for target in recipe safetensors tokenizer regex json_schema http; do \
 	  scratch=$(SANITIZE_BUILD)/tests/fuzz/long_$$target; mkdir -p $$scratch; \
 	  dict=; [ -f tests/fuzz/$$target.dict ] && dict=-dict=tests/fuzz/$$target.dict; \
 	  ASAN_OPTIONS=detect_leaks=1 $(SANITIZE_BUILD)/tests/bin/fuzz_$$target -runs=$(FUZZ_RUNS) -max_len=262144 \
@@ -75,6 +75,11 @@ SOAK_SECONDS ?= 600
 soak: build
 	python3 tests/serve/soak_test.py $(BUILD)/bin/rudder $(BUILD)/tests/fixtures --seconds $(SOAK_SECONDS) \
 	  --json $(BUILD)/soak.json
+
+# The byte automata of structured output: compile time and size for realistic schemas and patterns (seconds).
+bench-grammar: configure
+	cmake --build $(BUILD) -j$(JOBS) --target rudder_grammar_bench
+	$(BUILD)/bin/rudder_grammar_bench
 
 bench: build
 	$(BUILD)/bin/rudder_bench --benchmark_counters_tabular=true

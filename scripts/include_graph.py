@@ -23,6 +23,7 @@ ALLOWED = {
     "base": set(),
     "plugins": {"sdk", "base"},
     "text": {"sdk"},
+    "grammar": {"sdk"},
     "nn": {"sdk", "text"},
     "syntax": {"sdk", "text", "nn"},
     "runtime": {"sdk", "base", "plugins", "text", "nn"},
@@ -31,9 +32,14 @@ ALLOWED = {
     "eval": {"sdk", "base", "plugins", "text", "nn", "runtime"},
     "cli": {"sdk", "base", "plugins", "text", "nn", "syntax", "runtime", "train", "serve", "eval"},
     "embed": {"sdk", "base", "plugins", "text", "nn", "runtime"},
-    "controllers": {"sdk", "text", "syntax"},
+    "controllers": {"sdk", "text", "grammar", "syntax"},
 }
-HOST_LAYERS = ["base", "plugins", "text", "nn", "syntax", "runtime", "train", "serve", "eval", "cli", "embed"]
+HOST_LAYERS = ["base", "plugins", "text", "grammar", "nn", "syntax", "runtime", "train", "serve", "eval", "cli", "embed"]
+# Layers whose public headers are written for users being built in the same issue: exempt from the unused-header
+# check until then. Remove the entry when the first user includes them.
+AWAITING_USERS = {
+    "grammar": "issue 47: the regex and json_schema controllers (controllers/) include rudder/grammar/*.hpp",
+}
 SOURCE = re.compile(r"\.(c|cc|cpp|h|hpp)$")
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
 
@@ -110,6 +116,8 @@ def unused_public_headers(root, included):
     problems = []
     for layer in HOST_LAYERS:
         if layer == "embed":  # the C API: its header is for applications, not for other layers
+            continue
+        if layer in AWAITING_USERS:
             continue
         folder = root / "host" / layer / "include"
         public = {p.resolve() for p in folder.rglob("*") if SOURCE.search(p.name)}

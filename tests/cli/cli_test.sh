@@ -22,7 +22,7 @@ case $case in
     grep -q "^  length 1.0.0" <<<"$out" || fail "length not listed: $out"
     grep -q "^  span 1.0.0" <<<"$out" || fail "span not listed: $out"
     # The ABI 1.2 forms by name: length asks for its pad ban as bits at the step's rows, and reads no x0.
-    grep -q "^  length 1.0.0  abi 1.2  \[hard_constraint,evaluate,thread_safe,rows,packed_mask,ignores_x0\]" <<<"$out" \
+    grep -q "^  length 1.0.0  abi 1.3  \[hard_constraint,evaluate,thread_safe,rows,packed_mask,ignores_x0\]" <<<"$out" \
       || fail "length's capabilities not named: $out"
     ;;
   models)

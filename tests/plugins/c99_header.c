@@ -50,6 +50,14 @@ STATIC_CHECK(step_appended, offsetof(rudder_step, rows) > offsetof(rudder_step, 
 STATIC_CHECK(contribution_appended,
              offsetof(rudder_contribution, token_bits) > offsetof(rudder_contribution, forbidden) &&
                  offsetof(rudder_contribution, candidate_delta) > offsetof(rudder_contribution, token_bits));
+/* ABI 1.3: the COMMIT phase, its capability and written bits, and members appended after every 1.2 member. */
+STATIC_CHECK(abi_minor_1_3, RUDDER_ABI_MINOR >= 3);
+STATIC_CHECK(phase_commit, RUDDER_PHASE_COMMIT == 3);
+STATIC_CHECK(capability_bits_1_3, RUDDER_CAP_COMMIT == 2048);
+STATIC_CHECK(written_bits_1_3, RUDDER_WROTE_REJECTED == 256);
+STATIC_CHECK(step_appended_1_3, offsetof(rudder_step, proposed) > offsetof(rudder_step, candidate_logp));
+STATIC_CHECK(contribution_appended_1_3,
+             offsetof(rudder_contribution, rejected) > offsetof(rudder_contribution, candidate_delta));
 
 /* The entry point's type must match what RUDDER_PLUGIN_ENTRY_SYMBOL names. */
 static const rudder_plugin* entry_with_the_right_type(uint32_t major, uint32_t minor) {
@@ -67,6 +75,11 @@ int main(void) {
     if (RUDDER_HAS_MEMBER(&step_1_1, rudder_step, rows) || !RUDDER_HAS_MEMBER(&step_1_1, rudder_step, masked)) return 1;
     step_1_1.struct_size = (uint32_t)sizeof(rudder_step);
     if (!RUDDER_HAS_MEMBER(&step_1_1, rudder_step, candidate_logp)) return 1;
+    /* A 1.2-sized step has the rows but no proposals. */
+    step_1_1.struct_size = (uint32_t)offsetof(rudder_step, proposed);
+    if (RUDDER_HAS_MEMBER(&step_1_1, rudder_step, proposed) ||
+        !RUDDER_HAS_MEMBER(&step_1_1, rudder_step, candidate_logp))
+        return 1;
     printf("rudder plugin ABI %d.%d, entry symbol %s\n", RUDDER_ABI_MAJOR, RUDDER_ABI_MINOR,
            RUDDER_PLUGIN_ENTRY_SYMBOL);
     printf(

@@ -269,7 +269,9 @@ struct Child {
         const auto passed = r.get<uint8_t>();  // bit 0: the output file came, bit 1: the input file came
         model_dir = r.text();
         forms::Negotiated negotiated;
-        negotiated.abi12 = r.get<uint8_t>() != 0;
+        const auto minor = r.get<uint8_t>();  // the minor the host speaks to the controller in: 1, 2 or 3
+        negotiated.abi12 = minor >= 2;
+        negotiated.abi13 = minor >= 3;
         negotiated.capabilities = r.get<uint64_t>();
         const auto run_candidates = r.get<int64_t>();  // k of the run: the shared input file is laid out for it
         int next = 0;
@@ -285,7 +287,7 @@ struct Child {
             send_or_exit(kFatal, w);
             gone();
         }
-        run.struct_size = negotiated.abi12 ? sizeof(rudder_run_info) : forms::kRunInfoSize11;
+        run.struct_size = negotiated.run_info_size();
         run.device = DLDevice{kDLCPU, 0};
         run.run_ctx = this;
         run.tokenize = &Child::tokenize;
@@ -296,7 +298,7 @@ struct Child {
         run.embedding = has_embedding ? embedding.bind(at(layout.embedding), kF32, {V, D}) : nullptr;
         run.find_model = &Child::find_model;
         run.candidates = static_cast<int32_t>(run_shape.candidates);
-        run.forms = negotiated.capabilities & forms::kCapabilities12;
+        run.forms = forms::run_forms(negotiated);
         token_texts.clear();
         // A new run (or a new process after a crash, or a new layout): every output starts at zero.
         std::memset(shm, 0, layout.embedding.size != 0 ? layout.embedding.offset : layout.total);
@@ -313,7 +315,7 @@ struct Child {
 
     void do_step(Reader& r) {
         rudder_step step{};
-        step.struct_size = run_shape.negotiated.abi12 ? sizeof(rudder_step) : forms::kStepSize11;
+        step.struct_size = run_shape.negotiated.step_size();
         step.phase = r.get<int32_t>();
         step.step = r.get<int32_t>();
         step.total_steps = r.get<int32_t>();
@@ -324,7 +326,7 @@ struct Child {
         const auto N = r.get<int64_t>();
         if (N < 0 || N > B * L) throw std::runtime_error("a step with " + std::to_string(N) + " rows");
         const int64_t k = run_shape.candidates;
-        View latent, x0_logits, tokens, masked, rows, candidate_ids, candidate_logp;
+        View latent, x0_logits, tokens, masked, rows, candidate_ids, candidate_logp, proposed;
         if ((present & kHasLatent) != 0) step.latent = latent.bind(input(in_layout.latent), kF32, {B, L, D});
         if ((present & kHasLogits) != 0) step.x0_logits = x0_logits.bind(input(in_layout.x0_logits), kF32, {B, L, V});
         if ((present & kHasX0Rows) != 0) step.x0_logits = x0_logits.bind(input(in_layout.x0_rows), kF32, {N, V});
@@ -335,15 +337,16 @@ struct Child {
             step.candidate_ids = candidate_ids.bind(input(in_layout.candidate_ids), kI64, {N, k});
             step.candidate_logp = candidate_logp.bind(input(in_layout.candidate_logp), kF32, {N, k});
         }
+        if ((present & kHasProposed) != 0) step.proposed = proposed.bind(input(in_layout.proposed), kI64, {N});
 
         // Outputs, in the forms the host computed the same way, initialised as the ABI promises, in the shared memory
         // the host reads them from.
         forms::StepShape now = run_shape;
-        now.predict = step.phase == RUDDER_PHASE_PREDICT;
+        now.phase = step.phase;
         now.rows = N;
         const auto dims = forms::output_dims(now);
         rudder_contribution out{};
-        out.struct_size = run_shape.negotiated.abi12 ? sizeof(rudder_contribution) : forms::kContributionSize11;
+        out.struct_size = run_shape.negotiated.contribution_size();
         View views[forms::kOutputs];
         DLTensor* handed_out[forms::kOutputs] = {};
         uint32_t handed = 0;

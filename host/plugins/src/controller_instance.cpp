@@ -40,8 +40,8 @@ const char* status_name(rudder_status status) {
 
 // StepOutputs' member for each output, in forms::Output order.
 at::Tensor StepOutputs::*const kResultMember[forms::kOutputs] = {
-    &StepOutputs::logit_delta, &StepOutputs::grad,       &StepOutputs::log_prob,       &StepOutputs::fixed_tokens,
-    &StepOutputs::forbidden,   &StepOutputs::token_bits, &StepOutputs::candidate_delta};
+    &StepOutputs::logit_delta, &StepOutputs::grad,       &StepOutputs::log_prob,        &StepOutputs::fixed_tokens,
+    &StepOutputs::forbidden,   &StepOutputs::token_bits, &StepOutputs::candidate_delta, &StepOutputs::rejected};
 
 // Checks that run on every output of every controller at every step. A CPU tensor is read in place, in one pass with
 // no temporaries: at a step's few rows ATen's dispatch of the three or four operators a check takes costs more than
@@ -71,6 +71,18 @@ std::optional<int64_t> first_outside(const at::Tensor& t, int64_t low, int64_t h
     for (int64_t k = 0, n = t.numel(); k < n; ++k)
         if (v[k] < low || v[k] >= high) return v[k];
     return std::nullopt;
+}
+
+// The index of the first value of a uint8 tensor above `most`, or -1.
+int64_t first_above(const at::Tensor& t, uint8_t most) {
+    if (!in_cpu_memory(t, at::kByte)) {
+        const at::Tensor above = t.gt(most);
+        return above.any().item<bool>() ? above.nonzero()[0][0].item<int64_t>() : -1;
+    }
+    const uint8_t* v = t.data_ptr<uint8_t>();
+    for (int64_t k = 0, n = t.numel(); k < n; ++k)
+        if (v[k] > most) return k;
+    return -1;
 }
 
 // Whether int64 [N] values ascend strictly within [0, end).
@@ -157,11 +169,18 @@ struct ControllerInstance::Impl {
 
     // The run and this step as they decide what the controller gets (forms::input_forms, forms::output_dims); the
     // step's rows are set once known.
-    forms::StepShape step_shape(bool predict) const {
+    forms::StepShape step_shape(rudder_phase phase) const {
         forms::StepShape st = forms::run_shape(shape.family, shape.batch_size, shape.seq_len, shape.vocab_size,
                                                shape.embed_dim, shape.candidates, negotiated);
-        st.predict = predict;
+        st.phase = phase;
         return st;
+    }
+
+    // "row 1 (sequence 0, position 2)": row `row` of a row-shaped output over `rows`.
+    std::string row_text(int64_t row, const at::Tensor& rows) const {
+        const int64_t position = rows[row].item<int64_t>();
+        return "row " + std::to_string(row) + " (sequence " + std::to_string(position / shape.seq_len) + ", position " +
+               std::to_string(position % shape.seq_len) + ")";
     }
 
     // The step's ABI 1.2 inputs in the forms this controller reads, on `device`. A step without rows (a test that
@@ -183,6 +202,14 @@ struct ControllerInstance::Impl {
             r.rows = at::arange(positions, at::TensorOptions().dtype(at::kLong).device(device));
         }
         const int64_t N = r.rows.size(0);
+        if (wanted.proposed) {
+            if (!in.proposed.defined())
+                throw std::invalid_argument(where + ": host passed no proposed tokens in a COMMIT step");
+            r.proposed = plugin_input(in.proposed, "proposed", at::kLong, {N}, device, where);
+            if (const auto outside = first_outside(r.proposed, 0, V))
+                throw std::invalid_argument(where + ": host proposed token " + std::to_string(*outside) +
+                                            ", outside [0, " + std::to_string(V) + ")");
+        }
         const bool need_x0 = wanted.x0_rows || (wanted.candidates && !in.candidate_ids.defined());
         at::Tensor x0;
         if (need_x0 && in.x0_rows.defined()) {
@@ -245,11 +272,32 @@ struct ControllerInstance::Impl {
                                       " outside [-1, " + std::to_string(shape.vocab_size) + ")" + when);
             }
             if (k == forms::kTokenBits) check_token_bits(value, rows, when);
+            if (k == forms::kRejected) check_rejected(value, written, rows, when);
             result.*kResultMember[k] =
                 value.to(shape.device);  // back to the run's device if the plugin worked on the CPU
         }
+        if (values[forms::kRejected].defined() && (written & RUDDER_WROTE_REJECTED) == 0 &&
+            first_above(values[forms::kRejected], 0) >= 0)
+            throw PluginError(where + ": wrote rejected without setting RUDDER_WROTE_REJECTED" + when +
+                              "; the host reads only the outputs whose written bit is set");
         result.bits_allowed = (written & RUDDER_WROTE_ALLOWED_BITS) != 0;
         return result;
+    }
+
+    // COMMIT: each row 0 (accepted) or 1 (rejected), and what a rejected row allows in token_bits, which the host
+    // draws it again within.
+    void check_rejected(const at::Tensor& rejected, uint32_t written, const at::Tensor& rows,
+                        const std::string& when) const {
+        const int64_t bad = first_above(rejected, 1);
+        if (bad >= 0)
+            throw PluginError(where + ": wrote rejected value " + std::to_string(rejected[bad].item<int64_t>()) +
+                              " in " + row_text(bad, rows) + when +
+                              "; 1 rejects the row's proposed token, 0 accepts it");
+        const int64_t first_rejected = first_above(rejected, 0);
+        if (first_rejected >= 0 && (written & (RUDDER_WROTE_FORBIDDEN_BITS | RUDDER_WROTE_ALLOWED_BITS)) == 0)
+            throw PluginError(where + ": rejected " + row_text(first_rejected, rows) + when +
+                              " but set neither RUDDER_WROTE_FORBIDDEN_BITS nor RUDDER_WROTE_ALLOWED_BITS; a "
+                              "rejected row is drawn again within the token_bits its controllers write");
     }
 
     // No bit at or past V: those would be tokens the vocabulary does not have. `bits` is [B, L, W] or, row-shaped,
@@ -261,11 +309,9 @@ struct ControllerInstance::Impl {
         const at::Tensor bad = bits.reshape({-1, W}).select(1, W - 1).bitwise_and(past).ne(0);
         if (!bad.any().item<bool>()) return;
         const int64_t row = bad.nonzero()[0][0].item<int64_t>();
-        const int64_t position = bits.dim() == 2 ? rows[row].item<int64_t>() : row;
-        throw PluginError(where + ": wrote token_bits past the vocabulary (V = " + std::to_string(V) + ") in row " +
-                          std::to_string(row) + " (sequence " + std::to_string(position / shape.seq_len) +
-                          ", position " + std::to_string(position % shape.seq_len) + "), word " +
-                          std::to_string(W - 1) + when);
+        const at::Tensor positions = bits.dim() == 2 ? rows : at::arange(shape.batch_size * shape.seq_len);
+        throw PluginError(where + ": wrote token_bits past the vocabulary (V = " + std::to_string(V) + ") in " +
+                          row_text(row, positions) + ", word " + std::to_string(W - 1) + when);
     }
 
     // The step's inputs as this controller reads them: checked, contiguous, on the plugin's device.
@@ -274,6 +320,11 @@ struct ControllerInstance::Impl {
         const c10::Device& device = plugin_device;
         StepTensors t;
         row_inputs(in, wanted, device, t);
+        if (wanted.proposed) {  // COMMIT: the state and the proposals only
+            if (in.tokens.defined()) t.tokens = plugin_input(in.tokens, "tokens", at::kLong, {B, L}, device, where);
+            if (in.masked.defined()) t.masked = plugin_input(in.masked, "masked", at::kByte, {B, L}, device, where);
+            return t;
+        }
         if (in.latent.defined()) t.latent = plugin_input(in.latent, "latent", at::kFloat, {B, L, D}, device, where);
         if (wanted.x0 && !wanted.x0_rows && in.x0_logits.defined())
             t.x0_logits = plugin_input(in.x0_logits, "x0_logits", at::kFloat, {B, L, V}, device, where);
@@ -300,7 +351,13 @@ ControllerInstance::ControllerInstance(ControllerType type, const std::string& p
     if (type_.library == nullptr || type_.desc == nullptr)
         throw PluginError("controller '" + label_ + "': its controller type is empty (no library loaded)");
     s.where = "controller '" + label_ + "' (" + type_.id() + ", " + type_.path.filename().string() + ")";
-    s.negotiated = forms::negotiate(type_.abi_minor(), type_.capabilities(), dense_control_forms());
+    const bool dense = dense_control_forms();
+    s.negotiated = forms::negotiate(type_.abi_minor(), type_.capabilities(), dense);
+    if (dense && type_.abi_minor() >= 3 && (type_.capabilities() & RUDDER_CAP_COMMIT) != 0)
+        throw PluginError(s.where +
+                          ": takes part in the COMMIT phase (RUDDER_CAP_COMMIT, plugin ABI 1.3), which "
+                          "RUDDER_CONTROL_FORMS=dense does not offer (it speaks ABI 1.1): unset RUDDER_CONTROL_FORMS "
+                          "to run this controller");
     capabilities_ = s.negotiated.capabilities;
     s.params = params_json;
     RunServiceBridge& services = s.services;
@@ -339,7 +396,7 @@ void ControllerInstance::begin(const RunShape& shape, RunServices* services) {
 
     rudder_run_info& run = s.run_info;
     run = rudder_run_info{};
-    run.struct_size = s.negotiated.abi12 ? sizeof(rudder_run_info) : forms::kRunInfoSize11;
+    run.struct_size = s.negotiated.run_info_size();
     run.family = shape.family;
     run.batch_size = shape.batch_size;
     run.seq_len = shape.seq_len;
@@ -351,15 +408,15 @@ void ControllerInstance::begin(const RunShape& shape, RunServices* services) {
     run.total_steps = shape.total_steps;
     run.device = to_dl_device(s.plugin_device);
     s.services.begin_run(services, shape, s.plugin_device, run);  // run_ctx, the services, model_dir, embedding
-    run.candidates = static_cast<int32_t>(s.step_shape(true).candidates);
-    run.forms = s.negotiated.capabilities & forms::kCapabilities12;
+    run.candidates = static_cast<int32_t>(s.step_shape(RUDDER_PHASE_PREDICT).candidates);
+    run.forms = forms::run_forms(s.negotiated);
 
     const RunServiceBridge::Call call(s.services, nullptr);
     // A run after the controller's process died (a crash or a hang in an earlier run) starts a new one.
     if (!s.transport->usable()) s.create();
     RunStart start;
     start.run = &run;
-    start.shape = s.step_shape(true);
+    start.shape = s.step_shape(RUDDER_PHASE_PREDICT);
     start.run_candidates = shape.candidates;
     start.embedding = s.services.embedding();
     start.plugin_device = s.plugin_device;
@@ -375,29 +432,32 @@ void ControllerInstance::set_time_limit(double seconds) {
 StepOutputs ControllerInstance::step(const StepInputs& in) {
     Impl& s = *impl_;
     if (!s.begun) throw std::logic_error(s.where + ": step() called before a successful begin()");
-    const bool predict = in.phase == RUDDER_PHASE_PREDICT;
-    if (!predict && in.phase != RUDDER_PHASE_GUIDE)
+    const bool predict = in.phase == RUDDER_PHASE_PREDICT, guide = in.phase == RUDDER_PHASE_GUIDE;
+    if (!predict && !guide && in.phase != RUDDER_PHASE_COMMIT)
         throw std::invalid_argument(s.where + ": unknown phase " + std::to_string(in.phase));
     const bool continuous = s.shape.family == RUDDER_FAMILY_CONTINUOUS;
-    if (!predict && !continuous)
+    if (guide && !continuous)
         throw std::logic_error(s.where + ": the GUIDE phase exists only for the continuous family");
-    const bool gradient = has(RUDDER_CAP_GRADIENT);
-    if (!predict && !gradient) return {};  // the ABI never calls GUIDE on a controller without gradients
+    // The ABI never calls GUIDE on a controller without gradients, nor COMMIT on one without RUDDER_CAP_COMMIT.
+    if (guide && !has(RUDDER_CAP_GRADIENT)) return {};
+    if (!predict && !guide && !has(RUDDER_CAP_COMMIT)) return {};
 
-    const std::string when = " at step " + std::to_string(in.step) +
-                             (predict ? std::string() : " (guide iteration " + std::to_string(in.guide_iter) + ")");
-    forms::StepShape st = s.step_shape(predict);
+    const std::string when =
+        " at step " + std::to_string(in.step) +
+        (predict ? std::string()
+                 : std::string(guide ? " (guide iteration " : " (commit round ") + std::to_string(in.guide_iter) + ")");
+    forms::StepShape st = s.step_shape(in.phase);
     const forms::InputForms wanted = forms::input_forms(st);
     const StepTensors inputs = s.step_tensors(in, wanted);
     st.rows = inputs.rows.defined() ? inputs.rows.size(0) : 0;
 
     // Inputs, on the device the plugin reads.
-    TensorView latent, x0_logits, tokens, masked, rows, candidate_ids, candidate_logp;
+    TensorView latent, x0_logits, tokens, masked, rows, candidate_ids, candidate_logp, proposed;
     const auto bind = [](TensorView& view, const at::Tensor& tensor) -> DLTensor* {
         return tensor.defined() ? view.bind(tensor) : nullptr;
     };
     rudder_step step{};
-    step.struct_size = s.negotiated.abi12 ? sizeof(rudder_step) : forms::kStepSize11;
+    step.struct_size = s.negotiated.step_size();
     step.phase = in.phase;
     step.step = in.step;
     step.total_steps = in.total_steps;
@@ -411,6 +471,7 @@ StepOutputs ControllerInstance::step(const StepInputs& in) {
     step.rows = bind(rows, inputs.rows);
     step.candidate_ids = bind(candidate_ids, inputs.candidate_ids);
     step.candidate_logp = bind(candidate_logp, inputs.candidate_logp);
+    step.proposed = bind(proposed, inputs.proposed);
 
     // Outputs: only those the controller declared and this phase uses, in its forms, initialised as the ABI promises.
     const auto dims = forms::output_dims(st);
@@ -418,7 +479,7 @@ StepOutputs ControllerInstance::step(const StepInputs& in) {
     std::array<at::Tensor, forms::kOutputs> values;
     std::array<DLTensor*, forms::kOutputs> handed_out{};
     rudder_contribution out{};
-    out.struct_size = s.negotiated.abi12 ? sizeof(rudder_contribution) : forms::kContributionSize11;
+    out.struct_size = s.negotiated.contribution_size();
     out.written = 0;
     for (size_t k = 0; k < forms::kOutputs; ++k) {
         if (!dims[k].present()) continue;

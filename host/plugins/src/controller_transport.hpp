@@ -49,6 +49,7 @@ struct RunStart {
 struct StepTensors {
     at::Tensor latent, x0_logits, tokens, masked;             // x0_logits: [B, L, V] (the dense form)
     at::Tensor rows, x0_rows, candidate_ids, candidate_logp;  // ABI 1.2; x0_rows: x0_logits [N, V] at the rows
+    at::Tensor proposed;                                      // ABI 1.3, COMMIT: int64 [N]
 };
 
 // step(): one step as the adapter prepared it.

@@ -37,7 +37,7 @@ enum Msg : uint32_t {
     // host -> child calls
     kCreate = 1,    // params text
     kBegin = 2,     // run fields, sizes, model_dir; the output and/or input shared memory fds when they changed
-    kStep = 3,      // phase, step, times, which inputs are present
+    kStep = 3,      // phase, step, times, which inputs are present, N
     kEvaluate = 4,  // sample
     kDestroy = 5,
     // child -> host replies
@@ -222,6 +222,7 @@ struct Region {
 struct InputLayout {
     Region latent, x0_logits, tokens, masked;
     Region rows, x0_rows, candidate_ids, candidate_logp;  // ABI 1.2
+    Region proposed;                                      // ABI 1.3 (COMMIT)
     size_t total = 0;
 };
 struct OutputLayout {
@@ -259,24 +260,28 @@ inline InputLayout input_layout(int64_t B, int64_t L, int64_t V, int64_t D, int6
     place(layout.x0_rows, bytes(B, L, V, 4));
     place(layout.candidate_ids, bytes(B, L, k, 8));
     place(layout.candidate_logp, bytes(B, L, k, 4));
+    place(layout.proposed, bytes(B, L, 1, 8));
     layout.total = std::max<size_t>(place.at, 64);
     return layout;
 }
 
 // `run`: the run's shape and the controller's negotiated forms (its rows and step fields do not matter). Each output
-// gets the room its largest form takes: all B * L rows, and for grad the larger of the PREDICT and GUIDE shapes.
+// gets the room its largest form takes: all B * L rows, and the largest of its PREDICT, GUIDE and COMMIT shapes.
 inline OutputLayout output_layout(forms::StepShape run, bool embedding) {
     run.rows = run.B * run.L;
-    run.predict = true;
-    const auto predict = forms::output_dims(run);
-    run.predict = false;
-    const auto guide =
-        run.has(RUDDER_CAP_GRADIENT) ? forms::output_dims(run) : std::array<forms::Dims, forms::kOutputs>{};
+    std::array<forms::Dims, forms::kOutputs> largest{};
+    for (const rudder_phase phase : {RUDDER_PHASE_PREDICT, RUDDER_PHASE_GUIDE, RUDDER_PHASE_COMMIT}) {
+        if (phase == RUDDER_PHASE_GUIDE && !run.has(RUDDER_CAP_GRADIENT)) continue;
+        run.phase = phase;
+        const auto dims = forms::output_dims(run);
+        for (size_t k = 0; k < forms::kOutputs; ++k)
+            if (dims[k].numel() > largest[k].numel()) largest[k] = dims[k];
+    }
     OutputLayout layout;
     detail::Placer place;
     for (size_t k = 0; k < forms::kOutputs; ++k) {
         const size_t element = forms::kOutputInfo[k].dtype.bits / 8;
-        place(layout.outputs[k], static_cast<size_t>(std::max(predict[k].numel(), guide[k].numel())) * element);
+        place(layout.outputs[k], static_cast<size_t>(largest[k].numel()) * element);
     }
     place(layout.embedding, embedding ? detail::bytes(run.V, run.D, 1, 4) : 0);
     layout.total = std::max<size_t>(place.at, 64);
@@ -286,5 +291,6 @@ inline OutputLayout output_layout(forms::StepShape run, bool embedding) {
 // Step flags: which inputs the host filled in.
 constexpr uint32_t kHasLatent = 1, kHasLogits = 2, kHasTokens = 4, kHasMasked = 8;
 constexpr uint32_t kHasRows = 16, kHasX0Rows = 32, kHasCandidates = 64;  // ABI 1.2
+constexpr uint32_t kHasProposed = 128;                                   // ABI 1.3
 
 }  // namespace rudder::plugins::isolation

@@ -115,6 +115,14 @@ std::string check_controller(const rudder_controller_desc* desc, uint32_t index)
     require(desc->evaluate != nullptr || (desc->capabilities & RUDDER_CAP_EVALUATE) == 0,
             "evaluate (it declares RUDDER_CAP_EVALUATE)");
     if (!missing.empty()) return "controller '" + std::string(desc->id) + "' lacks required callbacks: " + missing;
+    // The COMMIT phase's answer comes with token bits (what a rejected row allows): a controller that declares it
+    // must declare the outputs it needs. A descriptor older than 1.3 cannot have meant the bit.
+    constexpr uint64_t kCommitNeeds = RUDDER_CAP_HARD_CONSTRAINT | RUDDER_CAP_PACKED_MASK;
+    if (desc->abi_minor >= 3 && (desc->capabilities & RUDDER_CAP_COMMIT) != 0 &&
+        (desc->capabilities & kCommitNeeds) != kCommitNeeds)
+        return "controller '" + std::string(desc->id) +
+               "' declares RUDDER_CAP_COMMIT without RUDDER_CAP_HARD_CONSTRAINT and RUDDER_CAP_PACKED_MASK, which the "
+               "COMMIT phase needs (it answers with token_bits)";
     if (desc->abi_minor > RUDDER_ABI_MINOR)
         spdlog::debug("controller '{}' was built for the newer plugin ABI {}; using its {} part", desc->id,
                       abi_text(desc->abi_major, desc->abi_minor), abi_text(RUDDER_ABI_MAJOR, RUDDER_ABI_MINOR));
@@ -364,6 +372,7 @@ std::vector<std::string> capability_names(uint64_t capabilities) {
         {RUDDER_CAP_PACKED_MASK, "packed_mask"},
         {RUDDER_CAP_CANDIDATES, "candidates"},
         {RUDDER_CAP_IGNORES_X0, "ignores_x0"},
+        {RUDDER_CAP_COMMIT, "commit"},
     };
     std::vector<std::string> names;
     uint64_t unknown = capabilities;

@@ -151,7 +151,9 @@ CallOutcome ProcessTransport::begin(const RunStart& start) {
         .put<uint64_t>(share.memory.size())
         .put<uint8_t>(passed)
         .text(run.model_dir)
-        .put<uint8_t>(start.shape.negotiated.abi12 ? 1 : 0)
+        .put<uint8_t>(start.shape.negotiated.abi13   ? 3
+                      : start.shape.negotiated.abi12 ? 2
+                                                     : 1)
         .put<uint64_t>(start.shape.negotiated.capabilities)
         .put<int64_t>(start.run_candidates);
     const std::vector<char> reply = remote_->call(isolation::kBegin, request, "begin", "", time_limit_, serve_, fds);
@@ -180,6 +182,7 @@ void ProcessTransport::put_inputs(const StepTensors& tensors, uint32_t& present)
     put(isolation::kHasX0Rows, tensors.x0_rows, at_.x0_rows);
     put(isolation::kHasCandidates, tensors.candidate_ids, at_.candidate_ids);
     put(isolation::kHasCandidates, tensors.candidate_logp, at_.candidate_logp);
+    put(isolation::kHasProposed, tensors.proposed, at_.proposed);
     share.filled |= present;  // after all are in: one bit covers both candidate tensors
 }
 

@@ -1,6 +1,6 @@
 // What a controller is handed at one step, for the guarded adapter (controller_instance.cpp) and the isolated
-// child (controller_host_main.cpp) alike: which forms of the ABI it is spoken to in (the 1.2 negotiation), which
-// inputs it reads and the shape of every output. Torch-free: the child links only the loader.
+// child (controller_host_main.cpp) alike: which forms of the ABI it is spoken to in (the 1.2 and 1.3 negotiation),
+// which inputs it reads and the shape of every output. Torch-free: the child links only the loader.
 #pragma once
 
 #include <rudder/rudder_plugin.h>
@@ -16,26 +16,44 @@ namespace rudder::plugins::forms {
 constexpr uint64_t kCapabilities12 =
     RUDDER_CAP_ROWS | RUDDER_CAP_PACKED_MASK | RUDDER_CAP_CANDIDATES | RUDDER_CAP_IGNORES_X0;
 
+// The capability bit ABI 1.3 added: the COMMIT phase.
+constexpr uint64_t kCapabilities13 = RUDDER_CAP_COMMIT;
+
 // The structs as ABI 1.1 had them (each ends where 1.2 appended its first member): what a host that speaks to a
 // controller as a 1.1 host sets struct_size to.
 constexpr uint32_t kRunInfoSize11 = offsetof(rudder_run_info, candidates);
 constexpr uint32_t kStepSize11 = offsetof(rudder_step, rows);
 constexpr uint32_t kContributionSize11 = offsetof(rudder_contribution, token_bits);
+// The structs as ABI 1.2 had them (1.3 appended to the step and the contribution only).
+constexpr uint32_t kStepSize12 = offsetof(rudder_step, proposed);
+constexpr uint32_t kContributionSize12 = offsetof(rudder_contribution, rejected);
 
 // How one controller instance is spoken to.
 struct Negotiated {
     bool abi12 = false;         // 1.2 struct sizes and members (rows; the forms it declares)
-    uint64_t capabilities = 0;  // what the host honours: the declared bits, less the 1.2 forms without abi12
+    bool abi13 = false;         // 1.3 struct sizes and members (proposed, rejected; the COMMIT phase if declared)
+    uint64_t capabilities = 0;  // what the host honours: the declared bits, less those of a later minor
+    uint32_t run_info_size() const { return abi12 ? sizeof(rudder_run_info) : kRunInfoSize11; }
+    uint32_t step_size() const { return abi13 ? sizeof(rudder_step) : abi12 ? kStepSize12 : kStepSize11; }
+    uint32_t contribution_size() const {
+        return abi13 ? sizeof(rudder_contribution) : abi12 ? kContributionSize12 : kContributionSize11;
+    }
 };
 
-// A controller built for ABI 1.1 cannot know the 1.2 bits (any it sets mean nothing), and `dense` (the
-// RUDDER_CONTROL_FORMS knob) speaks to every controller as a 1.1 host does.
+// A controller built for ABI 1.1 cannot know the 1.2 bits, nor one built for 1.2 the 1.3 bit (any it sets mean
+// nothing), and `dense` (the RUDDER_CONTROL_FORMS knob) speaks to every controller as a 1.1 host does.
 inline Negotiated negotiate(uint32_t controller_abi_minor, uint64_t declared, bool dense) {
     Negotiated n;
     n.abi12 = controller_abi_minor >= 2 && !dense;
-    n.capabilities = n.abi12 ? declared : declared & ~kCapabilities12;
+    n.abi13 = controller_abi_minor >= 3 && !dense;
+    n.capabilities = declared;
+    if (!n.abi12) n.capabilities &= ~kCapabilities12;
+    if (!n.abi13) n.capabilities &= ~kCapabilities13;
     return n;
 }
+
+// The capability bits rudder_run_info.forms reports: the forms and the COMMIT phase the host honours.
+inline uint64_t run_forms(const Negotiated& n) { return n.capabilities & (kCapabilities12 | kCapabilities13); }
 
 // What a plugin changed in a tensor header it was handed (`dl`, against its `original` and the shape values
 // `original_shape`; `shape` is the storage dl.shape was handed pointing at), or nullptr if nothing: the in-process
@@ -62,7 +80,17 @@ inline int64_t token_words(int64_t vocab_size) { return (vocab_size + 31) / 32; 
 constexpr DLDataType kF32{kDLFloat, 32, 1}, kI64{kDLInt, 64, 1}, kU8{kDLUInt, 8, 1}, kU32{kDLUInt, 32, 1};
 
 // The outputs of a step, in RUDDER_WROTE_* order.
-enum Output : size_t { kLogitDelta, kGrad, kLogProb, kFixedTokens, kForbidden, kTokenBits, kCandidateDelta, kOutputs };
+enum Output : size_t {
+    kLogitDelta,
+    kGrad,
+    kLogProb,
+    kFixedTokens,
+    kForbidden,
+    kTokenBits,
+    kCandidateDelta,
+    kRejected,
+    kOutputs
+};
 
 struct OutputInfo {
     const char* name;
@@ -79,6 +107,7 @@ inline constexpr OutputInfo kOutputInfo[kOutputs] = {
     {"forbidden", RUDDER_WROTE_FORBIDDEN, kU8, &rudder_contribution::forbidden},
     {"token_bits", RUDDER_WROTE_FORBIDDEN_BITS | RUDDER_WROTE_ALLOWED_BITS, kU32, &rudder_contribution::token_bits},
     {"candidate_delta", RUDDER_WROTE_CANDIDATE_DELTA, kF32, &rudder_contribution::candidate_delta},
+    {"rejected", RUDDER_WROTE_REJECTED, kU8, &rudder_contribution::rejected},
 };
 
 // fixed_tokens starts at -1 (free), every other output at 0.
@@ -101,10 +130,11 @@ struct Dims {
 struct StepShape {
     rudder_family family = RUDDER_FAMILY_DISCRETE;
     int64_t B = 0, L = 0, V = 0, D = 0;
-    int64_t rows = 0;        // N (PREDICT)
+    int64_t rows = 0;        // N (PREDICT, COMMIT)
     int64_t candidates = 0;  // k the host offers this controller (0: none)
-    bool predict = true;
+    rudder_phase phase = RUDDER_PHASE_PREDICT;
     Negotiated negotiated;
+    bool predict() const { return phase == RUDDER_PHASE_PREDICT; }
     bool has(uint64_t capability) const { return (negotiated.capabilities & capability) != 0; }
 };
 
@@ -129,11 +159,17 @@ struct InputForms {
     bool x0 = true;           // x0_logits at all (PREDICT; not with RUDDER_CAP_IGNORES_X0)
     bool x0_rows = false;     // x0_logits is [N, V] at the rows instead of [B, L, V]
     bool candidates = false;  // candidate_ids, candidate_logp [N, k]
+    bool proposed = false;    // COMMIT: rudder_step.proposed [N], and no x0 at all
 };
 
 inline InputForms input_forms(const StepShape& s) {
     InputForms f;
-    if (!s.predict || !s.negotiated.abi12) return f;
+    if (s.phase == RUDDER_PHASE_COMMIT) {
+        f.rows = f.proposed = true;
+        f.x0 = false;
+        return f;
+    }
+    if (!s.predict() || !s.negotiated.abi12) return f;
     f.rows = true;
     f.x0 = !s.has(RUDDER_CAP_IGNORES_X0);
     f.x0_rows = f.x0 && s.has(RUDDER_CAP_ROWS);
@@ -149,7 +185,13 @@ inline std::array<Dims, kOutputs> output_dims(const StepShape& s) {
         for (int64_t size : sizes) d.size[d.ndim++] = size;
     };
     const bool gradient = s.has(RUDDER_CAP_GRADIENT);
-    if (!s.predict) {  // GUIDE: continuous, GRADIENT controllers only
+    if (s.phase == RUDDER_PHASE_COMMIT) {  // COMMIT controllers only; the bits always at the rows
+        if (!s.has(RUDDER_CAP_COMMIT)) return dims;
+        set(kRejected, {s.rows});
+        set(kTokenBits, {s.rows, token_words(s.V)});
+        return dims;
+    }
+    if (!s.predict()) {  // GUIDE: continuous, GRADIENT controllers only
         set(kGrad, {s.B, s.L, s.D});
         set(kLogProb, {s.B});
         return dims;

@@ -344,7 +344,11 @@ Combined Composer::predict(const plugins::StepInputs& in) {
             at::Tensor bits = at_rows(o.token_bits, out.rows);
             if (o.bits_allowed) bits = bits.bitwise_not();
             authors.forbidders.push_back({k, bits, true});
-            authors.packed = authors.packed.defined() ? bits.bitwise_or(authors.packed) : bits;
+            // A controller in a process of its own wrote them in shared memory, which its next step (a COMMIT round
+            // of this one) reuses: the combination keeps a copy.
+            const bool shared = !o.bits_allowed && c.instance->isolation() == plugins::Isolation::process;
+            authors.packed =
+                authors.packed.defined() ? bits.bitwise_or(authors.packed) : (shared ? bits.clone() : bits);
         }
     }
     if (authors.packed.defined() && !out.forbidden.defined())
@@ -449,6 +453,60 @@ void Composer::check_every_row_allows_a_token(const Combined& out, const Authors
     throw ConstraintConflict(who + " forbid" + (who.rfind("controllers ", 0) == 0 ? "" : "s") +
                              " every token at position " + std::to_string(position % L) + " (sample " +
                              std::to_string(position / L) + ")");
+}
+
+bool Composer::commits() const {
+    for (const auto& c : controllers_)
+        if (c.instance->has(RUDDER_CAP_COMMIT)) return true;
+    return false;
+}
+
+at::Tensor Commit::committed() const {
+    at::Tensor now = rejected.logical_not();
+    if (rejected.size(0) > 0 && !now.any().item<bool>()) now[0] = true;
+    return now;
+}
+
+Commit Composer::commit(const plugins::StepInputs& in) {
+    if (inputs_ != nullptr) inputs_->next_step();
+    const int64_t B = in.tokens.size(0), L = in.tokens.size(1);
+    const at::Tensor rows = in.rows.defined() ? in.rows : at::arange(B * L, in.tokens.options());
+    Commit out;
+    out.rejected = at::zeros({rows.size(0)}, rows.options().dtype(at::kBool));
+    std::vector<std::pair<size_t, at::Tensor>> writers;  // who forbade what, [N, W], to name them
+    for (size_t k = 0; k < controllers_.size(); ++k) {
+        auto& c = controllers_[k];
+        if (!c.instance->has(RUDDER_CAP_COMMIT) || !c.active.contains(in.t)) continue;
+        plugins::StepOutputs o;
+        if (!take_part(c, [&] { o = c.instance->step(in); })) continue;
+        if (o.rejected.defined()) out.rejected.logical_or_(o.rejected.ne(0));
+        if (!o.token_bits.defined()) continue;
+        const at::Tensor bits = o.bits_allowed ? o.token_bits.bitwise_not() : o.token_bits;
+        writers.emplace_back(k, bits);
+        // A copy, not a view of the controller's output (which its next round overwrites in process isolation).
+        out.forbidden_bits = out.forbidden_bits.defined() ? bits.bitwise_or(out.forbidden_bits) : bits.clone();
+    }
+    if (out.forbidden_bits.defined()) check_redrawn_rows(out, rows, writers, L);
+    return out;
+}
+
+void Composer::check_redrawn_rows(const Commit& out, const at::Tensor& rows,
+                                  const std::vector<std::pair<size_t, at::Tensor>>& writers, int64_t L) const {
+    // first_row_without_tokens skips the rows with a "fixed" token: here, those committed or accepted.
+    const at::Tensor redrawn = out.rejected.logical_and(out.committed().logical_not());
+    const at::Tensor skip = at::where(redrawn, at::full({}, -1, rows.options()), at::zeros({}, rows.options()));
+    const int64_t row = first_row_without_tokens(out.forbidden_bits, vocab_size_, mask_id_, skip);
+    if (row < 0) return;
+    const int64_t position = rows[row].item<int64_t>();
+    std::string who;  // the controllers that forbid anything there
+    size_t named = 0;
+    for (const auto& [k, bits] : writers) {
+        if (!unpack_bits(bits.narrow(0, row, 1), vocab_size_).any().item<bool>()) continue;
+        who += (named++ == 0 ? "'" : ", '") + controllers_[k].instance->label() + "'";
+    }
+    throw ConstraintConflict((named == 1 ? "controller " + who + " leaves" : "controllers " + who + " leave") +
+                             " no token to draw again at position " + std::to_string(position % L) + " (sample " +
+                             std::to_string(position / L) + ") once the proposals they accept are committed");
 }
 
 void Reward::add(const at::Tensor& lp, double weight, const std::string& controller) {

@@ -65,6 +65,16 @@ struct Combined {
     at::Tensor forbidden_mask(int64_t vocab_size) const;
 };
 
+// The COMMIT phase's answer (plugin ABI 1.3) over the step's rows still to be committed (plugins::StepInputs::rows).
+struct Commit {
+    at::Tensor rejected;        // bool [N]: some controller rejects the row's proposed token
+    at::Tensor forbidden_bits;  // int32 [N, ceil(V / 32)]: the union of what the controllers forbid at each row (their
+                                // allowed bits inverted); undefined when none wrote bits
+    // bool [N], the rows the host commits now (the ABI's contract): those no controller rejects, or the first row
+    // alone when every row is rejected (a single proposal is consistent with the state it was allowed in).
+    at::Tensor committed() const;
+};
+
 class Composer {
 public:
     // `mask_id`: the tokenizer's mask token, which no controller may fix.
@@ -81,6 +91,14 @@ public:
     // wrote whole [B, L, V] masks), and CompositionError when the weighted deltas are not finite or a controller fixes
     // the mask token.
     Combined predict(const plugins::StepInputs& in);
+
+    // Whether a controller takes part in the COMMIT phase (declares RUDDER_CAP_COMMIT, as negotiated: ABI 1.3).
+    bool commits() const;
+    // COMMIT phase (plugin ABI 1.3; `in` from commit_inputs(): the proposals at in.rows) for every RUDDER_CAP_COMMIT
+    // controller active at in.t, with on_failure as in predict(). Throws ConstraintConflict naming the controllers when
+    // a row the host must draw again (rejected, and not committed()) has no token left under forbidden_bits (the mask
+    // token counted as forbidden); the caller draws within its PREDICT combination too.
+    Commit commit(const plugins::StepInputs& in);
 
     // What the step's inputs must hold for the controllers active at t (PREDICT): x0_logits over every position
     // (a controller without RUDDER_CAP_ROWS), x0 at the rows only (RUDDER_CAP_ROWS), the candidates.
@@ -124,6 +142,9 @@ private:
     void check_finite(const Combined& out, const at::Tensor& sum, const Authors& authors, int64_t L) const;
     void check_fixed(const Combined& out, const Authors& authors, int64_t B, int64_t L) const;
     void check_every_row_allows_a_token(const Combined& out, const Authors& authors, int64_t L) const;
+    // COMMIT: a row to draw again with no token left; `writers` are the controllers that wrote bits, with them.
+    void check_redrawn_rows(const Commit& out, const at::Tensor& rows,
+                            const std::vector<std::pair<size_t, at::Tensor>>& writers, int64_t L) const;
     // The label of the controller that fixed position i of sequence b.
     std::string fixer_at(const Authors& authors, int64_t b, int64_t i) const;
     // The capabilities that make a controller take part in a PREDICT step of this family.

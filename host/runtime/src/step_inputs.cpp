@@ -43,6 +43,21 @@ plugins::StepInputs predict_inputs(const PredictState& state, const Composer::Re
     return in;
 }
 
+plugins::StepInputs commit_inputs(const PredictState& state, const at::Tensor& proposed, int64_t round) {
+    plugins::StepInputs in;
+    in.phase = RUDDER_PHASE_COMMIT;
+    in.step = static_cast<int32_t>(state.step);
+    in.total_steps = static_cast<int32_t>(state.steps);
+    in.guide_iter = static_cast<int32_t>(round);
+    in.t = state.t;
+    in.t_next = state.t_next;
+    in.tokens = state.tokens;
+    in.masked = state.masked;
+    in.rows = state.rows;
+    in.proposed = proposed;
+    return in;
+}
+
 plugins::StepInputs guide_inputs(const plugins::StepInputs& predict, const at::Tensor& latent, int64_t iteration) {
     plugins::StepInputs g = predict;
     g.phase = RUDDER_PHASE_GUIDE;

@@ -30,6 +30,13 @@ struct PredictState {
 plugins::StepInputs predict_inputs(const PredictState& state, const Composer::Reads& reads, const at::Tensor& logits,
                                    const at::Tensor& row_logits, at::Tensor& logp, int64_t candidates);
 
+// COMMIT (plugin ABI 1.3): one round of a step's commits, for Composer::commit. `state` as the round stands: `tokens`
+// the state before these commits (positions not committed yet hold the mask token: the run's mask_id, -1 in the
+// continuous family), `masked` (discrete; all zero under uniform noise), `rows` the rows still to commit, ascending;
+// its latent and self_condition are not read. `proposed` int64 [N]: the token drawn for each row. `round`: 0 at the
+// step's first proposal, then 1, 2, ... (the plugins see it as guide_iter).
+plugins::StepInputs commit_inputs(const PredictState& state, const at::Tensor& proposed, int64_t round);
+
 // GUIDE (continuous): the step's PREDICT inputs, at the next noise level, on the guided iterate.
 plugins::StepInputs guide_inputs(const plugins::StepInputs& predict, const at::Tensor& latent, int64_t iteration);
 

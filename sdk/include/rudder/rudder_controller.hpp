@@ -22,6 +22,20 @@
 //     const rudder::Rows rows(s, run_.info());                 // row r -> position (batch(r), position(r))
 //     rudder::TokenMask mask(out, run_.info());                // bits in token_bits, or bytes in forbidden
 //     for (int64_t r = 0; r < rows.size(); ++r) if (rows.position(r) < n) mask.forbid(r, pad);
+//
+// ABI 1.3, the COMMIT phase (declare RUDDER_CAP_COMMIT with RUDDER_CAP_HARD_CONSTRAINT and RUDDER_CAP_PACKED_MASK):
+// the host asks, after each draw, which of the proposed tokens the controller accepts together. Override commit(),
+// which the helper calls instead of step() in that phase; Proposals reads the proposals and writes the rejections,
+// and TokenMask writes what each row allows (token_bits, always [N, W] at the rows in this phase):
+//
+//     void commit(const rudder_step& s, rudder_contribution& out) override {
+//         const rudder::Rows rows(s, run_.info());               // the rows still to be committed
+//         rudder::Proposals proposals(s, out);                   // proposals.token(r), proposals.reject(r)
+//         rudder::TokenMask mask(out, run_.info(), rudder::TokenMask::kAllow);
+//         for (int64_t r = 0; r < rows.size(); ++r) { ...reject what clashes with the accepted rows, allow... }
+//     }
+//
+// Accepting a set must mean accepting each of its subsets: the host may commit fewer rows than a controller accepts.
 #ifndef RUDDER_CONTROLLER_HPP
 #define RUDDER_CONTROLLER_HPP
 
@@ -120,6 +134,13 @@ inline DLTensor* token_bits_of(const rudder_contribution& out) {
 inline DLTensor* candidate_delta_of(const rudder_contribution& out) {
     return RUDDER_HAS_MEMBER(&out, rudder_contribution, candidate_delta) ? out.candidate_delta : nullptr;
 }
+// ABI 1.3 members, or nullptr where the host's struct has none (a 1.2 host, or RUDDER_CONTROL_FORMS=dense).
+inline const DLTensor* proposed_of(const rudder_step& s) {
+    return RUDDER_HAS_MEMBER(&s, rudder_step, proposed) ? s.proposed : nullptr;
+}
+inline DLTensor* rejected_of(const rudder_contribution& out) {
+    return RUDDER_HAS_MEMBER(&out, rudder_contribution, rejected) ? out.rejected : nullptr;
+}
 inline int64_t candidates_of(const rudder_run_info& run) {
     return RUDDER_HAS_MEMBER(&run, rudder_run_info, candidates) ? run.candidates : 0;
 }
@@ -129,17 +150,19 @@ inline uint64_t forms_of(const rudder_run_info& run) {
 }
 
 // The rows a step's buffers are read and written by: the positions the step samples when the host gave this
-// controller the row form (RUDDER_CAP_ROWS on a 1.2 host: x0_logits and the row-shaped outputs are [N, ...]),
-// otherwise every position in order, row r = b * L + i (the dense [B, L, ...] buffers, a 1.1 host, the GUIDE phase).
+// controller the row form (RUDDER_CAP_ROWS on a 1.2 host: x0_logits and the row-shaped outputs are [N, ...]; and
+// always in the COMMIT phase), otherwise every position in order, row r = b * L + i (the dense [B, L, ...] buffers, a
+// 1.1 host, the GUIDE phase).
 class Rows {
 public:
     Rows(const rudder_step& step, const rudder_run_info& run) : L_(run.seq_len) {
         const DLTensor* rows = rows_of(step);
         // The host says which form it gave (rudder_run_info.forms); a 1.2 host from before that member was appended
-        // shows the row form in x0_logits' shape.
-        const bool row_form = RUDDER_HAS_MEMBER(&run, rudder_run_info, forms)
-                                  ? (run.forms & RUDDER_CAP_ROWS) != 0
-                                  : step.x0_logits != nullptr && step.x0_logits->ndim == 2;
+        // shows the row form in x0_logits' shape. COMMIT's buffers are at the rows whatever the forms.
+        const bool row_form =
+            step.phase == RUDDER_PHASE_COMMIT ||
+            (RUDDER_HAS_MEMBER(&run, rudder_run_info, forms) ? (run.forms & RUDDER_CAP_ROWS) != 0
+                                                             : step.x0_logits != nullptr && step.x0_logits->ndim == 2);
         if (rows != nullptr && row_form) {
             View<const int64_t> view(rows);
             flat_ = view.data();
@@ -320,6 +343,31 @@ private:
     bool offered_ = false;
 };
 
+// The COMMIT phase's proposals and the controller's answer, rows as Rows numbers them (the step's rows): token(r) is
+// the token the host proposes to commit at row r, reject(r) refuses it (the host then draws the row again within the
+// token mask the controller writes in the same call, e.g. through TokenMask). Making it sets RUDDER_WROTE_REJECTED:
+// a row not rejected is accepted.
+class Proposals {
+public:
+    Proposals(const rudder_step& step, rudder_contribution& out) {
+        const DLTensor* proposed = proposed_of(step);
+        DLTensor* rejected = rejected_of(out);
+        if (step.phase != RUDDER_PHASE_COMMIT || proposed == nullptr || rejected == nullptr)
+            throw Error("proposals exist only in the COMMIT phase (declare RUDDER_CAP_COMMIT)", RUDDER_ERR_INTERNAL);
+        proposed_ = View<const int64_t>(proposed);
+        rejected_ = View<uint8_t>(rejected);
+        out.written |= RUDDER_WROTE_REJECTED;
+    }
+    int64_t size() const { return proposed_.size(0); }
+    int64_t token(int64_t r) const { return proposed_(r); }
+    void reject(int64_t r) { rejected_(r) = 1; }
+    bool rejected(int64_t r) const { return rejected_(r) != 0; }
+
+private:
+    View<const int64_t> proposed_;
+    View<uint8_t> rejected_;
+};
+
 // The run's services with C++ types. Valid between begin() and the next begin()/destroy().
 class Run {
 public:
@@ -396,6 +444,11 @@ public:
     // RUDDER_ERR_UNSUPPORTED) for a family or shape the controller cannot handle.
     virtual void begin(const rudder_run_info& run) { run_ = Run(&run); }
     virtual void step(const rudder_step& step, rudder_contribution& out) = 0;
+    // ABI 1.3: the COMMIT phase, called instead of step() there (only for a controller that declares
+    // RUDDER_CAP_COMMIT). Override it when you declare that bit.
+    virtual void commit(const rudder_step& /*step*/, rudder_contribution& /*out*/) {
+        throw Error("the controller declares RUDDER_CAP_COMMIT but does not override commit()", RUDDER_ERR_INTERNAL);
+    }
     virtual void evaluate(const rudder_sample& /*sample*/, rudder_verdict& /*verdict*/) {}
 
 protected:
@@ -462,7 +515,12 @@ struct Adapter {
     }
     static rudder_status step(void* self, const rudder_step* s, rudder_contribution* out) noexcept {
         auto* inst = static_cast<Instance*>(self);
-        return guarded(inst->error, [&] { inst->controller->step(*s, *out); });
+        return guarded(inst->error, [&] {
+            if (s->phase == RUDDER_PHASE_COMMIT)
+                inst->controller->commit(*s, *out);
+            else
+                inst->controller->step(*s, *out);
+        });
     }
     static rudder_status evaluate(void* self, const rudder_sample* sample, rudder_verdict* verdict) noexcept {
         auto* inst = static_cast<Instance*>(self);

@@ -1,5 +1,5 @@
 /*
- * rudder_plugin.h — the Rudder controller plugin ABI, version 1.2.
+ * rudder_plugin.h — the Rudder controller plugin ABI, version 1.3.
  *
  * A controller plugin is a shared library that steers the reverse (denoising) loop of a diffusion language
  * model. At each step the host asks every active controller for a contribution — a logit delta, a gradient,
@@ -42,6 +42,18 @@
  * the 1.2 members only where struct_size covers them and falls back to the dense forms runs on both
  * (rudder_controller.hpp's Rows, RowView, TokenMask and Candidates do this).
  *
+ * Commit (ABI 1.3). Several positions drawn in one step can each be allowed and still be invalid together. A controller
+ * that declares RUDDER_CAP_COMMIT (with HARD_CONSTRAINT and PACKED_MASK) is asked, after each draw, which of the
+ * tokens the host proposes to commit it accepts (RUDDER_PHASE_COMMIT: rudder_step.proposed in, rudder_contribution
+ * .rejected and token_bits out). The host's contract:
+ *   - a proposal is always a token the controller's last PREDICT output (or its last COMMIT bits) allowed at that row;
+ *   - the host commits the rows that no COMMIT controller rejects, and, if every row is rejected, the first row alone
+ *     (a single proposal is consistent with the state it was allowed in);
+ *   - it draws the rows it did not commit again, within the token_bits the controllers wrote, and asks again (with
+ *     the committed rows now in `tokens`, the rest as `rows`), until every row is committed.
+ * In return a controller must accept any subset of a set it accepted. A host gives the phase only to a controller
+ * whose descriptor says abi_minor >= 3 (and not under RUDDER_CONTROL_FORMS=dense, which refuses such a controller).
+ *
  * Threads. The host calls one controller instance from one thread at a time (not always the same thread).
  * Different instances of the same controller may run on different threads at the same time only if the
  * controller declares RUDDER_CAP_THREAD_SAFE; otherwise the host serialises all calls into that library.
@@ -63,7 +75,7 @@ extern "C" {
 #endif
 
 #define RUDDER_ABI_MAJOR 1
-#define RUDDER_ABI_MINOR 2
+#define RUDDER_ABI_MINOR 3
 
 #if defined(_WIN32)
 #define RUDDER_EXPORT __declspec(dllexport)
@@ -109,7 +121,14 @@ enum {
     RUDDER_PHASE_PREDICT = 1,
     /* Continuous family only: K times per step, during gradient guidance on x_{t-1}. Inputs: latent is the
      * current iterate at time t. Outputs: grad (d log p(c | latent) / d latent) and log_prob. */
-    RUDDER_PHASE_GUIDE = 2
+    RUDDER_PHASE_GUIDE = 2,
+    /* ABI 1.3, RUDDER_CAP_COMMIT controllers only. The discrete family (absorbing and uniform noise) after each draw,
+     * the continuous family for its final rounding to tokens: the host has drawn a token for each of the step's `rows`
+     * (`proposed`) and is about to commit them. Inputs: tokens (the state before these commits), masked, rows,
+     * proposed; x0_logits, latent and the candidates are NULL. Outputs: rejected and token_bits [N, W] (always
+     * row-shaped in this phase). May be called several times per step (guide_iter counts the rounds); see "Commit"
+     * above for what the host does with the answer. */
+    RUDDER_PHASE_COMMIT = 3
 };
 
 /* Capability bits in rudder_controller_desc.capabilities. The host allocates only the outputs a
@@ -136,6 +155,11 @@ enum {
 /* Never reads rudder_step.x0_logits: the host passes NULL there and skips the log-softmax over the vocabulary that
  * input costs (candidate_ids and candidate_logp, which the host computes itself, are still given). */
 #define RUDDER_CAP_IGNORES_X0 ((uint64_t)1 << 10)
+/* ABI 1.3: takes part in the COMMIT phase (accepts or rejects the tokens the host proposes to commit). Needs
+ * RUDDER_CAP_HARD_CONSTRAINT and RUDDER_CAP_PACKED_MASK: a descriptor with abi_minor >= 3 that declares COMMIT without
+ * both is refused when the library is loaded. Ignored from a descriptor with abi_minor < 3 (the bit meant nothing
+ * there); a host run with RUDDER_CONTROL_FORMS=dense refuses to create a controller that declares it. */
+#define RUDDER_CAP_COMMIT ((uint64_t)1 << 11)
 
 /* Bits of rudder_contribution.written: which outputs the controller actually wrote this call. */
 #define RUDDER_WROTE_LOGIT_DELTA (1u << 0)
@@ -148,6 +172,8 @@ enum {
 #define RUDDER_WROTE_FORBIDDEN_BITS (1u << 5)
 #define RUDDER_WROTE_ALLOWED_BITS (1u << 6)
 #define RUDDER_WROTE_CANDIDATE_DELTA (1u << 7)
+/* ABI 1.3, COMMIT phase: rudder_contribution.rejected was written. */
+#define RUDDER_WROTE_REJECTED (1u << 8)
 
 /* Whether the struct at `ptr` (one that starts with struct_size) covers `member` of `type`: read a member that a
  * later minor appended only if this is true. */
@@ -235,7 +261,8 @@ typedef struct rudder_run_info {
     int32_t candidates;
     /* The ABI 1.2 forms this host gives the controller for the run: the controller's declared RUDDER_CAP_ROWS,
      * PACKED_MASK, CANDIDATES and IGNORES_X0 bits that it honours. A row-shaped buffer is [N, ...] exactly when
-     * RUDDER_CAP_ROWS is set here (and the step has rows); x0_logits is NULL when RUDDER_CAP_IGNORES_X0 is. */
+     * RUDDER_CAP_ROWS is set here (and the step has rows); x0_logits is NULL when RUDDER_CAP_IGNORES_X0 is. A 1.3
+     * host also sets RUDDER_CAP_COMMIT here for a controller it will call in the COMMIT phase. */
     uint64_t forms;
 } rudder_run_info;
 
@@ -248,26 +275,37 @@ typedef struct rudder_step {
     rudder_phase phase;
     int32_t step; /* 0 .. total_steps-1, counting reverse steps taken so far */
     int32_t total_steps;
-    int32_t guide_iter;        /* GUIDE phase: 0 .. K-1; PREDICT phase: 0 */
+    int32_t guide_iter;        /* GUIDE phase: 0 .. K-1; PREDICT phase: 0; COMMIT: the round, 0 at a step's first */
     double t;                  /* diffusion time of the inputs, in (0, 1]; 1 = pure noise */
     double t_next;             /* time the sampler is stepping to */
     const DLTensor* latent;    /* continuous: float32 [B, L, D] (x_t, or the guided iterate in GUIDE) */
     const DLTensor* x0_logits; /* PREDICT: float32 [B, L, V] log-probabilities of the clean token ([N, V] at the
-                                  step's rows with RUDDER_CAP_ROWS); NULL with RUDDER_CAP_IGNORES_X0; GUIDE: NULL */
+                                  step's rows with RUDDER_CAP_ROWS); NULL with RUDDER_CAP_IGNORES_X0; GUIDE and
+                                  COMMIT: NULL */
     const DLTensor* tokens;    /* int64 [B, L]: discrete: the current state (mask_id where masked);
-                                  continuous: argmax of x0_logits, the current best guess */
+                                  continuous: argmax of x0_logits, the current best guess;
+                                  COMMIT: the state before the proposed commits (not yet committed: mask_id) */
     const DLTensor* masked;    /* discrete: uint8 [B, L], 1 where the position is still masked */
 
     /* ABI 1.2: read only if struct_size covers them (a 1.1 host, or RUDDER_CONTROL_FORMS=dense, has not). Same
      * ownership, lifetime and device as the members above; the thread is the one inside step(). */
     /* PREDICT, every 1.2 controller: int64 [N], the step's rows: the positions it samples, as flat indices b * L + i,
      * ascending (discrete: the positions that unmask this step, N may be 0; continuous: all B * L). GUIDE: NULL.
-     * With RUDDER_CAP_ROWS, x0_logits is [N, V] (row r is position rows[r]) and so are the row-shaped outputs. */
+     * With RUDDER_CAP_ROWS, x0_logits is [N, V] (row r is position rows[r]) and so are the row-shaped outputs.
+     * A RUDDER_CAP_COMMIT controller treats as still free, in PREDICT, the masked positions and the rows (under
+     * uniform noise every position is a row and `masked` is all zero): what it allows at a row must leave a valid
+     * completion given the committed positions only. COMMIT: the rows whose proposals are still to be committed. */
     const DLTensor* rows;
     /* PREDICT, RUDDER_CAP_CANDIDATES and rudder_run_info.candidates = k > 0: int64 [N, k], each row's k most likely
      * tokens under x0_logits, most likely first; and float32 [N, k], their log-probabilities. NULL otherwise. */
     const DLTensor* candidate_ids;
     const DLTensor* candidate_logp;
+
+    /* ABI 1.3: read only if struct_size covers it (a 1.2 host, a controller built for 1.2, or RUDDER_CONTROL_FORMS=
+     * dense has not). Same ownership, lifetime and device as the members above. */
+    /* COMMIT: int64 [N], the token the host drew for each row (row r is position rows[r]), one the controller's last
+     * PREDICT output, or its last COMMIT token_bits, allowed there. NULL in the other phases. */
+    const DLTensor* proposed;
 } rudder_step;
 
 /* ---------------------------------------------------------------------------------------------------------
@@ -294,14 +332,24 @@ typedef struct rudder_contribution {
 
     /* ABI 1.2: read only if struct_size covers them. Like the outputs above: host-owned, allocated and initialised
      * by the host, on rudder_run_info.device, valid during the step() call, written from the thread inside it. */
-    /* HARD_CONSTRAINT + PACKED_MASK, PREDICT: uint32 [B, L, W] ([N, W] with RUDDER_CAP_ROWS), W = ceil(V / 32),
-     * zero-filled; token v of a row is bit (v % 32) of word v / 32. Set RUDDER_WROTE_FORBIDDEN_BITS (set bits are
-     * forbidden tokens) or RUDDER_WROTE_ALLOWED_BITS (set bits are the row's only allowed tokens: a row with no bit
-     * set then allows nothing, a conflict the host reports). A bit at or past V is an error. */
+    /* HARD_CONSTRAINT + PACKED_MASK, PREDICT: uint32 [B, L, W] ([N, W] with RUDDER_CAP_ROWS); COMMIT (1.3): [N, W]
+     * whatever the forms. W = ceil(V / 32), zero-filled; token v of a row is bit (v % 32) of word v / 32. Set
+     * RUDDER_WROTE_FORBIDDEN_BITS (set bits are forbidden tokens) or RUDDER_WROTE_ALLOWED_BITS (set bits are the row's
+     * only allowed tokens: a row with no bit set then allows nothing, a conflict the host reports). A bit at or past V
+     * is an error. */
     DLTensor* token_bits;
     /* CANDIDATES, PREDICT, k > 0: float32 [N, k], zero-filled: added (times the weight) to the log-probability of
      * candidate_ids[r, j] at row r. Set RUDDER_WROTE_CANDIDATE_DELTA. NULL when the step offers no candidates. */
     DLTensor* candidate_delta;
+
+    /* ABI 1.3: read only if struct_size covers it. Host-owned, allocated and initialised by the host, on
+     * rudder_run_info.device, valid during the step() call, written from the thread inside it. */
+    /* COMMIT: uint8 [N], zero-filled: 1 = the controller cannot accept row r's proposed token together with the
+     * proposals it accepts (any other value is an error). Set RUDDER_WROTE_REJECTED. In the same call, token_bits
+     * [N, W] (FORBIDDEN_BITS or ALLOWED_BITS, as in PREDICT) says what each row allows given the rows it accepts
+     * committed: the host draws a rejected row again within it (rejecting a row without writing them is an error).
+     * NULL in the other phases. */
+    DLTensor* rejected;
 } rudder_contribution;
 
 /* A finished sample, for evaluate(). Host-owned, valid during the call. */

@@ -94,6 +94,10 @@ struct StepInputs {
     at::Tensor x0_rows;         // PREDICT: float32 [N, V], x0_logits at the rows (RUDDER_CAP_ROWS controllers' x0)
     at::Tensor candidate_ids;   // PREDICT: int64 [N, k], each row's k most likely tokens, most likely first;
     at::Tensor candidate_logp;  // float32 [N, k], their log-probabilities (both undefined if none is offered)
+    // ABI 1.3, COMMIT (RUDDER_PHASE_COMMIT, for RUDDER_CAP_COMMIT controllers): the token drawn for each row, which the
+    // host proposes to commit; `tokens` and `masked` are the state before these commits, `rows` the rows still to be
+    // committed, guide_iter the round within the step.
+    at::Tensor proposed;  // int64 [N]
     // The host's own, never handed to a controller: a self-conditioned network's previous clean estimate (CDCD),
     // which the run services' denoise() reads with the step's input.
     at::Tensor self_condition;
@@ -137,6 +141,8 @@ struct StepOutputs {
     at::Tensor token_bits;       // int32 [B, L | N, ceil(V / 32)]: token v is bit v % 32 of word v / 32
     bool bits_allowed = false;   // token_bits lists the allowed tokens (RUDDER_WROTE_ALLOWED_BITS), else the forbidden
     at::Tensor candidate_delta;  // float32 [N, k]: added (times the weight) to the logits of candidate_ids
+    // ABI 1.3, COMMIT: which rows' proposals the controller rejects (token_bits [N, W] then says what each row allows)
+    at::Tensor rejected;  // uint8 [N], 0 or 1
 };
 
 struct Verdict {
@@ -161,11 +167,11 @@ const char* isolation_name(Isolation isolation);
 // value. Read by each ControllerInstance when it is made.
 bool dense_control_forms();
 
-// The step's inputs (latent, x0_logits, tokens, masked; rows, x0 at the rows, candidates) in one shared memory file
-// for the controllers of a run that run in processes of their own: each step's input is copied there once, by the
-// first controller that reads it, not once per controller, and every child maps them read-only. Its owner (the
-// composer) hands it to each instance before begin() and calls next_step() before each step's (or guide
-// iteration's) calls. An instance given none keeps one of its own and refills it at every step.
+// The step's inputs (latent, x0_logits, tokens, masked; rows, x0 at the rows, candidates; COMMIT's proposals) in one
+// shared memory file for the controllers of a run that run in processes of their own: each step's input is copied
+// there once, by the first controller that reads it, not once per controller, and every child maps them read-only.
+// Its owner (the composer) hands it to each instance before begin() and calls next_step() before each step's (guide
+// iteration's, commit round's) calls. An instance given none keeps one of its own and refills it at every step.
 class StepInputShare {
 public:
     StepInputShare();
@@ -189,6 +195,8 @@ class ControllerInstance {
 public:
     // Creates the instance from params (JSON text). `label` names it in messages and outputs. With
     // Isolation::process the instance lives in a child process from here on (started now; PluginError if that fails).
+    // A controller built for ABI 1.3 that declares RUDDER_CAP_COMMIT is refused (PluginError) under
+    // RUDDER_CONTROL_FORMS=dense, which has no COMMIT phase.
     ControllerInstance(ControllerType type, const std::string& params_json, std::string label,
                        Isolation isolation = Isolation::in_process);
     ~ControllerInstance();
@@ -198,8 +206,9 @@ public:
     const std::string& label() const { return label_; }
     const ControllerType& type() const { return type_; }
     // The capabilities this instance runs with: the declared ones, less the ABI 1.2 forms (RUDDER_CAP_ROWS,
-    // RUDDER_CAP_PACKED_MASK, RUDDER_CAP_CANDIDATES) when the controller was built for ABI 1.1 or
-    // RUDDER_CONTROL_FORMS=dense. They say which forms step()'s outputs come in.
+    // RUDDER_CAP_PACKED_MASK, RUDDER_CAP_CANDIDATES, RUDDER_CAP_IGNORES_X0) when the controller was built for ABI 1.1
+    // or RUDDER_CONTROL_FORMS=dense, and less RUDDER_CAP_COMMIT when it was built for 1.2 or older. They say which
+    // forms step()'s outputs come in.
     uint64_t capabilities() const { return capabilities_; }
     bool has(uint64_t capability) const { return (capabilities() & capability) != 0; }
     Isolation isolation() const { return isolation_; }
@@ -220,7 +229,9 @@ public:
     // Allocates the outputs the controller declared for this phase, calls step(), validates what it wrote. With
     // process isolation the outputs on the CPU view the instance's shared memory: valid until its next step().
     // ABI 1.2: a PREDICT step without `rows` has all B * L rows; x0 at the rows and the candidates (k =
-    // RunShape::candidates) are taken from x0_logits where `in` does not give them.
+    // RunShape::candidates) are taken from x0_logits where `in` does not give them. ABI 1.3: a COMMIT step (`proposed`
+    // given, [N] tokens in [0, V); `rows` as in PREDICT) reaches only a RUDDER_CAP_COMMIT controller (others return
+    // nothing), which gets `rejected` [N] and `token_bits` [N, W] and must set the bits of token_bits when it rejects.
     StepOutputs step(const StepInputs& in);
     // Verdict on one finished sample (tokens on the CPU, length seq_len).
     Verdict evaluate(int64_t index, const std::vector<int64_t>& tokens, int64_t n_tokens, const std::string& text);
