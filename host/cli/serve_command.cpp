@@ -186,15 +186,14 @@ void add_serve_command(CLI::App& app, Commands& commands) {
                  "rudder serve: listening on http://%s:%d (%lld at a time, %lld may wait, up to %lld samples a run)\n",
                  o->server.host.c_str(), server.port(), static_cast<long long>(o->server.parallel),
                  static_cast<long long>(o->server.queue_limit), static_cast<long long>(o->server.batch_samples));
-             std::fprintf(stderr,
-                          "rudder serve: controllers run %s; client paths %s; API keys %s; a request's run may use "
-                          "up to %s\n",
-                          server.options().isolation == "process"
-                              ? "in a process of their own (requests may not ask for less)"
-                              : "in process (a request may ask for a process of their own)",
-                          o->server.allow_client_paths ? "allowed" : "refused",
-                          o->server.api_keys.empty() ? "off" : "required",
-                          memory_text(server.options().limits.max_memory_bytes).c_str());
+             std::fprintf(
+                 stderr,
+                 "rudder serve: controllers run %s; client paths %s; API keys %s; a request's run may use "
+                 "up to %s\n",
+                 server.options().isolation == "process" ? "in a process of their own (requests may not ask for less)"
+                                                         : "in process (a request may ask for a process of their own)",
+                 o->server.allow_client_paths ? "allowed" : "refused", o->server.api_keys.empty() ? "off" : "required",
+                 memory_text(server.options().limits.max_memory_bytes).c_str());
              std::fflush(stderr);
              std::signal(SIGINT, on_stop_signal);
              std::signal(SIGTERM, on_stop_signal);
