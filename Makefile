@@ -8,7 +8,7 @@ TSAN_BUILD ?= build-tsan
 # numerics (which `make test` covers), take 10 of the sanitized suite's 20 CPU-minutes, and add no new code paths.
 SANITIZE_EXCLUDE ?= ^nets\.Training\.
 
-.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long bench bench-threads bench-memory bench-eager bench-vocab bench-checkpoint bench-serve bench-grammar bench-structured structured-sweep structured-helps clean
+.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long soak bench bench-threads bench-memory bench-eager bench-vocab bench-checkpoint bench-serve bench-grammar bench-structured structured-sweep structured-helps clean
 
 all: build
 
@@ -49,15 +49,17 @@ test-tsan: deps
 	  ctest --test-dir $(TSAN_BUILD) --output-on-failure -j$(JOBS) -R '^(embed\.CApi|plugins)\.' -E 'c99_header'
 
 # Each libFuzzer target for a million inputs (up to 256 KB each, so deeply nested documents are tried) in the
-# sanitized build, new inputs kept in a scratch folder there; prints each target's execution count: about 7
-# minutes of fuzzing on two cores after the build. FUZZ_RUNS changes the count.
+# sanitized build, new inputs kept in a scratch folder there; prints each target's execution count. The recipe,
+# safetensors and tokenizer targets take about 7 minutes of fuzzing on two cores after the build; rudder serve's HTTP
+# request path (http) takes longer, its inputs running through the server's handlers. FUZZ_RUNS changes the count.
 FUZZ_RUNS ?= 1000000
 fuzz-long: deps
 	@CC=clang CXX=clang++ cmake -S . -B $(SANITIZE_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" \
 	  -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DRUDDER_SANITIZE=address,undefined -DRUDDER_FUZZ=ON -DRUDDER_BUILD_BENCH=OFF \
 	  > $(SANITIZE_BUILD).configure.log 2>&1 || (cat $(SANITIZE_BUILD).configure.log; exit 1)
-	cmake --build $(SANITIZE_BUILD) -j$(JOBS) --target fuzz_recipe fuzz_safetensors fuzz_tokenizer fuzz_regex fuzz_json_schema
-	@for target in recipe safetensors tokenizer regex json_schema; do \
+	cmake --build $(SANITIZE_BUILD) -j$(JOBS) --target fuzz_recipe fuzz_safetensors fuzz_tokenizer fuzz_regex \
+	  fuzz_json_schema fuzz_http rudder_plugin_scan rudder_controller_host length span exclude_words cfg syntax
+	@for target in recipe safetensors tokenizer regex json_schema http; do \
 	  scratch=$(SANITIZE_BUILD)/tests/fuzz/long_$$target; mkdir -p $$scratch; \
 	  dict=; [ -f tests/fuzz/$$target.dict ] && dict=-dict=tests/fuzz/$$target.dict; \
 	  ASAN_OPTIONS=detect_leaks=1 $(SANITIZE_BUILD)/tests/bin/fuzz_$$target -runs=$(FUZZ_RUNS) -max_len=262144 \
@@ -65,6 +67,14 @@ fuzz-long: deps
 	    2> $(SANITIZE_BUILD)/tests/fuzz/long_$$target.log || { tail -40 $(SANITIZE_BUILD)/tests/fuzz/long_$$target.log; exit 1; }; \
 	  echo "fuzz_$$target: $$(grep -m1 stat::number_of_executed_units $(SANITIZE_BUILD)/tests/fuzz/long_$$target.log)"; \
 	done
+
+# rudder serve under ten minutes of mixed valid and hostile requests from 32 clients (tests/serve/soak_test.py):
+# it stays up, answers /healthz within 1 s throughout, answers every valid request correctly and gives its memory
+# back afterwards. Prints the numbers (also in $(BUILD)/soak.json). SOAK_SECONDS changes the length.
+SOAK_SECONDS ?= 600
+soak: build
+	python3 tests/serve/soak_test.py $(BUILD)/bin/rudder $(BUILD)/tests/fixtures --seconds $(SOAK_SECONDS) \
+	  --json $(BUILD)/soak.json
 
 # The byte automata of structured output: compile time and size for realistic schemas and patterns (seconds).
 bench-grammar: configure

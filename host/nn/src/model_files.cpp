@@ -1,5 +1,7 @@
 #include <rudder/nn/model_files.hpp>
 
+#include <algorithm>
+
 #include <rudder/rudder_json.hpp>
 #include <rudder/text/text_files.hpp>
 
@@ -48,6 +50,13 @@ fs::path model_file(const fs::path& dir, const std::string& name) {
     if (!inside)
         throw ModelError("'" + (dir / "config.json").string() + "': \"" + name +
                          "\" is not a file inside the model's folder (names are relative to it and stay in it)");
+    // And after its links are followed: a link to a file elsewhere is refused as a name with ".." is.
+    std::error_code ec, dir_ec;
+    const fs::path resolved = fs::weakly_canonical(dir / relative, ec), root = fs::weakly_canonical(dir, dir_ec);
+    const auto [r, p] = std::mismatch(root.begin(), root.end(), resolved.begin(), resolved.end());
+    if (!ec && !dir_ec && r != root.end())
+        throw ModelError("'" + (dir / "config.json").string() + "': \"" + name +
+                         "\" links to a file outside the model's folder (links must stay in it)");
     return dir / relative;
 }
 

@@ -163,7 +163,7 @@ void Generator::set_up(plugins::Registry& registry, const std::vector<fs::path>&
                    "particles are chosen by the controllers' log p(c | x), which only "
                    "controllers with the GRADIENT capability report; the recipe has none");
     issues.throw_any();
-    services_ = std::make_unique<ModelServices>(model_, recipe_.base_dir, model_path, stats_);
+    services_ = std::make_unique<ModelServices>(model_, recipe_.base_dir, model_path, stats_, recipe_.model_paths);
     composer_ = std::make_unique<Composer>(std::move(controllers), model_.family, model_.tokenizer->mask_id(),
                                            model_.tokenizer->vocab_size());
     begin_controllers(issues);

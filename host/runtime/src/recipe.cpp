@@ -196,6 +196,7 @@ Recipe parse_recipe_document(const json& doc, const std::filesystem::path& base_
     if (auto v = root.integer("max_length", 1, limits.max_length)) r.max_length = *v;
     r.max_length_limit = limits.max_length;
     r.max_memory_limit = limits.max_memory_bytes;
+    r.model_paths = limits.model_paths;
     if (auto v = root.text("device")) {
         const std::string& d = *v;
         const bool ok = d == "cpu" || d == "cuda" ||

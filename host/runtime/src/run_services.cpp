@@ -8,8 +8,8 @@ namespace rudder {
 namespace fs = std::filesystem;
 
 ModelServices::ModelServices(const Model& model, fs::path base_dir, std::vector<fs::path> model_path,
-                             GenerationStats& stats)
-    : model_(model), base_dir_(std::move(base_dir)), model_path_(std::move(model_path)), stats_(stats) {}
+                             GenerationStats& stats, bool paths)
+    : model_(model), base_dir_(std::move(base_dir)), model_path_(std::move(model_path)), stats_(stats), paths_(paths) {}
 
 std::vector<int64_t> ModelServices::tokenize(const std::string& text) { return model_.tokenizer->encode(text); }
 
@@ -65,6 +65,14 @@ std::shared_ptr<const ModelServices::TokenPieces> ModelServices::token_pieces() 
 
 std::string ModelServices::find_model(const std::string& name) {
     std::error_code ec;
+    if (!paths_) {
+        // Names only, from the search path: neither a path nor a folder relative to the recipe's.
+        if (!name.empty() && name.find('/') == std::string::npos && name != "." && name != "..")
+            for (const auto& dir : model_path_)
+                if (fs::is_directory(dir / name, ec)) return fs::absolute(dir / name, ec).lexically_normal().string();
+        throw ModelError("no model named '" + name.substr(0, 60) +
+                         "' in the model folders (models are named here, not given by path)");
+    }
     return fs::absolute(resolve_model(name, base_dir_, model_path_), ec).lexically_normal().string();
 }
 

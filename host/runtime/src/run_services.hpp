@@ -19,8 +19,9 @@ class ModelServices final : public plugins::RunServices {
 public:
     // `base_dir`: the recipe's folder, where relative model paths start; `model_path`: where bundled names are looked
     // up; `stats`: the generator's, where the sequences denoise() evaluates are counted. All must outlive this.
+    // Without `paths`, find_model takes names only (Recipe::model_paths).
     ModelServices(const Model& model, std::filesystem::path base_dir, std::vector<std::filesystem::path> model_path,
-                  GenerationStats& stats);
+                  GenerationStats& stats, bool paths = true);
 
     std::vector<int64_t> tokenize(const std::string& text) override;
     std::string detokenize(const int64_t* ids, int64_t n) override;
@@ -39,6 +40,7 @@ private:
     GenerationStats& stats_;
     std::shared_ptr<const TokenPieces> pieces_;
     bool pieces_asked_ = false;
+    bool paths_;
 };
 
 }  // namespace rudder

@@ -2,13 +2,18 @@
 // that recipe (seed and samples aside) while the cache keeps the generator.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <filesystem>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -16,19 +21,29 @@
 #include <rudder/runtime/generator.hpp>
 
 #include "metrics.hpp"
+#include "model_catalog.hpp"
 #include "request.hpp"
 
 namespace rudder::serve {
 
 // Generators kept between requests, so a recipe's model and controllers load once; beyond `capacity` the least
-// recently used is dropped. A generator whose run failed or was cancelled is not kept. The cache also remembers
+// recently used is dropped, and so is one more of a recipe than `per_key` (no more runs than the server's parallel
+// ones can use a recipe's generators at once: more were copies of its model, held for nothing, that concurrent
+// validations of one recipe built). A generator whose run failed or was cancelled is not kept. The cache also remembers
 // the keys generators were built for (their recipes passed every check), so a request of a known recipe is not
 // checked by building another generator while it waits.
 class GeneratorCache {
 public:
-    explicit GeneratorCache(int64_t capacity) : capacity_(static_cast<size_t>(capacity)) {}
-    // For a known key, whether its runs batch well (Generator::batching_pays); nothing for a key not known.
-    std::optional<bool> known(const std::string& key);
+    // What is known of a key a generator was built for.
+    struct Known {
+        bool batching_pays = false;  // Generator::batching_pays
+        int64_t batch_size = 1;      // the recipe's
+        int64_t fitting_batch = 1;   // the largest batch within the memory limit: now, if a generator is kept
+    };
+    GeneratorCache(int64_t capacity, int64_t per_key)
+        : capacity_(static_cast<size_t>(capacity)), per_key_(static_cast<size_t>(per_key)) {}
+    // For a known key, what is known of it; nothing for a key not known.
+    std::optional<Known> known(const std::string& key);
     void remember(const std::string& key, const Generator& generator);
     // A kept generator of `key`, out of the cache; null if none is kept.
     std::unique_ptr<Generator> take(const std::string& key);
@@ -36,38 +51,68 @@ public:
     void give_back(const std::string& key, std::unique_ptr<Generator> generator);
 
 private:
+    // Keys hold their recipe's text: the known ones are bounded in number and in bytes (a recipe may be a
+    // megabyte).
     static constexpr size_t kKnownKeys = 256;
-    const size_t capacity_;
+    static constexpr size_t kKnownBytes = size_t{16} << 20;
+    const size_t capacity_, per_key_;
+    size_t known_bytes_ = 0;
     std::mutex mutex_;
     std::list<std::pair<std::string, std::unique_ptr<Generator>>> idle_;  // most recently used first
-    std::list<std::pair<std::string, bool>> known_;                       // most recently built first
+    std::list<std::pair<std::string, Known>> known_;                      // most recently built first
 };
 
 // Where a request's generator comes from: its recipe checked and loaded, or a cached generator of the same key.
 class GeneratorLoader {
 public:
-    GeneratorLoader(const ServerOptions& options, plugins::Registry& registry,
-                    std::vector<std::filesystem::path> model_path, Metrics& metrics)
-        : cache(options.cached_generators), limits_(options.limits), registry_(registry),
-          model_path_(std::move(model_path)), metrics_(metrics) {}
+    GeneratorLoader(const ServerOptions& options, plugins::Registry& registry, const ModelCatalog& catalog,
+                    Metrics& metrics)
+        : cache(options.cached_generators, options.parallel), limits_(options.limits), registry_(registry),
+          catalog_(catalog), metrics_(metrics) {}
+    ~GeneratorLoader();
 
     // The recipe of a request, checked and loaded: every problem (the request's, the recipe's, its model's and
     // controllers') at once, with pointers into the request, as a RequestError (400). A recipe that differs from a
     // cached generator's only in seed and samples (which parse_recipe_document checks) takes that generator; with
-    // `unless_known`, a recipe a generator was built for before gets none (it passed every check then).
-    // `samples`: the recipe's.
+    // `unless_known`, a recipe a generator was built for before gets none (it passed every check then). The model
+    // is the catalog's (ModelCatalog::find). Samples (the request's override) that would run in a batch over the
+    // memory limit are a RequestError (400) at the request's samples_pointer, whether the generator is built, cached
+    // or known. `samples`: the recipe's.
     std::unique_ptr<Generator> load(const GenerateRequest& request, const std::string& key, int64_t* samples,
                                     bool unless_known = false);
-
-    const std::vector<std::filesystem::path>& model_path() const { return model_path_; }
+    // The same on one of the loader's threads, waited for until `deadline`: a load that has not ended then (a
+    // file that blocks, a slow disk) is a RequestError (504) and is left to end on its own, its generator kept in
+    // the cache. So a request's time limit, and the server's drain, hold whatever a load does. The threads live as
+    // long as the loader: an isolated controller's process ends with the thread that started it (PDEATHSIG).
+    std::unique_ptr<Generator> load_before(const GenerateRequest& request, const std::string& key, int64_t* samples,
+                                           bool unless_known, std::chrono::steady_clock::time_point deadline);
+    // Until no load_before thread runs, or `wait` has passed: whether none runs. They use this loader.
+    bool wait_for_loads(std::chrono::milliseconds wait);
 
     GeneratorCache cache;
 
 private:
+    // The recipe's model from the catalog, loaded; a problem is an issue at /model, and the model is left empty.
+    Model load_model_of(const Recipe& recipe, const std::filesystem::path& base_dir, std::vector<RecipeIssue>& issues);
+    // RequestError (400) when a batch of `samples` (at most the recipe's batch_size) is over the memory limit.
+    void check_memory(const GenerateRequest& request, int64_t samples, const GeneratorCache::Known& known) const;
+
     const RecipeLimits limits_;
     plugins::Registry& registry_;  // shared by every request (it locks itself)
-    const std::vector<std::filesystem::path> model_path_;
+    const ModelCatalog& catalog_;
     Metrics& metrics_;
+    // The loader's threads, started as loads need them, up to kMaxThreads; loads beyond wait for one. They never
+    // end while the loader lives (an isolated controller's process ends with the thread that started it), and a
+    // load that never ends keeps one.
+    static constexpr size_t kMaxThreads = 8;
+    void work();
+    std::mutex loads_mutex_;
+    std::condition_variable loads_ended_, load_waiting_;
+    int64_t loads_ = 0;  // load_before calls whose load has not ended
+    std::deque<std::function<void()>> tasks_;
+    std::vector<std::thread> threads_;
+    size_t idle_threads_ = 0;
+    bool stopping_ = false;
 };
 
 }  // namespace rudder::serve

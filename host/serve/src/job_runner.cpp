@@ -21,7 +21,7 @@ void JobRunner::run(std::vector<std::shared_ptr<Job>>& jobs) {
             request.recipe = jobs[0]->recipe;
             request.base_dir = jobs[0]->base_dir;
             int64_t samples = 0;
-            generator = generators_.load(request, jobs[0]->key, &samples);
+            generator = generators_.load_before(request, jobs[0]->key, &samples, false, jobs[0]->deadline);
         } catch (const RequestError& e) {
             std::string message = e.message;
             for (const auto& issue : e.issues) message += "; " + issue.pointer + ": " + issue.message;
@@ -40,6 +40,22 @@ void JobRunner::run(std::vector<std::shared_ptr<Job>>& jobs) {
         jobs.pop_back();
     }
     if (!later.empty()) scheduler_.put_back(later);
+    // One request's samples past the limit now (what the process holds has grown since its check): the request's
+    // problem, answered 400 at its samples, as the check would have (generate() would refuse it with no pointer).
+    const Recipe& recipe = generator->recipe();
+    if (std::min(recipe.batch_size, total) > std::min(recipe.batch_size, recipe.samples) &&
+        !generator->fits_memory_limit(total)) {
+        generators_.cache.give_back(jobs[0]->key, std::move(generator));
+        scheduler_.run_ended(jobs.size());
+        jobs[0]->deliver("error", {{"error", "invalid request"},
+                                   {"status", 400},
+                                   {"issues",
+                                    {{{"pointer", jobs[0]->samples_pointer},
+                                      {"message", "a batch of " + std::to_string(std::min(recipe.batch_size, total)) +
+                                                      " samples of this recipe is over this server's memory limit "
+                                                      "for a request now; ask for fewer samples"}}}}});
+        return;
+    }
     run_one(std::move(generator), jobs);
 }
 

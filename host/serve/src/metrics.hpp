@@ -53,6 +53,18 @@ struct Metrics {
                                      .Help("Generators built (a recipe's model and plugins loaded) rather than reused")
                                      .Register(registry)
                                      .Add({});
+    prometheus::Gauge& connections = prometheus::BuildGauge()
+                                         .Name("rudder_connections_open")
+                                         .Help("Client connections open, each holding a thread")
+                                         .Register(registry)
+                                         .Add({});
+    prometheus::Family<prometheus::Counter>& dropped =
+        prometheus::BuildCounter()
+            .Name("rudder_connections_dropped_total")
+            .Help(
+                "Connections the server ended: refused (over --max-connections) or too slow (a request's headers "
+                "or body past its deadline)")
+            .Register(registry);
     prometheus::Histogram& latency =
         prometheus::BuildHistogram()
             .Name("rudder_generation_seconds")

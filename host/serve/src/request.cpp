@@ -6,6 +6,8 @@
 #include <rudder/nn/model_files.hpp>
 #include <rudder/rudder_json.hpp>
 
+#include "answers.hpp"
+
 namespace rudder::serve {
 namespace {
 
@@ -60,6 +62,33 @@ std::optional<json> response_format_controller(const json& value, std::vector<Re
     return json{{"plugin", "json_schema"}, {"params", {{"schema", *schema}}}};
 }
 
+// The server's rules for a recipe a client gives: no less isolation than the server's, plugins by id unless client
+// paths are allowed.
+void check_client_recipe(const json& recipe, const ServerOptions& options, std::vector<RecipeIssue>& issues) {
+    const bool isolated = options.isolation == "process";
+    const std::string in_process =
+        "this server runs controllers in a process of their own (its operator's setting); a request may ask for "
+        "\"process\", not for \"in_process\"";
+    if (isolated && recipe.contains("isolation") && recipe["isolation"] == "in_process")
+        issues.push_back({"/recipe/isolation", in_process});
+    if (!recipe.contains("controllers") || !recipe["controllers"].is_array()) return;
+    for (size_t i = 0; i < recipe["controllers"].size(); ++i) {
+        const json& c = recipe["controllers"][i];
+        if (!c.is_object()) continue;
+        const std::string at = "/recipe/controllers/" + std::to_string(i);
+        if (isolated && c.contains("isolation") && c["isolation"] == "in_process")
+            issues.push_back({at + "/isolation", in_process});
+        if (options.allow_client_paths || !c.contains("plugin") || !c["plugin"].is_string()) continue;
+        const std::string plugin = c["plugin"].get<std::string>();
+        const bool path = plugin.find('/') != std::string::npos || plugin.find('#') != std::string::npos ||
+                          (plugin.size() > 3 && plugin.compare(plugin.size() - 3, 3, ".so") == 0);
+        if (path)
+            issues.push_back({at + "/plugin", "'" + quoted(plugin) +
+                                                  "' is a path; this server takes plugins by id only (GET "
+                                                  "/v1/plugins lists them)"});
+    }
+}
+
 }  // namespace
 
 json error_json(const RequestError& e) {
@@ -94,12 +123,13 @@ GenerateRequest read_request(const std::string& body, const ServerOptions& optio
     if (recipe != nullptr && recipe->is_object()) {
         out.recipe = *recipe;
         out.pointer_prefix = "/recipe";
+        check_client_recipe(out.recipe, options, issues);
     } else if (recipe != nullptr && recipe->is_string()) {
         const auto found = options.recipes.find(recipe->get<std::string>());
         if (found == options.recipes.end()) {
             std::string known;
             for (const auto& [name, file] : options.recipes) known += (known.empty() ? "" : ", ") + name;
-            r.issue("recipe", "no recipe named '" + recipe->get<std::string>() + "' on this server (" +
+            r.issue("recipe", "no recipe named '" + quoted(recipe->get<std::string>()) + "' on this server (" +
                                   (known.empty() ? std::string("it was started with none") : "it has: " + known) + ")");
         } else {
             out.recipe = read_recipe_file(found->second);
@@ -124,12 +154,16 @@ GenerateRequest read_request(const std::string& body, const ServerOptions& optio
         }
     }
     if (out.recipe.is_object()) {
+        if (!out.recipe.contains("isolation")) out.recipe["isolation"] = options.isolation;
         if (seed) out.recipe["seed"] = *seed;
         // A recipe's seed that is not a valid one is an issue parse_recipe_document reports.
         if (out.recipe.contains("seed") && out.recipe["seed"].is_number_integer() &&
             out.recipe["seed"].get<int64_t>() >= 0)
             out.seed = out.recipe["seed"].get<uint64_t>();
-        if (samples) out.recipe["samples"] = *samples;
+        if (samples) {
+            out.recipe["samples"] = *samples;
+            out.samples_pointer = "/samples";
+        }
         if (max_length) out.recipe["max_length"] = *max_length;
         // Params by controller name (or plugin), merged over the recipe's.
         for (const auto& [name, value] : params.items()) {
@@ -144,9 +178,9 @@ GenerateRequest read_request(const std::string& body, const ServerOptions& optio
                     if (!c.contains("params") || !c["params"].is_object()) c["params"] = json::object();
                     c["params"].update(value);
                 }
-            const std::string pointer = "/params/" + name;
+            const std::string pointer = "/params/" + json_input::pointer_token(name);
             if (!found)
-                issues.push_back({pointer, "the recipe has no controller named '" + name + "'"});
+                issues.push_back({pointer, "the recipe has no controller named '" + quoted(name) + "'"});
             else if (!value.is_object())
                 issues.push_back({pointer, "expected an object of params"});
         }

@@ -30,12 +30,15 @@ struct GenerateRequest {
     std::filesystem::path base_dir = ".";
     std::string pointer_prefix;  // "/recipe" for an inline recipe: where its problems are in the request
     bool stream = false;
-    std::optional<uint64_t> seed;  // the request's, else the recipe's; none: each run draws one
+    std::optional<uint64_t> seed;                     // the request's, else the recipe's; none: each run draws one
+    std::string samples_pointer = "/recipe/samples";  // where the request's samples are set ("/samples": overridden)
 };
 
 // The body parsed once (json_input::parse: no duplicate keys, bounded depth); RequestError (400, or 500 for a
 // recipe file of the server's that cannot be read) with every problem of the request itself. The recipe's own
-// problems are found when it is parsed (parse_recipe_document) and loaded.
+// problems are found when it is parsed (parse_recipe_document) and loaded. A recipe the request gives may not ask
+// for less isolation than the server's (options.isolation), nor name a plugin by path unless the server allows
+// client paths; a recipe that does not say where its controllers run runs them where the server says.
 GenerateRequest read_request(const std::string& body, const ServerOptions& options);
 
 // Requests whose recipes differ only in seed and samples share generators, and runs.

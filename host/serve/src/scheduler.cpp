@@ -1,5 +1,7 @@
 #include "scheduler.hpp"
 
+#include "memory_release.hpp"
+
 #include <algorithm>
 #include <iterator>
 
@@ -47,6 +49,11 @@ void Scheduler::drain() {
 bool Scheduler::draining() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return draining_;
+}
+
+bool Scheduler::idle() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return open_ == 0;
 }
 
 void Scheduler::wait_idle() {
@@ -142,6 +149,8 @@ void Scheduler::work(const Run& run) {
             jobs = take_jobs();
         }
         run(jobs);
+        jobs.clear();
+        release_thread_cache();
     }
 }
 

@@ -45,6 +45,8 @@ struct Job {
     std::optional<uint64_t> seed;  // fixed by the request or its recipe
     bool shares = false;           // may share a run: no fixed seed, and a recipe whose runs batch well
     bool streams = false;
+    Clock::time_point deadline;   // the request's time limit, which a load for its run keeps to as well
+    std::string samples_pointer;  // where the request sets its samples, for an answer about them
     // The request's thread has stopped listening (its client went away, or its time ran out): a run stops serving
     // it, and is cancelled once it serves nobody.
     std::atomic<bool> abandoned{false};
@@ -97,6 +99,8 @@ public:
     std::unique_ptr<Place> admit(Entry& entry);
     void drain();
     bool draining() const;
+    // Whether no admitted request is waiting to be answered.
+    bool idle() const;
     // Until every admitted request has been answered.
     void wait_idle();
     void stop_workers();

@@ -1,15 +1,21 @@
-// rudder serve's HTTP routes and handlers over cpp-httplib (Debian's libcpp-httplib: a thread per connection from a
-// pool, chunked responses for Server-Sent Events, no other dependency to build), and the Server that owns the rest:
-// request.hpp reads a request, generator_cache.hpp loads and keeps generators, scheduler.hpp lines jobs up for the
-// workers, job_runner.hpp runs them, metrics.hpp counts for /metrics (prometheus-cpp's registry and text format).
+// rudder serve's HTTP routes and handlers over cpp-httplib (Debian's libcpp-httplib: chunked responses for
+// Server-Sent Events, no other dependency to build) and the Server that owns the rest: http_transport.hpp runs the
+// connections (deadlines, the connection cap), access.hpp checks API keys and origins, request.hpp reads a request,
+// model_catalog.hpp finds its model among the operator's, generator_cache.hpp loads and keeps generators,
+// scheduler.hpp lines jobs up for the workers, job_runner.hpp runs them, answers.hpp keeps answers valid UTF-8 and
+// free of server paths, metrics.hpp counts for /metrics (prometheus-cpp's registry and text format).
 #include <rudder/serve/server.hpp>
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <prometheus/text_serializer.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -19,53 +25,169 @@
 #include <utility>
 #include <vector>
 
+#include <rudder/base/memory.hpp>
 #include <rudder/nn/schedule.hpp>
 #include <rudder/plugins/plugins.hpp>
 #include <rudder/runtime/generator.hpp>
 #include <rudder/runtime/model.hpp>
 
+#include "access.hpp"
+#include "answers.hpp"
 #include "generator_cache.hpp"
+#include "http_transport.hpp"
 #include "job_runner.hpp"
+#include "memory_release.hpp"
 #include "metrics.hpp"
+#include "model_catalog.hpp"
 #include "playground_page.hpp"
 #include "request.hpp"
 #include "scheduler.hpp"
+#include "server_internals.hpp"
 
 namespace rudder::serve {
 namespace {
 
 using json = nlohmann::json;
+namespace fs = std::filesystem;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-void reply(httplib::Response& res, int status, const json& body) {
-    res.status = status;
-    res.set_content(body.dump() + "\n", "application/json");
+Clock::time_point after(double seconds) {
+    return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+// The memory available to this process: the machine's (MemAvailable), or its cgroup's limit less its usage.
+uint64_t available_memory_bytes() {
+    uint64_t available = 0;
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key, rest;
+    uint64_t kilobytes = 0;
+    while (meminfo >> key >> kilobytes && std::getline(meminfo, rest))
+        if (key == "MemAvailable:") available = kilobytes * 1024;
+    if (available == 0) available = physical_memory_bytes();
+    std::ifstream cgroup("/proc/self/cgroup");
+    std::string line;
+    while (std::getline(cgroup, line)) {
+        if (line.rfind("0::", 0) != 0) continue;  // cgroup v2
+        const std::string dir = "/sys/fs/cgroup" + line.substr(3);
+        std::ifstream max_file(dir + "/memory.max"), current_file(dir + "/memory.current");
+        std::string max_text;
+        uint64_t current = 0;
+        if (!(max_file >> max_text) || max_text == "max" || !(current_file >> current)) continue;
+        try {
+            const uint64_t max = std::stoull(max_text);
+            available = std::min(available, max > current ? max - current : 0);
+        } catch (const std::exception&) {
+        }
+    }
+    return available;
+}
+
+// The options with every default decided: isolation, the request memory limit, the model folders.
+ServerOptions resolved(ServerOptions o) {
+    if (o.parallel < 1) throw std::invalid_argument("serve: parallel must be at least 1");
+    if (o.queue_limit < 0) throw std::invalid_argument("serve: the queue limit must be 0 or more");
+    if (o.batch_samples < 1) throw std::invalid_argument("serve: a run must hold at least 1 sample");
+    if (o.cached_generators < 0) throw std::invalid_argument("serve: the generator cache must hold 0 or more");
+    if (o.max_connections < 1) throw std::invalid_argument("serve: max_connections must be at least 1");
+    if (o.isolation.empty()) {
+        const char* env = std::getenv("RUDDER_ISOLATION");
+        o.isolation = env != nullptr && *env != '\0' ? env : "in_process";
+    }
+    if (o.isolation != "process" && o.isolation != "in_process")
+        throw std::invalid_argument("serve: isolation '" + o.isolation + "': expected in_process or process");
+    if (o.limits.max_memory_bytes == 0) o.limits.max_memory_bytes = default_request_memory(o.parallel);
+    o.limits.model_paths = o.allow_client_paths;
+    if (o.model_path.empty()) o.model_path = default_model_path();
+    for (const auto& [name, dir] : o.models) {
+        std::error_code ec;
+        if (!is_model_name(name))
+            throw std::invalid_argument("serve: model name '" + name +
+                                        "': letters, digits, '.', '_' and '-' only, not starting with '.'");
+        if (!fs::is_directory(dir, ec))
+            throw std::invalid_argument("serve: model '" + name + "': no folder '" + dir.string() + "'");
+    }
+    return o;
 }
 
 }  // namespace
 
+uint64_t default_request_memory(int64_t parallel) {
+    return resident_bytes() + available_memory_bytes() / 4 * 3 / static_cast<uint64_t>(std::max<int64_t>(1, parallel));
+}
+
 struct Server::State {
     explicit State(ServerOptions o)
-        : options(std::move(o)),
+        : options(std::move(o)), catalog(options.model_path, options.models, options.allow_client_paths),
           registry(options.plugin_path.empty() ? plugins::Registry::default_search_path() : options.plugin_path),
-          generators(options, registry, options.model_path.empty() ? default_model_path() : options.model_path,
-                     metrics),
-          scheduler(options, metrics, generators.cache), runner(generators, scheduler, metrics) {}
+          generators(options, registry, catalog, metrics), scheduler(options, metrics, generators.cache),
+          runner(generators, scheduler, metrics), access(options.api_keys, options.cors_origins),
+          http(limits(options), [this](ConnectionEvent e) { count(e); }) {
+        for (const auto& dir : options.model_path) redact.add(dir, "");
+        for (const auto& [name, dir] : options.models) redact.add(dir, name);
+        for (const auto& dir : registry.search_path()) redact.add(dir, "");
+        for (const auto& [name, file] : options.recipes) redact.add(file.parent_path(), "");
+        std::error_code ec;
+        redact.add(fs::current_path(ec), ".");
+    }
+
+    static ConnectionLimits limits(const ServerOptions& o) {
+        return {o.header_timeout_seconds, o.body_timeout_seconds, o.idle_timeout_seconds, o.write_timeout_seconds,
+                o.max_connections};
+    }
 
     ServerOptions options;
+    ModelCatalog catalog;
+    PathRedactor redact;
     plugins::Registry registry;  // scanned once, shared by every request (it locks itself)
     Metrics metrics;
     GeneratorLoader generators;
     Scheduler scheduler;
     JobRunner runner;
-    httplib::Server http;
+    Access access;
+    HttpServer http;
     int port = -1;
     std::thread stopper;
     std::once_flag stop_once;
+    // Freed memory goes back to the system once the server is idle after answering (trimmer).
+    std::thread trimmer;
+    std::mutex trim_mutex;
+    std::condition_variable trim_wake;
+    bool trim_stop = false;
+    std::atomic<int64_t> answered{0};
+
+    void count(ConnectionEvent e) {
+        switch (e) {
+            case ConnectionEvent::opened: metrics.connections.Increment(); break;
+            case ConnectionEvent::closed: metrics.connections.Decrement(); break;
+            case ConnectionEvent::refused: metrics.dropped.Add({{"cause", "refused"}}).Increment(); break;
+            case ConnectionEvent::timed_out: metrics.dropped.Add({{"cause", "slow"}}).Increment(); break;
+        }
+    }
+
+    // An answer: JSON that is valid UTF-8 whatever it holds, its error messages without server paths.
+    void reply(httplib::Response& res, int status, json body) const {
+        res.status = status;
+        if (status >= 400) redact.scrub(body);
+        res.set_content(dump_json(body) + "\n", "application/json");
+    }
+
+    void trim_when_idle() {
+        int64_t trimmed_at = 0;
+        std::unique_lock<std::mutex> lock(trim_mutex);
+        while (!trim_stop) {
+            trim_wake.wait_for(lock, std::chrono::seconds(1));
+            const int64_t now = answered.load();
+            if (now != trimmed_at && scheduler.idle()) {
+                trimmed_at = now;
+                release_free_memory();
+            }
+        }
+    }
 
     void handle_generate(const httplib::Request& req, httplib::Response& res) {
         const auto arrived = Clock::now();
+        const auto deadline = after(options.timeout_seconds);
         GenerateRequest request;
         try {
             request = read_request(req.body, options);
@@ -91,24 +213,25 @@ struct Server::State {
         job->key = share_key(request);
         job->recipe = request.recipe;
         job->base_dir = request.base_dir;
+        job->deadline = deadline;
+        job->samples_pointer = request.samples_pointer;
         try {
-            job->generator = generators.load(request, job->key, &job->samples, /*unless_known=*/true);
+            job->generator = generators.load_before(request, job->key, &job->samples, /*unless_known=*/true, deadline);
         } catch (const RequestError& e) {
-            metrics.failed("invalid request");
+            metrics.failed(e.status == 504 ? "timeout" : "invalid request");
             return reply(res, e.status, error_json(e));
         }
         job->seed = request.seed;
-        job->shares = !request.seed && (job->generator ? job->generator->batching_pays()
-                                                       : generators.cache.known(job->key).value_or(false));
+        job->shares =
+            !request.seed &&
+            (job->generator ? job->generator->batching_pays()
+                            : generators.cache.known(job->key).value_or(GeneratorCache::Known{}).batching_pays);
         job->streams = request.stream;
         place->submit(job);
 
-        const auto deadline = arrived + std::chrono::duration_cast<Clock::duration>(
-                                            std::chrono::duration<double>(options.timeout_seconds));
         const std::string timeout_message =
             "the generation ran past the server's limit of " + std::to_string(options.timeout_seconds) + " s";
-        if (request.stream)
-            return stream_events(res, std::move(place), std::move(job), arrived, deadline, timeout_message);
+        if (request.stream) return stream_events(res, std::move(place), std::move(job), arrived, timeout_message);
         json samples = json::array();
         for (;;) {
             std::optional<Job::Event> event = job->next(deadline);
@@ -122,8 +245,11 @@ struct Server::State {
                 metrics.latency.Observe(seconds_since(arrived));
                 return reply(res, 200, {{"samples", samples}, {"run", event->data["run"]}});
             } else if (event->name == "error") {
-                metrics.failed("run error");
-                return reply(res, 500, event->data);
+                // A run's failure is the server's answer (500) unless the runner says it is the request's.
+                const int status = event->data.value("status", 500);
+                event->data.erase("status");
+                metrics.failed(status == 500 ? "run error" : "invalid request");
+                return reply(res, status, event->data);
             }
         }
     }
@@ -133,17 +259,21 @@ struct Server::State {
     // client went away) abandons the job, which cancels its run at the next step when it serves nobody else.
     // The place goes with the response, so it is given back even when the response is never written.
     void stream_events(httplib::Response& res, std::shared_ptr<Scheduler::Place> place, std::shared_ptr<Job> job,
-                       Clock::time_point arrived, Clock::time_point deadline, const std::string& timeout_message) {
+                       Clock::time_point arrived, const std::string& timeout_message) {
         res.set_header("Cache-Control", "no-cache");
         res.set_chunked_content_provider(
             "text/event-stream",
-            [this, place, job, arrived, deadline, timeout_message](size_t, httplib::DataSink& sink) {
-                const auto send = [&](const std::string& event, const json& data) {
-                    const std::string text = "event: " + event + "\ndata: " + data.dump() + "\n\n";
+            [this, place, job, arrived, timeout_message](size_t, httplib::DataSink& sink) {
+                const auto send = [&](const std::string& event, json data) {
+                    if (event == "error") {
+                        redact.scrub(data);
+                        data.erase("status");
+                    }
+                    const std::string text = "event: " + event + "\ndata: " + dump_json(data) + "\n\n";
                     return sink.write(text.data(), text.size());
                 };
                 for (;;) {
-                    std::optional<Job::Event> event = job->next(deadline);
+                    std::optional<Job::Event> event = job->next(job->deadline);
                     if (!event) {
                         job->abandoned = true;
                         metrics.failed("timeout");
@@ -159,7 +289,7 @@ struct Server::State {
                         break;
                     }
                     if (event->name == "error") metrics.failed("run error");
-                    if (!send(event->name, event->data)) {
+                    if (!send(event->name, std::move(event->data))) {
                         job->abandoned = true;
                         if (event->name != "error") metrics.failed("disconnected");
                         break;
@@ -177,14 +307,16 @@ struct Server::State {
             const GenerateRequest request = read_request(req.body, options);
             const std::string key = share_key(request);
             int64_t samples = 0;
-            std::unique_ptr<Generator> generator = generators.load(request, key, &samples);
+            std::unique_ptr<Generator> generator =
+                generators.load_before(request, key, &samples, false, after(options.timeout_seconds));
             reply(res, 200,
                   {{"valid", true},
                    {"model", generator->model().name},
                    {"family", family_name(generator->model().family)},
                    {"sampler", generator->recipe().sampler.name},
                    {"controllers", generator->recipe().controllers.size()},
-                   {"estimated_peak_bytes", generator->estimated_peak_bytes()}});
+                   // For the request's samples: a cached generator's recipe may have had others.
+                   {"estimated_peak_bytes", generator->estimated_peak_bytes(samples)}});
             // A generation of this recipe that follows finds it loaded.
             generators.cache.give_back(key, std::move(generator));
         } catch (const RequestError& e) {
@@ -202,7 +334,7 @@ struct Server::State {
                 const std::string text = registry.resolve(c.id, ".").params_schema();
                 if (!text.empty()) schema = json::parse(text);
             } catch (const std::exception& e) {
-                schema = {{"error", e.what()}};
+                schema = {{"error", redact(e.what())}};
             }
             j["controllers"].push_back({{"id", c.id},
                                         {"version", c.version},
@@ -211,8 +343,10 @@ struct Server::State {
                                         {"description", c.description},
                                         {"params_schema", schema}});
         }
+        // A rejected library by its file's name: where the server keeps its plugins is not the client's business.
         for (const auto& r : registry.rejections())
-            j["rejected"].push_back({{"file", r.path.string()}, {"reason", r.reason}});
+            j["rejected"].push_back({{"file", r.path.filename().string()}, {"reason", redact(r.reason)}});
+        redact.scrub(j);
         reply(res, 200, j);
     }
 
@@ -221,19 +355,18 @@ struct Server::State {
         // cpp-httplib closes a kept-alive connection after 5 requests by default: a client sending many then opens a
         // connection every 5, through a listen backlog of 5 (compiled into Debian's library).
         http.set_keep_alive_max_count(1000);
-        // A thread per connection: the requests waiting (at most the queue and one per idle worker), those in runs
-        // (at most a run's samples per worker), and a few for health, metrics and refusals.
-        const size_t threads =
-            static_cast<size_t>(options.queue_limit + options.parallel * (1 + options.batch_samples) + 4);
-        http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+        http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+            return access.answered(req, res) ? httplib::Server::HandlerResponse::Handled
+                                             : httplib::Server::HandlerResponse::Unhandled;
+        });
+        http.set_post_routing_handler(
+            [this](const httplib::Request& req, httplib::Response& res) { access.decorate(req, res); });
         http.Post("/v1/generate",
                   [this](const httplib::Request& req, httplib::Response& res) { handle_generate(req, res); });
         http.Post("/v1/validate",
                   [this](const httplib::Request& req, httplib::Response& res) { handle_validate(req, res); });
         http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-            json models = json::array();
-            for (const auto& name : list_models(generators.model_path())) models.push_back(name);
-            reply(res, 200, {{"models", models}});
+            reply(res, 200, {{"models", catalog.names()}});
         });
         http.Get("/v1/plugins", [this](const httplib::Request&, httplib::Response& res) { handle_plugins(res); });
         http.Get("/", [](const httplib::Request&, httplib::Response& res) {
@@ -247,6 +380,10 @@ struct Server::State {
             res.set_content(prometheus::TextSerializer().Serialize(metrics.registry.Collect()),
                             "text/plain; version=0.0.4");
         });
+        error_routes();
+    }
+
+    void error_routes() {
         http.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
             std::string what = "internal error";
             try {
@@ -258,38 +395,48 @@ struct Server::State {
             metrics.failed("server error");
             reply(res, 500, {{"error", what}});
         });
-        http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-            if (res.body.empty())
-                res.set_content(
-                    json({{"error", "HTTP " + std::to_string(res.status) + " for " + req.method + " " + req.path}})
-                            .dump() +
-                        "\n",
-                    "application/json");
+        // The path and method are the client's: quoted cut short, and any bytes (%FF) replaced.
+        http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+            if (!res.body.empty()) return;
+            if (res.status == 413)
+                return reply(res, 413,
+                             {{"error", "the request body is over this server's limit of " +
+                                            std::to_string(options.max_body_bytes) + " bytes"}});
+            reply(res, res.status,
+                  {{"error",
+                    "HTTP " + std::to_string(res.status) + " for " + quoted(req.method) + " " + quoted(req.path)}});
         });
         // Paths outside the API are counted together: a scan of random paths must not grow the metrics.
         http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
             static const std::set<std::string> known = {"/",           "/v1/generate", "/v1/validate", "/v1/models",
                                                         "/v1/plugins", "/healthz",     "/metrics"};
             metrics.answered(known.count(req.path) ? req.path : "other", res.status);
+            answered.fetch_add(1);
         });
     }
 };
 
-Server::Server(ServerOptions options) : state_(std::make_unique<State>(std::move(options))) {
-    if (state_->options.parallel < 1) throw std::invalid_argument("serve: parallel must be at least 1");
-    if (state_->options.queue_limit < 0) throw std::invalid_argument("serve: the queue limit must be 0 or more");
-    if (state_->options.batch_samples < 1) throw std::invalid_argument("serve: a run must hold at least 1 sample");
-    if (state_->options.cached_generators < 0)
-        throw std::invalid_argument("serve: the generator cache must hold 0 or more");
+Server::Server(ServerOptions options) : state_(std::make_unique<State>(resolved(std::move(options)))) {
     state_->routes();
     State* s = state_.get();
     s->scheduler.start_workers([s](std::vector<std::shared_ptr<Job>>& jobs) { s->runner.run(jobs); });
+    s->trimmer = std::thread([s] { s->trim_when_idle(); });
 }
 
 Server::~Server() {
     stop();
     if (state_->stopper.joinable()) state_->stopper.join();
     state_->scheduler.stop_workers();  // before the cache and metrics the workers use are destroyed
+    {
+        std::lock_guard<std::mutex> lock(state_->trim_mutex);
+        state_->trim_stop = true;
+    }
+    state_->trim_wake.notify_all();
+    state_->trimmer.join();
+    // A load that never ends (left behind by its request's deadline) still uses the state: it is left to the
+    // process's exit rather than destroyed under that load (and kept reachable, so it is not reported as a leak).
+    static std::atomic<void*> left_behind{nullptr};
+    if (!state_->generators.wait_for_loads(std::chrono::seconds(2))) left_behind = state_.release();
 }
 
 void Server::listen() {
@@ -320,5 +467,11 @@ void Server::stop() {
 }
 
 bool Server::draining() const { return state_->scheduler.draining(); }
+
+const ServerOptions& Server::options() const { return state_->options; }
+
+std::string ServerInternals::exchange(Server& server, const std::string& input) {
+    return server.state_->http.exchange(input);
+}
 
 }  // namespace rudder::serve

@@ -137,6 +137,10 @@ public:
     // tensors, the controllers' buffers). Plugins' own allocations are not counted. Measured against peak RSS in
     // docs/results.md. A recipe whose estimate exceeds its memory limit is refused when the generator is made.
     uint64_t estimated_peak_bytes() const { return estimate_peak_bytes(std::min(recipe_.batch_size, recipe_.samples)); }
+    // The same for a run of `samples` samples (RunOverrides::samples) instead of the recipe's.
+    uint64_t estimated_peak_bytes(int64_t samples) const {
+        return estimate_peak_bytes(std::min(recipe_.batch_size, samples));
+    }
     // Whether a run of `samples` samples keeps within the recipe's memory limit (generate() refuses one that does not).
     bool fits_memory_limit(int64_t samples) const {
         return over_memory_limit(std::min(recipe_.batch_size, samples)).empty();

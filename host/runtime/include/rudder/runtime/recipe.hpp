@@ -97,6 +97,7 @@ struct Recipe {
     int64_t max_length_limit = 0;      // RecipeLimits::max_length, for the model's length when max_length is 0
     int64_t max_steps_limit = 100000;  // RecipeLimits::max_steps, for the settings a model recommends
     uint64_t max_memory_limit = 0;     // RecipeLimits::max_memory_bytes
+    bool model_paths = true;           // RecipeLimits::model_paths
 };
 
 // Resource limits checked up front so a recipe cannot ask for an absurd allocation.
@@ -107,6 +108,9 @@ struct RecipeLimits {
     int64_t max_length = 4096;
     int64_t max_controllers = 256;  // each is a plugin instance with its own buffers at every step
     uint64_t max_memory_bytes = 0;  // a run's estimated peak memory (Generator); 0 = the machine's physical memory
+    // Whether the models a run's controllers ask for (find_model: classifiers, taggers) may be given by path; false:
+    // by name only, from the model search path (a server's clients name models, they give no paths).
+    bool model_paths = true;
 };
 
 // Parses and validates recipe text. Throws RecipeError with every issue found. With `issues` given, problems of

@@ -7,7 +7,8 @@
 //   server.run();             // serves until stop() (from another thread or a signal watcher)
 //
 // Endpoints: POST /v1/generate (JSON, or Server-Sent Events with "stream": true), POST /v1/validate,
-// GET /v1/models, GET /v1/plugins, GET /healthz, GET /metrics (Prometheus text format).
+// GET /v1/models, GET /v1/plugins, GET /healthz, GET /metrics (Prometheus text format). What a client can and cannot
+// make the server do: docs/serving.md, "Security".
 //
 // Generations run on `parallel` workers, one reverse loop each at a time; up to `queue_limit` more requests wait,
 // and a request beyond that is answered 503 with Retry-After. A worker that takes a request without a fixed seed,
@@ -37,13 +38,44 @@ struct ServerOptions {
     int64_t batch_samples = 32;        // the most samples one run serves for requests that share it (1: none share)
     int64_t cached_generators = 8;     // idle generators kept for requests that follow (0: each request loads)
     int64_t max_body_bytes = 1 << 20;  // a larger request body is refused with 413
-    double timeout_seconds = 600;      // a generation running longer is cancelled (504, or an error event)
-    int64_t retry_after_seconds = 5;   // the Retry-After of a 503
-    RecipeLimits limits;               // applied to every recipe, as `rudder generate` applies its own
+    // A generation running longer from its arrival is cancelled (504, or an error event); so is the loading of its
+    // recipe's model and plugins.
+    double timeout_seconds = 600;
+    int64_t retry_after_seconds = 5;  // the Retry-After of a 503
+    // Applied to every recipe, as `rudder generate` applies its own. max_memory_bytes 0: default_request_memory().
+    RecipeLimits limits;
     std::map<std::string, std::filesystem::path> recipes;  // recipes a request may name instead of giving one
-    std::vector<std::filesystem::path> model_path;         // empty: default_model_path()
-    std::vector<std::filesystem::path> plugin_path;        // empty: Registry::default_search_path()
+    // The models requests may name: those in these folders (empty: default_model_path()), by their folder's name,
+    // and those named one by one.
+    std::vector<std::filesystem::path> model_path;
+    std::map<std::string, std::filesystem::path> models;
+    // Whether a request may give a model's or a plugin's path on the server instead of a name (trusted clients only:
+    // a path reaches any folder the server can read).
+    bool allow_client_paths = false;
+    // Where controllers run when a request does not ask for more isolation: "in_process" or "process" (a request
+    // may ask for "process", never for "in_process" when this is "process"). "": $RUDDER_ISOLATION, else in_process.
+    std::string isolation;
+    std::vector<std::filesystem::path> plugin_path;  // empty: Registry::default_search_path()
+    // Connections: a request's line and headers must arrive within header_timeout_seconds of its first byte, its
+    // body within body_timeout_seconds after them; a kept-alive connection waits idle_timeout_seconds for its next
+    // request; a write the client does not take for write_timeout_seconds fails; connections beyond
+    // max_connections are answered 503 at once.
+    double header_timeout_seconds = 10;
+    double body_timeout_seconds = 60;
+    double idle_timeout_seconds = 5;
+    double write_timeout_seconds = 10;
+    int64_t max_connections = 256;
+    // API keys a request must bring as `Authorization: Bearer KEY` (none: no authentication; /healthz and the
+    // playground page stay open), and the origins whose web pages may call the API ("*": any; none: only the
+    // server's own page).
+    std::vector<std::string> api_keys;
+    std::vector<std::string> cors_origins;
 };
+
+// The memory one request's run may use when the operator gives no limit: what this process holds now, plus three
+// quarters of the memory available to it (the machine's available memory, or its cgroup's limit less its usage,
+// whichever is less) shared by the `parallel` runs.
+uint64_t default_request_memory(int64_t parallel);
 
 class Server {
 public:
@@ -60,8 +92,11 @@ public:
     // Drains (see above) and closes the listener. Safe from any thread; returns at once, run() returns when done.
     void stop();
     bool draining() const;
+    // The options with every default decided (isolation, the memory limit, the model folders).
+    const ServerOptions& options() const;
 
 private:
+    friend struct ServerInternals;  // the fuzz target's way in (src/server_internals.hpp)
     struct State;
     std::unique_ptr<State> state_;
 };

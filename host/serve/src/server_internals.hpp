@@ -1,0 +1,16 @@
+// A way into a Server for the fuzz target (tests/fuzz/fuzz_http.cpp), which drives the routes without a socket.
+#pragma once
+
+#include <string>
+
+#include <rudder/serve/server.hpp>
+
+namespace rudder::serve {
+
+struct ServerInternals {
+    // HttpServer::exchange on the server's routes: the requests in `input` as one connection would carry them, and
+    // what the server writes back.
+    static std::string exchange(Server& server, const std::string& input);
+};
+
+}  // namespace rudder::serve
