@@ -165,11 +165,15 @@ private:
         return pieces;
     }
 
-    // The sequence of batch row b as the completion reads it: the masked positions and the step's rows are free.
+    // The sequence of batch row b as the completion reads it: the masked positions and the step's rows are free. A
+    // continuous PREDICT step's tokens are only the current argmax (nothing is placed): every position is free there;
+    // in its COMMIT rounds the tokens committed before are placed and the others masked.
     std::vector<int64_t> holes(const rudder_step& step, int64_t b, const std::vector<int64_t>& free_positions) const {
         const rudder_run_info& run = run_.info();
         std::vector<int64_t> seq(static_cast<size_t>(run.seq_len), Completion::kFree);
-        if (run.family == RUDDER_FAMILY_DISCRETE && step.tokens != nullptr) {
+        const bool placed =
+            run.family == RUDDER_FAMILY_DISCRETE || (step.phase == RUDDER_PHASE_COMMIT && step.masked != nullptr);
+        if (placed && step.tokens != nullptr) {
             const rudder::View<const int64_t> tokens(step.tokens);
             for (int64_t i = 0; i < run.seq_len; ++i) seq[static_cast<size_t>(i)] = tokens(b, i);
             if (step.masked != nullptr) {

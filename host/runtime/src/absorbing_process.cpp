@@ -268,7 +268,9 @@ void AbsorbingLoop::draw(int64_t i, at::Tensor unmask, const Combined& combined,
         if (truncates) DiscreteSampler::truncate(again, s_.top_k, s_.top_p);
         return draw_rows(again, positions.index_select(0, rows));
     };
-    const CommitState state = [&] { return std::make_pair(tokens_, tokens_.eq(mask_id_).to(at::kByte)); };
+    const CommitState state = [&](const at::Tensor&) {  // the rows not committed yet are still masked
+        return std::make_pair(tokens_, tokens_.eq(mask_id_).to(at::kByte));
+    };
     const CommitOutcome outcome = commit_drawn(run_.composer, tokens_, committed, drawn, state, redraw, i,
                                                sampler_.steps(), sampler_.t(i), sampler_.t_next(i));
     run_.stats.redrawn += outcome.redrawn;

@@ -24,7 +24,7 @@ CommitOutcome commit_drawn(Composer& composer, at::Tensor& tokens, const at::Ten
         round.steps = steps;
         round.t = t;
         round.t_next = t_next;
-        std::tie(round.tokens, round.masked) = state();
+        std::tie(round.tokens, round.masked) = state(rows);
         round.rows = rows;
         const Commit verdict = composer.commit(commit_inputs(round, drawn, outcome.rounds));
         ++outcome.rounds;

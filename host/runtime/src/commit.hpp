@@ -16,8 +16,10 @@ namespace rudder {
 // Returns int64 [n].
 using Redraw = std::function<at::Tensor(const at::Tensor& which, const at::Tensor& forbidden_bits)>;
 
-// What the COMMIT controllers see of the sequences: the tokens as they stand and which positions are still masked.
-using CommitState = std::function<std::pair<at::Tensor, at::Tensor>()>;
+// What the COMMIT controllers see of the sequences: the tokens as they stand and which positions are still masked
+// (uint8 [B, L]), given the rows not committed yet (`pending`: flat positions, int64 [n]; a process whose state has
+// no masks, the continuous one, marks them).
+using CommitState = std::function<std::pair<at::Tensor, at::Tensor>(const at::Tensor& pending)>;
 
 struct CommitOutcome {
     int64_t rounds = 0;   // COMMIT calls (0 without a COMMIT controller)

@@ -206,7 +206,13 @@ at::Tensor ContinuousProcess::run(int64_t samples, ReverseRun& run) const {
             Composer::forbid(again, forbidden_bits);
             return most_likely(again);
         };
-        const CommitState state = [&] { return std::make_pair(tokens, at::Tensor()); };
+        // Nothing is placed before the rounding: the positions not committed yet read as masked, those committed in
+        // an earlier round hold their tokens.
+        const CommitState state = [&](const at::Tensor& pending) {
+            const at::Tensor masked =
+                at::zeros({batch * L}, tokens.options().dtype(at::kByte)).index_fill_(0, pending, 1);
+            return std::make_pair(tokens, masked.view({batch, L}));
+        };
         run.stats.redrawn += commit_drawn(run.composer, tokens, every_row, tokens.reshape({-1}).clone(), state, nearest,
                                           steps, steps, 0.0, 0.0)
                                  .redrawn;

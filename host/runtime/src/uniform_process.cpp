@@ -125,7 +125,7 @@ at::Tensor UniformProcess::run(int64_t batch, ReverseRun& run) const {
             Composer::forbid(again, forbidden_bits);
             return draw(again, which);
         };
-        const CommitState state = [&] { return std::make_pair(tokens, nothing_masked); };
+        const CommitState state = [&](const at::Tensor&) { return std::make_pair(tokens, nothing_masked); };
         run.stats.redrawn +=
             commit_drawn(run.composer, tokens, all_rows, drawn, state, redraw, i, sampler.steps(), t, t_next).redrawn;
         run.tick(i + 1, t_next, best_guess);

@@ -299,8 +299,10 @@ typedef struct rudder_step {
                                   COMMIT: NULL */
     const DLTensor* tokens;    /* int64 [B, L]: discrete: the current state (mask_id where masked);
                                   continuous: argmax of x0_logits, the current best guess;
-                                  COMMIT: the state before the proposed commits (not yet committed: mask_id) */
-    const DLTensor* masked;    /* discrete: uint8 [B, L], 1 where the position is still masked */
+                                  COMMIT: the state before the proposed commits (not yet committed: mask_id;
+                                  continuous: the rounding's token, and masked says which) */
+    const DLTensor* masked;    /* discrete: uint8 [B, L], 1 where the position is still masked; continuous:
+                                  NULL, but in COMMIT 1 where the rounding is not committed yet */
 
     /* ABI 1.2: read only if struct_size covers them (a 1.1 host, or RUDDER_CONTROL_FORMS=dense, has not). Same
      * ownership, lifetime and device as the members above; the thread is the one inside step(). */
