@@ -127,10 +127,11 @@ def run(rudder, build, folder, generate, check, seeds=(5,), samples=4):
 def served(rudder, folder, made, check):
     """OpenAI's response_format through rudder serve, on the MDLM checkpoint: the samples validate."""
     recipe = pathlib.Path(folder) / "served.json"
-    recipe.write_text(json.dumps({"model": str(pathlib.Path(folder) / "mdlm_gpt2"), "max_length": 48,
-                                  "sampler": {"name": "analytic", "steps": 8}, "seed": 9}))
-    proc = subprocess.Popen([rudder, "serve", "--port", "0", "--threads", "1", "--recipe", f"person={recipe}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    recipe.write_text(json.dumps({"model": "mdlm_gpt2", "max_length": 48, "sampler": {"name": "analytic", "steps": 8},
+                                  "seed": 9}))
+    model = pathlib.Path(folder) / "mdlm_gpt2"
+    proc = subprocess.Popen([rudder, "serve", "--port", "0", "--threads", "1", "--model", f"mdlm_gpt2={model}",
+                             "--recipe", f"person={recipe}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stderr.readline()
         if "listening on http://127.0.0.1:" not in line:

@@ -146,6 +146,10 @@ TEST(BpeCompare, Gpt2WithTheCheckpointsMaskToken) {
     EXPECT_EQ(ids.back(), 50256);
     ids.insert(ids.begin() + 1, tok.mask_id());
     EXPECT_EQ(tok.decode(ids.data(), static_cast<int64_t>(ids.size())), "Hello<mask> world<|endoftext|>");
+    // As pieces (what the structured controllers follow): the mask's text, and GPT-2's pieces around it.
+    const std::optional<TokenPieces> pieces = tok.pieces();
+    ASSERT_TRUE(pieces.has_value());
+    EXPECT_EQ(spelled(*pieces, ids, tok.pad_id()), "Hello<mask> world<|endoftext|>");
 }
 
 TEST(BpeCompare, Gpt2VocabAndMerges) {
