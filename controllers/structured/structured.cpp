@@ -13,7 +13,6 @@
 #include <rudder/rudder_controller.hpp>
 
 #include <algorithm>
-#include <deque>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -30,32 +29,6 @@ namespace {
 using rudder::grammar::Completion;
 using rudder::grammar::Dfa;
 using rudder::grammar::TokenAutomaton;
-
-// The shortest text the automaton accepts, for messages (breadth-first over bytes).
-std::string shortest_text(const Dfa& dfa) {
-    std::vector<int32_t> parent(static_cast<size_t>(dfa.size()), -2);
-    std::vector<uint8_t> via(static_cast<size_t>(dfa.size()), 0);
-    std::deque<int32_t> queue{dfa.start()};
-    parent[static_cast<size_t>(dfa.start())] = -1;
-    while (!queue.empty()) {
-        const int32_t s = queue.front();
-        queue.pop_front();
-        if (dfa.accepting(s)) {
-            std::string text;
-            for (int32_t at = s; parent[static_cast<size_t>(at)] >= 0; at = parent[static_cast<size_t>(at)])
-                text.insert(text.begin(), static_cast<char>(via[static_cast<size_t>(at)]));
-            return text;
-        }
-        for (int b = 0; b < 256; ++b) {
-            const int32_t t = dfa.next(s, static_cast<uint8_t>(b));
-            if (t == Dfa::kDead || parent[static_cast<size_t>(t)] != -2) continue;
-            parent[static_cast<size_t>(t)] = s;
-            via[static_cast<size_t>(t)] = static_cast<uint8_t>(b);
-            queue.push_back(t);
-        }
-    }
-    return "";
-}
 
 // The vocabulary's tries, built once per vocabulary in the process and shared by every instance and run over it
 // (151,936 tokens take a few hundred milliseconds to sort into tries).
@@ -92,7 +65,7 @@ public:
             automaton_ = std::make_unique<TokenAutomaton>(dfa_, std::move(vocabulary));
             const std::optional<int64_t> shortest = automaton_->shortest();
             if (!shortest) {
-                const std::string example = shortest_text(*dfa_);
+                const std::string example = dfa_->shortest_from(dfa_->start()).value_or("");
                 throw rudder::Error(
                     "this model's tokenizer cannot spell any text " + what_ +
                         (example.empty() ? std::string(" (it matches no text at all)")

@@ -15,32 +15,6 @@ namespace {
 
 using rudder::grammar::Dfa;
 
-// The shortest accepted text (breadth-first over states, smallest byte first).
-std::string shortest_word(const Dfa& dfa) {
-    std::vector<int32_t> parent(static_cast<size_t>(dfa.size()), -2);
-    std::vector<uint8_t> via(static_cast<size_t>(dfa.size()), 0);
-    std::vector<int32_t> queue = {dfa.start()};
-    parent[static_cast<size_t>(dfa.start())] = -1;
-    for (size_t i = 0; i < queue.size(); ++i) {
-        const int32_t s = queue[i];
-        if (dfa.accepting(s)) {
-            std::string word;
-            for (int32_t q = s; parent[static_cast<size_t>(q)] != -1; q = parent[static_cast<size_t>(q)]) {
-                word.insert(word.begin(), static_cast<char>(via[static_cast<size_t>(q)]));
-            }
-            return word;
-        }
-        for (int b = 0; b < 256; ++b) {
-            const int32_t t = dfa.next(s, static_cast<uint8_t>(b));
-            if (t == Dfa::kDead || parent[static_cast<size_t>(t)] != -2) continue;
-            parent[static_cast<size_t>(t)] = s;
-            via[static_cast<size_t>(t)] = static_cast<uint8_t>(b);
-            queue.push_back(t);
-        }
-    }
-    std::abort();  // a non-empty language has a word
-}
-
 // A text found by walking from the start, choosing bytes by `seed`, and finishing by the shortest way to accept.
 std::string walk(const Dfa& dfa, uint32_t seed) {
     std::string word;
@@ -57,29 +31,10 @@ std::string walk(const Dfa& dfa, uint32_t seed) {
         word += static_cast<char>(b);
         s = dfa.next(s, static_cast<uint8_t>(b));
     }
-    // finish: the shortest completion from s (a breadth-first search like shortest_word's, from s)
-    std::vector<int32_t> parent(static_cast<size_t>(dfa.size()), -2);
-    std::vector<uint8_t> via(static_cast<size_t>(dfa.size()), 0);
-    std::vector<int32_t> queue = {s};
-    parent[static_cast<size_t>(s)] = -1;
-    for (size_t i = 0; i < queue.size(); ++i) {
-        const int32_t q = queue[i];
-        if (dfa.accepting(q)) {
-            std::string tail;
-            for (int32_t r = q; parent[static_cast<size_t>(r)] != -1; r = parent[static_cast<size_t>(r)]) {
-                tail.insert(tail.begin(), static_cast<char>(via[static_cast<size_t>(r)]));
-            }
-            return word + tail;
-        }
-        for (int b = 0; b < 256; ++b) {
-            const int32_t t = dfa.next(q, static_cast<uint8_t>(b));
-            if (t == Dfa::kDead || parent[static_cast<size_t>(t)] != -2) continue;
-            parent[static_cast<size_t>(t)] = q;
-            via[static_cast<size_t>(t)] = static_cast<uint8_t>(b);
-            queue.push_back(t);
-        }
-    }
-    std::abort();  // every state of a trimmed automaton is live
+    // finish: the shortest completion from s
+    const std::optional<std::string> tail = dfa.shortest_from(s);
+    if (!tail) std::abort();  // every state of a trimmed automaton is live
+    return word + *tail;
 }
 
 }  // namespace
@@ -107,7 +62,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         return 0;
     }
     if (!dfa.empty()) {
-        if (!nlohmann::json::accept(shortest_word(dfa))) std::abort();
+        const std::optional<std::string> shortest = dfa.shortest_from(dfa.start());
+        if (!shortest || !nlohmann::json::accept(*shortest)) std::abort();  // a non-empty language has a word
         for (uint32_t seed = 1; seed <= 4; ++seed) {
             if (!nlohmann::json::accept(walk(dfa, seed * static_cast<uint32_t>(size)))) std::abort();
         }

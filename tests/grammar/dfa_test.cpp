@@ -86,5 +86,17 @@ TEST(Dfa, StepsAgreeWithMatches) {
     EXPECT_EQ(dfa.size(), 2);  // the start and "after -" both need a letter next: one state
 }
 
+TEST(Dfa, ShortestFromIsTheShortestThenSmallestCompletion) {
+    const Dfa dfa = compile_regex("(abc|b{2,}|zz)x?");
+    EXPECT_EQ(dfa.shortest_from(dfa.start()), std::optional<std::string>("bb"));  // "bb" and "zz": the smaller bytes
+    const int32_t after_a = dfa.next(dfa.start(), 'a');
+    EXPECT_EQ(dfa.shortest_from(after_a), std::optional<std::string>("bc"));
+    EXPECT_EQ(dfa.shortest_from(dfa.next(after_a, 'x')), std::nullopt);  // dead
+    const int32_t accepted = dfa.next(dfa.next(dfa.start(), 'z'), 'z');
+    EXPECT_EQ(dfa.shortest_from(accepted), std::optional<std::string>(""));
+    EXPECT_EQ(compile_regex("a").shortest_from(Dfa::kDead), std::nullopt);
+    EXPECT_EQ(Dfa().shortest_from(Dfa().start()), std::nullopt);  // the empty language
+}
+
 }  // namespace
 }  // namespace rudder::grammar

@@ -76,18 +76,6 @@ std::string first_mismatch(const BpeTokenizer& tok, const Case& c, const Ids& go
     return out.str();
 }
 
-// The text `ids` spell as the tokenizer's pieces (Tokenizer::pieces), up to the first pad.
-std::string spelled(const TokenPieces& pieces, const Ids& ids, int64_t pad) {
-    std::string out;
-    int32_t kind = 0;
-    for (int64_t id : ids) {
-        if (id == pad) break;
-        out += pieces.text[static_cast<size_t>(kind)][static_cast<size_t>(id)];
-        kind = pieces.kind_after[static_cast<size_t>(id)];
-    }
-    return out;
-}
-
 void compare(const std::string& name, const BpeTokenizer& tok, bool normalizes) {
     const std::vector<Case> cases = read_reference(name);
     const std::optional<TokenPieces> pieces = tok.pieces();
@@ -107,8 +95,10 @@ void compare(const std::string& name, const BpeTokenizer& tok, bool normalizes) 
         }
         EXPECT_EQ(tok.decode(got.data(), static_cast<int64_t>(got.size())), c.decoded) << name << ": " << c.source;
         // The structured-output controllers follow the text through the pieces: the same text wherever it is UTF-8.
-        if (is_valid_utf8(c.decoded))
-            EXPECT_EQ(spelled(*pieces, got, tok.pad_id()), c.decoded) << name << ": " << c.source << " as pieces";
+        if (is_valid_utf8(c.decoded)) {
+            EXPECT_EQ(pieces->spell(got.data(), static_cast<int64_t>(got.size()), tok.pad_id()), c.decoded)
+                << name << ": " << c.source << " as pieces";
+        }
         if (got.size() > 1) {
             EXPECT_EQ(tok.decode(got.data() + 1, static_cast<int64_t>(got.size()) - 1), c.tail_decoded)
                 << name << ": " << c.source << " without its first token";
@@ -149,7 +139,8 @@ TEST(BpeCompare, Gpt2WithTheCheckpointsMaskToken) {
     // As pieces (what the structured controllers follow): the mask's text, and GPT-2's pieces around it.
     const std::optional<TokenPieces> pieces = tok.pieces();
     ASSERT_TRUE(pieces.has_value());
-    EXPECT_EQ(spelled(*pieces, ids, tok.pad_id()), "Hello<mask> world<|endoftext|>");
+    EXPECT_EQ(pieces->spell(ids.data(), static_cast<int64_t>(ids.size()), tok.pad_id()),
+              "Hello<mask> world<|endoftext|>");
 }
 
 TEST(BpeCompare, Gpt2VocabAndMerges) {

@@ -75,18 +75,6 @@ std::string first_mismatch(const WordPieceTokenizer& tok, const Case& c, const I
     return out.str();
 }
 
-// The text `ids` spell as the tokenizer's pieces (Tokenizer::pieces), up to the first pad.
-std::string spelled(const TokenPieces& pieces, const Ids& ids, int64_t pad) {
-    std::string out;
-    int32_t kind = 0;
-    for (int64_t id : ids) {
-        if (id == pad) break;
-        out += pieces.text[static_cast<size_t>(kind)][static_cast<size_t>(id)];
-        kind = pieces.kind_after[static_cast<size_t>(id)];
-    }
-    return out;
-}
-
 void compare(const char* loader, const WordPieceTokenizer& tok) {
     const std::vector<Case> cases = read_reference();
     ASSERT_FALSE(cases.empty()) << "no reference texts in " << reference_dir();
@@ -103,7 +91,8 @@ void compare(const char* loader, const WordPieceTokenizer& tok) {
         }
         EXPECT_EQ(tok.decode(got.data(), static_cast<int64_t>(got.size())), c.decoded) << loader << ": " << c.source;
         // The structured-output controllers follow the text through the pieces: the same text.
-        EXPECT_EQ(spelled(*pieces, got, tok.pad_id()), c.decoded) << loader << ": " << c.source << " as pieces";
+        EXPECT_EQ(pieces->spell(got.data(), static_cast<int64_t>(got.size()), tok.pad_id()), c.decoded)
+            << loader << ": " << c.source << " as pieces";
         if (got.size() > 1) {
             EXPECT_EQ(tok.decode(got.data() + 1, static_cast<int64_t>(got.size()) - 1), c.tail_decoded)
                 << loader << ": " << c.source << " without its first token";

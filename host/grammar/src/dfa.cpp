@@ -66,6 +66,31 @@ bool Dfa::matches(std::string_view text) const {
     return accepting(state);
 }
 
+std::optional<std::string> Dfa::shortest_from(int32_t state) const {
+    if (!live(state)) return std::nullopt;
+    std::vector<int32_t> parent(accepting_.size(), -2);
+    std::vector<uint8_t> via(accepting_.size(), 0);
+    std::vector<int32_t> queue = {state};
+    parent[static_cast<size_t>(state)] = -1;
+    for (size_t i = 0; i < queue.size(); ++i) {
+        const int32_t s = queue[i];
+        if (accepting(s)) {
+            std::string text;
+            for (int32_t at = s; parent[static_cast<size_t>(at)] != -1; at = parent[static_cast<size_t>(at)])
+                text.insert(text.begin(), static_cast<char>(via[static_cast<size_t>(at)]));
+            return text;
+        }
+        for (int b = 0; b < 256; ++b) {
+            const int32_t t = next(s, static_cast<uint8_t>(b));
+            if (t == kDead || parent[static_cast<size_t>(t)] != -2) continue;
+            parent[static_cast<size_t>(t)] = s;
+            via[static_cast<size_t>(t)] = static_cast<uint8_t>(b);
+            queue.push_back(t);
+        }
+    }
+    return std::nullopt;  // unreachable for a live state
+}
+
 size_t Dfa::memory_bytes() const {
     return sizeof(*this) + table_.capacity() * sizeof(int32_t) + accepting_.capacity() + live_.capacity() +
            class_of_.capacity();

@@ -29,6 +29,18 @@
 #include <string>
 #include <vector>
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitizerShadow = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitizerShadow = true;
+#else
+constexpr bool kSanitizerShadow = false;
+#endif
+#else
+constexpr bool kSanitizerShadow = false;
+#endif
+
 namespace {
 
 using namespace rudder::plugins::isolation;
@@ -498,7 +510,9 @@ int main(int argc, char** argv) {
     if (::getppid() != static_cast<pid_t>(std::strtol(argv[3], nullptr, 10))) return 0;
     ::signal(SIGINT, SIG_IGN);
     const unsigned long long memory_limit = std::strtoull(argv[4], nullptr, 10);
-    if (memory_limit > 0) {
+    // Under AddressSanitizer or ThreadSanitizer the shadow memory (terabytes of reserved private mappings) counts
+    // toward RLIMIT_DATA, so any limit would fail the sanitized child before it runs: those builds set none.
+    if (memory_limit > 0 && !kSanitizerShadow) {
         const rlimit limit{static_cast<rlim_t>(memory_limit), static_cast<rlim_t>(memory_limit)};
         if (::setrlimit(RLIMIT_DATA, &limit) != 0) {
             Writer w;

@@ -181,6 +181,16 @@ std::string WordTokenizer::decode(const int64_t* ids, int64_t n) const {
     return text;
 }
 
+std::string TokenPieces::spell(const int64_t* ids, int64_t n, int64_t end) const {
+    std::string out;
+    int32_t kind = 0;
+    for (int64_t k = 0; k < n && ids[k] != end; ++k) {
+        out += text[static_cast<size_t>(kind)][static_cast<size_t>(ids[k])];
+        kind = kind_after[static_cast<size_t>(ids[k])];
+    }
+    return out;
+}
+
 std::optional<TokenPieces> WordTokenizer::pieces() const {
     TokenPieces out;
     out.text.assign(3, std::vector<std::string>(tokens_.size()));

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -67,6 +68,9 @@ public:
     bool empty() const { return !live(start_); }
     // Whether the whole text is a word of the language.
     bool matches(std::string_view text) const;
+    // The shortest text that leads from `state` to acceptance (breadth-first, the smallest byte first at each
+    // length); std::nullopt when none does (`state` not live).
+    std::optional<std::string> shortest_from(int32_t state) const;
     // Bytes this object holds (tables and the object itself).
     size_t memory_bytes() const;
 

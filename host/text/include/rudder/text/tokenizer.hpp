@@ -21,6 +21,8 @@ struct TokenPieces {
     std::vector<std::vector<std::string>> text;  // [kinds][vocab_size]
     std::vector<int32_t> kind_after;             // [vocab_size]
     int32_t kinds() const { return static_cast<int32_t>(text.size()); }
+    // The text `n` ids spell, up to the first `end` token (the pad; -1: none).
+    std::string spell(const int64_t* ids, int64_t n, int64_t end = -1) const;
 };
 
 class Tokenizer {
