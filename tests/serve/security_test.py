@@ -20,6 +20,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from soak_test import sanitizer_build  # noqa: E402
+
 RUDDER = sys.argv[1]
 FIXTURES = sys.argv[2]
 CASE = sys.argv[3]
@@ -447,7 +450,8 @@ def case_memory():
             assert status == 400 and len(text) < 4000, (status, len(text), text[:300])
         time.sleep(3)
         after = s.rss_mb()
-        assert after < before + 100, f"resident memory {before:.0f} MB before eight 1 MB model names, {after:.0f} after"
+        if not sanitizer_build(RUDDER):  # a sanitizer's allocator holds freed memory back (soak_test.py)
+            assert after < before + 100, f"resident memory {before:.0f} MB before eight 1 MB model names, {after:.0f} after"
         # The default limit: what the server holds plus 3/4 of the available memory, not the machine's memory. The
         # corpus model takes any length, so a batch's estimate can be brought between the two.
         wide = {"model": "e2e-corpus", "family": "discrete", "sampler": {"name": "analytic", "steps": 10},

@@ -59,6 +59,14 @@ class Stats:
             self.failures.append(f"{kind}: {message}")
 
 
+def sanitizer_build(rudder):
+    """Whether `rudder` was built with AddressSanitizer or ThreadSanitizer: their allocators hold freed memory back
+    (ASan's quarantine), so the server's resident memory after a load says nothing about Rudder's own."""
+    with open(rudder, "rb") as f:
+        binary = f.read()
+    return b"__asan_init" in binary or b"__tsan_init" in binary
+
+
 def rss_mb(pid, field="VmRSS"):
     """Resident memory (VmRSS), or its anonymous part (RssAnon: the heap, stacks) or its file part (RssFile: the
     pages of the program and its libraries read in)."""
@@ -128,6 +136,7 @@ def issues(body):
 
 class Soak:
     def __init__(self, rudder, fixtures, scratch, clients):
+        self.rudder = rudder
         self.scratch = scratch
         self.clients = clients
         models = os.path.join(scratch, "models")
@@ -414,7 +423,9 @@ class Soak:
                        if self.memory else None, "end": round(end), "settled_after_s": round(settle, 1),
                        "warm_anon_file": [round(x) for x in warm_parts], "end_anon_file": [round(x) for x in end_parts]},
         }
-        result["passed"] = (alive and not slow_health and not self.stats.failures and end <= warm * 1.1)
+        result["rss_judged"] = not sanitizer_build(self.rudder)
+        result["passed"] = (alive and not slow_health and not self.stats.failures and
+                            (end <= warm * 1.1 or not result["rss_judged"]))
         return result
 
     def stop(self):
