@@ -89,7 +89,9 @@ case $case in
   sigterm_in_plugin_loop)
     # An in-process plugin that never returns: SIGTERM still ends the command (exit 130, saying why).
     with_faulty "{\"fault\": \"hang\", \"at_step\": 5, \"once\": \"$work/hanging\"}" '"time_limit": 0' > "$work/hangs.json"
-    timeout -s KILL 120 "$rudder" generate -q "$work/hangs.json" -o "$work/out.jsonl" 2> "$work/err.txt" &
+    # --foreground: timeout passes our TERM to rudder alone; otherwise it sends it to its process group as well, and
+    # that second TERM (the handler has restored the default by then) kills rudder before its watch ends it.
+    timeout --foreground -s KILL 120 "$rudder" generate -q "$work/hangs.json" -o "$work/out.jsonl" 2> "$work/err.txt" &
     pid=$!
     for _ in $(seq 1200); do [ -e "$work/hanging" ] && break; sleep 0.05; done
     [ -e "$work/hanging" ] || fail "the plugin never started to hang: $(cat "$work/err.txt")"
