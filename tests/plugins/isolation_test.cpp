@@ -259,13 +259,8 @@ TEST(Isolation, ACancelStopsAWaitingCallWhateverItsTimeLimit) {
 }
 
 TEST(Isolation, TheChildsMemoryIsLimited) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-    GTEST_SKIP() << "a sanitizer build's child sets no memory limit (its shadow memory counts toward RLIMIT_DATA)";
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-    GTEST_SKIP() << "a sanitizer build's child sets no memory limit (its shadow memory counts toward RLIMIT_DATA)";
-#endif
-#endif
+    if (!child_memory_limits_apply())
+        GTEST_SKIP() << "a sanitizer build's child sets no memory limit (its shadow memory counts toward RLIMIT_DATA)";
     // 4 GB, never touched: where nothing limits it the allocation succeeds without costing memory.
     const std::string params = "{\"fault\":\"alloc\",\"mb\":4096}";
     ControllerInstance unlimited(fixture_type("faulty"), params, "big", Isolation::process);

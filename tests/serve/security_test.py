@@ -21,7 +21,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from soak_test import sanitizer_build  # noqa: E402
+from soak_test import events, sanitizer_build  # noqa: E402
 
 RUDDER = sys.argv[1]
 FIXTURES = sys.argv[2]
@@ -118,16 +118,6 @@ def plugin_folder(scratch):
 
 def issues(body):
     return {i["pointer"]: i["message"] for i in body.get("issues", [])}
-
-
-def events(text):
-    out, event = [], None
-    for line in text.splitlines():
-        if line.startswith("event: "):
-            event = line[len("event: "):]
-        elif line.startswith("data: "):
-            out.append((event, json.loads(line[len("data: "):])))
-    return out
 
 
 def case_utf8():

@@ -1,5 +1,7 @@
 #include "child_process.hpp"
 
+#include <rudder/plugins/loader.hpp>
+
 #include <sys/wait.h>
 
 #include <cerrno>
@@ -8,6 +10,20 @@
 #include <thread>
 
 namespace rudder::plugins {
+
+bool child_memory_limits_apply() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    return false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+    return false;
+#else
+    return true;
+#endif
+#else
+    return true;
+#endif
+}
 
 void start_with_default_signals(posix_spawnattr_t& attr) {
     sigset_t none, all;

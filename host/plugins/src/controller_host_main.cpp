@@ -29,18 +29,6 @@
 #include <string>
 #include <vector>
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitizerShadow = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitizerShadow = true;
-#else
-constexpr bool kSanitizerShadow = false;
-#endif
-#else
-constexpr bool kSanitizerShadow = false;
-#endif
-
 namespace {
 
 using namespace rudder::plugins::isolation;
@@ -240,17 +228,8 @@ struct Child {
         if (kind < 0 || kind >= c.run.piece_kinds) return RUDDER_ERR_INVALID_ARGUMENT;
         if (c.pieces.empty()) c.fetch_pieces();
         if (kind >= static_cast<int32_t>(c.pieces.size())) return RUDDER_ERR_INVALID_ARGUMENT;
-        const auto& of_kind = c.pieces[static_cast<size_t>(kind)];
-        size_t total = 0;
-        for (size_t v = 0; v < of_kind.size(); ++v) {
-            offsets[v] = static_cast<int64_t>(total);
-            if (total + of_kind[v].size() <= capacity) std::memcpy(bytes + total, of_kind[v].data(), of_kind[v].size());
-            total += of_kind[v].size();
-        }
-        offsets[of_kind.size()] = static_cast<int64_t>(total);
-        if (kind_after != nullptr) std::copy(c.piece_kind_after.begin(), c.piece_kind_after.end(), kind_after);
-        *n_bytes = total;
-        return total <= capacity ? RUDDER_OK : RUDDER_ERR_BUFFER_TOO_SMALL;
+        return write_token_pieces(c.pieces[static_cast<size_t>(kind)], c.piece_kind_after, bytes, capacity, n_bytes,
+                                  offsets, kind_after);
     }
     static rudder_status find_model(void* ctx, const char* name, char* out, size_t capacity, size_t* n_bytes) {
         if (ctx == nullptr || name == nullptr || n_bytes == nullptr || (out == nullptr && capacity > 0))
@@ -510,9 +489,7 @@ int main(int argc, char** argv) {
     if (::getppid() != static_cast<pid_t>(std::strtol(argv[3], nullptr, 10))) return 0;
     ::signal(SIGINT, SIG_IGN);
     const unsigned long long memory_limit = std::strtoull(argv[4], nullptr, 10);
-    // Under AddressSanitizer or ThreadSanitizer the shadow memory (terabytes of reserved private mappings) counts
-    // toward RLIMIT_DATA, so any limit would fail the sanitized child before it runs: those builds set none.
-    if (memory_limit > 0 && !kSanitizerShadow) {
+    if (memory_limit > 0 && rudder::plugins::child_memory_limits_apply()) {
         const rlimit limit{static_cast<rlim_t>(memory_limit), static_cast<rlim_t>(memory_limit)};
         if (::setrlimit(RLIMIT_DATA, &limit) != 0) {
             Writer w;

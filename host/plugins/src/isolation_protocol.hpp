@@ -294,4 +294,21 @@ constexpr uint32_t kHasLatent = 1, kHasLogits = 2, kHasTokens = 4, kHasMasked = 
 constexpr uint32_t kHasRows = 16, kHasX0Rows = 32, kHasCandidates = 64;  // ABI 1.2
 constexpr uint32_t kHasProposed = 128;                                   // ABI 1.3
 
+// rudder_run_info.token_pieces answered from pieces held in memory (one kind's, and the kinds after), as the
+// in-process bridge and the child both answer it: offsets and kinds always, the bytes when they fit.
+inline rudder_status write_token_pieces(const std::vector<std::string>& pieces, const std::vector<int32_t>& kinds_after,
+                                        char* bytes, size_t capacity, size_t* n_bytes, int64_t* offsets,
+                                        int32_t* kind_after) {
+    size_t total = 0;
+    for (size_t v = 0; v < pieces.size(); ++v) {
+        offsets[v] = static_cast<int64_t>(total);
+        if (total + pieces[v].size() <= capacity) std::memcpy(bytes + total, pieces[v].data(), pieces[v].size());
+        total += pieces[v].size();
+    }
+    offsets[pieces.size()] = static_cast<int64_t>(total);
+    if (kind_after != nullptr) std::copy(kinds_after.begin(), kinds_after.end(), kind_after);
+    *n_bytes = total;
+    return total <= capacity ? RUDDER_OK : RUDDER_ERR_BUFFER_TOO_SMALL;
+}
+
 }  // namespace rudder::plugins::isolation

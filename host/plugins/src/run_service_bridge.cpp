@@ -45,18 +45,8 @@ rudder_status RunServiceBridge::token_pieces(void* run_ctx, int32_t kind, char* 
     if (n_bytes == nullptr || offsets == nullptr || (bytes == nullptr && capacity > 0) || kind < 0 ||
         kind >= static_cast<int32_t>(self->pieces_->text.size()))
         return RUDDER_ERR_INVALID_ARGUMENT;
-    const auto& pieces = self->pieces_->text[static_cast<size_t>(kind)];
-    size_t total = 0;
-    for (size_t v = 0; v < pieces.size(); ++v) {
-        offsets[v] = static_cast<int64_t>(total);
-        if (total + pieces[v].size() <= capacity) std::memcpy(bytes + total, pieces[v].data(), pieces[v].size());
-        total += pieces[v].size();
-    }
-    offsets[pieces.size()] = static_cast<int64_t>(total);
-    if (kind_after != nullptr)
-        std::copy(self->pieces_->kind_after.begin(), self->pieces_->kind_after.end(), kind_after);
-    *n_bytes = total;
-    return total <= capacity ? RUDDER_OK : RUDDER_ERR_BUFFER_TOO_SMALL;
+    return isolation::write_token_pieces(self->pieces_->text[static_cast<size_t>(kind)], self->pieces_->kind_after,
+                                         bytes, capacity, n_bytes, offsets, kind_after);
 }
 
 RunServiceBridge::Call::Call(RunServiceBridge& bridge, const StepInputs* predict_step) : bridge_(bridge) {

@@ -73,6 +73,11 @@ std::string plugin_message(const rudder_controller_desc* desc, void* self);
 // The host services table given to every plugin (log through spdlog; no extensions yet).
 const rudder_host* host_services();
 
+// Whether a process-isolated controller's memory limit (RLIMIT_DATA) is applied in this build: not under
+// AddressSanitizer or ThreadSanitizer, whose shadow memory (terabytes of reserved private mappings) counts toward it
+// and would fail the child before it runs.
+bool child_memory_limits_apply();
+
 // Loads one file into this process and negotiates the ABI. Throws PluginError naming the file and the reason for:
 // not a shared library, no rudder_plugin_entry symbol, entry returned NULL, another ABI major, a descriptor whose
 // struct_size is too small, more than kMaxControllersPerLibrary controllers, a controller with missing callbacks
