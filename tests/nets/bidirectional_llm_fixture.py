@@ -116,8 +116,19 @@ def random_weights(flavor, size, vocab, gen, dtype=torch.float32, lazy=False):
     return w
 
 
-def reference_logits(flavor, w, config, tokens):
-    """The network in float64, position by position where that is clearer than batched tensor code."""
+def untrained_rows_low(flavor, w):
+    """The output rows of the mask and of the padding past the tokenizer scaled down, as a trained model's are (it is
+    never taught to predict them): the authors' samplers take the arg-max over every row, and a random row there would
+    commit a token no text has."""
+    out = top_names(flavor)[2]
+    w[out][MASK] *= 0.05
+    w[out][EOS + 2:] *= 0.05
+    return w
+
+
+def reference_logits(flavor, w, config, tokens, shifted=True):
+    """The network in float64, position by position where that is clearer than batched tensor code; Dream's shifted
+    to the position each row predicts unless `shifted` is False (as Dream's own forward returns them)."""
     w = {k: v.double() for k, v in w.items()}
     h, heads, kv = TINY["hidden"], TINY["heads"], TINY["kv_heads"]
     d = h // heads
@@ -157,7 +168,7 @@ def reference_logits(flavor, w, config, tokens):
         gate = m @ w[n["gate"]].T
         x = x + (gate * torch.sigmoid(gate) * (m @ w[n["up"]].T)) @ w[n["down"]].T
     logits = rms(x, w[norm]) @ w[out].T
-    if flavor == "dream":  # the prediction for position i comes from position i - 1; position 0 keeps its own
+    if flavor == "dream" and shifted:  # the prediction for position i comes from position i - 1; 0 keeps its own
         logits = torch.cat([logits[:, :1], logits[:, :-1]], 1)
     return logits
 
@@ -238,7 +249,7 @@ def main():
     reference = {}
     for flavor, config, mask_text, shards in (("llada", llada_config(), "<|mdm_mask|>", 1),
                                               ("dream", dream_config(), "<|mask|>", 2)):
-        w = random_weights(flavor, TINY, NETWORK_VOCAB, gen)
+        w = untrained_rows_low(flavor, random_weights(flavor, TINY, NETWORK_VOCAB, gen))
         folder = os.path.join(out, flavor)
         write_model(out, flavor, config, w, shards)
         write_tokenizer_json(folder, mask_text)

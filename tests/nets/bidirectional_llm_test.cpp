@@ -235,8 +235,10 @@ TEST_F(BidirectionalLlmCheckpoint, DescriptionNamesTheArchitectureSamplerAndWeig
         SCOPED_TRACE(name);
         const json d = rudder::describe_model(root_ / name);
         EXPECT_EQ(d["kind"].get<std::string>().rfind(name == "llada" ? "LLaDA" : "Dream", 0), 0u) << d.dump();
-        EXPECT_EQ(d["recommended_sampler"]["name"], "confidence");
-        EXPECT_EQ(d["recommended_sampler"]["order"], name == "llada" ? "probability" : "entropy");
+        EXPECT_EQ(d["recommended_sampler"]["name"], name);
+        if (name == "dream") {
+            EXPECT_EQ(d["recommended_sampler"]["alg"], "entropy");
+        }
         EXPECT_EQ(d["tokenizer"], "byte-level BPE, tokenizer.json");
         const rudder::Model model = rudder::load_model(root_ / name, std::nullopt);
         EXPECT_EQ(d["recommended_sampler"], model.recommended_sampler);
@@ -260,7 +262,7 @@ TEST_F(BidirectionalLlmCheckpoint, ACheckpointIsAModelThatARecipeSamplesWithHard
         EXPECT_EQ(model.tokenizer->mask_id(), kMask);
         EXPECT_EQ(model.tokenizer->pad_id(), kEos);
         EXPECT_EQ(model.tokenizer->token(kMask), name == "llada" ? "<|mdm_mask|>" : "<|mask|>");
-        EXPECT_EQ(model.recommended_sampler.at("name"), "confidence");
+        EXPECT_EQ(model.recommended_sampler.at("name"), name);
         std::vector<int64_t> ids = model.tokenizer->encode("the cat sat near the river");
         EXPECT_EQ(model.tokenizer->decode(ids.data(), static_cast<int64_t>(ids.size())), "the cat sat near the river");
         ids.push_back(kEos);
@@ -268,36 +270,100 @@ TEST_F(BidirectionalLlmCheckpoint, ACheckpointIsAModelThatARecipeSamplesWithHard
         EXPECT_EQ(model.tokenizer->decode(ids.data(), static_cast<int64_t>(ids.size())), "the cat sat near the river")
             << "a text ends at the end-of-text token";
 
-        // With and without prompt guidance (LLaDA's cfg_scale): the controls hold either way.
-        for (const char* guidance : {"0", "1.5"}) {
-            SCOPED_TRACE(std::string("prompt_guidance ") + guidance);
-            const std::string recipe = R"({"model": ")" + dir.string() + R"(", "max_length": 24,
-                "sampler": {"name": "confidence", "steps": 12, "block_length": 8, "prompt_guidance": )" +
-                                       guidance +
-                                       R"(}, "samples": 3, "seed": 4,
+        // With and without prompt guidance (LLaDA's cfg_scale), Rudder's confidence sampler and the authors': the
+        // controls hold either way.
+        for (const std::string& sampler : {std::string("confidence"), name})
+            for (const char* guidance : {"0", "1.5"}) {
+                SCOPED_TRACE(sampler + ", prompt_guidance " + guidance);
+                const std::string recipe = R"({"model": ")" + dir.string() + R"(", "max_length": 24,
+                "sampler": {"name": ")" + sampler +
+                                           R"(", "steps": 12, )" +
+                                           (sampler == "dream" ? "" : R"("block_length": 8, )") +
+                                           R"("prompt_guidance": )" + guidance + R"(}, "samples": 3, "seed": 4,
                 "controllers": [{"plugin": "span", "params": {"prefix": "the cat"}},
                                 {"plugin": "length", "params": {"tokens": 9}},
                                 {"plugin": "exclude_words", "params": {"words": ["dog", "sat", "food"]}}]})";
-            rudder::Generator generator(rudder::parse_recipe(recipe, "."), registry);
-            const auto samples = generator.generate();
-            ASSERT_EQ(samples.size(), 3u);
-            const std::vector<int64_t> prefix = model.tokenizer->encode("the cat");
-            for (const auto& s : samples) {
-                ASSERT_EQ(s.tokens.size(), 24u);
-                EXPECT_EQ(s.n_tokens, 9) << s.text;
-                EXPECT_TRUE(std::none_of(s.tokens.begin(), s.tokens.end(), [](int64_t id) { return id == kMask; }))
-                    << s.text;
-                EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), s.tokens.begin())) << s.text;
-                EXPECT_EQ(s.text, model.tokenizer->decode(s.tokens.data(), 24));
-                EXPECT_EQ(s.text.rfind("the cat", 0), 0u) << s.text;
-                for (const char* word : {"dog", "sat", "food"})
-                    EXPECT_EQ(s.text.find(word), std::string::npos) << s.text;
-                ASSERT_EQ(s.controls.size(), 3u);
-                for (const auto& control : s.controls)
-                    EXPECT_EQ(control.verdict.satisfied, 1) << control.label << ": " << s.text;
+                rudder::Generator generator(rudder::parse_recipe(recipe, "."), registry);
+                const auto samples = generator.generate();
+                ASSERT_EQ(samples.size(), 3u);
+                const std::vector<int64_t> prefix = model.tokenizer->encode("the cat");
+                for (const auto& s : samples) {
+                    ASSERT_EQ(s.tokens.size(), 24u);
+                    EXPECT_EQ(s.n_tokens, 9) << s.text;
+                    EXPECT_TRUE(std::none_of(s.tokens.begin(), s.tokens.end(), [](int64_t id) { return id == kMask; }))
+                        << s.text;
+                    EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), s.tokens.begin())) << s.text;
+                    EXPECT_EQ(s.text, model.tokenizer->decode(s.tokens.data(), 24));
+                    EXPECT_EQ(s.text.rfind("the cat", 0), 0u) << s.text;
+                    for (const char* word : {"dog", "sat", "food"})
+                        EXPECT_EQ(s.text.find(word), std::string::npos) << s.text;
+                    ASSERT_EQ(s.controls.size(), 3u);
+                    for (const auto& control : s.controls)
+                        EXPECT_EQ(control.verdict.satisfied, 1) << control.label << ": " << s.text;
+                }
             }
-        }
     }
+}
+
+// The authors' samplers write the tokens LLaDA's generate() and Dream's diffusion_generate() write at temperature 0
+// (authors_samplers_reference.py, over the fixture's float64 network): LLaDA with several prompt / gen_length /
+// block_length / steps settings (its defaults scaled down among them), low-confidence and random remasking (the
+// random numbers drawn as LLaDA draws them, from the same seed), and classifier-free guidance; Dream with each alg
+// (origin's positions drawn as Dream draws them), and with top_p and top_k.
+TEST_F(BidirectionalLlmCheckpoint, TheAuthorsSamplersWriteTheAuthorsTokens) {
+    struct Case {
+        std::string flavor, prompt;
+        int64_t gen_length, seed;
+        json sampler;
+    };
+    const std::vector<Case> cases = {
+        // LLaDA's own example, scaled down: steps 4, 16 tokens in blocks of 4 after the prompt.
+        {"llada", "the cat sat near the river", 16, 1, {{"name", "llada"}, {"steps", 4}, {"block_length", 4}}},
+        // Its defaults (steps = gen_length = block_length), at 16.
+        {"llada", "the cat", 16, 2, {{"name", "llada"}, {"steps", 16}, {"block_length", 16}}},
+        {"llada", "a dog", 24, 3, {{"name", "llada"}, {"steps", 12}, {"block_length", 8}}},
+        {"llada", "the river", 16, 4, {{"name", "llada"}, {"steps", 8}, {"block_length", 8}, {"remasking", "random"}}},
+        {"llada", "the cat", 12, 5, {{"name", "llada"}, {"steps", 6}, {"block_length", 4}, {"prompt_guidance", 1.0}}},
+        {"dream", "the cat sat", 16, 6, {{"name", "dream"}, {"steps", 8}, {"alg", "origin"}}},
+        {"dream", "the cat sat", 16, 7, {{"name", "dream"}, {"steps", 8}, {"alg", "maskgit_plus"}}},
+        {"dream", "a dog", 20, 8, {{"name", "dream"}, {"steps", 6}, {"alg", "topk_margin"}}},
+        {"dream", "the river", 16, 9, {{"name", "dream"}, {"steps", 16}, {"alg", "entropy"}}},
+        {"dream",
+         "the cat",
+         16,
+         10,
+         {{"name", "dream"}, {"steps", 5}, {"alg", "entropy"}, {"top_p", 0.9}, {"top_k", 40}}},
+    };
+    rudder::plugins::Registry registry({fs::path(RUDDER_TEST_PLUGIN_DIR)});
+    json inputs = json::array();
+    std::vector<std::vector<int64_t>> ours;
+    for (const Case& c : cases) {
+        const fs::path dir = root_ / c.flavor;
+        const std::vector<int64_t> prompt = rudder::load_model(dir, std::nullopt).tokenizer->encode(c.prompt);
+        const json recipe = {{"model", dir.string()},
+                             {"max_length", static_cast<int64_t>(prompt.size()) + c.gen_length},
+                             {"seed", c.seed},
+                             {"sampler", c.sampler},
+                             {"controllers", {{{"plugin", "span"}, {"params", {{"prefix", c.prompt}}}}}}};
+        rudder::Generator generator(rudder::parse_recipe(recipe.dump(), "."), registry);
+        ours.push_back(generator.generate().at(0).tokens);
+        inputs.push_back({{"dir", dir.string()},
+                          {"flavor", c.flavor},
+                          {"prompt", prompt},
+                          {"seed", c.seed},
+                          {"sampler", c.sampler},
+                          {"gen_length", c.gen_length}});
+    }
+    write_json(root_ / "authors_cases.json", inputs);
+    const std::string command = std::string(RUDDER_PYTHON3) + " " + RUDDER_AUTHORS_SAMPLERS_REFERENCE + " " +
+                                (root_ / "authors_cases.json").string() + " " +
+                                (root_ / "authors_tokens.json").string() + " > " + (root_ / "authors.log").string() +
+                                " 2>&1";
+    ASSERT_EQ(std::system(command.c_str()), 0) << "see " << (root_ / "authors.log").string();
+    const json theirs = rudder::read_json_file(root_ / "authors_tokens.json");
+    ASSERT_EQ(theirs.size(), cases.size());
+    for (size_t k = 0; k < cases.size(); ++k)
+        EXPECT_EQ(ours[k], theirs[k].get<std::vector<int64_t>>()) << cases[k].flavor << " " << cases[k].sampler.dump();
 }
 
 }  // namespace

@@ -354,14 +354,23 @@ at::Tensor BidirectionalLlm::forward(const at::Tensor& tokens) const {
     return logits;
 }
 
-at::Tensor BidirectionalLlm::clean_log_probs(const at::Tensor& tokens, int64_t vocab) const {
-    if (vocab < 1 || vocab > config_.vocab_size || config_.mask_id >= vocab)
+at::Tensor BidirectionalLlm::clean_log_probs(const at::Tensor& tokens, int64_t vocab, at::Tensor* outside) const {
+    if (vocab < 2 || vocab > config_.vocab_size || config_.mask_id >= vocab)
         throw std::invalid_argument("BidirectionalLlm::clean_log_probs: " + std::to_string(vocab) +
                                     " tokens, but the network has " + std::to_string(config_.vocab_size) +
                                     " and the mask is " + std::to_string(config_.mask_id));
     at::Tensor logits = forward(tokens);
+    const int64_t mask = config_.mask_id, probe = mask == 0 ? 1 : 0;
+    at::Tensor raw_outside, probe_logit;
+    if (outside) {
+        raw_outside = at::cat({logits.narrow(-1, mask, 1), logits.narrow(-1, vocab, config_.vocab_size - vocab)}, -1);
+        probe_logit = logits.select(-1, probe).clone();  // (subs_log_probs writes into the logits)
+    }
     if (vocab < config_.vocab_size) logits = logits.narrow(-1, 0, vocab);
-    return subs_log_probs(logits, tokens, config_.mask_id);
+    at::Tensor out = subs_log_probs(logits, tokens, mask);
+    // One token's logit minus its log-probability is the kept rows' log-normaliser: no second pass over [B, L, V].
+    if (outside) *outside = raw_outside - (probe_logit - out.select(-1, probe)).unsqueeze(-1);
+    return out;
 }
 
 }  // namespace rudder::nn

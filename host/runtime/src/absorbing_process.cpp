@@ -1,9 +1,13 @@
 // Absorbing (masked) discrete diffusion (MDLM, SEDD's absorbing graph, BD3-LM, LLaDA, Dream): positions start masked
-// and unmask once; euler, analytic (with ReMDM's remasking), first hitting and confidence (in blocks) decide which and
-// when; MDLM's cache skips the network while no token changed; prompt guidance; particles chosen at the end.
+// and unmask once; euler, analytic (with ReMDM's remasking), first hitting, confidence (in blocks) and the LLaDA and
+// Dream authors' samplers decide which and when; MDLM's cache skips the network while no token changed; prompt
+// guidance; particles chosen at the end.
 #include <ATen/ATen.h>
 
 #include <limits>
+#include <optional>
+
+#include "authors_samplers.hpp"
 
 #include "commit.hpp"
 #include "composer.hpp"
@@ -28,22 +32,31 @@ struct RemaskSettings {
 };
 
 struct AbsorbingSettings {
-    std::string name = "analytic";  // euler | analytic | first_hitting | confidence
+    std::string name = "analytic";  // euler | analytic | first_hitting | confidence | llada | dream
     int64_t steps = 200;            // first_hitting: max_length
     bool cache = true;              // skip the network when no token changed since its last call
-    double temperature = 1.0;       // divides the controlled clean-token log-probabilities before they are drawn from
-    int64_t top_k = 0;              // draw among each position's k most likely tokens only (0: all)
-    double top_p = 1.0;             // draw within the smallest set of tokens holding this probability
+    // Divides the controlled clean-token log-probabilities before they are drawn from; 0: the arg-max (the default of
+    // llada and dream, as of the authors' code).
+    double temperature = 1.0;
+    int64_t top_k = 0;   // draw among each position's k most likely tokens only (0: all)
+    double top_p = 1.0;  // draw within the smallest set of tokens holding this probability
     std::string order =
-        "probability";         // confidence: which drawn tokens are kept first (probability | margin | entropy)
-    int64_t block_length = 0;  // confidence, first_hitting: positions unmask block by block, left to right (0: one)
-    RemaskSettings remask;     // analytic: committed tokens may be masked again (ReMDM)
+        "probability";  // confidence: which drawn tokens are kept first (probability | margin | entropy)
+    // confidence, first_hitting, llada: positions unmask block by block, left to right (0: one); llada counts them
+    // after the prompt.
+    int64_t block_length = 0;
+    RemaskSettings remask;                     // analytic: committed tokens may be masked again (ReMDM)
+    std::string remasking = "low_confidence";  // llada: low_confidence | random
+    std::string alg = "origin";                // dream: origin | maskgit_plus | topk_margin | entropy
+    double alg_temp = 0.0;                     // dream: > 0 draws the positions by softmax(confidence / alg_temp)
+    double eps = 1e-3;                         // dream: its last time
     // Classifier-free guidance towards the tokens hard constraints fix (LLaDA's unsupervised cfg_scale w): scores
     // uncond + (w + 1)(cond - uncond), uncond the network with those tokens masked again.
     double prompt_guidance = 0.0;
 };
 
 const std::string kDiscrete = "the discrete samplers";
+bool is_authors(const std::string& name) { return name == "llada" || name == "dream"; }
 
 AbsorbingSettings read_settings(SamplerObject& o) {
     AbsorbingSettings out;
@@ -52,7 +65,8 @@ AbsorbingSettings read_settings(SamplerObject& o) {
     read_steps(o, out.steps);
     if (o.applies("cache"))
         if (auto v = r.boolean("cache")) out.cache = *v;
-    read_temperature(o, out.temperature);
+    if (is_authors(out.name)) out.temperature = 0.0;
+    read_temperature(o, out.temperature, /*zero_is_arg_max=*/true);
     read_truncation(o, out.top_k, out.top_p);
     if (o.applies("order"))
         if (auto v = r.choice("order", {"probability", "margin", "entropy"})) out.order = *v;
@@ -60,6 +74,14 @@ AbsorbingSettings read_settings(SamplerObject& o) {
         if (auto v = r.integer("block_length", 1, int64_t{1} << 31)) out.block_length = *v;
     if (o.applies("prompt_guidance"))
         if (auto v = r.number("prompt_guidance", 0.0, 100.0)) out.prompt_guidance = *v;
+    if (o.applies("remasking"))
+        if (auto v = r.choice("remasking", {"low_confidence", "random"})) out.remasking = *v;
+    if (o.applies("alg"))
+        if (auto v = r.choice("alg", {"origin", "maskgit_plus", "topk_margin", "entropy"})) out.alg = *v;
+    if (o.applies("alg_temp"))
+        if (auto v = r.number("alg_temp", 0.0, 100.0)) out.alg_temp = *v;
+    if (o.applies("eps"))
+        if (auto v = r.number("eps", 1e-6, 0.5)) out.eps = *v;
     if (o.applies("remask"))
         if (auto remask = r.object("remask")) {
             json_input::ObjectReader m(*remask, r.pointer("remask"), r.issues());
@@ -69,6 +91,24 @@ AbsorbingSettings read_settings(SamplerObject& o) {
             read_time_window(m, r, "remask", out.remask.from_t, out.remask.to_t);
         }
     return out;
+}
+
+// The authors' samplers (authors_samplers.hpp); the loop runs them in place of a DiscreteSampler.
+std::optional<LladaSampler> llada_of(const AbsorbingSettings& s) {
+    if (s.name != "llada") return std::nullopt;
+    return LladaSampler(
+        s.steps, s.block_length,
+        s.remasking == "random" ? LladaSampler::Remasking::random : LladaSampler::Remasking::low_confidence,
+        s.temperature);
+}
+
+std::optional<DreamSampler> dream_of(const AbsorbingSettings& s) {
+    if (s.name != "dream") return std::nullopt;
+    const auto alg = s.alg == "maskgit_plus"  ? DreamSampler::Alg::maskgit_plus
+                     : s.alg == "topk_margin" ? DreamSampler::Alg::topk_margin
+                     : s.alg == "entropy"     ? DreamSampler::Alg::entropy
+                                              : DreamSampler::Alg::origin;
+    return DreamSampler(s.steps, s.eps, alg, s.alg_temp, s.temperature, s.top_k, s.top_p);
 }
 
 DiscreteSampler::Kind kind_of(const std::string& name) {
@@ -98,7 +138,7 @@ public:
     AbsorbingLoop(const AbsorbingSettings& s, ReverseRun& run, int64_t samples)
         : s_(s), run_(run), particles_(run.recipe.guidance.particles), batch_(samples * particles_),
           L_(run.recipe.max_length), V_(run.model.tokenizer->vocab_size()), mask_id_(run.model.tokenizer->mask_id()),
-          sampler_(sampler_of(s, run.model.mask_schedule)),
+          sampler_(sampler_of(s, run.model.mask_schedule)), llada_(llada_of(s)), dream_(dream_of(s)),
           always_fresh_(!s.cache || run.composer.needs_fresh_logits()), every_row_(run.model.denoiser->uses_evidence()),
           swarm_(samples, particles_, run.recipe.guidance.resample_scale) {
         tokens_ = sampler_.init(batch_, L_, mask_id_, run.device);
@@ -109,15 +149,24 @@ public:
     }
 
     at::Tensor run() {
-        for (int64_t i = 0; i < sampler_.steps(); ++i) step(i);
-        run_.stats.steps += sampler_.steps();
+        for (int64_t i = 0; i < steps(); ++i) step(i);
+        run_.stats.steps += steps();
         return swarm_.chosen(tokens_);
     }
 
 private:
+    // The time grid: the authors' samplers keep their own.
+    int64_t steps() const { return llada_ ? llada_->steps() : dream_ ? dream_->steps() : sampler_.steps(); }
+    double t(int64_t i) const { return llada_ ? llada_->t(i) : dream_ ? dream_->t(i) : sampler_.t(i); }
+    double t_next(int64_t i) const {
+        return llada_ ? llada_->t_next(i) : dream_ ? dream_->t_next(i) : sampler_.t_next(i);
+    }
+    at::Tensor choose(const at::Tensor& masked, int64_t i);
     void step(int64_t i);
     void denoise(double t, const Combined& constraints);
     void draw(int64_t i, at::Tensor unmask, const Combined& combined, const at::Tensor& row_logits);
+    void draw_as_authors(int64_t i, at::Tensor unmask, const Combined& combined, const at::Tensor& row_logits);
+    at::Tensor in_block(const at::Tensor& masked, int64_t i) const;
 
     // The current best guess: committed tokens, and the network's most likely token where still masked.
     at::Tensor best_guess() const {
@@ -132,13 +181,17 @@ private:
     // Each sample is `particles_` sequences, particle j of sample s at row s * particles_ + j; the one whose reward
     // (the steering controllers' weighted log p(c | x) at the last step they scored) is highest is the sample.
     const int64_t particles_, batch_, L_, V_, mask_id_;
-    const DiscreteSampler sampler_;
+    const DiscreteSampler sampler_;  // (its time grid unused while an authors' sampler runs)
+    std::optional<LladaSampler> llada_;
+    const std::optional<DreamSampler> dream_;
+    at::Tensor block_schedule_;  // llada: the current block's commits per step, int64 [B, steps of the block]
     const bool always_fresh_;
     // A denoiser that conditions on the constraints takes them whole: the controllers then see every position.
     const bool every_row_;
     Particles swarm_;
     at::Tensor tokens_;
     at::Tensor logits_, logp_;  // the network's scores for `tokens_` [B * L, V], and their log-softmax once needed
+    at::Tensor outside_;        // the network's rows outside the vocabulary [B * L, 1 + R] (DenoiserOutput::outside)
     Combined seen_;             // the constraints the denoiser's last call was given
     bool stale_ = true;
     // Prompt guidance (LLaDA's unsupervised classifier-free guidance): the positions hard constraints have fixed are
@@ -149,28 +202,50 @@ private:
 
 void AbsorbingLoop::denoise(double t, const Combined& constraints) {
     Denoiser& denoiser = *run_.model.denoiser;
-    logits_ =
-        denoiser.denoise(tokens_, t, {}, evidence_of(constraints, batch_, L_, V_, every_row_)).logits.to(at::kFloat);
+    DenoiserOutput out = denoiser.denoise(tokens_, t, {}, evidence_of(constraints, batch_, L_, V_, every_row_));
+    logits_ = out.logits.to(at::kFloat);
+    outside_ = out.outside.defined() ? out.outside.to(at::kFloat) : at::Tensor();
     ++run_.stats.denoiser_calls;
     run_.stats.denoised_sequences += batch_;
     if (prompt_.defined() && prompt_.any().item<bool>()) {
-        const at::Tensor unconditional =
-            denoiser.denoise(tokens_.masked_fill(prompt_, mask_id_), t, {}, {}).logits.to(at::kFloat);
-        logits_ = unconditional + (s_.prompt_guidance + 1.0) * (logits_ - unconditional);
+        DenoiserOutput unconditional = denoiser.denoise(tokens_.masked_fill(prompt_, mask_id_), t, {}, {});
+        const auto guided = [&](const at::Tensor& conditional, const at::Tensor& without) {
+            return without + (s_.prompt_guidance + 1.0) * (conditional - without);
+        };
+        logits_ = guided(logits_, unconditional.logits.to(at::kFloat));
+        if (outside_.defined()) outside_ = guided(outside_, unconditional.outside.to(at::kFloat));
         ++run_.stats.denoiser_calls;
         run_.stats.denoised_sequences += batch_;
     }
     logits_ = logits_.reshape({batch_ * L_, V_});
+    if (outside_.defined()) outside_ = outside_.reshape({batch_ * L_, -1});
     logp_ = at::Tensor();
     stale_ = false;
     seen_ = constraints;
 }
 
+// llada: step i's block of `masked` (bool [B, L]).
+at::Tensor AbsorbingLoop::in_block(const at::Tensor& masked, int64_t i) const {
+    const auto [begin, end] = llada_->block(i);
+    at::Tensor inside = at::zeros_like(masked);
+    inside.narrow(1, begin, end - begin).fill_(true);
+    return masked.logical_and(inside);
+}
+
+at::Tensor AbsorbingLoop::choose(const at::Tensor& masked, int64_t i) {
+    // dream: chosen among the positions still masked once the controllers have fixed theirs (draw_as_authors), as
+    // Dream draws them around its prompt.
+    if (dream_) return masked.clone();
+    // llada: the block is known once the prompt is, which the controllers fix at the first step.
+    if (llada_) return llada_->started() ? in_block(masked, i) : masked.clone();
+    return sampler_.choose(masked, i, run_.gen);
+}
+
 void AbsorbingLoop::step(int64_t i) {
-    const double t = sampler_.t(i), t_next = sampler_.t_next(i);
+    const double t = this->t(i), t_next = this->t_next(i);
     const at::Tensor masked = tokens_.eq(mask_id_);
     // Which positions unmask is drawn first: a step where none does changes nothing, and costs nothing more.
-    at::Tensor unmask = sampler_.choose(masked, i, run_.gen);
+    at::Tensor unmask = choose(masked, i);
     // Which committed tokens are masked again (remasking): chosen from the step's state, as unmasking is, and
     // applied after the draw, so this step's draws still see them.
     at::Tensor remask = sampler_.remasks()
@@ -197,9 +272,8 @@ void AbsorbingLoop::step(int64_t i) {
     // The network's scores at the step's rows: the controllers' candidates and the draw read them.
     at::Tensor row_logits = every_row_ ? logits_ : logits_.index_select(0, rows);
     const Composer::Reads reads = run_.composer.reads(t);
-    const plugins::StepInputs in =
-        predict_inputs({i, sampler_.steps(), t, t_next, {}, tokens_, masked.to(at::kByte), rows, {}}, reads, logits_,
-                       row_logits, logp_, run_.recipe.candidates);
+    const plugins::StepInputs in = predict_inputs({i, steps(), t, t_next, {}, tokens_, masked.to(at::kByte), rows, {}},
+                                                  reads, logits_, row_logits, logp_, run_.recipe.candidates);
     const Combined combined = reads.any ? run_.composer.predict(in) : rows_only(in.rows);
     if (particles_ > 1 && combined.reward.any()) swarm_.score(combined.reward, i);
 
@@ -223,7 +297,10 @@ void AbsorbingLoop::step(int64_t i) {
         denoise(t, combined);
         row_logits = every_row_ ? logits_ : logits_.index_select(0, in.rows);
     }
-    draw(i, unmask, combined, row_logits);
+    if (llada_ || dream_)
+        draw_as_authors(i, unmask, combined, row_logits);
+    else
+        draw(i, unmask, combined, row_logits);
     apply_remask();
     tick();
 }
@@ -239,14 +316,15 @@ void AbsorbingLoop::draw(int64_t i, at::Tensor unmask, const Combined& combined,
     const at::Tensor pick = every_row_drawn ? at::Tensor() : drawn_at_row;
     at::Tensor scores =
         Composer::controlled(pick.defined() ? row_logits.index_select(0, pick) : row_logits, combined, pick, mask_id_);
-    if (s_.temperature != 1.0) scores.div_(s_.temperature);
+    const bool greedy = s_.temperature == 0.0;  // the arg-max
+    if (!greedy && s_.temperature != 1.0) scores.div_(s_.temperature);
     const bool truncates = s_.top_k > 0 || s_.top_p < 1.0;
     // A row a COMMIT controller refuses is drawn again from its scores before truncation, within what it allows.
     const at::Tensor untruncated = run_.composer.commits() && truncates ? scores.clone() : scores;
     if (truncates) DiscreteSampler::truncate(scores, s_.top_k, s_.top_p);
     const auto draw_rows = [&](const at::Tensor& rows_scores, const at::Tensor& at_positions) {
         try {
-            return DiscreteSampler::draw(rows_scores, run_.gen);
+            return greedy ? DiscreteSampler::arg_max(rows_scores) : DiscreteSampler::draw(rows_scores, run_.gen);
         } catch (const NothingToSample& e) {
             const int64_t position = at_positions[e.row].item<int64_t>();
             throw run_.fault_at(i, position / L_, position % L_, logits_[position]);
@@ -277,6 +355,99 @@ void AbsorbingLoop::draw(int64_t i, at::Tensor unmask, const Combined& combined,
     stale_ = true;
 }
 
+// The authors' samplers (authors_samplers.hpp): draws at every position of the step's rows over every row the
+// network has, keeps those the sampler commits this step, and commits them through the COMMIT controllers. A draw of
+// the mask token (or of a row past the tokenizer) leaves its position masked, as the authors' code does.
+void AbsorbingLoop::draw_as_authors(int64_t i, at::Tensor unmask, const Combined& combined,
+                                    const at::Tensor& row_logits) {
+    const at::Tensor masked = tokens_.eq(mask_id_);  // with this step's fixed tokens
+    if (llada_ && !llada_->started()) {
+        // The prompt: the positions before the first still masked once the controllers have fixed theirs.
+        const at::Tensor any = masked.any(1);
+        if (!any.any().item<bool>()) return;
+        const int64_t prompt =
+            masked.to(at::kByte).argmax(1).masked_select(any).min().item<int64_t>();  // the first masked position
+        try {
+            llada_->start(prompt, L_);
+        } catch (const std::invalid_argument& e) {
+            throw GenerationFault(e.what());
+        }
+        unmask = in_block(unmask, i);
+    }
+    // How many each sequence commits this step.
+    at::Tensor count;
+    if (llada_) {
+        if (llada_->first_of_block(i) || !block_schedule_.defined())
+            block_schedule_ = llada_->schedule(in_block(masked, i).sum(1), i);
+        count = block_schedule_.select(1, llada_->step_in_block(i)).contiguous();
+    } else if (dream_->alg() != DreamSampler::Alg::origin) {
+        count = dream_->commits(masked.sum(1), i);
+    } else {
+        unmask = unmask.logical_and(dream_->choose(masked, i, run_.gen));
+    }
+
+    const at::Tensor drawn_at_row = unmask.view({-1}).index_select(0, combined.rows).nonzero().squeeze(1);
+    if (drawn_at_row.size(0) == 0) return;
+    const at::Tensor positions = combined.rows.index_select(0, drawn_at_row);
+    const at::Tensor scores =
+        Composer::controlled(row_logits.index_select(0, drawn_at_row), combined, drawn_at_row, mask_id_);
+    const at::Tensor full = outside_.defined() ? full_rows(scores, outside_.index_select(0, positions), mask_id_)
+                                               : at::log_softmax(scores, 1);
+    const auto guarded = [&](const at::Tensor& at_positions, const auto& pick) {
+        try {
+            return pick();
+        } catch (const NothingToSample& e) {
+            const int64_t position = at_positions[e.row].item<int64_t>();
+            throw run_.fault_at(i, position / L_, position % L_, logits_[position]);
+        }
+    };
+    at::Tensor tokens, confidence, shaped;
+    if (llada_) {
+        tokens = guarded(positions, [&] { return llada_->draw(full, run_.gen); });
+        confidence = llada_->confidence(full, tokens, positions, batch_, L_, run_.gen);
+    } else {
+        shaped = dream_->shaped(full);
+        tokens = guarded(positions, [&] { return dream_->draw(shaped, run_.gen); });
+        confidence = dream_->confidence(shaped, tokens);
+    }
+    run_.stats.rows_drawn += positions.size(0);
+
+    // Which of the drawn the sampler commits: the most confident `count` (dream's origin: every one drawn).
+    const at::Tensor drawn = at::zeros({batch_ * L_}, masked.options()).index_fill_(0, positions, true);
+    at::Tensor kept_at = drawn;
+    if (count.defined()) {
+        const at::Tensor scored =
+            at::full({batch_ * L_}, -std::numeric_limits<float>::infinity(), confidence.options().dtype(at::kFloat))
+                .index_copy_(0, positions, confidence.to(at::kFloat));
+        const at::Tensor d = drawn.view({batch_, L_}), c = scored.view({batch_, L_});
+        kept_at = (llada_ ? keep_highest(d, c, count) : dream_->keep(d, c, count, run_.gen)).view({-1});
+    }
+    // A draw of the mask or of a row past the tokenizer is no token: the position stays masked.
+    const at::Tensor kept =
+        kept_at.index_select(0, positions).logical_and_(tokens.lt(V_)).logical_and_(tokens.ne(mask_id_));
+    const at::Tensor rows = kept.nonzero().squeeze(1);
+    if (rows.size(0) == 0) return;
+    const Redraw redraw = [&](const at::Tensor& which, const at::Tensor& forbidden_bits) {
+        const at::Tensor again_rows = rows.index_select(0, which);
+        at::Tensor again = scores.index_select(0, again_rows);
+        Composer::forbid(again, forbidden_bits);
+        const at::Tensor at_positions = positions.index_select(0, again_rows);
+        // Within the vocabulary: a refused row is given a token.
+        const at::Tensor within = at::log_softmax(again, 1);
+        return guarded(at_positions, [&] {
+            return llada_ ? llada_->draw(within, run_.gen) : dream_->draw(dream_->shaped(within), run_.gen);
+        });
+    };
+    const CommitState state = [&](const at::Tensor&) {
+        return std::make_pair(tokens_, tokens_.eq(mask_id_).to(at::kByte));
+    };
+    const CommitOutcome outcome =
+        commit_drawn(run_.composer, tokens_, positions.index_select(0, rows), tokens.index_select(0, rows), state,
+                     redraw, i, steps(), t(i), t_next(i));
+    run_.stats.redrawn += outcome.redrawn;
+    stale_ = true;
+}
+
 class AbsorbingProcess final : public DiffusionProcess {
 public:
     explicit AbsorbingProcess(AbsorbingSettings settings) : s_(std::move(settings)) {}
@@ -301,8 +472,18 @@ json AbsorbingProcess::settings() const {
                 {"top_k", s_.top_k}, {"top_p", s_.top_p}, {"prompt_guidance", s_.prompt_guidance}};
     if (s_.name != "first_hitting") out["steps"] = s_.steps;
     if (s_.name == "confidence") out["order"] = s_.order;
-    if ((s_.name == "confidence" || s_.name == "first_hitting") && s_.block_length > 0)
+    if ((s_.name == "confidence" || s_.name == "first_hitting" || s_.name == "llada") && s_.block_length > 0)
         out["block_length"] = s_.block_length;
+    if (s_.name == "llada") {
+        out["remasking"] = s_.remasking;
+        out.erase("top_k");
+        out.erase("top_p");
+    }
+    if (s_.name == "dream") {
+        out["alg"] = s_.alg;
+        out["alg_temp"] = s_.alg_temp;
+        out["eps"] = s_.eps;
+    }
     if (s_.name == "analytic" && s_.remask.strategy != "none")
         out["remask"] = {{"strategy", s_.remask.strategy},
                          {"eta", s_.remask.eta},
@@ -340,7 +521,7 @@ void check_blocks(const AbsorbingSettings& s, const Model& model, int64_t block,
 void check(const AbsorbingSettings& s, const Model& model, const Recipe& recipe, std::vector<RecipeIssue>& issues) {
     if (const int64_t block = model.denoiser->decoding_block(); block > 0) check_blocks(s, model, block, issues);
     const int64_t L = recipe.max_length, b = s.block_length;
-    if ((s.name == "confidence" || s.name == "first_hitting") && b > L)
+    if ((s.name == "confidence" || s.name == "first_hitting" || s.name == "llada") && b > L)
         issues.push_back({"/sampler/block_length",
                           "block_length " + std::to_string(b) + " is longer than max_length " + std::to_string(L)});
     if (s.name == "confidence") {
@@ -364,19 +545,28 @@ ProcessRoom absorbing_room() {
     room.models = "absorbing discrete models";
     room.model_is = "is discrete";
     room.default_sampler = "analytic";
-    room.samplers = {"euler", "analytic", "first_hitting", "confidence"};
-    room.keys = {SamplerKey::except("steps", {"euler", "analytic", "confidence"},
+    room.samplers = {"euler", "analytic", "first_hitting", "confidence", "llada", "dream"};
+    const std::vector<std::string> truncating = {"euler", "analytic", "first_hitting", "confidence", "dream"};
+    room.keys = {SamplerKey::except("steps", {"euler", "analytic", "confidence", "llada", "dream"},
                                     "'steps' does not apply to the first_hitting sampler: it takes one step per "
                                     "position (max_length), each unmasking one position per sample"),
                  SamplerKey::of("temperature", {}, kDiscrete),
                  SamplerKey::of("cache", {}, kDiscrete),
-                 SamplerKey::of("top_k", {}, kDiscrete),
-                 SamplerKey::of("top_p", {}, kDiscrete),
+                 SamplerKey::except("top_k", truncating,
+                                    "'top_k' does not apply to the llada sampler: LLaDA's "
+                                    "generate() draws from the whole distribution"),
+                 SamplerKey::except("top_p", truncating,
+                                    "'top_p' does not apply to the llada sampler: LLaDA's "
+                                    "generate() draws from the whole distribution"),
                  SamplerKey::of("prompt_guidance", {}, kDiscrete),
                  SamplerKey::of("order", {"confidence"}, "the confidence sampler", true),
-                 SamplerKey::of("block_length", {"confidence", "first_hitting"},
-                                "the confidence and first_hitting samplers", true),
-                 SamplerKey::of("remask", {"analytic"}, "the analytic sampler", true)};
+                 SamplerKey::of("block_length", {"confidence", "first_hitting", "llada"},
+                                "the confidence, first_hitting and llada samplers", true),
+                 SamplerKey::of("remask", {"analytic"}, "the analytic sampler", true),
+                 SamplerKey::of("remasking", {"llada"}, "the llada sampler", true),
+                 SamplerKey::of("alg", {"dream"}, "the dream sampler", true),
+                 SamplerKey::of("alg_temp", {"dream"}, "the dream sampler", true),
+                 SamplerKey::of("eps", {"dream"}, "the dream sampler", true)};
     room.runs = [](const Model& model) { return model.family == Family::discrete; };
     room.read = [](SamplerObject& o) { read_settings(o); };
     room.make = [](const Model& model, const Recipe& recipe, SamplerObject& sampler,

@@ -39,7 +39,9 @@ DenoiserOutput BidirectionalLlmDenoiser::denoise(const at::Tensor& x, double t,
             throw std::invalid_argument("denoise: a condition was given, but " + network_->config().name() +
                                         " checkpoints are unconditional here (a prompt is a prefix: the span control)");
     c10::InferenceMode inference;
-    return DenoiserOutput{network_->clean_log_probs(x, vocab_), {}};
+    DenoiserOutput out;
+    out.logits = network_->clean_log_probs(x, vocab_, &out.outside);
+    return out;
 }
 
 Model load_bidirectional_llm_model(const fs::path& dir, const nlohmann::json& config, std::optional<Family> family) {
@@ -94,7 +96,8 @@ Model load_bidirectional_llm_model(const fs::path& dir, const nlohmann::json& co
 }
 
 nlohmann::json bidirectional_llm_sampler(nn::BidirectionalLlmFlavor flavor) {
-    return {{"name", "confidence"}, {"order", flavor == nn::BidirectionalLlmFlavor::llada ? "probability" : "entropy"}};
+    if (flavor == nn::BidirectionalLlmFlavor::llada) return {{"name", "llada"}};
+    return {{"name", "dream"}, {"alg", "entropy"}};
 }
 
 }  // namespace rudder

@@ -53,8 +53,8 @@ private:
 Model load_bidirectional_llm_model(const std::filesystem::path& dir, const nlohmann::json& config,
                                    std::optional<Family> family);
 
-// The authors' samplers, which such a model recommends: LLaDA's low-confidence remasking (probability order),
-// Dream's entropy order.
+// The authors' samplers, which such a model recommends: LLaDA's generate() (llada), Dream's diffusion_generate()
+// with its entropy alg (dream).
 nlohmann::json bidirectional_llm_sampler(nn::BidirectionalLlmFlavor flavor);
 
 }  // namespace rudder

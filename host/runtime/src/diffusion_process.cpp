@@ -147,9 +147,9 @@ void read_steps(SamplerObject& o, int64_t& steps) {
         if (auto v = o.reader.integer("steps", 1, o.limits.max_steps)) steps = *v;
 }
 
-void read_temperature(SamplerObject& o, double& temperature) {
+void read_temperature(SamplerObject& o, double& temperature, bool zero_is_arg_max) {
     if (o.applies("temperature"))
-        if (auto v = o.reader.number("temperature", 0.01, 100.0)) temperature = *v;
+        if (auto v = o.reader.number("temperature", zero_is_arg_max ? 0.0 : 0.01, 100.0)) temperature = *v;
 }
 
 void read_truncation(SamplerObject& o, int64_t& top_k, double& top_p) {

@@ -120,7 +120,8 @@ struct ProcessRoom {
 
 // Keys that several rooms read alike: "steps", "temperature", and the discrete rooms' "top_k" and "top_p".
 void read_steps(SamplerObject& o, int64_t& steps);
-void read_temperature(SamplerObject& o, double& temperature);
+// "temperature" above 0 (from 0.01), or from 0 where `zero_is_arg_max` (the sampler then takes the arg-max).
+void read_temperature(SamplerObject& o, double& temperature, bool zero_is_arg_max = false);
 void read_truncation(SamplerObject& o, int64_t& top_k, double& top_p);
 
 // The rooms, each defined in its <process>_process.cpp.

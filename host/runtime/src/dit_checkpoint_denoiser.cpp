@@ -63,10 +63,10 @@ DenoiserOutput DitCheckpointDenoiser::denoise(const at::Tensor& x, double t, con
         if (!condition.empty())
             throw std::invalid_argument("denoise: a condition was given, but these checkpoints are unconditional");
     c10::InferenceMode inference;
-    if (caches_blocks()) return DenoiserOutput{denoise_by_blocks(x), {}};
+    if (caches_blocks()) return DenoiserOutput{denoise_by_blocks(x), {}, {}};
     const at::Tensor sigma = at::full({x.size(0)}, network_->sigma_at(t), at::TensorOptions().dtype(at::kFloat));
     at::Tensor log_probs = network_->clean_log_probs(x, sigma);
-    if (!uniform_) return DenoiserOutput{log_probs, {}};
+    if (!uniform_) return DenoiserOutput{log_probs, {}, {}};
     // UDLM and DUO: x_theta is the clean token given the other positions (it enters their posterior as that); the
     // loop's clean estimate is the posterior given all of x_t, the position's own noisy token included.
     const int64_t N = x.numel(), V = log_probs.size(-1);
@@ -76,7 +76,7 @@ DenoiserOutput DitCheckpointDenoiser::denoise(const at::Tensor& x, double t, con
                                                 sigma_bar.to(log_probs.device()))
                     .clamp_min(nn::kImpossibleLogProb)
                     .view({x.size(0), x.size(1), V});
-    return DenoiserOutput{log_probs, {}};
+    return DenoiserOutput{log_probs, {}, {}};
 }
 
 at::Tensor DitCheckpointDenoiser::denoise_by_blocks(const at::Tensor& x) {

@@ -183,17 +183,20 @@ DiscreteSampler::Block DiscreteSampler::block_of(int64_t i, int64_t length) cons
     throw std::logic_error("DiscreteSampler::block_of: no block for step " + std::to_string(i));
 }
 
+at::Tensor keep_highest(const at::Tensor& drawn, const at::Tensor& score, const at::Tensor& count) {
+    const int64_t B = drawn.size(0), L = drawn.size(1);
+    const at::Tensor ranked =
+        score.to(at::kFloat).masked_fill(drawn.logical_not(), -std::numeric_limits<float>::infinity());
+    // Highest first; a stable sort keeps equal ones in position order.
+    const at::Tensor order = std::get<1>(ranked.sort(/*stable=*/true, /*dim=*/1, /*descending=*/true));
+    const at::Tensor rank = at::empty_like(order).scatter_(1, order, at::arange(L, order.options()).expand({B, L}));
+    return rank.lt(count.to(rank.device()).unsqueeze(1)).logical_and_(drawn);
+}
+
 at::Tensor DiscreteSampler::keep_most_confident(const at::Tensor& drawn, const at::Tensor& confidence,
                                                 int64_t steps_left) {
     if (steps_left < 1) throw std::invalid_argument("keep_most_confident: steps_left must be >= 1");
-    const int64_t B = drawn.size(0), L = drawn.size(1);
-    const at::Tensor kept_count = drawn.sum(1).add_(steps_left - 1).div_(steps_left, "floor");  // ceil(m / r)
-    const at::Tensor score =
-        confidence.to(at::kFloat).masked_fill(drawn.logical_not(), -std::numeric_limits<float>::infinity());
-    // Rank by confidence, highest first; a stable sort keeps equal ones in position order.
-    const at::Tensor order = std::get<1>(score.sort(/*stable=*/true, /*dim=*/1, /*descending=*/true));
-    const at::Tensor rank = at::empty_like(order).scatter_(1, order, at::arange(L, order.options()).expand({B, L}));
-    return rank.lt(kept_count.unsqueeze(1)).logical_and_(drawn);
+    return keep_highest(drawn, confidence, drawn.sum(1).add_(steps_left - 1).div_(steps_left, "floor"));  // ceil(m/r)
 }
 
 at::Tensor DiscreteSampler::kept_rows(const at::Tensor& positions, const at::Tensor& scores, const at::Tensor& tokens,
@@ -333,6 +336,13 @@ at::Tensor DiscreteSampler::choose(const at::Tensor& masked, int64_t i, at::Gene
     // The largest of the open positions' uniforms is a uniform choice among them.
     const at::Tensor pick = u.masked_fill(open.logical_not(), -1.0f).argmax(1, true);
     return at::zeros_like(masked).scatter_(1, pick, true).logical_and_(open);
+}
+
+at::Tensor DiscreteSampler::arg_max(const at::Tensor& scores) {
+    if (scores.size(0) == 0) return at::empty({0}, scores.options().dtype(at::kLong));
+    const at::Tensor bad = std::get<0>(scores.max(1)).isfinite().logical_not().nonzero();
+    if (bad.size(0) > 0) throw NothingToSample(bad[0][0].item<int64_t>());
+    return scores.argmax(1);
 }
 
 at::Tensor DiscreteSampler::draw(const at::Tensor& scores, at::Generator& gen) {

@@ -93,6 +93,10 @@ public:
     int64_t row;
 };
 
+// Keeps in each sequence the `count` (int64 [B]) positions of `drawn` (bool [B, L]) with the highest `score` (float
+// [B, L]), the leftmost among equal scores. bool [B, L].
+at::Tensor keep_highest(const at::Tensor& drawn, const at::Tensor& score, const at::Tensor& count);
+
 // ReMDM's remasking probability sigma(i) at step i from t to s: at most sigma_max = min(1, m(s) / (1 - m(t)));
 // cap: min(eta, sigma_max); rescale: eta * sigma_max; 0 outside from_t >= t >= to_t.
 struct DiscreteRemasking {
@@ -161,6 +165,9 @@ public:
     // be drawn. Gumbel-max in float64: float32 Gumbel noise is cut off at about 16, which at large vocabularies
     // measurably under-samples the tail (Zheng et al. 2024). Returns int64 [n]; throws NothingToSample.
     static at::Tensor draw(const at::Tensor& scores, at::Generator& gen);
+    // Temperature 0: the arg-max of each row of `scores` [n, V] (the lowest id among equal maxima, as torch.argmax).
+    // Returns int64 [n]; throws NothingToSample for a row with no finite score.
+    static at::Tensor arg_max(const at::Tensor& scores);
 
     // choose + draw (+ keep_most_confident, + remask): one step on `logp0` [B, L, V] (the mask token must be -inf
     // there, or it may be drawn). For tests and simple loops; the generator calls the parts itself so that it scores

@@ -87,8 +87,11 @@ public:
     // The logits [B, L, V] for tokens int64 [B, L], Dream's shifted to the position they predict.
     at::Tensor forward(const at::Tensor& tokens) const;
     // Log-probabilities [B, L, vocab] of the clean token over the first `vocab` ids (the tokenizer's; the rows past
-    // it are padding no text uses): SUBS (nn::subs_log_probs) over the logits.
-    at::Tensor clean_log_probs(const at::Tensor& tokens, int64_t vocab) const;
+    // it are padding no text uses): SUBS (nn::subs_log_probs) over the logits. With `outside`, also the rows those
+    // leave out (the mask's, then the ids from `vocab` on) on the same scale, [B, L, 1 + V - vocab], meaningful at
+    // masked positions: log_softmax over the two together is the softmax over every row, as the authors' samplers
+    // take it.
+    at::Tensor clean_log_probs(const at::Tensor& tokens, int64_t vocab, at::Tensor* outside = nullptr) const;
 
 private:
     struct Layer {

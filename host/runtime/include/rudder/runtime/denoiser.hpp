@@ -28,6 +28,11 @@ struct Evidence {
 struct DenoiserOutput {
     at::Tensor logits;  // float32 [B, L, V]: log-probabilities of the clean token at every position
     at::Tensor x0;      // continuous only: float32 [B, L, D], the model's own x0 estimate (may be undefined)
+    // Discrete networks with output rows the vocabulary leaves out (LLaDA, Dream): those rows, the mask token's first
+    // and then the ids from V on, on the scale of `logits` (float32 [B, L, 1 + rows - V], meaningful where masked):
+    // log_softmax over both together is the softmax over every row the network has, which the authors' samplers
+    // take. Undefined for other models.
+    at::Tensor outside;
 };
 
 class Denoiser {

@@ -1,0 +1,174 @@
+#include "authors_samplers.hpp"
+
+#include <ATen/ATen.h>
+
+#include <limits>
+#include <stdexcept>
+
+#include "sampler.hpp"
+
+namespace rudder {
+
+namespace {
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+}  // namespace
+
+at::Tensor full_rows(const at::Tensor& scores, const at::Tensor& outside, int64_t mask_id) {
+    if (scores.dim() != 2 || outside.dim() != 2 || outside.size(0) != scores.size(0) || outside.size(1) < 1 ||
+        mask_id < 0 || mask_id >= scores.size(1))
+        throw std::invalid_argument("full_rows: scores [n, V] and outside [n, 1 + R] with the mask among the V");
+    at::Tensor full = at::cat({scores.to(at::kFloat), outside.narrow(1, 1, outside.size(1) - 1).to(at::kFloat)}, 1);
+    full.select(1, mask_id).copy_(outside.select(1, 0));
+    return at::log_softmax(full, 1);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// LLaDA
+
+LladaSampler::LladaSampler(int64_t steps, int64_t block_length, Remasking remasking, double temperature)
+    : steps_(steps), block_length_(block_length), remasking_(remasking), temperature_(temperature) {
+    if (steps < 1) throw std::invalid_argument("llada sampler: steps must be >= 1");
+    if (block_length < 0) throw std::invalid_argument("llada sampler: block_length must be >= 0");
+    if (!(temperature >= 0.0)) throw std::invalid_argument("llada sampler: temperature must be >= 0");
+}
+
+void LladaSampler::start(int64_t prompt, int64_t length) {
+    const int64_t generated = length - prompt;
+    if (prompt < 0 || generated < 1)
+        throw std::invalid_argument("the llada sampler found no masked position after the prompt (" +
+                                    std::to_string(prompt) + " of " + std::to_string(length) + " positions)");
+    block_size_ = block_length_ > 0 ? std::min(block_length_, generated) : generated;
+    blocks_ = (generated + block_size_ - 1) / block_size_;
+    if (steps_ < blocks_)
+        throw std::invalid_argument("the llada sampler has " + std::to_string(steps_) + " steps for " +
+                                    std::to_string(blocks_) + " blocks of " + std::to_string(block_size_) +
+                                    " positions after the " + std::to_string(prompt) + "-position prompt (gen_length " +
+                                    std::to_string(generated) + "): each block needs a step");
+    prompt_ = prompt;
+    length_ = length;
+}
+
+namespace {
+// Block of step i and the step's index within it: steps / blocks each, the first steps % blocks one more (LLaDA
+// asks for steps divisible by the blocks; then every block has the same).
+struct BlockStep {
+    int64_t block = 0, index = 0, steps = 1;
+};
+BlockStep block_step(int64_t i, int64_t steps, int64_t blocks) {
+    const int64_t base = steps / blocks, extra = steps % blocks;
+    int64_t first = 0;
+    for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t count = base + (b < extra ? 1 : 0);
+        if (i < first + count) return {b, i - first, count};
+        first += count;
+    }
+    throw std::out_of_range("llada sampler: step " + std::to_string(i) + " past the last");
+}
+}  // namespace
+
+std::pair<int64_t, int64_t> LladaSampler::block(int64_t i) const {
+    const int64_t b = block_step(i, steps_, blocks_).block;
+    return {prompt_ + b * block_size_, std::min(length_, prompt_ + (b + 1) * block_size_)};
+}
+
+bool LladaSampler::first_of_block(int64_t i) const { return block_step(i, steps_, blocks_).index == 0; }
+
+int64_t LladaSampler::step_in_block(int64_t i) const { return block_step(i, steps_, blocks_).index; }
+
+at::Tensor LladaSampler::schedule(const at::Tensor& masked, int64_t i) const {
+    const int64_t n = block_step(i, steps_, blocks_).steps;
+    const at::Tensor m = masked.to(at::kLong).cpu().unsqueeze(1);
+    const at::Tensor base = m.div(n, "floor"), extra = m.remainder(n);
+    return base + at::arange(n, at::kLong).unsqueeze(0).lt(extra).to(at::kLong);
+}
+
+at::Tensor LladaSampler::draw(const at::Tensor& full, at::Generator& gen) const {
+    if (temperature_ == 0.0) return DiscreteSampler::arg_max(full);
+    // LLaDA's exp(logits) / (-log u)^T is Gumbel-max at the temperature, in float64.
+    return DiscreteSampler::draw(full.to(at::kDouble).div(temperature_), gen);
+}
+
+at::Tensor LladaSampler::confidence(const at::Tensor& full, const at::Tensor& tokens, const at::Tensor& positions,
+                                    int64_t batch, int64_t length, at::Generator& gen) const {
+    if (remasking_ == Remasking::low_confidence) return full.gather(1, tokens.unsqueeze(1)).squeeze(1).exp();
+    const at::Tensor u = at::rand({batch * length}, gen, at::TensorOptions().dtype(at::kFloat));
+    return u.index_select(0, positions.cpu()).to(full.device());
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Dream
+
+DreamSampler::DreamSampler(int64_t steps, double eps, Alg alg, double alg_temp, double temperature, int64_t top_k,
+                           double top_p)
+    : steps_(steps), times_(at::linspace(1.0, eps, steps + 1, at::TensorOptions().dtype(at::kFloat))), alg_(alg),
+      alg_temp_(alg_temp), temperature_(temperature), top_k_(top_k), top_p_(top_p) {
+    if (steps < 1) throw std::invalid_argument("dream sampler: steps must be >= 1");
+    if (!(eps > 0.0 && eps < 1.0)) throw std::invalid_argument("dream sampler: eps must be in (0, 1)");
+}
+
+double DreamSampler::t(int64_t i) const { return times_[i].item<float>(); }
+double DreamSampler::t_next(int64_t i) const { return times_[i + 1].item<float>(); }
+
+at::Tensor DreamSampler::choose(const at::Tensor& masked, int64_t i, at::Generator& gen) const {
+    if (i == steps_ - 1) return masked.clone();
+    const at::Tensor where = masked.reshape({-1}).nonzero().squeeze(1);
+    // One float32 uniform per masked position, in order, against 1 - s / t in float32: Dream's draw.
+    const at::Tensor p = 1 - times_[i + 1] / times_[i];
+    const at::Tensor u = at::rand({where.size(0)}, gen, at::TensorOptions().dtype(at::kFloat));
+    at::Tensor out = at::zeros({masked.numel()}, masked.options().dtype(at::kBool));
+    out.index_put_({where}, u.lt(p).to(masked.device()));
+    return out.view(masked.sizes());
+}
+
+at::Tensor DreamSampler::shaped(at::Tensor full) const {
+    full = full.to(at::kFloat);
+    if (temperature_ > 0.0) full = full / temperature_;
+    if (top_p_ < 1.0) {
+        // Dream's top_p: a token goes when the tokens above it hold more than top_p (float32 sums).
+        const auto [sorted, index] = full.sort(1, /*descending=*/true);
+        const at::Tensor p = at::softmax(sorted, 1);
+        const at::Tensor gone = (p.cumsum(1) - p).gt(top_p_);
+        full = full.masked_fill(at::zeros_like(gone).scatter_(1, index, gone), kNegInf);
+    }
+    if (top_k_ > 0 && top_k_ < full.size(1)) {
+        const at::Tensor kth = std::get<0>(full.topk(top_k_, 1)).narrow(1, top_k_ - 1, 1);
+        full = full.masked_fill(full.lt(kth), kNegInf);
+    }
+    return at::log_softmax(full, 1);
+}
+
+at::Tensor DreamSampler::draw(const at::Tensor& shaped, at::Generator& gen) const {
+    return temperature_ == 0.0 ? DiscreteSampler::arg_max(shaped) : DiscreteSampler::draw(shaped, gen);
+}
+
+at::Tensor DreamSampler::confidence(const at::Tensor& shaped, const at::Tensor& tokens) const {
+    const at::Tensor p = shaped.exp();
+    switch (alg_) {
+        case Alg::origin: return at::zeros({shaped.size(0)}, p.options());
+        case Alg::maskgit_plus: return p.gather(1, tokens.unsqueeze(1)).squeeze(1);
+        case Alg::topk_margin: {
+            const at::Tensor top = std::get<0>(p.topk(2, 1));
+            return top.select(1, 0) - top.select(1, 1);
+        }
+        case Alg::entropy: return (p * (p + 1e-10).log()).sum(1);  // minus the entropy, Dream's epsilon
+    }
+    throw std::logic_error("DreamSampler::confidence: unknown alg");
+}
+
+at::Tensor DreamSampler::commits(const at::Tensor& masked, int64_t i) const {
+    if (i == steps_ - 1) return masked.to(at::kLong);
+    const at::Tensor share = 1 - times_[i + 1] / times_[i];
+    return (masked.to(at::kFloat).cpu() * share).to(at::kLong);  // int(): towards zero
+}
+
+at::Tensor DreamSampler::keep(const at::Tensor& drawn, const at::Tensor& confidence, const at::Tensor& count,
+                              at::Generator& gen) const {
+    if (alg_temp_ <= 0.0) return keep_highest(drawn, confidence, count);
+    // Drawing `count` positions without replacement in proportion to softmax(confidence / alg_temp), as Dream's
+    // multinomial does: the highest of confidence / alg_temp plus Gumbel noise (the Gumbel-top-k trick).
+    const at::Tensor u = at::rand(drawn.sizes(), gen, at::TensorOptions().dtype(at::kDouble)).to(drawn.device());
+    const at::Tensor gumbel = -(-u.clamp_min(std::numeric_limits<double>::min()).log()).log();
+    return keep_highest(drawn, (confidence.to(at::kDouble) / alg_temp_ + gumbel).to(at::kFloat), count);
+}
+
+}  // namespace rudder

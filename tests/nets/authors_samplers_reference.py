@@ -1,0 +1,166 @@
+#!/usr/bin/python3
+"""What LLaDA's generate() (ML-GSAI/LLaDA, generate.py) and Dream's diffusion_generate() (Dream-org's
+generation_utils.py) write for the checkpoints bidirectional_llm_fixture.py makes, for tests/nets/bidirectional_llm_test.
+
+Written here from the descriptions of those two functions (docs/checkpoints.md, "The authors' samplers") over the
+fixture's float64 network, not taken from the authors' code; the note of issue 46 says how it was compared with the
+authors' own functions. Randomness as theirs: torch.manual_seed(seed), then torch.rand in the order they call it.
+
+usage: authors_samplers_reference.py CASES.json OUT.json
+  CASES.json: [{"dir": checkpoint folder, "flavor": "llada" | "dream", "prompt": [ids], "seed": int,
+                "sampler": {...the recipe's sampler object...}, "gen_length": int}, ...]
+  OUT.json:   [[ids of the whole sequence], ...] in the same order
+"""
+import glob
+import json
+import os
+import struct
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch  # noqa: E402
+
+from bidirectional_llm_fixture import TINY, reference_logits  # noqa: E402
+
+DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(size))
+        data = f.read()
+    out = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        out[name] = torch.frombuffer(bytearray(data[begin:end]), dtype=DTYPES[entry["dtype"]]).reshape(entry["shape"])
+    return out
+
+
+def load(folder):
+    weights = {}
+    for path in sorted(glob.glob(os.path.join(folder, "*.safetensors"))):
+        weights.update(read_safetensors(path))
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        return weights, json.load(f)
+
+
+def llada(network, mask_id, prompt, gen_length, steps, block_length, temperature, remasking, cfg_scale):
+    """LLaDA's generate(): blocks after the prompt, a precomputed number of commits per step, the most confident."""
+    P = len(prompt)
+    x = torch.full((1, P + gen_length), mask_id, dtype=torch.long)
+    x[0, :P] = torch.tensor(prompt)
+    is_prompt = x != mask_id
+    block_length = block_length or gen_length
+    blocks = gen_length // block_length
+    per_block = steps // blocks
+    for b in range(blocks):
+        lo, hi = P + b * block_length, P + (b + 1) * block_length
+        m = int((x[0, lo:hi] == mask_id).sum())
+        counts = [m // per_block + (1 if j < m % per_block else 0) for j in range(per_block)]
+        for j in range(per_block):
+            masked = x == mask_id
+            logits = network(x)
+            if cfg_scale > 0:
+                unconditional = network(x.masked_fill(is_prompt, mask_id))
+                logits = unconditional + (cfg_scale + 1) * (logits - unconditional)
+            if temperature == 0:
+                drawn = logits.argmax(-1)
+            else:  # Gumbel-max at the temperature, float64, noise for every row of every position
+                u = torch.rand(logits.shape, dtype=torch.float64)
+                drawn = (logits.double().exp() / (-u.log()) ** temperature).argmax(-1)
+            if remasking == "low_confidence":
+                confidence = logits.softmax(-1).gather(-1, drawn.unsqueeze(-1)).squeeze(-1)
+            else:
+                confidence = torch.rand(x.shape).double()
+            confidence[:, hi:] = float("-inf")
+            confidence = torch.where(masked, confidence, torch.tensor(float("-inf"), dtype=confidence.dtype))
+            drawn = torch.where(masked, drawn, x)
+            chosen = confidence[0].topk(counts[j]).indices
+            x[0, chosen] = drawn[0, chosen]
+    return x[0].tolist()
+
+
+def dream_shape(logits, temperature, top_p, top_k):
+    if temperature > 0:
+        logits = logits / temperature
+    if top_p is not None and top_p < 1:
+        ordered, order = logits.sort(-1, descending=True)
+        p = ordered.softmax(-1)
+        gone = (p.cumsum(-1) - p) > top_p  # the tokens above hold more than top_p
+        logits = logits.masked_fill(torch.zeros_like(gone).scatter(-1, order, gone), float("-inf"))
+    if top_k:
+        kth = logits.topk(top_k, -1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return logits.softmax(-1)
+
+
+def dream(network, mask_id, prompt, gen_length, steps, eps, alg, temperature, top_p, top_k):
+    """Dream's diffusion_generate() with alg_temp 0 (origin, maskgit_plus, topk_margin, entropy)."""
+    P = len(prompt)
+    x = torch.full((1, P + gen_length), mask_id, dtype=torch.long)
+    x[0, :P] = torch.tensor(prompt)
+    times = torch.linspace(1, eps, steps + 1)
+    for i in range(steps):
+        masked = x == mask_id
+        rows = network(x)[masked]
+        share = 1 - times[i + 1] / times[i]
+        if alg == "origin":
+            chosen = torch.rand(rows.shape[0]) < share if i < steps - 1 else torch.ones(rows.shape[0], dtype=torch.bool)
+            drawn = torch.full((rows.shape[0],), mask_id, dtype=torch.long)
+            if chosen.any():
+                p = dream_shape(rows[chosen], temperature, top_p, top_k)
+                assert temperature == 0
+                drawn[chosen] = p.argmax(-1)
+            x[masked] = drawn
+            continue
+        p = dream_shape(rows, temperature, top_p, top_k)
+        assert temperature == 0
+        confidence, drawn = p.max(-1)
+        if alg == "topk_margin":
+            top = p.topk(2, -1).values
+            confidence = top[:, 0] - top[:, 1]
+        elif alg == "entropy":
+            confidence = (p * (p + 1e-10).log()).sum(-1)
+        n = masked.sum() / 1  # float32, as Dream averages over the batch
+        count = int(n * share) if i < steps - 1 else int(n)
+        if count > 0:
+            full = torch.full(x.shape, float("-inf"), dtype=confidence.dtype)
+            full[masked] = confidence
+            chosen = full[0].topk(count).indices
+            proposal = torch.full(x.shape, mask_id, dtype=torch.long)
+            proposal[masked] = drawn
+            x[0, chosen] = proposal[0, chosen]
+    return x[0].tolist()
+
+
+def main():
+    with open(sys.argv[1], encoding="utf-8") as f:
+        cases = json.load(f)
+    out = []
+    for case in cases:
+        weights, config = load(case["dir"])
+        TINY["length"] = 32
+        flavor = case["flavor"]
+        mask_id = config["mask_token_id"]
+
+        def network(tokens):
+            return reference_logits(flavor, weights, config, tokens)
+
+        s = case["sampler"]
+        torch.manual_seed(case["seed"])
+        if flavor == "llada":
+            out.append(llada(network, mask_id, case["prompt"], case["gen_length"], s["steps"], s.get("block_length", 0),
+                             s.get("temperature", 0.0), s.get("remasking", "low_confidence"),
+                             s.get("prompt_guidance", 0.0)))
+        else:
+            out.append(dream(network, mask_id, case["prompt"], case["gen_length"], s["steps"], s.get("eps", 1e-3),
+                             s.get("alg", "origin"), s.get("temperature", 0.0), s.get("top_p"), s.get("top_k")))
+    with open(sys.argv[2], "w", encoding="utf-8") as f:
+        json.dump(out, f)
+
+
+if __name__ == "__main__":
+    main()
