@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""What LLaDA's generate() (ML-GSAI/LLaDA, generate.py) and Dream's diffusion_generate() (Dream-org's
-generation_utils.py) write for the checkpoints bidirectional_llm_fixture.py makes, for tests/nets/bidirectional_llm_test.
+"""What LLaDA's generate() (ML-GSAI/LLaDA, generate.py; with Fast-dLLM's threshold and factor rules, NVlabs/Fast-dLLM)
+and Dream's diffusion_generate() (Dream-org's generation_utils.py) write for the checkpoints bidirectional_llm_fixture.py makes, for tests/nets/bidirectional_llm_test.
 
 Written here from the descriptions of those two functions (docs/checkpoints.md, "The authors' samplers") over the
 fixture's float64 network, not taken from the authors' code; the note of issue 46 says how it was compared with the
@@ -45,6 +45,38 @@ def load(folder):
         weights.update(read_safetensors(path))
     with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
         return weights, json.load(f)
+
+
+def parallel_count(confidence, rule, value):
+    """Fast-dLLM: how many of the block's masked positions (their `confidence`, sorted or not) a step commits."""
+    c = sorted(confidence, reverse=True)
+    if rule == "threshold":  # the most confident, and every other reaching the threshold
+        return 1 + sum(1 for x in c[1:] if x >= value)
+    for n in range(1, len(c)):  # factor: stop at the first n-th (from 0) below 1 - factor / (n + 2) ...
+        if c[n] < 1 - value / (n + 2):
+            return len(c) if n == len(c) - 1 else n  # ... where a miss at the last still takes all
+    return len(c)
+
+
+def llada_parallel(network, mask_id, prompt, gen_length, block_length, temperature, rule, value):
+    """Fast-dLLM's generate() without caches: each block until it is finished, committing by the rule."""
+    P = len(prompt)
+    x = torch.full((1, P + gen_length), mask_id, dtype=torch.long)
+    x[0, :P] = torch.tensor(prompt)
+    block_length = block_length or gen_length
+    for b in range(gen_length // block_length):
+        lo, hi = P + b * block_length, P + (b + 1) * block_length
+        while (x[0, lo:hi] == mask_id).any():
+            logits = network(x)[0]
+            assert temperature == 0
+            drawn = logits.argmax(-1)
+            p = logits.double().softmax(-1).gather(-1, drawn.unsqueeze(-1)).squeeze(-1)
+            where = [i for i in range(lo, hi) if x[0, i] == mask_id]
+            confidence = [float(p[i]) for i in where]
+            n = parallel_count(confidence, rule, value)
+            for i in sorted(where, key=lambda i: -float(p[i]))[:n]:
+                x[0, i] = drawn[i]
+    return x[0].tolist()
 
 
 def llada(network, mask_id, prompt, gen_length, steps, block_length, temperature, remasking, cfg_scale):
@@ -151,7 +183,11 @@ def main():
 
         s = case["sampler"]
         torch.manual_seed(case["seed"])
-        if flavor == "llada":
+        if flavor == "llada" and ("threshold" in s or "factor" in s):
+            rule = "threshold" if "threshold" in s else "factor"
+            out.append(llada_parallel(network, mask_id, case["prompt"], case["gen_length"], s.get("block_length", 0),
+                                      s.get("temperature", 0.0), rule, s[rule]))
+        elif flavor == "llada":
             out.append(llada(network, mask_id, case["prompt"], case["gen_length"], s["steps"], s.get("block_length", 0),
                              s.get("temperature", 0.0), s.get("remasking", "low_confidence"),
                              s.get("prompt_guidance", 0.0)))

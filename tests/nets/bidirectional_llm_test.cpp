@@ -309,7 +309,8 @@ TEST_F(BidirectionalLlmCheckpoint, ACheckpointIsAModelThatARecipeSamplesWithHard
 // (authors_samplers_reference.py, over the fixture's float64 network): LLaDA with several prompt / gen_length /
 // block_length / steps settings (its defaults scaled down among them), low-confidence and random remasking (the
 // random numbers drawn as LLaDA draws them, from the same seed), and classifier-free guidance; Dream with each alg
-// (origin's positions drawn as Dream draws them), and with top_p and top_k.
+// (origin's positions drawn as Dream draws them), and with top_p and top_k; and Fast-dLLM's threshold and factor rules
+// on LLaDA (as its generate() without caches).
 TEST_F(BidirectionalLlmCheckpoint, TheAuthorsSamplersWriteTheAuthorsTokens) {
     struct Case {
         std::string flavor, prompt;
@@ -324,6 +325,12 @@ TEST_F(BidirectionalLlmCheckpoint, TheAuthorsSamplersWriteTheAuthorsTokens) {
         {"llada", "a dog", 24, 3, {{"name", "llada"}, {"steps", 12}, {"block_length", 8}}},
         {"llada", "the river", 16, 4, {{"name", "llada"}, {"steps", 8}, {"block_length", 8}, {"remasking", "random"}}},
         {"llada", "the cat", 12, 5, {{"name", "llada"}, {"steps", 6}, {"block_length", 4}, {"prompt_guidance", 1.0}}},
+        // Fast-dLLM's parallel decoding (threshold, factor): the random network is unsure of everything, so the low
+        // thresholds are the ones that commit several positions a step.
+        {"llada", "the cat", 16, 1, {{"name", "llada"}, {"block_length", 4}, {"threshold", 0.9}}},
+        {"llada", "a dog", 24, 1, {{"name", "llada"}, {"block_length", 8}, {"threshold", 0.02}}},
+        {"llada", "a dog", 24, 1, {{"name", "llada"}, {"block_length", 8}, {"factor", 1.0}}},
+        {"llada", "the river", 16, 1, {{"name", "llada"}, {"block_length", 4}, {"factor", 1.97}}},
         {"dream", "the cat sat", 16, 6, {{"name", "dream"}, {"steps", 8}, {"alg", "origin"}}},
         {"dream", "the cat sat", 16, 7, {{"name", "dream"}, {"steps", 8}, {"alg", "maskgit_plus"}}},
         {"dream", "a dog", 20, 8, {{"name", "dream"}, {"steps", 6}, {"alg", "topk_margin"}}},

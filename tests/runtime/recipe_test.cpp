@@ -179,7 +179,7 @@ TEST(Recipe, ConfidenceSettingsAndTruncationAreChecked) {
     EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "analytic", "order": "margin"}})"),
                           "/sampler/order", "confidence sampler only, not 'analytic'"));
     EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"block_length": 4}})"), "/sampler/block_length",
-                          "confidence and first_hitting samplers only (name it)"));
+                          "confidence, first_hitting and llada samplers only (name it)"));
     EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "confidence", "order": "greedy"}})"),
                           "/sampler/order", "probability"));
     EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "ddim", "top_k": 3}})"), "/sampler/top_k",
@@ -188,6 +188,30 @@ TEST(Recipe, ConfidenceSettingsAndTruncationAreChecked) {
                           "above 0"));
     EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "analytic", "top_p": 1.5}})"),
                           "/sampler/top_p", "[0, 1]"));
+}
+
+// The authors' samplers' keys (docs/checkpoints.md, "The authors' samplers"): temperature 0 is theirs by default and
+// the arg-max; LLaDA draws from the whole distribution; Fast-dLLM's two rules are one or the other.
+TEST(Recipe, TheAuthorsSamplersTakeTheirOwnKeys) {
+    const rudder::Recipe llada = parse_recipe(
+        R"({"model": "m", "sampler": {"name": "llada", "steps": 8, "block_length": 4, "remasking": "random"}})", ".");
+    EXPECT_EQ(llada.sampler.name, "llada");
+    EXPECT_TRUE(issues_of(R"({"model": "m", "sampler": {"name": "dream", "alg": "entropy", "alg_temp": 0.5,
+                                                       "eps": 0.01, "top_p": 0.9, "top_k": 20, "temperature": 0}})")
+                    .empty());
+    EXPECT_TRUE(issues_of(R"({"model": "m", "sampler": {"name": "analytic", "temperature": 0}})").empty());
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "llada", "top_k": 5}})"), "/sampler/top_k",
+                          "LLaDA's generate() draws from the whole distribution"));
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "llada", "remasking": "lowest"}})"),
+                          "/sampler/remasking", "low_confidence"));
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "dream", "alg": "greedy"}})"), "/sampler/alg",
+                          "maskgit_plus"));
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "dream", "threshold": 0.9}})"),
+                          "/sampler/threshold", "llada sampler only"));
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "llada", "threshold": 0.9, "factor": 1}})"),
+                          "/sampler/factor", "give one"));
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "confidence", "alg": "entropy"}})"),
+                          "/sampler/alg", "dream sampler only"));
 }
 
 // Keys are checked against the sampler named, whichever process reads them; a value is checked by every process that

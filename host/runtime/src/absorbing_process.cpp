@@ -47,6 +47,7 @@ struct AbsorbingSettings {
     int64_t block_length = 0;
     RemaskSettings remask;                     // analytic: committed tokens may be masked again (ReMDM)
     std::string remasking = "low_confidence";  // llada: low_confidence | random
+    double threshold = 0.0, factor = 0.0;      // llada: Fast-dLLM's parallel decoding (0: off)
     std::string alg = "origin";                // dream: origin | maskgit_plus | topk_margin | entropy
     double alg_temp = 0.0;                     // dream: > 0 draws the positions by softmax(confidence / alg_temp)
     double eps = 1e-3;                         // dream: its last time
@@ -76,6 +77,12 @@ AbsorbingSettings read_settings(SamplerObject& o) {
         if (auto v = r.number("prompt_guidance", 0.0, 100.0)) out.prompt_guidance = *v;
     if (o.applies("remasking"))
         if (auto v = r.choice("remasking", {"low_confidence", "random"})) out.remasking = *v;
+    if (o.applies("threshold"))
+        if (auto v = r.number("threshold", 0.0, 1.0)) out.threshold = *v;
+    if (o.applies("factor"))
+        if (auto v = r.number("factor", 0.0, 100.0)) out.factor = *v;
+    if (r.has("threshold") && r.has("factor"))
+        r.issue("factor", "'threshold' and 'factor' are two rules of Fast-dLLM's parallel decoding: give one");
     if (o.applies("alg"))
         if (auto v = r.choice("alg", {"origin", "maskgit_plus", "topk_margin", "entropy"})) out.alg = *v;
     if (o.applies("alg_temp"))
@@ -94,12 +101,16 @@ AbsorbingSettings read_settings(SamplerObject& o) {
 }
 
 // The authors' samplers (authors_samplers.hpp); the loop runs them in place of a DiscreteSampler.
-std::optional<LladaSampler> llada_of(const AbsorbingSettings& s) {
+std::optional<LladaSampler> llada_of(const AbsorbingSettings& s, int64_t length) {
     if (s.name != "llada") return std::nullopt;
+    LladaSampler::Parallel parallel;
+    using Rule = LladaSampler::Parallel::Rule;
+    if (s.threshold > 0) parallel = {Rule::threshold, s.threshold};
+    if (s.factor > 0) parallel = {Rule::factor, s.factor};
     return LladaSampler(
         s.steps, s.block_length,
         s.remasking == "random" ? LladaSampler::Remasking::random : LladaSampler::Remasking::low_confidence,
-        s.temperature);
+        s.temperature, parallel, length);
 }
 
 std::optional<DreamSampler> dream_of(const AbsorbingSettings& s) {
@@ -138,8 +149,9 @@ public:
     AbsorbingLoop(const AbsorbingSettings& s, ReverseRun& run, int64_t samples)
         : s_(s), run_(run), particles_(run.recipe.guidance.particles), batch_(samples * particles_),
           L_(run.recipe.max_length), V_(run.model.tokenizer->vocab_size()), mask_id_(run.model.tokenizer->mask_id()),
-          sampler_(sampler_of(s, run.model.mask_schedule)), llada_(llada_of(s)), dream_(dream_of(s)),
-          always_fresh_(!s.cache || run.composer.needs_fresh_logits()), every_row_(run.model.denoiser->uses_evidence()),
+          sampler_(sampler_of(s, run.model.mask_schedule)), llada_(llada_of(s, run.recipe.max_length)),
+          dream_(dream_of(s)), always_fresh_(!s.cache || run.composer.needs_fresh_logits()),
+          every_row_(run.model.denoiser->uses_evidence()),
           swarm_(samples, particles_, run.recipe.guidance.resample_scale) {
         tokens_ = sampler_.init(batch_, L_, mask_id_, run.device);
         const auto flags = tokens_.options().dtype(at::kBool);
@@ -149,8 +161,13 @@ public:
     }
 
     at::Tensor run() {
-        for (int64_t i = 0; i < steps(); ++i) step(i);
-        run_.stats.steps += steps();
+        int64_t i = 0;
+        for (; i < steps(); ++i) {
+            // Parallel decoding takes as many steps as the blocks need: none once nothing is masked.
+            if (llada_ && llada_->dynamic() && i > 0 && !tokens_.eq(mask_id_).any().item<bool>()) break;
+            step(i);
+        }
+        run_.stats.steps += i;
         return swarm_.chosen(tokens_);
     }
 
@@ -237,7 +254,11 @@ at::Tensor AbsorbingLoop::choose(const at::Tensor& masked, int64_t i) {
     // Dream draws them around its prompt.
     if (dream_) return masked.clone();
     // llada: the block is known once the prompt is, which the controllers fix at the first step.
-    if (llada_) return llada_->started() ? in_block(masked, i) : masked.clone();
+    if (llada_) {
+        if (!llada_->started()) return masked.clone();
+        if (llada_->dynamic() && !llada_->advance(masked)) return at::zeros_like(masked);
+        return in_block(masked, i);
+    }
     return sampler_.choose(masked, i, run_.gen);
 }
 
@@ -372,17 +393,19 @@ void AbsorbingLoop::draw_as_authors(int64_t i, at::Tensor unmask, const Combined
         } catch (const std::invalid_argument& e) {
             throw GenerationFault(e.what());
         }
+        if (llada_->dynamic()) llada_->advance(masked);
         unmask = in_block(unmask, i);
     }
-    // How many each sequence commits this step.
+    // How many each sequence commits this step (parallel decoding: once the confidences are known).
     at::Tensor count;
-    if (llada_) {
+    const bool parallel = llada_ && llada_->dynamic();
+    if (llada_ && !parallel) {
         if (llada_->first_of_block(i) || !block_schedule_.defined())
             block_schedule_ = llada_->schedule(in_block(masked, i).sum(1), i);
         count = block_schedule_.select(1, llada_->step_in_block(i)).contiguous();
-    } else if (dream_->alg() != DreamSampler::Alg::origin) {
+    } else if (dream_ && dream_->alg() != DreamSampler::Alg::origin) {
         count = dream_->commits(masked.sum(1), i);
-    } else {
+    } else if (dream_) {
         unmask = unmask.logical_and(dream_->choose(masked, i, run_.gen));
     }
 
@@ -415,11 +438,12 @@ void AbsorbingLoop::draw_as_authors(int64_t i, at::Tensor unmask, const Combined
     // Which of the drawn the sampler commits: the most confident `count` (dream's origin: every one drawn).
     const at::Tensor drawn = at::zeros({batch_ * L_}, masked.options()).index_fill_(0, positions, true);
     at::Tensor kept_at = drawn;
-    if (count.defined()) {
+    if (count.defined() || parallel) {
         const at::Tensor scored =
             at::full({batch_ * L_}, -std::numeric_limits<float>::infinity(), confidence.options().dtype(at::kFloat))
                 .index_copy_(0, positions, confidence.to(at::kFloat));
         const at::Tensor d = drawn.view({batch_, L_}), c = scored.view({batch_, L_});
+        if (parallel) count = llada_->parallel_count(d, c);
         kept_at = (llada_ ? keep_highest(d, c, count) : dream_->keep(d, c, count, run_.gen)).view({-1});
     }
     // A draw of the mask or of a row past the tokenizer is no token: the position stays masked.
@@ -476,6 +500,8 @@ json AbsorbingProcess::settings() const {
         out["block_length"] = s_.block_length;
     if (s_.name == "llada") {
         out["remasking"] = s_.remasking;
+        if (s_.threshold > 0) out["threshold"] = s_.threshold;
+        if (s_.factor > 0) out["factor"] = s_.factor;
         out.erase("top_k");
         out.erase("top_p");
     }
@@ -564,6 +590,8 @@ ProcessRoom absorbing_room() {
                                 "the confidence, first_hitting and llada samplers", true),
                  SamplerKey::of("remask", {"analytic"}, "the analytic sampler", true),
                  SamplerKey::of("remasking", {"llada"}, "the llada sampler", true),
+                 SamplerKey::of("threshold", {"llada"}, "the llada sampler", true),
+                 SamplerKey::of("factor", {"llada"}, "the llada sampler", true),
                  SamplerKey::of("alg", {"dream"}, "the dream sampler", true),
                  SamplerKey::of("alg_temp", {"dream"}, "the dream sampler", true),
                  SamplerKey::of("eps", {"dream"}, "the dream sampler", true)};

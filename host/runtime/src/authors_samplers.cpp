@@ -25,9 +25,12 @@ at::Tensor full_rows(const at::Tensor& scores, const at::Tensor& outside, int64_
 // ---------------------------------------------------------------------------------------------------------------
 // LLaDA
 
-LladaSampler::LladaSampler(int64_t steps, int64_t block_length, Remasking remasking, double temperature)
-    : steps_(steps), block_length_(block_length), remasking_(remasking), temperature_(temperature) {
+LladaSampler::LladaSampler(int64_t steps, int64_t block_length, Remasking remasking, double temperature,
+                           Parallel parallel, int64_t length)
+    : steps_(steps), block_length_(block_length), remasking_(remasking), temperature_(temperature), parallel_(parallel),
+      max_steps_(length) {
     if (steps < 1) throw std::invalid_argument("llada sampler: steps must be >= 1");
+    if (dynamic() && length < 1) throw std::invalid_argument("llada sampler: parallel decoding needs the length");
     if (block_length < 0) throw std::invalid_argument("llada sampler: block_length must be >= 0");
     if (!(temperature >= 0.0)) throw std::invalid_argument("llada sampler: temperature must be >= 0");
 }
@@ -39,7 +42,7 @@ void LladaSampler::start(int64_t prompt, int64_t length) {
                                     std::to_string(prompt) + " of " + std::to_string(length) + " positions)");
     block_size_ = block_length_ > 0 ? std::min(block_length_, generated) : generated;
     blocks_ = (generated + block_size_ - 1) / block_size_;
-    if (steps_ < blocks_)
+    if (!dynamic() && steps_ < blocks_)
         throw std::invalid_argument("the llada sampler has " + std::to_string(steps_) + " steps for " +
                                     std::to_string(blocks_) + " blocks of " + std::to_string(block_size_) +
                                     " positions after the " + std::to_string(prompt) + "-position prompt (gen_length " +
@@ -67,11 +70,48 @@ BlockStep block_step(int64_t i, int64_t steps, int64_t blocks) {
 }  // namespace
 
 std::pair<int64_t, int64_t> LladaSampler::block(int64_t i) const {
-    const int64_t b = block_step(i, steps_, blocks_).block;
+    const int64_t b = dynamic() ? current_block_ : block_step(i, steps_, blocks_).block;
     return {prompt_ + b * block_size_, std::min(length_, prompt_ + (b + 1) * block_size_)};
 }
 
 bool LladaSampler::first_of_block(int64_t i) const { return block_step(i, steps_, blocks_).index == 0; }
+
+bool LladaSampler::advance(const at::Tensor& masked) {
+    for (; current_block_ < blocks_; ++current_block_) {
+        const auto [begin, end] = block(0);
+        if (masked.narrow(1, begin, end - begin).any().item<bool>()) return true;
+    }
+    return false;
+}
+
+at::Tensor LladaSampler::parallel_count(const at::Tensor& drawn, const at::Tensor& confidence) const {
+    const at::Tensor m = drawn.sum(1).cpu();
+    if (parallel_.rule == Parallel::Rule::threshold) {
+        // The most confident always; every other reaching the threshold (Fast-dLLM drops those below it).
+        const at::Tensor reaching = confidence.ge(parallel_.value).logical_and(drawn).sum(1).cpu();
+        return at::where(m.gt(0), reaching.clamp_min(1), m);
+    }
+    // factor: confidences sorted c_1 >= c_2 >= ... over the m drawn, thresholds 1 - factor / (n + 1) with the first
+    // -1; n = the first position whose confidence is below its threshold, or m when none is. As Fast-dLLM's loop
+    // gives it, a miss at the last position (n = m - 1) still commits all m.
+    const at::Tensor sorted = std::get<0>(confidence.to(at::kDouble).cpu().sort(1, /*descending=*/true));
+    at::Tensor out = at::zeros_like(m);
+    auto count = out.accessor<int64_t, 1>();
+    const auto c = sorted.accessor<double, 2>();
+    const auto masked_count = m.accessor<int64_t, 1>();
+    for (int64_t b = 0; b < sorted.size(0); ++b) {
+        const int64_t total = masked_count[b];
+        if (total == 0) continue;
+        int64_t n = total;
+        for (int64_t j = 1; j < total; ++j)
+            if (c[b][j] < 1.0 - parallel_.value / static_cast<double>(j + 2)) {
+                n = j == total - 1 ? total : j;
+                break;
+            }
+        count[b] = n;
+    }
+    return out;
+}
 
 int64_t LladaSampler::step_in_block(int64_t i) const { return block_step(i, steps_, blocks_).index; }
 

@@ -5,6 +5,10 @@
 //          positions (the block's masked count split evenly over its steps, the remainder to the first), those with
 //          the highest confidence: the untempered probability of the drawn token ("low_confidence") or a uniform
 //          number ("random"). Temperature 0 is the arg-max; above it Gumbel-max at the temperature.
+//          With Fast-dLLM's parallel decoding (NVlabs/Fast-dLLM, llada/generate.py; Wu et al. 2025) a step commits
+//          instead the most confident position and every other whose confidence reaches `threshold`, or (`factor`)
+//          the n most confident while the n-th reaches 1 - factor / (n + 1); a block then takes as many steps as it
+//          needs, and the run ends when no position is masked.
 //   dream: Dream's diffusion_generate() (Dream-org/Dream-v0-Base-7B, generation_utils.py; Ye et al. 2025): times
 //          linspace(1, eps, steps + 1); "origin" commits each masked position with probability 1 - s / t (every one at
 //          the last step); the other algs commit int(m (1 - s / t)) of the m masked (all at the last step), chosen by
@@ -28,14 +32,25 @@ namespace rudder {
 // network's V + R rows, column = network id (the mask's column from `outside`). float32 [n, V + R].
 at::Tensor full_rows(const at::Tensor& scores, const at::Tensor& outside, int64_t mask_id);
 
+// Fast-dLLM's parallel decoding: none (LLaDA's commits per step), threshold or factor.
+struct ParallelDecoding {
+    enum class Rule { none, threshold, factor } rule = Rule::none;
+    double value = 0.0;
+};
+
 class LladaSampler {
 public:
     enum class Remasking { low_confidence, random };
+    using Parallel = ParallelDecoding;
     // `steps`, `block_length` (0: the generated part is one block) as LLaDA's generate() takes them; `temperature` 0
-    // is the arg-max.
-    LladaSampler(int64_t steps, int64_t block_length, Remasking remasking, double temperature);
+    // is the arg-max. With parallel decoding `steps` is not used: a run takes at most `length` steps.
+    LladaSampler(int64_t steps, int64_t block_length, Remasking remasking, double temperature, Parallel parallel = {},
+                 int64_t length = 0);
 
-    int64_t steps() const { return steps_; }
+    // The steps the loop runs: with parallel decoding an upper bound (one position per step), the loop stopping once
+    // nothing is masked (finished).
+    int64_t steps() const { return dynamic() ? max_steps_ : steps_; }
+    bool dynamic() const { return parallel_.rule != Parallel::Rule::none; }
     double t(int64_t i) const { return 1.0 - static_cast<double>(i) / static_cast<double>(steps_); }
     double t_next(int64_t i) const { return i + 1 >= steps_ ? 0.0 : t(i + 1); }
 
@@ -48,6 +63,12 @@ public:
     std::pair<int64_t, int64_t> block(int64_t i) const;
     // Whether step i is its block's first (its schedule is made there, from the block's masked positions then).
     bool first_of_block(int64_t i) const;
+    // Parallel decoding: moves on to the first block (from the current one on) that still has a masked position
+    // among `masked` (bool [B, L]); false when none has (the run is finished).
+    bool advance(const at::Tensor& masked);
+    // Parallel decoding: how many of each sequence's `drawn` (bool [B, L]) to commit given their `confidence` (float
+    // [B, L]): threshold: max(1, those reaching it); factor: Fast-dLLM's rule (see the .cpp). int64 [B].
+    at::Tensor parallel_count(const at::Tensor& drawn, const at::Tensor& confidence) const;
     // At step i, its block's first: each sequence's commits per step of the block (int64 [B, steps of the block])
     // from its masked count in the block `masked` (int64 [B]), as LLaDA's get_num_transfer_tokens.
     at::Tensor schedule(const at::Tensor& masked, int64_t i) const;
@@ -67,7 +88,10 @@ private:
     int64_t steps_, block_length_;
     Remasking remasking_;
     double temperature_;
+    Parallel parallel_;
+    int64_t max_steps_;
     int64_t prompt_ = -1, blocks_ = 1, block_size_ = 0, length_ = 0;
+    int64_t current_block_ = 0;  // parallel decoding
 };
 
 class DreamSampler {

@@ -424,7 +424,13 @@ at::Tensor UniformSampler::step_log_probs(const at::Tensor& log_post, const at::
     const at::Tensor from = at::full({n}, schedule_.sigma_bar(t(i)), options);
     const at::Tensor to = at::full({n}, i + 1 >= steps_ ? 0.0 : schedule_.sigma_bar(t_next(i)), options);
     at::Tensor rest = nn::uniform_rest_from_posterior(log_post, x_t, from);
-    if (temperature != 1.0) rest = rest / temperature;
+    if (temperature == 0.0) {
+        // The limit of a falling temperature: the prediction certain of its arg-max (the lowest id among equal maxima).
+        const at::Tensor best = rest.argmax(-1, /*keepdim=*/true);
+        rest = at::full_like(rest, -std::numeric_limits<double>::infinity()).scatter_(-1, best, 0.0);
+    } else if (temperature != 1.0) {
+        rest = rest / temperature;
+    }
     if (top_k > 0 || top_p < 1.0) DiscreteSampler::truncate(rest, top_k, top_p);
     rest = at::log_softmax(rest, -1);
     const at::Tensor p = kind_ == Kind::analytic ? nn::uniform_tweedie_probs(rest, x_t, from, to)

@@ -213,7 +213,8 @@ public:
     // Log-probabilities of x_s [n, V] (float64; -inf where impossible) for rows at tokens `x_t` (int64 [n]), step i,
     // from the denoiser's clean-token posterior `log_post` [n, V] (given all of x_t): turned into the distribution
     // given the other positions (nn::uniform_rest_from_posterior), which the step is written with, and shaped by
-    // `temperature`, `top_k` and `top_p` (DiscreteSampler::truncate) as the model's prediction.
+    // `temperature` (0: certain of its arg-max), `top_k` and `top_p` (DiscreteSampler::truncate) as the model's
+    // prediction.
     at::Tensor step_log_probs(const at::Tensor& log_post, const at::Tensor& x_t, int64_t i, double temperature = 1.0,
                               int64_t top_k = 0, double top_p = 1.0) const;
 

@@ -32,7 +32,7 @@ UniformSettings read_settings(SamplerObject& o) {
     UniformSettings out;
     if (!o.name.empty()) out.name = o.name;
     read_steps(o, out.steps);
-    read_temperature(o, out.temperature);
+    read_temperature(o, out.temperature, /*zero_is_arg_max=*/true);
     read_truncation(o, out.top_k, out.top_p);
     return out;
 }
