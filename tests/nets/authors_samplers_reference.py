@@ -20,7 +20,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 
-from bidirectional_llm_fixture import TINY, reference_logits  # noqa: E402
+from bidirectional_llm_fixture import TINY, names, reference_logits, top_names  # noqa: E402
 
 DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 
@@ -45,6 +45,84 @@ def load(folder):
         weights.update(read_safetensors(path))
     with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
         return weights, json.load(f)
+
+
+def llada_window(w, config, tokens, begin, end, cache):
+    """LLaDA's network (float64, as the fixture's reference_logits) over positions [begin, end) of `tokens`, their
+    queries reading `cache`'s keys and values (per layer, [L, kv_heads, d]) for the other positions; with begin 0 and
+    end the length, the full forward, filling `cache`. Fast-dLLM's prefix and dual caches."""
+    import math
+    w = {k: v.double() for k, v in w.items()}
+    h, heads, kv = TINY["hidden"], TINY["heads"], TINY["kv_heads"]
+    d = h // heads
+    theta, eps = config["rope_theta"], config["rms_norm_eps"]
+    emb, norm, out = top_names("llada")
+    fill = begin == 0 and end == tokens.shape[1]
+
+    def rms(x, weight):
+        return weight * x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps)
+
+    def rotate(t, positions):  # the pair (t_j, t_{j + d/2}) as a complex number turned by position * freq_j
+        freq = theta ** (-torch.arange(0, d // 2, dtype=torch.float64) * 2 / d)
+        angle = positions.double()[:, None] * freq[None, :]
+        z = torch.complex(t[..., : d // 2], t[..., d // 2:]) * torch.polar(torch.ones_like(angle), angle)[:, None, :]
+        return torch.cat([z.real, z.imag], -1)
+
+    positions = torch.arange(begin, end)
+    x = w[emb][tokens[0, begin:end]]
+    for i in range(TINY["layers"]):
+        n = names("llada", i)
+        a = rms(x, w[n["attn_norm"]])
+        q = rotate((a @ w[n["q"] + ".weight"].T).view(-1, heads, d), positions)
+        k = rotate((a @ w[n["k"] + ".weight"].T).view(-1, kv, d), positions)
+        v = (a @ w[n["v"] + ".weight"].T).view(-1, kv, d)
+        if fill:
+            cache[i] = (k, v)
+        else:
+            ck, cv = cache[i]
+            k = torch.cat([ck[:begin], k, ck[end:]])
+            v = torch.cat([cv[:begin], v, cv[end:]])
+        attended = torch.zeros(end - begin, heads, d, dtype=torch.float64)
+        for head in range(heads):
+            g = head // (heads // kv)
+            scores = (q[:, head] @ k[:, g].T) / math.sqrt(d)
+            attended[:, head] = scores.softmax(-1) @ v[:, g]
+        x = x + attended.reshape(end - begin, h) @ w[n["o"]].T
+        m = rms(x, w[n["ff_norm"]])
+        gate = m @ w[n["gate"]].T
+        x = x + (gate * torch.sigmoid(gate) * (m @ w[n["up"]].T)) @ w[n["down"]].T
+    return (rms(x, w[norm]) @ w[out].T)[None]
+
+
+def llada_cached(w, config, prompt, gen_length, steps, block_length, kv_cache):
+    """Fast-dLLM's generate_with_prefix_cache / generate_with_dual_cache (temperature 0, low confidence): each
+    block's first step runs every position and keeps the keys and values; its other steps run the block to the end
+    of the sequence (prefix) or the block alone (dual)."""
+    mask_id = config["mask_token_id"]
+    P = len(prompt)
+    x = torch.full((1, P + gen_length), mask_id, dtype=torch.long)
+    x[0, :P] = torch.tensor(prompt)
+    block_length = block_length or gen_length
+    blocks = gen_length // block_length
+    per_block = steps // blocks
+    cache = {}
+    for b in range(blocks):
+        lo, hi = P + b * block_length, P + (b + 1) * block_length
+        m = int((x[0, lo:hi] == mask_id).sum())
+        counts = [m // per_block + (1 if j < m % per_block else 0) for j in range(per_block)]
+        for j in range(per_block):
+            stop = x.shape[1] if kv_cache == "prefix" else hi
+            if j == 0:
+                logits = llada_window(w, config, x, 0, x.shape[1], cache)[:, lo:hi]
+            else:
+                logits = llada_window(w, config, x, lo, stop, cache)[:, : hi - lo]
+            drawn = logits.argmax(-1)[0]
+            confidence = logits.softmax(-1)[0].gather(-1, drawn.unsqueeze(-1)).squeeze(-1)
+            masked = x[0, lo:hi] == mask_id
+            confidence = torch.where(masked, confidence, torch.tensor(float("-inf"), dtype=confidence.dtype))
+            chosen = confidence.topk(counts[j]).indices
+            x[0, lo + chosen] = drawn[chosen]
+    return x[0].tolist()
 
 
 def parallel_count(confidence, rule, value):
@@ -183,7 +261,10 @@ def main():
 
         s = case["sampler"]
         torch.manual_seed(case["seed"])
-        if flavor == "llada" and ("threshold" in s or "factor" in s):
+        if flavor == "llada" and s.get("kv_cache", "none") != "none":
+            out.append(llada_cached(weights, config, case["prompt"], case["gen_length"], s["steps"],
+                                    s.get("block_length", 0), s["kv_cache"]))
+        elif flavor == "llada" and ("threshold" in s or "factor" in s):
             rule = "threshold" if "threshold" in s else "factor"
             out.append(llada_parallel(network, mask_id, case["prompt"], case["gen_length"], s.get("block_length", 0),
                                       s.get("temperature", 0.0), rule, s[rule]))

@@ -81,6 +81,40 @@ TEST_F(BidirectionalLlmCheckpoint, LladaAndDreamMatchTheReferenceForward) {
     }
 }
 
+// Fast-dLLM's key/value caches: a window of positions run against the keys and values a full forward kept gives,
+// while no token changed, the full forward's logits there (prefix: a window to the end; dual: one in the middle),
+// and the outside rows with the vocabulary's give the softmax over every row. Dream has none (its predictions come
+// from the position before).
+TEST_F(BidirectionalLlmCheckpoint, WindowsOfAKeyValueCacheGiveTheFullForwardWhileNothingChanged) {
+    const BidirectionalLlm net = BidirectionalLlm::load(root_ / "llada");
+    const at::Tensor tokens = reference("llada.tokens");
+    rudder::nn::KeyValueCache cache;
+    const at::Tensor full = net.forward(tokens, &cache);
+    EXPECT_EQ(cache.length, 20);
+    ASSERT_EQ(cache.keys.size(), 2u);
+    EXPECT_EQ(cache.keys[0].sizes(), (std::vector<int64_t>{3, 2, 20, 16}));  // one per key/value head
+    for (const auto& [begin, end] : std::vector<std::pair<int64_t, int64_t>>{{6, 20}, {4, 12}, {0, 20}}) {
+        SCOPED_TRACE(std::to_string(begin) + ".." + std::to_string(end));
+        const at::Tensor window = net.forward_window(tokens.narrow(1, begin, end - begin), begin, cache);
+        EXPECT_LT(max_difference(window, full.narrow(1, begin, end - begin)), 1e-4);
+    }
+    at::Tensor outside;
+    const at::Tensor logp = net.clean_log_probs_of(full.clone(), tokens, kTokenizerVocab, &outside);
+    ASSERT_EQ(outside.sizes(), (std::vector<int64_t>{3, 20, 1 + kNetworkVocab - kTokenizerVocab}));
+    const at::Tensor all = at::cat({logp.narrow(-1, 0, kMask), outside.narrow(-1, 0, 1),
+                                    logp.narrow(-1, kMask + 1, kTokenizerVocab - kMask - 1),
+                                    outside.narrow(-1, 1, kNetworkVocab - kTokenizerVocab)},
+                                   -1);
+    const at::Tensor masked = tokens.eq(kMask);  // (meaningful where masked)
+    EXPECT_LT(max_difference(at::log_softmax(all, -1).index({masked}), at::log_softmax(full, -1).index({masked})),
+              1e-4);
+    EXPECT_THROW(net.forward_window(tokens.narrow(1, 0, 4), 18, cache), std::invalid_argument);
+    const BidirectionalLlm dream = BidirectionalLlm::load(root_ / "dream");
+    rudder::nn::KeyValueCache dream_cache;
+    dream.forward(tokens, &dream_cache);
+    EXPECT_THROW(dream.forward_window(tokens.narrow(1, 0, 4), 0, dream_cache), std::invalid_argument);
+}
+
 // A 16-bit matrix is widened a slice of rows at a time: the product, its bias and the last, shorter slice are those of
 // the matrix widened whole.
 TEST(LinearWidening, SlicesOfA16BitMatrixGiveTheWholeProduct) {
@@ -310,7 +344,7 @@ TEST_F(BidirectionalLlmCheckpoint, ACheckpointIsAModelThatARecipeSamplesWithHard
 // block_length / steps settings (its defaults scaled down among them), low-confidence and random remasking (the
 // random numbers drawn as LLaDA draws them, from the same seed), and classifier-free guidance; Dream with each alg
 // (origin's positions drawn as Dream draws them), and with top_p and top_k; and Fast-dLLM's threshold and factor rules
-// on LLaDA (as its generate() without caches).
+// on LLaDA (as its generate() without caches), and its prefix and dual key/value caches.
 TEST_F(BidirectionalLlmCheckpoint, TheAuthorsSamplersWriteTheAuthorsTokens) {
     struct Case {
         std::string flavor, prompt;
@@ -331,6 +365,10 @@ TEST_F(BidirectionalLlmCheckpoint, TheAuthorsSamplersWriteTheAuthorsTokens) {
         {"llada", "a dog", 24, 1, {{"name", "llada"}, {"block_length", 8}, {"threshold", 0.02}}},
         {"llada", "a dog", 24, 1, {{"name", "llada"}, {"block_length", 8}, {"factor", 1.0}}},
         {"llada", "the river", 16, 1, {{"name", "llada"}, {"block_length", 4}, {"factor", 1.97}}},
+        // Fast-dLLM's key/value caches: every position at a block's first step, then the block's window.
+        {"llada", "the cat sat", 16, 1, {{"name", "llada"}, {"steps", 8}, {"block_length", 4}, {"kv_cache", "prefix"}}},
+        {"llada", "the cat sat", 16, 1, {{"name", "llada"}, {"steps", 8}, {"block_length", 4}, {"kv_cache", "dual"}}},
+        {"llada", "a dog", 24, 1, {{"name", "llada"}, {"steps", 24}, {"block_length", 8}, {"kv_cache", "dual"}}},
         {"dream", "the cat sat", 16, 6, {{"name", "dream"}, {"steps", 8}, {"alg", "origin"}}},
         {"dream", "the cat sat", 16, 7, {{"name", "dream"}, {"steps", 8}, {"alg", "maskgit_plus"}}},
         {"dream", "a dog", 20, 8, {{"name", "dream"}, {"steps", 6}, {"alg", "topk_margin"}}},

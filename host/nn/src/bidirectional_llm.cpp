@@ -306,14 +306,34 @@ void BidirectionalLlm::to(const at::Device& device) {
             if (t->defined()) *t = t->to(device);
 }
 
-at::Tensor BidirectionalLlm::forward(const at::Tensor& tokens) const {
-    const BidirectionalLlmConfig& c = config_;
+at::Tensor BidirectionalLlm::forward(const at::Tensor& tokens, KeyValueCache* fill) const {
     if (tokens.dim() != 2 || tokens.scalar_type() != at::kLong)
         throw std::invalid_argument("BidirectionalLlm::forward: tokens must be int64 [B, L]");
-    const int64_t B = tokens.size(0), L = tokens.size(1), heads = c.n_heads, kv_heads = c.n_kv_heads;
+    return run(tokens, 0, tokens.size(1), nullptr, fill);
+}
+
+at::Tensor BidirectionalLlm::forward_window(const at::Tensor& window, int64_t begin, const KeyValueCache& cache) const {
+    if (window.dim() != 2 || window.scalar_type() != at::kLong)
+        throw std::invalid_argument("BidirectionalLlm::forward_window: tokens must be int64 [B, n]");
+    if (config_.shifted())
+        throw std::invalid_argument("BidirectionalLlm::forward_window: " + config_.name() +
+                                    " predicts a position from the one before it; windows are for LLaDA");
+    if (cache.length < 1 || cache.keys.size() != layers_.size() || cache.keys[0].size(0) != window.size(0))
+        throw std::invalid_argument("BidirectionalLlm::forward_window: the cache holds no forward of this batch");
+    if (begin < 0 || begin + window.size(1) > cache.length)
+        throw std::invalid_argument("BidirectionalLlm::forward_window: positions [" + std::to_string(begin) + ", " +
+                                    std::to_string(begin + window.size(1)) + ") outside the cached " +
+                                    std::to_string(cache.length));
+    return run(window, begin, cache.length, &cache, nullptr);
+}
+
+at::Tensor BidirectionalLlm::run(const at::Tensor& tokens, int64_t begin, int64_t length, const KeyValueCache* cache,
+                                 KeyValueCache* fill) const {
+    const BidirectionalLlmConfig& c = config_;
+    const int64_t B = tokens.size(0), n = tokens.size(1), heads = c.n_heads, kv_heads = c.n_kv_heads;
     const int64_t d = c.hidden_size / heads;
-    if (L < 1 || L > c.max_length)
-        throw std::invalid_argument("BidirectionalLlm::forward: " + std::to_string(L) +
+    if (n < 1 || length > c.max_length)
+        throw std::invalid_argument("BidirectionalLlm::forward: " + std::to_string(length) +
                                     " positions; the network takes 1 to " + std::to_string(c.max_length));
     if (tokens.numel() > 0 && (tokens.min().item<int64_t>() < 0 || tokens.max().item<int64_t>() >= c.vocab_size))
         throw std::invalid_argument("BidirectionalLlm::forward: a token id outside [0, " +
@@ -321,45 +341,78 @@ at::Tensor BidirectionalLlm::forward(const at::Tensor& tokens) const {
     const auto device = embedding_.device();
     const auto options = at::TensorOptions().dtype(at::kFloat).device(device);
 
-    // Rotary tables [L, d] (rotate-half form: the frequencies repeated over both halves), computed in float64 and
-    // rounded once: with theta = 500,000 and thousands of positions the angles need the precision.
+    // Rotary tables [n, d] of the positions run (rotate-half form: the frequencies repeated over both halves),
+    // computed in float64 and rounded once: with theta = 500,000 and thousands of positions the angles need the
+    // precision.
     const at::Tensor inv_freq =
         at::pow(c.rope_theta, -at::arange(0, d, 2, options.dtype(at::kDouble)) / static_cast<double>(d));
-    const at::Tensor angles = at::outer(at::arange(L, inv_freq.options()), inv_freq);
+    const at::Tensor angles = at::outer(at::arange(begin, begin + n, inv_freq.options()), inv_freq);
     const at::Tensor both = at::cat({angles, angles}, -1);
     const at::Tensor cos = both.cos().to(at::kFloat), sin = both.sin().to(at::kFloat);
     const double attention_scale = 1.0 / std::sqrt(static_cast<double>(d));
+    if (fill) {
+        fill->keys.assign(layers_.size(), {});
+        fill->values.assign(layers_.size(), {});
+        fill->length = length;
+    }
 
     at::Tensor x = as_float(at::embedding(embedding_, tokens.to(device)));  // only the rows read are widened
-    for (const Layer& l : layers_) {
+    for (size_t i = 0; i < layers_.size(); ++i) {
+        const Layer& l = layers_[i];
         const at::Tensor a = rms_norm(x, l.attn_norm, c.rms_eps);
-        // [B, heads, L, d]
-        at::Tensor q = linear_widening(a, l.q_w, l.q_b).view({B, L, heads, d}).transpose(1, 2);
-        at::Tensor k = linear_widening(a, l.k_w, l.k_b).view({B, L, kv_heads, d}).transpose(1, 2);
-        at::Tensor v = linear_widening(a, l.v_w, l.v_b).view({B, L, kv_heads, d}).transpose(1, 2);
+        // [B, heads, n, d]
+        at::Tensor q = linear_widening(a, l.q_w, l.q_b).view({B, n, heads, d}).transpose(1, 2);
+        at::Tensor k = linear_widening(a, l.k_w, l.k_b).view({B, n, kv_heads, d}).transpose(1, 2);
+        at::Tensor v = linear_widening(a, l.v_w, l.v_b).view({B, n, kv_heads, d}).transpose(1, 2);
         q = q * cos + rotate_half(q) * sin;
         k = k * cos + rotate_half(k) * sin;
+        if (fill) {
+            fill->keys[i] = k;
+            fill->values[i] = v;
+        }
+        if (cache) {  // the cached positions around the window, the window's own fresh
+            const at::Tensor& ck = cache->keys[i];
+            const at::Tensor& cv = cache->values[i];
+            const int64_t after = length - begin - n;
+            std::vector<at::Tensor> ks, vs;
+            if (begin > 0) {
+                ks.push_back(ck.narrow(2, 0, begin));
+                vs.push_back(cv.narrow(2, 0, begin));
+            }
+            ks.push_back(k);
+            vs.push_back(v);
+            if (after > 0) {
+                ks.push_back(ck.narrow(2, begin + n, after));
+                vs.push_back(cv.narrow(2, begin + n, after));
+            }
+            k = at::cat(ks, 2);
+            v = at::cat(vs, 2);
+        }
         if (kv_heads != heads) {
             k = k.repeat_interleave(heads / kv_heads, 1);
             v = v.repeat_interleave(heads / kv_heads, 1);
         }
         const at::Tensor weights = at::softmax(at::matmul(q, k.transpose(-2, -1)) * attention_scale, -1);
-        const at::Tensor attended = at::matmul(weights, v).transpose(1, 2).reshape({B, L, heads * d});
+        const at::Tensor attended = at::matmul(weights, v).transpose(1, 2).reshape({B, n, heads * d});
         x = x + linear_widening(attended, l.o_w);
         const at::Tensor m = rms_norm(x, l.ff_norm, c.rms_eps);
         x = x + linear_widening(at::silu(linear_widening(m, l.gate_w)) * linear_widening(m, l.up_w), l.down_w);
     }
     at::Tensor logits = linear_widening(rms_norm(x, final_norm_, c.rms_eps), output_);
-    if (c.shifted() && L > 1) logits = at::cat({logits.narrow(1, 0, 1), logits.narrow(1, 0, L - 1)}, 1);
+    if (c.shifted() && n > 1) logits = at::cat({logits.narrow(1, 0, 1), logits.narrow(1, 0, n - 1)}, 1);
     return logits;
 }
 
 at::Tensor BidirectionalLlm::clean_log_probs(const at::Tensor& tokens, int64_t vocab, at::Tensor* outside) const {
+    return clean_log_probs_of(forward(tokens), tokens, vocab, outside);
+}
+
+at::Tensor BidirectionalLlm::clean_log_probs_of(at::Tensor logits, const at::Tensor& tokens, int64_t vocab,
+                                                at::Tensor* outside) const {
     if (vocab < 2 || vocab > config_.vocab_size || config_.mask_id >= vocab)
         throw std::invalid_argument("BidirectionalLlm::clean_log_probs: " + std::to_string(vocab) +
                                     " tokens, but the network has " + std::to_string(config_.vocab_size) +
                                     " and the mask is " + std::to_string(config_.mask_id));
-    at::Tensor logits = forward(tokens);
     const int64_t mask = config_.mask_id, probe = mask == 0 ? 1 : 0;
     at::Tensor raw_outside, probe_logit;
     if (outside) {

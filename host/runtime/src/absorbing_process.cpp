@@ -48,6 +48,7 @@ struct AbsorbingSettings {
     RemaskSettings remask;                     // analytic: committed tokens may be masked again (ReMDM)
     std::string remasking = "low_confidence";  // llada: low_confidence | random
     double threshold = 0.0, factor = 0.0;      // llada: Fast-dLLM's parallel decoding (0: off)
+    std::string kv_cache = "none";             // llada: Fast-dLLM's key/value cache: none | prefix | dual
     std::string alg = "origin";                // dream: origin | maskgit_plus | topk_margin | entropy
     double alg_temp = 0.0;                     // dream: > 0 draws the positions by softmax(confidence / alg_temp)
     double eps = 1e-3;                         // dream: its last time
@@ -81,6 +82,8 @@ AbsorbingSettings read_settings(SamplerObject& o) {
         if (auto v = r.number("threshold", 0.0, 1.0)) out.threshold = *v;
     if (o.applies("factor"))
         if (auto v = r.number("factor", 0.0, 100.0)) out.factor = *v;
+    if (o.applies("kv_cache"))
+        if (auto v = r.choice("kv_cache", {"none", "prefix", "dual"})) out.kv_cache = *v;
     if (r.has("threshold") && r.has("factor"))
         r.issue("factor", "'threshold' and 'factor' are two rules of Fast-dLLM's parallel decoding: give one");
     if (o.applies("alg"))
@@ -150,7 +153,8 @@ public:
         : s_(s), run_(run), particles_(run.recipe.guidance.particles), batch_(samples * particles_),
           L_(run.recipe.max_length), V_(run.model.tokenizer->vocab_size()), mask_id_(run.model.tokenizer->mask_id()),
           sampler_(sampler_of(s, run.model.mask_schedule)), llada_(llada_of(s, run.recipe.max_length)),
-          dream_(dream_of(s)), always_fresh_(!s.cache || run.composer.needs_fresh_logits()),
+          dream_(dream_of(s)), kv_(s.kv_cache != "none" ? run.model.denoiser->window_cache() : nullptr),
+          kv_prefix_(s.kv_cache == "prefix"), always_fresh_(!s.cache || run.composer.needs_fresh_logits()),
           every_row_(run.model.denoiser->uses_evidence()),
           swarm_(samples, particles_, run.recipe.guidance.resample_scale) {
         tokens_ = sampler_.init(batch_, L_, mask_id_, run.device);
@@ -183,6 +187,8 @@ private:
     void denoise(double t, const Combined& constraints);
     void draw(int64_t i, at::Tensor unmask, const Combined& combined, const at::Tensor& row_logits);
     void draw_as_authors(int64_t i, at::Tensor unmask, const Combined& combined, const at::Tensor& row_logits);
+    void start_llada(at::Tensor& unmask, int64_t i);
+    void call_denoiser(double t, const Combined& constraints);
     at::Tensor in_block(const at::Tensor& masked, int64_t i) const;
 
     // The current best guess: committed tokens, and the network's most likely token where still masked.
@@ -202,6 +208,12 @@ private:
     std::optional<LladaSampler> llada_;
     const std::optional<DreamSampler> dream_;
     at::Tensor block_schedule_;  // llada: the current block's commits per step, int64 [B, steps of the block]
+    // llada with Fast-dLLM's key/value cache: the run's cache, the block it was refreshed for (-1: none yet), and
+    // whether a window runs to the end of the sequence (prefix) or to the block's end (dual).
+    std::unique_ptr<DenoiserCache> kv_;
+    const bool kv_prefix_;
+    int64_t cached_block_ = -1;
+    int64_t step_ = 0;  // the step being taken
     const bool always_fresh_;
     // A denoiser that conditions on the constraints takes them whole: the controllers then see every position.
     const bool every_row_;
@@ -219,9 +231,7 @@ private:
 
 void AbsorbingLoop::denoise(double t, const Combined& constraints) {
     Denoiser& denoiser = *run_.model.denoiser;
-    DenoiserOutput out = denoiser.denoise(tokens_, t, {}, evidence_of(constraints, batch_, L_, V_, every_row_));
-    logits_ = out.logits.to(at::kFloat);
-    outside_ = out.outside.defined() ? out.outside.to(at::kFloat) : at::Tensor();
+    call_denoiser(t, constraints);
     ++run_.stats.denoiser_calls;
     run_.stats.denoised_sequences += batch_;
     if (prompt_.defined() && prompt_.any().item<bool>()) {
@@ -262,7 +272,51 @@ at::Tensor AbsorbingLoop::choose(const at::Tensor& masked, int64_t i) {
     return sampler_.choose(masked, i, run_.gen);
 }
 
+// llada: the prompt is the positions before the first one still masked once the controllers have fixed theirs (a span
+// prefix); from it the blocks, and step i's (`unmask` is narrowed to it).
+void AbsorbingLoop::start_llada(at::Tensor& unmask, int64_t i) {
+    const at::Tensor masked = tokens_.eq(mask_id_);
+    const at::Tensor any = masked.any(1);
+    if (!any.any().item<bool>()) return;
+    const int64_t prompt = masked.to(at::kByte).argmax(1).masked_select(any).min().item<int64_t>();
+    try {
+        llada_->start(prompt, L_);
+    } catch (const std::invalid_argument& e) {
+        throw GenerationFault(e.what());
+    }
+    if (llada_->dynamic()) llada_->advance(masked);
+    unmask = in_block(unmask, i);
+}
+
+// One network call on the tokens as they stand. With Fast-dLLM's key/value cache (llada, once its blocks are known):
+// every position at a block's first call, keeping the keys and values (its block-level refresh); then the block's
+// window only (to the sequence's end: prefix; the block's: dual), written into logits_ and outside_ in place: the
+// other rows keep the refresh's output, which the step does not read.
+void AbsorbingLoop::call_denoiser(double t, const Combined& constraints) {
+    Denoiser& denoiser = *run_.model.denoiser;
+    const auto set = [&](const DenoiserOutput& out) {
+        logits_ = out.logits.to(at::kFloat);
+        outside_ = out.outside.defined() ? out.outside.to(at::kFloat) : at::Tensor();
+    };
+    if (!kv_ || !llada_->started())
+        return set(denoiser.denoise(tokens_, t, {}, evidence_of(constraints, batch_, L_, V_, every_row_)));
+    const auto [begin, end] = llada_->block(step_);
+    if (begin != cached_block_) {
+        cached_block_ = begin;
+        set(denoiser.denoise_refresh(tokens_, *kv_));
+        // Windows are written into these: tensors of the loop's own, not the denoiser's inference-mode ones.
+        logits_ = logits_.clone();
+        outside_ = outside_.clone();
+        return;
+    }
+    const int64_t stop = kv_prefix_ ? L_ : end;
+    const DenoiserOutput window = denoiser.denoise_window(tokens_, begin, stop, *kv_);
+    logits_.view({batch_, L_, V_}).narrow(1, begin, stop - begin).copy_(window.logits);
+    outside_.view({batch_, L_, -1}).narrow(1, begin, stop - begin).copy_(window.outside);
+}
+
 void AbsorbingLoop::step(int64_t i) {
+    step_ = i;
     const double t = this->t(i), t_next = this->t_next(i);
     const at::Tensor masked = tokens_.eq(mask_id_);
     // Which positions unmask is drawn first: a step where none does changes nothing, and costs nothing more.
@@ -314,6 +368,7 @@ void AbsorbingLoop::step(int64_t i) {
             remask.logical_and_(is_fixed.logical_not());
         }
     }
+    if (llada_ && !llada_->started()) start_llada(unmask, i);
     if (changed || (every_row_ && !same_constraints(combined, seen_))) {
         denoise(t, combined);
         row_logits = every_row_ ? logits_ : logits_.index_select(0, in.rows);
@@ -382,20 +437,7 @@ void AbsorbingLoop::draw(int64_t i, at::Tensor unmask, const Combined& combined,
 void AbsorbingLoop::draw_as_authors(int64_t i, at::Tensor unmask, const Combined& combined,
                                     const at::Tensor& row_logits) {
     const at::Tensor masked = tokens_.eq(mask_id_);  // with this step's fixed tokens
-    if (llada_ && !llada_->started()) {
-        // The prompt: the positions before the first still masked once the controllers have fixed theirs.
-        const at::Tensor any = masked.any(1);
-        if (!any.any().item<bool>()) return;
-        const int64_t prompt =
-            masked.to(at::kByte).argmax(1).masked_select(any).min().item<int64_t>();  // the first masked position
-        try {
-            llada_->start(prompt, L_);
-        } catch (const std::invalid_argument& e) {
-            throw GenerationFault(e.what());
-        }
-        if (llada_->dynamic()) llada_->advance(masked);
-        unmask = in_block(unmask, i);
-    }
+    if (llada_ && !llada_->started()) return;        // nothing masked
     // How many each sequence commits this step (parallel decoding: once the confidences are known).
     at::Tensor count;
     const bool parallel = llada_ && llada_->dynamic();
@@ -502,6 +544,7 @@ json AbsorbingProcess::settings() const {
         out["remasking"] = s_.remasking;
         if (s_.threshold > 0) out["threshold"] = s_.threshold;
         if (s_.factor > 0) out["factor"] = s_.factor;
+        out["kv_cache"] = s_.kv_cache;
         out.erase("top_k");
         out.erase("top_p");
     }
@@ -557,6 +600,18 @@ void check(const AbsorbingSettings& s, const Model& model, const Recipe& recipe,
                                                     " blocks of " + std::to_string(b) +
                                                     " positions: the confidence sampler needs a step per block"});
     }
+    if (s.kv_cache != "none") {
+        if (!model.denoiser->window_cache())
+            issues.push_back(
+                {"/sampler/kv_cache", "model '" + model.name +
+                                          "' keeps no key/value cache of the kind Fast-dLLM's are (LLaDA's "
+                                          "checkpoints do; Dream predicts each position from the one "
+                                          "before it, across a block's edge)"});
+        if (s.prompt_guidance > 0)
+            issues.push_back({"/sampler/kv_cache",
+                              "Fast-dLLM's caches take one pass per step; prompt_guidance's "
+                              "second pass (the prompt masked) would need a cache of its own"});
+    }
     if (recipe.guidance.particles > 1 && recipe.guidance.resample_every > 0)
         issues.push_back({"/guidance/resample_every",
                           "discrete particles are only chosen between at the end: "
@@ -592,6 +647,7 @@ ProcessRoom absorbing_room() {
                  SamplerKey::of("remasking", {"llada"}, "the llada sampler", true),
                  SamplerKey::of("threshold", {"llada"}, "the llada sampler", true),
                  SamplerKey::of("factor", {"llada"}, "the llada sampler", true),
+                 SamplerKey::of("kv_cache", {"llada"}, "the llada sampler", true),
                  SamplerKey::of("alg", {"dream"}, "the dream sampler", true),
                  SamplerKey::of("alg_temp", {"dream"}, "the dream sampler", true),
                  SamplerKey::of("eps", {"dream"}, "the dream sampler", true)};

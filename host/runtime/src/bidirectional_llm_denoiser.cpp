@@ -44,6 +44,35 @@ DenoiserOutput BidirectionalLlmDenoiser::denoise(const at::Tensor& x, double t,
     return out;
 }
 
+namespace {
+struct LlmCache final : DenoiserCache {
+    nn::KeyValueCache kv;
+};
+}  // namespace
+
+std::unique_ptr<DenoiserCache> BidirectionalLlmDenoiser::window_cache() const {
+    if (network_->config().shifted()) return nullptr;
+    return std::make_unique<LlmCache>();
+}
+
+DenoiserOutput BidirectionalLlmDenoiser::denoise_refresh(const at::Tensor& x, DenoiserCache& cache) {
+    c10::InferenceMode inference;
+    DenoiserOutput out;
+    const at::Tensor logits = network_->forward(x, &dynamic_cast<LlmCache&>(cache).kv);
+    out.logits = network_->clean_log_probs_of(logits, x, vocab_, &out.outside);
+    return out;
+}
+
+DenoiserOutput BidirectionalLlmDenoiser::denoise_window(const at::Tensor& x, int64_t begin, int64_t end,
+                                                        const DenoiserCache& cache) {
+    c10::InferenceMode inference;
+    const at::Tensor window = x.narrow(1, begin, end - begin);
+    DenoiserOutput out;
+    const at::Tensor logits = network_->forward_window(window, begin, dynamic_cast<const LlmCache&>(cache).kv);
+    out.logits = network_->clean_log_probs_of(logits, window, vocab_, &out.outside);
+    return out;
+}
+
 Model load_bidirectional_llm_model(const fs::path& dir, const nlohmann::json& config, std::optional<Family> family) {
     const fs::path file = dir / "config.json";
     const nn::BidirectionalLlmConfig parsed = nn::parse_bidirectional_llm_config(config, file);

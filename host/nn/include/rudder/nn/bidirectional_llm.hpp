@@ -69,6 +69,14 @@ bool is_bidirectional_llm_config(const nlohmann::json& config);
 // vocabulary) are a ModelError naming `file` and the field.
 BidirectionalLlmConfig parse_bidirectional_llm_config(const nlohmann::json& config, const std::filesystem::path& file);
 
+// Fast-dLLM's approximate key/value caches (Wu et al. 2025): each layer's keys and values of every position, as a
+// full forward left them (rotary applied, one per key/value head: [B, kv_heads, L, d]), reused by later forwards of a
+// window of positions while the rest of the sequence is taken as unchanged.
+struct KeyValueCache {
+    std::vector<at::Tensor> keys, values;  // per layer
+    int64_t length = 0;                    // positions held (0: empty)
+};
+
 class BidirectionalLlm {
 public:
     // Loads `dir`: config.json, then model.safetensors or model.safetensors.index.json and its shards, mapped
@@ -84,16 +92,29 @@ public:
     at::ScalarType embedding_dtype() const { return embedding_.scalar_type(); }
     void to(const at::Device& device);
 
-    // The logits [B, L, V] for tokens int64 [B, L], Dream's shifted to the position they predict.
-    at::Tensor forward(const at::Tensor& tokens) const;
+    // The logits [B, L, V] for tokens int64 [B, L], Dream's shifted to the position they predict. With `fill`, every
+    // layer's keys and values are kept there.
+    at::Tensor forward(const at::Tensor& tokens, KeyValueCache* fill = nullptr) const;
+    // The logits [B, n, V] of positions [begin, begin + n) given their tokens `window` int64 [B, n], their queries
+    // reading the keys and values `cache` holds for every other position (and their own, fresh): Fast-dLLM's prefix
+    // cache when the window runs to the end of the sequence, its dual cache otherwise. LLaDA only (Dream predicts a
+    // position from the one before it, outside a window that starts at a block). The cache is left as it was.
+    at::Tensor forward_window(const at::Tensor& window, int64_t begin, const KeyValueCache& cache) const;
     // Log-probabilities [B, L, vocab] of the clean token over the first `vocab` ids (the tokenizer's; the rows past
     // it are padding no text uses): SUBS (nn::subs_log_probs) over the logits. With `outside`, also the rows those
     // leave out (the mask's, then the ids from `vocab` on) on the same scale, [B, L, 1 + V - vocab], meaningful at
     // masked positions: log_softmax over the two together is the softmax over every row, as the authors' samplers
     // take it.
     at::Tensor clean_log_probs(const at::Tensor& tokens, int64_t vocab, at::Tensor* outside = nullptr) const;
+    // clean_log_probs of logits `forward` or `forward_window` gave for `tokens` (the same positions); writes into them.
+    at::Tensor clean_log_probs_of(at::Tensor logits, const at::Tensor& tokens, int64_t vocab,
+                                  at::Tensor* outside = nullptr) const;
 
 private:
+    // The layers over positions [begin, begin + n) of a sequence of `length`; keys and values of the other positions
+    // from `cache` (read), or every position's kept in `fill`.
+    at::Tensor run(const at::Tensor& tokens, int64_t begin, int64_t length, const KeyValueCache* cache,
+                   KeyValueCache* fill) const;
     struct Layer {
         at::Tensor attn_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, ff_norm, gate_w, up_w, down_w;
     };

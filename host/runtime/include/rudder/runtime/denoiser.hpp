@@ -35,6 +35,12 @@ struct DenoiserOutput {
     at::Tensor outside;
 };
 
+// What a run keeps between calls of a denoiser with Fast-dLLM's key/value caches (Denoiser::window_cache).
+class DenoiserCache {
+public:
+    virtual ~DenoiserCache() = default;
+};
+
 class Denoiser {
 public:
     virtual ~Denoiser() = default;
@@ -69,6 +75,15 @@ public:
     // t: diffusion time in (0, 1] shared by the batch. `conditions`: empty, or one text per batch row.
     virtual DenoiserOutput denoise(const at::Tensor& x, double t, const std::vector<std::string>& conditions,
                                    const Evidence& evidence = {}) = 0;
+
+    // Fast-dLLM's approximate key/value caches (Wu et al. 2025; discrete networks that read neither the time nor
+    // conditions, LLaDA's): a cache for one run (nullptr: the denoiser has none). denoise_refresh is denoise() keeping
+    // every layer's keys and values there; denoise_window gives the output of positions [begin, end) of `x` only
+    // ([B, end - begin, V], `outside` likewise), their queries reading the cached keys and values of the other
+    // positions: the rest of the sequence is taken as it was at the refresh.
+    virtual std::unique_ptr<DenoiserCache> window_cache() const { return nullptr; }
+    virtual DenoiserOutput denoise_refresh(const at::Tensor& x, DenoiserCache& cache);
+    virtual DenoiserOutput denoise_window(const at::Tensor& x, int64_t begin, int64_t end, const DenoiserCache& cache);
 };
 
 // Exact denoiser for a finite corpus of sentences: the posterior over the corpus in closed form, for either
