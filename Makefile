@@ -8,7 +8,7 @@ TSAN_BUILD ?= build-tsan
 # numerics (which `make test` covers), take 10 of the sanitized suite's 20 CPU-minutes, and add no new code paths.
 SANITIZE_EXCLUDE ?= ^nets\.Training\.
 
-.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long soak bench bench-threads bench-memory bench-eager bench-vocab bench-checkpoint bench-serve bench-grammar bench-structured structured-sweep structured-helps clean
+.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long soak bench bench-threads bench-memory bench-eager bench-vocab bench-checkpoint bench-fast-dllm bench-serve bench-grammar bench-structured structured-sweep structured-helps clean
 
 all: build
 
@@ -129,6 +129,12 @@ bench-vocab: build
 # (bench/checkpoint_eager.py; writes a 680 MB checkpoint under /tmp; about 10 minutes).
 bench-checkpoint: build
 	/usr/bin/python3 bench/checkpoint_eager.py --bench $(BUILD)/bin/rudder_checkpoint_bench
+
+# Fast-dLLM's threshold and factor decoding and prefix and dual caches against the authors' plain sampler, on
+# random-weight checkpoints of Qwen2.5-0.5B's shape in LLaDA's and Dream's layouts (bench/fast_dllm.py; writes two
+# 1.2 GB checkpoints once, then about half an hour at 256 generated tokens).
+bench-fast-dllm: build
+	/usr/bin/python3 bench/fast_dllm.py --build $(BUILD)
 
 # rudder serve under 1, 8 and 32 concurrent clients on loopback, against rudder generate one request after another
 # (bench/serve_load.py; a few minutes).

@@ -14,6 +14,13 @@ usage: bidirectional_llm_fixture.py OUT_DIR     exit 77 when PyTorch is missing 
            reference.safetensors beside it (the logits for one input of 16 positions), for bench/checkpoint_bench.cpp
        bidirectional_llm_fixture.py --size llada-8b OUT_DIR
            LLaDA-8B-Base's shape (bfloat16, six shards, 16 GB), each tensor made as it is written; no reference
+       bidirectional_llm_fixture.py --size llada-0.5b OUT_DIR
+           LLaDA's layout at Qwen2.5-0.5B's shape and vocabulary (bfloat16, 1.2 GB, no reference), for
+           bench/fast_dllm.py
+       --tokenizer QWEN_TOKENIZER_JSON (with --size dream-0.5b or llada-0.5b): also a tokenizer.json, Qwen2.5's with
+           Dream's two added tokens (<|beginoftext|> 151665, <|mask|> 151666), so the checkpoint is a model recipes
+           load; and the output matrix 8 times larger, so that the network is as sure of its top tokens as a trained
+           one (top probabilities mostly above a half; a plain random one spreads them over 150,000 tokens)
 """
 import json
 import math
@@ -116,14 +123,27 @@ def random_weights(flavor, size, vocab, gen, dtype=torch.float32, lazy=False):
     return w
 
 
-def untrained_rows_low(flavor, w):
+def untrained_rows_low(flavor, w, mask=MASK, first_padding=EOS + 2):
     """The output rows of the mask and of the padding past the tokenizer scaled down, as a trained model's are (it is
     never taught to predict them): the authors' samplers take the arg-max over every row, and a random row there would
     commit a token no text has."""
     out = top_names(flavor)[2]
-    w[out][MASK] *= 0.05
-    w[out][EOS + 2:] *= 0.05
+    w[out][mask] *= 0.05
+    w[out][first_padding:] *= 0.05
     return w
+
+
+def write_qwen_tokenizer(source, path):
+    """Qwen2.5's tokenizer.json with the two tokens Dream's adds after it."""
+    with open(source, encoding="utf-8") as f:
+        doc = json.load(f)
+    for i, text in ((151665, "<|beginoftext|>"), (151666, "<|mask|>")):
+        if all(t["id"] != i for t in doc["added_tokens"]):
+            doc["added_tokens"].append({"id": i, "content": text, "single_word": False, "lstrip": False,
+                                        "rstrip": False, "normalized": False, "special": True})
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False)
 
 
 def reference_logits(flavor, w, config, tokens, shifted=True):
@@ -214,7 +234,26 @@ def main():
     if sys.argv[1] == "--size":
         # Public shapes: Dream's is Qwen2.5-0.5B's (Dream-7B is Qwen2.5-7B's); LLaDA's the 1B of its scaling runs.
         shape, out = sys.argv[2], sys.argv[3]
+        tokenizer = sys.argv[5] if len(sys.argv) > 5 and sys.argv[4] == "--tokenizer" else None
         gen = torch.Generator().manual_seed(5)
+        if tokenizer:
+            write_qwen_tokenizer(tokenizer, os.path.join(out, "tokenizer.json"))
+        sure = 8.0 if tokenizer else 1.0
+
+        def confident(flavor, w):
+            w[top_names(flavor)[2]] *= sure
+            return w
+        if shape == "llada-0.5b":
+            TINY.update(hidden=896, heads=14, kv_heads=2, intermediate=4864, layers=24, length=1024)
+            config = llada_config()
+            config.update(d_model=896, n_heads=14, n_kv_heads=2, mlp_hidden_size=4864, n_layers=24,
+                          max_sequence_length=1024, embedding_size=151936, vocab_size=151936, mask_token_id=151666,
+                          eos_token_id=151643, pad_token_id=151643)
+            w = untrained_rows_low("llada", confident("llada", random_weights("llada", TINY, 151936, gen,
+                                                                               torch.bfloat16)),
+                                   mask=151666, first_padding=151667)
+            write_model(out, "", config, w)
+            return
         if shape == "dream-0.5b":
             TINY.update(hidden=896, heads=14, kv_heads=2, intermediate=4864, layers=24, length=1024)
             config = dream_config()
@@ -235,7 +274,8 @@ def main():
             return
         else:
             raise SystemExit("unknown size " + shape)
-        w = random_weights(flavor, TINY, vocab, gen, torch.bfloat16)
+        w = untrained_rows_low(flavor, confident(flavor, random_weights(flavor, TINY, vocab, gen, torch.bfloat16)),
+                               mask=151666, first_padding=151667)
         write_model(out, "", config, w)
         # The reference at this size, once: 16 positions, half masked (float64 weights: 8 bytes a parameter).
         tokens = torch.randint(0, 151643, (1, 16), generator=gen)

