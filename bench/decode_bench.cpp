@@ -2,10 +2,12 @@
 // prompt (a span prefix) to the same length, round after round, the samplers interleaved within a round so that the
 // machine's noise falls on all of them alike. Per sampler: network calls, seconds and generated tokens per second per
 // sample (the median over the rounds), and the share of generated tokens equal to the first sampler's (the plain one,
-// at temperature 0 the same in every round). One JSON object on stdout.
+// at temperature 0 the same in every round). With several "devices", each sampler runs on each, and the share of its
+// tokens equal to those it wrote on the first device says whether the devices agree (scripts/gpu-check.sh). One JSON
+// object on stdout.
 //   rudder_decode_bench CONFIG
 //   CONFIG: {"model": DIR, "prompt": TEXT, "gen_length": N, "rounds": R, "threads": T, "plugins": DIR,
-//            "samplers": [{"label": ..., "sampler": {...}}, ...]}
+//            "devices": ["cpu"], "samplers": [{"label": ..., "sampler": {...}}, ...]}
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -49,7 +51,7 @@ int main(int argc, char** argv) {
             static_cast<int64_t>(rudder::load_model(dir, std::nullopt).tokenizer->encode(prompt).size());
 
         struct Row {
-            std::string label;
+            std::string label, device;
             json sampler;
             std::vector<double> seconds;
             int64_t calls = 0, steps = 0;
@@ -57,12 +59,16 @@ int main(int argc, char** argv) {
             std::vector<int64_t> tokens;
         };
         std::vector<Row> rows;
-        for (const json& s : config.at("samplers")) rows.push_back({s.at("label"), s.at("sampler"), {}, 0, 0, 0, {}});
+        const std::vector<std::string> devices = config.value("devices", std::vector<std::string>{"cpu"});
+        for (const std::string& device : devices)
+            for (const json& s : config.at("samplers"))
+                rows.push_back({s.at("label"), device, s.at("sampler"), {}, 0, 0, 0, {}});
         for (int round = 0; round < rounds; ++round)
             for (Row& row : rows) {
                 const json recipe = {{"model", dir},
                                      {"max_length", prompt_length + gen_length},
                                      {"seed", 1},
+                                     {"device", row.device},
                                      {"sampler", row.sampler},
                                      {"controllers", {{{"plugin", "span"}, {"params", {{"prefix", prompt}}}}}}};
                 rudder::Generator generator(rudder::parse_recipe(recipe.dump(), "."), registry);
@@ -73,29 +79,38 @@ int main(int argc, char** argv) {
                 row.steps = generator.stats().steps;
                 row.threads = std::max(row.threads, generator.stats().threads);
                 row.tokens = samples.at(0).tokens;
-                std::fprintf(stderr, "round %d %-24s %.2f s, %lld calls\n", round + 1, row.label.c_str(),
-                             row.seconds.back(), static_cast<long long>(row.calls));
+                std::fprintf(stderr, "round %d %-28s %-6s %.2f s, %lld calls\n", round + 1, row.label.c_str(),
+                             row.device.c_str(), row.seconds.back(), static_cast<long long>(row.calls));
             }
         json out = {{"model", dir},
                     {"prompt_tokens", prompt_length},
                     {"gen_length", gen_length},
                     {"rounds", rounds},
                     {"samplers", json::array()}};
-        const std::vector<int64_t>& plain = rows.front().tokens;
-        for (const Row& row : rows) {
-            int64_t same = 0;
-            for (int64_t i = prompt_length; i < static_cast<int64_t>(row.tokens.size()); ++i)
-                same += row.tokens[static_cast<size_t>(i)] == plain[static_cast<size_t>(i)];
+        const size_t per_device = config.at("samplers").size();
+        // The share of the generated tokens of `a` equal to `b`'s.
+        const auto same = [&](const Row& a, const Row& b) {
+            int64_t n = 0;
+            for (int64_t i = prompt_length; i < static_cast<int64_t>(a.tokens.size()); ++i)
+                n += a.tokens[static_cast<size_t>(i)] == b.tokens[static_cast<size_t>(i)];
+            return static_cast<double>(n) / static_cast<double>(gen_length);
+        };
+        for (size_t k = 0; k < rows.size(); ++k) {
+            const Row& row = rows[k];
+            const Row& plain = rows[k - k % per_device];  // the first sampler on this device
+            const Row& first_device = rows[k % per_device];
             const double s = median(row.seconds);
             out["samplers"].push_back({{"label", row.label},
+                                       {"device", row.device},
                                        {"sampler", row.sampler},
                                        {"network_calls", row.calls},
                                        {"steps", row.steps},
                                        {"threads", row.threads},
                                        {"seconds_per_sample", s},
                                        {"tokens_per_second", static_cast<double>(gen_length) / s},
-                                       {"speedup", median(rows.front().seconds) / s},
-                                       {"same_as_plain", static_cast<double>(same) / static_cast<double>(gen_length)}});
+                                       {"speedup", median(plain.seconds) / s},
+                                       {"same_as_plain", same(row, plain)},
+                                       {"same_as_first_device", same(row, first_device)}});
         }
         std::cout << out.dump(2) << "\n";
     } catch (const std::exception& e) {

@@ -11,7 +11,7 @@ position a step. The text is still random, so the share of tokens equal to the p
 approximation moves a sure network's choices, not how good the text is. What the caches save is the network's work,
 which does not depend on the weights.
 
-usage: fast_dllm.py [--build DIR] [--gen-length N] [--rounds R] [--threads T]
+usage: fast_dllm.py [--build DIR] [--gen-length N] [--rounds R] [--threads T] [--device cpu|cuda]
 """
 import argparse
 import json
@@ -33,7 +33,7 @@ def checkpoint(build, shape):
                         os.path.join(build, "tests", "bpe_npm"), ROOT, os.path.join(build, "tests", "bpe_reference")],
                        check=True)
     print(f"writing the {shape} checkpoint (1.2 GB) to {folder}", file=sys.stderr)
-    subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tests", "nets", "bidirectional_llm_fixture.py"), "--size",
+    subprocess.run([sys.executable, os.path.join(ROOT, "tests", "nets", "bidirectional_llm_fixture.py"), "--size",
                     shape, folder, "--tokenizer", qwen], check=True)
     return folder
 
@@ -41,11 +41,12 @@ def checkpoint(build, shape):
 def run(build, folder, samplers, args):
     config = {"model": folder, "prompt": "The restaurant near the river serves", "gen_length": args.gen_length,
               "rounds": args.rounds, "threads": args.threads,
-              "plugins": os.path.join(build, "lib", "rudder", "plugins"), "samplers": samplers}
+              "plugins": os.path.join(build, "lib", "rudder", "plugins"), "devices": [args.device],
+              "samplers": samplers}
     path = os.path.join(build, "fast_dllm_config.json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump(config, f)
-    out = subprocess.run([os.path.join(build, "bin", "rudder_decode_bench"), path], check=True, capture_output=True,
+    out = subprocess.run([os.path.join(build, "bin", "rudder_decode_bench"), path], check=True, stdout=subprocess.PIPE,
                          text=True)
     return json.loads(out.stdout)
 
@@ -56,8 +57,10 @@ def main():
     parser.add_argument("--gen-length", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
-    G, block = args.gen_length, 32
+    G = args.gen_length
+    block = min(32, G)  # Fast-dLLM's blocks
     llada = [{"label": "plain", "sampler": {"name": "llada", "steps": G, "block_length": block}},
              {"label": "threshold 0.9", "sampler": {"name": "llada", "block_length": block, "threshold": 0.9}},
              {"label": "factor 1", "sampler": {"name": "llada", "block_length": block, "factor": 1.0}},
@@ -73,7 +76,7 @@ def main():
     with open(os.path.join(args.build, "fast_dllm.json"), "w", encoding="utf-8") as f:
         json.dump(results, f, indent=2)
     for shape, r in results.items():
-        print(f"{shape}: {r['prompt_tokens']}-token prompt, {r['gen_length']} generated, "
+        print(f"{shape} on {args.device}: {r['prompt_tokens']}-token prompt, {r['gen_length']} generated, "
               f"median of {r['rounds']} round(s)")
         print(f"  {'sampler':28} {'calls':>6} {'threads':>7} {'s/sample':>9} {'tokens/s':>9} {'speed-up':>9} "
               f"{'same as plain':>14}")
