@@ -101,10 +101,10 @@ TEST_F(BidirectionalLlmCheckpoint, WindowsOfAKeyValueCacheGiveTheFullForwardWhil
     at::Tensor outside;
     const at::Tensor logp = net.clean_log_probs_of(full.clone(), tokens, kTokenizerVocab, &outside);
     ASSERT_EQ(outside.sizes(), (std::vector<int64_t>{3, 20, 1 + kNetworkVocab - kTokenizerVocab}));
-    const at::Tensor all = at::cat({logp.narrow(-1, 0, kMask), outside.narrow(-1, 0, 1),
-                                    logp.narrow(-1, kMask + 1, kTokenizerVocab - kMask - 1),
-                                    outside.narrow(-1, 1, kNetworkVocab - kTokenizerVocab)},
-                                   -1);
+    const at::Tensor all = at::cat(
+        {logp.narrow(-1, 0, kMask), outside.narrow(-1, 0, 1), logp.narrow(-1, kMask + 1, kTokenizerVocab - kMask - 1),
+         outside.narrow(-1, 1, kNetworkVocab - kTokenizerVocab)},
+        -1);
     const at::Tensor masked = tokens.eq(kMask);  // (meaningful where masked)
     EXPECT_LT(max_difference(at::log_softmax(all, -1).index({masked}), at::log_softmax(full, -1).index({masked})),
               1e-4);
