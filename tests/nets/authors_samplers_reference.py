@@ -47,16 +47,21 @@ def load(folder):
         return weights, json.load(f)
 
 
-def llada_window(w, config, tokens, begin, end, cache):
-    """LLaDA's network (float64, as the fixture's reference_logits) over positions [begin, end) of `tokens`, their
-    queries reading `cache`'s keys and values (per layer, [L, kv_heads, d]) for the other positions; with begin 0 and
-    end the length, the full forward, filling `cache`. Fast-dLLM's prefix and dual caches."""
+def llada_window(w, config, tokens, begin, end, cache, flavor="llada"):
+    """LLaDA's (or Dream's, unshifted) network (float64, as the fixture's reference_logits) over positions [begin, end)
+    of `tokens`, their queries reading `cache`'s keys and values (per layer, [L, kv_heads, d]) for the other positions;
+    with begin 0 and end the length, the full forward, filling `cache`. Fast-dLLM's prefix and dual caches."""
     import math
     w = {k: v.double() for k, v in w.items()}
     h, heads, kv = TINY["hidden"], TINY["heads"], TINY["kv_heads"]
     d = h // heads
     theta, eps = config["rope_theta"], config["rms_norm_eps"]
-    emb, norm, out = top_names("llada")
+    emb, norm, out = top_names(flavor)
+    biased = flavor == "dream"
+
+    def lin(x, name):
+        y = x @ w[name + ".weight"].T
+        return y + w[name + ".bias"] if biased else y
     fill = begin == 0 and end == tokens.shape[1]
 
     def rms(x, weight):
@@ -71,11 +76,11 @@ def llada_window(w, config, tokens, begin, end, cache):
     positions = torch.arange(begin, end)
     x = w[emb][tokens[0, begin:end]]
     for i in range(TINY["layers"]):
-        n = names("llada", i)
+        n = names(flavor, i)
         a = rms(x, w[n["attn_norm"]])
-        q = rotate((a @ w[n["q"] + ".weight"].T).view(-1, heads, d), positions)
-        k = rotate((a @ w[n["k"] + ".weight"].T).view(-1, kv, d), positions)
-        v = (a @ w[n["v"] + ".weight"].T).view(-1, kv, d)
+        q = rotate(lin(a, n["q"]).view(-1, heads, d), positions)
+        k = rotate(lin(a, n["k"]).view(-1, kv, d), positions)
+        v = lin(a, n["v"]).view(-1, kv, d)
         if fill:
             cache[i] = (k, v)
         else:
@@ -122,6 +127,63 @@ def llada_cached(w, config, prompt, gen_length, steps, block_length, kv_cache):
             confidence = torch.where(masked, confidence, torch.tensor(float("-inf"), dtype=confidence.dtype))
             chosen = confidence.topk(counts[j]).indices
             x[0, lo + chosen] = drawn[chosen]
+    return x[0].tolist()
+
+
+def shift(logits):
+    """Dream's: the prediction for position i comes from i - 1; the first keeps its own."""
+    return torch.cat([logits[:, :1], logits[:, :-1]], 1)
+
+
+def dream_blocks(w, config, prompt, gen_length, steps, eps, block_length, threshold, kv_cache, temperature, top_p,
+                 top_k):
+    """Fast-dLLM's Dream block decoding (its generation_utils_block.py _sample), temperature 0: per block, a full
+    forward (keeping keys and values) whose draw at the block's first position is committed; then, over the block's
+    window (the rest of the sequence: prefix; the block: dual; every position, no cache), shifted within it, steps on
+    the block's own times with the entropy order, or the threshold rule with the drawn token's probability."""
+    assert temperature == 0
+    mask_id = config["mask_token_id"]
+    P = len(prompt)
+    L = P + gen_length
+    x = torch.full((1, L), mask_id, dtype=torch.long)
+    x[0, :P] = torch.tensor(prompt)
+    K = block_length or gen_length
+    blocks = gen_length // K
+    per_block = steps // blocks
+    times = torch.linspace(1, eps, per_block + 1)
+    cache = {}
+
+    def block_logits(lo, hi):
+        if kv_cache == "none":
+            return shift(llada_window(w, config, x, 0, L, {}, "dream"))[:, lo:hi]
+        stop = L if kv_cache == "prefix" else hi
+        return shift(llada_window(w, config, x, lo, stop, cache, "dream"))[:, : hi - lo]
+
+    for b in range(blocks):
+        lo, hi = P + b * K, P + (b + 1) * K
+        first = shift(llada_window(w, config, x, 0, L, cache, "dream"))[0, lo]
+        x[0, lo] = dream_shape(first[None], temperature, top_p, top_k).argmax(-1)[0]
+        j = 1
+        while (x[0, lo:hi] == mask_id).any():
+            if threshold == 0 and j == per_block:
+                break
+            logits = block_logits(lo, hi)[0]
+            masked = x[0, lo:hi] == mask_id
+            p = dream_shape(logits[masked], temperature, top_p, top_k)
+            confidence, drawn = p.max(-1)
+            if threshold > 0:
+                order = sorted(range(len(drawn)), key=lambda k: -float(confidence[k]))
+                chosen = [order[0]] + [k for k in order[1:] if confidence[k] >= threshold]
+            else:
+                confidence = (p * (p + 1e-10).log()).sum(-1)
+                share = 1 - times[j + 1] / times[j]
+                m = masked.sum() / 1
+                n = int(m * share) if j < per_block - 1 else int(m)
+                chosen = sorted(range(len(drawn)), key=lambda k: -float(confidence[k]))[:n]
+                j += 1
+            where = masked.nonzero().squeeze(1)
+            for k in chosen:
+                x[0, lo + where[k]] = drawn[k]
     return x[0].tolist()
 
 
@@ -261,7 +323,12 @@ def main():
 
         s = case["sampler"]
         torch.manual_seed(case["seed"])
-        if flavor == "llada" and s.get("kv_cache", "none") != "none":
+        if flavor == "dream" and ("block_length" in s or "threshold" in s or "kv_cache" in s):
+            out.append(dream_blocks(weights, config, case["prompt"], case["gen_length"], s["steps"],
+                                    s.get("eps", 1e-3), s.get("block_length", 0), s.get("threshold", 0.0),
+                                    s.get("kv_cache", "none"), s.get("temperature", 0.0), s.get("top_p"),
+                                    s.get("top_k")))
+        elif flavor == "llada" and s.get("kv_cache", "none") != "none":
             out.append(llada_cached(weights, config, case["prompt"], case["gen_length"], s["steps"],
                                     s.get("block_length", 0), s["kv_cache"]))
         elif flavor == "llada" and ("threshold" in s or "factor" in s):

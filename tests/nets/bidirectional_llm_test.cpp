@@ -83,8 +83,7 @@ TEST_F(BidirectionalLlmCheckpoint, LladaAndDreamMatchTheReferenceForward) {
 
 // Fast-dLLM's key/value caches: a window of positions run against the keys and values a full forward kept gives,
 // while no token changed, the full forward's logits there (prefix: a window to the end; dual: one in the middle),
-// and the outside rows with the vocabulary's give the softmax over every row. Dream has none (its predictions come
-// from the position before).
+// and the outside rows with the vocabulary's give the softmax over every row.
 TEST_F(BidirectionalLlmCheckpoint, WindowsOfAKeyValueCacheGiveTheFullForwardWhileNothingChanged) {
     const BidirectionalLlm net = BidirectionalLlm::load(root_ / "llada");
     const at::Tensor tokens = reference("llada.tokens");
@@ -109,10 +108,13 @@ TEST_F(BidirectionalLlmCheckpoint, WindowsOfAKeyValueCacheGiveTheFullForwardWhil
     EXPECT_LT(max_difference(at::log_softmax(all, -1).index({masked}), at::log_softmax(full, -1).index({masked})),
               1e-4);
     EXPECT_THROW(net.forward_window(tokens.narrow(1, 0, 4), 18, cache), std::invalid_argument);
+    // Dream shifts within the window, as Fast-dLLM's code does: every row but the window's first is the full
+    // forward's.
     const BidirectionalLlm dream = BidirectionalLlm::load(root_ / "dream");
     rudder::nn::KeyValueCache dream_cache;
-    dream.forward(tokens, &dream_cache);
-    EXPECT_THROW(dream.forward_window(tokens.narrow(1, 0, 4), 0, dream_cache), std::invalid_argument);
+    const at::Tensor dream_full = dream.forward(tokens, &dream_cache);
+    const at::Tensor window = dream.forward_window(tokens.narrow(1, 4, 8), 4, dream_cache);
+    EXPECT_LT(max_difference(window.narrow(1, 1, 7), dream_full.narrow(1, 5, 7)), 1e-4);
 }
 
 // A 16-bit matrix is widened a slice of rows at a time: the product, its bias and the last, shorter slice are those of
@@ -344,7 +346,7 @@ TEST_F(BidirectionalLlmCheckpoint, ACheckpointIsAModelThatARecipeSamplesWithHard
 // block_length / steps settings (its defaults scaled down among them), low-confidence and random remasking (the
 // random numbers drawn as LLaDA draws them, from the same seed), and classifier-free guidance; Dream with each alg
 // (origin's positions drawn as Dream draws them), and with top_p and top_k; and Fast-dLLM's threshold and factor rules
-// on LLaDA (as its generate() without caches), and its prefix and dual key/value caches.
+// on LLaDA (as its generate() without caches), its prefix and dual key/value caches, and its Dream block decoding.
 TEST_F(BidirectionalLlmCheckpoint, TheAuthorsSamplersWriteTheAuthorsTokens) {
     struct Case {
         std::string flavor, prompt;
@@ -369,6 +371,15 @@ TEST_F(BidirectionalLlmCheckpoint, TheAuthorsSamplersWriteTheAuthorsTokens) {
         {"llada", "the cat sat", 16, 1, {{"name", "llada"}, {"steps", 8}, {"block_length", 4}, {"kv_cache", "prefix"}}},
         {"llada", "the cat sat", 16, 1, {{"name", "llada"}, {"steps", 8}, {"block_length", 4}, {"kv_cache", "dual"}}},
         {"llada", "a dog", 24, 1, {{"name", "llada"}, {"steps", 24}, {"block_length", 8}, {"kv_cache", "dual"}}},
+        // Fast-dLLM's Dream block decoding: with its prefix and dual caches, with a threshold, and without a cache.
+        {"dream", "the cat sat", 16, 1, {{"name", "dream"}, {"steps", 8}, {"block_length", 4}, {"kv_cache", "prefix"}}},
+        {"dream", "the cat sat", 16, 1, {{"name", "dream"}, {"steps", 8}, {"block_length", 4}, {"kv_cache", "dual"}}},
+        {"dream",
+         "a dog",
+         24,
+         1,
+         {{"name", "dream"}, {"steps", 12}, {"block_length", 8}, {"kv_cache", "dual"}, {"threshold", 0.02}}},
+        {"dream", "the river", 16, 1, {{"name", "dream"}, {"steps", 8}, {"block_length", 8}}},
         {"dream", "the cat sat", 16, 6, {{"name", "dream"}, {"steps", 8}, {"alg", "origin"}}},
         {"dream", "the cat sat", 16, 7, {{"name", "dream"}, {"steps", 8}, {"alg", "maskgit_plus"}}},
         {"dream", "a dog", 20, 8, {{"name", "dream"}, {"steps", 6}, {"alg", "topk_margin"}}},

@@ -179,7 +179,7 @@ TEST(Recipe, ConfidenceSettingsAndTruncationAreChecked) {
     EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "analytic", "order": "margin"}})"),
                           "/sampler/order", "confidence sampler only, not 'analytic'"));
     EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"block_length": 4}})"), "/sampler/block_length",
-                          "confidence, first_hitting and llada samplers only (name it)"));
+                          "confidence, first_hitting, llada and dream samplers only (name it)"));
     EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "confidence", "order": "greedy"}})"),
                           "/sampler/order", "probability"));
     EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "ddim", "top_k": 3}})"), "/sampler/top_k",
@@ -206,8 +206,10 @@ TEST(Recipe, TheAuthorsSamplersTakeTheirOwnKeys) {
                           "/sampler/remasking", "low_confidence"));
     EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "dream", "alg": "greedy"}})"), "/sampler/alg",
                           "maskgit_plus"));
-    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "dream", "threshold": 0.9}})"),
-                          "/sampler/threshold", "llada sampler only"));
+    EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "dream", "factor": 1}})"), "/sampler/factor",
+                          "llada sampler only"));
+    EXPECT_TRUE(
+        issues_of(R"({"model": "m", "sampler": {"name": "dream", "block_length": 8, "threshold": 0.9}})").empty());
     EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "llada", "threshold": 0.9, "factor": 1}})"),
                           "/sampler/factor", "give one"));
     EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "confidence", "alg": "entropy"}})"),

@@ -315,9 +315,6 @@ at::Tensor BidirectionalLlm::forward(const at::Tensor& tokens, KeyValueCache* fi
 at::Tensor BidirectionalLlm::forward_window(const at::Tensor& window, int64_t begin, const KeyValueCache& cache) const {
     if (window.dim() != 2 || window.scalar_type() != at::kLong)
         throw std::invalid_argument("BidirectionalLlm::forward_window: tokens must be int64 [B, n]");
-    if (config_.shifted())
-        throw std::invalid_argument("BidirectionalLlm::forward_window: " + config_.name() +
-                                    " predicts a position from the one before it; windows are for LLaDA");
     if (cache.length < 1 || cache.keys.size() != layers_.size() || cache.keys[0].size(0) != window.size(0))
         throw std::invalid_argument("BidirectionalLlm::forward_window: the cache holds no forward of this batch");
     if (begin < 0 || begin + window.size(1) > cache.length)

@@ -86,6 +86,8 @@ AbsorbingSettings read_settings(SamplerObject& o) {
         if (auto v = r.choice("kv_cache", {"none", "prefix", "dual"})) out.kv_cache = *v;
     if (r.has("threshold") && r.has("factor"))
         r.issue("factor", "'threshold' and 'factor' are two rules of Fast-dLLM's parallel decoding: give one");
+    // Fast-dLLM's Dream block decoding orders by entropy: its default alg.
+    if (out.name == "dream" && (r.has("block_length") || r.has("threshold") || r.has("kv_cache"))) out.alg = "entropy";
     if (o.applies("alg"))
         if (auto v = r.choice("alg", {"origin", "maskgit_plus", "topk_margin", "entropy"})) out.alg = *v;
     if (o.applies("alg_temp"))
@@ -116,13 +118,16 @@ std::optional<LladaSampler> llada_of(const AbsorbingSettings& s, int64_t length)
         s.temperature, parallel, length);
 }
 
-std::optional<DreamSampler> dream_of(const AbsorbingSettings& s) {
+std::optional<DreamSampler> dream_of(const AbsorbingSettings& s, int64_t length) {
     if (s.name != "dream") return std::nullopt;
     const auto alg = s.alg == "maskgit_plus"  ? DreamSampler::Alg::maskgit_plus
                      : s.alg == "topk_margin" ? DreamSampler::Alg::topk_margin
                      : s.alg == "entropy"     ? DreamSampler::Alg::entropy
                                               : DreamSampler::Alg::origin;
-    return DreamSampler(s.steps, s.eps, alg, s.alg_temp, s.temperature, s.top_k, s.top_p);
+    // Fast-dLLM's block decoding, with any of its settings.
+    const DreamBlocks blocks{s.block_length > 0 || s.threshold > 0 || s.kv_cache != "none", s.block_length,
+                             s.threshold};
+    return DreamSampler(s.steps, s.eps, alg, s.alg_temp, s.temperature, s.top_k, s.top_p, blocks, length);
 }
 
 DiscreteSampler::Kind kind_of(const std::string& name) {
@@ -153,9 +158,9 @@ public:
         : s_(s), run_(run), particles_(run.recipe.guidance.particles), batch_(samples * particles_),
           L_(run.recipe.max_length), V_(run.model.tokenizer->vocab_size()), mask_id_(run.model.tokenizer->mask_id()),
           sampler_(sampler_of(s, run.model.mask_schedule)), llada_(llada_of(s, run.recipe.max_length)),
-          dream_(dream_of(s)), kv_(s.kv_cache != "none" ? run.model.denoiser->window_cache() : nullptr),
-          kv_prefix_(s.kv_cache == "prefix"), always_fresh_(!s.cache || run.composer.needs_fresh_logits()),
-          every_row_(run.model.denoiser->uses_evidence()),
+          dream_(dream_of(s, run.recipe.max_length)),
+          kv_(s.kv_cache != "none" ? run.model.denoiser->window_cache() : nullptr), kv_prefix_(s.kv_cache == "prefix"),
+          always_fresh_(!s.cache || run.composer.needs_fresh_logits()), every_row_(run.model.denoiser->uses_evidence()),
           swarm_(samples, particles_, run.recipe.guidance.resample_scale) {
         tokens_ = sampler_.init(batch_, L_, mask_id_, run.device);
         const auto flags = tokens_.options().dtype(at::kBool);
@@ -168,7 +173,7 @@ public:
         int64_t i = 0;
         for (; i < steps(); ++i) {
             // Parallel decoding takes as many steps as the blocks need: none once nothing is masked.
-            if (llada_ && llada_->dynamic() && i > 0 && !tokens_.eq(mask_id_).any().item<bool>()) break;
+            if (dynamic_blocks() && i > 0 && !tokens_.eq(mask_id_).any().item<bool>()) break;
             step(i);
         }
         run_.stats.steps += i;
@@ -183,11 +188,19 @@ private:
         return llada_ ? llada_->t_next(i) : dream_ ? dream_->t_next(i) : sampler_.t_next(i);
     }
     at::Tensor choose(const at::Tensor& masked, int64_t i);
+    // The blocks after the prompt (llada; dream with Fast-dLLM's block decoding).
+    bool blocked() const { return llada_ || (dream_ && dream_->blocks_on()); }
+    bool blocks_started() const { return llada_ ? llada_->started() : dream_->started(); }
+    bool dynamic_blocks() const {
+        return (llada_ && llada_->dynamic()) || (dream_ && dream_->blocks_on() && dream_->dynamic());
+    }
+    bool advance_blocks(const at::Tensor& masked) { return llada_ ? llada_->advance(masked) : dream_->advance(masked); }
+    std::pair<int64_t, int64_t> block_of(int64_t i) const { return llada_ ? llada_->block(i) : dream_->block(i); }
     void step(int64_t i);
     void denoise(double t, const Combined& constraints);
     void draw(int64_t i, at::Tensor unmask, const Combined& combined, const at::Tensor& row_logits);
     void draw_as_authors(int64_t i, at::Tensor unmask, const Combined& combined, const at::Tensor& row_logits);
-    void start_llada(at::Tensor& unmask, int64_t i);
+    void start_blocks(at::Tensor& unmask, int64_t i);
     void call_denoiser(double t, const Combined& constraints);
     at::Tensor in_block(const at::Tensor& masked, int64_t i) const;
 
@@ -206,7 +219,7 @@ private:
     const int64_t particles_, batch_, L_, V_, mask_id_;
     const DiscreteSampler sampler_;  // (its time grid unused while an authors' sampler runs)
     std::optional<LladaSampler> llada_;
-    const std::optional<DreamSampler> dream_;
+    std::optional<DreamSampler> dream_;
     at::Tensor block_schedule_;  // llada: the current block's commits per step, int64 [B, steps of the block]
     // llada with Fast-dLLM's key/value cache: the run's cache, the block it was refreshed for (-1: none yet), and
     // whether a window runs to the end of the sequence (prefix) or to the block's end (dual).
@@ -253,7 +266,7 @@ void AbsorbingLoop::denoise(double t, const Combined& constraints) {
 
 // llada: step i's block of `masked` (bool [B, L]).
 at::Tensor AbsorbingLoop::in_block(const at::Tensor& masked, int64_t i) const {
-    const auto [begin, end] = llada_->block(i);
+    const auto [begin, end] = block_of(i);
     at::Tensor inside = at::zeros_like(masked);
     inside.narrow(1, begin, end - begin).fill_(true);
     return masked.logical_and(inside);
@@ -262,29 +275,32 @@ at::Tensor AbsorbingLoop::in_block(const at::Tensor& masked, int64_t i) const {
 at::Tensor AbsorbingLoop::choose(const at::Tensor& masked, int64_t i) {
     // dream: chosen among the positions still masked once the controllers have fixed theirs (draw_as_authors), as
     // Dream draws them around its prompt.
-    if (dream_) return masked.clone();
-    // llada: the block is known once the prompt is, which the controllers fix at the first step.
-    if (llada_) {
-        if (!llada_->started()) return masked.clone();
-        if (llada_->dynamic() && !llada_->advance(masked)) return at::zeros_like(masked);
+    // llada, dream's blocks: the block is known once the prompt is, which the controllers fix at the first step.
+    if (blocked()) {
+        if (!blocks_started()) return masked.clone();
+        if (dynamic_blocks() && !advance_blocks(masked)) return at::zeros_like(masked);
         return in_block(masked, i);
     }
+    if (dream_) return masked.clone();
     return sampler_.choose(masked, i, run_.gen);
 }
 
 // llada: the prompt is the positions before the first one still masked once the controllers have fixed theirs (a span
 // prefix); from it the blocks, and step i's (`unmask` is narrowed to it).
-void AbsorbingLoop::start_llada(at::Tensor& unmask, int64_t i) {
+void AbsorbingLoop::start_blocks(at::Tensor& unmask, int64_t i) {
     const at::Tensor masked = tokens_.eq(mask_id_);
     const at::Tensor any = masked.any(1);
     if (!any.any().item<bool>()) return;
     const int64_t prompt = masked.to(at::kByte).argmax(1).masked_select(any).min().item<int64_t>();
     try {
-        llada_->start(prompt, L_);
+        if (llada_)
+            llada_->start(prompt, L_);
+        else
+            dream_->start(prompt, L_);
     } catch (const std::invalid_argument& e) {
         throw GenerationFault(e.what());
     }
-    if (llada_->dynamic()) llada_->advance(masked);
+    if (dynamic_blocks()) advance_blocks(masked);
     unmask = in_block(unmask, i);
 }
 
@@ -298,9 +314,9 @@ void AbsorbingLoop::call_denoiser(double t, const Combined& constraints) {
         logits_ = out.logits.to(at::kFloat);
         outside_ = out.outside.defined() ? out.outside.to(at::kFloat) : at::Tensor();
     };
-    if (!kv_ || !llada_->started())
+    if (!kv_ || !blocks_started())
         return set(denoiser.denoise(tokens_, t, {}, evidence_of(constraints, batch_, L_, V_, every_row_)));
-    const auto [begin, end] = llada_->block(step_);
+    const auto [begin, end] = block_of(step_);
     if (begin != cached_block_) {
         cached_block_ = begin;
         set(denoiser.denoise_refresh(tokens_, *kv_));
@@ -368,7 +384,7 @@ void AbsorbingLoop::step(int64_t i) {
             remask.logical_and_(is_fixed.logical_not());
         }
     }
-    if (llada_ && !llada_->started()) start_llada(unmask, i);
+    if (blocked() && !blocks_started()) start_blocks(unmask, i);
     if (changed || (every_row_ && !same_constraints(combined, seen_))) {
         denoise(t, combined);
         row_logits = every_row_ ? logits_ : logits_.index_select(0, in.rows);
@@ -437,11 +453,22 @@ void AbsorbingLoop::draw(int64_t i, at::Tensor unmask, const Combined& combined,
 void AbsorbingLoop::draw_as_authors(int64_t i, at::Tensor unmask, const Combined& combined,
                                     const at::Tensor& row_logits) {
     const at::Tensor masked = tokens_.eq(mask_id_);  // with this step's fixed tokens
-    if (llada_ && !llada_->started()) return;        // nothing masked
+    if (blocked() && !blocks_started()) return;      // nothing masked
     // How many each sequence commits this step (parallel decoding: once the confidences are known).
     at::Tensor count;
     const bool parallel = llada_ && llada_->dynamic();
-    if (llada_ && !parallel) {
+    // dream's block decoding: a block's first call commits its first position alone; with a threshold, the count
+    // comes from the confidences.
+    const bool dream_blocks = dream_ && dream_->blocks_on();
+    const bool opening = dream_blocks && dream_->opens_block(i);
+    const bool dream_threshold = dream_blocks && dream_->dynamic() && !opening;
+    if (opening) {
+        at::Tensor first = at::zeros_like(unmask);
+        first.select(1, block_of(i).first).fill_(true);
+        unmask = unmask.logical_and(first);
+    } else if (dream_blocks) {
+        if (!dream_->dynamic()) count = dream_->block_commits(in_block(masked, i).sum(1), i);
+    } else if (llada_ && !parallel) {
         if (llada_->first_of_block(i) || !block_schedule_.defined())
             block_schedule_ = llada_->schedule(in_block(masked, i).sum(1), i);
         count = block_schedule_.select(1, llada_->step_in_block(i)).contiguous();
@@ -480,12 +507,13 @@ void AbsorbingLoop::draw_as_authors(int64_t i, at::Tensor unmask, const Combined
     // Which of the drawn the sampler commits: the most confident `count` (dream's origin: every one drawn).
     const at::Tensor drawn = at::zeros({batch_ * L_}, masked.options()).index_fill_(0, positions, true);
     at::Tensor kept_at = drawn;
-    if (count.defined() || parallel) {
+    if (count.defined() || parallel || dream_threshold) {
         const at::Tensor scored =
             at::full({batch_ * L_}, -std::numeric_limits<float>::infinity(), confidence.options().dtype(at::kFloat))
                 .index_copy_(0, positions, confidence.to(at::kFloat));
         const at::Tensor d = drawn.view({batch_, L_}), c = scored.view({batch_, L_});
         if (parallel) count = llada_->parallel_count(d, c);
+        if (dream_threshold) count = dream_->threshold_commits(d, c);
         kept_at = (llada_ ? keep_highest(d, c, count) : dream_->keep(d, c, count, run_.gen)).view({-1});
     }
     // A draw of the mask or of a row past the tokenizer is no token: the position stays masked.
@@ -552,6 +580,9 @@ json AbsorbingProcess::settings() const {
         out["alg"] = s_.alg;
         out["alg_temp"] = s_.alg_temp;
         out["eps"] = s_.eps;
+        if (s_.block_length > 0) out["block_length"] = s_.block_length;
+        if (s_.threshold > 0) out["threshold"] = s_.threshold;
+        out["kv_cache"] = s_.kv_cache;
     }
     if (s_.name == "analytic" && s_.remask.strategy != "none")
         out["remask"] = {{"strategy", s_.remask.strategy},
@@ -590,9 +621,16 @@ void check_blocks(const AbsorbingSettings& s, const Model& model, int64_t block,
 void check(const AbsorbingSettings& s, const Model& model, const Recipe& recipe, std::vector<RecipeIssue>& issues) {
     if (const int64_t block = model.denoiser->decoding_block(); block > 0) check_blocks(s, model, block, issues);
     const int64_t L = recipe.max_length, b = s.block_length;
-    if ((s.name == "confidence" || s.name == "first_hitting" || s.name == "llada") && b > L)
+    if ((s.name == "confidence" || s.name == "first_hitting" || s.name == "llada" || s.name == "dream") && b > L)
         issues.push_back({"/sampler/block_length",
                           "block_length " + std::to_string(b) + " is longer than max_length " + std::to_string(L)});
+    if (s.name == "dream" && s.alg != "entropy" && (b > 0 || s.threshold > 0 || s.kv_cache != "none"))
+        issues.push_back({"/sampler/alg",
+                          "Fast-dLLM's Dream block decoding (block_length, threshold, kv_cache) "
+                          "orders positions by entropy (or, with a threshold, by the drawn token's "
+                          "probability) whatever alg says; leave 'alg' out or give 'entropy', "
+                          "not '" +
+                              s.alg + "'"});
     if (s.name == "confidence") {
         const int64_t blocks = DiscreteSampler::block_count(L, b);
         if (s.steps < blocks)
@@ -605,8 +643,7 @@ void check(const AbsorbingSettings& s, const Model& model, const Recipe& recipe,
             issues.push_back(
                 {"/sampler/kv_cache", "model '" + model.name +
                                           "' keeps no key/value cache of the kind Fast-dLLM's are (LLaDA's "
-                                          "checkpoints do; Dream predicts each position from the one "
-                                          "before it, across a block's edge)"});
+                                          "and Dream's checkpoints do)"});
         if (s.prompt_guidance > 0)
             issues.push_back({"/sampler/kv_cache",
                               "Fast-dLLM's caches take one pass per step; prompt_guidance's "
@@ -641,13 +678,13 @@ ProcessRoom absorbing_room() {
                                     "generate() draws from the whole distribution"),
                  SamplerKey::of("prompt_guidance", {}, kDiscrete),
                  SamplerKey::of("order", {"confidence"}, "the confidence sampler", true),
-                 SamplerKey::of("block_length", {"confidence", "first_hitting", "llada"},
-                                "the confidence, first_hitting and llada samplers", true),
+                 SamplerKey::of("block_length", {"confidence", "first_hitting", "llada", "dream"},
+                                "the confidence, first_hitting, llada and dream samplers", true),
                  SamplerKey::of("remask", {"analytic"}, "the analytic sampler", true),
                  SamplerKey::of("remasking", {"llada"}, "the llada sampler", true),
-                 SamplerKey::of("threshold", {"llada"}, "the llada sampler", true),
+                 SamplerKey::of("threshold", {"llada", "dream"}, "the llada and dream samplers", true),
                  SamplerKey::of("factor", {"llada"}, "the llada sampler", true),
-                 SamplerKey::of("kv_cache", {"llada"}, "the llada sampler", true),
+                 SamplerKey::of("kv_cache", {"llada", "dream"}, "the llada and dream samplers", true),
                  SamplerKey::of("alg", {"dream"}, "the dream sampler", true),
                  SamplerKey::of("alg_temp", {"dream"}, "the dream sampler", true),
                  SamplerKey::of("eps", {"dream"}, "the dream sampler", true)};

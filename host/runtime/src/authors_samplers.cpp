@@ -85,10 +85,14 @@ bool LladaSampler::advance(const at::Tensor& masked) {
 }
 
 at::Tensor LladaSampler::parallel_count(const at::Tensor& drawn, const at::Tensor& confidence) const {
+    return parallel_commits(parallel_, drawn, confidence);
+}
+
+at::Tensor parallel_commits(const ParallelDecoding& parallel, const at::Tensor& drawn, const at::Tensor& confidence) {
     const at::Tensor m = drawn.sum(1).cpu();
-    if (parallel_.rule == Parallel::Rule::threshold) {
+    if (parallel.rule == ParallelDecoding::Rule::threshold) {
         // The most confident always; every other reaching the threshold (Fast-dLLM drops those below it).
-        const at::Tensor reaching = confidence.ge(parallel_.value).logical_and(drawn).sum(1).cpu();
+        const at::Tensor reaching = confidence.ge(parallel.value).logical_and(drawn).sum(1).cpu();
         return at::where(m.gt(0), reaching.clamp_min(1), m);
     }
     // factor: confidences sorted c_1 >= c_2 >= ... over the m drawn, thresholds 1 - factor / (n + 1) with the first
@@ -104,7 +108,7 @@ at::Tensor LladaSampler::parallel_count(const at::Tensor& drawn, const at::Tenso
         if (total == 0) continue;
         int64_t n = total;
         for (int64_t j = 1; j < total; ++j)
-            if (c[b][j] < 1.0 - parallel_.value / static_cast<double>(j + 2)) {
+            if (c[b][j] < 1.0 - parallel.value / static_cast<double>(j + 2)) {
                 n = j == total - 1 ? total : j;
                 break;
             }
@@ -139,11 +143,66 @@ at::Tensor LladaSampler::confidence(const at::Tensor& full, const at::Tensor& to
 // Dream
 
 DreamSampler::DreamSampler(int64_t steps, double eps, Alg alg, double alg_temp, double temperature, int64_t top_k,
-                           double top_p)
+                           double top_p, DreamBlocks blocks, int64_t length)
     : steps_(steps), times_(at::linspace(1.0, eps, steps + 1, at::TensorOptions().dtype(at::kFloat))), alg_(alg),
-      alg_temp_(alg_temp), temperature_(temperature), top_k_(top_k), top_p_(top_p) {
+      alg_temp_(alg_temp), temperature_(temperature), top_k_(top_k), top_p_(top_p), blocks_(blocks),
+      max_steps_(length) {
     if (steps < 1) throw std::invalid_argument("dream sampler: steps must be >= 1");
     if (!(eps > 0.0 && eps < 1.0)) throw std::invalid_argument("dream sampler: eps must be in (0, 1)");
+    if (blocks.on && dynamic() && length < 1) throw std::invalid_argument("dream sampler: threshold needs the length");
+}
+
+void DreamSampler::start(int64_t prompt, int64_t length) {
+    const int64_t generated = length - prompt;
+    if (prompt < 0 || generated < 1)
+        throw std::invalid_argument("the dream sampler found no masked position after the prompt (" +
+                                    std::to_string(prompt) + " of " + std::to_string(length) + " positions)");
+    block_size_ = blocks_.block_length > 0 ? std::min(blocks_.block_length, generated) : generated;
+    block_count_ = (generated + block_size_ - 1) / block_size_;
+    steps_per_block_ = steps_ / block_count_;
+    // Fast-dLLM's loop: a block's first call commits one position, its other steps the rest; one step would leave
+    // the block masked.
+    if (!dynamic() && steps_per_block_ < 2)
+        throw std::invalid_argument("the dream sampler's block decoding has " + std::to_string(steps_) + " steps for " +
+                                    std::to_string(block_count_) + " blocks of " + std::to_string(block_size_) +
+                                    " positions after the " + std::to_string(prompt) +
+                                    "-position prompt: each block needs two steps or more");
+    block_times_ =
+        at::linspace(1.0, times_[steps_].item<double>(), steps_per_block_ + 1, at::TensorOptions().dtype(at::kFloat));
+    prompt_ = prompt;
+    length_ = length;
+    opening_ = true;
+}
+
+std::pair<int64_t, int64_t> DreamSampler::block(int64_t i) const {
+    const int64_t b = dynamic() ? current_block_ : std::min(i / steps_per_block_, block_count_ - 1);
+    return {prompt_ + b * block_size_, std::min(length_, prompt_ + (b + 1) * block_size_)};
+}
+
+bool DreamSampler::advance(const at::Tensor& masked) {
+    for (; current_block_ < block_count_; ++current_block_, opening_ = true) {
+        const auto [begin, end] = block(0);
+        if (masked.narrow(1, begin, end - begin).any().item<bool>()) return true;
+    }
+    return false;
+}
+
+bool DreamSampler::opens_block(int64_t i) {
+    if (!dynamic()) return i % steps_per_block_ == 0;
+    const bool opening = opening_;
+    opening_ = false;
+    return opening;
+}
+
+at::Tensor DreamSampler::block_commits(const at::Tensor& masked, int64_t i) const {
+    const int64_t j = i % steps_per_block_;
+    if (j >= steps_per_block_ - 1) return masked.to(at::kLong).cpu();
+    const at::Tensor share = 1 - block_times_[j + 1] / block_times_[j];
+    return (masked.to(at::kFloat).cpu() * share).to(at::kLong);
+}
+
+at::Tensor DreamSampler::threshold_commits(const at::Tensor& drawn, const at::Tensor& confidence) const {
+    return parallel_commits({ParallelDecoding::Rule::threshold, blocks_.threshold}, drawn, confidence);
 }
 
 double DreamSampler::t(int64_t i) const { return times_[i].item<float>(); }
@@ -182,8 +241,13 @@ at::Tensor DreamSampler::draw(const at::Tensor& shaped, at::Generator& gen) cons
 }
 
 at::Tensor DreamSampler::confidence(const at::Tensor& shaped, const at::Tensor& tokens) const {
+    if (!blocks_.on) return confidence_as(alg_, shaped, tokens);
+    return confidence_as(dynamic() ? Alg::maskgit_plus : Alg::entropy, shaped, tokens);
+}
+
+at::Tensor DreamSampler::confidence_as(Alg alg, const at::Tensor& shaped, const at::Tensor& tokens) const {
     const at::Tensor p = shaped.exp();
-    switch (alg_) {
+    switch (alg) {
         case Alg::origin: return at::zeros({shaped.size(0)}, p.options());
         case Alg::maskgit_plus: return p.gather(1, tokens.unsqueeze(1)).squeeze(1);
         case Alg::topk_margin: {

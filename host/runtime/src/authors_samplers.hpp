@@ -15,6 +15,12 @@
 //          the drawn token's probability (maskgit_plus), the gap between the two most probable tokens (topk_margin)
 //          or the negative entropy (entropy), or drawn in proportion to softmax(confidence / alg_temp). Tokens are
 //          drawn from the distribution at the temperature, top_p then top_k applied, as Dream does.
+//          With Fast-dLLM's block decoding (NVlabs/Fast-dLLM, dream/model/generation_utils_block.py: a block_length,
+//          a threshold or a key/value cache), the part after the prompt goes in blocks of block_length (default: one):
+//          a block's first call commits its first position alone (the draw there); then each step commits as above
+//          over the block's masked positions, with times linspace(1, eps, steps / blocks + 1) from the second and the
+//          entropy order (as that code fixes it), or with `threshold` the most probable draw and every other whose
+//          probability reaches it, until the block is done.
 // Both take the softmax over every row the network has (DenoiserOutput::outside), and a draw of the mask token leaves
 // the position masked, as it does in the authors' code (a draw of a row past the tokenizer too, which is no text).
 #pragma once
@@ -37,6 +43,10 @@ struct ParallelDecoding {
     enum class Rule { none, threshold, factor } rule = Rule::none;
     double value = 0.0;
 };
+
+// How many of each sequence's `drawn` (bool [B, L]) a step of parallel decoding commits given their `confidence`
+// (float [B, L]): threshold: max(1, those reaching it); factor: Fast-dLLM's rule (see the .cpp). int64 [B].
+at::Tensor parallel_commits(const ParallelDecoding& parallel, const at::Tensor& drawn, const at::Tensor& confidence);
 
 class LladaSampler {
 public:
@@ -94,13 +104,39 @@ private:
     int64_t current_block_ = 0;  // parallel decoding
 };
 
+// Fast-dLLM's Dream block decoding (see above); off unless `on`.
+struct DreamBlocks {
+    bool on = false;
+    int64_t block_length = 0;  // 0: the generated part is one block
+    double threshold = 0.0;    // > 0: threshold decoding
+};
+
 class DreamSampler {
 public:
     enum class Alg { origin, maskgit_plus, topk_margin, entropy };
-    DreamSampler(int64_t steps, double eps, Alg alg, double alg_temp, double temperature, int64_t top_k, double top_p);
+    // `length`: the sequence's, the most steps block decoding with a threshold takes.
+    DreamSampler(int64_t steps, double eps, Alg alg, double alg_temp, double temperature, int64_t top_k, double top_p,
+                 DreamBlocks blocks = {}, int64_t length = 0);
 
-    int64_t steps() const { return steps_; }
+    int64_t steps() const { return blocks_on() && dynamic() ? max_steps_ : steps_; }
     Alg alg() const { return alg_; }
+
+    // Block decoding (DreamBlocks): as LladaSampler's, the prompt known at the first step.
+    bool blocks_on() const { return blocks_.on; }
+    bool dynamic() const { return blocks_.threshold > 0; }
+    bool started() const { return prompt_ >= 0; }
+    void start(int64_t prompt, int64_t length);
+    std::pair<int64_t, int64_t> block(int64_t i) const;
+    bool advance(const at::Tensor& masked);  // threshold: on to the first block with a masked position
+    // Whether step i opens its block (its call commits the block's first position alone); with a threshold, the first
+    // call since advance moved on, which this consumes.
+    bool opens_block(int64_t i);
+    // Block decoding without a threshold: how many of each sequence's `masked` (int64 [B], in the block) step i
+    // commits: int(m (1 - s / t)) on the block's times, all at its last step.
+    at::Tensor block_commits(const at::Tensor& masked, int64_t i) const;
+    // Block decoding with a threshold: the most probable draw and every other reaching the threshold, of `drawn` (bool
+    // [B, L]) with their `confidence` (float [B, L]). int64 [B].
+    at::Tensor threshold_commits(const at::Tensor& drawn, const at::Tensor& confidence) const;
     double t(int64_t i) const;       // Dream's timesteps (float32 linspace(1, eps, steps + 1))
     double t_next(int64_t i) const;  // t(i + 1) (the last is eps)
 
@@ -111,7 +147,8 @@ public:
     at::Tensor shaped(at::Tensor full) const;
     // A token per row of `shaped` (the arg-max at temperature 0).
     at::Tensor draw(const at::Tensor& shaped, at::Generator& gen) const;
-    // The rows' confidence under the alg (float32 [n]).
+    // The rows' confidence under the alg (float32 [n]); in block decoding the order that code fixes (entropy, or the
+    // drawn token's probability with a threshold).
     at::Tensor confidence(const at::Tensor& shaped, const at::Tensor& tokens) const;
     // How many of a sequence's `masked` (int64 [B]) step i commits: int(m (1 - s / t)) in float32, all at the last.
     at::Tensor commits(const at::Tensor& masked, int64_t i) const;
@@ -121,12 +158,19 @@ public:
                     at::Generator& gen) const;
 
 private:
+    at::Tensor confidence_as(Alg alg, const at::Tensor& shaped, const at::Tensor& tokens) const;
     int64_t steps_;
     at::Tensor times_;  // float32 [steps + 1]
     Alg alg_;
     double alg_temp_, temperature_;
     int64_t top_k_;
     double top_p_;
+    DreamBlocks blocks_;
+    int64_t max_steps_;
+    int64_t prompt_ = -1, length_ = 0, block_size_ = 0, block_count_ = 1, steps_per_block_ = 1;
+    int64_t current_block_ = 0;
+    bool opening_ = false;
+    at::Tensor block_times_;  // float32 [steps per block + 1]
 };
 
 }  // namespace rudder

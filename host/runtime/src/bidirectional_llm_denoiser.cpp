@@ -50,10 +50,7 @@ struct LlmCache final : DenoiserCache {
 };
 }  // namespace
 
-std::unique_ptr<DenoiserCache> BidirectionalLlmDenoiser::window_cache() const {
-    if (network_->config().shifted()) return nullptr;
-    return std::make_unique<LlmCache>();
-}
+std::unique_ptr<DenoiserCache> BidirectionalLlmDenoiser::window_cache() const { return std::make_unique<LlmCache>(); }
 
 DenoiserOutput BidirectionalLlmDenoiser::denoise_refresh(const at::Tensor& x, DenoiserCache& cache) {
     c10::InferenceMode inference;

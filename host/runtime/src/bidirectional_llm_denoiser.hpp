@@ -38,7 +38,7 @@ public:
     uint64_t working_bytes(int64_t batch, int64_t length) const override;
     DenoiserOutput denoise(const at::Tensor& x, double t, const std::vector<std::string>& conditions,
                            const Evidence& evidence = {}) override;
-    // Fast-dLLM's key/value caches: LLaDA's (Dream's predictions come from the position before, outside a window).
+    // Fast-dLLM's key/value caches (nn::BidirectionalLlm::forward_window).
     std::unique_ptr<DenoiserCache> window_cache() const override;
     DenoiserOutput denoise_refresh(const at::Tensor& x, DenoiserCache& cache) override;
     DenoiserOutput denoise_window(const at::Tensor& x, int64_t begin, int64_t end, const DenoiserCache& cache) override;

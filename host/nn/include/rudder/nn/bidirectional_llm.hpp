@@ -97,8 +97,9 @@ public:
     at::Tensor forward(const at::Tensor& tokens, KeyValueCache* fill = nullptr) const;
     // The logits [B, n, V] of positions [begin, begin + n) given their tokens `window` int64 [B, n], their queries
     // reading the keys and values `cache` holds for every other position (and their own, fresh): Fast-dLLM's prefix
-    // cache when the window runs to the end of the sequence, its dual cache otherwise. LLaDA only (Dream predicts a
-    // position from the one before it, outside a window that starts at a block). The cache is left as it was.
+    // cache when the window runs to the end of the sequence, its dual cache otherwise. Dream's shift stays within the
+    // window, as Fast-dLLM's Dream code shifts it: the window's first row is its own position's output. The cache is
+    // left as it was.
     at::Tensor forward_window(const at::Tensor& window, int64_t begin, const KeyValueCache& cache) const;
     // Log-probabilities [B, L, vocab] of the clean token over the first `vocab` ids (the tokenizer's; the rows past
     // it are padding no text uses): SUBS (nn::subs_log_probs) over the logits. With `outside`, also the rows those
