@@ -130,9 +130,9 @@ bench-vocab: build
 bench-checkpoint: build
 	/usr/bin/python3 bench/checkpoint_eager.py --bench $(BUILD)/bin/rudder_checkpoint_bench
 
-# Fast-dLLM's threshold and factor decoding and prefix and dual caches against the authors' plain sampler, on
-# random-weight checkpoints of Qwen2.5-0.5B's shape in LLaDA's and Dream's layouts (bench/fast_dllm.py; writes two
-# 1.2 GB checkpoints once, then about half an hour at 256 generated tokens).
+# Fast-dLLM's threshold and factor decoding, block decoding and prefix and dual caches against the authors' plain
+# samplers, on random-weight checkpoints of Qwen2.5-0.5B's shape in LLaDA's and Dream's layouts (bench/fast_dllm.py;
+# writes two 1.2 GB checkpoints once, then about an hour at 256 generated tokens on two cores).
 bench-fast-dllm: build
 	/usr/bin/python3 bench/fast_dllm.py --build $(BUILD)
 

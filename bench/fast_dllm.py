@@ -70,7 +70,14 @@ def main():
                                                  "kv_cache": "dual"}},
              {"label": "dual cache, threshold 0.9", "sampler": {"name": "llada", "block_length": block,
                                                                 "threshold": 0.9, "kv_cache": "dual"}}]
-    dream = [{"label": "plain (entropy)", "sampler": {"name": "dream", "steps": G, "alg": "entropy"}}]
+    dream = [{"label": "plain (entropy)", "sampler": {"name": "dream", "steps": G, "alg": "entropy"}},
+             {"label": "blocks, no cache", "sampler": {"name": "dream", "steps": G, "block_length": block}},
+             {"label": "blocks, prefix cache", "sampler": {"name": "dream", "steps": G, "block_length": block,
+                                                           "kv_cache": "prefix"}},
+             {"label": "blocks, dual cache", "sampler": {"name": "dream", "steps": G, "block_length": block,
+                                                         "kv_cache": "dual"}},
+             {"label": "dual cache, threshold 0.9", "sampler": {"name": "dream", "steps": G, "block_length": block,
+                                                                "kv_cache": "dual", "threshold": 0.9}}]
     results = {"llada-0.5b": run(args.build, checkpoint(args.build, "llada-0.5b"), llada, args),
                "dream-0.5b": run(args.build, checkpoint(args.build, "dream-0.5b"), dream, args)}
     with open(os.path.join(args.build, "fast_dllm.json"), "w", encoding="utf-8") as f:
