@@ -48,6 +48,11 @@ TEST(JsonSchema, RefusesWhatItDoesNotCompileWithThePointer) {
     EXPECT_EQ(refusal(R"({"minimum":0,"exclusiveMinimum":true})", "draft-04"), "/exclusiveMinimum");
     EXPECT_EQ(refusal(R"({"type":"strin"})", "unknown type"), "/type");
     EXPECT_EQ(refusal(R"({"minLength":-1})", "non-negative integer"), "/minLength");
+    // Counts past int64 (found by fuzz_json_schema: casting such a double to an integer is undefined).
+    EXPECT_EQ(refusal(R"({"type":"array","minItems":4888888888888888888888888888888888888})", "below 2^63"),
+              "/minItems");
+    EXPECT_EQ(refusal(R"({"type":"array","maxItems":18446744073709551615})", "below 2^63"), "/maxItems");
+    EXPECT_EQ(refusal(R"({"type":"string","maxLength":2.5})", "non-negative integer"), "/maxLength");
     EXPECT_EQ(refusal(R"({"properties":{"a~b/c":{"dependentRequired":{}}}})", "dependentRequired"),
               "/properties/a~0b~1c/dependentRequired");
     EXPECT_EQ(refusal("{not json", "not JSON"), "");

@@ -3,6 +3,8 @@
 #include <rudder/grammar/json_schema.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <set>
 
 namespace rudder::grammar {
@@ -251,13 +253,24 @@ LangPtr SchemaCompiler::intersection(const std::vector<LangPtr>& parts, const st
 std::optional<int64_t> SchemaCompiler::count_keyword(const SchemaNode& node, const char* keyword) const {
     if (!node.schema->contains(keyword)) return std::nullopt;
     const Json& value = (*node.schema)[keyword];
-    const bool integral = value.is_number_integer() ||
-                          (value.is_number_float() &&
-                           value.get<double>() == static_cast<double>(static_cast<int64_t>(value.get<double>())));
-    if (!integral || value.get<double>() < 0) {
-        throw SchemaError(node.pointer + "/" + keyword, "expected a non-negative integer");
+    const auto refuse = [&] {
+        return SchemaError(node.pointer + "/" + keyword, "expected a non-negative integer below 2^63");
+    };
+    if (value.is_number_unsigned()) {
+        const uint64_t count = value.get<uint64_t>();
+        if (count > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) throw refuse();
+        return static_cast<int64_t>(count);
     }
-    return value.is_number_float() ? static_cast<int64_t>(value.get<double>()) : value.get<int64_t>();
+    if (value.is_number_integer()) {
+        if (value.get<int64_t>() < 0) throw refuse();
+        return value.get<int64_t>();
+    }
+    // A float is a count when it is a whole number that int64 holds (2^63 is the first double past it): casting any
+    // other to an integer is undefined.
+    if (!value.is_number_float()) throw refuse();
+    const double count = value.get<double>();
+    if (!(count >= 0 && count < 9223372036854775808.0) || count != std::floor(count)) throw refuse();
+    return static_cast<int64_t>(count);
 }
 
 Dfa compile_json_schema(const nlohmann::ordered_json& schema, const SchemaOptions& options) {
