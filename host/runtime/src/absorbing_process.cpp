@@ -33,7 +33,7 @@ struct RemaskSettings {
 
 struct AbsorbingSettings {
     std::string name = "analytic";  // euler | analytic | first_hitting | confidence | llada | dream
-    int64_t steps = 200;            // first_hitting: max_length
+    int64_t steps = 200;            // first_hitting, threshold and factor decoding: max_length
     bool cache = true;              // skip the network when no token changed since its last call
     // Divides the controlled clean-token log-probabilities before they are drawn from; 0: the arg-max (the default of
     // llada and dream, as of the authors' code).
@@ -694,6 +694,10 @@ ProcessRoom absorbing_room() {
                    std::vector<RecipeIssue>& issues) -> std::unique_ptr<DiffusionProcess> {
         AbsorbingSettings settings = read_settings(sampler);
         if (settings.name == "first_hitting") settings.steps = recipe.max_length;
+        // Threshold and factor decoding take the steps their blocks need: at most one a position.
+        const bool parallel = (settings.name == "llada" && (settings.threshold > 0 || settings.factor > 0)) ||
+                              (settings.name == "dream" && settings.threshold > 0);
+        if (parallel) settings.steps = recipe.max_length;
         check(settings, model, recipe, issues);
         return std::make_unique<AbsorbingProcess>(std::move(settings));
     };
