@@ -243,8 +243,9 @@ def main():
         def confident(flavor, w):
             w[top_names(flavor)[2]] *= sure
             return w
-        if shape == "llada-0.5b":
+        if shape in ("llada-0.5b", "dream-0.5b"):  # Qwen2.5-0.5B's dimensions
             TINY.update(hidden=896, heads=14, kv_heads=2, intermediate=4864, layers=24, length=1024)
+        if shape == "llada-0.5b":
             config = llada_config()
             config.update(d_model=896, n_heads=14, n_kv_heads=2, mlp_hidden_size=4864, n_layers=24,
                           max_sequence_length=1024, embedding_size=151936, vocab_size=151936, mask_token_id=151666,
@@ -255,7 +256,6 @@ def main():
             write_model(out, "", config, w)
             return
         if shape == "dream-0.5b":
-            TINY.update(hidden=896, heads=14, kv_heads=2, intermediate=4864, layers=24, length=1024)
             config = dream_config()
             config.update(hidden_size=896, num_attention_heads=14, num_key_value_heads=2, intermediate_size=4864,
                           num_hidden_layers=24, max_window_layers=24, max_position_embeddings=1024, vocab_size=151936,
