@@ -12,6 +12,7 @@ approximation moves a sure network's choices, not how good the text is. What the
 which does not depend on the weights.
 
 usage: fast_dllm.py [--build DIR] [--gen-length N] [--rounds R] [--threads T] [--device cpu|cuda]
+                   [--only LABEL,...]   (the plain rows always run: the others are measured against them)
 """
 import argparse
 import json
@@ -58,6 +59,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--only", default="", help="comma-separated labels of the rows to run besides the plain ones")
     args = parser.parse_args()
     G = args.gen_length
     block = min(32, G)  # Fast-dLLM's blocks
@@ -78,6 +80,10 @@ def main():
                                                          "kv_cache": "dual"}},
              {"label": "dual cache, threshold 0.9", "sampler": {"name": "dream", "steps": G, "block_length": block,
                                                                 "kv_cache": "dual", "threshold": 0.9}}]
+    if args.only:
+        wanted = set(args.only.split(","))
+        llada = [r for k, r in enumerate(llada) if k == 0 or r["label"] in wanted]
+        dream = [r for k, r in enumerate(dream) if k == 0 or r["label"] in wanted]
     results = {"llada-0.5b": run(args.build, checkpoint(args.build, "llada-0.5b"), llada, args),
                "dream-0.5b": run(args.build, checkpoint(args.build, "dream-0.5b"), dream, args)}
     with open(os.path.join(args.build, "fast_dllm.json"), "w", encoding="utf-8") as f:
