@@ -175,6 +175,23 @@ TEST(GenerationErrors, FixedTokenAPackedMaskForbidsIsNamed) {
     }
 }
 
+// Fast-dLLM's key/value caches need a network that keeps them (LLaDA's and Dream's checkpoints); the corpus model
+// has none, and prompt guidance's second pass cannot share one.
+TEST(GenerationErrors, AKeyValueCacheNeedsAModelThatKeepsOne) {
+    const std::string text = R"({"model": ")" + rudder::testing::corpus_model_dir().string() +
+                             R"(", "family": "discrete",
+        "sampler": {"name": "llada", "steps": 8, "kv_cache": "dual", "prompt_guidance": 1}})";
+    try {
+        Generator g(rudder::parse_recipe(text, "."), registry());
+        FAIL() << "a key/value cache on a model without one was accepted";
+    } catch (const rudder::RecipeError& e) {
+        std::map<std::string, std::string> by_pointer;
+        for (const auto& i : e.issues()) by_pointer[i.pointer] = i.message;
+        EXPECT_NE(by_pointer["/sampler/kv_cache"].find("keeps no key/value cache"), std::string::npos);
+        EXPECT_NE(by_pointer["/sampler/prompt_guidance"].find("cache of its own"), std::string::npos);
+    }
+}
+
 TEST(GenerationErrors, RecipeProblemsFoundWhenLoadingNameTheirPointer) {
     const std::string text = R"({"model": ")" + rudder::testing::corpus_model_dir().string() +
                              R"(", "family": "discrete", "sampler": {"name": "ddim"}, "device": "cuda",

@@ -645,7 +645,7 @@ void check(const AbsorbingSettings& s, const Model& model, const Recipe& recipe,
                                           "' keeps no key/value cache of the kind Fast-dLLM's are (LLaDA's "
                                           "and Dream's checkpoints do)"});
         if (s.prompt_guidance > 0)
-            issues.push_back({"/sampler/kv_cache",
+            issues.push_back({"/sampler/prompt_guidance",
                               "Fast-dLLM's caches take one pass per step; prompt_guidance's "
                               "second pass (the prompt masked) would need a cache of its own"});
     }
