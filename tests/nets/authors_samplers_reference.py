@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """What LLaDA's generate() (ML-GSAI/LLaDA, generate.py; with Fast-dLLM's threshold and factor rules, NVlabs/Fast-dLLM)
-and Dream's diffusion_generate() (Dream-org's generation_utils.py) write for the checkpoints bidirectional_llm_fixture.py makes, for tests/nets/bidirectional_llm_test.
+and Dream's diffusion_generate() (Dream-org's generation_utils.py; with Fast-dLLM's block decoding) write for the
+checkpoints bidirectional_llm_fixture.py makes, for tests/nets/bidirectional_llm_test.
 
 Written here from the descriptions of those two functions (docs/checkpoints.md, "The authors' samplers") over the
 fixture's float64 network, not taken from the authors' code; the note of issue 46 says how it was compared with the
@@ -20,7 +21,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 
-from bidirectional_llm_fixture import TINY, names, reference_logits, top_names  # noqa: E402
+from bidirectional_llm_fixture import TINY, reference_logits  # noqa: E402
 
 DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 
@@ -47,58 +48,6 @@ def load(folder):
         return weights, json.load(f)
 
 
-def llada_window(w, config, tokens, begin, end, cache, flavor="llada"):
-    """LLaDA's (or Dream's, unshifted) network (float64, as the fixture's reference_logits) over positions [begin, end)
-    of `tokens`, their queries reading `cache`'s keys and values (per layer, [L, kv_heads, d]) for the other positions;
-    with begin 0 and end the length, the full forward, filling `cache`. Fast-dLLM's prefix and dual caches."""
-    import math
-    w = {k: v.double() for k, v in w.items()}
-    h, heads, kv = TINY["hidden"], TINY["heads"], TINY["kv_heads"]
-    d = h // heads
-    theta, eps = config["rope_theta"], config["rms_norm_eps"]
-    emb, norm, out = top_names(flavor)
-    biased = flavor == "dream"
-
-    def lin(x, name):
-        y = x @ w[name + ".weight"].T
-        return y + w[name + ".bias"] if biased else y
-    fill = begin == 0 and end == tokens.shape[1]
-
-    def rms(x, weight):
-        return weight * x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps)
-
-    def rotate(t, positions):  # the pair (t_j, t_{j + d/2}) as a complex number turned by position * freq_j
-        freq = theta ** (-torch.arange(0, d // 2, dtype=torch.float64) * 2 / d)
-        angle = positions.double()[:, None] * freq[None, :]
-        z = torch.complex(t[..., : d // 2], t[..., d // 2:]) * torch.polar(torch.ones_like(angle), angle)[:, None, :]
-        return torch.cat([z.real, z.imag], -1)
-
-    positions = torch.arange(begin, end)
-    x = w[emb][tokens[0, begin:end]]
-    for i in range(TINY["layers"]):
-        n = names(flavor, i)
-        a = rms(x, w[n["attn_norm"]])
-        q = rotate(lin(a, n["q"]).view(-1, heads, d), positions)
-        k = rotate(lin(a, n["k"]).view(-1, kv, d), positions)
-        v = lin(a, n["v"]).view(-1, kv, d)
-        if fill:
-            cache[i] = (k, v)
-        else:
-            ck, cv = cache[i]
-            k = torch.cat([ck[:begin], k, ck[end:]])
-            v = torch.cat([cv[:begin], v, cv[end:]])
-        attended = torch.zeros(end - begin, heads, d, dtype=torch.float64)
-        for head in range(heads):
-            g = head // (heads // kv)
-            scores = (q[:, head] @ k[:, g].T) / math.sqrt(d)
-            attended[:, head] = scores.softmax(-1) @ v[:, g]
-        x = x + attended.reshape(end - begin, h) @ w[n["o"]].T
-        m = rms(x, w[n["ff_norm"]])
-        gate = m @ w[n["gate"]].T
-        x = x + (gate * torch.sigmoid(gate) * (m @ w[n["up"]].T)) @ w[n["down"]].T
-    return (rms(x, w[norm]) @ w[out].T)[None]
-
-
 def llada_cached(w, config, prompt, gen_length, steps, block_length, kv_cache):
     """Fast-dLLM's generate_with_prefix_cache / generate_with_dual_cache (temperature 0, low confidence): each
     block's first step runs every position and keeps the keys and values; its other steps run the block to the end
@@ -118,9 +67,9 @@ def llada_cached(w, config, prompt, gen_length, steps, block_length, kv_cache):
         for j in range(per_block):
             stop = x.shape[1] if kv_cache == "prefix" else hi
             if j == 0:
-                logits = llada_window(w, config, x, 0, x.shape[1], cache)[:, lo:hi]
+                logits = reference_logits("llada", w, config, x, cache=cache)[:, lo:hi]
             else:
-                logits = llada_window(w, config, x, lo, stop, cache)[:, : hi - lo]
+                logits = reference_logits("llada", w, config, x, window=(lo, stop), cache=cache)[:, : hi - lo]
             drawn = logits.argmax(-1)[0]
             confidence = logits.softmax(-1)[0].gather(-1, drawn.unsqueeze(-1)).squeeze(-1)
             masked = x[0, lo:hi] == mask_id
@@ -155,13 +104,14 @@ def dream_blocks(w, config, prompt, gen_length, steps, eps, block_length, thresh
 
     def block_logits(lo, hi):
         if kv_cache == "none":
-            return shift(llada_window(w, config, x, 0, L, {}, "dream"))[:, lo:hi]
+            return reference_logits("dream", w, config, x)[:, lo:hi]
         stop = L if kv_cache == "prefix" else hi
-        return shift(llada_window(w, config, x, lo, stop, cache, "dream"))[:, : hi - lo]
+        window = reference_logits("dream", w, config, x, shifted=False, window=(lo, stop), cache=cache)
+        return shift(window)[:, : hi - lo]
 
     for b in range(blocks):
         lo, hi = P + b * K, P + (b + 1) * K
-        first = shift(llada_window(w, config, x, 0, L, cache, "dream"))[0, lo]
+        first = reference_logits("dream", w, config, x, cache=cache)[0, lo]
         x[0, lo] = dream_shape(first[None], temperature, top_p, top_k).argmax(-1)[0]
         j = 1
         while (x[0, lo:hi] == mask_id).any():

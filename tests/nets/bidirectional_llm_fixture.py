@@ -146,15 +146,19 @@ def write_qwen_tokenizer(source, path):
         json.dump(doc, f, ensure_ascii=False)
 
 
-def reference_logits(flavor, w, config, tokens, shifted=True):
+def reference_logits(flavor, w, config, tokens, shifted=True, window=None, cache=None):
     """The network in float64, position by position where that is clearer than batched tensor code; Dream's shifted
-    to the position each row predicts unless `shifted` is False (as Dream's own forward returns them)."""
+    to the position each row predicts unless `shifted` is False (as Dream's own forward returns them). Fast-dLLM's
+    key/value caches: with `cache` (a dict) and no `window`, every layer's keys and values are kept there; with
+    `window` (begin, end), only those positions run, their queries reading the cached keys and values of the others."""
     w = {k: v.double() for k, v in w.items()}
     h, heads, kv = TINY["hidden"], TINY["heads"], TINY["kv_heads"]
     d = h // heads
     theta = config["rope_theta"]
     eps = config["rms_norm_eps"]
-    B, L = tokens.shape
+    B = tokens.shape[0]
+    begin, end = window or (0, tokens.shape[1])
+    L = end - begin  # the positions run
     emb, norm, out = top_names(flavor)
 
     def rms(x, weight):
@@ -162,7 +166,7 @@ def reference_logits(flavor, w, config, tokens, shifted=True):
 
     def rotate(t):  # t [B, L, n, d]: the pair (t_j, t_{j + d/2}) as a complex number turned by position * freq_j
         freq = theta ** (-torch.arange(0, d // 2, dtype=torch.float64) * 2 / d)
-        angle = torch.arange(L, dtype=torch.float64)[:, None] * freq[None, :]  # [L, d/2]
+        angle = torch.arange(begin, end, dtype=torch.float64)[:, None] * freq[None, :]  # [L, d/2]
         z = torch.complex(t[..., : d // 2], t[..., d // 2:]) * torch.polar(torch.ones_like(angle), angle)[None, :, None, :]
         return torch.cat([z.real, z.imag], -1)
 
@@ -170,7 +174,7 @@ def reference_logits(flavor, w, config, tokens, shifted=True):
         y = x @ w[name + ".weight"].T
         return y + w[name + ".bias"] if bias else y
 
-    x = w[emb][tokens]
+    x = w[emb][tokens[:, begin:end]]
     for i in range(TINY["layers"]):
         n = names(flavor, i)
         a = rms(x, w[n["attn_norm"]])
@@ -178,6 +182,12 @@ def reference_logits(flavor, w, config, tokens, shifted=True):
         q = rotate(lin(a, n["q"], biased).view(B, L, heads, d))
         k = rotate(lin(a, n["k"], biased).view(B, L, kv, d))
         v = lin(a, n["v"], biased).view(B, L, kv, d)
+        if window is not None:  # the other positions' keys and values from the cache
+            ck, cv = cache[i]
+            k = torch.cat([ck[:, :begin], k, ck[:, end:]], 1)
+            v = torch.cat([cv[:, :begin], v, cv[:, end:]], 1)
+        elif cache is not None:
+            cache[i] = (k, v)
         attended = torch.zeros(B, L, heads, d, dtype=torch.float64)
         for head in range(heads):
             g = head // (heads // kv)  # the key/value head this query head reads

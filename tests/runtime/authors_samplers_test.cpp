@@ -72,10 +72,9 @@ TEST(LladaSampler, ParallelDecodingCountsAsFastDllm) {
     const at::Tensor drawn = bools({1, 1, 1, 0, 1, 1, 1, 1, 0, 0, 0, 0}).view({3, 4});
     const at::Tensor confidence =
         at::tensor({0.95f, 0.5f, 0.92f, no, 0.2f, 0.1f, 0.3f, 0.05f, no, no, no, no}).view({3, 4});
-    LladaSampler threshold(8, 0, LladaSampler::Remasking::low_confidence, 0.0, {Rule::threshold, 0.9}, 12);
+    LladaSampler threshold(8, 0, LladaSampler::Remasking::low_confidence, 0.0, {Rule::threshold, 0.9});
     EXPECT_TRUE(at::equal(threshold.parallel_count(drawn, confidence), at::tensor({2, 1, 0}, at::kLong)));
-    EXPECT_EQ(threshold.steps(), 12);  // an upper bound: one position a step
-    LladaSampler factor(8, 0, LladaSampler::Remasking::low_confidence, 0.0, {Rule::factor, 1.0}, 12);
+    LladaSampler factor(8, 0, LladaSampler::Remasking::low_confidence, 0.0, {Rule::factor, 1.0});
     const at::Tensor four = at::ones({2, 4}, at::kBool);
     // thresholds 0.667, 0.75, 0.8 for the 2nd, 3rd and 4th: 0.7 misses the 3rd's; 0.1 misses only the last's.
     const at::Tensor sorted = at::tensor({0.9f, 0.8f, 0.7f, 0.1f, 0.9f, 0.8f, 0.76f, 0.1f}).view({2, 4});

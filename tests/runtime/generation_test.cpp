@@ -175,6 +175,18 @@ TEST(GenerationErrors, FixedTokenAPackedMaskForbidsIsNamed) {
     }
 }
 
+// Threshold and factor decoding take the steps their blocks need: the run's bound, which controllers and progress are
+// told, is one step a position whatever `steps` says.
+TEST(GenerationErrors, ParallelDecodingIsBoundByTheLength) {
+    for (const char* sampler : {R"({"name": "llada", "steps": 8, "threshold": 0.9})",
+                                R"({"name": "dream", "steps": 8, "block_length": 4, "threshold": 0.9})"}) {
+        const std::string text = R"({"model": ")" + rudder::testing::corpus_model_dir().string() +
+                                 R"(", "family": "discrete", "max_length": 12, "sampler": )" + sampler + "}";
+        Generator g(rudder::parse_recipe(text, "."), registry());
+        EXPECT_EQ(g.recipe().sampler.steps, 12) << sampler;  // an upper bound: one position a step
+    }
+}
+
 // Fast-dLLM's key/value caches need a network that keeps them (LLaDA's and Dream's checkpoints); the corpus model
 // has none, and prompt guidance's second pass cannot share one.
 TEST(GenerationErrors, AKeyValueCacheNeedsAModelThatKeepsOne) {

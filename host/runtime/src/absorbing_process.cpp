@@ -42,13 +42,14 @@ struct AbsorbingSettings {
     double top_p = 1.0;  // draw within the smallest set of tokens holding this probability
     std::string order =
         "probability";  // confidence: which drawn tokens are kept first (probability | margin | entropy)
-    // confidence, first_hitting, llada: positions unmask block by block, left to right (0: one); llada counts them
-    // after the prompt.
+    // confidence, first_hitting, llada, dream: positions unmask block by block, left to right (0: one); llada and
+    // dream count them after the prompt.
     int64_t block_length = 0;
     RemaskSettings remask;                     // analytic: committed tokens may be masked again (ReMDM)
     std::string remasking = "low_confidence";  // llada: low_confidence | random
-    double threshold = 0.0, factor = 0.0;      // llada: Fast-dLLM's parallel decoding (0: off)
-    std::string kv_cache = "none";             // llada: Fast-dLLM's key/value cache: none | prefix | dual
+    double threshold = 0.0;                    // llada, dream: Fast-dLLM's threshold decoding (0: off)
+    double factor = 0.0;                       // llada: Fast-dLLM's factor decoding (0: off)
+    std::string kv_cache = "none";             // llada, dream: Fast-dLLM's key/value cache: none | prefix | dual
     std::string alg = "origin";                // dream: origin | maskgit_plus | topk_margin | entropy
     double alg_temp = 0.0;                     // dream: > 0 draws the positions by softmax(confidence / alg_temp)
     double eps = 1e-3;                         // dream: its last time
@@ -59,6 +60,14 @@ struct AbsorbingSettings {
 
 const std::string kDiscrete = "the discrete samplers";
 bool is_authors(const std::string& name) { return name == "llada" || name == "dream"; }
+// dream with Fast-dLLM's block decoding: any of its settings turns it on.
+bool dream_blocks(const AbsorbingSettings& s) {
+    return s.name == "dream" && (s.block_length > 0 || s.threshold > 0 || s.kv_cache != "none");
+}
+// Threshold and factor decoding: blocks take the steps they need, so the loop's bound is one step a position.
+bool decodes_in_parallel(const AbsorbingSettings& s) {
+    return (s.name == "llada" && (s.threshold > 0 || s.factor > 0)) || (dream_blocks(s) && s.threshold > 0);
+}
 
 AbsorbingSettings read_settings(SamplerObject& o) {
     AbsorbingSettings out;
@@ -87,7 +96,7 @@ AbsorbingSettings read_settings(SamplerObject& o) {
     if (r.has("threshold") && r.has("factor"))
         r.issue("factor", "'threshold' and 'factor' are two rules of Fast-dLLM's parallel decoding: give one");
     // Fast-dLLM's Dream block decoding orders by entropy: its default alg.
-    if (out.name == "dream" && (r.has("block_length") || r.has("threshold") || r.has("kv_cache"))) out.alg = "entropy";
+    if (dream_blocks(out)) out.alg = "entropy";
     if (o.applies("alg"))
         if (auto v = r.choice("alg", {"origin", "maskgit_plus", "topk_margin", "entropy"})) out.alg = *v;
     if (o.applies("alg_temp"))
@@ -106,7 +115,7 @@ AbsorbingSettings read_settings(SamplerObject& o) {
 }
 
 // The authors' samplers (authors_samplers.hpp); the loop runs them in place of a DiscreteSampler.
-std::optional<LladaSampler> llada_of(const AbsorbingSettings& s, int64_t length) {
+std::optional<LladaSampler> llada_of(const AbsorbingSettings& s) {
     if (s.name != "llada") return std::nullopt;
     LladaSampler::Parallel parallel;
     using Rule = LladaSampler::Parallel::Rule;
@@ -115,19 +124,17 @@ std::optional<LladaSampler> llada_of(const AbsorbingSettings& s, int64_t length)
     return LladaSampler(
         s.steps, s.block_length,
         s.remasking == "random" ? LladaSampler::Remasking::random : LladaSampler::Remasking::low_confidence,
-        s.temperature, parallel, length);
+        s.temperature, parallel);
 }
 
-std::optional<DreamSampler> dream_of(const AbsorbingSettings& s, int64_t length) {
+std::optional<DreamSampler> dream_of(const AbsorbingSettings& s) {
     if (s.name != "dream") return std::nullopt;
     const auto alg = s.alg == "maskgit_plus"  ? DreamSampler::Alg::maskgit_plus
                      : s.alg == "topk_margin" ? DreamSampler::Alg::topk_margin
                      : s.alg == "entropy"     ? DreamSampler::Alg::entropy
                                               : DreamSampler::Alg::origin;
-    // Fast-dLLM's block decoding, with any of its settings.
-    const DreamBlocks blocks{s.block_length > 0 || s.threshold > 0 || s.kv_cache != "none", s.block_length,
-                             s.threshold};
-    return DreamSampler(s.steps, s.eps, alg, s.alg_temp, s.temperature, s.top_k, s.top_p, blocks, length);
+    const DreamBlocks blocks{dream_blocks(s), s.block_length, s.threshold};
+    return DreamSampler(s.steps, s.eps, alg, s.alg_temp, s.temperature, s.top_k, s.top_p, blocks);
 }
 
 DiscreteSampler::Kind kind_of(const std::string& name) {
@@ -157,8 +164,7 @@ public:
     AbsorbingLoop(const AbsorbingSettings& s, ReverseRun& run, int64_t samples)
         : s_(s), run_(run), particles_(run.recipe.guidance.particles), batch_(samples * particles_),
           L_(run.recipe.max_length), V_(run.model.tokenizer->vocab_size()), mask_id_(run.model.tokenizer->mask_id()),
-          sampler_(sampler_of(s, run.model.mask_schedule)), llada_(llada_of(s, run.recipe.max_length)),
-          dream_(dream_of(s, run.recipe.max_length)),
+          sampler_(sampler_of(s, run.model.mask_schedule)), llada_(llada_of(s)), dream_(dream_of(s)),
           kv_(s.kv_cache != "none" ? run.model.denoiser->window_cache() : nullptr), kv_prefix_(s.kv_cache == "prefix"),
           always_fresh_(!s.cache || run.composer.needs_fresh_logits()), every_row_(run.model.denoiser->uses_evidence()),
           swarm_(samples, particles_, run.recipe.guidance.resample_scale) {
@@ -624,7 +630,7 @@ void check(const AbsorbingSettings& s, const Model& model, const Recipe& recipe,
     if ((s.name == "confidence" || s.name == "first_hitting" || s.name == "llada" || s.name == "dream") && b > L)
         issues.push_back({"/sampler/block_length",
                           "block_length " + std::to_string(b) + " is longer than max_length " + std::to_string(L)});
-    if (s.name == "dream" && s.alg != "entropy" && (b > 0 || s.threshold > 0 || s.kv_cache != "none"))
+    if (dream_blocks(s) && s.alg != "entropy")
         issues.push_back({"/sampler/alg",
                           "Fast-dLLM's Dream block decoding (block_length, threshold, kv_cache) "
                           "orders positions by entropy (or, with a threshold, by the drawn token's "
@@ -694,10 +700,7 @@ ProcessRoom absorbing_room() {
                    std::vector<RecipeIssue>& issues) -> std::unique_ptr<DiffusionProcess> {
         AbsorbingSettings settings = read_settings(sampler);
         if (settings.name == "first_hitting") settings.steps = recipe.max_length;
-        // Threshold and factor decoding take the steps their blocks need: at most one a position.
-        const bool parallel = (settings.name == "llada" && (settings.threshold > 0 || settings.factor > 0)) ||
-                              (settings.name == "dream" && settings.threshold > 0);
-        if (parallel) settings.steps = recipe.max_length;
+        if (decodes_in_parallel(settings)) settings.steps = recipe.max_length;
         check(settings, model, recipe, issues);
         return std::make_unique<AbsorbingProcess>(std::move(settings));
     };

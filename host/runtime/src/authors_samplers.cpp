@@ -22,33 +22,52 @@ at::Tensor full_rows(const at::Tensor& scores, const at::Tensor& outside, int64_
     return at::log_softmax(full, 1);
 }
 
+void PromptBlocks::lay_out(int64_t prompt_length, int64_t sequence_length, int64_t block_length,
+                           const std::string& sampler) {
+    const int64_t generated = sequence_length - prompt_length;
+    if (prompt_length < 0 || generated < 1)
+        throw std::invalid_argument("the " + sampler + " sampler found no masked position after the prompt (" +
+                                    std::to_string(prompt_length) + " of " + std::to_string(sequence_length) +
+                                    " positions)");
+    size = block_length > 0 ? std::min(block_length, generated) : generated;
+    count = (generated + size - 1) / size;
+    prompt = prompt_length;
+    length = sequence_length;
+}
+
+std::pair<int64_t, int64_t> PromptBlocks::range(int64_t b) const {
+    return {prompt + b * size, std::min(length, prompt + (b + 1) * size)};
+}
+
+int64_t PromptBlocks::first_unfinished(int64_t from, const at::Tensor& masked) const {
+    for (int64_t b = from; b < count; ++b) {
+        const auto [begin, end] = range(b);
+        if (masked.narrow(1, begin, end - begin).any().item<bool>()) return b;
+    }
+    return count;
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // LLaDA
 
 LladaSampler::LladaSampler(int64_t steps, int64_t block_length, Remasking remasking, double temperature,
-                           Parallel parallel, int64_t length)
-    : steps_(steps), block_length_(block_length), remasking_(remasking), temperature_(temperature), parallel_(parallel),
-      max_steps_(length) {
+                           Parallel parallel)
+    : steps_(steps), block_length_(block_length), remasking_(remasking), temperature_(temperature),
+      parallel_(parallel) {
     if (steps < 1) throw std::invalid_argument("llada sampler: steps must be >= 1");
-    if (dynamic() && length < 1) throw std::invalid_argument("llada sampler: parallel decoding needs the length");
     if (block_length < 0) throw std::invalid_argument("llada sampler: block_length must be >= 0");
     if (!(temperature >= 0.0)) throw std::invalid_argument("llada sampler: temperature must be >= 0");
 }
 
 void LladaSampler::start(int64_t prompt, int64_t length) {
-    const int64_t generated = length - prompt;
-    if (prompt < 0 || generated < 1)
-        throw std::invalid_argument("the llada sampler found no masked position after the prompt (" +
-                                    std::to_string(prompt) + " of " + std::to_string(length) + " positions)");
-    block_size_ = block_length_ > 0 ? std::min(block_length_, generated) : generated;
-    blocks_ = (generated + block_size_ - 1) / block_size_;
-    if (!dynamic() && steps_ < blocks_)
+    PromptBlocks blocks;
+    blocks.lay_out(prompt, length, block_length_, "llada");
+    if (!dynamic() && steps_ < blocks.count)
         throw std::invalid_argument("the llada sampler has " + std::to_string(steps_) + " steps for " +
-                                    std::to_string(blocks_) + " blocks of " + std::to_string(block_size_) +
+                                    std::to_string(blocks.count) + " blocks of " + std::to_string(blocks.size) +
                                     " positions after the " + std::to_string(prompt) + "-position prompt (gen_length " +
-                                    std::to_string(generated) + "): each block needs a step");
-    prompt_ = prompt;
-    length_ = length;
+                                    std::to_string(length - prompt) + "): each block needs a step");
+    blocks_ = blocks;
 }
 
 namespace {
@@ -70,18 +89,14 @@ BlockStep block_step(int64_t i, int64_t steps, int64_t blocks) {
 }  // namespace
 
 std::pair<int64_t, int64_t> LladaSampler::block(int64_t i) const {
-    const int64_t b = dynamic() ? current_block_ : block_step(i, steps_, blocks_).block;
-    return {prompt_ + b * block_size_, std::min(length_, prompt_ + (b + 1) * block_size_)};
+    return blocks_.range(dynamic() ? current_block_ : block_step(i, steps_, blocks_.count).block);
 }
 
-bool LladaSampler::first_of_block(int64_t i) const { return block_step(i, steps_, blocks_).index == 0; }
+bool LladaSampler::first_of_block(int64_t i) const { return block_step(i, steps_, blocks_.count).index == 0; }
 
 bool LladaSampler::advance(const at::Tensor& masked) {
-    for (; current_block_ < blocks_; ++current_block_) {
-        const auto [begin, end] = block(0);
-        if (masked.narrow(1, begin, end - begin).any().item<bool>()) return true;
-    }
-    return false;
+    current_block_ = blocks_.first_unfinished(current_block_, masked);
+    return current_block_ < blocks_.count;
 }
 
 at::Tensor LladaSampler::parallel_count(const at::Tensor& drawn, const at::Tensor& confidence) const {
@@ -117,10 +132,10 @@ at::Tensor parallel_commits(const ParallelDecoding& parallel, const at::Tensor& 
     return out;
 }
 
-int64_t LladaSampler::step_in_block(int64_t i) const { return block_step(i, steps_, blocks_).index; }
+int64_t LladaSampler::step_in_block(int64_t i) const { return block_step(i, steps_, blocks_.count).index; }
 
 at::Tensor LladaSampler::schedule(const at::Tensor& masked, int64_t i) const {
-    const int64_t n = block_step(i, steps_, blocks_).steps;
+    const int64_t n = block_step(i, steps_, blocks_.count).steps;
     const at::Tensor m = masked.to(at::kLong).cpu().unsqueeze(1);
     const at::Tensor base = m.div(n, "floor"), extra = m.remainder(n);
     return base + at::arange(n, at::kLong).unsqueeze(0).lt(extra).to(at::kLong);
@@ -143,48 +158,40 @@ at::Tensor LladaSampler::confidence(const at::Tensor& full, const at::Tensor& to
 // Dream
 
 DreamSampler::DreamSampler(int64_t steps, double eps, Alg alg, double alg_temp, double temperature, int64_t top_k,
-                           double top_p, DreamBlocks blocks, int64_t length)
+                           double top_p, DreamBlocks blocks)
     : steps_(steps), times_(at::linspace(1.0, eps, steps + 1, at::TensorOptions().dtype(at::kFloat))), alg_(alg),
-      alg_temp_(alg_temp), temperature_(temperature), top_k_(top_k), top_p_(top_p), blocks_(blocks),
-      max_steps_(length) {
+      alg_temp_(alg_temp), temperature_(temperature), top_k_(top_k), top_p_(top_p), blocks_(blocks) {
     if (steps < 1) throw std::invalid_argument("dream sampler: steps must be >= 1");
     if (!(eps > 0.0 && eps < 1.0)) throw std::invalid_argument("dream sampler: eps must be in (0, 1)");
-    if (blocks.on && dynamic() && length < 1) throw std::invalid_argument("dream sampler: threshold needs the length");
 }
 
 void DreamSampler::start(int64_t prompt, int64_t length) {
-    const int64_t generated = length - prompt;
-    if (prompt < 0 || generated < 1)
-        throw std::invalid_argument("the dream sampler found no masked position after the prompt (" +
-                                    std::to_string(prompt) + " of " + std::to_string(length) + " positions)");
-    block_size_ = blocks_.block_length > 0 ? std::min(blocks_.block_length, generated) : generated;
-    block_count_ = (generated + block_size_ - 1) / block_size_;
-    steps_per_block_ = steps_ / block_count_;
+    PromptBlocks layout;
+    layout.lay_out(prompt, length, blocks_.block_length, "dream");
+    const int64_t per_block = steps_ / layout.count;
     // Fast-dLLM's loop: a block's first call commits one position, its other steps the rest; one step would leave
     // the block masked.
-    if (!dynamic() && steps_per_block_ < 2)
+    if (!dynamic() && per_block < 2)
         throw std::invalid_argument("the dream sampler's block decoding has " + std::to_string(steps_) + " steps for " +
-                                    std::to_string(block_count_) + " blocks of " + std::to_string(block_size_) +
+                                    std::to_string(layout.count) + " blocks of " + std::to_string(layout.size) +
                                     " positions after the " + std::to_string(prompt) +
                                     "-position prompt: each block needs two steps or more");
+    layout_ = layout;
+    steps_per_block_ = per_block;
     block_times_ =
         at::linspace(1.0, times_[steps_].item<double>(), steps_per_block_ + 1, at::TensorOptions().dtype(at::kFloat));
-    prompt_ = prompt;
-    length_ = length;
     opening_ = true;
 }
 
 std::pair<int64_t, int64_t> DreamSampler::block(int64_t i) const {
-    const int64_t b = dynamic() ? current_block_ : std::min(i / steps_per_block_, block_count_ - 1);
-    return {prompt_ + b * block_size_, std::min(length_, prompt_ + (b + 1) * block_size_)};
+    return layout_.range(dynamic() ? current_block_ : std::min(i / steps_per_block_, layout_.count - 1));
 }
 
 bool DreamSampler::advance(const at::Tensor& masked) {
-    for (; current_block_ < block_count_; ++current_block_, opening_ = true) {
-        const auto [begin, end] = block(0);
-        if (masked.narrow(1, begin, end - begin).any().item<bool>()) return true;
-    }
-    return false;
+    const int64_t next = layout_.first_unfinished(current_block_, masked);
+    if (next != current_block_) opening_ = true;
+    current_block_ = next;
+    return current_block_ < layout_.count;
 }
 
 bool DreamSampler::opens_block(int64_t i) {

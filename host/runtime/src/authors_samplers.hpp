@@ -48,24 +48,34 @@ struct ParallelDecoding {
 // (float [B, L]): threshold: max(1, those reaching it); factor: Fast-dLLM's rule (see the .cpp). int64 [B].
 at::Tensor parallel_commits(const ParallelDecoding& parallel, const at::Tensor& drawn, const at::Tensor& confidence);
 
+// The blocks of `block_length` positions after a prompt (0: one block; the last may be shorter), as LLaDA's generate()
+// and Fast-dLLM's Dream code lay them out. Unknown until the first step has fixed the prompt.
+struct PromptBlocks {
+    int64_t prompt = -1, length = 0, size = 0, count = 1;
+    bool known() const { return prompt >= 0; }
+    // Throws std::invalid_argument naming `sampler` when no position follows the prompt.
+    void lay_out(int64_t prompt, int64_t length, int64_t block_length, const std::string& sampler);
+    std::pair<int64_t, int64_t> range(int64_t b) const;  // block b's positions [begin, end)
+    // The first block from `from` on with a position of `masked` (bool [B, L]); `count` when none has.
+    int64_t first_unfinished(int64_t from, const at::Tensor& masked) const;
+};
+
 class LladaSampler {
 public:
     enum class Remasking { low_confidence, random };
     using Parallel = ParallelDecoding;
     // `steps`, `block_length` (0: the generated part is one block) as LLaDA's generate() takes them; `temperature` 0
-    // is the arg-max. With parallel decoding `steps` is not used: a run takes at most `length` steps.
-    LladaSampler(int64_t steps, int64_t block_length, Remasking remasking, double temperature, Parallel parallel = {},
-                 int64_t length = 0);
+    // is the arg-max. With parallel decoding `steps` is the loop's bound (the room gives max_length: one position a
+    // step), which stops once nothing is masked.
+    LladaSampler(int64_t steps, int64_t block_length, Remasking remasking, double temperature, Parallel parallel = {});
 
-    // The steps the loop runs: with parallel decoding an upper bound (one position per step), the loop stopping once
-    // nothing is masked (finished).
-    int64_t steps() const { return dynamic() ? max_steps_ : steps_; }
+    int64_t steps() const { return steps_; }
     bool dynamic() const { return parallel_.rule != Parallel::Rule::none; }
     double t(int64_t i) const { return 1.0 - static_cast<double>(i) / static_cast<double>(steps_); }
     double t_next(int64_t i) const { return i + 1 >= steps_ ? 0.0 : t(i + 1); }
 
     // Whether the prompt is known: it is set at the first step that draws, after the controllers fixed their tokens.
-    bool started() const { return prompt_ >= 0; }
+    bool started() const { return blocks_.known(); }
     // The prompt is the first `prompt` positions of sequences of `length`; throws std::invalid_argument (with LLaDA's
     // numbers) when the steps cannot be shared among the blocks.
     void start(int64_t prompt, int64_t length);
@@ -99,8 +109,7 @@ private:
     Remasking remasking_;
     double temperature_;
     Parallel parallel_;
-    int64_t max_steps_;
-    int64_t prompt_ = -1, blocks_ = 1, block_size_ = 0, length_ = 0;
+    PromptBlocks blocks_;
     int64_t current_block_ = 0;  // parallel decoding
 };
 
@@ -114,17 +123,17 @@ struct DreamBlocks {
 class DreamSampler {
 public:
     enum class Alg { origin, maskgit_plus, topk_margin, entropy };
-    // `length`: the sequence's, the most steps block decoding with a threshold takes.
+    // With block decoding and a threshold, `steps` is the loop's bound (the room gives max_length).
     DreamSampler(int64_t steps, double eps, Alg alg, double alg_temp, double temperature, int64_t top_k, double top_p,
-                 DreamBlocks blocks = {}, int64_t length = 0);
+                 DreamBlocks blocks = {});
 
-    int64_t steps() const { return blocks_on() && dynamic() ? max_steps_ : steps_; }
+    int64_t steps() const { return steps_; }
     Alg alg() const { return alg_; }
 
     // Block decoding (DreamBlocks): as LladaSampler's, the prompt known at the first step.
     bool blocks_on() const { return blocks_.on; }
     bool dynamic() const { return blocks_.threshold > 0; }
-    bool started() const { return prompt_ >= 0; }
+    bool started() const { return layout_.known(); }
     void start(int64_t prompt, int64_t length);
     std::pair<int64_t, int64_t> block(int64_t i) const;
     bool advance(const at::Tensor& masked);  // threshold: on to the first block with a masked position
@@ -166,8 +175,8 @@ private:
     int64_t top_k_;
     double top_p_;
     DreamBlocks blocks_;
-    int64_t max_steps_;
-    int64_t prompt_ = -1, length_ = 0, block_size_ = 0, block_count_ = 1, steps_per_block_ = 1;
+    PromptBlocks layout_;
+    int64_t steps_per_block_ = 1;
     int64_t current_block_ = 0;
     bool opening_ = false;
     at::Tensor block_times_;  // float32 [steps per block + 1]

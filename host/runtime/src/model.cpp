@@ -20,6 +20,7 @@
 
 namespace rudder {
 namespace fs = std::filesystem;
+using json = nlohmann::json;
 
 // A denoiser without key/value caches gives no cache (window_cache), so the loop never calls these.
 DenoiserOutput Denoiser::denoise_refresh(const at::Tensor&, DenoiserCache&) {
@@ -28,7 +29,6 @@ DenoiserOutput Denoiser::denoise_refresh(const at::Tensor&, DenoiserCache&) {
 DenoiserOutput Denoiser::denoise_window(const at::Tensor&, int64_t, int64_t, const DenoiserCache&) {
     throw std::logic_error("Denoiser::denoise_window: this denoiser keeps no key/value cache");
 }
-using json = nlohmann::json;
 
 namespace {
 
