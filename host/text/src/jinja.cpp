@@ -1,0 +1,1748 @@
+// A Jinja2 subset for chat templates (rudder/text/jinja.hpp): a scanner that splits the source into text and tags
+// (applying trim_blocks, lstrip_blocks and the '-' markers), a recursive-descent parser with Jinja2's precedence
+// (or < and < not < comparisons < + - < ~ < * / // % < ** < unary - < filters, tests, attributes, calls), and a tree
+// walker whose values are JSON (ordered objects) plus "undefined" and callables.
+#include <rudder/text/jinja.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <functional>
+#include <map>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace rudder {
+
+using Data = nlohmann::ordered_json;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------------------------
+// Scanning
+
+enum class TokenType { text, expr_begin, stmt_begin, end, name, string, integer, number, op };
+
+struct Token {
+    TokenType type;
+    std::string text;
+    int line = 1;
+};
+
+[[noreturn]] void fail(int line, const std::string& what) {
+    throw JinjaError("chat template line " + std::to_string(line) + ": " + what);
+}
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+class Scanner {
+public:
+    explicit Scanner(std::string source) : s_(std::move(source)) {
+        if (!s_.empty() && s_.back() == '\n') s_.pop_back();  // keep_trailing_newline off, as Jinja2's default
+    }
+
+    std::vector<Token> scan() {
+        bool strip_next_text = false;  // after a '-' closing marker
+        while (pos_ < s_.size()) {
+            const size_t open = next_open(pos_);
+            std::string text = s_.substr(pos_, open - pos_);
+            if (strip_next_text) {
+                text.erase(0, std::min(text.size(), text.find_first_not_of(" \t\n\r\f\v")));
+                strip_next_text = false;
+            }
+            if (open == s_.size()) {
+                push_text(std::move(text));
+                break;
+            }
+            const char kind = s_[open + 1];  // '{', '%' or '#'
+            size_t after = open + 2;
+            const char marker = after < s_.size() ? s_[after] : '\0';
+            if (marker == '-') {
+                text.erase(text.find_last_not_of(" \t\n\r\f\v") + 1);
+                ++after;
+            } else if (kind != '{' && marker != '+') {
+                lstrip_block(text, open);
+            } else if (marker == '+') {
+                ++after;
+            }
+            push_text(std::move(text));
+            line_ = line_at(open);
+            if (kind == '#') {
+                const size_t close = s_.find("#}", after);
+                if (close == std::string::npos) fail(line_, "a comment '{#' without its '#}'");
+                const bool strip = close > after && s_[close - 1] == '-';
+                pos_ = close + 2;
+                if (strip) strip_next_text = true;
+                else trim_block();
+                continue;
+            }
+            tokens_.push_back({kind == '{' ? TokenType::expr_begin : TokenType::stmt_begin, "", line_});
+            pos_ = after;
+            bool strip = false;
+            scan_tag(kind == '{' ? '}' : '%', strip);
+            if (strip) strip_next_text = true;
+            else if (kind == '%') trim_block();
+        }
+        return std::move(tokens_);
+    }
+
+private:
+    size_t next_open(size_t from) const {
+        for (size_t p = s_.find('{', from); p != std::string::npos; p = s_.find('{', p + 1))
+            if (p + 1 < s_.size() && (s_[p + 1] == '{' || s_[p + 1] == '%' || s_[p + 1] == '#')) return p;
+        return s_.size();
+    }
+
+    int line_at(size_t p) {
+        while (counted_ < p) {
+            if (s_[counted_] == '\n') ++counted_line_;
+            ++counted_;
+        }
+        return counted_line_;
+    }
+
+    // lstrip_blocks: spaces and tabs from the start of the line to a block or comment tag.
+    void lstrip_block(std::string& text, size_t open) const {
+        size_t p = open;
+        while (p > 0 && (s_[p - 1] == ' ' || s_[p - 1] == '\t')) --p;
+        if (p != 0 && s_[p - 1] != '\n') return;
+        const size_t n = std::min(open - p, text.size());
+        text.erase(text.size() - n);
+    }
+
+    // trim_blocks: the first newline after a block or comment tag.
+    void trim_block() {
+        if (pos_ < s_.size() && s_[pos_] == '\n') ++pos_;
+        else if (pos_ + 1 < s_.size() && s_[pos_] == '\r' && s_[pos_ + 1] == '\n') pos_ += 2;
+    }
+
+    void push_text(std::string text) {
+        if (!text.empty()) tokens_.push_back({TokenType::text, std::move(text), line_});
+    }
+
+    // The tokens of a tag up to its closing "}}" or "%}" (with `strip` for a '-' before it).
+    void scan_tag(char closer, bool& strip) {
+        int depth = 0;  // of '{' inside the tag (a dict literal)
+        for (;;) {
+            while (pos_ < s_.size() && is_space(s_[pos_])) ++pos_;
+            if (pos_ >= s_.size()) fail(line_, std::string("a tag without its closing '") + closer + "}'");
+            const int line = line_at(pos_);
+            const char c = s_[pos_];
+            if (depth == 0) {
+                if (c == '-' && pos_ + 2 < s_.size() && s_[pos_ + 1] == closer && s_[pos_ + 2] == '}') {
+                    strip = true;
+                    pos_ += 3;
+                    tokens_.push_back({TokenType::end, "", line});
+                    return;
+                }
+                if (c == '+' && closer == '%' && pos_ + 2 < s_.size() && s_[pos_ + 1] == '%' && s_[pos_ + 2] == '}') {
+                    pos_ += 3;  // "+%}": the newline after the tag is kept
+                    tokens_.push_back({TokenType::end, "", line});
+                    return;
+                }
+                if (c == closer && pos_ + 1 < s_.size() && s_[pos_ + 1] == '}') {
+                    pos_ += 2;
+                    tokens_.push_back({TokenType::end, "", line});
+                    return;
+                }
+            }
+            if (is_name_start(c)) {
+                size_t e = pos_;
+                while (e < s_.size() && (is_name_start(s_[e]) || is_digit(s_[e]))) ++e;
+                tokens_.push_back({TokenType::name, s_.substr(pos_, e - pos_), line});
+                pos_ = e;
+            } else if (is_digit(c)) {
+                size_t e = pos_;
+                while (e < s_.size() && (is_digit(s_[e]) || s_[e] == '_')) ++e;
+                bool real = false;
+                if (e + 1 < s_.size() && s_[e] == '.' && is_digit(s_[e + 1])) {
+                    real = true;
+                    ++e;
+                    while (e < s_.size() && is_digit(s_[e])) ++e;
+                }
+                std::string digits = s_.substr(pos_, e - pos_);
+                digits.erase(std::remove(digits.begin(), digits.end(), '_'), digits.end());
+                tokens_.push_back({real ? TokenType::number : TokenType::integer, digits, line});
+                pos_ = e;
+            } else if (c == '\'' || c == '"') {
+                tokens_.push_back({TokenType::string, string_literal(c), line});
+            } else {
+                static const char* const ops[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~",
+                                                  "<",  ">",  "|",  ".",  ",",  ":",  "(", ")", "[", "]", "{", "}",
+                                                  "="};
+                const char* found = nullptr;
+                for (const char* op : ops)
+                    if (s_.compare(pos_, std::char_traits<char>::length(op), op) == 0) {
+                        found = op;
+                        break;
+                    }
+                if (found == nullptr) fail(line, std::string("unexpected character '") + c + "'");
+                const std::string op = found;
+                if (op == "{") ++depth;
+                if (op == "}") --depth;
+                tokens_.push_back({TokenType::op, op, line});
+                pos_ += op.size();
+            }
+        }
+    }
+
+    // A quoted string with Python's escapes (\n \t \r \\ \' \" \uXXXX).
+    std::string string_literal(char quote) {
+        const int line = line_at(pos_);
+        std::string out;
+        ++pos_;
+        while (pos_ < s_.size() && s_[pos_] != quote) {
+            char c = s_[pos_++];
+            if (c != '\\') {
+                out += c;
+                continue;
+            }
+            if (pos_ >= s_.size()) break;
+            c = s_[pos_++];
+            switch (c) {
+                case 'n': out += '\n'; break;
+                case 't': out += '\t'; break;
+                case 'r': out += '\r'; break;
+                case 'b': out += '\b'; break;
+                case 'f': out += '\f'; break;
+                case '0': out += '\0'; break;
+                case 'u': {
+                    if (pos_ + 4 > s_.size()) fail(line, "a \\u escape without 4 hex digits");
+                    const uint32_t cp = static_cast<uint32_t>(std::stoul(s_.substr(pos_, 4), nullptr, 16));
+                    pos_ += 4;
+                    if (cp < 0x80) {
+                        out += static_cast<char>(cp);
+                    } else if (cp < 0x800) {
+                        out += static_cast<char>(0xC0 | (cp >> 6));
+                        out += static_cast<char>(0x80 | (cp & 0x3F));
+                    } else {
+                        out += static_cast<char>(0xE0 | (cp >> 12));
+                        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+                        out += static_cast<char>(0x80 | (cp & 0x3F));
+                    }
+                    break;
+                }
+                case '\n': break;
+                default: out += c;  // \\ \' \" and unknown escapes keep the character
+            }
+        }
+        if (pos_ >= s_.size()) fail(line, "a string without its closing quote");
+        ++pos_;
+        return out;
+    }
+
+    std::string s_;
+    size_t pos_ = 0;
+    int line_ = 1;
+    size_t counted_ = 0;
+    int counted_line_ = 1;
+    std::vector<Token> tokens_;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------------
+// The tree
+
+struct JinjaTemplate::Node {
+    enum class Kind {
+        // statements
+        sequence, text, emit, if_, for_, set, set_block, macro, break_, continue_,
+        // expressions
+        literal, name, attribute, item, slice, call, filter, test, unary, binary, ternary, list, dict, tuple
+    };
+    Kind kind;
+    int line = 1;
+    std::string text;                                // name, operator, filter/test/attribute name, literal text
+    Data literal;                                    // literal
+    std::vector<std::shared_ptr<const Node>> kids;   // operands, statements, arguments
+    std::vector<std::string> names;                  // keyword names per argument ("" positional); loop targets
+    bool negated = false;                            // `is not`
+};
+
+namespace {
+
+using Node = JinjaTemplate::Node;
+using NodePtr = std::shared_ptr<const Node>;
+using Kind = Node::Kind;
+
+NodePtr make(Kind kind, int line, std::string text = {}, std::vector<NodePtr> kids = {}) {
+    auto n = std::make_shared<Node>();
+    n->kind = kind;
+    n->line = line;
+    n->text = std::move(text);
+    n->kids = std::move(kids);
+    return n;
+}
+
+NodePtr literal(Data value, int line) {
+    auto n = std::make_shared<Node>();
+    n->kind = Kind::literal;
+    n->line = line;
+    n->literal = std::move(value);
+    return n;
+}
+
+class Parser {
+public:
+    explicit Parser(std::vector<Token> tokens) : t_(std::move(tokens)) {}
+
+    NodePtr parse_template() {
+        std::string stopped_at;
+        return statements({}, stopped_at);
+    }
+
+private:
+    // Statements until one of `ends` (a block tag's name), which is consumed up to its name; "" at the end.
+    NodePtr statements(const std::vector<std::string>& ends, std::string& stopped_at) {
+        auto seq = std::make_shared<Node>();
+        seq->kind = Kind::sequence;
+        while (i_ < t_.size()) {
+            const Token& tok = t_[i_];
+            if (tok.type == TokenType::text) {
+                seq->kids.push_back(make(Kind::text, tok.line, tok.text));
+                ++i_;
+            } else if (tok.type == TokenType::expr_begin) {
+                ++i_;
+                NodePtr e = expression();
+                expect_end();
+                seq->kids.push_back(make(Kind::emit, tok.line, {}, {e}));
+            } else if (tok.type == TokenType::stmt_begin) {
+                const Token& name = t_.at(i_ + 1);
+                if (name.type != TokenType::name) fail(name.line, "a block tag without a statement name");
+                if (std::find(ends.begin(), ends.end(), name.text) != ends.end()) {
+                    stopped_at = name.text;
+                    i_ += 2;
+                    return seq;
+                }
+                if (is_end_tag(name.text))
+                    fail(name.line, "'" + name.text + "' where " +
+                                        (ends.empty() ? std::string("no block is open")
+                                                      : "'" + ends.back() + "' was expected"));
+                i_ += 2;
+                if (NodePtr s = statement(name)) seq->kids.push_back(s);
+            } else {
+                fail(tok.line, "unexpected token");
+            }
+        }
+        if (!ends.empty()) fail(line(), "a block without its '" + ends.back() + "'");
+        stopped_at.clear();
+        return seq;
+    }
+
+    static bool is_end_tag(const std::string& name) {
+        return name == "elif" || name == "else" || name == "endif" || name == "endfor" || name == "endset" ||
+               name == "endmacro" || name == "endgeneration";
+    }
+
+    NodePtr statement(const Token& name) {
+        const int ln = name.line;
+        const std::string& n = name.text;
+        if (n == "if") return if_statement(ln);
+        if (n == "for") return for_statement(ln);
+        if (n == "set") return set_statement(ln);
+        if (n == "macro") return macro_statement(ln);
+        if (n == "generation") {  // transformers' marker of assistant text: rendered as its body
+            expect_end();
+            std::string stopped;
+            NodePtr body = statements({"endgeneration"}, stopped);
+            expect_end();
+            return body;
+        }
+        if (n == "break" || n == "continue") {
+            expect_end();
+            return make(n == "break" ? Kind::break_ : Kind::continue_, ln);
+        }
+        fail(ln, "the statement '" + n + "' is not supported");
+    }
+
+    NodePtr if_statement(int ln) {
+        auto node = std::make_shared<Node>();
+        node->kind = Kind::if_;
+        node->line = ln;
+        node->kids.push_back(expression());
+        expect_end();
+        for (;;) {
+            std::string stopped;
+            node->kids.push_back(statements({"elif", "else", "endif"}, stopped));
+            if (stopped == "endif") {
+                expect_end();
+                return node;
+            }
+            if (stopped == "elif") {
+                node->kids.push_back(expression());
+                expect_end();
+            } else if (stopped == "else") {
+                expect_end();
+                node->kids.push_back(literal(true, ln));
+            } else {
+                fail(ln, "an 'if' without its 'endif'");
+            }
+        }
+    }
+
+    NodePtr for_statement(int ln) {
+        auto node = std::make_shared<Node>();
+        node->kind = Kind::for_;
+        node->line = ln;
+        for (;;) {
+            const Token& target = next();
+            if (target.type != TokenType::name) fail(target.line, "expected a loop variable's name");
+            node->names.push_back(target.text);
+            if (!accept_op(",")) break;
+        }
+        if (!accept_name("in")) fail(ln, "expected 'in' in a 'for'");
+        NodePtr iterable = or_expression();  // not a ternary: a trailing `if` filters the items
+        NodePtr condition;
+        if (accept_name("if")) condition = or_expression();
+        expect_end();
+        std::string stopped;
+        NodePtr body = statements({"else", "endfor"}, stopped);
+        NodePtr otherwise;
+        if (stopped == "else") {
+            expect_end();
+            otherwise = statements({"endfor"}, stopped);
+        }
+        expect_end();
+        node->kids = {iterable, body, condition, otherwise};
+        return node;
+    }
+
+    NodePtr set_statement(int ln) {
+        const Token& target = next();
+        if (target.type != TokenType::name) fail(target.line, "expected a variable's name after 'set'");
+        auto node = std::make_shared<Node>();
+        node->line = ln;
+        node->names.push_back(target.text);
+        if (accept_op(".")) {
+            const Token& attr = next();
+            if (attr.type != TokenType::name) fail(attr.line, "expected an attribute's name");
+            node->names.push_back(attr.text);
+        }
+        if (accept_op("=")) {
+            node->kind = Kind::set;
+            node->kids.push_back(expression());
+            expect_end();
+            return node;
+        }
+        expect_end();
+        node->kind = Kind::set_block;
+        std::string stopped;
+        node->kids.push_back(statements({"endset"}, stopped));
+        expect_end();
+        return node;
+    }
+
+    NodePtr macro_statement(int ln) {
+        const Token& name = next();
+        if (name.type != TokenType::name) fail(name.line, "expected the macro's name");
+        auto node = std::make_shared<Node>();
+        node->kind = Kind::macro;
+        node->line = ln;
+        node->text = name.text;
+        expect_op("(");
+        // names: the parameters; kids[0]: the body; kids[1..]: defaults (null where none).
+        std::vector<NodePtr> defaults;
+        if (!accept_op(")")) {
+            for (;;) {
+                const Token& p = next();
+                if (p.type != TokenType::name) fail(p.line, "expected a parameter's name");
+                node->names.push_back(p.text);
+                defaults.push_back(accept_op("=") ? expression() : nullptr);
+                if (accept_op(")")) break;
+                expect_op(",");
+            }
+        }
+        expect_end();
+        std::string stopped;
+        node->kids.push_back(statements({"endmacro"}, stopped));
+        expect_end();
+        for (auto& d : defaults) node->kids.push_back(d);
+        return node;
+    }
+
+    // Expressions, lowest precedence first.
+    NodePtr expression() {
+        NodePtr value = or_expression();
+        if (peek_name("if")) {
+            const int ln = next().line;
+            NodePtr condition = or_expression();
+            NodePtr otherwise = accept_name("else") ? expression() : nullptr;
+            return make(Kind::ternary, ln, {}, {condition, value, otherwise});
+        }
+        return value;
+    }
+
+    NodePtr or_expression() {
+        NodePtr left = and_expression();
+        while (peek_name("or")) {
+            const int ln = next().line;
+            left = make(Kind::binary, ln, "or", {left, and_expression()});
+        }
+        return left;
+    }
+
+    NodePtr and_expression() {
+        NodePtr left = not_expression();
+        while (peek_name("and")) {
+            const int ln = next().line;
+            left = make(Kind::binary, ln, "and", {left, not_expression()});
+        }
+        return left;
+    }
+
+    NodePtr not_expression() {
+        if (peek_name("not")) {
+            const int ln = next().line;
+            return make(Kind::unary, ln, "not", {not_expression()});
+        }
+        return comparison();
+    }
+
+    NodePtr comparison() {
+        NodePtr left = additive();
+        for (;;) {
+            const Token& tok = peek();
+            std::string op;
+            if (tok.type == TokenType::op &&
+                (tok.text == "==" || tok.text == "!=" || tok.text == "<" || tok.text == ">" || tok.text == "<=" ||
+                 tok.text == ">="))
+                op = tok.text;
+            else if (peek_name("in"))
+                op = "in";
+            else if (peek_name("not") && i_ + 1 < t_.size() && t_[i_ + 1].type == TokenType::name &&
+                     t_[i_ + 1].text == "in") {
+                ++i_;
+                op = "not in";
+            } else
+                return left;
+            ++i_;
+            left = make(Kind::binary, tok.line, op, {left, additive()});
+        }
+    }
+
+    NodePtr additive() {
+        NodePtr left = concatenation();
+        while (peek_op("+") || peek_op("-")) {
+            const Token& tok = next();
+            left = make(Kind::binary, tok.line, tok.text, {left, concatenation()});
+        }
+        return left;
+    }
+
+    NodePtr concatenation() {
+        NodePtr left = multiplicative();
+        while (peek_op("~")) {
+            const int ln = next().line;
+            left = make(Kind::binary, ln, "~", {left, multiplicative()});
+        }
+        return left;
+    }
+
+    NodePtr multiplicative() {
+        NodePtr left = power();
+        while (peek_op("*") || peek_op("/") || peek_op("//") || peek_op("%")) {
+            const Token& tok = next();
+            left = make(Kind::binary, tok.line, tok.text, {left, power()});
+        }
+        return left;
+    }
+
+    NodePtr power() {
+        NodePtr left = unary();
+        while (peek_op("**")) {
+            const int ln = next().line;
+            left = make(Kind::binary, ln, "**", {left, unary()});
+        }
+        return left;
+    }
+
+    // As Jinja2: a sign applies before the filters that follow (`-3 | abs` is 3).
+    NodePtr unary(bool with_filters = true) {
+        NodePtr value;
+        if (peek_op("-") || peek_op("+")) {
+            const Token& tok = next();
+            value = make(Kind::unary, tok.line, tok.text, {unary(false)});
+        } else {
+            value = postfix(primary());
+        }
+        return with_filters ? filtered(value) : value;
+    }
+
+    // Filters and tests after a value: `x | f(a) | g`, `x is defined`, `x is not none`.
+    NodePtr filtered(NodePtr value) {
+        for (;;) {
+            if (accept_op("|")) {
+                const Token& name = next();
+                if (name.type != TokenType::name) fail(name.line, "expected a filter's name after '|'");
+                auto node = std::make_shared<Node>();
+                node->kind = Kind::filter;
+                node->line = name.line;
+                node->text = name.text;
+                node->kids.push_back(value);
+                node->names.push_back("");
+                if (accept_op("(")) arguments(*node);
+                value = node;
+            } else if (peek_name("is")) {
+                const int ln = next().line;
+                auto node = std::make_shared<Node>();
+                node->kind = Kind::test;
+                node->line = ln;
+                node->negated = accept_name("not");
+                const Token& name = next();
+                if (name.type != TokenType::name) fail(name.line, "expected a test's name after 'is'");
+                node->text = name.text;
+                node->kids.push_back(value);
+                node->names.push_back("");
+                if (accept_op("(")) {
+                    arguments(*node);
+                } else if (peek().type == TokenType::string || peek().type == TokenType::integer ||
+                           peek().type == TokenType::number) {
+                    node->kids.push_back(primary());  // `is divisibleby 3`, `is equalto 'x'`
+                    node->names.push_back("");
+                }
+                value = node;
+            } else {
+                return value;
+            }
+        }
+    }
+
+    // Call arguments after '(' into `node` (kids and names), up to ')'.
+    void arguments(Node& node) {
+        if (accept_op(")")) return;
+        for (;;) {
+            if (peek().type == TokenType::name && i_ + 1 < t_.size() && t_[i_ + 1].type == TokenType::op &&
+                t_[i_ + 1].text == "=") {
+                node.names.push_back(next().text);
+                ++i_;
+            } else {
+                node.names.push_back("");
+            }
+            node.kids.push_back(expression());
+            if (accept_op(")")) return;
+            expect_op(",");
+        }
+    }
+
+    NodePtr postfix(NodePtr value) {
+        for (;;) {
+            if (peek_op(".")) {
+                const int ln = next().line;
+                const Token& name = next();
+                if (name.type != TokenType::name && name.type != TokenType::integer)
+                    fail(name.line, "expected an attribute's name after '.'");
+                value = make(Kind::attribute, ln, name.text, {value});
+            } else if (peek_op("[")) {
+                const int ln = next().line;
+                NodePtr a, b, c;
+                bool sliced = false;
+                if (!peek_op(":")) a = expression();
+                if (accept_op(":")) {
+                    sliced = true;
+                    if (!peek_op(":") && !peek_op("]")) b = expression();
+                    if (accept_op(":") && !peek_op("]")) c = expression();
+                }
+                expect_op("]");
+                value = sliced ? make(Kind::slice, ln, {}, {value, a, b, c}) : make(Kind::item, ln, {}, {value, a});
+            } else if (peek_op("(")) {
+                const int ln = next().line;
+                auto node = std::make_shared<Node>();
+                node->kind = Kind::call;
+                node->line = ln;
+                node->kids.push_back(value);
+                node->names.push_back("");
+                arguments(*node);
+                value = node;
+            } else {
+                return value;
+            }
+        }
+    }
+
+    NodePtr primary() {
+        const Token& tok = next();
+        switch (tok.type) {
+            case TokenType::string: {
+                std::string s = tok.text;
+                while (peek().type == TokenType::string) s += next().text;  // adjacent literals join
+                return literal(s, tok.line);
+            }
+            case TokenType::integer: {
+                try {
+                    return literal(static_cast<int64_t>(std::stoll(tok.text)), tok.line);
+                } catch (const std::exception&) {
+                    fail(tok.line, "the integer " + tok.text + " is too large");
+                }
+            }
+            case TokenType::number: {
+                return literal(std::stod(tok.text), tok.line);
+            }
+            case TokenType::name: {
+                if (tok.text == "true" || tok.text == "True") return literal(true, tok.line);
+                if (tok.text == "false" || tok.text == "False") return literal(false, tok.line);
+                if (tok.text == "none" || tok.text == "None") return literal(nullptr, tok.line);
+                return make(Kind::name, tok.line, tok.text);
+            }
+            case TokenType::op: {
+                if (tok.text == "(") {
+                    if (accept_op(")")) return make(Kind::tuple, tok.line);
+                    NodePtr first = expression();
+                    if (accept_op(")")) return first;
+                    std::vector<NodePtr> items{first};
+                    while (accept_op(",")) {
+                        if (peek_op(")")) break;
+                        items.push_back(expression());
+                    }
+                    expect_op(")");
+                    return make(Kind::tuple, tok.line, {}, items);
+                }
+                if (tok.text == "[") {
+                    std::vector<NodePtr> items;
+                    while (!accept_op("]")) {
+                        items.push_back(expression());
+                        if (!accept_op(",")) {
+                            expect_op("]");
+                            break;
+                        }
+                    }
+                    return make(Kind::list, tok.line, {}, items);
+                }
+                if (tok.text == "{") {
+                    std::vector<NodePtr> items;  // key, value, key, value...
+                    while (!accept_op("}")) {
+                        items.push_back(expression());
+                        expect_op(":");
+                        items.push_back(expression());
+                        if (!accept_op(",")) {
+                            expect_op("}");
+                            break;
+                        }
+                    }
+                    return make(Kind::dict, tok.line, {}, items);
+                }
+                break;
+            }
+            default: break;
+        }
+        fail(tok.line, tok.type == TokenType::end ? std::string("an expression ends too soon")
+                                                  : "unexpected '" + tok.text + "' in an expression");
+    }
+
+    const Token& peek() const {
+        if (i_ >= t_.size()) fail(t_.empty() ? 1 : t_.back().line, "the template ends inside a tag");
+        return t_[i_];
+    }
+    const Token& next() {
+        const Token& tok = peek();
+        ++i_;
+        return tok;
+    }
+    int line() const { return i_ < t_.size() ? t_[i_].line : (t_.empty() ? 1 : t_.back().line); }
+    bool peek_op(const char* op) const {
+        return i_ < t_.size() && t_[i_].type == TokenType::op && t_[i_].text == op;
+    }
+    bool peek_name(const char* name) const {
+        return i_ < t_.size() && t_[i_].type == TokenType::name && t_[i_].text == name;
+    }
+    bool accept_op(const char* op) {
+        if (!peek_op(op)) return false;
+        ++i_;
+        return true;
+    }
+    bool accept_name(const char* name) {
+        if (!peek_name(name)) return false;
+        ++i_;
+        return true;
+    }
+    void expect_op(const char* op) {
+        if (!accept_op(op)) fail(line(), std::string("expected '") + op + "'");
+    }
+    void expect_end() {
+        const Token& tok = peek();
+        if (tok.type != TokenType::end)
+            fail(tok.line, "expected the end of the tag, found '" + tok.text + "'");
+        ++i_;
+    }
+
+    std::vector<Token> t_;
+    size_t i_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Values
+
+struct Value;
+using Arguments = std::vector<std::pair<std::string, Value>>;  // name ("" positional), value
+using Function = std::function<Value(const Arguments&, int line)>;
+
+struct Value {
+    bool defined = true;
+    Data data;
+    std::shared_ptr<const Function> function;
+
+    Value() = default;
+    Value(Data d) : data(std::move(d)) {}  // NOLINT: values are made from JSON everywhere
+    static Value undefined() {
+        Value v;
+        v.defined = false;
+        return v;
+    }
+    static Value callable(Function f) {
+        Value v;
+        v.function = std::make_shared<const Function>(std::move(f));
+        return v;
+    }
+};
+
+bool truthy(const Value& v) {
+    if (!v.defined) return false;
+    if (v.function) return true;
+    const Data& d = v.data;
+    switch (d.type()) {
+        case Data::value_t::null: return false;
+        case Data::value_t::boolean: return d.get<bool>();
+        case Data::value_t::number_integer:
+        case Data::value_t::number_unsigned: return d.get<int64_t>() != 0;
+        case Data::value_t::number_float: return d.get<double>() != 0.0;
+        case Data::value_t::string: return !d.get_ref<const std::string&>().empty();
+        case Data::value_t::array:
+        case Data::value_t::object: return !d.empty();
+        default: return false;
+    }
+}
+
+std::string python_float(double x) {
+    if (std::isnan(x)) return "nan";
+    if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+    char buf[40];
+    for (int precision = 1; precision <= 17; ++precision) {
+        std::snprintf(buf, sizeof buf, "%.*g", precision, x);
+        if (std::strtod(buf, nullptr) == x) break;
+    }
+    std::string s = buf;
+    if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+    return s;
+}
+
+std::string python_repr(const Data& d);
+
+// str(x) as Python writes it, which is what Jinja2 outputs.
+std::string to_text(const Value& v) {
+    if (!v.defined) return "";
+    if (v.function) return "<function>";
+    const Data& d = v.data;
+    if (d.is_string()) return d.get<std::string>();
+    return python_repr(d);
+}
+
+std::string python_repr(const Data& d) {
+    switch (d.type()) {
+        case Data::value_t::null: return "None";
+        case Data::value_t::boolean: return d.get<bool>() ? "True" : "False";
+        case Data::value_t::number_integer:
+        case Data::value_t::number_unsigned: return std::to_string(d.get<int64_t>());
+        case Data::value_t::number_float: return python_float(d.get<double>());
+        case Data::value_t::string: {
+            const std::string& s = d.get_ref<const std::string&>();
+            const char quote = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
+            std::string out(1, quote);
+            for (char c : s) {
+                if (c == quote || c == '\\') out += '\\';
+                if (c == '\n') out += "\\n";
+                else out += c;
+            }
+            return out + quote;
+        }
+        case Data::value_t::array: {
+            std::string out = "[";
+            for (size_t i = 0; i < d.size(); ++i) out += (i ? ", " : "") + python_repr(d[i]);
+            return out + "]";
+        }
+        case Data::value_t::object: {
+            std::string out = "{";
+            bool first = true;
+            for (const auto& [k, v] : d.items()) {
+                out += (first ? "" : ", ") + python_repr(Data(k)) + ": " + python_repr(v);
+                first = false;
+            }
+            return out + "}";
+        }
+        default: return "";
+    }
+}
+
+// json.dumps(x, ensure_ascii=False, indent=indent) as transformers' tojson writes it: ", " and ": " without an
+// indent, "," and ": " with one.
+void dump_json(const Data& d, int indent, int depth, std::string& out) {
+    const auto newline = [&](int level) {
+        out += '\n';
+        out.append(static_cast<size_t>(indent * level), ' ');
+    };
+    switch (d.type()) {
+        case Data::value_t::string: {
+            out += '"';
+            for (unsigned char c : d.get_ref<const std::string&>()) {
+                switch (c) {
+                    case '"': out += "\\\""; break;
+                    case '\\': out += "\\\\"; break;
+                    case '\n': out += "\\n"; break;
+                    case '\r': out += "\\r"; break;
+                    case '\t': out += "\\t"; break;
+                    case '\b': out += "\\b"; break;
+                    case '\f': out += "\\f"; break;
+                    default:
+                        if (c < 0x20) {
+                            char buf[8];
+                            std::snprintf(buf, sizeof buf, "\\u%04x", c);
+                            out += buf;
+                        } else {
+                            out += static_cast<char>(c);
+                        }
+                }
+            }
+            out += '"';
+            return;
+        }
+        case Data::value_t::array:
+        case Data::value_t::object: {
+            const bool object = d.is_object();
+            out += object ? '{' : '[';
+            if (d.empty()) {
+                out += object ? '}' : ']';
+                return;
+            }
+            bool first = true;
+            for (auto it = d.begin(); it != d.end(); ++it) {
+                if (!first) out += indent >= 0 ? "," : ", ";
+                first = false;
+                if (indent >= 0) newline(depth + 1);
+                if (object) {
+                    dump_json(Data(it.key()), indent, depth + 1, out);
+                    out += ": ";
+                }
+                dump_json(it.value(), indent, depth + 1, out);
+            }
+            if (indent >= 0) newline(depth);
+            out += object ? '}' : ']';
+            return;
+        }
+        case Data::value_t::null: out += "null"; return;
+        case Data::value_t::boolean: out += d.get<bool>() ? "true" : "false"; return;
+        case Data::value_t::number_float: out += python_float(d.get<double>()); return;
+        default: out += d.dump(); return;
+    }
+}
+
+// UTF-8 characters of a string, for iteration and slicing.
+std::vector<std::string> characters(const std::string& s) {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < s.size();) {
+        const unsigned char c = static_cast<unsigned char>(s[i]);
+        const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+        out.push_back(s.substr(i, n));
+        i += n;
+    }
+    return out;
+}
+
+std::string strip(const std::string& s, const std::string& chars, bool left, bool right) {
+    size_t b = 0, e = s.size();
+    if (left)
+        while (b < e && chars.find(s[b]) != std::string::npos) ++b;
+    if (right)
+        while (e > b && chars.find(s[e - 1]) != std::string::npos) --e;
+    return s.substr(b, e - b);
+}
+
+const std::string kWhitespace = " \t\n\r\f\v";
+
+// ---------------------------------------------------------------------------------------------------------------
+// Rendering
+
+class Renderer {
+public:
+    explicit Renderer(const Data& variables) {
+        scopes_.emplace_back();
+        auto& globals = scopes_.back();
+        globals["raise_exception"] = Value::callable([](const Arguments& args, int line) -> Value {
+            fail(line, "raise_exception: " + (args.empty() ? std::string() : to_text(args[0].second)));
+        });
+        globals["namespace"] = Value::callable([](const Arguments& args, int line) -> Value {
+            Data ns = Data::object();
+            for (const auto& [name, value] : args) {
+                if (!name.empty()) ns[name] = value.data;
+                else if (value.data.is_object()) ns.update(value.data);
+                else fail(line, "namespace() takes keyword arguments or a dict");
+            }
+            return Value(ns);
+        });
+        globals["range"] = Value::callable([](const Arguments& args, int line) -> Value {
+            std::vector<int64_t> a;
+            for (const auto& [name, value] : args) {
+                if (!value.data.is_number_integer()) fail(line, "range() takes integers");
+                a.push_back(value.data.get<int64_t>());
+            }
+            if (a.empty() || a.size() > 3) fail(line, "range() takes 1 to 3 integers");
+            const int64_t start = a.size() > 1 ? a[0] : 0, stop = a.size() > 1 ? a[1] : a[0];
+            const int64_t step = a.size() > 2 ? a[2] : 1;
+            if (step == 0) fail(line, "range() with a step of 0");
+            Data out = Data::array();
+            for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+                out.push_back(i);
+                if (out.size() > 1000000) fail(line, "range() of more than a million numbers");
+            }
+            return Value(out);
+        });
+        // transformers' global: the local date and time in strftime's format (Llama 3.2's template writes today's).
+        globals["strftime_now"] = Value::callable([](const Arguments& args, int line) -> Value {
+            const std::string format = positional(args, 0, "strftime_now", line).get<std::string>();
+            const std::time_t now = std::time(nullptr);
+            std::tm local{};
+            localtime_r(&now, &local);
+            char buf[256];
+            const size_t n = std::strftime(buf, sizeof buf, format.c_str(), &local);
+            return Value(Data(std::string(buf, n)));
+        });
+        scopes_.emplace_back();  // the template's own variables
+        for (const auto& [name, value] : variables.items()) scopes_.back()[name] = Value(value);
+    }
+
+    void render(const Node& node, std::string& out) {
+        switch (node.kind) {
+            case Kind::sequence:
+                for (const auto& kid : node.kids) {
+                    render(*kid, out);
+                    if (flow_ != Flow::normal) return;
+                }
+                return;
+            case Kind::text: out += node.text; return;
+            case Kind::emit: out += to_text(eval(*node.kids[0])); return;
+            case Kind::if_: {
+                for (size_t k = 0; k + 1 < node.kids.size(); k += 2)
+                    if (truthy(eval(*node.kids[k]))) return render(*node.kids[k + 1], out);
+                return;
+            }
+            case Kind::for_: return render_for(node, out);
+            case Kind::set: return assign(node, eval(*node.kids[0]));
+            case Kind::set_block: {
+                std::string captured;
+                render(*node.kids[0], captured);
+                return assign(node, Value(Data(captured)));
+            }
+            case Kind::macro: scopes_.back()[node.text] = macro(node); return;
+            case Kind::break_: flow_ = Flow::break_loop; return;
+            case Kind::continue_: flow_ = Flow::continue_loop; return;
+            default: fail(node.line, "not a statement");
+        }
+    }
+
+private:
+    enum class Flow { normal, break_loop, continue_loop };
+    using Scope = std::map<std::string, Value>;
+
+    Value lookup(const std::string& name) const {
+        for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+            const auto found = it->find(name);
+            if (found != it->end()) return found->second;
+        }
+        return Value::undefined();
+    }
+
+    void assign(const Node& node, Value value) {
+        if (node.names.size() == 1) {
+            scopes_.back()[node.names[0]] = std::move(value);
+            return;
+        }
+        // `set ns.attr = value`: the namespace is changed where it lives, so a loop's changes outlast the loop.
+        for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+            const auto found = it->find(node.names[0]);
+            if (found == it->end()) continue;
+            if (!found->second.data.is_object())
+                fail(node.line, "'" + node.names[0] + "' is not a namespace; cannot set its attribute");
+            found->second.data[node.names[1]] = value.data;
+            return;
+        }
+        fail(node.line, "'" + node.names[0] + "' is undefined; cannot set its attribute");
+    }
+
+    void render_for(const Node& node, std::string& out) {
+        const Value iterable = eval(*node.kids[0]);
+        std::vector<Data> items;
+        if (!iterable.defined || iterable.data.is_null()) {
+        } else if (iterable.data.is_array()) {
+            items.assign(iterable.data.begin(), iterable.data.end());
+        } else if (iterable.data.is_object()) {
+            for (const auto& [k, v] : iterable.data.items()) items.emplace_back(k);
+        } else if (iterable.data.is_string()) {
+            for (auto& c : characters(iterable.data.get<std::string>())) items.emplace_back(c);
+        } else {
+            fail(node.line, python_repr(iterable.data) + " is not iterable");
+        }
+        const auto bind = [&](Scope& scope, const Data& item) {
+            if (node.names.size() == 1) {
+                scope[node.names[0]] = Value(item);
+                return;
+            }
+            if (!item.is_array() || item.size() != node.names.size())
+                fail(node.line, "cannot unpack " + python_repr(item) + " into " +
+                                    std::to_string(node.names.size()) + " loop variables");
+            for (size_t k = 0; k < node.names.size(); ++k) scope[node.names[k]] = Value(item[k]);
+        };
+        if (node.kids[2]) {  // `for x in xs if cond`: loop.* counts the items that pass
+            std::vector<Data> kept;
+            for (const auto& item : items) {
+                scopes_.emplace_back();
+                bind(scopes_.back(), item);
+                const bool keep = truthy(eval(*node.kids[2]));
+                scopes_.pop_back();
+                if (keep) kept.push_back(item);
+            }
+            items = std::move(kept);
+        }
+        if (items.empty()) {
+            if (node.kids[3]) render(*node.kids[3], out);
+            return;
+        }
+        const int64_t n = static_cast<int64_t>(items.size());
+        for (int64_t k = 0; k < n; ++k) {
+            scopes_.emplace_back();
+            bind(scopes_.back(), items[static_cast<size_t>(k)]);
+            Data loop = {{"index", k + 1},        {"index0", k},         {"first", k == 0},
+                         {"last", k == n - 1},    {"length", n},         {"revindex", n - k},
+                         {"revindex0", n - k - 1}};
+            loop["previtem"] = k > 0 ? items[static_cast<size_t>(k - 1)] : Data();
+            loop["nextitem"] = k + 1 < n ? items[static_cast<size_t>(k + 1)] : Data();
+            scopes_.back()["loop"] = Value(loop);
+            render(*node.kids[1], out);
+            scopes_.pop_back();
+            if (flow_ == Flow::break_loop) {
+                flow_ = Flow::normal;
+                break;
+            }
+            flow_ = Flow::normal;
+        }
+    }
+
+    Value macro(const Node& node) {
+        return Value::callable([this, &node](const Arguments& args, int line) -> Value {
+            Scope local;
+            size_t positional = 0;
+            for (const auto& [name, value] : args) {
+                if (name.empty()) {
+                    if (positional >= node.names.size())
+                        fail(line, "macro '" + node.text + "' takes " + std::to_string(node.names.size()) +
+                                       " arguments");
+                    local[node.names[positional++]] = value;
+                } else if (std::find(node.names.begin(), node.names.end(), name) == node.names.end()) {
+                    fail(line, "macro '" + node.text + "' has no parameter '" + name + "'");
+                } else {
+                    local[name] = value;
+                }
+            }
+            // A macro sees the template's variables and its own, not its caller's locals.
+            std::vector<Scope> callers(scopes_.begin() + 2, scopes_.end());
+            scopes_.resize(2);
+            for (size_t k = 0; k < node.names.size(); ++k)
+                if (!local.count(node.names[k]))
+                    local[node.names[k]] = node.kids[k + 1] ? eval(*node.kids[k + 1]) : Value::undefined();
+            scopes_.push_back(std::move(local));
+            std::string out;
+            render(*node.kids[0], out);
+            scopes_.pop_back();
+            for (auto& scope : callers) scopes_.push_back(std::move(scope));
+            flow_ = Flow::normal;
+            return Value(Data(out));
+        });
+    }
+
+    Value eval(const Node& node) {
+        switch (node.kind) {
+            case Kind::literal: return Value(node.literal);
+            case Kind::name: return lookup(node.text);
+            case Kind::attribute: return member(eval(*node.kids[0]), Data(node.text), node.line);
+            case Kind::item: return member(eval(*node.kids[0]), eval(*node.kids[1]).data, node.line);
+            case Kind::slice: return slice(node);
+            case Kind::list: {
+                Data out = Data::array();
+                for (const auto& kid : node.kids) out.push_back(eval(*kid).data);
+                return Value(out);
+            }
+            case Kind::tuple: {
+                Data out = Data::array();
+                for (const auto& kid : node.kids) out.push_back(eval(*kid).data);
+                return Value(out);
+            }
+            case Kind::dict: {
+                Data out = Data::object();
+                for (size_t k = 0; k + 1 < node.kids.size(); k += 2) {
+                    const Value key = eval(*node.kids[k]);
+                    if (!key.data.is_string()) fail(node.line, "dict keys must be strings here");
+                    out[key.data.get<std::string>()] = eval(*node.kids[k + 1]).data;
+                }
+                return Value(out);
+            }
+            case Kind::ternary: {
+                if (truthy(eval(*node.kids[0]))) return eval(*node.kids[1]);
+                return node.kids[2] ? eval(*node.kids[2]) : Value::undefined();
+            }
+            case Kind::unary: {
+                const Value x = eval(*node.kids[0]);
+                if (node.text == "not") return Value(Data(!truthy(x)));
+                if (!x.data.is_number()) fail(node.line, "unary " + node.text + " of a non-number");
+                if (node.text == "+") return x;
+                if (x.data.is_number_float()) return Value(Data(-x.data.get<double>()));
+                return Value(Data(-x.data.get<int64_t>()));
+            }
+            case Kind::binary: return binary(node);
+            case Kind::call: return call(node);
+            case Kind::filter: return filter(node);
+            case Kind::test: {
+                const bool result = test(node);
+                return Value(Data(node.negated ? !result : result));
+            }
+            default: fail(node.line, "not an expression");
+        }
+    }
+
+    Arguments arguments(const Node& node, size_t first) {
+        Arguments args;
+        for (size_t k = first; k < node.kids.size(); ++k) args.emplace_back(node.names[k], eval(*node.kids[k]));
+        return args;
+    }
+
+    // x.name and x[key]: an object's member, a list's or a string's index; undefined when there is none.
+    Value member(const Value& object, const Data& key, int line) {
+        if (!object.defined) return Value::undefined();
+        const Data& d = object.data;
+        if (d.is_object() && key.is_string()) {
+            const auto found = d.find(key.get<std::string>());
+            return found == d.end() ? Value::undefined() : Value(*found);
+        }
+        if ((d.is_array() || d.is_string()) && key.is_number_integer()) {
+            const std::vector<std::string> chars = d.is_string() ? characters(d.get<std::string>())
+                                                                 : std::vector<std::string>();
+            const int64_t size = d.is_array() ? static_cast<int64_t>(d.size()) : static_cast<int64_t>(chars.size());
+            int64_t k = key.get<int64_t>();
+            if (k < 0) k += size;
+            if (k < 0 || k >= size) return Value::undefined();
+            return d.is_array() ? Value(d[static_cast<size_t>(k)]) : Value(Data(chars[static_cast<size_t>(k)]));
+        }
+        (void)line;
+        return Value::undefined();
+    }
+
+    Value slice(const Node& node) {
+        const Value object = eval(*node.kids[0]);
+        const auto bound = [&](const NodePtr& n) -> std::optional<int64_t> {
+            if (!n) return std::nullopt;
+            const Value v = eval(*n);
+            if (v.data.is_null()) return std::nullopt;
+            if (!v.data.is_number_integer()) fail(node.line, "slice bounds must be integers");
+            return v.data.get<int64_t>();
+        };
+        const std::optional<int64_t> a = bound(node.kids[1]), b = bound(node.kids[2]), c = bound(node.kids[3]);
+        std::vector<Data> items;
+        const bool text = object.data.is_string();
+        if (text)
+            for (auto& ch : characters(object.data.get<std::string>())) items.emplace_back(ch);
+        else if (object.data.is_array())
+            items.assign(object.data.begin(), object.data.end());
+        else
+            fail(node.line, "only lists and strings can be sliced");
+        const int64_t n = static_cast<int64_t>(items.size());
+        const int64_t step = c.value_or(1);
+        if (step == 0) fail(node.line, "a slice step of 0");
+        const auto clamp = [&](std::optional<int64_t> v, int64_t fallback) {
+            if (!v) return fallback;
+            int64_t x = *v < 0 ? *v + n : *v;
+            return step > 0 ? std::clamp<int64_t>(x, 0, n) : std::clamp<int64_t>(x, -1, n - 1);
+        };
+        const int64_t start = clamp(a, step > 0 ? 0 : n - 1), stop = clamp(b, step > 0 ? n : -1);
+        Data out = text ? Data("") : Data::array();
+        for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
+            if (text) out.get_ref<std::string&>() += items[static_cast<size_t>(k)].get<std::string>();
+            else out.push_back(items[static_cast<size_t>(k)]);
+        }
+        return Value(out);
+    }
+
+    Value binary(const Node& node) {
+        const std::string& op = node.text;
+        if (op == "and") {
+            Value a = eval(*node.kids[0]);
+            return truthy(a) ? eval(*node.kids[1]) : a;
+        }
+        if (op == "or") {
+            Value a = eval(*node.kids[0]);
+            return truthy(a) ? a : eval(*node.kids[1]);
+        }
+        const Value a = eval(*node.kids[0]), b = eval(*node.kids[1]);
+        const Data &x = a.data, &y = b.data;
+        if (op == "==") return Value(Data(equal(a, b)));
+        if (op == "!=") return Value(Data(!equal(a, b)));
+        if (op == "in" || op == "not in") {
+            bool found = false;
+            if (!b.defined || y.is_null()) found = false;
+            else if (y.is_string() && x.is_string())
+                found = y.get_ref<const std::string&>().find(x.get<std::string>()) != std::string::npos;
+            else if (y.is_array())
+                found = std::find(y.begin(), y.end(), x) != y.end();
+            else if (y.is_object() && x.is_string())
+                found = y.contains(x.get<std::string>());
+            else
+                fail(node.line, "'in' needs a string, a list or a dict on its right");
+            return Value(Data(op == "in" ? found : !found));
+        }
+        if (op == "~") return Value(Data(to_text(a) + to_text(b)));
+        if (op == "<" || op == ">" || op == "<=" || op == ">=") {
+            if (!((x.is_number() && y.is_number()) || (x.is_string() && y.is_string())))
+                fail(node.line, "cannot compare " + python_repr(x) + " and " + python_repr(y));
+            const bool less = x < y, greater = y < x;
+            if (op == "<") return Value(Data(less));
+            if (op == ">") return Value(Data(greater));
+            if (op == "<=") return Value(Data(!greater));
+            return Value(Data(!less));
+        }
+        if (op == "+") {
+            if (x.is_string() && y.is_string()) return Value(Data(x.get<std::string>() + y.get<std::string>()));
+            if (x.is_array() && y.is_array()) {
+                Data out = x;
+                for (const auto& item : y) out.push_back(item);
+                return Value(out);
+            }
+        }
+        if (op == "*" && ((x.is_string() && y.is_number_integer()) || (x.is_number_integer() && y.is_string()))) {
+            const std::string& s = x.is_string() ? x.get_ref<const std::string&>() : y.get_ref<const std::string&>();
+            const int64_t times = x.is_string() ? y.get<int64_t>() : x.get<int64_t>();
+            std::string out;
+            for (int64_t k = 0; k < times && out.size() < (1u << 24); ++k) out += s;
+            return Value(Data(out));
+        }
+        if (!x.is_number() || !y.is_number() || x.is_boolean() || y.is_boolean()) {
+            if (!a.defined || !b.defined)
+                fail(node.line, "'" + op + "' of an undefined value");
+            fail(node.line, "unsupported operands for '" + op + "': " + python_repr(x) + " and " + python_repr(y));
+        }
+        const bool integers = x.is_number_integer() && y.is_number_integer();
+        const double dx = x.get<double>(), dy = y.get<double>();
+        if (op == "/") {
+            if (dy == 0) fail(node.line, "division by zero");
+            return Value(Data(dx / dy));
+        }
+        if (integers) {
+            const int64_t ix = x.get<int64_t>(), iy = y.get<int64_t>();
+            if (op == "+") return Value(Data(ix + iy));
+            if (op == "-") return Value(Data(ix - iy));
+            if (op == "*") return Value(Data(ix * iy));
+            if (op == "//" || op == "%") {
+                if (iy == 0) fail(node.line, "division by zero");
+                int64_t q = ix / iy;
+                if ((ix % iy != 0) && ((ix < 0) != (iy < 0))) --q;  // Python floors
+                return Value(Data(op == "//" ? q : ix - q * iy));
+            }
+            if (op == "**" && iy >= 0) return Value(Data(static_cast<int64_t>(std::pow(dx, dy))));
+        }
+        if (op == "+") return Value(Data(dx + dy));
+        if (op == "-") return Value(Data(dx - dy));
+        if (op == "*") return Value(Data(dx * dy));
+        if (op == "//") return Value(Data(std::floor(dx / dy)));
+        if (op == "%") return Value(Data(dx - std::floor(dx / dy) * dy));
+        if (op == "**") return Value(Data(std::pow(dx, dy)));
+        fail(node.line, "unknown operator '" + op + "'");
+    }
+
+    static bool equal(const Value& a, const Value& b) {
+        if (!a.defined || !b.defined) return a.defined == b.defined;
+        return a.data == b.data;
+    }
+
+    Value call(const Node& node) {
+        const Node& callee = *node.kids[0];
+        Arguments args = arguments(node, 1);
+        if (callee.kind == Kind::attribute) {
+            const Value object = eval(*callee.kids[0]);
+            if (object.defined && !object.function && !(object.data.is_object() && object.data.contains(callee.text)))
+                return method(object.data, callee.text, args, node.line);
+        }
+        const Value f = eval(callee);
+        if (!f.function) fail(node.line, (callee.kind == Kind::name ? "'" + callee.text + "'" : std::string("it")) +
+                                             " is not a function");
+        return (*f.function)(args, node.line);
+    }
+
+    static const Data& positional(const Arguments& args, size_t k, const std::string& what, int line) {
+        if (k >= args.size() || !args[k].first.empty()) fail(line, what + " needs more arguments");
+        return args[k].second.data;
+    }
+
+    // Python's methods of strings and dicts that templates call.
+    Value method(const Data& self, const std::string& name, const Arguments& args, int line) {
+        if (self.is_string()) {
+            const std::string& s = self.get_ref<const std::string&>();
+            const auto chars = [&]() {
+                return args.empty() || args[0].second.data.is_null() ? kWhitespace
+                                                                      : args[0].second.data.get<std::string>();
+            };
+            if (name == "strip") return Value(Data(strip(s, chars(), true, true)));
+            if (name == "lstrip") return Value(Data(strip(s, chars(), true, false)));
+            if (name == "rstrip") return Value(Data(strip(s, chars(), false, true)));
+            if (name == "upper" || name == "lower") {
+                std::string out = s;
+                for (char& c : out) c = static_cast<char>(name == "upper" ? std::toupper(static_cast<unsigned char>(c))
+                                                                          : std::tolower(static_cast<unsigned char>(c)));
+                return Value(Data(out));
+            }
+            if (name == "title" || name == "capitalize") return Value(Data(capitalised(s, name == "title")));
+            if (name == "startswith" || name == "endswith") {
+                const Data& what = positional(args, 0, name, line);
+                std::vector<std::string> options;
+                if (what.is_array())
+                    for (const auto& o : what) options.push_back(o.get<std::string>());
+                else
+                    options.push_back(what.get<std::string>());
+                for (const auto& o : options) {
+                    const bool hit = o.size() <= s.size() &&
+                                     (name == "startswith" ? s.compare(0, o.size(), o) == 0
+                                                           : s.compare(s.size() - o.size(), o.size(), o) == 0);
+                    if (hit) return Value(Data(true));
+                }
+                return Value(Data(false));
+            }
+            if (name == "split") return Value(split(s, args, line));
+            if (name == "replace") {
+                const std::string from = positional(args, 0, name, line).get<std::string>();
+                const std::string to = positional(args, 1, name, line).get<std::string>();
+                return Value(Data(replaced(s, from, to)));
+            }
+            if (name == "count") {
+                const std::string what = positional(args, 0, name, line).get<std::string>();
+                int64_t n = 0;
+                if (!what.empty())
+                    for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + what.size())) ++n;
+                return Value(Data(n));
+            }
+            if (name == "find") {
+                const size_t p = s.find(positional(args, 0, name, line).get<std::string>());
+                return Value(Data(p == std::string::npos ? int64_t{-1} : static_cast<int64_t>(p)));
+            }
+        }
+        if (self.is_object()) {
+            if (name == "items") {
+                Data out = Data::array();
+                for (const auto& [k, v] : self.items()) out.push_back(Data::array({k, v}));
+                return Value(out);
+            }
+            if (name == "keys" || name == "values") {
+                Data out = Data::array();
+                for (const auto& [k, v] : self.items()) out.push_back(name == "keys" ? Data(k) : v);
+                return Value(out);
+            }
+            if (name == "get") {
+                const Data& key = positional(args, 0, name, line);
+                if (key.is_string() && self.contains(key.get<std::string>())) return Value(self[key.get<std::string>()]);
+                return args.size() > 1 ? args[1].second : Value(Data());
+            }
+        }
+        fail(line, "no method '" + name + "' of " + python_repr(self).substr(0, 60));
+    }
+
+    static std::string capitalised(const std::string& s, bool every_word) {
+        std::string out = s;
+        bool start = true;
+        for (char& c : out) {
+            const unsigned char u = static_cast<unsigned char>(c);
+            c = static_cast<char>(start ? std::toupper(u) : std::tolower(u));
+            start = every_word ? !std::isalpha(u) : false;
+        }
+        return out;
+    }
+
+    static std::string replaced(const std::string& s, const std::string& from, const std::string& to) {
+        if (from.empty()) return s;
+        std::string out;
+        size_t p = 0;
+        for (size_t q = s.find(from); q != std::string::npos; q = s.find(from, p)) {
+            out += s.substr(p, q - p) + to;
+            p = q + from.size();
+        }
+        return out + s.substr(p);
+    }
+
+    static Data split(const std::string& s, const Arguments& args, int line) {
+        Data out = Data::array();
+        const bool by_whitespace = args.empty() || args[0].second.data.is_null();
+        const int64_t max_splits = args.size() > 1 ? args[1].second.data.get<int64_t>() : -1;
+        if (by_whitespace) {
+            size_t p = 0;
+            int64_t splits = 0;
+            while (p < s.size()) {
+                while (p < s.size() && kWhitespace.find(s[p]) != std::string::npos) ++p;
+                if (p >= s.size()) break;
+                if (max_splits >= 0 && splits == max_splits) {
+                    out.push_back(strip(s.substr(p), kWhitespace, false, true));
+                    break;
+                }
+                size_t e = p;
+                while (e < s.size() && kWhitespace.find(s[e]) == std::string::npos) ++e;
+                out.push_back(s.substr(p, e - p));
+                ++splits;
+                p = e;
+            }
+            return out;
+        }
+        const std::string sep = args[0].second.data.get<std::string>();
+        if (sep.empty()) fail(line, "split() with an empty separator");
+        size_t p = 0;
+        int64_t splits = 0;
+        for (size_t q = s.find(sep); q != std::string::npos && (max_splits < 0 || splits < max_splits);
+             q = s.find(sep, p), ++splits) {
+            out.push_back(s.substr(p, q - p));
+            p = q + sep.size();
+        }
+        out.push_back(s.substr(p));
+        return out;
+    }
+
+    Value filter(const Node& node) {
+        const Value value = eval(*node.kids[0]);
+        const Arguments args = arguments(node, 1);
+        const std::string& name = node.text;
+        const Data& d = value.data;
+        const auto keyword = [&](const std::string& key, size_t position) -> std::optional<Data> {
+            for (const auto& [n, v] : args)
+                if (n == key) return v.data;
+            size_t k = 0;
+            for (const auto& [n, v] : args)
+                if (n.empty() && k++ == position) return v.data;
+            return std::nullopt;
+        };
+        if (name == "trim") {
+            return Value(Data(strip(to_text(value), keyword("chars", 0).value_or(Data(kWhitespace)).get<std::string>(),
+                                    true, true)));
+        }
+        if (name == "tojson") {
+            const std::optional<Data> indent = keyword("indent", 0);
+            std::string out;
+            dump_json(value.defined ? d : Data(), indent && indent->is_number_integer() ? indent->get<int>() : -1, 0,
+                      out);
+            return Value(Data(out));
+        }
+        if (name == "length" || name == "count") {
+            if (d.is_string()) return Value(Data(static_cast<int64_t>(characters(d.get<std::string>()).size())));
+            if (d.is_array() || d.is_object()) return Value(Data(static_cast<int64_t>(d.size())));
+            if (!value.defined) return Value(Data(int64_t{0}));
+            fail(node.line, "length of " + python_repr(d));
+        }
+        if (name == "string") return Value(Data(to_text(value)));
+        if (name == "upper" || name == "lower" || name == "title" || name == "capitalize")
+            return method(Data(to_text(value)), name, {}, node.line);
+        if (name == "replace") return method(Data(to_text(value)), name, args, node.line);
+        if (name == "safe" || name == "e" || name == "escape") return value;  // no autoescaping in chat templates
+        if (name == "default" || name == "d") {
+            const bool falsy_too = keyword("boolean", 1).value_or(Data(false)).get<bool>();
+            if (!value.defined || (falsy_too && !truthy(value))) return Value(keyword("default_value", 0).value_or(""));
+            return value;
+        }
+        if (name == "first" || name == "last") {
+            if (d.is_array()) return d.empty() ? Value::undefined() : Value(name == "first" ? d.front() : d.back());
+            if (d.is_string()) {
+                const auto chars = characters(d.get<std::string>());
+                return chars.empty() ? Value::undefined() : Value(Data(name == "first" ? chars.front() : chars.back()));
+            }
+            fail(node.line, name + " of " + python_repr(d));
+        }
+        if (name == "items") return method(d.is_null() ? Data::object() : d, "items", {}, node.line);
+        if (name == "list") {
+            if (d.is_array()) return value;
+            Data out = Data::array();
+            if (d.is_string())
+                for (auto& c : characters(d.get<std::string>())) out.push_back(c);
+            else if (d.is_object())
+                for (const auto& [k, v] : d.items()) out.push_back(k);
+            else
+                fail(node.line, "list of " + python_repr(d));
+            return Value(out);
+        }
+        if (name == "reverse") {
+            if (d.is_string()) {
+                auto chars = characters(d.get<std::string>());
+                std::string out;
+                for (auto it = chars.rbegin(); it != chars.rend(); ++it) out += *it;
+                return Value(Data(out));
+            }
+            if (!d.is_array()) fail(node.line, "reverse of " + python_repr(d));
+            return Value(Data(Data::array_t(d.rbegin(), d.rend())));
+        }
+        if (name == "join") {
+            const std::string sep = keyword("d", 0).value_or(Data("")).get<std::string>();
+            const std::optional<Data> attribute = keyword("attribute", 1);
+            std::string out;
+            if (!d.is_array()) fail(node.line, "join of " + python_repr(d));
+            for (size_t k = 0; k < d.size(); ++k) {
+                Value item(d[k]);
+                if (attribute) item = member(item, *attribute, node.line);
+                out += (k ? sep : "") + to_text(item);
+            }
+            return Value(Data(out));
+        }
+        if (name == "int") {
+            if (d.is_number()) return Value(Data(static_cast<int64_t>(d.get<double>())));
+            try {
+                return Value(Data(static_cast<int64_t>(std::stoll(to_text(value)))));
+            } catch (const std::exception&) {
+                return Value(Data(int64_t{0}));
+            }
+        }
+        if (name == "float") {
+            if (d.is_number()) return Value(Data(d.get<double>()));
+            try {
+                return Value(Data(std::stod(to_text(value))));
+            } catch (const std::exception&) {
+                return Value(Data(0.0));
+            }
+        }
+        if (name == "abs") {
+            if (d.is_number_integer()) return Value(Data(std::llabs(d.get<int64_t>())));
+            if (d.is_number()) return Value(Data(std::fabs(d.get<double>())));
+            fail(node.line, "abs of " + python_repr(d));
+        }
+        if (name == "indent") {
+            const int width = keyword("width", 0).value_or(Data(4)).get<int>();
+            const bool first = keyword("first", 1).value_or(Data(false)).get<bool>();
+            const std::string pad(static_cast<size_t>(std::max(0, width)), ' ');
+            const std::string s = to_text(value);
+            std::string out = first && !s.empty() ? pad : "";
+            for (size_t k = 0; k < s.size(); ++k) {
+                out += s[k];
+                if (s[k] == '\n' && k + 1 < s.size() && s[k + 1] != '\n') out += pad;
+            }
+            return Value(Data(out));
+        }
+        if (name == "selectattr" || name == "rejectattr" || name == "select" || name == "reject") {
+            if (!d.is_array()) fail(node.line, name + " of " + python_repr(d));
+            const bool by_attribute = name == "selectattr" || name == "rejectattr";
+            const bool keep_true = name == "selectattr" || name == "select";
+            size_t k = 0;
+            std::string attribute;
+            if (by_attribute) attribute = positional(args, k++, name, node.line).get<std::string>();
+            Data out = Data::array();
+            for (const auto& item : d) {
+                Value subject = by_attribute ? member(Value(item), Data(attribute), node.line) : Value(item);
+                bool hit;
+                if (k < args.size()) {
+                    const std::string test_name = args[k].second.data.get<std::string>();
+                    Arguments rest(args.begin() + static_cast<long>(k) + 1, args.end());
+                    hit = named_test(test_name, subject, rest, node.line);
+                } else {
+                    hit = truthy(subject);
+                }
+                if (hit == keep_true) out.push_back(item);
+            }
+            return Value(out);
+        }
+        if (name == "map") {
+            if (!d.is_array()) fail(node.line, "map of " + python_repr(d));
+            Data out = Data::array();
+            const std::optional<Data> attribute = keyword("attribute", 99);
+            for (const auto& item : d) {
+                if (attribute) {
+                    Value v = member(Value(item), *attribute, node.line);
+                    out.push_back(v.defined ? v.data : keyword("default", 99).value_or(Data()));
+                } else {
+                    fail(node.line, "map() takes attribute=... here");
+                }
+            }
+            return Value(out);
+        }
+        if (name == "unique") {
+            if (!d.is_array()) fail(node.line, "unique of " + python_repr(d));
+            Data out = Data::array();
+            for (const auto& item : d)
+                if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
+            return Value(out);
+        }
+        if (name == "round") {
+            const int precision = keyword("precision", 0).value_or(Data(0)).get<int>();
+            const double scale = std::pow(10.0, precision);
+            return Value(Data(std::round(d.get<double>() * scale) / scale));
+        }
+        fail(node.line, "the filter '" + name + "' is not supported");
+    }
+
+    bool test(const Node& node) {
+        const Value value = eval(*node.kids[0]);
+        return named_test(node.text, value, arguments(node, 1), node.line);
+    }
+
+    bool named_test(const std::string& name, const Value& value, const Arguments& args, int line) {
+        const Data& d = value.data;
+        if (name == "defined") return value.defined;
+        if (name == "undefined") return !value.defined;
+        if (name == "none") return value.defined && d.is_null();
+        if (name == "string") return value.defined && d.is_string();
+        if (name == "number") return value.defined && d.is_number() && !d.is_boolean();
+        if (name == "integer") return value.defined && d.is_number_integer();
+        if (name == "float") return value.defined && d.is_number_float();
+        if (name == "boolean") return value.defined && d.is_boolean();
+        if (name == "true") return value.defined && d.is_boolean() && d.get<bool>();
+        if (name == "false") return value.defined && d.is_boolean() && !d.get<bool>();
+        if (name == "mapping") return value.defined && d.is_object();
+        if (name == "sequence" || name == "iterable")
+            return value.defined && (d.is_array() || d.is_string() || d.is_object());
+        if (name == "callable") return value.function != nullptr;
+        if (name == "odd" || name == "even") {
+            if (!d.is_number_integer()) fail(line, name + " of a non-integer");
+            return (d.get<int64_t>() % 2 != 0) == (name == "odd");
+        }
+        if (name == "divisibleby") {
+            const int64_t n = positional(args, 0, name, line).get<int64_t>();
+            return n != 0 && d.is_number_integer() && d.get<int64_t>() % n == 0;
+        }
+        if (name == "lower" || name == "upper") {
+            if (!d.is_string()) return false;
+            const std::string s = d.get<std::string>();
+            return method(d, name, {}, line).data.get<std::string>() == s;
+        }
+        if (name == "equalto" || name == "eq" || name == "==" || name == "sameas")
+            return equal(value, args.empty() ? Value::undefined() : args[0].second);
+        if (name == "ne" || name == "!=") return !equal(value, args.empty() ? Value::undefined() : args[0].second);
+        if (name == "in") {
+            const Data& within = positional(args, 0, name, line);
+            if (within.is_array()) return std::find(within.begin(), within.end(), d) != within.end();
+            if (within.is_object()) return d.is_string() && within.contains(d.get<std::string>());
+            if (within.is_string() && d.is_string())
+                return within.get_ref<const std::string&>().find(d.get<std::string>()) != std::string::npos;
+            return false;
+        }
+        fail(line, "the test '" + name + "' is not supported");
+    }
+
+    std::vector<Scope> scopes_;
+    Flow flow_ = Flow::normal;
+};
+
+}  // namespace
+
+JinjaTemplate::JinjaTemplate(const std::string& source)
+    : root_(Parser(Scanner(source).scan()).parse_template()) {}
+JinjaTemplate::~JinjaTemplate() = default;
+JinjaTemplate::JinjaTemplate(JinjaTemplate&&) noexcept = default;
+JinjaTemplate& JinjaTemplate::operator=(JinjaTemplate&&) noexcept = default;
+
+std::string JinjaTemplate::render(const nlohmann::ordered_json& variables) const {
+    if (!variables.is_object()) throw JinjaError("a template's variables must be a JSON object");
+    Renderer renderer(variables);
+    std::string out;
+    renderer.render(*root_, out);
+    return out;
+}
+
+}  // namespace rudder
