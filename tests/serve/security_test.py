@@ -260,7 +260,7 @@ def case_model_files():
         servers.append(s)
         try:
             status, body = s.json("GET", "/v1/models")
-            assert {"fifo", "leaky", "e2e-discrete"} <= set(body["models"]), body
+            assert {"fifo", "leaky", "e2e-discrete"} <= {m["id"] for m in body["data"]}, body
             for name in ("fifo", "fifo-vocab", "leaky"):
                 status, body = s.json("POST", "/v1/validate", {"recipe": dict(QUICK, model=name)}, timeout=20)
                 assert status == 400 and "/recipe/model" in issues(body), (name, body)

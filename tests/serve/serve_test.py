@@ -104,7 +104,7 @@ def case_endpoints():
             status, _, body = s.json("GET", "/healthz")
             assert status == 200 and body == {"status": "ok"}, body
             status, _, body = s.json("GET", "/v1/models")
-            assert status == 200 and "e2e-discrete" in body["models"], body
+            assert status == 200 and "e2e-discrete" in [m["id"] for m in body["data"]], body
             status, _, body = s.json("GET", "/v1/plugins")
             by_id = {c["id"]: c for c in body["controllers"]}
             assert status == 200 and by_id["length"]["params_schema"]["properties"]["tokens"], by_id.get("length")

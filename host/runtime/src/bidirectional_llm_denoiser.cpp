@@ -70,14 +70,11 @@ DenoiserOutput BidirectionalLlmDenoiser::denoise_window(const at::Tensor& x, int
     return out;
 }
 
-Model load_bidirectional_llm_model(const fs::path& dir, const nlohmann::json& config, std::optional<Family> family) {
+namespace {
+
+std::shared_ptr<const Tokenizer> llm_tokenizer_of(const fs::path& dir, const nn::BidirectionalLlmConfig& parsed) {
     const fs::path file = dir / "config.json";
-    const nn::BidirectionalLlmConfig parsed = nn::parse_bidirectional_llm_config(config, file);
     const std::string what = parsed.name();
-    if (family && *family != Family::discrete)
-        throw ModelError("'" + dir.string() + "' is a " + what +
-                         " checkpoint: a discrete (masked) diffusion model, not a " + family_name(*family) + " one");
-    // The tokenizer first: it is small, and a folder without one is refused before gigabytes of weights are read.
     const fs::path tokenizer_file = dir / "tokenizer.json";
     if (!fs::exists(tokenizer_file))
         throw ModelError("'" + dir.string() + "' is a " + what +
@@ -109,6 +106,22 @@ Model load_bidirectional_llm_model(const fs::path& dir, const nlohmann::json& co
         throw ModelError("'" + dir.string() + "': the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
                          " tokens, more than the network's " + std::to_string(parsed.vocab_size) +
                          ": another tokenizer than the one it was trained with");
+    return tokenizer;
+}
+
+}  // namespace
+
+std::shared_ptr<const Tokenizer> load_bidirectional_llm_tokenizer(const fs::path& dir, const nlohmann::json& config) {
+    return llm_tokenizer_of(dir, nn::parse_bidirectional_llm_config(config, dir / "config.json"));
+}
+
+Model load_bidirectional_llm_model(const fs::path& dir, const nlohmann::json& config, std::optional<Family> family) {
+    const nn::BidirectionalLlmConfig parsed = nn::parse_bidirectional_llm_config(config, dir / "config.json");
+    if (family && *family != Family::discrete)
+        throw ModelError("'" + dir.string() + "' is a " + parsed.name() +
+                         " checkpoint: a discrete (masked) diffusion model, not a " + family_name(*family) + " one");
+    // The tokenizer first: it is small, and a folder without one is refused before gigabytes of weights are read.
+    const std::shared_ptr<const Tokenizer> tokenizer = llm_tokenizer_of(dir, parsed);
     Model model;
     model.name = dir.filename().string();
     model.dir = dir;

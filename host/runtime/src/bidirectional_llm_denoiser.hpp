@@ -56,6 +56,9 @@ private:
 // then the tokenizer, then the weights.
 Model load_bidirectional_llm_model(const std::filesystem::path& dir, const nlohmann::json& config,
                                    std::optional<Family> family);
+// Its tokenizer alone, checked as the loader checks it (no weights are read).
+std::shared_ptr<const Tokenizer> load_bidirectional_llm_tokenizer(const std::filesystem::path& dir,
+                                                                  const nlohmann::json& config);
 
 // The authors' samplers, which such a model recommends: LLaDA's generate() (llada), Dream's diffusion_generate()
 // with its entropy alg (dream).

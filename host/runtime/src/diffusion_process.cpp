@@ -1,6 +1,7 @@
 #include "diffusion_process.hpp"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 namespace rudder {
@@ -95,14 +96,38 @@ void read_sampler_object(json_input::ObjectReader& s, const RecipeLimits& limits
     const std::string name = s.choice("name", names).value_or("");
     check_keys(s, name);
     // The values, read by each room that offers the sampler (by every room while none is named); a key that several
-    // read alike is reported once.
+    // read alike is reported once. While none is named, a value is a problem only where every room that reads the
+    // key finds one (temperature 0 is the discrete samplers' arg-max, below the continuous range): the model's room
+    // reads the sampler again once the model is known.
     const size_t before = s.issues().size();
+    std::map<std::string, size_t> rooms_reading, rooms_refusing;  // by pointer, while none is named
     for (const auto& room : rooms()) {
         if (!name.empty() && !offers(room, name)) continue;
+        const size_t own = s.issues().size();
         SamplerObject object{s, name, limits, &room.keys};
         room.read(object);
+        if (!name.empty()) continue;
+        for (auto it = s.value().begin(); it != s.value().end(); ++it)
+            if (const SamplerKey* k = key_of(room, it.key()); k != nullptr && !k->refused)
+                ++rooms_reading[s.pointer(it.key())];
+        std::set<std::string> refused_here;
+        for (size_t i = own; i < s.issues().size(); ++i) refused_here.insert(s.issues()[i].pointer);
+        for (const auto& pointer : refused_here) ++rooms_refusing[pointer];
     }
     auto& issues = s.issues();
+    if (name.empty()) {
+        // One problem per value, the last room's (the discrete rooms read the widest ranges).
+        std::map<std::string, size_t> last;
+        for (size_t i = before; i < issues.size(); ++i) last[issues[i].pointer] = i;
+        std::vector<RecipeIssue> kept(issues.begin(), issues.begin() + static_cast<std::ptrdiff_t>(before));
+        for (size_t i = before; i < issues.size(); ++i) {
+            const auto reading = rooms_reading.find(issues[i].pointer);
+            const bool some_room_takes_it =
+                reading != rooms_reading.end() && rooms_refusing[issues[i].pointer] < reading->second;
+            if (last[issues[i].pointer] == i && !some_room_takes_it) kept.push_back(issues[i]);
+        }
+        issues = std::move(kept);
+    }
     std::set<std::pair<std::string, std::string>> seen;
     issues.erase(std::remove_if(issues.begin() + static_cast<std::ptrdiff_t>(before), issues.end(),
                                 [&](const RecipeIssue& i) {

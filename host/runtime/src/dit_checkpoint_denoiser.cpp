@@ -261,15 +261,15 @@ std::shared_ptr<const Tokenizer> checkpoint_tokenizer(const fs::path& dir, const
 
 }  // namespace
 
-Model load_dit_checkpoint_model(const fs::path& dir, const nlohmann::json& config, std::optional<Family> family) {
-    const fs::path file = dir / "config.json";
-    const nn::DitConfig parsed = nn::parse_dit_config(config, file);
-    const std::string name = nn::dit_flavor_name(parsed.flavor);
-    const std::string what = (parsed.flavor == nn::DitFlavor::mdlm ? "an " : "a ") + name;
-    if (family && *family != Family::discrete)
-        throw ModelError("'" + dir.string() + "' is " + what + " checkpoint: a discrete diffusion model, not a " +
-                         family_name(*family) + " one");
-    // The tokenizer first: it is small, and a folder without one is refused before gigabytes of weights are read.
+namespace {
+
+// "an MDLM", "a SEDD", ...: how messages name the checkpoint.
+std::string checkpoint_what(const nn::DitConfig& parsed) {
+    return std::string(parsed.flavor == nn::DitFlavor::mdlm ? "an " : "a ") + nn::dit_flavor_name(parsed.flavor);
+}
+
+std::shared_ptr<const Tokenizer> dit_tokenizer_of(const fs::path& dir, const nn::DitConfig& parsed) {
+    const std::string what = checkpoint_what(parsed);
     std::shared_ptr<const Tokenizer> tokenizer;
     if (parsed.flavor == nn::DitFlavor::udlm) {
         // UDLM's vocabulary is BERT's own (30,522 for udlm-lm1b): uniform noise needs no token more.
@@ -290,6 +290,22 @@ Model load_dit_checkpoint_model(const fs::path& dir, const nlohmann::json& confi
                              "; the network has " + std::to_string(parsed.vocab_size) +
                              " (that token is its last id): another tokenizer than the one it was trained with");
     }
+    return tokenizer;
+}
+
+}  // namespace
+
+std::shared_ptr<const Tokenizer> load_dit_checkpoint_tokenizer(const fs::path& dir, const nlohmann::json& config) {
+    return dit_tokenizer_of(dir, nn::parse_dit_config(config, dir / "config.json"));
+}
+
+Model load_dit_checkpoint_model(const fs::path& dir, const nlohmann::json& config, std::optional<Family> family) {
+    const nn::DitConfig parsed = nn::parse_dit_config(config, dir / "config.json");
+    if (family && *family != Family::discrete)
+        throw ModelError("'" + dir.string() + "' is " + checkpoint_what(parsed) +
+                         " checkpoint: a discrete diffusion model, not a " + family_name(*family) + " one");
+    // The tokenizer first: it is small, and a folder without one is refused before gigabytes of weights are read.
+    const std::shared_ptr<const Tokenizer> tokenizer = dit_tokenizer_of(dir, parsed);
     Model model;
     model.name = dir.filename().string();
     model.dir = dir;

@@ -87,6 +87,9 @@ std::string describe_tokenizer_files(TokenizerFiles files);
 // refused before its weights are read), then the weights.
 Model load_dit_checkpoint_model(const std::filesystem::path& dir, const nlohmann::json& config,
                                 std::optional<Family> family);
+// Its tokenizer alone, checked as the loader checks it (no weights are read).
+std::shared_ptr<const Tokenizer> load_dit_checkpoint_tokenizer(const std::filesystem::path& dir,
+                                                               const nlohmann::json& config);
 
 // The sampler the checkpoint's authors use where it is not Rudder's default (BD3-LM's), as a recipe's "sampler"
 // object without "steps"; null otherwise.

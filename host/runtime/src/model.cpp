@@ -187,6 +187,15 @@ Model load_model(const fs::path& dir, std::optional<Family> family) {
     return format_of(config).load(dir, config, family);
 }
 
+std::shared_ptr<const Tokenizer> load_tokenizer(const fs::path& dir) {
+    const json config = read_json_file(dir / "config.json");
+    return format_of(config).tokenizer(dir, config);
+}
+
+std::shared_ptr<const Tokenizer> load_rudder_tokenizer(const fs::path& dir, const json& own) {
+    return load_word_tokenizer(checked_model_config(own, dir / "config.json"), dir);
+}
+
 Model load_rudder_model(const fs::path& dir, const json& own, std::optional<Family> family) {
     const fs::path file = dir / "config.json";
     const json config = checked_model_config(own, file);

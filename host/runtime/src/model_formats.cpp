@@ -10,9 +10,11 @@ namespace rudder {
 
 const ModelFormat& format_of(const nlohmann::json& config) {
     static const std::vector<ModelFormat> formats = {
-        {nn::is_dit_checkpoint_config, load_dit_checkpoint_model, describe_dit_checkpoint},
-        {nn::is_bidirectional_llm_config, load_bidirectional_llm_model, describe_bidirectional_llm},
-        {[](const nlohmann::json&) { return true; }, load_rudder_model, describe_rudder_model},
+        {nn::is_dit_checkpoint_config, load_dit_checkpoint_model, describe_dit_checkpoint,
+         load_dit_checkpoint_tokenizer},
+        {nn::is_bidirectional_llm_config, load_bidirectional_llm_model, describe_bidirectional_llm,
+         load_bidirectional_llm_tokenizer},
+        {[](const nlohmann::json&) { return true; }, load_rudder_model, describe_rudder_model, load_rudder_tokenizer},
     };
     for (const auto& format : formats)
         if (format.recognises(config)) return format;

@@ -19,6 +19,8 @@ struct ModelFormat {
     Model (*load)(const std::filesystem::path& dir, const nlohmann::json& config, std::optional<Family> family);
     // What describe_model says of it (name and path are added by the caller).
     nlohmann::json (*describe)(const std::filesystem::path& dir, const nlohmann::json& config);
+    // Its tokenizer alone (load_tokenizer), as `load` makes it.
+    std::shared_ptr<const Tokenizer> (*tokenizer)(const std::filesystem::path& dir, const nlohmann::json& config);
 };
 
 // The format of a folder whose config.json is `config`. The public checkpoints (MDLM's, SEDD's, BD3-LM's, UDLM's and
@@ -29,6 +31,7 @@ const ModelFormat& format_of(const nlohmann::json& config);
 // Each format's loader and description, defined beside what they load (model.cpp, model_description.cpp, and the
 // checkpoint denoisers).
 Model load_rudder_model(const std::filesystem::path& dir, const nlohmann::json& config, std::optional<Family> family);
+std::shared_ptr<const Tokenizer> load_rudder_tokenizer(const std::filesystem::path& dir, const nlohmann::json& config);
 nlohmann::json describe_rudder_model(const std::filesystem::path& dir, const nlohmann::json& config);
 nlohmann::json describe_dit_checkpoint(const std::filesystem::path& dir, const nlohmann::json& config);
 nlohmann::json describe_bidirectional_llm(const std::filesystem::path& dir, const nlohmann::json& config);

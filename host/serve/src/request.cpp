@@ -27,9 +27,8 @@ json read_recipe_file(const fs::path& file) {
     }
 }
 
-// OpenAI's response_format as a controller of the structured library: {"type": "json_schema", "json_schema":
-// {"name", "schema", "strict", "description"}} -> json_schema with that schema; {"type": "json_object"} -> any JSON
-// object; {"type": "text"} -> none. std::nullopt when none is asked for (or the value has issues, recorded).
+}  // namespace
+
 std::optional<json> response_format_controller(const json& value, std::vector<RecipeIssue>& issues) {
     json_input::ObjectReader r(value, "/response_format", issues);
     const auto type = r.text("type", json_input::kRequired);
@@ -62,8 +61,6 @@ std::optional<json> response_format_controller(const json& value, std::vector<Re
     return json{{"plugin", "json_schema"}, {"params", {{"schema", *schema}}}};
 }
 
-// The server's rules for a recipe a client gives: no less isolation than the server's, plugins by id unless client
-// paths are allowed.
 void check_client_recipe(const json& recipe, const ServerOptions& options, std::vector<RecipeIssue>& issues) {
     const bool isolated = options.isolation == "process";
     const std::string in_process =
@@ -88,8 +85,6 @@ void check_client_recipe(const json& recipe, const ServerOptions& options, std::
                                                   "/v1/plugins lists them)"});
     }
 }
-
-}  // namespace
 
 json error_json(const RequestError& e) {
     json j = {{"error", e.message}};

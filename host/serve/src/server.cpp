@@ -11,10 +11,12 @@
 #include <prometheus/text_serializer.h>
 
 #include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -39,6 +41,7 @@
 #include "memory_release.hpp"
 #include "metrics.hpp"
 #include "model_catalog.hpp"
+#include "openai_api.hpp"
 #include "playground_page.hpp"
 #include "request.hpp"
 #include "scheduler.hpp"
@@ -144,6 +147,7 @@ struct Server::State {
     GeneratorLoader generators;
     Scheduler scheduler;
     JobRunner runner;
+    PromptTools prompt_tools;
     Access access;
     HttpServer http;
     int port = -1;
@@ -185,27 +189,25 @@ struct Server::State {
         }
     }
 
-    void handle_generate(const httplib::Request& req, httplib::Response& res) {
-        const auto arrived = Clock::now();
-        const auto deadline = after(options.timeout_seconds);
-        GenerateRequest request;
-        try {
-            request = read_request(req.body, options);
-        } catch (const RequestError& e) {
-            metrics.failed("invalid request");
-            return reply(res, e.status, error_json(e));
-        }
+    // A request's job in line and its generator loaded (or known), so its run will take it: RequestError with the
+    // status to answer (400 for the recipe's problems, 503 when the queue is full or the server drains, 504 when the
+    // load outlasts the deadline), counted in the metrics.
+    struct Started {
+        std::shared_ptr<Scheduler::Place> place;
+        std::shared_ptr<Job> job;
+    };
+    Started start(const GenerateRequest& request, Clock::time_point deadline) {
         // A place in line before the recipe's model and plugins are loaded: a refused request costs nothing.
         Scheduler::Entry entry = Scheduler::Entry::admitted;
         std::shared_ptr<Scheduler::Place> place = scheduler.admit(entry);
         if (!place) {
             metrics.failed(entry == Scheduler::Entry::full ? "queue full" : "draining");
-            res.set_header("Retry-After", std::to_string(options.retry_after_seconds));
-            return reply(res, 503,
-                         {{"error", entry == Scheduler::Entry::full
-                                        ? "the queue is full (" + std::to_string(options.queue_limit) +
-                                              " waiting); try again later"
-                                        : std::string("the server is shutting down")}});
+            throw RequestError{503,
+                               entry == Scheduler::Entry::full
+                                   ? "the queue is full (" + std::to_string(options.queue_limit) +
+                                         " waiting); try again later"
+                                   : std::string("the server is shutting down"),
+                               {}};
         }
         // Checked here, so that a request the run could not serve is answered 400 before it waits. The generator
         // built to check it (none for a recipe checked before) goes with its job to the run: it is built once.
@@ -219,7 +221,7 @@ struct Server::State {
             job->generator = generators.load_before(request, job->key, &job->samples, /*unless_known=*/true, deadline);
         } catch (const RequestError& e) {
             metrics.failed(e.status == 504 ? "timeout" : "invalid request");
-            return reply(res, e.status, error_json(e));
+            throw;
         }
         job->seed = request.seed;
         job->shares =
@@ -228,30 +230,163 @@ struct Server::State {
                             : generators.cache.known(job->key).value_or(GeneratorCache::Known{}).batching_pays);
         job->streams = request.stream;
         place->submit(job);
+        return {std::move(place), std::move(job)};
+    }
 
-        const std::string timeout_message =
-            "the generation ran past the server's limit of " + std::to_string(options.timeout_seconds) + " s";
-        if (request.stream) return stream_events(res, std::move(place), std::move(job), arrived, timeout_message);
-        json samples = json::array();
+    std::string timeout_message() const {
+        return "the generation ran past the server's limit of " + std::to_string(options.timeout_seconds) + " s";
+    }
+
+    // A job's samples once its run is done, and the run's description (`run`); RequestError for a run that failed
+    // (500, or the runner's status when the request is to blame) or ran past the deadline (504).
+    std::vector<json> collect(Job& job, Clock::time_point deadline, json& run) {
+        std::vector<json> samples;
         for (;;) {
-            std::optional<Job::Event> event = job->next(deadline);
+            std::optional<Job::Event> event = job.next(deadline);
             if (!event) {
                 metrics.failed("timeout");
-                return reply(res, 504, {{"error", timeout_message}});
+                throw RequestError{504, timeout_message(), {}};
             }
             if (event->name == "sample") {
                 samples.push_back(std::move(event->data));
             } else if (event->name == "done") {
-                metrics.latency.Observe(seconds_since(arrived));
-                return reply(res, 200, {{"samples", samples}, {"run", event->data["run"]}});
+                run = event->data["run"];
+                return samples;
             } else if (event->name == "error") {
                 // A run's failure is the server's answer (500) unless the runner says it is the request's.
                 const int status = event->data.value("status", 500);
-                event->data.erase("status");
                 metrics.failed(status == 500 ? "run error" : "invalid request");
-                return reply(res, status, event->data);
+                RequestError error{status, event->data.value("error", std::string("the run failed")), {}};
+                for (const auto& issue : event->data.value("issues", json::array()))
+                    error.issues.push_back({issue.value("pointer", ""), issue.value("message", "")});
+                throw error;
             }
         }
+    }
+
+    void reply_error(httplib::Response& res, const RequestError& e, json body) {
+        if (e.status == 503) res.set_header("Retry-After", std::to_string(options.retry_after_seconds));
+        reply(res, e.status, std::move(body));
+    }
+
+    void handle_generate(const httplib::Request& req, httplib::Response& res) {
+        const auto arrived = Clock::now();
+        const auto deadline = after(options.timeout_seconds);
+        GenerateRequest request;
+        Started started;
+        try {
+            try {
+                request = read_request(req.body, options);
+            } catch (const RequestError&) {
+                metrics.failed("invalid request");
+                throw;
+            }
+            started = start(request, deadline);
+        } catch (const RequestError& e) {
+            return reply_error(res, e, error_json(e));
+        }
+        if (request.stream) return stream_events(res, std::move(started.place), std::move(started.job), arrived);
+        try {
+            json run;
+            std::vector<json> samples = collect(*started.job, deadline, run);
+            metrics.latency.Observe(seconds_since(arrived));
+            reply(res, 200, {{"samples", samples}, {"run", run}});
+        } catch (const RequestError& e) {
+            reply_error(res, e, error_json(e));
+        }
+    }
+
+    // POST /v1/completions and /v1/chat/completions (openai_api.hpp).
+    void handle_completion(const httplib::Request& req, httplib::Response& res, bool chat) {
+        const auto arrived = Clock::now();
+        const auto deadline = after(options.timeout_seconds);
+        CompletionRequest request;
+        Started started;
+        try {
+            try {
+                request = read_completion_request(req.body, chat, options, catalog, prompt_tools);
+            } catch (const RequestError&) {
+                metrics.failed("invalid request");
+                throw;
+            }
+            started = start(request.generate, deadline);
+        } catch (const RequestError& e) {
+            return reply_error(res, e, openai_error(e, &request));
+        }
+        const std::string id = completion_id(chat);
+        const int64_t created = static_cast<int64_t>(std::time(nullptr));
+        if (request.generate.stream)
+            return stream_completion(res, std::move(started), std::move(request), id, created, arrived);
+        try {
+            json run;
+            std::vector<Choice> choices;
+            for (const auto& sample : collect(*started.job, deadline, run)) choices.push_back(choice_of(request, sample));
+            metrics.latency.Observe(seconds_since(arrived));
+            reply(res, 200, completion_json(request, id, created, choices, run));
+        } catch (const RequestError& e) {
+            reply_error(res, e, openai_error(e, &request));
+        }
+    }
+
+    // A completion streamed as OpenAI streams one: each choice as a chunk when its sample is done (a diffusion model
+    // writes every position at once, so there is no earlier text to send), then its finish reason; the usage if
+    // asked for; then "data: [DONE]". While the run goes on, an SSE comment per step keeps the connection alive and
+    // shows progress ("step 12/64"); clients skip comments. A failed run ends the stream with an error chunk.
+    void stream_completion(httplib::Response& res, Started started, CompletionRequest request, const std::string& id,
+                           int64_t created, Clock::time_point arrived) {
+        res.set_header("Cache-Control", "no-cache");
+        auto shared = std::make_shared<CompletionRequest>(std::move(request));
+        auto place = started.place;
+        auto job = started.job;
+        res.set_chunked_content_provider(
+            "text/event-stream",
+            [this, job, shared, id, created, arrived](size_t, httplib::DataSink& sink) {
+                const CompletionRequest& request = *shared;
+                const auto send = [&](const std::string& text) { return sink.write(text.data(), text.size()); };
+                const auto data = [&](const json& j) { return send("data: " + dump_json(j) + "\n\n"); };
+                int64_t completion_tokens = 0;
+                bool open = true;
+                while (open) {
+                    std::optional<Job::Event> event = job->next(job->deadline);
+                    if (!event) {
+                        job->abandoned = true;
+                        metrics.failed("timeout");
+                        data(openai_error(RequestError{504, timeout_message(), {}}, &request));
+                        break;
+                    }
+                    if (event->name == "step") {
+                        open = send(": step " + std::to_string(event->data.value("step", 0)) + "/" +
+                                    std::to_string(event->data.value("steps", 0)) + "\n\n");
+                    } else if (event->name == "sample") {
+                        const Choice c = choice_of(request, event->data);
+                        completion_tokens += c.completion_tokens;
+                        const int64_t index = event->data.value("index", 0);
+                        open = data(chunk_json(request, id, created, index, c.text, "", true)) &&
+                               data(chunk_json(request, id, created, index, "", c.finish_reason, false));
+                    } else if (event->name == "done") {
+                        metrics.latency.Observe(seconds_since(arrived));
+                        if (request.include_usage) data(usage_chunk_json(request, id, created, completion_tokens));
+                        send("data: [DONE]\n\n");
+                        break;
+                    } else if (event->name == "error") {
+                        metrics.failed("run error");
+                        json body = openai_error(RequestError{event->data.value("status", 500),
+                                                              event->data.value("error", std::string("the run failed")),
+                                                              {}},
+                                                 &request);
+                        redact.scrub(body);
+                        data(body);
+                        break;
+                    }
+                    if (!open) {
+                        job->abandoned = true;
+                        metrics.failed("disconnected");
+                    }
+                }
+                sink.done();
+                return true;
+            },
+            [place](bool) mutable { place.reset(); });
     }
 
     // Streamed: the run's events are written as they arrive, on this connection's thread: a step event per
@@ -259,11 +394,11 @@ struct Server::State {
     // client went away) abandons the job, which cancels its run at the next step when it serves nobody else.
     // The place goes with the response, so it is given back even when the response is never written.
     void stream_events(httplib::Response& res, std::shared_ptr<Scheduler::Place> place, std::shared_ptr<Job> job,
-                       Clock::time_point arrived, const std::string& timeout_message) {
+                       Clock::time_point arrived) {
         res.set_header("Cache-Control", "no-cache");
         res.set_chunked_content_provider(
             "text/event-stream",
-            [this, place, job, arrived, timeout_message](size_t, httplib::DataSink& sink) {
+            [this, place, job, arrived](size_t, httplib::DataSink& sink) {
                 const auto send = [&](const std::string& event, json data) {
                     if (event == "error") {
                         redact.scrub(data);
@@ -277,7 +412,7 @@ struct Server::State {
                     if (!event) {
                         job->abandoned = true;
                         metrics.failed("timeout");
-                        send("error", {{"error", timeout_message}});
+                        send("error", {{"error", timeout_message()}});
                         break;
                     }
                     if (event->name == "done") {
@@ -326,6 +461,10 @@ struct Server::State {
         }
     }
 
+    static json model_entry(const std::string& name) {
+        return {{"id", name}, {"object", "model"}, {"created", 0}, {"owned_by", "rudder"}};
+    }
+
     void handle_plugins(httplib::Response& res) {
         json j = {{"controllers", json::array()}, {"rejected", json::array()}};
         for (const auto& c : registry.controllers()) {
@@ -365,8 +504,27 @@ struct Server::State {
                   [this](const httplib::Request& req, httplib::Response& res) { handle_generate(req, res); });
         http.Post("/v1/validate",
                   [this](const httplib::Request& req, httplib::Response& res) { handle_validate(req, res); });
+        http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+            handle_completion(req, res, false);
+        });
+        http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+            handle_completion(req, res, true);
+        });
+        // OpenAI's shape: {"object": "list", "data": [{"id", "object": "model", "created", "owned_by"}]}.
         http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-            reply(res, 200, {{"models", catalog.names()}});
+            json data = json::array();
+            for (const auto& name : catalog.names()) data.push_back(model_entry(name));
+            reply(res, 200, {{"object", "list"}, {"data", data}});
+        });
+        http.Get(R"(/v1/models/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+            const std::string name = req.matches[1];
+            const std::vector<std::string> names = catalog.names();
+            if (std::find(names.begin(), names.end(), name) == names.end())
+                return reply(res, 404,
+                             openai_error(RequestError{404, "no model named '" + quoted(name) +
+                                                                "' on this server (GET /v1/models lists them)", {}},
+                                          nullptr));
+            reply(res, 200, model_entry(name));
         });
         http.Get("/v1/plugins", [this](const httplib::Request&, httplib::Response& res) { handle_plugins(res); });
         http.Get("/", [](const httplib::Request&, httplib::Response& res) {
@@ -408,9 +566,11 @@ struct Server::State {
         });
         // Paths outside the API are counted together: a scan of random paths must not grow the metrics.
         http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-            static const std::set<std::string> known = {"/",           "/v1/generate", "/v1/validate", "/v1/models",
-                                                        "/v1/plugins", "/healthz",     "/metrics"};
-            metrics.answered(known.count(req.path) ? req.path : "other", res.status);
+            static const std::set<std::string> known = {"/",           "/v1/generate",    "/v1/validate",
+                                                        "/v1/models",  "/v1/plugins",     "/healthz",
+                                                        "/metrics",    "/v1/completions", "/v1/chat/completions"};
+            const bool model = req.path.rfind("/v1/models/", 0) == 0;
+            metrics.answered(known.count(req.path) ? req.path : model ? "/v1/models/{id}" : "other", res.status);
             answered.fetch_add(1);
         });
     }

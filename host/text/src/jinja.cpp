@@ -1396,8 +1396,10 @@ private:
             if (name == "rstrip") return Value(Data(strip(s, chars(), false, true)));
             if (name == "upper" || name == "lower") {
                 std::string out = s;
-                for (char& c : out) c = static_cast<char>(name == "upper" ? std::toupper(static_cast<unsigned char>(c))
-                                                                          : std::tolower(static_cast<unsigned char>(c)));
+                for (char& c : out) {
+                    const unsigned char u = static_cast<unsigned char>(c);
+                    c = static_cast<char>(name == "upper" ? std::toupper(u) : std::tolower(u));
+                }
                 return Value(Data(out));
             }
             if (name == "title" || name == "capitalize") return Value(Data(capitalised(s, name == "title")));
@@ -1447,7 +1449,8 @@ private:
             }
             if (name == "get") {
                 const Data& key = positional(args, 0, name, line);
-                if (key.is_string() && self.contains(key.get<std::string>())) return Value(self[key.get<std::string>()]);
+                if (key.is_string() && self.contains(key.get<std::string>()))
+                    return Value(self[key.get<std::string>()]);
                 return args.size() > 1 ? args[1].second : Value(Data());
             }
         }

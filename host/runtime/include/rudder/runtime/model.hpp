@@ -70,4 +70,8 @@ nlohmann::json describe_model(const std::filesystem::path& dir);
 // Throws ModelError naming the file and the problem (missing file, bad JSON, other format version, ...).
 Model load_model(const std::filesystem::path& dir, std::optional<Family> family);
 
+// The tokenizer of the model folder `dir` alone, as load_model makes it, without reading the weights (a server counts
+// a prompt's tokens with it before it loads the model). Throws ModelError as load_model does.
+std::shared_ptr<const Tokenizer> load_tokenizer(const std::filesystem::path& dir);
+
 }  // namespace rudder
