@@ -163,6 +163,16 @@ TEST(BpeCompare, Qwen25TokenizerJson) {
     compare("qwen2_5", BpeTokenizer::load_json(file.string()), true);  // NFC
 }
 
+// Llama 3's tokenizer (LLaDA's chat template is Llama 3's): model.ignore_merges, a piece that is a token is that token.
+TEST(BpeCompare, Llama3TokenizerJson) {
+    const auto file = reference_dir() / "llama3" / "tokenizer.json";
+    if (!std::filesystem::exists(file))
+        GTEST_SKIP() << "no " << file << ": the fixture text.bpe.fetch_reference needs node and npm";
+    const BpeTokenizer tok = BpeTokenizer::load_json(file.string());
+    EXPECT_EQ(tok.vocab_size(), 128256);
+    compare("llama3", tok, false);
+}
+
 // encode shares its cache of pieces between threads; each thread must still get the reference's ids.
 TEST(BpeCompare, Qwen25FromSeveralThreads) {
     const auto file = reference_dir() / "qwen2_5" / "tokenizer.json";

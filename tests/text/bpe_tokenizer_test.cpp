@@ -85,6 +85,20 @@ TEST(BpeTokenizer, MergesByRank) {
     EXPECT_THROW(tok.token(-1), std::out_of_range);
 }
 
+// Llama 3's model.ignore_merges: a piece that is a token is that token, though the merges would split it ("hell" is
+// made h e + ll with merges; with "hel" a token of its own and no merge reaching it, only ignore_merges finds it).
+TEST(BpeTokenizer, IgnoreMergesTakesAPieceThatIsAToken) {
+    json file = small_file();
+    file["model"]["vocab"]["hel"] = 262;
+    file["model"]["vocab"]["hell"] = 258;
+    EXPECT_EQ(load(file).encode("hel"), (Ids{256, 'l'})) << "merges alone never make \"hel\"";
+    file["model"]["ignore_merges"] = true;
+    const BpeTokenizer tok = load(file);
+    EXPECT_EQ(tok.encode("hel"), (Ids{262}));
+    EXPECT_EQ(tok.encode("hello"), (Ids{258, 'o'})) << "a piece that is no token is merged as before";
+    EXPECT_EQ(tok.encode("<|end|>"), (Ids{260}));
+}
+
 TEST(BpeTokenizer, MergesAsPairsAreTheSame) {
     json file = small_file();
     file["model"]["merges"] = json::array(

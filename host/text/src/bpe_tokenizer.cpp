@@ -127,6 +127,9 @@ struct BpeTokenizer::Model : tokenizer_internal::TokenTable {
     std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;
     tokenizer_internal::AddedTokenSplitter added_tokens;
     bool nfc = false;
+    // model.ignore_merges (Llama 3's tokenizer): a piece that is itself a token of the vocabulary is that token,
+    // whatever the merges would make of it.
+    bool ignore_merges = false;
     std::vector<std::unique_ptr<Regex>> splits;  // applied in order, each to the pieces of the one before
     int64_t pad = -1, unk = -1, mask = -1;
 
@@ -173,6 +176,16 @@ void BpeTokenizer::Model::encode_word(std::string_view word, std::vector<int64_t
         const auto found = cache.find(std::string(word));
         if (found != cache.end()) {
             out.insert(out.end(), found->second.begin(), found->second.end());
+            return;
+        }
+    }
+    if (ignore_merges) {
+        const ByteAlphabet& alphabet = byte_alphabet();
+        std::string spelled;
+        for (unsigned char b : word) spelled += alphabet.char_of[b];
+        const auto found = ids.find(spelled);
+        if (found != ids.end() && !is_added[static_cast<size_t>(found->second)]) {
+            out.push_back(found->second);
             return;
         }
     }
@@ -354,7 +367,9 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::stri
     if (model_type != "BPE") in.unsupported("model.type", "\"" + model_type + "\"", "\"BPE\"");
     in.expect_member(bpe, "model", "dropout", {}, "null (no BPE dropout)");
     in.expect_member(bpe, "model", "byte_fallback", {false}, "false");
-    in.expect_member(bpe, "model", "ignore_merges", {false}, "false");
+    in.expect_member(bpe, "model", "ignore_merges", {false, true}, "true or false");
+    const auto ignore_merges = bpe.find("ignore_merges");
+    model->ignore_merges = ignore_merges != bpe.end() && *ignore_merges == true;
     in.expect_member(bpe, "model", "continuing_subword_prefix", {""}, "\"\" or null");
     in.expect_member(bpe, "model", "end_of_word_suffix", {""}, "\"\" or null");
     std::string model_unk;
