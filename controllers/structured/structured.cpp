@@ -4,7 +4,8 @@
 // each PREDICT step every row may take only tokens that some completion of the other free positions accepts
 // (positions still masked, and the step's rows, are free), and at each COMMIT they keep, of the tokens the host drew,
 // the ones that fit together, and say what the others may take instead. So no sampler, however many positions it
-// unmasks in one step, commits a text that cannot end in the language.
+// unmasks in one step, commits a text that cannot end in the language. With "start" (a prompt's length in tokens) the
+// language holds for the text from that position on; the positions before it are left to the other controllers.
 #include <rudder/grammar/completion.hpp>
 #include <rudder/grammar/dfa.hpp>
 #include <rudder/grammar/json_schema.hpp>
@@ -75,10 +76,16 @@ public:
             }
             shortest_ = *shortest;
         }
-        if (shortest_ > run.seq_len)
+        if (start_ >= run.seq_len)
+            throw rudder::Error("/start: " + std::to_string(start_) + " leaves no position of the run's " +
+                                std::to_string(run.seq_len) + " (max_length)");
+        if (shortest_ > run.seq_len - start_)
             throw rudder::Error("the shortest text " + what_ + " takes " + std::to_string(shortest_) +
                                 " tokens of this model's tokenizer; the run has " + std::to_string(run.seq_len) +
-                                " positions (max_length)");
+                                " positions (max_length)" +
+                                (start_ > 0 ? ", of which " + std::to_string(run.seq_len - start_) +
+                                                  " from /start (" + std::to_string(start_) + ") on"
+                                            : std::string()));
         completion_ = std::make_unique<Completion>(*automaton_);
         all_free_.clear();
     }
@@ -107,15 +114,31 @@ public:
                 completion_->allowed(positions[k], bits[indices[k]]);
             }
         }
+        allow_before_start(rows, bits);
     }
 
     void evaluate(const rudder_sample& sample, rudder_verdict& verdict) override {
-        const std::string text = sample.text != nullptr ? sample.text : "";
-        verdict.satisfied = dfa_->matches(text) ? 1 : 0;
+        verdict.satisfied = dfa_->matches(text_of(sample)) ? 1 : 0;
     }
 
 protected:
     const Dfa& dfa() const { return *dfa_; }
+    // "start", read with the controller's other params.
+    void read_start(rudder::Params& p) { start_ = p->integer("start", 0, int64_t{1} << 20).value_or(0); }
+    // The text the language holds for: the sample's, or, from "start" on, its tokens' pieces from there.
+    std::string text_of(const rudder_sample& sample) const {
+        if (start_ == 0 || automaton_ == nullptr) return sample.text != nullptr ? sample.text : "";
+        const rudder::grammar::Pieces& pieces = automaton_->vocabulary().pieces();
+        std::string text;
+        int32_t kind = 0;
+        for (int64_t i = start_; i < sample.n_tokens && i < sample.seq_len; ++i) {
+            const int64_t id = sample.tokens[i];
+            if (id < 0 || id >= static_cast<int64_t>(pieces.kind_after.size())) break;
+            text += pieces.text[static_cast<size_t>(kind)][static_cast<size_t>(id)];
+            kind = pieces.kind_after[static_cast<size_t>(id)];
+        }
+        return text;
+    }
     // `what`: how messages name the language ("matching the pattern ...").
     void set_language(std::shared_ptr<const Dfa> dfa, std::string what) {
         dfa_ = std::move(dfa);
@@ -141,32 +164,45 @@ private:
     // The sequence of batch row b as the completion reads it: the masked positions and the step's rows are free. A
     // continuous PREDICT step's tokens are only the current argmax (nothing is placed): every position is free there;
     // in its COMMIT rounds the tokens committed before are placed and the others masked.
+    // Positions from "start" on, counted from it (position start_ + i is the completion's i).
     std::vector<int64_t> holes(const rudder_step& step, int64_t b, const std::vector<int64_t>& free_positions) const {
         const rudder_run_info& run = run_.info();
-        std::vector<int64_t> seq(static_cast<size_t>(run.seq_len), Completion::kFree);
+        std::vector<int64_t> seq(static_cast<size_t>(run.seq_len - start_), Completion::kFree);
         const bool placed =
             run.family == RUDDER_FAMILY_DISCRETE || (step.phase == RUDDER_PHASE_COMMIT && step.masked != nullptr);
         if (placed && step.tokens != nullptr) {
             const rudder::View<const int64_t> tokens(step.tokens);
-            for (int64_t i = 0; i < run.seq_len; ++i) seq[static_cast<size_t>(i)] = tokens(b, i);
+            for (int64_t i = start_; i < run.seq_len; ++i) seq[static_cast<size_t>(i - start_)] = tokens(b, i);
             if (step.masked != nullptr) {
                 const rudder::View<const uint8_t> masked(step.masked);
-                for (int64_t i = 0; i < run.seq_len; ++i)
-                    if (masked(b, i) != 0) seq[static_cast<size_t>(i)] = Completion::kFree;
+                for (int64_t i = start_; i < run.seq_len; ++i)
+                    if (masked(b, i) != 0) seq[static_cast<size_t>(i - start_)] = Completion::kFree;
             }
         }
         for (int64_t i : free_positions) seq[static_cast<size_t>(i)] = Completion::kFree;
         return seq;
     }
 
-    // Rows grouped by their sequence: b -> (row indices, positions).
-    static std::map<int64_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> by_sequence(
-        const rudder::Rows& rows) {
+    // Every token at the rows before "start", which the language does not reach.
+    void allow_before_start(const rudder::Rows& rows, rudder::RowView<uint32_t>& bits) const {
+        if (start_ == 0) return;
+        const int64_t vocab = run_.info().vocab_size;
+        for (int64_t r = 0; r < rows.size(); ++r) {
+            if (rows.position(r) >= start_) continue;
+            uint32_t* words = bits[r];
+            for (int64_t v = 0; v < vocab; ++v) words[v / 32] |= uint32_t{1} << (v % 32);
+        }
+    }
+
+    // The rows from "start" on grouped by their sequence: b -> (row indices, positions counted from start).
+    std::map<int64_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> by_sequence(
+        const rudder::Rows& rows) const {
         std::map<int64_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> out;
         for (int64_t r = 0; r < rows.size(); ++r) {
+            if (rows.position(r) < start_) continue;
             auto& [indices, positions] = out[rows.batch(r)];
             indices.push_back(r);
-            positions.push_back(rows.position(r));
+            positions.push_back(rows.position(r) - start_);
         }
         return out;
     }
@@ -195,16 +231,18 @@ private:
             fail_if_impossible(b);
             for (size_t k = 0; k < indices.size(); ++k) completion_->allowed(positions[k], bits[indices[k]]);
         }
+        allow_before_start(rows, bits);
     }
 
     // With every position free, each position's allowed tokens are the same at every step: computed once per run.
     void allowed_when_all_free(const std::vector<int64_t>& indices, const std::vector<int64_t>& positions,
                                rudder::RowView<uint32_t>& bits) {
         const size_t words = rudder::grammar::token_words(run_.info().vocab_size);
+        const int64_t length = run_.info().seq_len - start_;
         if (all_free_.empty()) {
-            completion_->set(std::vector<int64_t>(static_cast<size_t>(run_.info().seq_len), Completion::kFree));
-            all_free_.assign(static_cast<size_t>(run_.info().seq_len) * words, 0);
-            for (int64_t i = 0; i < run_.info().seq_len; ++i)
+            completion_->set(std::vector<int64_t>(static_cast<size_t>(length), Completion::kFree));
+            all_free_.assign(static_cast<size_t>(length) * words, 0);
+            for (int64_t i = 0; i < length; ++i)
                 completion_->allowed(i, all_free_.data() + static_cast<size_t>(i) * words);
         }
         for (size_t k = 0; k < indices.size(); ++k)
@@ -216,7 +254,8 @@ private:
     std::unique_ptr<TokenAutomaton> automaton_;
     int64_t shortest_ = 0;
     std::unique_ptr<Completion> completion_;
-    std::vector<uint32_t> all_free_;  // [L, W]: every position free (the continuous family)
+    std::vector<uint32_t> all_free_;  // [L - start, W]: every position free (the continuous family)
+    int64_t start_ = 0;               // the first position the language holds for
 };
 
 class Regex final : public Structured {
@@ -224,6 +263,7 @@ public:
     Regex(const rudder_host&, std::string_view params_json) {
         rudder::Params p(params_json);
         const std::string pattern = p->text("pattern", rudder::json_input::kRequired).value_or("");
+        read_start(p);
         p.finish();
         try {
             set_language(std::make_shared<const Dfa>(rudder::grammar::compile_regex(pattern)), "matching the pattern");
@@ -241,6 +281,7 @@ public:
         rudder::Params p(params_json);
         const bool inline_schema = p->object("schema").has_value();
         const std::optional<std::string> file = p->text("schema_file");
+        read_start(p);
         p.finish();
         if (inline_schema == file.has_value())
             throw rudder::Error("give the schema as \"schema\" (an object) or \"schema_file\" (a path), one of them");
@@ -269,7 +310,7 @@ public:
     void evaluate(const rudder_sample& sample, rudder_verdict& verdict) override {
         nlohmann::ordered_json instance;
         try {
-            instance = nlohmann::ordered_json::parse(sample.text != nullptr ? sample.text : "");
+            instance = nlohmann::ordered_json::parse(text_of(sample));
         } catch (const std::exception&) {
             verdict.satisfied = 0;
             detail_ = R"({"json": false})";
@@ -309,7 +350,8 @@ constexpr uint64_t kCapabilities = RUDDER_CAP_HARD_CONSTRAINT | RUDDER_CAP_ROWS 
 static const char kRegexSchema[] = R"schema({
   "type": "object",
   "properties": {
-    "pattern": { "type": "string", "description": "the text must match it as a whole (docs/structured-output.md)" }
+    "pattern": { "type": "string", "description": "the text must match it as a whole (docs/structured-output.md)" },
+    "start": { "type": "integer", "minimum": 0, "description": "the text from this position on (after a prompt of this many tokens); default 0" }
   },
   "required": ["pattern"], "additionalProperties": false
 })schema";
@@ -318,15 +360,16 @@ static const char kJsonSchemaSchema[] = R"schema({
   "type": "object",
   "properties": {
     "schema": { "type": "object", "description": "the JSON Schema the text must validate against" },
-    "schema_file": { "type": "string", "description": "or a file holding it (relative to the working directory)" }
+    "schema_file": { "type": "string", "description": "or a file holding it (relative to the working directory)" },
+    "start": { "type": "integer", "minimum": 0, "description": "the text from this position on (after a prompt of this many tokens); default 0" }
   },
   "additionalProperties": false
 })schema";
 
-RUDDER_CONTROLLER(regex_desc, Regex, "regex", "1.0.0",
+RUDDER_CONTROLLER(regex_desc, Regex, "regex", "1.1.0",
                   "the text matches a regular expression as a whole (hard constraint, exact)", kRegexSchema,
                   kCapabilities)
-RUDDER_CONTROLLER(json_schema_desc, JsonSchema, "json_schema", "1.0.0",
+RUDDER_CONTROLLER(json_schema_desc, JsonSchema, "json_schema", "1.1.0",
                   "the text is JSON valid against a JSON Schema (hard constraint, exact)", kJsonSchemaSchema,
                   kCapabilities)
 RUDDER_PLUGIN("rudder-structured", &regex_desc, &json_schema_desc)

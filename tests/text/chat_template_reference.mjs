@@ -52,7 +52,7 @@ const special = (config) => {
   return out;
 };
 for (const name of tokenizers) {
-  const dir = path.join(nodeModules, "@lenml", name, "models");
+  const dir = path.resolve(nodeModules, "@lenml", name, "models");
   const config = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer_config.json"), "utf8"));
   let template = config.chat_template;
   if (Array.isArray(template)) template = template.find((t) => t.name === "default").template;

@@ -489,8 +489,20 @@ void AbsorbingLoop::draw_as_authors(int64_t i, at::Tensor unmask, const Combined
     const at::Tensor positions = combined.rows.index_select(0, drawn_at_row);
     const at::Tensor scores =
         Composer::controlled(row_logits.index_select(0, drawn_at_row), combined, drawn_at_row, mask_id_);
-    const at::Tensor full = outside_.defined() ? full_rows(scores, outside_.index_select(0, positions), mask_id_)
-                                               : at::log_softmax(scores, 1);
+    at::Tensor full;
+    if (outside_.defined()) {
+        // A row a hard constraint restricts (tokens forbidden, or one fixed) draws only among the tokens it leaves:
+        // the network's rows outside the vocabulary (the mask's, the padding's) would leave the position masked,
+        // outside the constraint. The authors' samplers run unconstrained, where nothing changes.
+        at::Tensor outside = outside_.index_select(0, positions);
+        at::Tensor restricted = combined.fixed.view({-1}).index_select(0, positions).ge(0);
+        const at::Tensor forbidden = combined.forbidden_mask(scores.size(1));
+        if (forbidden.defined()) restricted = restricted.logical_or(forbidden.index_select(0, drawn_at_row).any(1));
+        outside = outside.masked_fill(restricted.unsqueeze(1), -std::numeric_limits<float>::infinity());
+        full = full_rows(scores, outside, mask_id_);
+    } else {
+        full = at::log_softmax(scores, 1);
+    }
     const auto guarded = [&](const at::Tensor& at_positions, const auto& pick) {
         try {
             return pick();

@@ -253,7 +253,8 @@ CompletionRequest read_completion_request(const std::string& body, bool chat, co
         all.push_back({{"plugin", "span"}, {"name", "prompt"}, {"params", {{"prefix", out.prompt}}}});
         out.pointers.emplace_back("/controllers/0", prompt_pointer);
     }
-    if (response_format != nullptr) {
+    const bool formatted = response_format != nullptr;
+    if (formatted) {
         if (const std::optional<json> controller = response_format_controller(*response_format, issues)) {
             out.pointers.emplace_back("/controllers/" + std::to_string(all.size()), "/response_format");
             all.push_back(*controller);
@@ -277,6 +278,10 @@ CompletionRequest read_completion_request(const std::string& body, bool chat, co
                                                   " make " + std::to_string(length) + " positions, over this "
                                                   "server's limit of " + std::to_string(options.limits.max_length)});
         recipe["max_length"] = length;
+        // The answer is what the format holds, from the first position after the prompt.
+        if (formatted && recipe.contains("controllers"))
+            for (auto& c : recipe["controllers"])
+                if (c.value("plugin", "") == "json_schema") c["params"]["start"] = out.prompt_ids.size();
     }
     // The rest of the recipe's pointers, so every problem is told where the client put it.
     out.pointers.emplace_back("/max_length", "/max_tokens");
@@ -323,11 +328,15 @@ json openai_error(const RequestError& e, const CompletionRequest* request) {
         std::string message;
         for (const auto& issue : e.issues) {
             std::string pointer = issue.pointer;
-            if (request != nullptr && pointer.rfind("/recipe", 0) == 0)
+            std::string said = issue.message;
+            if (request != nullptr && pointer.rfind("/recipe", 0) == 0) {
+                if (pointer == "/recipe/max_length")  // the positions are the client's two numbers
+                    said += " (the prompt's " + std::to_string(request->prompt_ids.size()) + " tokens and max_tokens " +
+                            std::to_string(request->max_tokens) + ")";
                 pointer = request_pointer(*request, pointer.substr(7));
-            issues.push_back({{"pointer", pointer}, {"message", issue.message}});
-            message += (message.empty() ? "" : "; ") + (pointer.empty() ? std::string("/") : pointer) + ": " +
-                       issue.message;
+            }
+            issues.push_back({{"pointer", pointer}, {"message", said}});
+            message += (message.empty() ? "" : "; ") + (pointer.empty() ? std::string("/") : pointer) + ": " + said;
         }
         // OpenAI's "param" names one field, without the slash.
         const std::string first = issues[0]["pointer"].get<std::string>();
