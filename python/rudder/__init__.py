@@ -9,7 +9,9 @@ A thin ctypes binding over the C embedding API (rudder.h in librudder.so); nothi
         print(sample.text, sample.controls["length"].satisfied)
 
 librudder.so is found through $RUDDER_LIBRARY, then next to this package as `cmake --install` lays it out
-(<prefix>/<libdir>/rudder/python/rudder -> <prefix>/<libdir>/librudder.so), then the system's library path.
+(<prefix>/<libdir>/rudder/python/rudder -> <prefix>/<libdir>/librudder.so), then in a checkout's build tree
+(python/rudder -> build/lib/librudder.so, so `PYTHONPATH=python` works after `make`), then the system's library path.
+Errors pickle (a Dask worker's InvalidRecipe arrives as one, with its issues).
 Generators on different Python threads run at the same time (ctypes releases the GIL during a call).
 """
 
@@ -22,7 +24,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Union
 
-__all__ = ["Generator", "Sample", "Verdict", "Progress", "Error", "Cancelled", "Interrupted", "InvalidRecipe",
+__all__ = ["Generator", "Sample", "Verdict", "Progress", "Error", "Cancelled", "Interrupted", "InvalidRecipe", "Issue",
            "library_version"]
 
 # Status codes (rudder.h).
@@ -41,9 +43,31 @@ class Error(Exception):
         super().__init__(message)
         self.status = status
 
+    def __reduce__(self):  # pickled with its status (Dask sends a worker's errors back this way)
+        return (type(self), (self.status, str(self)))
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One problem of a recipe: where (a JSON pointer into the recipe) and what."""
+    pointer: str
+    message: str
+
 
 class InvalidRecipe(Error):
-    """The recipe, its model or a controller's params are invalid; the message lists each problem's JSON pointer."""
+    """The recipe, its model or a controller's params are invalid. `issues` lists each problem (Issue: pointer,
+    message), as the message does, one a line."""
+
+    @property
+    def issues(self) -> List[Issue]:
+        out = []
+        for line in str(self).splitlines()[1:]:
+            pointer, sep, message = line.partition(": ")
+            if sep and (pointer.startswith("/") or pointer == ""):
+                out.append(Issue(pointer, message))
+            elif out:  # a message that runs over more lines
+                out[-1] = Issue(out[-1].pointer, out[-1].message + "\n" + line)
+        return out
 
 
 class Cancelled(Error):
@@ -53,6 +77,9 @@ class Cancelled(Error):
         super().__init__(status, message)
         self.samples = samples if samples is not None else []
 
+    def __reduce__(self):
+        return (type(self), (self.status, str(self), self.samples))
+
 
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C during generate(): the run stopped within a step. `samples` holds those finished before it; the
@@ -61,6 +88,9 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, samples: List["Sample"]):
         super().__init__(f"interrupted after {len(samples)} finished samples")
         self.samples = samples
+
+    def __reduce__(self):
+        return (type(self), (self.samples,))
 
 
 def _error(status: int, message: str) -> Error:
@@ -109,14 +139,24 @@ def _find_library() -> str:
         return explicit
     # Normalised before use: in the build tree this package is reached through a link (<libdir>/rudder/python/rudder),
     # and ".." after a link would climb from where the link points.
-    installed = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "librudder.so"))
+    here = os.path.dirname(os.path.abspath(__file__))
+    installed = os.path.normpath(os.path.join(here, "..", "..", "..", "librudder.so"))
     if os.path.exists(installed):
         return installed
+    checkout = os.path.normpath(os.path.join(here, "..", "..", "build", "lib", "librudder.so"))
+    if os.path.exists(checkout):
+        return checkout
     return "librudder.so"  # the system's library path (ldconfig, LD_LIBRARY_PATH)
 
 
 def _load() -> ctypes.CDLL:
-    lib = ctypes.CDLL(_find_library())
+    found = _find_library()
+    try:
+        lib = ctypes.CDLL(found)
+    except OSError as e:
+        raise OSError(f"cannot load Rudder's library {found!r} ({e}). Build it (`make` in the checkout: "
+                      "build/lib/librudder.so, found from python/ there), install it (`cmake --install`), or set "
+                      "RUDDER_LIBRARY to its path") from e
     p, c_char_p, c_size_t, c_int32 = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int32
     signatures = {
         "rudder_version": ([], c_char_p),

@@ -3,7 +3,10 @@ and generators on several Python threads. Run by ctest with RUDDER_LIBRARY and P
 import faulthandler
 import json
 import os
+import pickle
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -169,6 +172,41 @@ class Binding(unittest.TestCase):
         self.assertIn("/sampler/stpes: unknown key 'stpes'; did you mean 'steps'?", message)
         self.assertIn("did you mean 'length'?", message)
         self.assertEqual(caught.exception.status, rudder.ERR_INVALID_RECIPE)
+        issues = caught.exception.issues
+        self.assertEqual([i.pointer for i in issues], ["/sampler/stpes", "/controllers/0/plugin"])
+        self.assertEqual(issues[0].message, "unknown key 'stpes'; did you mean 'steps'?")
+
+    def test_errors_pickle_as_themselves(self):
+        # A Dask worker's error reaches the client through pickle: the same class, status, issues and samples.
+        with self.assertRaises(rudder.InvalidRecipe) as caught:
+            rudder.Generator(dict(RECIPE, sampler={"steps": 0}))
+        back = pickle.loads(pickle.dumps(caught.exception))
+        self.assertIs(type(back), rudder.InvalidRecipe)
+        self.assertEqual((back.status, str(back), back.issues),
+                         (caught.exception.status, str(caught.exception), caught.exception.issues))
+        samples = rudder.Generator(RECIPE).generate(samples=1)
+        cancelled = pickle.loads(pickle.dumps(rudder.Cancelled(rudder.ERR_CANCELLED, "stopped", samples)))
+        self.assertEqual((type(cancelled), cancelled.status, cancelled.samples[0].text),
+                         (rudder.Cancelled, rudder.ERR_CANCELLED, samples[0].text))
+        interrupted = pickle.loads(pickle.dumps(rudder.Interrupted(samples)))
+        self.assertEqual((type(interrupted), len(interrupted.samples)), (rudder.Interrupted, 1))
+
+    def test_a_checkout_finds_its_build_tree_library(self):
+        # PYTHONPATH=python in a checkout, no RUDDER_LIBRARY: build/lib/librudder.so, which this test's build made.
+        env = dict(os.environ)
+        env.pop("RUDDER_LIBRARY", None)
+        repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        code = "import rudder; print(rudder._find_library())"
+        found = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        self.assertEqual(found.returncode, 0, found.stderr)
+        expected = os.path.join(repo, "build", "lib", "librudder.so")
+        if not os.path.exists(expected):
+            self.skipTest(f"no {expected}: this build tree is elsewhere")
+        self.assertEqual(found.stdout.strip(), expected)
+        env["RUDDER_LIBRARY"] = "/nonexistent/librudder.so"
+        broken = subprocess.run([sys.executable, "-c", "import rudder"], env=env, capture_output=True, text=True)
+        self.assertNotEqual(broken.returncode, 0)
+        self.assertIn("set RUDDER_LIBRARY", broken.stderr)
 
     def test_limits_refuse_a_recipe_that_asks_for_more(self):
         with self.assertRaises(rudder.InvalidRecipe) as caught:
