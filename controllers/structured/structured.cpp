@@ -83,8 +83,8 @@ public:
             throw rudder::Error("the shortest text " + what_ + " takes " + std::to_string(shortest_) +
                                 " tokens of this model's tokenizer; the run has " + std::to_string(run.seq_len) +
                                 " positions (max_length)" +
-                                (start_ > 0 ? ", of which " + std::to_string(run.seq_len - start_) +
-                                                  " from /start (" + std::to_string(start_) + ") on"
+                                (start_ > 0 ? ", of which " + std::to_string(run.seq_len - start_) + " from /start (" +
+                                                  std::to_string(start_) + ") on"
                                             : std::string()));
         completion_ = std::make_unique<Completion>(*automaton_);
         all_free_.clear();

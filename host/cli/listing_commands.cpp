@@ -87,17 +87,39 @@ int cmd_models(const std::vector<std::string>& names, bool as_json) {
         if (as_json) std::cout << (all.size() == 1 ? all[0] : all).dump(2) << "\n";
         return kExitOk;
     }
+    // Generators (what a recipe's "model" names) apart from the classifiers, judges, taggers and teachers that
+    // controllers and commands load.
     const auto path = default_model_path();
+    json generators = json::array(), others = json::array();
+    for (const auto& name : list_models(path)) {
+        const std::filesystem::path dir = resolve_model(name, std::filesystem::current_path(), path);
+        if (is_generator(dir)) {
+            generators.push_back(name);
+            continue;
+        }
+        std::string kind;
+        try {
+            kind = describe_model(dir).value("kind", "");
+        } catch (const std::exception& e) {
+            kind = std::string("unreadable: ") + e.what();
+        }
+        others.push_back({{"name", name}, {"kind", kind}});
+    }
     if (as_json) {
-        json j = {{"search_path", json::array()}, {"models", list_models(path)}};
+        json j = {
+            {"search_path", json::array()}, {"generators", generators}, {"others", others}, {"default", kDefaultModel}};
         for (const auto& p : path) j["search_path"].push_back(p.string());
         std::cout << j.dump(2) << "\n";
         return kExitOk;
     }
     std::cout << "search path:\n";
     for (const auto& p : path) std::cout << "  " << p.string() << "\n";
-    std::cout << "models:\n";
-    for (const auto& name : list_models(path)) std::cout << "  " << name << "\n";
+    std::cout << "generators (a recipe's \"model\"; `rudder models NAME` describes one):\n";
+    for (const auto& name : generators)
+        std::cout << "  " << name.get<std::string>() << (name == kDefaultModel ? "  (default)" : "") << "\n";
+    std::cout << "classifiers, judges and annotators (loaded by controllers and commands, not sampled from):\n";
+    for (const auto& o : others)
+        std::cout << "  " << o["name"].get<std::string>() << "  " << o["kind"].get<std::string>() << "\n";
     return kExitOk;
 }
 

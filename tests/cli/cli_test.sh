@@ -28,6 +28,15 @@ case $case in
   models)
     out=$("$rudder" models) || fail "exit $?"
     grep -q "^  e2e-continuous$" <<<"$out" || fail "bundled models not listed: $out"
+    grep -q "^  e2e-discrete  (default)$" <<<"$out" || fail "the default model not marked: $out"
+    # Generators first; the classifiers and judges under their own heading, with what they are.
+    generators=$(sed -n '/^generators/,/^classifiers/p' <<<"$out")
+    grep -q "e2e-sentiment-judge\|ewt-tagger\|e2e-teacher" <<<"$generators" && fail "a classifier listed as a generator: $out"
+    grep -q "^  e2e-sentiment-judge  attribute classifier" <<<"$out" || fail "the judge not described: $out"
+    "$rudder" models --json | python3 -c 'import json, sys; d = json.load(sys.stdin)
+assert "e2e-discrete" in d["generators"] and d["default"] == "e2e-discrete", d
+assert {o["name"] for o in d["others"]} >= {"ewt-tagger", "gum-parser", "e2e-teacher", "e2e-sentiment-judge"}, d' \
+      || fail "rudder models --json"
     # One model described: what it is, how it was trained, its sampler and weights, read from its folder.
     out=$("$rudder" models e2e-continuous) || fail "exit $?"
     grep -q "^  kind: continuous denoiser trained as Diffusion-LM" <<<"$out" || fail "kind missing: $out"

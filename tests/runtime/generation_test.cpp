@@ -468,6 +468,26 @@ TEST(RecommendedSampler, AClashWithTheRecipeNamesBoth) {
     }
 }
 
+// Temperature 0 with no sampler named: the arg-max where the model's sampler is discrete; refused, at its pointer and
+// in the recommended sampler's words, where it is continuous (ddpm's temperature starts at 0.01).
+TEST(RecommendedSampler, TemperatureZeroIsTheModelsSamplersToJudge) {
+    const auto dir =
+        corpus_model_recommending({{"continuous", {{"name", "ddpm"}}}, {"discrete", {{"name", "euler"}}}}, "zero");
+    const auto text = [&](const char* family) {
+        return R"({"model": ")" + dir.string() + R"(", "family": ")" + family + R"(", "sampler": {"temperature": 0}})";
+    };
+    Generator discrete(rudder::parse_recipe(text("discrete"), "."), registry());
+    EXPECT_DOUBLE_EQ(discrete.recipe().sampler.settings.at("temperature"), 0.0);
+    try {
+        Generator g(rudder::parse_recipe(text("continuous"), "."), registry());
+        FAIL() << "temperature 0 accepted by ddpm";
+    } catch (const rudder::RecipeError& e) {
+        ASSERT_EQ(e.issues().size(), 1u) << e.what();
+        EXPECT_EQ(e.issues()[0].pointer, "/sampler/temperature");
+        EXPECT_NE(e.issues()[0].message.find("[0.01, 100]"), std::string::npos) << e.what();
+    }
+}
+
 TEST(RecommendedSampler, AMisspeltKeyIsReportedOnce) {
     const auto dir = corpus_model_recommending({{"discrete", {{"name", "euler"}}}}, "misspelt");
     const std::string text =

@@ -58,8 +58,7 @@ TEST(Jinja, ProblemsNameTheirLine) {
         EXPECT_NE(std::string(e.what()).find("line 2"), std::string::npos) << e.what();
     }
     EXPECT_THROW(rudder::JinjaTemplate("{{ 'a' + 1 }}").render(ordered_json::object()), rudder::JinjaError);
-    EXPECT_THROW(rudder::JinjaTemplate("{{ x | no_such_filter }}").render(ordered_json::object()),
-                 rudder::JinjaError);
+    EXPECT_THROW(rudder::JinjaTemplate("{{ x | no_such_filter }}").render(ordered_json::object()), rudder::JinjaError);
     EXPECT_THROW(rudder::JinjaTemplate("{{ 'unclosed }}"), rudder::JinjaError);
     EXPECT_THROW(rudder::JinjaTemplate("{% endfor %}"), rudder::JinjaError);
     EXPECT_THROW(rudder::JinjaTemplate("x").render(ordered_json::array()), rudder::JinjaError);
@@ -71,8 +70,7 @@ TEST(Jinja, StrftimeNowWritesTodaysDate) {
     std::tm local{};
     localtime_r(&now, &local);
     std::strftime(expected, sizeof expected, "%Y-%m-%d", &local);
-    const std::string rendered =
-        rudder::JinjaTemplate("{{ strftime_now('%Y-%m-%d') }}").render(ordered_json::object());
+    const std::string rendered = rudder::JinjaTemplate("{{ strftime_now('%Y-%m-%d') }}").render(ordered_json::object());
     if (rendered != expected) {  // midnight passed between the two
         std::time_t later = std::time(nullptr);
         localtime_r(&later, &local);

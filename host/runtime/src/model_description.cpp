@@ -214,4 +214,12 @@ json describe_model(const fs::path& dir) {
     return d;
 }
 
+bool is_generator(const fs::path& dir) {
+    try {
+        return describe_model(dir).value("diffusion", false);
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
 }  // namespace rudder

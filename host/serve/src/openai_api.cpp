@@ -34,8 +34,9 @@ const char* why_not(const std::string& key) {
                "tokens to penalise): leave it out or 0; the exclude_words controller forbids words";
     if (key == "logprobs" || key == "top_logprobs")
         return "is not supported (tokens are committed out of order, each under a different context)";
-    if (key == "logit_bias") return "is not supported: the exclude_words controller forbids words (\"rudder\": "
-                                    "{\"controllers\": [...]})";
+    if (key == "logit_bias")
+        return "is not supported: the exclude_words controller forbids words (\"rudder\": "
+               "{\"controllers\": [...]})";
     if (key == "tools" || key == "functions" || key == "tool_choice" || key == "function_call")
         return "is not supported: tool calls are not parsed here; response_format with a JSON Schema holds the answer "
                "to a shape";
@@ -93,8 +94,8 @@ ordered_json read_messages(const json& value, std::vector<RecipeIssue>& issues) 
 }
 
 // A recipe key of the "rudder" extension, with where it goes.
-const std::vector<std::string> kExtensionKeys = {"sampler", "controllers", "guidance", "candidates", "batch_size",
-                                                 "family", "isolation", "device"};
+const std::vector<std::string> kExtensionKeys = {"sampler",    "controllers", "guidance",  "candidates",
+                                                 "batch_size", "family",      "isolation", "device"};
 
 }  // namespace
 
@@ -158,8 +159,9 @@ CompletionRequest read_completion_request(const std::string& body, bool chat, co
         }
         out.echo = r.boolean("echo").value_or(false);
         if (r.has("suffix"))
-            r.issue("suffix", "is not supported by completions: a recipe's span controller with \"suffix\" and "
-                              "\"length\" infills (POST /v1/generate)");
+            r.issue("suffix",
+                    "is not supported by completions: a recipe's span controller with \"suffix\" and "
+                    "\"length\" infills (POST /v1/generate)");
         r.any("suffix");
     }
     const std::string max_key = chat && r.has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
@@ -176,9 +178,9 @@ CompletionRequest read_completion_request(const std::string& body, bool chat, co
     if (const json* stop = r.any("stop")) {
         if (stop->is_string() && !stop->get<std::string>().empty()) {
             out.stop.push_back(stop->get<std::string>());
-        } else if (stop->is_array() && stop->size() <= 4 &&
-                   std::all_of(stop->begin(), stop->end(),
-                               [](const json& s) { return s.is_string() && !s.get<std::string>().empty(); })) {
+        } else if (stop->is_array() && stop->size() <= 4 && std::all_of(stop->begin(), stop->end(), [](const json& s) {
+                       return s.is_string() && !s.get<std::string>().empty();
+                   })) {
             for (const auto& s : *stop) out.stop.push_back(s.get<std::string>());
         } else {
             r.issue("stop", "expected a non-empty string or an array of up to 4 of them");
@@ -195,9 +197,9 @@ CompletionRequest read_completion_request(const std::string& body, bool chat, co
     const json extension = r.object("rudder").value_or(json::object());
     if (const json* user = r.any("user"); user != nullptr && !user->is_string())
         r.issue("user", "expected a string (the client's end user, for its own records)");
-    for (const char* key : {"frequency_penalty", "presence_penalty", "logprobs", "top_logprobs", "logit_bias",
-                            "metadata", "tools", "functions", "tool_choice", "function_call", "parallel_tool_calls",
-                            "store", "service_tier"}) {
+    for (const char* key :
+         {"frequency_penalty", "presence_penalty", "logprobs", "top_logprobs", "logit_bias", "metadata", "tools",
+          "functions", "tool_choice", "function_call", "parallel_tool_calls", "store", "service_tier"}) {
         const json* v = r.any(key);
         if (v != nullptr && !is_default(key, *v)) r.issue(key, why_not(key));
     }
@@ -275,8 +277,10 @@ CompletionRequest read_completion_request(const std::string& body, bool chat, co
         if (length > options.limits.max_length)
             issues.push_back({prompt_pointer, "the prompt's " + std::to_string(out.prompt_ids.size()) +
                                                   " tokens and max_tokens " + std::to_string(out.max_tokens) +
-                                                  " make " + std::to_string(length) + " positions, over this "
-                                                  "server's limit of " + std::to_string(options.limits.max_length)});
+                                                  " make " + std::to_string(length) +
+                                                  " positions, over this "
+                                                  "server's limit of " +
+                                                  std::to_string(options.limits.max_length)});
         recipe["max_length"] = length;
         // The answer is what the format holds, from the first position after the prompt.
         if (formatted && recipe.contains("controllers"))
@@ -318,8 +322,10 @@ std::string request_pointer(const CompletionRequest& request, const std::string&
 }
 
 json openai_error(const RequestError& e, const CompletionRequest* request) {
-    json error = {{"message", e.message}, {"type", e.status >= 500 ? "server_error" : "invalid_request_error"},
-                  {"param", nullptr}, {"code", nullptr}};
+    json error = {{"message", e.message},
+                  {"type", e.status >= 500 ? "server_error" : "invalid_request_error"},
+                  {"param", nullptr},
+                  {"code", nullptr}};
     if (e.status == 404) error["code"] = "model_not_found";
     if (e.status == 503) error["type"] = "server_overloaded";
     if (e.status == 504) error["type"] = "timeout";
@@ -401,8 +407,10 @@ json completion_json(const CompletionRequest& request, const std::string& id, in
         const Choice& c = choices[i];
         completion_tokens += c.completion_tokens;
         json choice = {{"index", i}, {"logprobs", nullptr}, {"finish_reason", c.finish_reason}};
-        if (request.chat) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-        else choice["text"] = c.text;
+        if (request.chat)
+            choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+        else
+            choice["text"] = c.text;
         out_choices.push_back(std::move(choice));
     }
     json controls = json::array();

@@ -45,13 +45,11 @@ GenerateRequest read_request(const std::string& body, const ServerOptions& optio
 // {"name", "schema", "strict", "description"}} -> json_schema with that schema; {"type": "json_object"} -> any JSON
 // object; {"type": "text"} -> none. std::nullopt when none is asked for (or the value has issues, recorded at
 // /response_format).
-std::optional<nlohmann::json> response_format_controller(const nlohmann::json& value,
-                                                         std::vector<RecipeIssue>& issues);
+std::optional<nlohmann::json> response_format_controller(const nlohmann::json& value, std::vector<RecipeIssue>& issues);
 
 // The server's rules for a recipe a client gives (issues at /recipe/...): no less isolation than the server's,
 // plugins by id unless client paths are allowed.
-void check_client_recipe(const nlohmann::json& recipe, const ServerOptions& options,
-                         std::vector<RecipeIssue>& issues);
+void check_client_recipe(const nlohmann::json& recipe, const ServerOptions& options, std::vector<RecipeIssue>& issues);
 
 // Requests whose recipes differ only in seed and samples share generators, and runs.
 std::string share_key(const GenerateRequest& request);

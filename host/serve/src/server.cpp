@@ -202,12 +202,12 @@ struct Server::State {
         std::shared_ptr<Scheduler::Place> place = scheduler.admit(entry);
         if (!place) {
             metrics.failed(entry == Scheduler::Entry::full ? "queue full" : "draining");
-            throw RequestError{503,
-                               entry == Scheduler::Entry::full
-                                   ? "the queue is full (" + std::to_string(options.queue_limit) +
-                                         " waiting); try again later"
-                                   : std::string("the server is shutting down"),
-                               {}};
+            throw RequestError{
+                503,
+                entry == Scheduler::Entry::full
+                    ? "the queue is full (" + std::to_string(options.queue_limit) + " waiting); try again later"
+                    : std::string("the server is shutting down"),
+                {}};
         }
         // Checked here, so that a request the run could not serve is answered 400 before it waits. The generator
         // built to check it (none for a recipe checked before) goes with its job to the run: it is built once.
@@ -320,7 +320,8 @@ struct Server::State {
         try {
             json run;
             std::vector<Choice> choices;
-            for (const auto& sample : collect(*started.job, deadline, run)) choices.push_back(choice_of(request, sample));
+            for (const auto& sample : collect(*started.job, deadline, run))
+                choices.push_back(choice_of(request, sample));
             metrics.latency.Observe(seconds_since(arrived));
             reply(res, 200, completion_json(request, id, created, choices, run));
         } catch (const RequestError& e) {
@@ -504,12 +505,10 @@ struct Server::State {
                   [this](const httplib::Request& req, httplib::Response& res) { handle_generate(req, res); });
         http.Post("/v1/validate",
                   [this](const httplib::Request& req, httplib::Response& res) { handle_validate(req, res); });
-        http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-            handle_completion(req, res, false);
-        });
-        http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-            handle_completion(req, res, true);
-        });
+        http.Post("/v1/completions",
+                  [this](const httplib::Request& req, httplib::Response& res) { handle_completion(req, res, false); });
+        http.Post("/v1/chat/completions",
+                  [this](const httplib::Request& req, httplib::Response& res) { handle_completion(req, res, true); });
         // OpenAI's shape: {"object": "list", "data": [{"id", "object": "model", "created", "owned_by"}]}.
         http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
             json data = json::array();
@@ -521,8 +520,10 @@ struct Server::State {
             const std::vector<std::string> names = catalog.names();
             if (std::find(names.begin(), names.end(), name) == names.end())
                 return reply(res, 404,
-                             openai_error(RequestError{404, "no model named '" + quoted(name) +
-                                                                "' on this server (GET /v1/models lists them)", {}},
+                             openai_error(RequestError{404,
+                                                       "no model named '" + quoted(name) +
+                                                           "' on this server (GET /v1/models lists them)",
+                                                       {}},
                                           nullptr));
             reply(res, 200, model_entry(name));
         });
@@ -566,9 +567,9 @@ struct Server::State {
         });
         // Paths outside the API are counted together: a scan of random paths must not grow the metrics.
         http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-            static const std::set<std::string> known = {"/",           "/v1/generate",    "/v1/validate",
-                                                        "/v1/models",  "/v1/plugins",     "/healthz",
-                                                        "/metrics",    "/v1/completions", "/v1/chat/completions"};
+            static const std::set<std::string> known = {"/",          "/v1/generate",    "/v1/validate",
+                                                        "/v1/models", "/v1/plugins",     "/healthz",
+                                                        "/metrics",   "/v1/completions", "/v1/chat/completions"};
             const bool model = req.path.rfind("/v1/models/", 0) == 0;
             metrics.answered(known.count(req.path) ? req.path : model ? "/v1/models/{id}" : "other", res.status);
             answered.fetch_add(1);

@@ -50,8 +50,7 @@ std::optional<ChatTemplate> ChatTemplate::load(const std::filesystem::path& mode
         throw std::runtime_error("'" + file.string() + "': chat_template must be a string or a list of templates");
     }
     ordered_json special = ordered_json::object();
-    for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token",
-                            "mask_token"})
+    for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"})
         if (config.contains(key))
             if (const auto text_of = token_text(config[key])) special[key] = *text_of;
     try {

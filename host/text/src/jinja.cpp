@@ -79,16 +79,20 @@ public:
                 if (close == std::string::npos) fail(line_, "a comment '{#' without its '#}'");
                 const bool strip = close > after && s_[close - 1] == '-';
                 pos_ = close + 2;
-                if (strip) strip_next_text = true;
-                else trim_block();
+                if (strip)
+                    strip_next_text = true;
+                else
+                    trim_block();
                 continue;
             }
             tokens_.push_back({kind == '{' ? TokenType::expr_begin : TokenType::stmt_begin, "", line_});
             pos_ = after;
             bool strip = false;
             scan_tag(kind == '{' ? '}' : '%', strip);
-            if (strip) strip_next_text = true;
-            else if (kind == '%') trim_block();
+            if (strip)
+                strip_next_text = true;
+            else if (kind == '%')
+                trim_block();
         }
         return std::move(tokens_);
     }
@@ -119,8 +123,10 @@ private:
 
     // trim_blocks: the first newline after a block or comment tag.
     void trim_block() {
-        if (pos_ < s_.size() && s_[pos_] == '\n') ++pos_;
-        else if (pos_ + 1 < s_.size() && s_[pos_] == '\r' && s_[pos_ + 1] == '\n') pos_ += 2;
+        if (pos_ < s_.size() && s_[pos_] == '\n')
+            ++pos_;
+        else if (pos_ + 1 < s_.size() && s_[pos_] == '\r' && s_[pos_ + 1] == '\n')
+            pos_ += 2;
     }
 
     void push_text(std::string text) {
@@ -174,9 +180,8 @@ private:
             } else if (c == '\'' || c == '"') {
                 tokens_.push_back({TokenType::string, string_literal(c), line});
             } else {
-                static const char* const ops[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~",
-                                                  "<",  ">",  "|",  ".",  ",",  ":",  "(", ")", "[", "]", "{", "}",
-                                                  "="};
+                static const char* const ops[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<",
+                                                  ">",  "|",  ".",  ",",  ":",  "(",  ")", "[", "]", "{", "}", "="};
                 const char* found = nullptr;
                 for (const char* op : ops)
                     if (s_.compare(pos_, std::char_traits<char>::length(op), op) == 0) {
@@ -254,17 +259,39 @@ private:
 struct JinjaTemplate::Node {
     enum class Kind {
         // statements
-        sequence, text, emit, if_, for_, set, set_block, macro, break_, continue_,
+        sequence,
+        text,
+        emit,
+        if_,
+        for_,
+        set,
+        set_block,
+        macro,
+        break_,
+        continue_,
         // expressions
-        literal, name, attribute, item, slice, call, filter, test, unary, binary, ternary, list, dict, tuple
+        literal,
+        name,
+        attribute,
+        item,
+        slice,
+        call,
+        filter,
+        test,
+        unary,
+        binary,
+        ternary,
+        list,
+        dict,
+        tuple
     };
     Kind kind;
     int line = 1;
-    std::string text;                                // name, operator, filter/test/attribute name, literal text
-    Data literal;                                    // literal
-    std::vector<std::shared_ptr<const Node>> kids;   // operands, statements, arguments
-    std::vector<std::string> names;                  // keyword names per argument ("" positional); loop targets
-    bool negated = false;                            // `is not`
+    std::string text;                               // name, operator, filter/test/attribute name, literal text
+    Data literal;                                   // literal
+    std::vector<std::shared_ptr<const Node>> kids;  // operands, statements, arguments
+    std::vector<std::string> names;                 // keyword names per argument ("" positional); loop targets
+    bool negated = false;                           // `is not`
 };
 
 namespace {
@@ -323,9 +350,9 @@ private:
                     return seq;
                 }
                 if (is_end_tag(name.text))
-                    fail(name.line, "'" + name.text + "' where " +
-                                        (ends.empty() ? std::string("no block is open")
-                                                      : "'" + ends.back() + "' was expected"));
+                    fail(name.line,
+                         "'" + name.text + "' where " +
+                             (ends.empty() ? std::string("no block is open") : "'" + ends.back() + "' was expected"));
                 i_ += 2;
                 if (NodePtr s = statement(name)) seq->kids.push_back(s);
             } else {
@@ -511,9 +538,8 @@ private:
         for (;;) {
             const Token& tok = peek();
             std::string op;
-            if (tok.type == TokenType::op &&
-                (tok.text == "==" || tok.text == "!=" || tok.text == "<" || tok.text == ">" || tok.text == "<=" ||
-                 tok.text == ">="))
+            if (tok.type == TokenType::op && (tok.text == "==" || tok.text == "!=" || tok.text == "<" ||
+                                              tok.text == ">" || tok.text == "<=" || tok.text == ">="))
                 op = tok.text;
             else if (peek_name("in"))
                 op = "in";
@@ -746,9 +772,7 @@ private:
         return tok;
     }
     int line() const { return i_ < t_.size() ? t_[i_].line : (t_.empty() ? 1 : t_.back().line); }
-    bool peek_op(const char* op) const {
-        return i_ < t_.size() && t_[i_].type == TokenType::op && t_[i_].text == op;
-    }
+    bool peek_op(const char* op) const { return i_ < t_.size() && t_[i_].type == TokenType::op && t_[i_].text == op; }
     bool peek_name(const char* name) const {
         return i_ < t_.size() && t_[i_].type == TokenType::name && t_[i_].text == name;
     }
@@ -767,8 +791,7 @@ private:
     }
     void expect_end() {
         const Token& tok = peek();
-        if (tok.type != TokenType::end)
-            fail(tok.line, "expected the end of the tag, found '" + tok.text + "'");
+        if (tok.type != TokenType::end) fail(tok.line, "expected the end of the tag, found '" + tok.text + "'");
         ++i_;
     }
 
@@ -856,8 +879,10 @@ std::string python_repr(const Data& d) {
             std::string out(1, quote);
             for (char c : s) {
                 if (c == quote || c == '\\') out += '\\';
-                if (c == '\n') out += "\\n";
-                else out += c;
+                if (c == '\n')
+                    out += "\\n";
+                else
+                    out += c;
             }
             return out + quote;
         }
@@ -978,9 +1003,12 @@ public:
         globals["namespace"] = Value::callable([](const Arguments& args, int line) -> Value {
             Data ns = Data::object();
             for (const auto& [name, value] : args) {
-                if (!name.empty()) ns[name] = value.data;
-                else if (value.data.is_object()) ns.update(value.data);
-                else fail(line, "namespace() takes keyword arguments or a dict");
+                if (!name.empty())
+                    ns[name] = value.data;
+                else if (value.data.is_object())
+                    ns.update(value.data);
+                else
+                    fail(line, "namespace() takes keyword arguments or a dict");
             }
             return Value(ns);
         });
@@ -1092,8 +1120,8 @@ private:
                 return;
             }
             if (!item.is_array() || item.size() != node.names.size())
-                fail(node.line, "cannot unpack " + python_repr(item) + " into " +
-                                    std::to_string(node.names.size()) + " loop variables");
+                fail(node.line, "cannot unpack " + python_repr(item) + " into " + std::to_string(node.names.size()) +
+                                    " loop variables");
             for (size_t k = 0; k < node.names.size(); ++k) scope[node.names[k]] = Value(item[k]);
         };
         if (node.kids[2]) {  // `for x in xs if cond`: loop.* counts the items that pass
@@ -1115,9 +1143,8 @@ private:
         for (int64_t k = 0; k < n; ++k) {
             scopes_.emplace_back();
             bind(scopes_.back(), items[static_cast<size_t>(k)]);
-            Data loop = {{"index", k + 1},        {"index0", k},         {"first", k == 0},
-                         {"last", k == n - 1},    {"length", n},         {"revindex", n - k},
-                         {"revindex0", n - k - 1}};
+            Data loop = {{"index", k + 1}, {"index0", k},       {"first", k == 0},       {"last", k == n - 1},
+                         {"length", n},    {"revindex", n - k}, {"revindex0", n - k - 1}};
             loop["previtem"] = k > 0 ? items[static_cast<size_t>(k - 1)] : Data();
             loop["nextitem"] = k + 1 < n ? items[static_cast<size_t>(k + 1)] : Data();
             scopes_.back()["loop"] = Value(loop);
@@ -1138,8 +1165,8 @@ private:
             for (const auto& [name, value] : args) {
                 if (name.empty()) {
                     if (positional >= node.names.size())
-                        fail(line, "macro '" + node.text + "' takes " + std::to_string(node.names.size()) +
-                                       " arguments");
+                        fail(line,
+                             "macro '" + node.text + "' takes " + std::to_string(node.names.size()) + " arguments");
                     local[node.names[positional++]] = value;
                 } else if (std::find(node.names.begin(), node.names.end(), name) == node.names.end()) {
                     fail(line, "macro '" + node.text + "' has no parameter '" + name + "'");
@@ -1227,8 +1254,8 @@ private:
             return found == d.end() ? Value::undefined() : Value(*found);
         }
         if ((d.is_array() || d.is_string()) && key.is_number_integer()) {
-            const std::vector<std::string> chars = d.is_string() ? characters(d.get<std::string>())
-                                                                 : std::vector<std::string>();
+            const std::vector<std::string> chars =
+                d.is_string() ? characters(d.get<std::string>()) : std::vector<std::string>();
             const int64_t size = d.is_array() ? static_cast<int64_t>(d.size()) : static_cast<int64_t>(chars.size());
             int64_t k = key.get<int64_t>();
             if (k < 0) k += size;
@@ -1268,8 +1295,10 @@ private:
         const int64_t start = clamp(a, step > 0 ? 0 : n - 1), stop = clamp(b, step > 0 ? n : -1);
         Data out = text ? Data("") : Data::array();
         for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
-            if (text) out.get_ref<std::string&>() += items[static_cast<size_t>(k)].get<std::string>();
-            else out.push_back(items[static_cast<size_t>(k)]);
+            if (text)
+                out.get_ref<std::string&>() += items[static_cast<size_t>(k)].get<std::string>();
+            else
+                out.push_back(items[static_cast<size_t>(k)]);
         }
         return Value(out);
     }
@@ -1290,7 +1319,8 @@ private:
         if (op == "!=") return Value(Data(!equal(a, b)));
         if (op == "in" || op == "not in") {
             bool found = false;
-            if (!b.defined || y.is_null()) found = false;
+            if (!b.defined || y.is_null())
+                found = false;
             else if (y.is_string() && x.is_string())
                 found = y.get_ref<const std::string&>().find(x.get<std::string>()) != std::string::npos;
             else if (y.is_array())
@@ -1327,8 +1357,7 @@ private:
             return Value(Data(out));
         }
         if (!x.is_number() || !y.is_number() || x.is_boolean() || y.is_boolean()) {
-            if (!a.defined || !b.defined)
-                fail(node.line, "'" + op + "' of an undefined value");
+            if (!a.defined || !b.defined) fail(node.line, "'" + op + "' of an undefined value");
             fail(node.line, "unsupported operands for '" + op + "': " + python_repr(x) + " and " + python_repr(y));
         }
         const bool integers = x.is_number_integer() && y.is_number_integer();
@@ -1373,8 +1402,9 @@ private:
                 return method(object.data, callee.text, args, node.line);
         }
         const Value f = eval(callee);
-        if (!f.function) fail(node.line, (callee.kind == Kind::name ? "'" + callee.text + "'" : std::string("it")) +
-                                             " is not a function");
+        if (!f.function)
+            fail(node.line,
+                 (callee.kind == Kind::name ? "'" + callee.text + "'" : std::string("it")) + " is not a function");
         return (*f.function)(args, node.line);
     }
 
@@ -1389,7 +1419,7 @@ private:
             const std::string& s = self.get_ref<const std::string&>();
             const auto chars = [&]() {
                 return args.empty() || args[0].second.data.is_null() ? kWhitespace
-                                                                      : args[0].second.data.get<std::string>();
+                                                                     : args[0].second.data.get<std::string>();
             };
             if (name == "strip") return Value(Data(strip(s, chars(), true, true)));
             if (name == "lstrip") return Value(Data(strip(s, chars(), true, false)));
@@ -1528,8 +1558,8 @@ private:
             return std::nullopt;
         };
         if (name == "trim") {
-            return Value(Data(strip(to_text(value), keyword("chars", 0).value_or(Data(kWhitespace)).get<std::string>(),
-                                    true, true)));
+            return Value(Data(
+                strip(to_text(value), keyword("chars", 0).value_or(Data(kWhitespace)).get<std::string>(), true, true)));
         }
         if (name == "tojson") {
             const std::optional<Data> indent = keyword("indent", 0);
@@ -1734,8 +1764,7 @@ private:
 
 }  // namespace
 
-JinjaTemplate::JinjaTemplate(const std::string& source)
-    : root_(Parser(Scanner(source).scan()).parse_template()) {}
+JinjaTemplate::JinjaTemplate(const std::string& source) : root_(Parser(Scanner(source).scan()).parse_template()) {}
 JinjaTemplate::~JinjaTemplate() = default;
 JinjaTemplate::JinjaTemplate(JinjaTemplate&&) noexcept = default;
 JinjaTemplate& JinjaTemplate::operator=(JinjaTemplate&&) noexcept = default;

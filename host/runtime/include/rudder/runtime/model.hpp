@@ -44,6 +44,13 @@ std::vector<std::filesystem::path> default_model_path();
 // The names of the models found in `search_path` (folders holding a config.json).
 std::vector<std::string> list_models(const std::vector<std::filesystem::path>& search_path);
 
+// The bundled model of the README's quick start, which lists and pickers offer first.
+constexpr const char* kDefaultModel = "e2e-discrete";
+
+// Whether the folder holds a model recipes sample from (a diffusion model), not one that controllers and commands
+// load (a classifier, a judge, a tagger, a teacher): describe_model's "diffusion". False for a folder it cannot read.
+bool is_generator(const std::filesystem::path& dir);
+
 // A recipe's "model": a path (contains '/' or names an existing folder relative to base_dir) or a bundled name.
 // Throws ModelError listing the bundled models, with "did you mean", when nothing matches.
 std::filesystem::path resolve_model(const std::string& name_or_path, const std::filesystem::path& base_dir,

@@ -10,8 +10,9 @@
 // in ...`, `for x in xs if cond`, `else`), set (a name, `ns.attr`, or a block), generation (rendered as its body),
 // break, continue, macro (called with positional and keyword arguments). Expressions: literals, lists, dicts, tuples,
 // attribute and item access, slices, `x if c else y`, and/or/not, comparisons, in, is (tests), + - * / // % ** ~,
-// filters, calls. Globals: raise_exception(message), namespace(...), range(...), strftime_now(format). Anything else is a JinjaError that
-// says what and where; so is a template error at render (raise_exception's message, an operation on wrong types).
+// filters, calls. Globals: raise_exception(message), namespace(...), range(...), strftime_now(format). Anything else is
+// a JinjaError that says what and where; so is a template error at render (raise_exception's message, an operation on
+// wrong types).
 #pragma once
 
 #include <memory>
