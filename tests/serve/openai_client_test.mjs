@@ -32,6 +32,7 @@ try {
   // Models, in OpenAI's shape.
   const listed = (await client.models.list()).data.map((m) => m.id);
   for (const name of ["e2e-discrete", "llada_llama3", "dream_qwen"]) assert.ok(listed.includes(name), listed.join(","));
+  for (const name of ["e2e-sentiment-judge", "ewt-tagger"]) assert.ok(!listed.includes(name), `${name} listed`);
   assert.equal((await client.models.retrieve("dream_qwen")).id, "dream_qwen");
   await assert.rejects(client.models.retrieve("no-such-model"), (e) => e.status === 404);
   ok("models.list and models.retrieve");

@@ -59,6 +59,14 @@ try {
   await page.goto(`http://127.0.0.1:${port}/`);
   await page.waitForSelector("body[data-state=ready]", { timeout: 30000 });
 
+  // The models offered are the generators, the default one selected; no classifier or judge among them.
+  const offered = await page.$$eval("#model option", (options) => options.map((o) => o.value));
+  for (const other of ["e2e-sentiment-judge", "e2e-teacher", "ewt-tagger", "gum-parser", "e2e-discrete-syntax"])
+    if (offered.includes(other)) throw new Error(`the playground offers ${other}: ${offered}`);
+  if (!offered.includes("e2e-continuous")) throw new Error(`e2e-continuous not offered: ${offered}`);
+  const selected = await page.$eval("#model", (s) => s.value);
+  if (selected !== "e2e-discrete") throw new Error(`the default model is not selected: ${selected}`);
+
   // Compose: the discrete model, 40 steps, 3 samples, a length of 9 tokens and the prefix "The Eagle".
   await page.selectOption("#model", "e2e-discrete");
   await page.fill("#steps", "40");

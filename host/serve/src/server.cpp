@@ -462,8 +462,13 @@ struct Server::State {
         }
     }
 
+    // Rudder's extension marks the default model, which pickers (the playground) offer first.
     static json model_entry(const std::string& name) {
-        return {{"id", name}, {"object", "model"}, {"created", 0}, {"owned_by", "rudder"}};
+        return {{"id", name},
+                {"object", "model"},
+                {"created", 0},
+                {"owned_by", "rudder"},
+                {"rudder", {{"default", name == kDefaultModel}}}};
     }
 
     void handle_plugins(httplib::Response& res) {
@@ -509,10 +514,19 @@ struct Server::State {
                   [this](const httplib::Request& req, httplib::Response& res) { handle_completion(req, res, false); });
         http.Post("/v1/chat/completions",
                   [this](const httplib::Request& req, httplib::Response& res) { handle_completion(req, res, true); });
-        // OpenAI's shape: {"object": "list", "data": [{"id", "object": "model", "created", "owned_by"}]}.
+        // OpenAI's shape: {"object": "list", "data": [{"id", "object": "model", "created", "owned_by"}]}, the models
+        // a request can sample from (the classifiers and judges controllers load are not listed).
         http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
             json data = json::array();
-            for (const auto& name : catalog.names()) data.push_back(model_entry(name));
+            for (const auto& name : catalog.names()) {
+                std::filesystem::path dir;
+                try {
+                    dir = catalog.find(name, ".");
+                } catch (const std::exception&) {
+                    continue;  // a folder that cannot be served: refused when a request names it
+                }
+                if (is_generator(dir)) data.push_back(model_entry(name));
+            }
             reply(res, 200, {{"object", "list"}, {"data", data}});
         });
         http.Get(R"(/v1/models/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
