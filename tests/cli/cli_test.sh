@@ -169,9 +169,13 @@ JSON
     ;;
   generate_conflict)
     sed 's/"prefix": "The"/"prefix": "The", "length": 7/' "$work/good.json" > "$work/conflict.json"
+    # Found before sampling, by validate as by generate: both controllers' pointers, the token in words.
     err=$("$rudder" generate -q "$work/conflict.json" 2>&1 >/dev/null); code=$?
-    [ $code -eq 1 ] || fail "expected exit 1, got $code"
-    grep -q "controller 'length' fixes token id 0 at position 6, which 'span' forbids" <<<"$err" || fail "$err"
+    [ $code -eq 2 ] || fail "expected exit 2 (an invalid recipe), got $code: $err"
+    grep -q "controller 'length' fixes the end of the text at position 6, which 'span' forbids" <<<"$err" || fail "$err"
+    err=$("$rudder" validate "$work/conflict.json" 2>&1); code=$?
+    [ $code -eq 2 ] || fail "validate: expected exit 2, got $code: $err"
+    grep -q "/controllers/0: controller 'length' fixes the end of the text" <<<"$err" || fail "validate: $err"
     ;;
   generate_failure_keeps_old_output)
     # A run that fails after one of three batches: the old output is untouched, the finished sample is kept apart.

@@ -162,14 +162,38 @@ TEST_P(Generation, ConflictingControllersAreNamed) {
 INSTANTIATE_TEST_SUITE_P(BothFamilies, Generation, ::testing::Values("discrete", "continuous", "uniform"));
 
 // A fixed token that another controller's packed mask forbids (span's pad after 5 tokens, length's ban of pad before
-// 6): continuous, so every position is a row of the first step and the conflict is found there.
+// 6): found before any sampling, when the generator is made (validation), in both families, at both controllers'
+// pointers, the token named in words.
 TEST(GenerationErrors, FixedTokenAPackedMaskForbidsIsNamed) {
+    for (const std::string family : {"continuous", "discrete"}) {
+        try {
+            generate(recipe_text(family, R"({"plugin": "length", "params": {"tokens": 6}},
+                                            {"plugin": "span", "params": {"suffix": ".", "length": 5}})"));
+            ADD_FAILURE() << family << ": a fixed pad that length forbids was accepted";
+        } catch (const rudder::RecipeError& e) {
+            ASSERT_EQ(e.issues().size(), 2u) << e.what();
+            EXPECT_EQ(e.issues()[0].pointer, "/controllers/1");
+            EXPECT_EQ(e.issues()[1].pointer, "/controllers/0");
+            EXPECT_NE(
+                e.issues()[0].message.find("'span' fixes the end of the text at position 5, which 'length' forbids"),
+                std::string::npos)
+                << e.what();
+        }
+    }
+}
+
+// Two controllers that fix different tokens at one position (length 3 and a longer prefix): found by validation.
+TEST(GenerationErrors, ConflictingFixedTokensAreFoundBeforeSampling) {
     try {
-        generate(recipe_text("continuous", R"({"plugin": "length", "params": {"tokens": 6}},
-                                              {"plugin": "span", "params": {"suffix": ".", "length": 5}})"));
-        FAIL() << "a fixed pad that length forbids was accepted";
-    } catch (const rudder::ConstraintConflict& e) {
-        EXPECT_NE(std::string(e.what()).find("'span' fixes token id 0 at position 5, which 'length' forbids"),
+        generate(recipe_text("discrete", R"({"plugin": "length", "params": {"tokens": 3}},
+                                            {"plugin": "span", "params": {"prefix": "The Eagle is a pub"}})"));
+        FAIL() << "length 3 with a 5-token prefix was accepted";
+    } catch (const rudder::RecipeError& e) {
+        ASSERT_EQ(e.issues().size(), 2u) << e.what();
+        EXPECT_EQ(e.issues()[0].pointer, "/controllers/0");
+        EXPECT_EQ(e.issues()[1].pointer, "/controllers/1");
+        EXPECT_NE(e.issues()[0].message.find(
+                      "controllers 'length' and 'span' fix different tokens at position 3: the end of the text and"),
                   std::string::npos)
             << e.what();
     }
@@ -888,10 +912,11 @@ TEST(GenerationForms, AFixedTokenThatAllowedBitsExcludeNamesBothControllers) {
         run(recipe_text("discrete", R"({"plugin": "rows_mask", "name": "allow", "params": {"write": "allow"}},
                                       {"plugin": "span", "params": {"prefix": "The"}})",
                         8));
-        ADD_FAILURE() << "the run did not fail";
-    } catch (const rudder::ConstraintConflict& e) {
-        EXPECT_NE(std::string(e.what()).find("controller 'span' fixes token id "), std::string::npos) << e.what();
-        EXPECT_NE(std::string(e.what()).find("at position 0, which 'allow' forbids"), std::string::npos) << e.what();
+        ADD_FAILURE() << "the recipe was accepted";
+    } catch (const rudder::RecipeError& e) {  // found before sampling
+        EXPECT_NE(std::string(e.what()).find("controller 'span' fixes \"The\" at position 0, which 'allow' forbids"),
+                  std::string::npos)
+            << e.what();
     }
 }
 

@@ -175,14 +175,20 @@ def case_bad_requests():
         assert status == 413, (status, text)
         status, _, body = s.json("GET", "/no/such/path")
         assert status == 404 and "error" in body, body
-        # A controller that fails in the middle of a run: 500 with its message, and the server goes on.
+        # Hard constraints that cannot hold together: found before sampling (400 at both controllers, in words), never
+        # a run that fails half way; the server goes on.
         failing = dict(QUICK, controllers=[{"plugin": "span", "params": {"prefix": "The", "suffix": ".", "length": 8}},
                                            {"plugin": "length", "params": {"tokens": 5}}])
         status, _, body = s.json("POST", "/v1/generate", {"recipe": failing})
-        assert status == 500 and "controllers 'span' and 'length' fix different tokens" in body["error"], body
+        assert status == 400 and sorted(i["pointer"] for i in body["issues"]) == ["/recipe/controllers/0",
+                                                                         "/recipe/controllers/1"], body
+        assert "'span' and 'length' fix different tokens at position 7: \".\" and the end of the text" \
+            in body["issues"][0]["message"], body
+        status, _, body = s.json("POST", "/v1/validate", {"recipe": failing})
+        assert status == 400 and not body["valid"] and len(body["issues"]) == 2, body
         assert s.json("POST", "/v1/generate", {"recipe": QUICK})[0] == 200
-        assert s.metric('rudder_generation_failures_total{cause="invalid request"}') == 8
-        assert s.metric('rudder_generation_failures_total{cause="run error"}') == 1
+        assert s.metric('rudder_generation_failures_total{cause="invalid request"}') == 9
+        assert s.metric('rudder_generation_failures_total{cause="run error"}') == 0
         assert s.settled_metric('rudder_http_requests_total{code="404",path="other"}', 1) == 1
     finally:
         code = s.stop()

@@ -69,12 +69,12 @@ bool Composer::wants_guidance(double t) const {
 
 void Composer::merge_fixed(Combined& out, const at::Tensor& fixed, size_t owner, at::Tensor& owners) {
     const auto clash_at = [&](int64_t b, int64_t i) {
-        const auto& other = controllers_[static_cast<size_t>(owners.index({b, i}).item<int64_t>())];
-        throw ConstraintConflict("controllers '" + other.instance->label() + "' and '" +
-                                 controllers_[owner].instance->label() + "' fix different tokens at position " +
-                                 std::to_string(i) + " (ids " +
-                                 std::to_string(out.fixed.index({b, i}).item<int64_t>()) + " and " +
-                                 std::to_string(fixed.index({b, i}).item<int64_t>()) + ")");
+        const auto other = static_cast<size_t>(owners.index({b, i}).item<int64_t>());
+        throw ConstraintConflict("controllers " + label(other) + " and " + label(owner) +
+                                     " fix different tokens at position " + std::to_string(i) + ": " +
+                                     token_name(out.fixed.index({b, i}).item<int64_t>()) + " and " +
+                                     token_name(fixed.index({b, i}).item<int64_t>()),
+                                 {other, owner});
     };
     if (!out.fixed.defined()) {
         out.fixed = fixed.clone();
@@ -294,7 +294,7 @@ struct Composer::Authors {
     bool may_overflow = false;         // the adapter checked each delta finite; a weight or a sum can still overflow
 };
 
-Combined Composer::predict(const plugins::StepInputs& in) {
+Combined Composer::predict(const plugins::StepInputs& in, bool constraints_only) {
     if (inputs_ != nullptr) inputs_->next_step();
     const int64_t B = in.tokens.size(0), L = in.tokens.size(1);
     Combined out;
@@ -305,6 +305,7 @@ Combined Composer::predict(const plugins::StepInputs& in) {
         auto& c = controllers_[k];
         if (!c.active.contains(in.t)) continue;
         if ((c.instance->capabilities() & predict_capabilities()) == 0) continue;
+        if (constraints_only && !c.instance->has(RUDDER_CAP_HARD_CONSTRAINT)) continue;
         plugins::StepOutputs o;
         if (!take_part(c, [&] { o = c.instance->step(in); })) continue;
         const bool sums = out.logit_delta.defined() || out.candidate_delta.defined();
@@ -365,8 +366,8 @@ Combined Composer::predict(const plugins::StepInputs& in) {
     return out;
 }
 
-std::string Composer::fixer_at(const Authors& authors, int64_t b, int64_t i) const {
-    return controllers_[static_cast<size_t>(authors.owners.index({b, i}).item<int64_t>())].instance->label();
+size_t Composer::fixer_at(const Authors& authors, int64_t b, int64_t i) const {
+    return static_cast<size_t>(authors.owners.index({b, i}).item<int64_t>());
 }
 
 void Composer::check_finite(const Combined& out, const at::Tensor& sum, const Authors& authors, int64_t L) const {
@@ -399,9 +400,10 @@ void Composer::check_fixed(const Combined& out, const Authors& authors, int64_t 
         if (masked.any().item<bool>()) {
             const auto where = masked.nonzero()[0];
             const int64_t b = where[0].item<int64_t>(), i = where[1].item<int64_t>();
-            throw CompositionError("controller '" + fixer_at(authors, b, i) + "' fixes the mask token (id " +
-                                   std::to_string(mask_id_) + ") at position " + std::to_string(i) +
-                                   ": a finished sample cannot hold it");
+            throw CompositionError("controller " + label(fixer_at(authors, b, i)) + " fixes the mask token (id " +
+                                       std::to_string(mask_id_) + ") at position " + std::to_string(i) +
+                                       ": a finished sample cannot hold it",
+                                   {fixer_at(authors, b, i)});
         }
     }
     if (authors.forbidders.empty()) return;
@@ -410,9 +412,10 @@ void Composer::check_fixed(const Combined& out, const Authors& authors, int64_t 
     const at::Tensor fixed_flat = out.fixed.reshape({-1});
     auto conflict = [&](int64_t position, int64_t forbidder) {
         const int64_t b = position / L, i = position % L, token = fixed_flat[position].item<int64_t>();
-        throw ConstraintConflict("controller '" + fixer_at(authors, b, i) + "' fixes token id " +
-                                 std::to_string(token) + " at position " + std::to_string(i) + ", which '" +
-                                 controllers_[static_cast<size_t>(forbidder)].instance->label() + "' forbids");
+        const size_t fixer = fixer_at(authors, b, i), forbids = static_cast<size_t>(forbidder);
+        throw ConstraintConflict("controller " + label(fixer) + " fixes " + token_name(token) + " at position " +
+                                     std::to_string(i) + ", which " + label(forbids) + " forbids",
+                                 {fixer, forbids});
     };
     for (const auto& [k, whole] : authors.whole_masks) {
         const at::Tensor flat = whole.reshape({B * L, -1});
@@ -446,6 +449,7 @@ void Composer::check_every_row_allows_a_token(const Combined& out, const Authors
     if (row < 0) return;
     const int64_t position = out.rows[row].item<int64_t>();
     std::string who;  // the forbidders at that row: one that leaves nothing alone, else all of them
+    std::vector<size_t> blamed;
     for (const auto& forbidder : authors.forbidders) {
         const at::Tensor f =
             forbidder.packed ? unpack_bits(forbidder.mask.narrow(0, row, 1), vocab_size_)[0] : forbidder.mask[row];
@@ -454,13 +458,16 @@ void Composer::check_every_row_allows_a_token(const Combined& out, const Authors
         if (f.all().item<bool>() ||
             (mask_id_ >= 0 && f.index_fill(0, at::tensor({mask_id_}, out.rows.options()), true).all().item<bool>())) {
             who = "controller " + name;
+            blamed = {forbidder.owner};
             break;
         }
         who += (who.empty() ? "controllers " : ", ") + name;
+        blamed.push_back(forbidder.owner);
     }
     throw ConstraintConflict(who + " forbid" + (who.rfind("controllers ", 0) == 0 ? "" : "s") +
-                             " every token at position " + std::to_string(position % L) + " (sample " +
-                             std::to_string(position / L) + ")");
+                                 " every token at position " + std::to_string(position % L) + " (sample " +
+                                 std::to_string(position / L) + ")",
+                             blamed);
 }
 
 bool Composer::commits() const {

@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -19,14 +20,18 @@ namespace rudder {
 // Controllers disagree in a way no step can satisfy (two fixed tokens at one position, every token forbidden).
 class ConstraintConflict : public std::runtime_error {
 public:
-    using std::runtime_error::runtime_error;
+    explicit ConstraintConflict(const std::string& message, std::vector<size_t> controllers = {})
+        : std::runtime_error(message), controllers(std::move(controllers)) {}
+    std::vector<size_t> controllers;  // the controllers in conflict, by their index in the composer
 };
 
 // Controllers' contributions that cannot make a distribution: weighted deltas that overflow float32, or the mask
 // token fixed at a position (a sample cannot hold it).
 class CompositionError : public std::runtime_error {
 public:
-    using std::runtime_error::runtime_error;
+    explicit CompositionError(const std::string& message, std::vector<size_t> controllers = {})
+        : std::runtime_error(message), controllers(std::move(controllers)) {}
+    std::vector<size_t> controllers;  // the controllers at fault, by their index in the composer
 };
 
 struct ComposedController {
@@ -80,6 +85,9 @@ public:
     // `mask_id`: the tokenizer's mask token, which no controller may fix.
     Composer(std::vector<ComposedController> controllers, Family family, int64_t mask_id, int64_t vocab_size);
 
+    // How messages name a token (its text, in quotes; the end of the text for the padding token), instead of its id.
+    void set_token_names(std::function<std::string(int64_t)> name) { token_name_ = std::move(name); }
+
     // A new generate() call: controllers dropped in an earlier one ("on_failure": "continue") take part again.
     void start_run();
     void begin(const plugins::RunShape& shape, plugins::RunServices* services);
@@ -90,7 +98,9 @@ public:
     // ConstraintConflict naming the controllers (found at the rows, and at every fixed position for controllers that
     // wrote whole [B, L, V] masks), and CompositionError when the weighted deltas are not finite or a controller fixes
     // the mask token.
-    Combined predict(const plugins::StepInputs& in);
+    // With `constraints_only`, only the HARD_CONSTRAINT controllers take part: a recipe's hard constraints composed
+    // before any sampling, so that conflicts between them are found by validation.
+    Combined predict(const plugins::StepInputs& in, bool constraints_only = false);
 
     // Whether a controller takes part in the COMMIT phase (declares RUDDER_CAP_COMMIT, as negotiated: ABI 1.3).
     bool commits() const;
@@ -151,8 +161,11 @@ private:
     // COMMIT: a row to draw again with no token left; `writers` are the controllers that wrote bits, with them.
     void check_redrawn_rows(const Commit& out, const at::Tensor& rows,
                             const std::vector<std::pair<size_t, at::Tensor>>& writers, int64_t L) const;
-    // The label of the controller that fixed position i of sequence b.
-    std::string fixer_at(const Authors& authors, int64_t b, int64_t i) const;
+    // The index of the controller that fixed position i of sequence b.
+    size_t fixer_at(const Authors& authors, int64_t b, int64_t i) const;
+    std::string label(size_t k) const { return "'" + controllers_[k].instance->label() + "'"; }
+    // A token as messages name it (set_token_names), else by its id.
+    std::string token_name(int64_t id) const { return token_name_ ? token_name_(id) : "id " + std::to_string(id); }
     // The capabilities that make a controller take part in a PREDICT step of this family.
     uint64_t predict_capabilities() const;
     void merge_fixed(Combined& out, const at::Tensor& fixed, size_t owner, at::Tensor& owners);
@@ -164,6 +177,7 @@ private:
     Family family_;
     int64_t mask_id_;
     int64_t vocab_size_;
+    std::function<std::string(int64_t)> token_name_;
 };
 
 }  // namespace rudder

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
+#include <tuple>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -166,7 +167,15 @@ void Generator::set_up(plugins::Registry& registry, const std::vector<fs::path>&
     services_ = std::make_unique<ModelServices>(model_, recipe_.base_dir, model_path, stats_, recipe_.model_paths);
     composer_ = std::make_unique<Composer>(std::move(controllers), model_.family, model_.tokenizer->mask_id(),
                                            model_.tokenizer->vocab_size());
+    // Messages name tokens by their text: what a recipe's author wrote, not the tokenizer's ids.
+    composer_->set_token_names([tokenizer = model_.tokenizer](int64_t id) {
+        if (id == tokenizer->pad_id()) return std::string("the end of the text");
+        if (id < 0 || id >= tokenizer->vocab_size()) return "id " + std::to_string(id);
+        return nlohmann::json(replace_invalid_utf8(tokenizer->decode(&id, 1))).dump();
+    });
     begin_controllers(issues);
+    issues.throw_any();
+    check_hard_constraints(issues);
     issues.throw_any();
     if (const std::string over = over_memory_limit(std::min(recipe_.batch_size, recipe_.samples)); !over.empty())
         throw RecipeError({{recipe_.guidance.particles > 1 ? "/guidance/particles" : "/batch_size", over}});
@@ -243,6 +252,49 @@ void Generator::begin_controllers(Issues& issues) {
         }
     }
     begun_batch_ = first.batch_size;
+}
+
+void Generator::check_hard_constraints(Issues& issues) {
+    bool any = false, reads_x0 = false;
+    for (size_t k = 0; k < composer_->size(); ++k) {
+        const auto& c = composer_->instance(k);
+        if (!c.has(RUDDER_CAP_HARD_CONSTRAINT)) continue;
+        any = true;
+        reads_x0 = reads_x0 || !c.has(RUDDER_CAP_IGNORES_X0);
+    }
+    if (!any) return;
+    const plugins::RunShape shape = run_shape(1);
+    const int64_t L = recipe_.max_length, V = model_.tokenizer->vocab_size();
+    const auto on = at::TensorOptions().device(device_);
+    plugins::StepInputs in;
+    in.total_steps = static_cast<int32_t>(process_->steps());
+    in.t = 1.0;
+    in.t_next = in.total_steps > 0 ? 1.0 - 1.0 / in.total_steps : 0.0;
+    const bool discrete = model_.family == Family::discrete;
+    in.tokens = at::full({1, L}, discrete ? model_.tokenizer->mask_id() : 0, on.dtype(at::kLong));
+    if (discrete) in.masked = at::ones({1, L}, on.dtype(at::kByte));
+    if (!discrete && shape.embed_dim > 0) in.latent = at::zeros({1, L, shape.embed_dim}, on.dtype(at::kFloat));
+    in.rows = at::arange(L, on.dtype(at::kLong));
+    if (reads_x0) {
+        in.x0_logits = at::zeros({1, L, V}, on.dtype(at::kFloat));
+        in.x0_rows = in.x0_logits.view({L, V});
+    }
+    if (shape.candidates > 0)
+        std::tie(in.candidate_logp, in.candidate_ids) =
+            plugins::top_candidates(at::zeros({L, V}, on.dtype(at::kFloat)), shape.candidates);
+    try {
+        composer_->begin(shape, services_.get());
+        begun_batch_ = shape.batch_size;  // a run of another batch begins its own
+        composer_->predict(in, /*constraints_only=*/true);
+    } catch (const ConstraintConflict& e) {
+        for (size_t k : e.controllers) issues.add(controller_pointers_[k], e.what());
+    } catch (const CompositionError& e) {
+        for (size_t k : e.controllers) issues.add(controller_pointers_[k], e.what());
+    } catch (const std::exception&) {
+        // A controller that cannot take this stand-in of a step (it fails the same way in a run, where its
+        // on_failure decides): not a conflict between constraints, so not an issue of the recipe.
+    }
+    composer_->start_run();  // a controller dropped by its on_failure takes part in the run again
 }
 
 uint64_t Generator::estimate_peak_bytes(int64_t batch) const {
