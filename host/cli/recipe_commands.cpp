@@ -47,22 +47,47 @@ int with_recipe_errors(const std::string& file, const std::function<int()>& comm
 }
 
 // Generation progress, a step count per batch (progress_line.hpp says when a line is printed).
+// The step rate is measured from the batch's first step on (the first line has none yet), and a run of several
+// batches also shows how long the whole run has left, at the rate of its steps so far.
 class ProgressPrinter {
 public:
     explicit ProgressPrinter(bool quiet) : line_(quiet) {}
     bool operator()(const Progress& p) {
-        if (p.step == 1) batch_start_ = std::chrono::steady_clock::now();
+        const auto now = std::chrono::steady_clock::now();
+        if (p.step == 1) batch_start_ = now;
+        if (!run_started_) {
+            run_start_ = now;
+            run_started_ = true;
+        }
         line_.show(p.step, p.steps, [&] {
-            const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - batch_start_).count();
-            return fmt::format("[batch {}/{}] step {}/{}  t={:.3f}  {:.1f} steps/s", p.batch + 1, p.batches, p.step,
-                               p.steps, p.t, secs > 0 ? static_cast<double>(p.step) / secs : 0.0);
+            const auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };
+            std::string text = fmt::format("[batch {}/{}] step {}/{}  t={:.3f}", p.batch + 1, p.batches, p.step,
+                                           p.steps, p.t);
+            const double in_batch = seconds(now - batch_start_);
+            if (p.step > 1 && in_batch > 0)
+                text += fmt::format("  {:.1f} steps/s", static_cast<double>(p.step - 1) / in_batch);
+            const int64_t done = p.batch * p.steps + p.step, total = p.batches * p.steps;
+            const double elapsed = seconds(now - run_start_);
+            if (p.batches > 1 && done > 1 && elapsed > 0)
+                text += "  run left " + duration_text(elapsed / static_cast<double>(done - 1) *
+                                                      static_cast<double>(total - done));
+            return text;
         });
         return true;
     }
 
 private:
+    // "42 s", "3 min 05 s", "1 h 02 min".
+    static std::string duration_text(double seconds) {
+        const auto s = static_cast<int64_t>(seconds + 0.5);
+        if (s < 60) return fmt::format("{} s", s);
+        if (s < 3600) return fmt::format("{} min {:02} s", s / 60, s % 60);
+        return fmt::format("{} h {:02} min", s / 3600, s % 3600 / 60);
+    }
     ProgressLine line_;
     std::chrono::steady_clock::time_point batch_start_ = std::chrono::steady_clock::now();
+    std::chrono::steady_clock::time_point run_start_;
+    bool run_started_ = false;
 };
 
 // One readable line per sample: its text, then each controller's verdict.
@@ -171,10 +196,11 @@ int cmd_generate(const std::string& recipe_path, const std::string& out_path, st
     if (!out_path.empty()) file = std::make_unique<OutputFile>(out_path);
     auto write = [&](const std::string& text) { file ? file->write(text) : write_stdout(text); };
     if (!quiet)
-        std::fprintf(stderr, "model %s (%s), sampler %s, %lld steps, %lld samples, %zu controllers\n",
+        std::fprintf(stderr, "model %s (%s), sampler %s, %lld steps, %lld sample%s, %zu controller%s\n",
                      generator.model().name.c_str(), family_name(generator.model().family),
                      generator.recipe().sampler.name.c_str(), static_cast<long long>(generator.recipe().sampler.steps),
-                     static_cast<long long>(recipe.samples), recipe.controllers.size());
+                     static_cast<long long>(recipe.samples), recipe.samples == 1 ? "" : "s",
+                     recipe.controllers.size(), recipe.controllers.size() == 1 ? "" : "s");
 
     std::map<std::string, std::pair<int64_t, int64_t>> tally;  // label -> (satisfied, judged)
     std::vector<std::string> order;

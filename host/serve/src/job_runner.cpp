@@ -1,6 +1,7 @@
 #include "job_runner.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -95,7 +96,8 @@ void JobRunner::run_one(std::unique_ptr<Generator> generator, std::vector<std::s
                                               {"batches", p.batches},
                                               {"step", p.step},
                                               {"steps", p.steps},
-                                              {"t", p.t},
+                                              // t as the schedule means it: 0.45, not 0.44999999999999996
+                                              {"t", std::round(p.t * 1e9) / 1e9},
                                               {"first", begin - first[i]},
                                               {"texts", own}});
                 }

@@ -22,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -234,7 +235,9 @@ struct Server::State {
     }
 
     std::string timeout_message() const {
-        return "the generation ran past the server's limit of " + std::to_string(options.timeout_seconds) + " s";
+        std::ostringstream limit;  // 600, 0.5: no trailing zeros
+        limit << options.timeout_seconds;
+        return "the generation ran past the server's limit of " + limit.str() + " s";
     }
 
     // A job's samples once its run is done, and the run's description (`run`); RequestError for a run that failed
