@@ -9,6 +9,10 @@ its RSS every minute (memory flat under load).
 
     python3 bench/serve_load.py [--clients 1,8,32] [--requests 64] [--parallel 1] [--threads 1] [--samples 4] [--soak 600]
                                 [--model e2e-discrete] [--sampler '{"name": "analytic", "steps": 100, "temperature": 0.5}']
+    python3 bench/serve_load.py --defaults [--clients 1,8,32] [--requests 96]
+        one server with every setting at its default (queue, batch, parallel, threads): refused requests (503) counted
+        apart, p50/p95/p99 latency and requests/s per level, each level followed by its share of the `rudder
+        generate` runs one after another (also at default threads), so the two are interleaved
 
 Run from the repository root after `make` (make bench-serve). Bounded in count and time.
 """
@@ -63,7 +67,7 @@ def start_server(args, batch, queue):
     return server, int(line.split("127.0.0.1:")[1].split()[0])
 
 
-def load(port, clients, requests, body, until=None):
+def load(port, clients, requests, body, until=None, refusals=None):
     latencies, failures, lock = [], [], threading.Lock()
     remaining = [requests]
 
@@ -85,6 +89,8 @@ def load(port, clients, requests, body, until=None):
                 r = f"{type(e).__name__}: {e}"
             with lock:
                 (latencies if ok else failures).append(time.perf_counter() - start if ok else str(getattr(r, "status", r)))
+                if refusals is not None and not ok and getattr(r, "status", None) == 503:
+                    refusals[0] += 1
         c.close()
 
     start = time.perf_counter()
@@ -94,6 +100,53 @@ def load(port, clients, requests, body, until=None):
     for t in threads:
         t.join()
     return time.perf_counter() - start, latencies, failures
+
+
+def cli_runs(args, count, threads):
+    """Seconds for `count` requests run by `rudder generate`, one process each, one after another."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(recipe(args), f)
+    start = time.perf_counter()
+    for i in range(count):
+        command = [RUDDER, "generate", "-q", "--seed", str(i), f.name] + (["--threads", str(threads)] if threads else [])
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    seconds = time.perf_counter() - start
+    os.unlink(f.name)
+    return seconds
+
+
+def defaults(args):
+    """Every server setting at its default: no 503 is the point, latency and throughput against the CLI beside it."""
+    body = json.dumps({"recipe": recipe(args)})
+    levels = [int(c) for c in args.clients.split(",")]
+    server = subprocess.Popen([RUDDER, "serve", "--port", "0"], stderr=subprocess.PIPE, text=True)
+    line = server.stderr.readline()
+    if "127.0.0.1:" not in line:
+        raise SystemExit("rudder serve did not start: " + line + server.stderr.read())
+    threading.Thread(target=server.stderr.read, daemon=True).start()
+    port = int(line.split("127.0.0.1:")[1].split()[0])
+    print(f"rudder serve with its default settings; {args.samples} samples per request ({args.model}, sampler "
+          f"{args.sampler}, length + span); {args.requests} requests per level")
+    print("| clients | requests | refused (503) | other failures | requests/s | p50 s | p95 s | p99 s | requests per run |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    cli_seconds, cli_count, per_level = 0.0, 0, max(1, args.sequential // len(levels))
+    try:
+        for clients in levels:
+            runs_before = metric(port, "rudder_runs_total")
+            refused = [0]
+            seconds, latencies, failures = load(port, clients, args.requests, body, refusals=refused)
+            runs = metric(port, "rudder_runs_total") - runs_before
+            ok = len(latencies)
+            print(f"| {clients} | {args.requests} | {refused[0]} | {len(failures) - refused[0]} | {ok / seconds:.2f} | "
+                  f"{percentile(latencies, 0.5):.3f} | {percentile(latencies, 0.95):.3f} | "
+                  f"{percentile(latencies, 0.99):.3f} | {ok / max(runs, 1):.2f} |", flush=True)
+            cli_seconds += cli_runs(args, per_level, 0)
+            cli_count += per_level
+    finally:
+        server.terminate()
+        server.wait(timeout=120)
+    print(f"| | rudder generate, one after another (interleaved with the levels) | {cli_count} | | | "
+          f"{cli_count / cli_seconds:.2f} | {cli_seconds / cli_count:.3f} | | | 1 |")
 
 
 def main():
@@ -108,7 +161,10 @@ def main():
     ap.add_argument("--batch", type=int, default=32, help="--batch of the sharing server")
     ap.add_argument("--sequential", type=int, default=16, help="requests run one after another by rudder generate")
     ap.add_argument("--soak", type=float, default=0, help="seconds of load on the sharing server after the levels")
+    ap.add_argument("--defaults", action="store_true", help="one server at its default settings (see above)")
     args = ap.parse_args()
+    if args.defaults:
+        return defaults(args)
     body = json.dumps({"recipe": recipe(args)})
     levels = [int(c) for c in args.clients.split(",")]
     servers = {b: start_server(args, b, max(levels) + 1) for b in (args.batch, 1)}

@@ -129,7 +129,7 @@ void add_serve_command(CLI::App& app, Commands& commands) {
         ->check(CLI::Range(1, 256));
     serve
         ->add_option("--queue", o->server.queue_limit,
-                     "Generations that may wait; more are refused with 503 (default 16)")
+                     "Generations that may wait; more are refused with 503 (default 64)")
         ->check(CLI::Range(0, 100000));
     serve
         ->add_option("--batch", o->server.batch_samples,

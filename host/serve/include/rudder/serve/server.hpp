@@ -34,7 +34,9 @@ struct ServerOptions {
     std::string host = "127.0.0.1";
     int port = 8080;                   // 0: any free port
     int64_t parallel = 1;              // generations that run at once
-    int64_t queue_limit = 16;          // generations that may wait for a turn; more are refused with 503
+    // Generations that may wait for a turn; more are refused with 503. 64: 32 clients each waiting on its answer are
+    // all served (a waiting request of a recipe seen before holds no generator of its own).
+    int64_t queue_limit = 64;
     int64_t batch_samples = 32;        // the most samples one run serves for requests that share it (1: none share)
     int64_t cached_generators = 8;     // idle generators kept for requests that follow (0: each request loads)
     int64_t max_body_bytes = 1 << 20;  // a larger request body is refused with 413
