@@ -8,7 +8,7 @@ TSAN_BUILD ?= build-tsan
 # numerics (which `make test` covers), take 10 of the sanitized suite's 20 CPU-minutes, and add no new code paths.
 SANITIZE_EXCLUDE ?= ^nets\.Training\.
 
-.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long soak bench bench-threads bench-memory bench-eager bench-vocab bench-checkpoint bench-fast-dllm bench-serve bench-grammar bench-structured structured-sweep structured-helps clean
+.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long soak bench bench-threads bench-memory bench-eager bench-vocab bench-checkpoint bench-fast-dllm bench-serve bench-clean-samples bench-grammar bench-structured structured-sweep structured-helps clean
 
 all: build
 
@@ -140,6 +140,11 @@ bench-fast-dllm: build
 # (bench/serve_load.py; a few minutes).
 bench-serve: build
 	python3 bench/serve_load.py
+
+# The demo's and README's recipes with and without no_repeats: doubled punctuation, repeated words, teacher perplexity
+# (500 samples each; docs/results.md, "Clean samples").
+bench-clean-samples: build
+	python3 bench/clean_samples.py
 
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log $(SANITIZE_BUILD) $(SANITIZE_BUILD).configure.log $(TSAN_BUILD) \

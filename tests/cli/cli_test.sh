@@ -329,6 +329,30 @@ PY
     [ $code -ne 0 ] || fail "bad words accepted"
     grep -q "/words/0" <<<"$err" && grep -q "/words/1" <<<"$err" || fail "bad words not named: $err"
     ;;
+  no_repeats)
+    # The demo's continuous recipe, which carries the control: no doubled punctuation mark and no immediately repeated
+    # word in 24 samples, and every verdict says so; without the control the same samples have some (so this test can
+    # fail), and bad params name their place.
+    recipe="$here/../../examples/recipes/length_span_continuous.json"
+    grep -q '"no_repeats"' "$recipe" || fail "the demo recipe lost its no_repeats"
+    "$rudder" generate -q -n 24 --seed 3 "$recipe" -o "$work/clean.jsonl" || fail "exit $?"
+    [ "$(grep -c '"no_repeats":{"satisfied":true,"score":0.0}' "$work/clean.jsonl")" -eq 24 ] \
+      || fail "verdicts: $(cat "$work/clean.jsonl")"
+    python3 - "$work/clean.jsonl" <<'PY' || fail "a doubled mark or a repeated word: $(cat "$work/clean.jsonl")"
+import json, re, sys
+texts = [json.loads(line)["text"] for line in open(sys.argv[1])]
+bad = [t for t in texts if re.search(r"[.,!?;:]\s*[.,!?;:]", t) or re.search(r"\b(\w+)\s+\1\b", t, re.I)]
+sys.exit(1 if bad else 0)
+PY
+    python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))
+r["controllers"] = [c for c in r["controllers"] if c["plugin"] != "no_repeats"]; print(json.dumps(r))' "$recipe" \
+      > "$work/free.json" || fail "the control was not taken out"
+    "$rudder" generate -q -n 24 --seed 3 "$work/free.json" -o "$work/free.jsonl" || fail "without: exit $?"
+    grep -qE '"text":"[^"]*[.,!?;:] ?[.,!?;:]' "$work/free.jsonl" || fail "without the control no sample has a doubled mark"
+    printf '%s' '{"model": "e2e-discrete", "controllers": [{"plugin": "no_repeats", "params": {"words": "yes"}}]}' > "$work/bad.json"
+    err=$("$rudder" validate "$work/bad.json" 2>&1) && fail "bad params accepted"
+    grep -q "/words" <<<"$err" || fail "bad params not named: $err"
+    ;;
   generate_checkpoint)
     # Public checkpoints as a user runs them: tiny random-weight MDLM and BD3-LM checkpoints in their Hugging Face
     # layout with a GPT-2-format tokenizer beside them (tests/nets/dit_checkpoint_fixture.py), a recipe naming the
