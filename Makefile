@@ -16,12 +16,21 @@ deps:
 	@scripts/install-deps.sh
 
 configure: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) > $(BUILD).configure.log 2>&1 || (cat $(BUILD).configure.log; exit 1)
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DRUDDER_BUILD_TESTS=ON -DRUDDER_BUILD_BENCH=ON \
+	  > $(BUILD).configure.log 2>&1 || (cat $(BUILD).configure.log; exit 1)
 
 build: configure
 	cmake --build $(BUILD) -j$(JOBS)
 
-demo: build
+# The first run: only the packages that build and run Rudder, and only Rudder itself (the CLI, the libraries, the
+# plugins; no tests, no benchmarks). A build tree that `make test` configured keeps its tests; `make test` later
+# installs the rest and turns them on.
+demo:
+	@scripts/install-deps.sh --demo
+	@[ -f $(BUILD)/CMakeCache.txt ] || cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	  -DRUDDER_BUILD_TESTS=OFF -DRUDDER_BUILD_BENCH=OFF > $(BUILD).configure.log 2>&1 \
+	  || (cat $(BUILD).configure.log; exit 1)
+	cmake --build $(BUILD) -j$(JOBS)
 	@scripts/demo.sh $(BUILD)
 
 test: build

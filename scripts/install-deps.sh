@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Rudder builds with, only those missing. Idempotent; quiet when all are present.
+# Usage: install-deps.sh [--demo]   --demo: only what building Rudder and running it needs (make demo), not the
+#                                    test and benchmark tools (make test installs those)
 set -euo pipefail
-packages=(
+build_packages=(
   cmake make g++ pkg-config   # pkg-config: the install test builds the examples with it too
   libtorch-dev libopenblas0-pthread   # LibTorch; without OpenBLAS it falls back to reference BLAS (~30x slower)
   libopenblas0-openmp                 # OpenBLAS on OpenMP: one thread pool with LibTorch's (selected below)
@@ -10,6 +12,8 @@ packages=(
   libpcre2-dev libutf8proc-dev   # BPE tokenizers: Unicode regexes of the pre-split, NFC
   libcpp-httplib-dev prometheus-cpp-dev   # rudder serve: HTTP and its /metrics
   libgoogle-perftools-dev   # tcmalloc_minimal for the rudder command: a long training run's memory stays flat
+)
+test_packages=(
   libgtest-dev libbenchmark-dev python3   # python3: the Python binding and its test, JSON checks in the CLI tests
   python3-torch   # the MDLM/SEDD checkpoint test writes its random-weight checkpoints and reference outputs with it
   python3-jsonschema   # structured output's validity test checks every sample with an independent validator
@@ -18,13 +22,17 @@ packages=(
   python3-distributed   # rudder.dask (bulk generation and sharded evals on Dask) and its test
   nginx      # serve.nginx_replicas: two rudder serve replicas behind it (run unprivileged by the test; see below)
 )
+packages=("${build_packages[@]}")
+demo=0
+[ "${1:-}" = --demo ] && demo=1
+[ $demo -eq 1 ] || packages+=("${test_packages[@]}")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 # node and npm: the BPE tokenizer tests fetch their reference (Hugging Face's JavaScript tokenizers) from npm. Only
 # when there is no npm at all: a Node.js installed another way (NodeSource's nodejs ships its own npm) is kept.
-command -v npm > /dev/null || missing+=(nodejs npm)
+[ $demo -eq 1 ] || command -v npm > /dev/null || missing+=(nodejs npm)
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
 if [ ${#missing[@]} -gt 0 ]; then
