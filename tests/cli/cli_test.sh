@@ -37,6 +37,11 @@ case $case in
 assert "e2e-discrete" in d["generators"] and d["default"] == "e2e-discrete", d
 assert {o["name"] for o in d["others"]} >= {"ewt-tagger", "gum-parser", "e2e-teacher", "e2e-sentiment-judge"}, d' \
       || fail "rudder models --json"
+    # A classifier named as a recipe's model: what it is, and where the generators are listed.
+    printf '{"model": "e2e-sentiment-judge"}' > "$work/judge.json"
+    err=$("$rudder" validate "$work/judge.json" 2>&1) && fail "a classifier accepted as a recipe's model"
+    grep -q "is an attribute classifier (the sentiment controller's guide or judge), not a diffusion model" <<<"$err" \
+      || fail "the classifier not named as one: $err"
     # One model described: what it is, how it was trained, its sampler and weights, read from its folder.
     out=$("$rudder" models e2e-continuous) || fail "exit $?"
     grep -q "^  kind: continuous denoiser trained as Diffusion-LM" <<<"$out" || fail "kind missing: $out"

@@ -208,6 +208,12 @@ Model load_rudder_model(const fs::path& dir, const json& own, std::optional<Fami
     if (type == "teacher")
         throw ModelError("'" + dir.string() +
                          "' is a teacher language model (used by `rudder score`), not a diffusion model");
+    if (type == "attribute_classifier" || type == "syntax_classifier")
+        throw ModelError("'" + dir.string() + "' is " +
+                         (type == "attribute_classifier"
+                              ? "an attribute classifier (the sentiment controller's guide or judge)"
+                              : "a noisy syntax classifier (of the pos, syntax_span and syntax_tree controllers)") +
+                         ", not a diffusion model: a recipe samples from one of the generators `rudder models` lists");
     if (type == "tagger" || type == "parser")
         throw ModelError("'" + dir.string() + "' is a " +
                          (type == "tagger" ? "part-of-speech tagger" : "constituency parser") +

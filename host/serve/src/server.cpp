@@ -574,10 +574,15 @@ struct Server::State {
         // The path and method are the client's: quoted cut short, and any bytes (%FF) replaced.
         http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
             if (!res.body.empty()) return;
-            if (res.status == 413)
-                return reply(res, 413,
-                             {{"error", "the request body is over this server's limit of " +
-                                            std::to_string(options.max_body_bytes) + " bytes"}});
+            if (res.status == 413) {
+                const RequestError e{413,
+                                     "the request body is over this server's limit of " +
+                                         std::to_string(options.max_body_bytes) + " bytes",
+                                     {}};
+                // OpenAI's routes answer in OpenAI's error shape, the others in Rudder's.
+                const bool openai = req.path == "/v1/completions" || req.path == "/v1/chat/completions";
+                return reply(res, 413, openai ? openai_error(e, nullptr) : error_json(e));
+            }
             reply(res, res.status,
                   {{"error",
                     "HTTP " + std::to_string(res.status) + " for " + quoted(req.method) + " " + quoted(req.path)}});
