@@ -6,8 +6,10 @@
 //   server.listen();          // binds (port 0: any free port; port() says which)
 //   server.run();             // serves until stop() (from another thread or a signal watcher)
 //
-// Endpoints: POST /v1/generate (JSON, or Server-Sent Events with "stream": true), POST /v1/validate,
-// GET /v1/models, GET /v1/plugins, GET /healthz, GET /metrics (Prometheus text format). What a client can and cannot
+// Endpoints: POST /v1/generate (JSON, or Server-Sent Events with "stream": true), POST /v1/validate, OpenAI's
+// POST /v1/completions and POST /v1/chat/completions (the prompt as a span prefix, a model's chat template; streamed as
+// OpenAI streams), GET /v1/models and /v1/models/{id} (OpenAI's shape), GET /v1/plugins, GET /healthz, GET /metrics
+// (Prometheus text format). What a client can and cannot
 // make the server do: docs/serving.md, "Security".
 //
 // Generations run on `parallel` workers, one reverse loop each at a time; up to `queue_limit` more requests wait,
