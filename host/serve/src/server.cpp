@@ -272,22 +272,37 @@ struct Server::State {
         reply(res, e.status, std::move(body));
     }
 
+    static const GenerateRequest& generation_of(const GenerateRequest& r) { return r; }
+    static const GenerateRequest& generation_of(const CompletionRequest& r) { return r.generate; }
+
+    // The request read (`read` makes it) and its job started; false when neither could be, the error answered in the
+    // route's shape (`shape`) and counted.
+    template <class Request, class Read, class Shape>
+    bool admitted(Request& request, Started& started, Read&& read, Shape&& shape, Clock::time_point deadline,
+                  httplib::Response& res) {
+        try {
+            try {
+                request = read();
+            } catch (const RequestError&) {
+                metrics.failed("invalid request");
+                throw;
+            }
+            started = start(generation_of(request), deadline);
+            return true;
+        } catch (const RequestError& e) {
+            reply_error(res, e, shape(e, request));
+            return false;
+        }
+    }
+
     void handle_generate(const httplib::Request& req, httplib::Response& res) {
         const auto arrived = Clock::now();
         const auto deadline = after(options.timeout_seconds);
         GenerateRequest request;
         Started started;
-        try {
-            try {
-                request = read_request(req.body, options);
-            } catch (const RequestError&) {
-                metrics.failed("invalid request");
-                throw;
-            }
-            started = start(request, deadline);
-        } catch (const RequestError& e) {
-            return reply_error(res, e, error_json(e));
-        }
+        const auto read = [&] { return read_request(req.body, options); };
+        const auto shape = [](const RequestError& e, const GenerateRequest&) { return error_json(e); };
+        if (!admitted(request, started, read, shape, deadline, res)) return;
         if (request.stream) return stream_events(res, std::move(started.place), std::move(started.job), arrived);
         try {
             json run;
@@ -305,17 +320,9 @@ struct Server::State {
         const auto deadline = after(options.timeout_seconds);
         CompletionRequest request;
         Started started;
-        try {
-            try {
-                request = read_completion_request(req.body, chat, options, catalog, prompt_tools);
-            } catch (const RequestError&) {
-                metrics.failed("invalid request");
-                throw;
-            }
-            started = start(request.generate, deadline);
-        } catch (const RequestError& e) {
-            return reply_error(res, e, openai_error(e, &request));
-        }
+        const auto read = [&] { return read_completion_request(req.body, chat, options, catalog, prompt_tools); };
+        const auto shape = [](const RequestError& e, const CompletionRequest& r) { return openai_error(e, &r); };
+        if (!admitted(request, started, read, shape, deadline, res)) return;
         const std::string id = completion_id(chat);
         const int64_t created = static_cast<int64_t>(std::time(nullptr));
         if (request.generate.stream)
