@@ -43,11 +43,11 @@ grep -q "$prefix/share/rudder/models" <<<"$out" && grep -q "e2e-corpus" <<<"$out
 # Every first-party plugin library is installed, and each runs a recipe from the prefix with the prefix's models:
 # length and span (hard constraints: always met), cfg and semantic, and the classifier controllers (pos, sentiment).
 for f in rudder/plugins/rudder_length.so rudder/plugins/rudder_span.so rudder/plugins/rudder_cfg.so \
-         rudder/plugins/rudder_syntax.so include/rudder/rudder_json.hpp; do
+         rudder/plugins/rudder_syntax.so rudder/plugins/rudder_no_repeats.so include/rudder/rudder_json.hpp; do
   [ -f "$libdir/$f" ] || [ -f "$prefix/$f" ] || fail "not installed: $f"
 done
 out=$("$prefix/bin/rudder" plugins) || fail "rudder plugins: exit $?"
-for id in length span cfg semantic pos syntax_span syntax_tree sentiment; do
+for id in length span no_repeats cfg semantic pos syntax_span syntax_tree sentiment; do
   grep -Eq "^  $id " <<<"$out" || fail "the installed CLI does not find controller '$id': $out"
 done
 run_installed() {  # name, controllers (JSON), labels that must be met in both samples, labels that must be judged
@@ -58,8 +58,8 @@ run_installed() {  # name, controllers (JSON), labels that must be met in both s
   for label in $3; do grep -q "^  $label: 2/2 satisfied" "$work/$1.err" || fail "$1: $label not met: $(cat "$work/$1.err")"; done
   for label in $4; do grep -Eq "^  $label: [0-2]/2 satisfied" "$work/$1.err" || fail "$1: $label not judged: $(cat "$work/$1.err")"; done
 }
-run_installed length_span '[{"plugin": "length", "params": {"tokens": 12}}, {"plugin": "span", "params": {"prefix": "The Eagle"}}]' \
-  "length span" ""
+run_installed length_span '[{"plugin": "length", "params": {"tokens": 12}}, {"plugin": "span", "params": {"prefix": "The Eagle"}},
+                            {"plugin": "no_repeats"}]' "length span no_repeats" ""
 run_installed cfg_semantic '[{"plugin": "cfg", "params": {"condition": "name[The Eagle], food[French]"}},
                              {"plugin": "semantic", "params": {"fields": ["food[French]"]}}]' "" "cfg semantic"
 run_installed classifiers '[{"plugin": "pos", "params": {"tags": ["DT", "NN", "VBZ"]}},
