@@ -61,16 +61,16 @@ public:
         }
         line_.show(p.step, p.steps, [&] {
             const auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };
-            std::string text = fmt::format("[batch {}/{}] step {}/{}  t={:.3f}", p.batch + 1, p.batches, p.step,
-                                           p.steps, p.t);
+            std::string text =
+                fmt::format("[batch {}/{}] step {}/{}  t={:.3f}", p.batch + 1, p.batches, p.step, p.steps, p.t);
             const double in_batch = seconds(now - batch_start_);
             if (p.step > 1 && in_batch > 0)
                 text += fmt::format("  {:.1f} steps/s", static_cast<double>(p.step - 1) / in_batch);
             const int64_t done = p.batch * p.steps + p.step, total = p.batches * p.steps;
             const double elapsed = seconds(now - run_start_);
             if (p.batches > 1 && done > 1 && elapsed > 0)
-                text += "  run left " + duration_text(elapsed / static_cast<double>(done - 1) *
-                                                      static_cast<double>(total - done));
+                text += "  run left " +
+                        duration_text(elapsed / static_cast<double>(done - 1) * static_cast<double>(total - done));
             return text;
         });
         return true;
@@ -199,8 +199,8 @@ int cmd_generate(const std::string& recipe_path, const std::string& out_path, st
         std::fprintf(stderr, "model %s (%s), sampler %s, %lld steps, %lld sample%s, %zu controller%s\n",
                      generator.model().name.c_str(), family_name(generator.model().family),
                      generator.recipe().sampler.name.c_str(), static_cast<long long>(generator.recipe().sampler.steps),
-                     static_cast<long long>(recipe.samples), recipe.samples == 1 ? "" : "s",
-                     recipe.controllers.size(), recipe.controllers.size() == 1 ? "" : "s");
+                     static_cast<long long>(recipe.samples), recipe.samples == 1 ? "" : "s", recipe.controllers.size(),
+                     recipe.controllers.size() == 1 ? "" : "s");
 
     std::map<std::string, std::pair<int64_t, int64_t>> tally;  // label -> (satisfied, judged)
     std::vector<std::string> order;

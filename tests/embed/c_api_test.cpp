@@ -481,19 +481,19 @@ TEST(CApi, ContributionsThatCannotMakeADistributionAreFailuresNamingTheControlle
                    "controllers": [)" +
                controller + "]}";
     };
-    const std::vector<std::pair<std::string, std::string>> cases = {
-        // 3e38 is finite, ten times it is not.
-        {with(R"({"plugin": "nan", "weight": 10, "params": {"huge": true}})"), "'nan' (weight 10)"},
-        // The mask token (id 2) fixed: the sample would decode to nothing.
-        {with(R"({"plugin": "hard", "params": {"fix": 2}})"), "'hard' fixes the mask token (id 2) at position 0"},
-    };
-    for (const auto& [text, words] : cases) {
-        Generator gen = create(text, &options);
-        ASSERT_TRUE(gen) << rudder_last_error();
-        rudder_results* res = nullptr;
-        EXPECT_EQ(rudder_generate(gen.get(), nullptr, &res), RUDDER_ERR_GENERATION_FAILED) << text;
-        EXPECT_THAT(rudder_generator_last_error(gen.get()), HasSubstr(words));
-    }
+    // 3e38 is finite, ten times it is not: the run stops.
+    Generator gen = create(with(R"({"plugin": "nan", "weight": 10, "params": {"huge": true}})"), &options);
+    ASSERT_TRUE(gen) << rudder_last_error();
+    rudder_results* res = nullptr;
+    EXPECT_EQ(rudder_generate(gen.get(), nullptr, &res), RUDDER_ERR_GENERATION_FAILED);
+    EXPECT_THAT(rudder_generator_last_error(gen.get()), HasSubstr("'nan' (weight 10)"));
+    // The mask token (id 2) fixed, which the sample would decode to nothing: a hard constraint, found when the
+    // generator is made.
+    rudder_generator* masked = nullptr;
+    EXPECT_EQ(rudder_generator_create(with(R"({"plugin": "hard", "params": {"fix": 2}})").c_str(), &options, &masked),
+              RUDDER_ERR_INVALID_RECIPE);
+    EXPECT_EQ(masked, nullptr);
+    EXPECT_THAT(rudder_last_error(), HasSubstr("'hard' fixes the mask token (id 2) at position 0"));
     // The same huge delta at weight 1 is within float32: the run goes through.
     Generator fine = create(recipe("discrete", 9, 3, R"(, {"plugin": "nan", "params": {"huge": true}})"), &options);
     ASSERT_TRUE(fine) << rudder_last_error();
@@ -512,10 +512,13 @@ TEST(CApi, AControllerFailureIsAStatusAndTheGeneratorStaysUsable) {
         EXPECT_EQ(res, nullptr);
         EXPECT_THAT(rudder_generator_last_error(gen.get()), HasSubstr("throws"));
     }
-    // Two controllers fixing different tokens at one position: a conflict that names both.
-    Generator conflict = create(recipe("discrete", 9, 3, R"(, {"plugin": "span", "params": {"prefix": "Aromi"}})"));
-    EXPECT_EQ(rudder_generate(conflict.get(), nullptr, &res), RUDDER_ERR_GENERATION_FAILED);
-    EXPECT_THAT(rudder_generator_last_error(conflict.get()), HasSubstr("'span' and 'span_2'"));
+    // Two controllers fixing different tokens at one position: found when the generator is made, naming both.
+    rudder_generator* conflict = nullptr;
+    EXPECT_EQ(rudder_generator_create(
+                  recipe("discrete", 9, 3, R"(, {"plugin": "span", "params": {"prefix": "Aromi"}})").c_str(), nullptr,
+                  &conflict),
+              RUDDER_ERR_INVALID_RECIPE);
+    EXPECT_THAT(rudder_last_error(), HasSubstr("'span' and 'span_2'"));
 }
 
 TEST(CApi, AControllerThatCrashesInAProcessOfItsOwnFailsTheCallAndTheNextCallSucceeds) {

@@ -34,8 +34,8 @@ namespace rudder::serve {
 
 struct ServerOptions {
     std::string host = "127.0.0.1";
-    int port = 8080;                   // 0: any free port
-    int64_t parallel = 1;              // generations that run at once
+    int port = 8080;       // 0: any free port
+    int64_t parallel = 1;  // generations that run at once
     // Generations that may wait for a turn; more are refused with 503. 64: 32 clients each waiting on its answer are
     // all served (a waiting request of a recipe seen before holds no generator of its own).
     int64_t queue_limit = 64;
