@@ -263,28 +263,27 @@ void Generator::check_hard_constraints(Issues& issues) {
         reads_x0 = reads_x0 || !c.has(RUDDER_CAP_IGNORES_X0);
     }
     if (!any) return;
-    const plugins::RunShape shape = run_shape(1);
-    const int64_t L = recipe_.max_length, V = model_.tokenizer->vocab_size();
+    // The batch the controllers began with (begin_controllers): they are not begun again for this.
+    const plugins::RunShape shape = run_shape(begun_batch_);
+    const int64_t B = shape.batch_size, L = recipe_.max_length, V = model_.tokenizer->vocab_size();
     const auto on = at::TensorOptions().device(device_);
     plugins::StepInputs in;
     in.total_steps = static_cast<int32_t>(process_->steps());
     in.t = 1.0;
     in.t_next = in.total_steps > 0 ? 1.0 - 1.0 / in.total_steps : 0.0;
     const bool discrete = model_.family == Family::discrete;
-    in.tokens = at::full({1, L}, discrete ? model_.tokenizer->mask_id() : 0, on.dtype(at::kLong));
-    if (discrete) in.masked = at::ones({1, L}, on.dtype(at::kByte));
-    if (!discrete && shape.embed_dim > 0) in.latent = at::zeros({1, L, shape.embed_dim}, on.dtype(at::kFloat));
-    in.rows = at::arange(L, on.dtype(at::kLong));
+    in.tokens = at::full({B, L}, discrete ? model_.tokenizer->mask_id() : 0, on.dtype(at::kLong));
+    if (discrete) in.masked = at::ones({B, L}, on.dtype(at::kByte));
+    if (!discrete && shape.embed_dim > 0) in.latent = at::zeros({B, L, shape.embed_dim}, on.dtype(at::kFloat));
+    in.rows = at::arange(B * L, on.dtype(at::kLong));
     if (reads_x0) {
-        in.x0_logits = at::zeros({1, L, V}, on.dtype(at::kFloat));
-        in.x0_rows = in.x0_logits.view({L, V});
+        in.x0_logits = at::zeros({B, L, V}, on.dtype(at::kFloat));
+        in.x0_rows = in.x0_logits.view({B * L, V});
     }
     if (shape.candidates > 0)
         std::tie(in.candidate_logp, in.candidate_ids) =
-            plugins::top_candidates(at::zeros({L, V}, on.dtype(at::kFloat)), shape.candidates);
+            plugins::top_candidates(at::zeros({B * L, V}, on.dtype(at::kFloat)), shape.candidates);
     try {
-        composer_->begin(shape, services_.get());
-        begun_batch_ = shape.batch_size;  // a run of another batch begins its own
         composer_->predict(in, /*constraints_only=*/true);
     } catch (const ConstraintConflict& e) {
         for (size_t k : e.controllers) issues.add(controller_pointers_[k], e.what());

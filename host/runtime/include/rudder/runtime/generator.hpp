@@ -157,7 +157,7 @@ private:
     std::vector<ComposedController> create_controllers(plugins::Registry& registry, Issues& issues);
     // Begins every controller with the first batch's shape: what does not fit the run is the recipe's problem.
     void begin_controllers(Issues& issues);
-    // The hard constraints of the first step composed before any sampling (one sequence, every position masked):
+    // The hard constraints of the first step composed before any sampling (the first batch, every position masked):
     // controllers that fix different tokens at a position, fix a token another forbids, or leave a position no token
     // are issues at their pointers, found by validation rather than by a run.
     void check_hard_constraints(Issues& issues);
