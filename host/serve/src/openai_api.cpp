@@ -373,12 +373,17 @@ Choice choice_of(const CompletionRequest& request, const json& sample) {
     if (cut != std::string::npos) {
         text.resize(cut);
         choice.finish_reason = "stop";
-        // The tokens written up to the stop: the shortest prefix of the answer that spells the text kept.
-        for (int64_t k = 0; k <= static_cast<int64_t>(answer.size()); ++k)
-            if (tokenizer.decode(answer.data(), k).size() >= cut) {
-                choice.completion_tokens = k;
-                break;
-            }
+        // The tokens written up to the stop: the shortest prefix of the answer that spells the text kept (a longer
+        // prefix spells no less, so a bisection finds it).
+        int64_t lo = 0, hi = static_cast<int64_t>(answer.size());
+        while (lo < hi) {
+            const int64_t mid = lo + (hi - lo) / 2;
+            if (tokenizer.decode(answer.data(), mid).size() >= cut)
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        choice.completion_tokens = lo;
     } else {
         // The model ended the text (its padding token) before max_tokens, or it used them all.
         choice.finish_reason = static_cast<int64_t>(answer.size()) < request.max_tokens ? "stop" : "length";
