@@ -371,6 +371,10 @@ Choice choice_of(const CompletionRequest& request, const json& sample) {
     for (const auto& stop : request.stop) cut = std::min(cut, text.find(stop));
     choice.completion_tokens = static_cast<int64_t>(answer.size());
     if (cut != std::string::npos) {
+        // The answer's tokens spell the text less what the whole sample put before them (a word decoder's space).
+        const size_t alone = tokenizer.decode(answer.data(), static_cast<int64_t>(answer.size())).size();
+        const size_t lead = text.size() > alone ? text.size() - alone : 0;
+        const size_t kept = cut > lead ? cut - lead : 0;
         text.resize(cut);
         choice.finish_reason = "stop";
         // The tokens written up to the stop: the shortest prefix of the answer that spells the text kept (a longer
@@ -378,7 +382,7 @@ Choice choice_of(const CompletionRequest& request, const json& sample) {
         int64_t lo = 0, hi = static_cast<int64_t>(answer.size());
         while (lo < hi) {
             const int64_t mid = lo + (hi - lo) / 2;
-            if (tokenizer.decode(answer.data(), mid).size() >= cut)
+            if (tokenizer.decode(answer.data(), mid).size() >= kept)
                 hi = mid;
             else
                 lo = mid + 1;
