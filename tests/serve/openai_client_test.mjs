@@ -24,7 +24,8 @@ const port = await new Promise((resolve, reject) => {
   });
   server.on("exit", (code) => reject(new Error(`rudder serve exited (${code}): ${log}`)));
 });
-const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: "unused", maxRetries: 0, timeout: 120000 });
+// A long timeout: under the sanitizers the structured answer over Qwen2.5's 151,936 tokens takes minutes.
+const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: "unused", maxRetries: 0, timeout: 540000 });
 let checks = 0;
 const ok = (what) => { checks++; console.log("ok " + what); };
 
@@ -115,7 +116,7 @@ try {
   const schema = { type: "object", properties: { name: { type: "string", maxLength: 12 }, stars: { type: "integer",
                    minimum: 1, maximum: 5 } }, required: ["name", "stars"], additionalProperties: false };
   const formatted = await client.chat.completions.create({
-    model: "dream_qwen", messages: [{ role: "user", content: "A pub as JSON." }], max_tokens: 48, seed: 2, n: 2,
+    model: "dream_qwen", messages: [{ role: "user", content: "A pub as JSON." }], max_tokens: 32, seed: 2, n: 2,
     response_format: { type: "json_schema", json_schema: { name: "pub", schema, strict: true } } });
   for (const c of formatted.choices) {
     const record = JSON.parse(c.message.content);
