@@ -92,18 +92,16 @@ int cmd_models(const std::vector<std::string>& names, bool as_json) {
     const auto path = default_model_path();
     json generators = json::array(), others = json::array();
     for (const auto& name : list_models(path)) {
-        const std::filesystem::path dir = resolve_model(name, std::filesystem::current_path(), path);
-        if (is_generator(dir)) {
-            generators.push_back(name);
-            continue;
-        }
-        std::string kind;
+        json described;
         try {
-            kind = describe_model(dir).value("kind", "");
+            described = describe_model(resolve_model(name, std::filesystem::current_path(), path));
         } catch (const std::exception& e) {
-            kind = std::string("unreadable: ") + e.what();
+            described = {{"kind", std::string("unreadable: ") + e.what()}};
         }
-        others.push_back({{"name", name}, {"kind", kind}});
+        if (described.value("diffusion", false))
+            generators.push_back(name);
+        else
+            others.push_back({{"name", name}, {"kind", described.value("kind", "")}});
     }
     if (as_json) {
         json j = {

@@ -1,8 +1,8 @@
 #include <rudder/text/chat_template.hpp>
 
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
+
+#include <rudder/text/text_files.hpp>
 
 namespace rudder {
 
@@ -23,14 +23,11 @@ std::optional<std::string> token_text(const ordered_json& value) {
 std::optional<ChatTemplate> ChatTemplate::load(const std::filesystem::path& model_dir) {
     const std::filesystem::path file = model_dir / "tokenizer_config.json";
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(file, ec)) return std::nullopt;
-    std::ifstream in(file, std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (!in && !in.eof()) throw std::runtime_error("cannot read '" + file.string() + "'");
+    if (!std::filesystem::exists(file, ec)) return std::nullopt;
+    const std::string text = read_small_file(file, kMaxConfigFileBytes);  // a FIFO or a huge file refused, named
     ordered_json config;
     try {
-        config = ordered_json::parse(text.str());
+        config = ordered_json::parse(text);
     } catch (const std::exception& e) {
         throw std::runtime_error("'" + file.string() + "' is not valid JSON: " + e.what());
     }

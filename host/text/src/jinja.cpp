@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <utility>
@@ -198,7 +199,7 @@ private:
         }
     }
 
-    // A quoted string with Python's escapes (\n \t \r \\ \' \" \uXXXX).
+    // A quoted string with Python's escapes: \n \t \r \b \f \0, \\ \' \", and \u with four hex digits.
     std::string string_literal(char quote) {
         const int line = line_at(pos_);
         std::string out;
@@ -507,22 +508,26 @@ private:
         return value;
     }
 
-    NodePtr or_expression() {
-        NodePtr left = and_expression();
-        while (peek_name("or")) {
+    // One left-associative level of binary operators: operands from `operand`, joined by any of `ops` (operator
+    // tokens, or the names "and", "or").
+    template <class Operand>
+    NodePtr left_associative(Operand operand, std::initializer_list<const char*> ops) {
+        NodePtr left = operand();
+        for (;;) {
+            const char* found = nullptr;
+            for (const char* op : ops)
+                if (peek_op(op) || peek_name(op)) found = op;
+            if (found == nullptr) return left;
             const int ln = next().line;
-            left = make(Kind::binary, ln, "or", {left, and_expression()});
+            left = make(Kind::binary, ln, found, {left, operand()});
         }
-        return left;
     }
 
+    NodePtr or_expression() {
+        return left_associative([this] { return and_expression(); }, {"or"});
+    }
     NodePtr and_expression() {
-        NodePtr left = not_expression();
-        while (peek_name("and")) {
-            const int ln = next().line;
-            left = make(Kind::binary, ln, "and", {left, not_expression()});
-        }
-        return left;
+        return left_associative([this] { return not_expression(); }, {"and"});
     }
 
     NodePtr not_expression() {
@@ -555,39 +560,16 @@ private:
     }
 
     NodePtr additive() {
-        NodePtr left = concatenation();
-        while (peek_op("+") || peek_op("-")) {
-            const Token& tok = next();
-            left = make(Kind::binary, tok.line, tok.text, {left, concatenation()});
-        }
-        return left;
+        return left_associative([this] { return concatenation(); }, {"+", "-"});
     }
-
     NodePtr concatenation() {
-        NodePtr left = multiplicative();
-        while (peek_op("~")) {
-            const int ln = next().line;
-            left = make(Kind::binary, ln, "~", {left, multiplicative()});
-        }
-        return left;
+        return left_associative([this] { return multiplicative(); }, {"~"});
     }
-
     NodePtr multiplicative() {
-        NodePtr left = power();
-        while (peek_op("*") || peek_op("/") || peek_op("//") || peek_op("%")) {
-            const Token& tok = next();
-            left = make(Kind::binary, tok.line, tok.text, {left, power()});
-        }
-        return left;
+        return left_associative([this] { return power(); }, {"*", "/", "//", "%"});
     }
-
     NodePtr power() {
-        NodePtr left = unary();
-        while (peek_op("**")) {
-            const int ln = next().line;
-            left = make(Kind::binary, ln, "**", {left, unary()});
-        }
-        return left;
+        return left_associative([this] { return unary(); }, {"**"});
     }
 
     // As Jinja2: a sign applies before the filters that follow (`-3 | abs` is 3).
