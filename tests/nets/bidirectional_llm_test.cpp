@@ -338,6 +338,16 @@ TEST_F(BidirectionalLlmCheckpoint, ACheckpointIsAModelThatARecipeSamplesWithHard
                         EXPECT_EQ(control.verdict.satisfied, 1) << control.label << ": " << s.text;
                 }
             }
+        // A controller that only forbids (no position fixed) with the authors' sampler: the rows it restricts draw no
+        // mask, and nothing is left masked.
+        const std::string forbids_only = R"({"model": ")" + dir.string() + R"(", "max_length": 12, "samples": 2,
+            "seed": 1, "controllers": [{"plugin": "exclude_words", "params": {"words": ["dog"]}}]})";
+        rudder::Generator generator(rudder::parse_recipe(forbids_only, "."), registry);
+        for (const auto& s : generator.generate()) {
+            EXPECT_TRUE(std::none_of(s.tokens.begin(), s.tokens.end(), [](int64_t id) { return id == kMask; }))
+                << s.text;
+            EXPECT_EQ(s.controls.at(0).verdict.satisfied, 1) << s.text;
+        }
     }
 }
 

@@ -495,7 +495,9 @@ void AbsorbingLoop::draw_as_authors(int64_t i, at::Tensor unmask, const Combined
         // the network's rows outside the vocabulary (the mask's, the padding's) would leave the position masked,
         // outside the constraint. The authors' samplers run unconstrained, where nothing changes.
         at::Tensor outside = outside_.index_select(0, positions);
-        at::Tensor restricted = combined.fixed.view({-1}).index_select(0, positions).ge(0);
+        at::Tensor restricted = combined.fixed.defined()
+                                    ? combined.fixed.view({-1}).index_select(0, positions).ge(0)
+                                    : at::zeros({positions.size(0)}, positions.options().dtype(at::kBool));
         const at::Tensor forbidden = combined.forbidden_mask(scores.size(1));
         if (forbidden.defined()) restricted = restricted.logical_or(forbidden.index_select(0, drawn_at_row).any(1));
         outside = outside.masked_fill(restricted.unsqueeze(1), -std::numeric_limits<float>::infinity());
