@@ -16,6 +16,9 @@ sys.path.insert(0, str(HERE.parent / "nets"))
 
 
 def main():
+    if len(sys.argv) != 3 or any(a.startswith("-") for a in sys.argv[1:]):
+        print(__doc__.splitlines()[-1].strip(), file=sys.stderr)
+        sys.exit(0 if sys.argv[1:2] in (["-h"], ["--help"]) else 2)
     out, node_modules = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
     llama3 = node_modules / "@lenml" / "tokenizer-llama3" / "models"
     qwen = node_modules / "@lenml" / "tokenizer-qwen2_5" / "models"
