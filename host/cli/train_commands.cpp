@@ -11,7 +11,7 @@ namespace {
 
 // `rudder train` trains the model networks, `rudder train-controller` a controller's noisy classifier.
 int cmd_train(const std::string& config_path, int64_t stop_after, bool overwrite, const std::string& snapshot,
-              bool raw_weights, bool quiet, bool controller) {
+              bool raw_weights, const std::string& texts_out, bool quiet, bool controller) {
     train::TrainConfig config;
     try {
         config = train::load_train_config(config_path);
@@ -23,6 +23,11 @@ int cmd_train(const std::string& config_path, int64_t stop_after, bool overwrite
         std::cerr << config_path << ": /kind: a " << config.kind << " is trained with `rudder "
                   << (controller ? "train" : "train-controller") << "`\n";
         return kExitInvalid;
+    }
+    if (!texts_out.empty()) {
+        const int64_t count = train::write_training_texts(config, texts_out);
+        if (!quiet) std::fprintf(stderr, "wrote %lld training texts to %s\n", static_cast<long long>(count), texts_out.c_str());
+        return kExitOk;
     }
     train::TrainOptions options;
     options.progress = quiet ? nullptr : &std::cerr;
@@ -47,7 +52,7 @@ int cmd_train(const std::string& config_path, int64_t stop_after, bool overwrite
 
 void add_train_commands(CLI::App& app, Commands& commands) {
     struct Options {
-        std::string config, snapshot;
+        std::string config, snapshot, texts_out;
         int64_t stop_after = 0;
         bool overwrite = false, raw_weights = false, quiet = false;
     };
@@ -71,13 +76,22 @@ void add_train_commands(CLI::App& app, Commands& commands) {
         cmd->add_flag("--raw-weights", o->raw_weights,
                       "With --snapshot, for a run with training.ema: the weights themselves, not their moving average")
             ->needs(snapshot);
+        if (!controller)
+            cmd->add_option("--texts-out", o->texts_out,
+                            "Train nothing: write the training texts of an mdlm config (JSON Lines of prompt and "
+                            "answer), which its BPE tokenizer is trained on")
+                ->excludes(stop)
+                ->excludes(overwrite)
+                ->excludes(snapshot);
         cmd->add_flag("-q,--quiet", o->quiet, "No progress on stderr");
         commands.list.push_back({cmd, [o, controller] {
                                      return cmd_train(o->config, o->stop_after, o->overwrite, o->snapshot,
-                                                      o->raw_weights, o->quiet, controller);
+                                                      o->raw_weights, o->texts_out, o->quiet, controller);
                                  }});
     };
-    training_command("train", "Train a network (teacher LM, denoiser, tagger or parser) from a training config", false);
+    training_command("train",
+                     "Train a network (teacher LM, denoiser, MDLM checkpoint, tagger or parser) from a training config",
+                     false);
     training_command(
         "train-controller",
         "Train a controller's noisy classifier (syntax_classifier) on annotated text, noised as a denoiser does", true);

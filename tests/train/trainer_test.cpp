@@ -582,7 +582,7 @@ TEST_F(MicroTraining, ConfigErrorsNameTheKeyAndWhatWasExpected) {
     j["max_length"] = "long";
     const std::string issues = config_issues([&] { parse(j); });
     for (const char* expected : {
-             "/kind: expected one of \"teacher\", \"continuous\", \"discrete\", \"tagger\", \"parser\", "
+             "/kind: expected one of \"teacher\", \"continuous\", \"discrete\", \"mdlm\", \"tagger\", \"parser\", "
              "\"syntax_classifier\", \"attribute_classifier\", got \"teachr\"; "
              "did you mean \"teacher\"?",
              "/training/lr: expected a number > 0 and <= 1, got -1",

@@ -528,33 +528,44 @@ at::Tensor DiscreteDenoiserNet::score_entropy_loss(const TrainingBatch& batch, a
     return (entropy * weights).sum() / static_cast<double>(B * L);
 }
 
-at::Tensor DiscreteDenoiserNet::subs_loss(const TrainingBatch& batch, at::Generator& gen) {
-    const at::Tensor tokens = check_tokens(batch.tokens);
-    if (tokens.eq(config_.mask_id).any().item<bool>()) {
-        throw std::invalid_argument("tokens hold the mask id " + std::to_string(config_.mask_id) +
+SubsNoise draw_subs_noise(const at::Tensor& tokens, int64_t mask_id, double eps, at::Generator& gen,
+                          const at::Tensor& clean) {
+    if (tokens.eq(mask_id).any().item<bool>())
+        throw std::invalid_argument("tokens hold the mask id " + std::to_string(mask_id) +
                                     "; training text must be clean");
-    }
     const int64_t B = tokens.size(0), L = tokens.size(1);
-    const at::Tensor cond = drop_condition(check_condition(batch.condition, B), gen);
-    const auto device = tokens.device();
+    SubsNoise noise;
+    noise.t = low_discrepancy_times(B, gen);
+    noise.masked = at::rand({B, L}, gen, at::kDouble).lt((noise.t * (1.0 - eps)).unsqueeze(1)).to(tokens.device());
+    if (clean.defined()) noise.masked = noise.masked.logical_and(clean.to(tokens.device()).logical_not());
+    noise.x_t = tokens.masked_fill(noise.masked, mask_id);
+    return noise;
+}
 
-    const at::Tensor t = low_discrepancy_times(B, gen);  // [B]
-    const at::Tensor masked =
-        at::rand({B, L}, gen, at::kDouble).lt((t * (1.0 - mask_schedule_.eps())).unsqueeze(1)).to(device);
-    const at::Tensor x_t = tokens.masked_fill(masked, config_.mask_id);
-
+at::Tensor subs_nelbo(const at::Tensor& states, const SubsNoise& noise, const at::Tensor& tokens,
+                      const at::Tensor& head_weight, const at::Tensor& bias) {
+    const int64_t B = tokens.size(0), L = tokens.size(1);
     // Only masked positions carry loss, so the head (the [., V] part of the step) runs on them alone, and
     // -log p(w) = logsumexp(logits) - logit[w] takes the target logit as a dot product, never a [., V] gather.
-    const at::Tensor hidden = trunk_->forward(at::embedding(token_embedding_, x_t), cond, dropout_generator(gen));
-    const at::Tensor where = masked.reshape({B * L}).nonzero().squeeze(1);
-    const at::Tensor h = hidden.reshape({B * L, -1}).index_select(0, where);
+    const at::Tensor where = noise.masked.reshape({B * L}).nonzero().squeeze(1);
+    const at::Tensor h = states.reshape({B * L, -1}).index_select(0, where);
     const at::Tensor target = tokens.reshape({B * L}).index_select(0, where);
-    const at::Tensor lse = at::logsumexp(at::linear(h, head_->weight(), head_bias()).to(at::kFloat), -1);
-    const at::Tensor target_logit =
-        (h * head_->weight().index_select(0, target)).sum(-1) + head_->bias().index_select(0, target);
-    const at::Tensor weight = (1.0 / t).to(at::kFloat).to(device).index_select(0, at::div(where, L, "floor"));
+    const at::Tensor lse = at::logsumexp(at::linear(h, head_weight, bias).to(at::kFloat), -1);
+    const at::Tensor target_logit = (h * head_weight.index_select(0, target)).sum(-1) + bias.index_select(0, target);
+    const at::Tensor weight =
+        (1.0 / noise.t).to(at::kFloat).to(tokens.device()).index_select(0, at::div(where, L, "floor"));
     // Divided by every position, masked or not, so the estimate is unbiased whatever the masks drew.
     return ((lse - target_logit) * weight).sum() / static_cast<double>(B * L);
+}
+
+at::Tensor DiscreteDenoiserNet::subs_loss(const TrainingBatch& batch, at::Generator& gen) {
+    const at::Tensor tokens = check_tokens(batch.tokens);
+    // The condition's dropout is drawn before the noise (the order fixes what a seed gives).
+    const at::Tensor cond = drop_condition(check_condition(batch.condition, tokens.size(0)), gen);
+    const SubsNoise noise = draw_subs_noise(tokens, config_.mask_id, mask_schedule_.eps(), gen);
+    const at::Tensor hidden =
+        trunk_->forward(at::embedding(token_embedding_, noise.x_t), cond, dropout_generator(gen));
+    return subs_nelbo(hidden, noise, tokens, head_->weight(), head_bias());
 }
 
 // -------------------------------------------------------------------------------------------------------------

@@ -11,6 +11,8 @@
 #include <rudder/nn/safetensors.hpp>
 
 #include "checkpoint_files.hpp"
+#include "dit_forward.hpp"
+#include "dropout.hpp"
 
 namespace rudder::nn {
 namespace fs = std::filesystem;
@@ -234,31 +236,33 @@ DitNetwork DitNetwork::load(const fs::path& dir) {
             throw SafeTensorsError("'" + weights.file.string() + "': tensor '" + inv_freq_name +
                                    "' is not the rotary frequencies of base 10000 this reader computes");
     }
-    net.embedding_ = take(p + "vocab_embed.embedding");
-    net.sigma_in_w_ = take(p + "sigma_map.mlp.0.weight");
-    net.sigma_in_b_ = take(p + "sigma_map.mlp.0.bias");
-    net.sigma_out_w_ = take(p + "sigma_map.mlp.2.weight");
-    net.sigma_out_b_ = take(p + "sigma_map.mlp.2.bias");
+    DitWeights& w = net.w_;
+    w.embedding = take(p + "vocab_embed.embedding");
+    w.sigma_in_w = take(p + "sigma_map.mlp.0.weight");
+    w.sigma_in_b = take(p + "sigma_map.mlp.0.bias");
+    w.sigma_out_w = take(p + "sigma_map.mlp.2.weight");
+    w.sigma_out_b = take(p + "sigma_map.mlp.2.bias");
     for (int64_t i = 0; i < c.n_blocks; ++i) {
         const std::string b = p + "blocks." + std::to_string(i) + ".";
-        net.blocks_.push_back(Block{take(b + "norm1.weight"), take(b + "attn_qkv.weight"), take(b + "attn_out.weight"),
-                                    take(b + "norm2.weight"), take(b + "mlp.0.weight"), take(b + "mlp.0.bias"),
-                                    take(b + "mlp.2.weight"), take(b + "mlp.2.bias"),
-                                    take(b + "adaLN_modulation.weight"), take(b + "adaLN_modulation.bias")});
+        w.blocks.push_back(DitWeights::Block{take(b + "norm1.weight"), take(b + "attn_qkv.weight"),
+                                             take(b + "attn_out.weight"), take(b + "norm2.weight"),
+                                             take(b + "mlp.0.weight"), take(b + "mlp.0.bias"), take(b + "mlp.2.weight"),
+                                             take(b + "mlp.2.bias"), take(b + "adaLN_modulation.weight"),
+                                             take(b + "adaLN_modulation.bias")});
     }
-    net.final_norm_ = take(p + "output_layer.norm_final.weight");
-    net.final_ada_w_ = take(p + "output_layer.adaLN_modulation.weight");
-    net.final_ada_b_ = take(p + "output_layer.adaLN_modulation.bias");
-    net.head_w_ = take(p + "output_layer.linear.weight");
-    net.head_b_ = take(p + "output_layer.linear.bias");
+    w.final_norm = take(p + "output_layer.norm_final.weight");
+    w.final_ada_w = take(p + "output_layer.adaLN_modulation.weight");
+    w.final_ada_b = take(p + "output_layer.adaLN_modulation.bias");
+    w.head_w = take(p + "output_layer.linear.weight");
+    w.head_b = take(p + "output_layer.linear.bias");
     return net;
 }
 
 void DitNetwork::to(const at::Device& device) {
-    for (at::Tensor* t : {&embedding_, &sigma_in_w_, &sigma_in_b_, &sigma_out_w_, &sigma_out_b_, &final_norm_,
-                          &final_ada_w_, &final_ada_b_, &head_w_, &head_b_})
+    for (at::Tensor* t : {&w_.embedding, &w_.sigma_in_w, &w_.sigma_in_b, &w_.sigma_out_w, &w_.sigma_out_b,
+                          &w_.final_norm, &w_.final_ada_w, &w_.final_ada_b, &w_.head_w, &w_.head_b})
         *t = t->to(device);
-    for (auto& b : blocks_)
+    for (auto& b : w_.blocks)
         for (at::Tensor* t : {&b.norm1, &b.qkv, &b.attn_out, &b.norm2, &b.mlp_in_w, &b.mlp_in_b, &b.mlp_out_w,
                               &b.mlp_out_b, &b.ada_w, &b.ada_b})
             *t = t->to(device);
@@ -270,9 +274,14 @@ at::Tensor DitNetwork::forward(const at::Tensor& tokens, const at::Tensor& sigma
     return forward_segment(tokens, 0, sigma, nullptr, nullptr);
 }
 
-at::Tensor DitNetwork::forward_segment(const at::Tensor& tokens, int64_t start, const at::Tensor& sigma_in,
+at::Tensor DitNetwork::forward_segment(const at::Tensor& tokens, int64_t start, const at::Tensor& sigma,
                                        const DitKeyValues* past, DitKeyValues* present) const {
-    const DitConfig& c = config_;
+    return at::linear(dit_states(config_, w_, tokens, start, sigma, past, present), w_.head_w, w_.head_b);
+}
+
+at::Tensor dit_states(const DitConfig& c, const DitWeights& w, const at::Tensor& tokens, int64_t start,
+                      const at::Tensor& sigma_in, const DitKeyValues* past, DitKeyValues* present, double dropout,
+                      at::Generator* gen) {
     if (tokens.dim() != 2 || tokens.scalar_type() != at::kLong)
         throw std::invalid_argument("DitNetwork::forward: tokens must be int64 [B, L]");
     const int64_t B = tokens.size(0), L = tokens.size(1), H = c.hidden_size, heads = c.n_heads, head_dim = H / heads;
@@ -297,7 +306,7 @@ at::Tensor DitNetwork::forward_segment(const at::Tensor& tokens, int64_t start, 
                                     ")");
     if (sigma_in.dim() != 1 || sigma_in.size(0) != B)
         throw std::invalid_argument("DitNetwork::forward: sigma must be [B]");
-    const auto device = embedding_.device();
+    const auto device = w.embedding.device();
     at::Tensor sigma = sigma_in.to(device, at::kFloat);
     if (!c.time_conditioning) sigma = at::zeros_like(sigma);  // what MDLM's backbone does without time conditioning
 
@@ -309,7 +318,7 @@ at::Tensor DitNetwork::forward_segment(const at::Tensor& tokens, int64_t start, 
     const at::Tensor args = sigma.unsqueeze(1) * freqs.unsqueeze(0);
     const at::Tensor features = at::cat({at::cos(args), at::sin(args)}, -1);
     const at::Tensor cond =
-        at::silu(at::linear(at::silu(at::linear(features, sigma_in_w_, sigma_in_b_)), sigma_out_w_, sigma_out_b_));
+        at::silu(at::linear(at::silu(at::linear(features, w.sigma_in_w, w.sigma_in_b)), w.sigma_out_w, w.sigma_out_b));
 
     // Rotary tables [L, 1, head_dim] at the segment's positions (rotate-half form: the frequencies repeated over both
     // halves).
@@ -336,9 +345,9 @@ at::Tensor DitNetwork::forward_segment(const at::Tensor& tokens, int64_t start, 
         present->values.clear();
     }
 
-    at::Tensor x = at::embedding(embedding_, tokens.to(device));
-    for (size_t i = 0; i < blocks_.size(); ++i) {
-        const Block& b = blocks_[i];
+    at::Tensor x = at::embedding(w.embedding, tokens.to(device));
+    for (size_t i = 0; i < w.blocks.size(); ++i) {
+        const DitWeights::Block& b = w.blocks[i];
         const auto mod = at::linear(cond, b.ada_w, b.ada_b).chunk(6, 1);
         at::Tensor h = modulate(layer_norm(x, b.norm1), mod[0], mod[1]);
         const at::Tensor qkv = at::linear(h, b.qkv).view({B, L, 3, heads, head_dim});
@@ -359,13 +368,14 @@ at::Tensor DitNetwork::forward_segment(const at::Tensor& tokens, int64_t start, 
             scores = scores.masked_fill(hidden_by_block, -std::numeric_limits<float>::infinity());
         const at::Tensor weights = at::softmax(scores, -1);
         const at::Tensor attended = at::matmul(weights, v_heads).transpose(1, 2).reshape({B, L, H});
-        x = x + mod[2].unsqueeze(1) * at::linear(attended, b.attn_out);
+        x = x + mod[2].unsqueeze(1) * nn::dropout(at::linear(attended, b.attn_out), dropout, gen);
         h = modulate(layer_norm(x, b.norm2), mod[3], mod[4]);
-        x = x + mod[5].unsqueeze(1) *
-                    at::linear(at::gelu(at::linear(h, b.mlp_in_w, b.mlp_in_b), "tanh"), b.mlp_out_w, b.mlp_out_b);
+        const at::Tensor mlp =
+            at::linear(at::gelu(at::linear(h, b.mlp_in_w, b.mlp_in_b), "tanh"), b.mlp_out_w, b.mlp_out_b);
+        x = x + mod[5].unsqueeze(1) * nn::dropout(mlp, dropout, gen);
     }
-    const auto mod = at::linear(cond, final_ada_w_, final_ada_b_).chunk(2, 1);
-    return at::linear(modulate(layer_norm(x, final_norm_), mod[0], mod[1]), head_w_, head_b_);
+    const auto mod = at::linear(cond, w.final_ada_w, w.final_ada_b).chunk(2, 1);
+    return modulate(layer_norm(x, w.final_norm), mod[0], mod[1]);
 }
 
 at::Tensor DitNetwork::sedd_log_score(const at::Tensor& tokens, const at::Tensor& sigma_in) const {

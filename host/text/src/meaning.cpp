@@ -82,4 +82,25 @@ std::string attribute_class(const json& attribute, const std::string& mr) {
     return "";
 }
 
+std::string record_json(const std::string& mr) {
+    std::set<std::string> seen;
+    std::string text = "{";
+    for (const Field& f : parse(mr)) {
+        if (!seen.insert(f.attribute).second)
+            throw std::invalid_argument("the attribute '" + f.attribute + "' is given twice in '" + mr + "'");
+        if (text.size() > 1) text += ", ";
+        text += json(f.attribute).dump() + ": " + json(f.value).dump();
+    }
+    return text + "}";
+}
+
+std::string data_to_text_prompt(const std::string& record) { return "Data: " + record + "\nText:\n"; }
+
+std::string text_to_data_prompt(const std::string& text) { return "Text: " + text + "\nData:\n"; }
+
+std::vector<PromptedText> prompted_texts(const std::string& mr, const std::string& ref) {
+    const std::string record = record_json(mr);
+    return {{data_to_text_prompt(record), ref}, {text_to_data_prompt(ref), record}, {"", ref}};
+}
+
 }  // namespace rudder::meaning

@@ -175,6 +175,16 @@ nn::TrainingBatch make_batch(const TrainConfig& c, const std::vector<Example>& e
                              const std::vector<int64_t>& rows, int64_t pad, std::optional<uint64_t> fields_seed) {
     if (is_controller_kind(c.kind)) return make_classifier_batch(examples, rows, c.max_length, pad);
     if (is_syntax_kind(c.kind)) return make_syntax_batch(examples, rows, c.kind);
+    if (is_checkpoint_kind(c.kind)) {
+        nn::TrainingBatch batch = make_e2e_batch(examples, rows, c.max_length, pad, false, 0.0, nullptr);
+        // A prompt is given, never generated: its positions stay clean (LLaDA's supervised fine-tuning does so).
+        at::Tensor prompt_length = at::empty({static_cast<int64_t>(rows.size()), 1}, at::kLong);
+        auto lengths = prompt_length.accessor<int64_t, 2>();
+        for (size_t b = 0; b < rows.size(); ++b)
+            lengths[static_cast<int64_t>(b)][0] = examples[static_cast<size_t>(rows[b])].prompt_length;
+        batch.clean = at::arange(c.max_length, at::kLong).unsqueeze(0).lt(prompt_length);
+        return batch;
+    }
     std::optional<std::mt19937_64> fields_rng;
     if (fields_seed && c.field_dropout > 0) fields_rng.emplace(*fields_seed);
     return make_e2e_batch(examples, rows, c.max_length, pad, is_denoiser_kind(c.kind), c.field_dropout,

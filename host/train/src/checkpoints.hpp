@@ -63,9 +63,15 @@ void start_train_log(const TrainConfig& c, std::optional<int64_t> resumed_step);
 void remove_checkpoint(const TrainConfig& c);
 
 // Writes the model directory `dir` (vocab.txt, model.safetensors, config.json last). `training`: config.json's
-// "training" object (steps, seed, losses, ...).
+// "training" object (steps, seed, losses, ...). The mdlm kind writes a Hugging Face MDLM folder instead
+// (write_checkpoint_model).
 void write_model_files(const std::filesystem::path& dir, const TrainConfig& c, const nn::TrainableNetwork& network,
                        const Tokenizer& tokenizer, int64_t step, const nlohmann::json& training);
+
+// An MDLM checkpoint folder: tokenizer.json (the config's), training.json (`training` and the network config),
+// model.safetensors (the DiT's tensors under the hub's names), config.json last (MDLM's).
+void write_checkpoint_model(const std::filesystem::path& dir, const TrainConfig& c, const nn::TrainableNetwork& network,
+                            int64_t step, const nlohmann::json& training);
 
 // write_model_files to c.out, then removes the checkpoint: the run's end.
 void write_model(const TrainConfig& c, const nn::TrainableNetwork& network, const Tokenizer& tokenizer, int64_t step,

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <stdexcept>
 
 #include <rudder/nn/model_files.hpp>
 #include <rudder/syntax/annotator.hpp>
+#include <rudder/text/bpe_tokenizer.hpp>
 #include <rudder/text/meaning.hpp>
 #include <rudder/text/text_files.hpp>
 #include <rudder/text/tree.hpp>
@@ -215,6 +217,7 @@ std::string fingerprint(const Tokenizer& tokenizer, const std::vector<Example>& 
             add(part->size());
             for (int64_t t : *part) add(static_cast<uint64_t>(t));
         }
+        if (e.prompt_length > 0) add(static_cast<uint64_t>(e.prompt_length));
     }
     char text[17];
     std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
@@ -226,14 +229,16 @@ void load_treebanks(const TrainConfig& c, TrainingData& d) {
     if (c.kind == "parser")
         for (const auto& s : sentences)
             if (!s.has_tree) throw std::runtime_error(s.source + ": the parser needs constituency trees");
+    std::shared_ptr<WordTokenizer> words;
     if (!c.vocab_file.empty()) {
-        d.tokenizer = std::make_shared<WordTokenizer>(WordTokenizer::load(c.vocab_file.string()));
+        words = std::make_shared<WordTokenizer>(WordTokenizer::load(c.vocab_file.string()));
     } else {
         std::vector<std::string> keys;
         for (const auto& s : sentences)
             for (const auto& w : s.words) keys.push_back(syntax::word_key(w));
-        d.tokenizer = std::make_shared<WordTokenizer>(WordTokenizer::from_words(keys, c.min_count));
+        words = std::make_shared<WordTokenizer>(WordTokenizer::from_words(keys, c.min_count));
     }
+    d.tokenizer = words;
     const TreebankLabels labels = collect_labels(sentences);
     d.network_config = c.network;
     std::vector<ConfigIssue> issues;
@@ -249,9 +254,9 @@ void load_treebanks(const TrainConfig& c, TrainingData& d) {
     }
     const int64_t buckets = d.network_config.value("buckets", int64_t{8192});
     if (buckets < 2) throw ConfigError(c.source, {{"/network/buckets", "expected an integer >= 2"}});
-    d.train = encode_treebank(sentences, *d.tokenizer, labels, c.kind, buckets, c.max_length);
+    d.train = encode_treebank(sentences, *words, labels, c.kind, buckets, c.max_length);
     if (!c.dev_file.empty())
-        d.dev = encode_treebank(syntax::read_treebank(c.dev_file), *d.tokenizer, labels, c.kind, buckets, c.max_length);
+        d.dev = encode_treebank(syntax::read_treebank(c.dev_file), *words, labels, c.kind, buckets, c.max_length);
 }
 
 void load_annotations(const TrainConfig& c, TrainingData& d) {
@@ -290,6 +295,59 @@ void load_annotations(const TrainConfig& c, TrainingData& d) {
     d.network_config["labels"] = labels.chains.names;
 }
 
+// E2E rows as prompted texts (meaning::prompted_texts): the prompt's tokens, the answer's, then the end-of-text
+// token. Prompt and answer are encoded apart, as a prompt is encoded at sampling time before its answer exists.
+Dataset encode_prompted(const std::vector<E2ERecord>& records, const Tokenizer& tokenizer, const TrainConfig& c) {
+    Dataset data;
+    for (const auto& record : records) {
+        std::vector<meaning::PromptedText> texts;
+        try {
+            texts = meaning::prompted_texts(record.mr, record.ref);
+        } catch (const std::invalid_argument& e) {
+            throw std::runtime_error("meaning representation '" + record.mr + "': " + e.what());
+        }
+        for (const auto& text : texts) {
+            Example e;
+            e.tokens = tokenizer.encode(text.prompt);
+            e.prompt_length = static_cast<int64_t>(e.tokens.size());
+            const std::vector<int64_t> answer = tokenizer.encode(text.answer);
+            if (answer.empty()) {
+                ++data.dropped_empty;
+                continue;
+            }
+            e.tokens.insert(e.tokens.end(), answer.begin(), answer.end());
+            e.tokens.push_back(tokenizer.pad_id());
+            if (static_cast<int64_t>(e.tokens.size()) > c.max_length) {
+                ++data.dropped_too_long;
+                continue;
+            }
+            data.examples.push_back(std::move(e));
+        }
+    }
+    return data;
+}
+
+// The mdlm kind's tokenizer: the BPE tokenizer.json with "<|endoftext|>" as its padding (the end of a text), and
+// the mask after its last id, as the runtime reads an MDLM checkpoint's.
+std::shared_ptr<const Tokenizer> checkpoint_tokenizer(const TrainConfig& c) {
+    std::error_code ec;
+    if (!fs::is_regular_file(c.tokenizer_file, ec))
+        throw ConfigError(c.source, {{"/tokenizer/file", "no such file '" + c.tokenizer_file.string() +
+                                                             "' (scripts/train_bpe_tokenizer.mjs trains one on the "
+                                                             "texts of `rudder train CONFIG --texts-out FILE`)"}});
+    BpeSpecialNames names;
+    names.pad = "<|endoftext|>";
+    auto bpe = std::make_shared<BpeTokenizer>(BpeTokenizer::load_json(c.tokenizer_file.string(), names));
+    return std::make_shared<WithMaskToken>(std::move(bpe), "<mask>");
+}
+
+void load_prompted(const TrainConfig& c, TrainingData& d) {
+    d.network_config = c.network;
+    d.tokenizer = checkpoint_tokenizer(c);
+    d.train = encode_prompted(read_e2e_csv(c.train_file), *d.tokenizer, c);
+    if (!c.dev_file.empty()) d.dev = encode_prompted(read_e2e_csv(c.dev_file), *d.tokenizer, c);
+}
+
 void load_e2e(const TrainConfig& c, TrainingData& d) {
     d.network_config = c.network;
     const auto records = read_e2e_csv(c.train_file);
@@ -319,6 +377,8 @@ TrainingData load_training_data(const TrainConfig& c, const std::function<void(c
         load_annotations(c, d);
     } else if (syntax) {
         load_treebanks(c, d);
+    } else if (is_checkpoint_kind(c.kind)) {
+        load_prompted(c, d);
     } else {
         load_e2e(c, d);
     }
@@ -338,6 +398,28 @@ TrainingData load_training_data(const TrainConfig& c, const std::function<void(c
             throw std::runtime_error("'" + c.dev_file.string() + "': no dev " + unit + " fits max_length");
     }
     return d;
+}
+
+int64_t write_prompted_texts(const TrainConfig& c, const fs::path& file) {
+    if (!is_checkpoint_kind(c.kind))
+        throw std::runtime_error("--texts-out applies to the mdlm kind; this config trains a " + c.kind);
+    std::string out;
+    int64_t count = 0;
+    for (const auto& record : read_e2e_csv(c.train_file)) {
+        try {
+            for (const auto& text : meaning::prompted_texts(record.mr, record.ref)) {
+                out += json{{"prompt", text.prompt}, {"answer", text.answer}}.dump() + "\n";
+                ++count;
+            }
+        } catch (const std::invalid_argument& e) {
+            throw std::runtime_error("meaning representation '" + record.mr + "': " + e.what());
+        }
+    }
+    std::ofstream stream(file, std::ios::binary | std::ios::trunc);
+    stream << out;
+    stream.flush();
+    if (!stream) throw ModelError("cannot write '" + file.string() + "'");
+    return count;
 }
 
 }  // namespace rudder::train

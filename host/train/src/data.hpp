@@ -25,6 +25,7 @@ struct Example {
     std::vector<int64_t> targets;
     std::vector<int64_t> tags;  // syntax classifier: tag + 1 per token
     int64_t label = -1;         // attribute classifier: the text's class
+    int64_t prompt_length = 0;  // mdlm: the first tokens are a prompt, never noised in training
 };
 
 struct Dataset {
@@ -40,7 +41,7 @@ struct Dataset {
 // A config's data, encoded: the tokenizer it was encoded with, the training and dev examples, and the network
 // config completed from the data (tag and label sets) and, for a controller's classifier, from its denoiser.
 struct TrainingData {
-    std::shared_ptr<WordTokenizer> tokenizer;
+    std::shared_ptr<const Tokenizer> tokenizer;
     Dataset train, dev;
     nlohmann::json network_config;
     std::string fingerprint;  // of the vocabulary and every training example: a resumed run must see the same
@@ -49,5 +50,9 @@ struct TrainingData {
 // Reads and encodes the data `c` names. Throws ConfigError for network keys the data fills in, std::runtime_error
 // (ModelError for files) for data that cannot be used. `say` reports what was dropped.
 TrainingData load_training_data(const TrainConfig& c, const std::function<void(const std::string&)>& say);
+
+// The mdlm kind's training texts, JSON Lines of {"prompt", "answer"} (meaning::prompted_texts of each row of
+// data.train): what its BPE tokenizer is trained on (scripts/train_bpe_tokenizer.mjs). Returns the count.
+int64_t write_prompted_texts(const TrainConfig& c, const std::filesystem::path& file);
 
 }  // namespace rudder::train

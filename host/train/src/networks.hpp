@@ -15,11 +15,15 @@ class TrainableNetwork;  // nn/trainable.hpp
 
 namespace rudder::train {
 
-// "teacher" (nn/teacher.hpp), "continuous" and "discrete" (nn/denoiser_net.hpp), "tagger" and "parser"
-// (nn/syntax_nets.hpp), "syntax_classifier" and "attribute_classifier" (nn/text_classifier.hpp).
+// "teacher" (nn/teacher.hpp), "continuous" and "discrete" (nn/denoiser_net.hpp), "mdlm" (nn/dit_trainable.hpp),
+// "tagger" and "parser" (nn/syntax_nets.hpp), "syntax_classifier" and "attribute_classifier"
+// (nn/text_classifier.hpp).
 const std::vector<std::string>& network_kinds();
 // Denoisers are conditioned on the meaning representation and written as "type": "transformer" models.
 bool is_denoiser_kind(const std::string& kind);
+// MDLM's DiT, trained on E2E as prompted texts (data-to-text, text-to-data, plain descriptions) with a BPE
+// tokenizer.json, and written as a Hugging Face MDLM checkpoint (config.json "model_type": "mdlm").
+inline bool is_checkpoint_kind(const std::string& kind) { return kind == "mdlm"; }
 // The tagger and the parser train on treebanks and are written as "type": "tagger" / "parser" models.
 bool is_syntax_kind(const std::string& kind);
 

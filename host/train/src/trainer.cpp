@@ -184,7 +184,9 @@ void Trainer::build_network() {
 
 void Trainer::start_from_model(bool load_weights) {
     // Steps behind the weights: the model's own, plus those of the model it started from, if any.
-    const json config = read_json_file(c_.init_from / "config.json");
+    // An MDLM folder keeps the trainer's record in training.json (its config.json is MDLM's).
+    const bool checkpoint = is_checkpoint_kind(c_.kind);
+    const json config = read_json_file(c_.init_from / (checkpoint ? "training.json" : "config.json"));
     if (const auto training = config.find("training"); training != config.end() && training->is_object()) {
         init_steps_ = training->value("steps", int64_t{0});
         if (const auto earlier = training->find("init_from"); earlier != training->end() && earlier->is_object())
@@ -488,6 +490,10 @@ TrainResult Trainer::run() {
 }
 
 }  // namespace
+
+int64_t write_training_texts(const TrainConfig& config, const fs::path& file) {
+    return write_prompted_texts(config, file);
+}
 
 TrainResult train(const TrainConfig& config, const TrainOptions& options) {
     Trainer trainer(config, options);

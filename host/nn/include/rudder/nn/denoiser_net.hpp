@@ -41,6 +41,23 @@ constexpr float kImpossibleLogProb = -1e4f;
 // Impossible entries (the mask, a committed position's other tokens) are kImpossibleLogProb. Writes into `logits`.
 at::Tensor subs_log_probs(at::Tensor logits, const at::Tensor& tokens, int64_t mask_id);
 
+// MDLM's training noise for SUBS on clean `tokens` [B, L]: each row's time t by MDLM's low-discrepancy draw in
+// [1e-3, 1] (float64 [B], CPU), each position masked with probability (1 - eps) t (the log-linear schedule), all from
+// `gen`; positions where `clean` (bool [B, L], when defined) is true are never masked (a prompt).
+struct SubsNoise {
+    at::Tensor t;       // double [B]
+    at::Tensor masked;  // bool [B, L], on the tokens' device
+    at::Tensor x_t;     // int64 [B, L]: tokens with mask_id where masked
+};
+SubsNoise draw_subs_noise(const at::Tensor& tokens, int64_t mask_id, double eps, at::Generator& gen,
+                          const at::Tensor& clean = {});
+
+// MDLM's continuous-time negative ELBO under SUBS (the derivation is in the .cpp) from a network's final states
+// [B, L, H] on noise.x_t and its output head (weight [V, H]; `bias` [V] with -inf at the mask, which SUBS never
+// predicts): the head runs on the masked positions only. Divided by all B * L positions.
+at::Tensor subs_nelbo(const at::Tensor& states, const SubsNoise& noise, const at::Tensor& tokens,
+                      const at::Tensor& head_weight, const at::Tensor& bias);
+
 // CDCD's embedding table from the learned one `table` [V, D]: each row scaled to length sqrt(D), in float32
 // whatever `table` holds (a float16 file's table gives the table its float32 parameter gives).
 at::Tensor cdcd_embedding(const at::Tensor& table);

@@ -74,6 +74,17 @@ bool is_dit_checkpoint_config(const nlohmann::json& config);
 // value it cannot run (SEDD's uniform graph, a non-log-linear noise) are a ModelError naming `file` and the field.
 DitConfig parse_dit_config(const nlohmann::json& config, const std::filesystem::path& file);
 
+// The network's tensors, under the names of the comment above (without the prefix): held by DitNetwork, and by the
+// trainable DiT (nn/dit_trainable.hpp) as views of its parameters, so that both run one forward pass.
+struct DitWeights {
+    struct Block {
+        at::Tensor norm1, qkv, attn_out, norm2, mlp_in_w, mlp_in_b, mlp_out_w, mlp_out_b, ada_w, ada_b;
+    };
+    at::Tensor embedding, sigma_in_w, sigma_in_b, sigma_out_w, sigma_out_b;
+    std::vector<Block> blocks;
+    at::Tensor final_norm, final_ada_w, final_ada_b, head_w, head_b;
+};
+
 // The rotated keys and the values of a run of positions, one [B, heads, positions, head_dim] tensor per network
 // block: BD3-LM's key/value cache of finished blocks (bd3lms' sample_mode with its cache).
 struct DitKeyValues {
@@ -113,13 +124,8 @@ public:
     double sigma_at(double t) const;
 
 private:
-    struct Block {
-        at::Tensor norm1, qkv, attn_out, norm2, mlp_in_w, mlp_in_b, mlp_out_w, mlp_out_b, ada_w, ada_b;
-    };
     DitConfig config_;
-    at::Tensor embedding_, sigma_in_w_, sigma_in_b_, sigma_out_w_, sigma_out_b_;
-    std::vector<Block> blocks_;
-    at::Tensor final_norm_, final_ada_w_, final_ada_b_, head_w_, head_b_;
+    DitWeights w_;
 };
 
 }  // namespace rudder::nn

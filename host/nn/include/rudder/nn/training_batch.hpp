@@ -25,6 +25,7 @@ struct TrainingBatch {
                           // label of span [i, j) (0 = not a constituent, -1 = not a span of the sentence)
     at::Tensor tags;      // syntax classifier: int64 [B, L], tag + 1 at each word, 0 after the text
     at::Tensor classes;   // attribute classifier: int64 [B], the text's class
+    at::Tensor clean;     // mdlm: bool [B, L], true at a prompt's positions, which are never noised; undefined: none
 };
 
 }  // namespace rudder::nn

@@ -36,4 +36,23 @@ nlohmann::json read_attribute_classes(json_input::ObjectReader& parent, const st
 // Throws std::invalid_argument for a malformed meaning representation.
 std::string attribute_class(const nlohmann::json& attribute, const std::string& mr);
 
+// The meaning representation as a JSON record, its fields in their order with E2E's attribute names as keys:
+// {"name": "The Eagle", "eatType": "coffee shop"} (separators ", " and ": ", non-ASCII kept as UTF-8). Throws
+// std::invalid_argument for a malformed representation or an attribute given twice.
+std::string record_json(const std::string& mr);
+
+// The prompt format of the E2E model in MDLM's layout (docs/models.md, "e2e-mdlm"): a prompt, then its answer, which
+// the model writes after it and ends with the end-of-text token. The prompt ends in a newline, so that a byte-level
+// BPE tokenizes it the same way alone as before its answer (the answer starts a new pre-token).
+struct PromptedText {
+    std::string prompt;  // "" for a plain description
+    std::string answer;
+};
+// Data-to-text: "Data: <record>\nText:\n", answered by the description.
+std::string data_to_text_prompt(const std::string& record);
+// Text-to-data: "Text: <description>\nData:\n", answered by the record.
+std::string text_to_data_prompt(const std::string& text);
+// The training texts of one E2E row, in this order: data-to-text, text-to-data and the plain description.
+std::vector<PromptedText> prompted_texts(const std::string& mr, const std::string& ref);
+
 }  // namespace rudder::meaning

@@ -13,7 +13,8 @@
 namespace rudder::train {
 
 struct TrainConfig {
-    std::string kind;  // teacher | continuous | discrete | tagger | parser | syntax_classifier | attribute_classifier
+    // teacher | continuous | discrete | mdlm | tagger | parser | syntax_classifier | attribute_classifier
+    std::string kind;
     // syntax_classifier, attribute_classifier: the denoiser whose noise and vocabulary the classifier learns
     std::filesystem::path denoiser;
     // attribute_classifier: {"field": MR attribute, "classes": {class: [MR values]}} (data.attribute)
@@ -28,6 +29,9 @@ struct TrainConfig {
     // tokenizer: a vocabulary file, or built from the training references and meaning representations
     std::filesystem::path vocab_file;  // empty: build
     int64_t min_count = 1;
+    // mdlm: a byte-level BPE tokenizer.json (with "<|endoftext|>", which ends and pads a text); the mask is added
+    // after its last id, as MDLM's checkpoints add it to GPT-2's
+    std::filesystem::path tokenizer_file;
 
     // Passed to make_network, with max_length filled in, and for denoisers family (= kind),
     // max_condition_length and condition_dropout (the network drops conditions itself, drawing from the step's

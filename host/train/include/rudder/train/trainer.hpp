@@ -43,4 +43,9 @@ struct TrainResult {
 // Throws ConfigError for a bad config, std::runtime_error (ModelError for files) for anything else.
 TrainResult train(const TrainConfig& config, const TrainOptions& options = {});
 
+// The mdlm kind's training texts as JSON Lines ({"prompt", "answer"} per text, meaning::prompted_texts of each row
+// of data.train), which its BPE tokenizer is trained on (scripts/train_bpe_tokenizer.mjs). Returns their count.
+// Throws std::runtime_error for another kind or unreadable data.
+int64_t write_training_texts(const TrainConfig& config, const std::filesystem::path& file);
+
 }  // namespace rudder::train
