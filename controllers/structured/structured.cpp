@@ -281,6 +281,14 @@ public:
         rudder::Params p(params_json);
         const bool inline_schema = p->object("schema").has_value();
         const std::optional<std::string> file = p->text("schema_file");
+        // How the text may be spaced: "none" ({"a":1}), "space_after_separators" ({"a": 1}, Python's json.dumps),
+        // "optional_space" (either, separator by separator).
+        const std::string whitespace =
+            p->choice("whitespace", {"none", "space_after_separators", "optional_space"}).value_or("none");
+        options_.whitespace = whitespace == "space_after_separators"
+                                  ? rudder::grammar::Whitespace::space_after_separators
+                              : whitespace == "optional_space" ? rudder::grammar::Whitespace::optional_space
+                                                               : rudder::grammar::Whitespace::none;
         read_start(p);
         p.finish();
         if (inline_schema == file.has_value())
@@ -295,7 +303,7 @@ public:
             schema = nlohmann::ordered_json::parse(params_json)["schema"];
         }
         try {
-            set_language(std::make_shared<const Dfa>(rudder::grammar::compile_json_schema(schema)),
+            set_language(std::make_shared<const Dfa>(rudder::grammar::compile_json_schema(schema, options_)),
                          "that is JSON valid against the schema");
         } catch (const rudder::grammar::SchemaError& e) {
             throw rudder::Error(where + (e.pointer.empty() ? "" : " at " + e.pointer) + ": " + e.what());
@@ -318,7 +326,7 @@ public:
             return;
         }
         try {
-            verdict.satisfied = dfa().matches(rudder::grammar::canonical_json(instance, schema_)) ? 1 : 0;
+            verdict.satisfied = dfa().matches(rudder::grammar::canonical_json(instance, schema_, options_)) ? 1 : 0;
         } catch (const std::invalid_argument&) {  // nested deeper than the automaton's language reaches
             verdict.satisfied = 0;
         }
@@ -339,6 +347,7 @@ private:
     }
 
     nlohmann::ordered_json schema_;
+    rudder::grammar::SchemaOptions options_;
     std::string detail_;
 };
 
@@ -361,7 +370,8 @@ static const char kJsonSchemaSchema[] = R"schema({
   "properties": {
     "schema": { "type": "object", "description": "the JSON Schema the text must validate against" },
     "schema_file": { "type": "string", "description": "or a file holding it (relative to the working directory)" },
-    "start": { "type": "integer", "minimum": 0, "description": "the text from this position on (after a prompt of this many tokens); default 0" }
+    "start": { "type": "integer", "minimum": 0, "description": "the text from this position on (after a prompt of this many tokens); default 0" },
+    "whitespace": { "enum": ["none", "space_after_separators", "optional_space"], "description": "spaces after ':' and ',': none (default), exactly one (Python's json.dumps), or at most one" }
   },
   "additionalProperties": false
 })schema";
@@ -369,7 +379,7 @@ static const char kJsonSchemaSchema[] = R"schema({
 RUDDER_CONTROLLER(regex_desc, Regex, "regex", "1.1.0",
                   "the text matches a regular expression as a whole (hard constraint, exact)", kRegexSchema,
                   kCapabilities)
-RUDDER_CONTROLLER(json_schema_desc, JsonSchema, "json_schema", "1.1.0",
+RUDDER_CONTROLLER(json_schema_desc, JsonSchema, "json_schema", "1.2.0",
                   "the text is JSON valid against a JSON Schema (hard constraint, exact)", kJsonSchemaSchema,
                   kCapabilities)
 RUDDER_PLUGIN("rudder-structured", &regex_desc, &json_schema_desc)

@@ -26,7 +26,8 @@ int cmd_train(const std::string& config_path, int64_t stop_after, bool overwrite
     }
     if (!texts_out.empty()) {
         const int64_t count = train::write_training_texts(config, texts_out);
-        if (!quiet) std::fprintf(stderr, "wrote %lld training texts to %s\n", static_cast<long long>(count), texts_out.c_str());
+        if (!quiet)
+            std::fprintf(stderr, "wrote %lld training texts to %s\n", static_cast<long long>(count), texts_out.c_str());
         return kExitOk;
     }
     train::TrainOptions options;

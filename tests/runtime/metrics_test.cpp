@@ -57,6 +57,34 @@ TEST(CorpusBleu, NoMatchOfSomeOrderGivesZero) {
     EXPECT_EQ(rudder::corpus_bleu({}, {}), 0.0);
 }
 
+TEST(MultiReferenceBleu, SeveralReferencesClipByTheLargestCountAndTakeTheClosestLength) {
+    // "the the pub by the river": unigram "the" 3 times, clipped by the reference holding it most often (2).
+    // unigrams: the 2 of 3, pub 1, by 1, river 1 -> 5/6; bigrams: "the the" (ref 2), "the pub" (ref 1),
+    // "pub by" (ref 2), "by the" (ref 2), "the river" (ref 2) -> 5/5; trigrams: "the the pub" (1), "pub by the"
+    // (2), "by the river" (2), "the pub by" (none) -> 3/4; 4-grams: "the the pub by" no, "the pub by the" no,
+    // "pub by the river" (2) -> 1/3. Lengths 6 against 5 and 8: the closest is 5, no penalty.
+    const Words hyp = words("the the pub by the river");
+    const std::vector<std::vector<Words>> refs = {{words("the the pub is good"), words("a pub by the river is open")}};
+    const double expected =
+        std::exp((std::log(5.0 / 6) + std::log(5.0 / 5) + std::log(3.0 / 4) + std::log(1.0 / 3)) / 4);
+    EXPECT_NEAR(rudder::multi_reference_bleu({hyp}, refs), expected, 1e-12);
+    // Two references as close in length (4 and 8 words for 6): the shorter one is the reference length, so no
+    // penalty; the precisions are those against "a b c d" alone (the other shares no word).
+    const std::vector<std::vector<Words>> tie = {{words("a b c d"), words("x x x x x x x x")}};
+    const double no_penalty =
+        std::exp((std::log(4.0 / 6) + std::log(3.0 / 5) + std::log(2.0 / 4) + std::log(1.0 / 3)) / 4);
+    EXPECT_NEAR(rudder::multi_reference_bleu({words("a b c d e f")}, tie), no_penalty, 1e-12);
+    EXPECT_THROW(rudder::multi_reference_bleu({hyp}, std::vector<std::vector<Words>>{{}}), std::invalid_argument);
+}
+
+TEST(BleuWords, SplitAsMtEvalsBasicTokenizationInLowerCase) {
+    EXPECT_EQ(rudder::bleu_words("The Eagle, a pub (by the river), costs \u00a320-25; it's 5.5/10."),
+              (Words{"the", "eagle", ",", "a", "pub", "(", "by", "the", "river", ")", ",", "costs", "\u00a320", "-",
+                     "25", ";", "it's", "5.5", "/", "10", "."}));
+    EXPECT_EQ(rudder::bleu_words("  Family-friendly.\nYes!"), (Words{"family-friendly", ".", "yes", "!"}));
+    EXPECT_TRUE(rudder::bleu_words("").empty());
+}
+
 TEST(CorpusBleu, RefusesMismatchedCounts) {
     EXPECT_THROW(rudder::corpus_bleu({words("a")}, {}), std::invalid_argument);
 }

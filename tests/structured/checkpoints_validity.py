@@ -121,6 +121,17 @@ def run(rudder, build, folder, generate, check, seeds=(5,), samples=4):
                           "samples": samples, "batch_size": 2, "max_length": 48, "controllers": [controller]}
                 check(generate(recipe, folder, f"{model}_{label}"), f"{model} {label} seed {seed}", valid,
                       controller["plugin"])
+        if kind == "json":
+            # Spaced as Python's json.dumps writes it (one space after ':' and ','), or at most one space there.
+            for whitespace, spaced in (("space_after_separators", True), ("optional_space", False)):
+                params = {"schema": PERSON, "whitespace": whitespace}
+                recipe = {"model": str(pathlib.Path(folder) / model), "sampler": samplers["analytic_few_steps"],
+                          "seed": 3, "samples": samples, "batch_size": 2, "max_length": 48,
+                          "controllers": [{"plugin": "json_schema", "params": params}]}
+                dumps = (lambda t: valid_person(t) and t == json.dumps(json.loads(t), ensure_ascii=False)) \
+                    if spaced else valid_person
+                check(generate(recipe, folder, f"{model}_{whitespace}"), f"{model} whitespace {whitespace}", dumps,
+                      "json_schema")
     served(rudder, folder, made, check)
 
 

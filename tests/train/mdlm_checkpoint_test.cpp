@@ -55,15 +55,27 @@ void write_micro_tokenizer(const fs::path& file) {
     const json tokenizer = {
         {"version", "1.0"},
         {"added_tokens",
-         {{{"id", end}, {"content", "<|endoftext|>"}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
-           {"normalized", true}, {"special", true}}}},
+         {{{"id", end},
+           {"content", "<|endoftext|>"},
+           {"single_word", false},
+           {"lstrip", false},
+           {"rstrip", false},
+           {"normalized", true},
+           {"special", true}}}},
         {"normalizer", nullptr},
-        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+        {"pre_tokenizer",
+         {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
         {"post_processor", nullptr},
         {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
         {"model",
-         {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", ""},
-          {"end_of_word_suffix", ""}, {"fuse_unk", false}, {"byte_fallback", false}, {"vocab", vocab},
+         {{"type", "BPE"},
+          {"dropout", nullptr},
+          {"unk_token", nullptr},
+          {"continuing_subword_prefix", ""},
+          {"end_of_word_suffix", ""},
+          {"fuse_unk", false},
+          {"byte_fallback", false},
+          {"vocab", vocab},
           {"merges", merge_list}}}};
     std::ofstream(file) << tokenizer.dump(1);
 }
@@ -111,8 +123,12 @@ TEST(DitTrainable, TheWeightsItWritesLoadAsAnMdlmCheckpointThatComputesWhatItCom
     names.pad = "<|endoftext|>";
     const WithMaskToken tokenizer(
         std::make_shared<BpeTokenizer>(BpeTokenizer::load_json((dir.path() / "tokenizer.json").string(), names)));
-    nn::DitTrainableNet net({{"hidden_dim", 32}, {"cond_dim", 16}, {"n_blocks", 2}, {"n_heads", 4},
-                             {"max_length", 24}, {"time_conditioning", true}},
+    nn::DitTrainableNet net({{"hidden_dim", 32},
+                             {"cond_dim", 16},
+                             {"n_blocks", 2},
+                             {"n_heads", 4},
+                             {"max_length", 24},
+                             {"time_conditioning", true}},
                             tokenizer);
     randomize(net);
     net.eval();
@@ -160,7 +176,8 @@ TEST(DitTrainable, RefusesABadNetworkConfigAtItsKey) {
     write_micro_tokenizer(dir.path() / "tokenizer.json");
     BpeSpecialNames names;
     names.pad = "<|endoftext|>";
-    const auto bpe = std::make_shared<BpeTokenizer>(BpeTokenizer::load_json((dir.path() / "tokenizer.json").string(), names));
+    const auto bpe =
+        std::make_shared<BpeTokenizer>(BpeTokenizer::load_json((dir.path() / "tokenizer.json").string(), names));
     try {
         nn::DitTrainableNet({{"hidden_dim", 30}, {"n_heads", 4}, {"max_length", 8}, {"layers", 2}}, WithMaskToken(bpe));
         ADD_FAILURE() << "accepted";
@@ -220,8 +237,10 @@ TEST_F(MdlmCheckpointTraining, TrainsIntoAnMdlmFolderThatARecipeSamplesAfterAPro
 }
 
 TEST(PromptFormat, AMeaningRepresentationIsAJsonRecordInItsOrder) {
-    const std::string record = meaning::record_json("name[Caf\u00e9 \"Rouge\"], customer rating[5 out of 5], near[The Bakers]");
-    EXPECT_EQ(record, "{\"name\": \"Caf\u00e9 \\\"Rouge\\\"\", \"customer rating\": \"5 out of 5\", \"near\": \"The Bakers\"}");
+    const std::string record =
+        meaning::record_json("name[Caf\u00e9 \"Rouge\"], customer rating[5 out of 5], near[The Bakers]");
+    EXPECT_EQ(record,
+              "{\"name\": \"Caf\u00e9 \\\"Rouge\\\"\", \"customer rating\": \"5 out of 5\", \"near\": \"The Bakers\"}");
     EXPECT_EQ(json::parse(record)["name"], "Caf\u00e9 \"Rouge\"");
     EXPECT_THROW(meaning::record_json("name[A], name[B]"), std::invalid_argument);
     EXPECT_THROW(meaning::record_json("name[A"), std::invalid_argument);
@@ -248,8 +267,7 @@ TEST_F(MdlmCheckpointTraining, WritesItsTrainingTextsAndRefusesWordVocabularies)
     } catch (const ConfigError& e) {
         std::string all;
         for (const auto& issue : e.issues()) all += issue.pointer + ": " + issue.message + "\n";
-        EXPECT_NE(all.find("/tokenizer/min_count: the mdlm kind takes a BPE tokenizer.json"), std::string::npos)
-            << all;
+        EXPECT_NE(all.find("/tokenizer/min_count: the mdlm kind takes a BPE tokenizer.json"), std::string::npos) << all;
         EXPECT_NE(all.find("/tokenizer/file: required for the mdlm kind"), std::string::npos) << all;
     }
     json teacher = test::micro_teacher_config(dir_.path());

@@ -11,6 +11,7 @@
 
 #include "suite.hpp"
 #include <rudder/nn/model_files.hpp>
+#include <rudder/text/text_files.hpp>
 #include <rudder/nn/teacher_model.hpp>
 #include <rudder/runtime/model.hpp>
 
@@ -62,7 +63,10 @@ std::vector<TargetOutcome> generate_task(SuiteRun& run, const Task& task, int64_
     } catch (const ModelError& e) {
         throw std::runtime_error("task '" + task.name + "': the recipe " + e.what());
     }
-    if (!task.model.empty()) base["model"] = task.model;
+    // The recipe as written, keys in its order, for the targets' recipes: a controller may read order into its
+    // params (a JSON Schema's properties are written in the order it gives them). The file was just read as JSON.
+    nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(read_small_file(task.recipe, kMaxConfigFileBytes));
+    if (!task.model.empty()) base["model"] = ordered["model"] = task.model;
     const std::vector<Target> targets =
         task_targets(task, base, run.annotated, run.options.targets, run.events.warning);
     const bool sharded = !run.options.shard.empty();
@@ -74,7 +78,7 @@ std::vector<TargetOutcome> generate_task(SuiteRun& run, const Task& task, int64_
     progress.task_start = std::chrono::steady_clock::now();
     std::vector<TargetOutcome> outcomes;
     for (size_t i = static_cast<size_t>(run.shard_k); i < targets.size(); i += static_cast<size_t>(run.shard_n)) {
-        outcomes.push_back(run_target(run.suite, task, base, targets[i], i, run.registry));
+        outcomes.push_back(run_target(run.suite, task, ordered, targets[i], i, run.registry));
         progress.generating_seconds += outcomes.back().seconds;
         progress.samples += static_cast<int64_t>(outcomes.back().samples.size());
         if (sharded)  // a line per target as it finishes

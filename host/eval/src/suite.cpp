@@ -18,8 +18,10 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-const std::vector<std::string> kTargetKinds = {"pos",       "tree",   "span",   "mr",     "fields",
-                                               "sentiment", "length", "prefix", "infill", "none"};
+const std::vector<std::string> kTargetKinds = {"pos",    "tree",         "span",         "mr",
+                                               "fields", "sentiment",    "length",       "prefix",
+                                               "infill", "data_to_text", "text_to_data", "text_to_data_start",
+                                               "none"};
 
 TargetSource read_targets(json_input::ObjectReader r, const fs::path& base, TargetSource fallback) {
     TargetSource t = fallback;
@@ -86,7 +88,8 @@ void check_task(json_input::ObjectReader& t, const Task& task, const Suite& s) {
     bool any_target = false, mr_target = false;
     for (const auto& c : task.controls) {
         any_target = any_target || c.target != "none";
-        mr_target = mr_target || c.target == "mr" || c.target == "fields" || c.target == "sentiment";
+        mr_target = mr_target || c.target == "mr" || c.target == "fields" || c.target == "sentiment" ||
+                    c.target == "data_to_text" || c.target == "text_to_data" || c.target == "text_to_data_start";
         if (c.target == "sentiment" && task.targets.attribute.is_null())
             t.issue("targets",
                     "a sentiment target needs /targets/attribute ({\"field\", \"classes\"}), here or at the "

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <stdexcept>
 
 #include <rudder/runtime/model.hpp>
@@ -20,7 +21,13 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 // Kinds made from the model's tokens rather than words: they need the recipe model's tokenizer.
-bool needs_tokens(const std::string& kind) { return kind == "length" || kind == "prefix" || kind == "infill"; }
+bool needs_tokens(const std::string& kind) {
+    return kind == "length" || kind == "prefix" || kind == "infill" || kind == "text_to_data_start";
+}
+// Prompted kinds (meaning::PromptedText): the model answers a prompt, given as the span controller's prefix.
+bool prompted(const std::string& kind) {
+    return kind == "data_to_text" || kind == "text_to_data" || kind == "text_to_data_start";
+}
 constexpr size_t kPrefixTokens = 3;  // a "prefix" target: the reference's first three tokens
 
 std::vector<Annotated> read_annotated(const TargetSource& source) {
@@ -116,6 +123,27 @@ std::optional<json> token_params(const std::string& kind, const Annotated& a, co
     return json{{"prefix", *prefix}, {"suffix", *suffix}, {"length", n}};
 }
 
+// The prompted targets: the prompt as a prefix ("data_to_text": the meaning representation's record; "text_to_data":
+// the reference text) or, "text_to_data_start", the prompt's length in tokens (where the structured controllers'
+// language starts). The record keeps the prompt, so the answer is told apart from it when the samples are scored.
+std::optional<json> prompt_params(const std::string& kind, const Annotated& a, const Tokenizer* tokenizer,
+                                  Target& target) {
+    if (a.mr.empty()) return std::nullopt;
+    std::string record;
+    try {
+        record = meaning::record_json(a.mr);
+    } catch (const std::invalid_argument&) {
+        return std::nullopt;  // a representation with a repeated attribute has no record
+    }
+    const std::string prompt =
+        kind == "data_to_text" ? meaning::data_to_text_prompt(record) : meaning::text_to_data_prompt(a.text);
+    target.record["prompt"] = prompt;
+    target.record["task"] = kind == "data_to_text" ? "data_to_text" : "text_to_data";
+    target.record["mr"] = a.mr;
+    if (kind == "text_to_data_start") return json{{"start", static_cast<int64_t>(tokenizer->encode(prompt).size())}};
+    return json{{"prefix", prompt}};
+}
+
 // The params a control of `kind` receives for text `a`, or nothing if this text cannot give that target.
 std::optional<json> target_params(const std::string& kind, const Annotated& a, const TargetSource& source,
                                   std::mt19937_64& rng, const Tokenizer* tokenizer, Target& target) {
@@ -129,6 +157,7 @@ std::optional<json> target_params(const std::string& kind, const Annotated& a, c
     }
     if (kind == "span") return span_params(a, rng);
     if (kind == "mr" || kind == "fields" || kind == "sentiment") return meaning_params(kind, a, source, rng);
+    if (prompted(kind)) return prompt_params(kind, a, tokenizer, target);
     if (needs_tokens(kind)) return token_params(kind, a, tokenizer, target);
     return json::object();  // "none"
 }
@@ -143,13 +172,24 @@ std::vector<Target> make_targets(const Task& task, AnnotatedCache& cache, const 
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::mt19937_64 rng(task.targets.seed);
     std::shuffle(order.begin(), order.end(), rng);
+    // A data-to-text target is a meaning representation, once, with every reference the file has for it (BLEU is
+    // scored against all of them, as E2E scores it).
+    bool per_meaning = false;
+    for (const auto& c : task.controls) per_meaning = per_meaning || c.target == "data_to_text";
+    std::map<std::string, std::vector<std::string>> references_of;
+    if (per_meaning)
+        for (const auto& a : texts)
+            if (!a.mr.empty()) references_of[a.mr].push_back(a.text);
+    std::set<std::string> meanings_used;
     std::vector<Target> out;
     for (size_t i : order) {
         if (static_cast<int64_t>(out.size()) >= task.targets.count) break;
         const Annotated& a = texts[i];
         if (a.words < 1 || a.words > task.targets.max_words) continue;
+        if (per_meaning && !meanings_used.insert(a.mr).second) continue;
         Target target;
         target.record = {{"reference", a.text}};
+        if (per_meaning) target.record["references"] = references_of[a.mr];
         bool complete = true;
         for (const auto& c : task.controls) {
             auto params = target_params(c.target, a, task.targets, rng, tokenizer, target);

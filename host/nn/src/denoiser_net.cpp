@@ -563,8 +563,7 @@ at::Tensor DiscreteDenoiserNet::subs_loss(const TrainingBatch& batch, at::Genera
     // The condition's dropout is drawn before the noise (the order fixes what a seed gives).
     const at::Tensor cond = drop_condition(check_condition(batch.condition, tokens.size(0)), gen);
     const SubsNoise noise = draw_subs_noise(tokens, config_.mask_id, mask_schedule_.eps(), gen);
-    const at::Tensor hidden =
-        trunk_->forward(at::embedding(token_embedding_, noise.x_t), cond, dropout_generator(gen));
+    const at::Tensor hidden = trunk_->forward(at::embedding(token_embedding_, noise.x_t), cond, dropout_generator(gen));
     return subs_nelbo(hidden, noise, tokens, head_->weight(), head_bias());
 }
 

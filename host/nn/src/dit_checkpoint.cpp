@@ -244,11 +244,10 @@ DitNetwork DitNetwork::load(const fs::path& dir) {
     w.sigma_out_b = take(p + "sigma_map.mlp.2.bias");
     for (int64_t i = 0; i < c.n_blocks; ++i) {
         const std::string b = p + "blocks." + std::to_string(i) + ".";
-        w.blocks.push_back(DitWeights::Block{take(b + "norm1.weight"), take(b + "attn_qkv.weight"),
-                                             take(b + "attn_out.weight"), take(b + "norm2.weight"),
-                                             take(b + "mlp.0.weight"), take(b + "mlp.0.bias"), take(b + "mlp.2.weight"),
-                                             take(b + "mlp.2.bias"), take(b + "adaLN_modulation.weight"),
-                                             take(b + "adaLN_modulation.bias")});
+        w.blocks.push_back(DitWeights::Block{
+            take(b + "norm1.weight"), take(b + "attn_qkv.weight"), take(b + "attn_out.weight"),
+            take(b + "norm2.weight"), take(b + "mlp.0.weight"), take(b + "mlp.0.bias"), take(b + "mlp.2.weight"),
+            take(b + "mlp.2.bias"), take(b + "adaLN_modulation.weight"), take(b + "adaLN_modulation.bias")});
     }
     w.final_norm = take(p + "output_layer.norm_final.weight");
     w.final_ada_w = take(p + "output_layer.adaLN_modulation.weight");

@@ -124,10 +124,14 @@ at::Tensor DitTrainableNet::loss(const TrainingBatch& batch, at::Generator& gen)
 }
 
 json DitTrainableNet::config() const {
-    return {{"hidden_dim", config_.hidden_size}, {"cond_dim", config_.cond_dim},
-            {"n_blocks", config_.n_blocks},      {"n_heads", config_.n_heads},
-            {"dropout", dropout_},               {"time_conditioning", config_.time_conditioning},
-            {"max_length", config_.max_length},  {"vocab_size", config_.vocab_size}};
+    return {{"hidden_dim", config_.hidden_size},
+            {"cond_dim", config_.cond_dim},
+            {"n_blocks", config_.n_blocks},
+            {"n_heads", config_.n_heads},
+            {"dropout", dropout_},
+            {"time_conditioning", config_.time_conditioning},
+            {"max_length", config_.max_length},
+            {"vocab_size", config_.vocab_size}};
 }
 
 json DitTrainableNet::hub_config() const {

@@ -63,9 +63,16 @@ DiversityReport text_diversity(const std::vector<std::string>& texts) {
 
 double corpus_bleu(const std::vector<std::vector<std::string>>& hypotheses,
                    const std::vector<std::vector<std::string>>& references) {
+    std::vector<std::vector<std::vector<std::string>>> each(references.size());
+    for (size_t k = 0; k < references.size(); ++k) each[k] = {references[k]};
+    return multi_reference_bleu(hypotheses, each);
+}
+
+double multi_reference_bleu(const std::vector<std::vector<std::string>>& hypotheses,
+                            const std::vector<std::vector<std::vector<std::string>>>& references) {
     if (hypotheses.size() != references.size())
-        throw std::invalid_argument("corpus_bleu: " + std::to_string(hypotheses.size()) + " hypotheses but " +
-                                    std::to_string(references.size()) + " references");
+        throw std::invalid_argument("multi_reference_bleu: " + std::to_string(hypotheses.size()) + " hypotheses but " +
+                                    std::to_string(references.size()) + " reference sets");
     constexpr size_t kOrder = 4;
     double matched[kOrder] = {}, total[kOrder] = {};
     double hypothesis_length = 0, reference_length = 0;
@@ -76,13 +83,27 @@ double corpus_bleu(const std::vector<std::vector<std::string>>& hypotheses,
         return out;
     };
     for (size_t k = 0; k < hypotheses.size(); ++k) {
-        hypothesis_length += static_cast<double>(hypotheses[k].size());
-        reference_length += static_cast<double>(references[k].size());
+        const auto& hypothesis = hypotheses[k];
+        const auto& refs = references[k];
+        if (refs.empty())
+            throw std::invalid_argument("multi_reference_bleu: hypothesis " + std::to_string(k) + " has no reference");
+        const auto length = static_cast<int64_t>(hypothesis.size());
+        int64_t closest = static_cast<int64_t>(refs[0].size());
+        for (const auto& r : refs) {
+            const auto n = static_cast<int64_t>(r.size());
+            if (std::abs(n - length) < std::abs(closest - length) ||
+                (std::abs(n - length) == std::abs(closest - length) && n < closest))
+                closest = n;
+        }
+        hypothesis_length += static_cast<double>(length);
+        reference_length += static_cast<double>(closest);
         for (size_t n = 1; n <= kOrder; ++n) {
-            const auto hyp = counts(hypotheses[k], n), ref = counts(references[k], n);
-            for (const auto& [gram, c] : hyp) {
-                const auto it = ref.find(gram);
-                matched[n - 1] += static_cast<double>(std::min(c, it == ref.end() ? int64_t{0} : it->second));
+            std::map<std::vector<std::string>, int64_t> most;  // each n-gram's largest count in one reference
+            for (const auto& r : refs)
+                for (const auto& [gram, c] : counts(r, n)) most[gram] = std::max(most[gram], c);
+            for (const auto& [gram, c] : counts(hypothesis, n)) {
+                const auto it = most.find(gram);
+                matched[n - 1] += static_cast<double>(std::min(c, it == most.end() ? int64_t{0} : it->second));
                 total[n - 1] += static_cast<double>(c);
             }
         }
@@ -94,6 +115,38 @@ double corpus_bleu(const std::vector<std::vector<std::string>>& hypotheses,
     }
     const double brevity = hypothesis_length < reference_length ? 1.0 - reference_length / hypothesis_length : 0.0;
     return std::exp(log_precision + brevity);
+}
+
+std::vector<std::string> bleu_words(const std::string& text) {
+    // MT-Eval v13a's basic tokenization, written out over bytes (ASCII punctuation only; other bytes are letters):
+    // the punctuation {|}~ [\]^_` space-to-& ( to + : to @ / stands apart; a period or comma unless between digits
+    // (split when the byte before or after it is not a digit); a dash after a digit. Then lower case.
+    const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+    const auto always_apart = [](char c) {
+        return (c >= '{' && c <= '~') || (c >= '[' && c <= '`') || (c >= ' ' && c <= '&') || (c >= '(' && c <= '+') ||
+               (c >= ':' && c <= '@') || c == '/';
+    };
+    std::vector<std::string> words;
+    std::string word;
+    const auto flush = [&] {
+        if (!word.empty()) words.push_back(word);
+        word.clear();
+    };
+    for (size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        const char before = i > 0 ? text[i - 1] : ' ', after = i + 1 < text.size() ? text[i + 1] : ' ';
+        bool apart = always_apart(c) || c == '\n' || c == '\t' || c == '\r';
+        if (c == '.' || c == ',') apart = !digit(before) || !digit(after);
+        if (c == '-' && digit(before)) apart = true;
+        if (!apart) {
+            word += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+            continue;
+        }
+        flush();
+        if (c != ' ' && c != '\n' && c != '\t' && c != '\r') words.emplace_back(1, c);
+    }
+    flush();
+    return words;
 }
 
 }  // namespace rudder

@@ -36,4 +36,14 @@ DiversityReport text_diversity(const std::vector<std::string>& texts);
 double corpus_bleu(const std::vector<std::vector<std::string>>& hypotheses,
                    const std::vector<std::vector<std::string>>& references);
 
+// The same against several references each: an n-gram's count is clipped by its largest count in any reference of
+// its hypothesis, and a hypothesis's reference length is that of its reference closest in length (the shorter of
+// two as close). How the E2E NLG challenge scores (its MT-Eval v13a script adapted to many references).
+double multi_reference_bleu(const std::vector<std::vector<std::string>>& hypotheses,
+                            const std::vector<std::vector<std::vector<std::string>>>& references);
+
+// A text's words as MT-Eval v13a's basic tokenization splits them, lower-cased (its default, case-insensitive
+// scoring): punctuation apart, a period or comma kept inside a number, a dash after a digit apart.
+std::vector<std::string> bleu_words(const std::string& text);
+
 }  // namespace rudder
