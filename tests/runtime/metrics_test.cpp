@@ -79,8 +79,8 @@ TEST(MultiReferenceBleu, SeveralReferencesClipByTheLargestCountAndTakeTheClosest
 
 TEST(BleuWords, SplitAsMtEvalsBasicTokenizationInLowerCase) {
     EXPECT_EQ(rudder::bleu_words("The Eagle, a pub (by the river), costs \u00a320-25; it's 5.5/10."),
-              (Words{"the", "eagle", ",", "a", "pub", "(", "by", "the", "river", ")", ",", "costs", "\u00a320", "-",
-                     "25", ";", "it's", "5.5", "/", "10", "."}));
+              (Words{"the",   "eagle",    ",", "a",  "pub", "(",    "by",  "the", "river", ")", ",",
+                     "costs", "\u00a320", "-", "25", ";",   "it's", "5.5", "/",   "10",    "."}));
     EXPECT_EQ(rudder::bleu_words("  Family-friendly.\nYes!"), (Words{"family-friendly", ".", "yes", "!"}));
     EXPECT_TRUE(rudder::bleu_words("").empty());
 }

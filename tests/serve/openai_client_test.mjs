@@ -112,15 +112,16 @@ try {
     ok(`chat with ${name}'s own template, and streamed`);
   }
 
-  // response_format: the answer is JSON valid against the schema, whatever the random weights would write.
-  const schema = { type: "object", properties: { name: { type: "string", maxLength: 12 }, stars: { type: "integer",
-                   minimum: 1, maximum: 5 } }, required: ["name", "stars"], additionalProperties: false };
+  // response_format: the answer is JSON valid against the schema, whatever the random weights would write, with its
+  // properties in the schema's order (as OpenAI's structured outputs write them; here not the alphabetical one).
+  const schema = { type: "object", properties: { stars: { type: "integer", minimum: 1, maximum: 5 },
+                   name: { type: "string", maxLength: 12 } }, required: ["stars", "name"], additionalProperties: false };
   const formatted = await client.chat.completions.create({
     model: "dream_qwen", messages: [{ role: "user", content: "A pub as JSON." }], max_tokens: 32, seed: 2, n: 2,
     response_format: { type: "json_schema", json_schema: { name: "pub", schema, strict: true } } });
   for (const c of formatted.choices) {
     const record = JSON.parse(c.message.content);
-    assert.deepEqual(Object.keys(record).sort(), ["name", "stars"]);
+    assert.deepEqual(Object.keys(record), ["stars", "name"], c.message.content);
     assert.equal(typeof record.name, "string");
     assert.ok(Number.isInteger(record.stars) && record.stars >= 1 && record.stars <= 5, c.message.content);
   }

@@ -157,6 +157,11 @@ def served(rudder, folder, made, check):
         if r.status != 200:
             raise SystemExit(f"FAIL served: {r.status}: {body}")
         check(body["samples"], "served mdlm_gpt2 response_format", valid_person, "json_schema")
+        # The properties come in the schema's order (name, age, member), which is not the alphabetical one.
+        for sample in body["samples"]:
+            keys = list(json.loads(sample["text"]).keys())
+            if keys != [k for k in PERSON["properties"] if k in keys]:
+                raise SystemExit(f"FAIL served: properties out of the schema's order: {sample['text']}")
     finally:
         proc.terminate()
         proc.wait(timeout=60)

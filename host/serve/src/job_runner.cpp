@@ -20,6 +20,7 @@ void JobRunner::run(std::vector<std::shared_ptr<Job>>& jobs) {
         try {
             GenerateRequest request;
             request.recipe = jobs[0]->recipe;
+            request.order = jobs[0]->order;
             request.base_dir = jobs[0]->base_dir;
             int64_t samples = 0;
             generator = generators_.load_before(request, jobs[0]->key, &samples, false, jobs[0]->deadline);

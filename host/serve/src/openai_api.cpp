@@ -263,6 +263,19 @@ CompletionRequest read_completion_request(const std::string& body, bool chat, co
         }
     }
     const size_t first_own = all.size();
+    // The controllers' key order as the client wrote them: the response format's schema, the extension's params.
+    const auto ordered_body = nlohmann::ordered_json::parse(body, nullptr, false);
+    const auto ordered_at = [&](const std::string& pointer) {
+        const nlohmann::ordered_json::json_pointer at(pointer);
+        return ordered_body.is_object() && ordered_body.contains(at) ? ordered_body.at(at) : nlohmann::ordered_json();
+    };
+    nlohmann::ordered_json order_of = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < first_own; ++i)
+        order_of.push_back(out.pointers[i].second == "/response_format"
+                               ? response_format_order(ordered_at("/response_format"))
+                               : nlohmann::ordered_json());
+    for (size_t i = 0; i < controllers.size(); ++i)
+        order_of.push_back(ordered_at("/rudder/controllers/" + std::to_string(i)));
     if (first_own > 0)
         for (size_t i = 0; i < controllers.size(); ++i)
             out.pointers.emplace_back("/controllers/" + std::to_string(first_own + i),
@@ -303,6 +316,7 @@ CompletionRequest read_completion_request(const std::string& body, bool chat, co
         issues.push_back({request_pointer(out, issue.pointer.substr(std::string("/recipe").size())), issue.message});
     if (!issues.empty()) throw RequestError{400, "invalid request", issues};
     out.generate.recipe = std::move(recipe);
+    out.generate.order = {{"controllers", std::move(order_of)}};
     out.generate.seed = seed ? std::optional<uint64_t>(static_cast<uint64_t>(*seed)) : std::nullopt;
     out.generate.pointer_prefix = "/recipe";  // the loader's problems, translated by openai_error
     out.generate.samples_pointer = "/n";

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include <rudder/nn/model_files.hpp>
+#include <rudder/text/text_files.hpp>
 #include <rudder/rudder_json.hpp>
 
 #include "answers.hpp"
@@ -28,6 +29,12 @@ json read_recipe_file(const fs::path& file) {
 }
 
 }  // namespace
+
+nlohmann::ordered_json response_format_order(const nlohmann::ordered_json& value) {
+    const nlohmann::ordered_json::json_pointer schema("/json_schema/schema");
+    if (!value.is_object() || !value.contains(schema)) return nullptr;
+    return {{"params", {{"schema", value.at(schema)}}}};
+}
 
 std::optional<json> response_format_controller(const json& value, std::vector<RecipeIssue>& issues) {
     json_input::ObjectReader r(value, "/response_format", issues);
@@ -100,7 +107,27 @@ std::string share_key(const GenerateRequest& request) {
     json shape = request.recipe;
     shape.erase("seed");
     shape.erase("samples");
-    return request.base_dir.string() + "\n" + shape.dump();
+    // In the client's order: recipes that differ only in a schema's property order run apart.
+    return request.base_dir.string() + "\n" + ordered_like(shape, request.order).dump();
+}
+
+nlohmann::ordered_json ordered_like(const json& value, const nlohmann::ordered_json& hint) {
+    if (value.is_object()) {
+        nlohmann::ordered_json out = nlohmann::ordered_json::object();
+        if (hint.is_object())
+            for (const auto& item : hint.items())
+                if (value.contains(item.key())) out[item.key()] = ordered_like(value.at(item.key()), item.value());
+        for (const auto& item : value.items())
+            if (!out.contains(item.key())) out[item.key()] = ordered_like(item.value(), nullptr);
+        return out;
+    }
+    if (value.is_array()) {
+        nlohmann::ordered_json out = nlohmann::ordered_json::array();
+        for (size_t i = 0; i < value.size(); ++i)
+            out.push_back(ordered_like(value[i], hint.is_array() && i < hint.size() ? hint[i] : nullptr));
+        return out;
+    }
+    return nlohmann::ordered_json(value);
 }
 
 GenerateRequest read_request(const std::string& body, const ServerOptions& options) {
@@ -114,9 +141,16 @@ GenerateRequest read_request(const std::string& body, const ServerOptions& optio
     json_input::ObjectReader r(j, "", issues);
     if (!r.is_object()) throw RequestError{400, "the request body must be a JSON object", {}};
     GenerateRequest out;
+    // The body again with its keys in order (it parsed above), for the order of the controllers' params.
+    const auto ordered_body = nlohmann::ordered_json::parse(body, nullptr, false);
+    const auto ordered_at = [&](const char* pointer) {
+        const nlohmann::ordered_json::json_pointer at(pointer);
+        return ordered_body.is_object() && ordered_body.contains(at) ? ordered_body.at(at) : nlohmann::ordered_json();
+    };
     const json* recipe = r.any("recipe", json_input::kRequired, "a recipe object, or the name of one the server has");
     if (recipe != nullptr && recipe->is_object()) {
         out.recipe = *recipe;
+        out.order = ordered_at("/recipe");
         out.pointer_prefix = "/recipe";
         check_client_recipe(out.recipe, options, issues);
     } else if (recipe != nullptr && recipe->is_string()) {
@@ -128,6 +162,8 @@ GenerateRequest read_request(const std::string& body, const ServerOptions& optio
                                   (known.empty() ? std::string("it was started with none") : "it has: " + known) + ")");
         } else {
             out.recipe = read_recipe_file(found->second);
+            out.order =
+                nlohmann::ordered_json::parse(read_small_file(found->second, kMaxConfigFileBytes), nullptr, false);
             out.base_dir = found->second.parent_path();
         }
     } else if (recipe != nullptr) {
@@ -145,7 +181,14 @@ GenerateRequest read_request(const std::string& body, const ServerOptions& optio
         if (controller && out.recipe.is_object()) {
             if (!out.recipe.contains("controllers")) out.recipe["controllers"] = json::array();
             // A malformed controllers value is the recipe's issue, reported when it is parsed.
-            if (out.recipe["controllers"].is_array()) out.recipe["controllers"].push_back(*controller);
+            if (out.recipe["controllers"].is_array()) {
+                out.recipe["controllers"].push_back(*controller);
+                if (!out.order.is_object()) out.order = nlohmann::ordered_json::object();
+                if (!out.order["controllers"].is_array()) out.order["controllers"] = nlohmann::ordered_json::array();
+                while (out.order["controllers"].size() + 1 < out.recipe["controllers"].size())
+                    out.order["controllers"].push_back(nullptr);
+                out.order["controllers"].push_back(response_format_order(ordered_at("/response_format")));
+            }
         }
     }
     if (out.recipe.is_object()) {

@@ -27,6 +27,9 @@ nlohmann::json error_json(const RequestError& e);
 // A request's recipe with the request's overrides applied.
 struct GenerateRequest {
     nlohmann::json recipe;
+    // The recipe's key order as the client (or the server's recipe file) wrote it, where known (null otherwise): the
+    // order a controller's params are handed over in (a JSON Schema's properties are written in the order it gives).
+    nlohmann::ordered_json order;
     std::filesystem::path base_dir = ".";
     std::string pointer_prefix;  // "/recipe" for an inline recipe: where its problems are in the request
     bool stream = false;
@@ -46,6 +49,9 @@ GenerateRequest read_request(const std::string& body, const ServerOptions& optio
 // object; {"type": "text"} -> none. std::nullopt when none is asked for (or the value has issues, recorded at
 // /response_format).
 std::optional<nlohmann::json> response_format_controller(const nlohmann::json& value, std::vector<RecipeIssue>& issues);
+// That controller's key order (GenerateRequest::order's entry) from the response_format as the client wrote it: its
+// schema's.
+nlohmann::ordered_json response_format_order(const nlohmann::ordered_json& value);
 
 // The server's rules for a recipe a client gives (issues at /recipe/...): no less isolation than the server's,
 // plugins by id unless client paths are allowed.
@@ -53,5 +59,9 @@ void check_client_recipe(const nlohmann::json& recipe, const ServerOptions& opti
 
 // Requests whose recipes differ only in seed and samples share generators, and runs.
 std::string share_key(const GenerateRequest& request);
+
+// `value` with the key order of `hint` wherever `hint` has the same keys (objects within objects and arrays too),
+// other keys after them; the content is always `value`'s.
+nlohmann::ordered_json ordered_like(const nlohmann::json& value, const nlohmann::ordered_json& hint);
 
 }  // namespace rudder::serve
