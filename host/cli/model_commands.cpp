@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include <rudder/nn/safetensors.hpp>
@@ -30,6 +31,18 @@ int cmd_convert_weights(const std::string& model, const std::string& dtype_name)
     const uint64_t after = convert_floating_tensors(weights, dtype_name);
     std::cout << weights.string() << ": floating-point tensors stored as " << dtype_name << ", " << before / 1024
               << " KB -> " << after / 1024 << " KB\n";
+    // A Hugging Face config says how its weights are stored (torch_dtype): it says so again, its keys kept in order.
+    if (config.contains("torch_dtype")) {
+        auto ordered = nlohmann::ordered_json::parse(read_small_file(dir / "config.json", kMaxConfigFileBytes));
+        ordered["torch_dtype"] = dtype_name;
+        const std::filesystem::path tmp = dir / "config.json.tmp";
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        out << ordered.dump(2) << "\n";
+        out.close();
+        if (!out) throw std::runtime_error("cannot write '" + tmp.string() + "'");
+        std::filesystem::rename(tmp, dir / "config.json");
+        std::cout << (dir / "config.json").string() << ": torch_dtype " << dtype_name << "\n";
+    }
     return kExitOk;
 }
 
