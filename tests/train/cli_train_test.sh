@@ -402,6 +402,13 @@ PY
       || fail "perplexity $ppl_before -> $ppl_after"
     err=$("$rudder" convert-weights "$work/model" --dtype int8 2>&1); code=$?
     [ $code -eq 2 ] || fail "expected exit 2, got $code: $err"
+    # A Hugging Face folder's config says the new storage type (torch_dtype), its keys in their order.
+    mkdir "$work/hub" && cp "$work/model/model.safetensors" "$work/hub/"
+    printf '{"model_type": "mdlm", "vocab_size": 9, "torch_dtype": "float16"}\n' > "$work/hub/config.json"
+    out=$("$rudder" convert-weights "$work/hub" --dtype bfloat16) || fail "convert exit $?"
+    grep -q "config.json: torch_dtype bfloat16" <<<"$out" || fail "$out"
+    python3 -c 'import json,sys; c = json.load(open(sys.argv[1])); assert list(c) == ["model_type", "vocab_size", "torch_dtype"] and c["torch_dtype"] == "bfloat16", c' \
+      "$work/hub/config.json" || fail "config: $(cat "$work/hub/config.json")"
     ;;
   *) fail "unknown case $case" ;;
 esac
