@@ -2,9 +2,9 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 
+#include <rudder/base/output_file.hpp>
 #include <rudder/nn/safetensors.hpp>
 #include <rudder/runtime/model.hpp>
 #include <rudder/text/text_files.hpp>
@@ -35,12 +35,9 @@ int cmd_convert_weights(const std::string& model, const std::string& dtype_name)
     if (config.contains("torch_dtype")) {
         auto ordered = nlohmann::ordered_json::parse(read_small_file(dir / "config.json", kMaxConfigFileBytes));
         ordered["torch_dtype"] = dtype_name;
-        const std::filesystem::path tmp = dir / "config.json.tmp";
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        out << ordered.dump(2) << "\n";
-        out.close();
-        if (!out) throw std::runtime_error("cannot write '" + tmp.string() + "'");
-        std::filesystem::rename(tmp, dir / "config.json");
+        OutputFile out(dir / "config.json");
+        out.write(ordered.dump(2) + "\n");
+        out.commit();
         std::cout << (dir / "config.json").string() << ": torch_dtype " << dtype_name << "\n";
     }
     return kExitOk;

@@ -2,7 +2,6 @@
 #include <rudder/eval/summary.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -106,7 +105,7 @@ json result_json(const TaskResult& r) {
                 {"controls", controls},
                 {"all_satisfied", r.order.size() > 1 ? json(r.all_success()) : json(nullptr)},
                 {"bleu", r.bleu ? json(*r.bleu) : json(nullptr)},
-                {"teacher_perplexity", std::isnan(r.perplexity) ? json(nullptr) : json(r.perplexity)},
+                {"teacher_perplexity", r.perplexity ? json(*r.perplexity) : json(nullptr)},
                 {"seconds_per_sample", r.seconds_per_sample()},
                 {"network_evaluations_per_sample", r.per_sample(r.denoised_sequences)},
                 {"rows_drawn_per_sample", r.family == "discrete" ? json(r.per_sample(r.rows_drawn)) : json(nullptr)}};
@@ -137,11 +136,11 @@ std::string markdown(const std::vector<TaskResult>& results) {
             controls += buf;
         }
         if (r.prompted) controls += (controls.empty() ? "" : "; ") + prompted_markdown(*r.prompted);
-        if (std::isnan(r.perplexity))
-            std::snprintf(buf, sizeof buf, " | — | %.2f | %.1f |", r.seconds_per_sample(),
+        if (r.perplexity)
+            std::snprintf(buf, sizeof buf, " | %.2f | %.2f | %.1f |", *r.perplexity, r.seconds_per_sample(),
                           r.per_sample(r.denoised_sequences));
         else
-            std::snprintf(buf, sizeof buf, " | %.2f | %.2f | %.1f |", r.perplexity, r.seconds_per_sample(),
+            std::snprintf(buf, sizeof buf, " | — | %.2f | %.1f |", r.seconds_per_sample(),
                           r.per_sample(r.denoised_sequences));
         md << "| " << r.name << " | " << r.family << " | " << r.targets << " | " << (controls.empty() ? "—" : controls)
            << buf << "\n";
@@ -171,7 +170,10 @@ TaskResult summarize(const std::string& name, const std::vector<TargetOutcome>& 
             ++result.samples;
             const json& target = line.at("target");
             if (target.contains("prompt")) {
-                if (!result.prompted) result.prompted = PromptedScores{target.at("task").get<std::string>()};
+                if (!result.prompted) {
+                    result.prompted.emplace();
+                    result.prompted->task = target.at("task").get<std::string>();
+                }
                 const std::string answer =
                     answer_of(line.at("text").get<std::string>(), target.at("prompt").get<std::string>());
                 score_answer(*result.prompted, answer, target, hypotheses, references);
@@ -201,9 +203,8 @@ TaskResult summarize(const std::string& name, const std::vector<TargetOutcome>& 
             result.all_satisfied += all ? 1 : 0;
         }
     }
-    if (result.prompted && result.prompted->task == "text_to_data") {
-        result.perplexity = std::nan("");  // JSON records: not the language the teacher scores
-    } else {
+    // None for JSON records: not the language the teacher scores.
+    if (!result.prompted || result.prompted->task != "text_to_data") {
         ComputeShare share;
         result.perplexity = score_texts(teacher, texts).perplexity();
     }

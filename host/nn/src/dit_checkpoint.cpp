@@ -9,6 +9,7 @@
 
 #include <rudder/nn/denoiser_net.hpp>
 #include <rudder/nn/safetensors.hpp>
+#include <rudder/nn/schedule.hpp>
 
 #include "checkpoint_files.hpp"
 #include "dit_forward.hpp"
@@ -267,7 +268,7 @@ void DitNetwork::to(const at::Device& device) {
             *t = t->to(device);
 }
 
-double DitNetwork::sigma_at(double t) const { return -std::log1p(-(1.0 - config_.schedule_eps) * t); }
+double DitNetwork::sigma_at(double t) const { return MaskSchedule(config_.schedule_eps).sigma_bar(t); }
 
 at::Tensor DitNetwork::forward(const at::Tensor& tokens, const at::Tensor& sigma) const {
     return forward_segment(tokens, 0, sigma, nullptr, nullptr);

@@ -4,9 +4,11 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include <rudder/nn/config_error.hpp>
 #include <rudder/nn/denoiser_net.hpp>
+#include <rudder/nn/schedule.hpp>
 
 #include "dit_forward.hpp"
 
@@ -112,8 +114,13 @@ at::Tensor DitTrainableNet::loss(const TrainingBatch& batch, at::Generator& gen)
         throw std::invalid_argument("DitTrainableNet::loss: tokens must be int64 [B, L]");
     const int64_t mask = config_.mask_id();
     const SubsNoise noise = draw_subs_noise(tokens, mask, config_.schedule_eps, gen, batch.clean);
-    // sigma(t) of the log-linear schedule, as MDLM gives its backbone (which ignores it without time conditioning).
-    const at::Tensor sigma = (-at::log1p(-(1.0 - config_.schedule_eps) * noise.t)).to(at::kFloat);
+    // The total noise of the log-linear schedule at each row's time, as MDLM gives its backbone (which ignores it
+    // without time conditioning).
+    const MaskSchedule schedule(config_.schedule_eps);
+    const auto times = noise.t.accessor<double, 1>();
+    std::vector<float> sigmas;
+    for (int64_t b = 0; b < noise.t.size(0); ++b) sigmas.push_back(static_cast<float>(schedule.sigma_bar(times[b])));
+    const at::Tensor sigma = at::tensor(sigmas);
     const bool drop = is_training() && dropout_ > 0.0;
     const at::Tensor states =
         dit_states(config_, w_, noise.x_t, 0, sigma, nullptr, nullptr, drop ? dropout_ : 0.0, drop ? &gen : nullptr);

@@ -167,15 +167,37 @@ Recipe parse_recipe(const std::string& text, const std::filesystem::path& base_d
     Recipe recipe = parse_recipe_document(doc, base_dir, limits, issues);
     // Each controller's params in the text's key order: a controller may read order into them (a JSON Schema's
     // properties are written in the order it gives them).
-    const auto ordered = nlohmann::ordered_json::parse(text, nullptr, false);
-    const auto list = ordered.is_object() ? ordered.find("controllers") : ordered.end();
-    if (list != ordered.end() && list->is_array())
-        for (auto& spec : recipe.controllers) {
-            const size_t i = std::stoul(spec.pointer.substr(spec.pointer.rfind('/') + 1));
-            if (i < list->size() && (*list)[i].is_object() && (*list)[i].contains("params"))
-                spec.params_text = (*list)[i]["params"].dump();
-        }
+    keep_params_order(recipe, nlohmann::ordered_json::parse(text, nullptr, false));
     return recipe;
+}
+
+nlohmann::ordered_json ordered_like(const json& value, const nlohmann::ordered_json& hint) {
+    if (value.is_object()) {
+        nlohmann::ordered_json out = nlohmann::ordered_json::object();
+        if (hint.is_object())
+            for (const auto& item : hint.items())
+                if (value.contains(item.key())) out[item.key()] = ordered_like(value.at(item.key()), item.value());
+        for (const auto& item : value.items())
+            if (!out.contains(item.key())) out[item.key()] = ordered_like(item.value(), nullptr);
+        return out;
+    }
+    if (value.is_array()) {
+        nlohmann::ordered_json out = nlohmann::ordered_json::array();
+        for (size_t i = 0; i < value.size(); ++i)
+            out.push_back(ordered_like(value[i], hint.is_array() && i < hint.size() ? hint[i] : nullptr));
+        return out;
+    }
+    return nlohmann::ordered_json(value);
+}
+
+void keep_params_order(Recipe& recipe, const nlohmann::ordered_json& order) {
+    const auto list = order.is_object() ? order.find("controllers") : order.end();
+    if (list == order.end() || !list->is_array()) return;
+    for (auto& spec : recipe.controllers) {
+        const size_t i = std::stoul(spec.pointer.substr(spec.pointer.rfind('/') + 1));
+        if (i < list->size() && (*list)[i].is_object() && (*list)[i].contains("params"))
+            spec.params_text = ordered_like(spec.params, (*list)[i]["params"]).dump();
+    }
 }
 
 Recipe parse_recipe_document(const json& doc, const std::filesystem::path& base_dir, const RecipeLimits& limits,

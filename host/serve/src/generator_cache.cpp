@@ -132,14 +132,7 @@ std::unique_ptr<Generator> GeneratorLoader::load(const GenerateRequest& request,
         // The request's recipe as it was parsed from the body (or the server's file), not printed and parsed again.
         Recipe recipe = parse_recipe_document(request.recipe, request.base_dir, limits_, &issues);
         // Each controller's params in the order the client wrote them (the parsed document sorted its keys).
-        const nlohmann::ordered_json::json_pointer hints("/controllers");
-        if (request.order.is_object() && request.order.contains(hints) && request.order.at(hints).is_array())
-            for (auto& spec : recipe.controllers) {
-                const size_t i = std::stoul(spec.pointer.substr(spec.pointer.rfind('/') + 1));
-                const auto& hint = request.order.at(hints);
-                if (i < hint.size() && hint[i].is_object() && hint[i].contains("params"))
-                    spec.params_text = ordered_like(spec.params, hint[i]["params"]).dump();
-            }
+        keep_params_order(recipe, request.order);
         *samples = recipe.samples;
         if (issues.empty()) {
             std::optional<GeneratorCache::Known> known = cache.known(key);

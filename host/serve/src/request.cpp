@@ -111,25 +111,6 @@ std::string share_key(const GenerateRequest& request) {
     return request.base_dir.string() + "\n" + ordered_like(shape, request.order).dump();
 }
 
-nlohmann::ordered_json ordered_like(const json& value, const nlohmann::ordered_json& hint) {
-    if (value.is_object()) {
-        nlohmann::ordered_json out = nlohmann::ordered_json::object();
-        if (hint.is_object())
-            for (const auto& item : hint.items())
-                if (value.contains(item.key())) out[item.key()] = ordered_like(value.at(item.key()), item.value());
-        for (const auto& item : value.items())
-            if (!out.contains(item.key())) out[item.key()] = ordered_like(item.value(), nullptr);
-        return out;
-    }
-    if (value.is_array()) {
-        nlohmann::ordered_json out = nlohmann::ordered_json::array();
-        for (size_t i = 0; i < value.size(); ++i)
-            out.push_back(ordered_like(value[i], hint.is_array() && i < hint.size() ? hint[i] : nullptr));
-        return out;
-    }
-    return nlohmann::ordered_json(value);
-}
-
 GenerateRequest read_request(const std::string& body, const ServerOptions& options) {
     json j;
     try {

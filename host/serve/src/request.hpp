@@ -60,8 +60,4 @@ void check_client_recipe(const nlohmann::json& recipe, const ServerOptions& opti
 // Requests whose recipes differ only in seed and samples share generators, and runs.
 std::string share_key(const GenerateRequest& request);
 
-// `value` with the key order of `hint` wherever `hint` has the same keys (objects within objects and arrays too),
-// other keys after them; the content is always `value`'s.
-nlohmann::ordered_json ordered_like(const nlohmann::json& value, const nlohmann::ordered_json& hint);
-
 }  // namespace rudder::serve

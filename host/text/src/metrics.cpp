@@ -122,6 +122,7 @@ std::vector<std::string> bleu_words(const std::string& text) {
     // the punctuation {|}~ [\]^_` space-to-& ( to + : to @ / stands apart; a period or comma unless between digits
     // (split when the byte before or after it is not a digit); a dash after a digit. Then lower case.
     const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+    const auto space = [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; };
     const auto always_apart = [](char c) {
         return (c >= '{' && c <= '~') || (c >= '[' && c <= '`') || (c >= ' ' && c <= '&') || (c >= '(' && c <= '+') ||
                (c >= ':' && c <= '@') || c == '/';
@@ -135,7 +136,7 @@ std::vector<std::string> bleu_words(const std::string& text) {
     for (size_t i = 0; i < text.size(); ++i) {
         const char c = text[i];
         const char before = i > 0 ? text[i - 1] : ' ', after = i + 1 < text.size() ? text[i + 1] : ' ';
-        bool apart = always_apart(c) || c == '\n' || c == '\t' || c == '\r';
+        bool apart = always_apart(c) || space(c);
         if (c == '.' || c == ',') apart = !digit(before) || !digit(after);
         if (c == '-' && digit(before)) apart = true;
         if (!apart) {
@@ -143,7 +144,7 @@ std::vector<std::string> bleu_words(const std::string& text) {
             continue;
         }
         flush();
-        if (c != ' ' && c != '\n' && c != '\t' && c != '\r') words.emplace_back(1, c);
+        if (!space(c)) words.emplace_back(1, c);
     }
     flush();
     return words;

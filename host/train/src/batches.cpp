@@ -175,7 +175,7 @@ nn::TrainingBatch make_batch(const TrainConfig& c, const std::vector<Example>& e
                              const std::vector<int64_t>& rows, int64_t pad, std::optional<uint64_t> fields_seed) {
     if (is_controller_kind(c.kind)) return make_classifier_batch(examples, rows, c.max_length, pad);
     if (is_syntax_kind(c.kind)) return make_syntax_batch(examples, rows, c.kind);
-    if (is_checkpoint_kind(c.kind)) {
+    if (is_hub_kind(c.kind)) {
         nn::TrainingBatch batch = make_e2e_batch(examples, rows, c.max_length, pad, false, 0.0, nullptr);
         // A prompt is given, never generated: its positions stay clean (LLaDA's supervised fine-tuning does so).
         at::Tensor prompt_length = at::empty({static_cast<int64_t>(rows.size()), 1}, at::kLong);

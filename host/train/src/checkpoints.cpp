@@ -203,13 +203,33 @@ void start_train_log(const TrainConfig& c, std::optional<int64_t> resumed_step) 
     write_atomically(log_file, kept);
 }
 
+namespace {
+
+// The Hugging Face MDLM folder: tokenizer.json (the config's), training.json (`training` and the network config),
+// model.safetensors (the DiT's tensors under the hub's names), config.json last (MDLM's).
+void write_hub_model(const fs::path& dir, const TrainConfig& c, const nn::TrainableNetwork& network, int64_t step,
+                     const json& training) {
+    const auto* dit = dynamic_cast<const nn::DitTrainableNet*>(&network);
+    if (dit == nullptr) throw std::logic_error("the mdlm kind without its DiT network");
+    // Exactly the files of a Hugging Face MDLM folder, plus what Rudder's trainer records beside them (no reader
+    // needs it): training.json, as config.json's "training" is for Rudder's own models.
+    write_atomically(dir / "tokenizer.json", read_small_file(c.tokenizer_file, kMaxTokenizerFileBytes, "tokenizer"));
+    write_atomically(dir / "training.json",
+                     json{{"kind", c.kind}, {"network", network.config()}, {"training", training}}.dump(2) + "\n");
+    save_safetensors(dir / "model.safetensors", nn::module_tensors(network),
+                     {{"format", "pt"}, {"rudder_kind", c.kind}, {"step", std::to_string(step)}});
+    write_atomically(dir / "config.json", dit->hub_config().dump(2) + "\n");
+}
+
+}  // namespace
+
 void write_model_files(const fs::path& dir, const TrainConfig& c, const nn::TrainableNetwork& network,
                        const Tokenizer& tokenizer, int64_t step, const json& training) {
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) throw ModelError("cannot create '" + dir.string() + "': " + ec.message());
-    if (is_checkpoint_kind(c.kind)) {
-        write_checkpoint_model(dir, c, network, step, training);
+    if (is_hub_kind(c.kind)) {
+        write_hub_model(dir, c, network, step, training);
         return;
     }
     const bool denoiser = is_denoiser_kind(c.kind);
@@ -234,20 +254,6 @@ void write_model_files(const fs::path& dir, const TrainConfig& c, const nn::Trai
                      {{"format", "pt"}, {"rudder_kind", c.kind}, {"step", std::to_string(step)}});
     // config.json last: a directory with one holds a complete model.
     write_atomically(dir / "config.json", config.dump(2) + "\n");
-}
-
-void write_checkpoint_model(const fs::path& dir, const TrainConfig& c, const nn::TrainableNetwork& network,
-                            int64_t step, const json& training) {
-    const auto* dit = dynamic_cast<const nn::DitTrainableNet*>(&network);
-    if (dit == nullptr) throw std::logic_error("the mdlm kind without its DiT network");
-    // Exactly the files of a Hugging Face MDLM folder, plus what Rudder's trainer records beside them (no reader
-    // needs it): training.json, as config.json's "training" is for Rudder's own models.
-    write_atomically(dir / "tokenizer.json", read_small_file(c.tokenizer_file, kMaxTokenizerFileBytes, "tokenizer"));
-    write_atomically(dir / "training.json",
-                     json{{"kind", c.kind}, {"network", network.config()}, {"training", training}}.dump(2) + "\n");
-    save_safetensors(dir / "model.safetensors", nn::module_tensors(network),
-                     {{"format", "pt"}, {"rudder_kind", c.kind}, {"step", std::to_string(step)}});
-    write_atomically(dir / "config.json", dit->hub_config().dump(2) + "\n");
 }
 
 void write_model(const TrainConfig& c, const nn::TrainableNetwork& network, const Tokenizer& tokenizer, int64_t step,

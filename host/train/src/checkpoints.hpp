@@ -64,14 +64,9 @@ void remove_checkpoint(const TrainConfig& c);
 
 // Writes the model directory `dir` (vocab.txt, model.safetensors, config.json last). `training`: config.json's
 // "training" object (steps, seed, losses, ...). The mdlm kind writes a Hugging Face MDLM folder instead
-// (write_checkpoint_model).
+// (tokenizer.json, training.json, model.safetensors, config.json last).
 void write_model_files(const std::filesystem::path& dir, const TrainConfig& c, const nn::TrainableNetwork& network,
                        const Tokenizer& tokenizer, int64_t step, const nlohmann::json& training);
-
-// An MDLM checkpoint folder: tokenizer.json (the config's), training.json (`training` and the network config),
-// model.safetensors (the DiT's tensors under the hub's names), config.json last (MDLM's).
-void write_checkpoint_model(const std::filesystem::path& dir, const TrainConfig& c, const nn::TrainableNetwork& network,
-                            int64_t step, const nlohmann::json& training);
 
 // write_model_files to c.out, then removes the checkpoint: the run's end.
 void write_model(const TrainConfig& c, const nn::TrainableNetwork& network, const Tokenizer& tokenizer, int64_t step,

@@ -118,13 +118,13 @@ TrainConfig parse_train_config(const json& j, const fs::path& base_dir, const st
     }
     data.reject_unknown_keys();
 
-    const bool checkpoint = is_checkpoint_kind(c.kind);
+    const bool hub = is_hub_kind(c.kind);
     ObjectReader tokenizer(root.object("tokenizer").value_or(json::object()), "/tokenizer", issues);
     c.vocab_file = input_file(tokenizer, "vocab", false, base_dir);
     c.min_count = tokenizer.integer("min_count", 1, kMaxCount).value_or(1);
     // Checked when the data is read, not here: `rudder train --texts-out` writes the texts a tokenizer is made from.
     c.tokenizer_file = resolve(base_dir, tokenizer.text("file").value_or(""));
-    if (checkpoint) {
+    if (hub) {
         for (const char* key : {"vocab", "min_count"})
             if (tokenizer.has(key))
                 tokenizer.issue(key, "the mdlm kind takes a BPE tokenizer.json (\"file\"), not a word vocabulary");
@@ -179,14 +179,14 @@ TrainConfig parse_train_config(const json& j, const fs::path& base_dir, const st
             training.issue("init_from", "'" + c.init_from.string() +
                                             "' is not a trained model directory (config.json and "
                                             "model.safetensors)");
-        else if (checkpoint && c.tokenizer_file.empty())
+        else if (hub && c.tokenizer_file.empty())
             c.tokenizer_file = c.init_from / "tokenizer.json";
-        else if (!checkpoint && c.vocab_file.empty() && fs::is_regular_file(c.init_from / "vocab.txt", ec))
+        else if (!hub && c.vocab_file.empty() && fs::is_regular_file(c.init_from / "vocab.txt", ec))
             c.vocab_file = c.init_from / "vocab.txt";
         if (tokenizer.has("min_count") && !tokenizer.has("vocab"))
             tokenizer.issue("min_count", "the vocabulary comes from training.init_from; leave min_count out");
     }
-    if (checkpoint && c.tokenizer_file.empty() && !training.has("init_from"))
+    if (hub && c.tokenizer_file.empty() && !training.has("init_from"))
         tokenizer.issue("file", "required for the mdlm kind: a byte-level BPE tokenizer.json (or training.init_from)");
     if (!denoiser && c.condition_dropout > 0)
         training.issue("condition_dropout",

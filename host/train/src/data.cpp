@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <stdexcept>
 
@@ -295,18 +294,22 @@ void load_annotations(const TrainConfig& c, TrainingData& d) {
     d.network_config["labels"] = labels.chains.names;
 }
 
-// E2E rows as prompted texts (meaning::prompted_texts): the prompt's tokens, the answer's, then the end-of-text
-// token. Prompt and answer are encoded apart, as a prompt is encoded at sampling time before its answer exists.
+// An E2E row's prompted texts (meaning::prompted_texts); a meaning representation with no record is an error naming
+// it.
+std::vector<meaning::PromptedText> prompted_texts_of(const E2ERecord& record) {
+    try {
+        return meaning::prompted_texts(record.mr, record.ref);
+    } catch (const std::invalid_argument& e) {
+        throw std::runtime_error("meaning representation '" + record.mr + "': " + e.what());
+    }
+}
+
+// E2E rows as prompted texts: the prompt's tokens, the answer's, then the end-of-text token. Prompt and answer are
+// encoded apart, as a prompt is encoded at sampling time before its answer exists.
 Dataset encode_prompted(const std::vector<E2ERecord>& records, const Tokenizer& tokenizer, const TrainConfig& c) {
     Dataset data;
     for (const auto& record : records) {
-        std::vector<meaning::PromptedText> texts;
-        try {
-            texts = meaning::prompted_texts(record.mr, record.ref);
-        } catch (const std::invalid_argument& e) {
-            throw std::runtime_error("meaning representation '" + record.mr + "': " + e.what());
-        }
-        for (const auto& text : texts) {
+        for (const auto& text : prompted_texts_of(record)) {
             Example e;
             e.tokens = tokenizer.encode(text.prompt);
             e.prompt_length = static_cast<int64_t>(e.tokens.size());
@@ -329,7 +332,7 @@ Dataset encode_prompted(const std::vector<E2ERecord>& records, const Tokenizer& 
 
 // The mdlm kind's tokenizer: the BPE tokenizer.json with "<|endoftext|>" as its padding (the end of a text), and
 // the mask after its last id, as the runtime reads an MDLM checkpoint's.
-std::shared_ptr<const Tokenizer> checkpoint_tokenizer(const TrainConfig& c) {
+std::shared_ptr<const Tokenizer> hub_tokenizer(const TrainConfig& c) {
     std::error_code ec;
     if (!fs::is_regular_file(c.tokenizer_file, ec))
         throw ConfigError(c.source, {{"/tokenizer/file", "no such file '" + c.tokenizer_file.string() +
@@ -343,7 +346,7 @@ std::shared_ptr<const Tokenizer> checkpoint_tokenizer(const TrainConfig& c) {
 
 void load_prompted(const TrainConfig& c, TrainingData& d) {
     d.network_config = c.network;
-    d.tokenizer = checkpoint_tokenizer(c);
+    d.tokenizer = hub_tokenizer(c);
     d.train = encode_prompted(read_e2e_csv(c.train_file), *d.tokenizer, c);
     if (!c.dev_file.empty()) d.dev = encode_prompted(read_e2e_csv(c.dev_file), *d.tokenizer, c);
 }
@@ -377,7 +380,7 @@ TrainingData load_training_data(const TrainConfig& c, const std::function<void(c
         load_annotations(c, d);
     } else if (syntax) {
         load_treebanks(c, d);
-    } else if (is_checkpoint_kind(c.kind)) {
+    } else if (is_hub_kind(c.kind)) {
         load_prompted(c, d);
     } else {
         load_e2e(c, d);
@@ -400,26 +403,17 @@ TrainingData load_training_data(const TrainConfig& c, const std::function<void(c
     return d;
 }
 
-int64_t write_prompted_texts(const TrainConfig& c, const fs::path& file) {
-    if (!is_checkpoint_kind(c.kind))
+std::string prompted_texts_jsonl(const TrainConfig& c, int64_t& count) {
+    if (!is_hub_kind(c.kind))
         throw std::runtime_error("--texts-out applies to the mdlm kind; this config trains a " + c.kind);
     std::string out;
-    int64_t count = 0;
-    for (const auto& record : read_e2e_csv(c.train_file)) {
-        try {
-            for (const auto& text : meaning::prompted_texts(record.mr, record.ref)) {
-                out += json{{"prompt", text.prompt}, {"answer", text.answer}}.dump() + "\n";
-                ++count;
-            }
-        } catch (const std::invalid_argument& e) {
-            throw std::runtime_error("meaning representation '" + record.mr + "': " + e.what());
+    count = 0;
+    for (const auto& record : read_e2e_csv(c.train_file))
+        for (const auto& text : prompted_texts_of(record)) {
+            out += json{{"prompt", text.prompt}, {"answer", text.answer}}.dump() + "\n";
+            ++count;
         }
-    }
-    std::ofstream stream(file, std::ios::binary | std::ios::trunc);
-    stream << out;
-    stream.flush();
-    if (!stream) throw ModelError("cannot write '" + file.string() + "'");
-    return count;
+    return out;
 }
 
 }  // namespace rudder::train

@@ -52,7 +52,7 @@ struct TrainingData {
 TrainingData load_training_data(const TrainConfig& c, const std::function<void(const std::string&)>& say);
 
 // The mdlm kind's training texts, JSON Lines of {"prompt", "answer"} (meaning::prompted_texts of each row of
-// data.train): what its BPE tokenizer is trained on (scripts/train_bpe_tokenizer.mjs). Returns the count.
-int64_t write_prompted_texts(const TrainConfig& c, const std::filesystem::path& file);
+// data.train): what its BPE tokenizer is trained on (scripts/train_bpe_tokenizer.mjs). `count` gets their number.
+std::string prompted_texts_jsonl(const TrainConfig& c, int64_t& count);
 
 }  // namespace rudder::train

@@ -22,8 +22,8 @@ const std::vector<std::string>& network_kinds();
 // Denoisers are conditioned on the meaning representation and written as "type": "transformer" models.
 bool is_denoiser_kind(const std::string& kind);
 // MDLM's DiT, trained on E2E as prompted texts (data-to-text, text-to-data, plain descriptions) with a BPE
-// tokenizer.json, and written as a Hugging Face MDLM checkpoint (config.json "model_type": "mdlm").
-inline bool is_checkpoint_kind(const std::string& kind) { return kind == "mdlm"; }
+// tokenizer.json, and written as a Hugging Face MDLM folder (config.json "model_type": "mdlm"): a hub-layout model.
+inline bool is_hub_kind(const std::string& kind) { return kind == "mdlm"; }
 // The tagger and the parser train on treebanks and are written as "type": "tagger" / "parser" models.
 bool is_syntax_kind(const std::string& kind);
 

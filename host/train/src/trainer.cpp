@@ -185,8 +185,7 @@ void Trainer::build_network() {
 void Trainer::start_from_model(bool load_weights) {
     // Steps behind the weights: the model's own, plus those of the model it started from, if any.
     // An MDLM folder keeps the trainer's record in training.json (its config.json is MDLM's).
-    const bool checkpoint = is_checkpoint_kind(c_.kind);
-    const json config = read_json_file(c_.init_from / (checkpoint ? "training.json" : "config.json"));
+    const json config = read_json_file(c_.init_from / (is_hub_kind(c_.kind) ? "training.json" : "config.json"));
     if (const auto training = config.find("training"); training != config.end() && training->is_object()) {
         init_steps_ = training->value("steps", int64_t{0});
         if (const auto earlier = training->find("init_from"); earlier != training->end() && earlier->is_object())
@@ -492,7 +491,9 @@ TrainResult Trainer::run() {
 }  // namespace
 
 int64_t write_training_texts(const TrainConfig& config, const fs::path& file) {
-    return write_prompted_texts(config, file);
+    int64_t count = 0;
+    write_atomically(file, prompted_texts_jsonl(config, count));
+    return count;
 }
 
 TrainResult train(const TrainConfig& config, const TrainOptions& options) {

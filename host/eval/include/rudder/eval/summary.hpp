@@ -4,7 +4,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <cmath>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -51,8 +50,8 @@ struct TaskResult {
     double all_success() const {
         return samples ? static_cast<double>(all_satisfied) / static_cast<double>(samples) : 0.0;
     }
-    double perplexity = 0.0;  // NaN when the texts are not language (text_to_data's JSON records)
-    double seconds = 0.0;     // generation only (model and plugin loading excluded)
+    std::optional<double> perplexity;  // none when the texts are not language (text_to_data's JSON records)
+    double seconds = 0.0;              // generation only (model and plugin loading excluded)
     double seconds_per_sample() const { return samples ? seconds / static_cast<double>(samples) : 0.0; }
     // The cost of control beside the time: network evaluations of one sequence, and (discrete) positions drawn,
     // each of which a candidate-scoring controller scores.

@@ -22,7 +22,6 @@ public:
     // ConfigError.
     DitTrainableNet(const nlohmann::json& network_config, const Tokenizer& tokenizer);
 
-    const DitConfig& dit_config() const { return config_; }
     // MDLM's continuous-time negative ELBO under SUBS (nn::subs_nelbo), with MDLM's dropout while training.
     at::Tensor loss(const TrainingBatch& batch, at::Generator& gen) override;
     // The training config's network object, completed: what rebuilds this network.

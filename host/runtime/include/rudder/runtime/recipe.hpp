@@ -122,6 +122,14 @@ Recipe parse_recipe(const std::string& text, const std::filesystem::path& base_d
 // served request's recipe, read once as JSON and never printed and parsed again.
 Recipe parse_recipe_document(const nlohmann::json& doc, const std::filesystem::path& base_dir,
                              const RecipeLimits& limits = {}, std::vector<RecipeIssue>* issues = nullptr);
+// `value` with the key order of `hint` wherever `hint` has the same keys (objects within objects and arrays too),
+// other keys after them; the content is always `value`'s.
+nlohmann::ordered_json ordered_like(const nlohmann::json& value, const nlohmann::ordered_json& hint);
+// Gives each controller of `recipe` its params_text: its params in the key order `order` (the recipe document as it
+// was written, or one shaped like it; null entries where unknown) gives them. Controllers `order` says nothing of
+// keep theirs.
+void keep_params_order(Recipe& recipe, const nlohmann::ordered_json& order);
+
 // Reads the file (an unreadable file is a RecipeError at pointer "") and parses it; base_dir = its folder.
 Recipe load_recipe(const std::filesystem::path& path, const RecipeLimits& limits = {},
                    std::vector<RecipeIssue>* issues = nullptr);
