@@ -4,7 +4,7 @@
 #                                    test and benchmark tools (make test installs those)
 set -euo pipefail
 build_packages=(
-  cmake make g++ pkg-config   # pkg-config: the install test builds the examples with it too
+  cmake make ninja-build g++ pkg-config   # pkg-config: the install test builds the examples with it too
   libtorch-dev libopenblas0-pthread   # LibTorch; without OpenBLAS it falls back to reference BLAS (~30x slower)
   libopenblas0-openmp                 # OpenBLAS on OpenMP: one thread pool with LibTorch's (selected below)
   libboost-dev libboost-filesystem-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libdlpack-dev zlib1g-dev
@@ -18,6 +18,7 @@ test_packages=(
   python3-torch   # the MDLM/SEDD checkpoint test writes its random-weight checkpoints and reference outputs with it
   python3-jsonschema   # structured output's validity test checks every sample with an independent validator
   clang libclang-rt-14-dev                # make test-sanitize: ASan/UBSan build and the libFuzzer targets
+  lld   # links the test build and the sanitized one in a fraction of GNU ld's time (CMakeLists.txt)
   chromium   # the playground's browser test (serve.playground), driven by playwright-core from npm
   python3-distributed   # rudder.dask (bulk generation and sharded evals on Dask) and its test
   nginx      # serve.nginx_replicas: two rudder serve replicas behind it (run unprivileged by the test; see below)

@@ -1,6 +1,5 @@
 // The transformer denoisers: shapes, SUBS, conditioning, config validation, gradients, and weights files.
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -25,14 +24,13 @@
 #include <rudder/runtime/generator.hpp>
 
 #include "transformer_denoiser.hpp"
+#include "seeded_generator.hpp"
 
 namespace rudder {
 namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace rudder::testing;
-
-at::Generator make_gen(uint64_t seed) { return at::make_generator<at::CPUGeneratorImpl>(seed); }
 
 std::shared_ptr<nn::ContinuousDenoiserNet> continuous_net(bool conditional, uint64_t seed = 1) {
     at::manual_seed(seed);

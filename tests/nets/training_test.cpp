@@ -1,7 +1,6 @@
 // A few hundred Adam steps on eight sentences: each family's loss must fall clearly, and the bare reverse loop over
 // the trained network (no Generator, no controllers) must reproduce training sentences for most samples.
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/optim/adam.h>
 
@@ -16,6 +15,7 @@
 
 #include "transformer_denoiser.hpp"
 #include "sampler.hpp"
+#include "seeded_generator.hpp"
 
 namespace rudder {
 namespace {
@@ -27,8 +27,6 @@ constexpr int64_t kSteps = 600;        // Adam steps
 constexpr int64_t kSampleSteps = 100;  // reverse steps. The discrete family needs many: positions unmasked in the
                                        // same step are drawn independently (at 12 steps, one per position, only
                                        // about 70% of samples were training sentences; at 100, 80-90%)
-
-at::Generator make_gen(uint64_t seed) { return at::make_generator<at::CPUGeneratorImpl>(seed); }
 
 // Small, but big enough to memorise eight sentences in a few hundred steps.
 json small_config(const std::string& family, bool conditional) {

@@ -1,5 +1,4 @@
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,11 +7,10 @@
 #include <vector>
 
 #include "sampler.hpp"
+#include "seeded_generator.hpp"
 
 namespace rudder {
 namespace {
-
-at::Generator make_gen(uint64_t seed) { return at::make_generator<at::CPUGeneratorImpl>(seed); }
 
 TEST(ContinuousSampler, RespacingGivesDecreasingUniqueTimesteps) {
     const auto schedule = GaussianSchedule::make("sqrt", 1000);

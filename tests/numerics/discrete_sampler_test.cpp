@@ -1,5 +1,4 @@
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
 #include <array>
@@ -8,13 +7,12 @@
 #include <stdexcept>
 
 #include "sampler.hpp"
+#include "seeded_generator.hpp"
 
 namespace rudder {
 namespace {
 
-at::Generator make_gen(uint64_t seed) { return at::make_generator<at::CPUGeneratorImpl>(seed); }
-
-constexpr int64_t kMask = 2;
+constexpr int64_t kMaskToken = 2;
 
 TEST(DiscreteSampler, TimesAndInit) {
     const DiscreteSampler sampler(MaskSchedule(), DiscreteSampler::Kind::analytic, 4);
@@ -22,10 +20,10 @@ TEST(DiscreteSampler, TimesAndInit) {
     EXPECT_DOUBLE_EQ(sampler.t(1), 0.75);
     EXPECT_DOUBLE_EQ(sampler.t_next(1), 0.5);
     EXPECT_DOUBLE_EQ(sampler.t_next(3), 0.0);
-    const at::Tensor x = sampler.init(3, 5, kMask, at::Device(at::kCPU));
+    const at::Tensor x = sampler.init(3, 5, kMaskToken, at::Device(at::kCPU));
     EXPECT_EQ(x.scalar_type(), at::kLong);
     EXPECT_EQ(x.sizes(), (at::IntArrayRef{3, 5}));
-    EXPECT_TRUE(x.eq(kMask).all().item<bool>());
+    EXPECT_TRUE(x.eq(kMaskToken).all().item<bool>());
     EXPECT_THROW(DiscreteSampler(MaskSchedule(), DiscreteSampler::Kind::euler, 0), std::invalid_argument);
 }
 
@@ -108,20 +106,20 @@ TEST(DiscreteSampler, RemaskingChainKeepsTheMaskedShare) {
     const DiscreteSampler sampler = remasking_sampler(steps, DiscreteSampler::Remasking::Strategy::cap, 0.1);
     auto gen = make_gen(11);
     const at::Tensor logp0 = at::zeros({B, L, V});
-    at::Tensor x = sampler.init(B, L, kMask, at::Device(at::kCPU));
+    at::Tensor x = sampler.init(B, L, kMaskToken, at::Device(at::kCPU));
     double expected = 1.0;
     int64_t remasked = 0;
     for (int64_t i = 0; i < steps; ++i) {
-        const at::Tensor before = x.ne(kMask);
-        x = sampler.step(x, logp0, i, kMask, gen);
-        remasked += before.logical_and(x.eq(kMask)).sum().item<int64_t>();
+        const at::Tensor before = x.ne(kMaskToken);
+        x = sampler.step(x, logp0, i, kMaskToken, gen);
+        remasked += before.logical_and(x.eq(kMaskToken)).sum().item<int64_t>();
         expected = expected * (1.0 - sampler.unmask_prob(i)) + (1.0 - expected) * sampler.remask_prob(i);
-        const double share = x.eq(kMask).to(at::kDouble).mean().item<double>();
+        const double share = x.eq(kMaskToken).to(at::kDouble).mean().item<double>();
         const double deviation = std::sqrt(std::max(expected * (1.0 - expected), 1e-12) / (B * L));
         EXPECT_NEAR(share, expected, 5 * deviation + 1e-12) << "step " << i;
     }
     EXPECT_GT(remasked, B * L / 10) << "remasking masked almost nothing again";
-    EXPECT_FALSE(x.eq(kMask).any().item<bool>());
+    EXPECT_FALSE(x.eq(kMaskToken).any().item<bool>());
 }
 
 TEST(DiscreteSampler, EulerEqualsAnalyticOnTheLogLinearSchedule) {
@@ -146,33 +144,33 @@ TEST(DiscreteSampler, CommittedTokensStayAndMaskIsNeverEmitted) {
         const DiscreteSampler sampler(MaskSchedule(), kind, 20);
         // Committed tokens in the even columns; the odd columns start masked.
         at::Tensor x = at::randint(3, V, {B, L}, gen, at::kLong);
-        x.slice(1, 1, L, 2).fill_(kMask);
+        x.slice(1, 1, L, 2).fill_(kMaskToken);
         const at::Tensor committed = x.slice(1, 0, L, 2).clone();
         at::Tensor previous = x.clone();
         for (int64_t i = 0; i < sampler.steps(); ++i) {
             at::Tensor logp0 = at::log_softmax(at::randn({B, L, V}, gen), 2);
-            logp0.select(2, kMask).fill_(5.0);  // most of the mass on the mask token: must still never be drawn
-            x = sampler.step(x, logp0, i, kMask, gen);
+            logp0.select(2, kMaskToken).fill_(5.0);  // most of the mass on the mask token: must still never be drawn
+            x = sampler.step(x, logp0, i, kMaskToken, gen);
             EXPECT_EQ(x.scalar_type(), at::kLong);
             EXPECT_TRUE(at::equal(x.slice(1, 0, L, 2), committed)) << "step " << i;
             // A position unmasked at an earlier step never changes again.
-            const at::Tensor was_unmasked = previous.ne(kMask);
+            const at::Tensor was_unmasked = previous.ne(kMaskToken);
             EXPECT_TRUE(at::equal(x.masked_select(was_unmasked), previous.masked_select(was_unmasked)));
             previous = x.clone();
         }
-        EXPECT_FALSE(x.eq(kMask).any().item<bool>()) << "the last step unmasks every position";
+        EXPECT_FALSE(x.eq(kMaskToken).any().item<bool>()) << "the last step unmasks every position";
     }
 }
 
 TEST(DiscreteSampler, LastStepUnmasksEverything) {
     const DiscreteSampler sampler(MaskSchedule(), DiscreteSampler::Kind::analytic, 10);
     auto gen = make_gen(1);
-    const at::Tensor x = sampler.init(4, 6, kMask, at::Device(at::kCPU));
-    const at::Tensor out = sampler.step(x, at::zeros({4, 6, 5}), 9, kMask, gen);
-    EXPECT_FALSE(out.eq(kMask).any().item<bool>());
+    const at::Tensor x = sampler.init(4, 6, kMaskToken, at::Device(at::kCPU));
+    const at::Tensor out = sampler.step(x, at::zeros({4, 6, 5}), 9, kMaskToken, gen);
+    EXPECT_FALSE(out.eq(kMaskToken).any().item<bool>());
     // An early step with the same state leaves most positions masked (P(unmask) = 1/10 each).
-    const at::Tensor early = sampler.step(x, at::zeros({4, 6, 5}), 0, kMask, gen);
-    EXPECT_GT(early.eq(kMask).sum().item<int64_t>(), 12);
+    const at::Tensor early = sampler.step(x, at::zeros({4, 6, 5}), 0, kMaskToken, gen);
+    EXPECT_GT(early.eq(kMaskToken).sum().item<int64_t>(), 12);
 }
 
 TEST(DiscreteSampler, DrawsFollowTheSoftmax) {
@@ -182,12 +180,13 @@ TEST(DiscreteSampler, DrawsFollowTheSoftmax) {
     auto gen = make_gen(2);
     const at::Tensor logits = at::tensor({-1.0f, 0.5f, 3.0f, 1.0f, 0.0f});  // index 2 is the mask
     const at::Tensor logp0 = logits.view({1, 1, 5}).expand({1, N, 5}).contiguous();
-    const at::Tensor out = sampler.step(sampler.init(1, N, kMask, at::Device(at::kCPU)), logp0, 0, kMask, gen);
+    const at::Tensor out =
+        sampler.step(sampler.init(1, N, kMaskToken, at::Device(at::kCPU)), logp0, 0, kMaskToken, gen);
     at::Tensor expected = logits.clone();
-    expected[kMask] = -INFINITY;
+    expected[kMaskToken] = -INFINITY;
     expected = at::softmax(expected, 0);
     const at::Tensor counts = at::bincount(out.view({N}), {}, 5).to(at::kDouble) / double(N);
-    EXPECT_EQ(counts[kMask].item<double>(), 0.0);
+    EXPECT_EQ(counts[kMaskToken].item<double>(), 0.0);
     // The standard error of each frequency is at most 0.5 / sqrt(20000) = 0.0035; allow ~4 of them.
     EXPECT_LT((counts - expected.to(at::kDouble)).abs().max().item<double>(), 0.015);
 }
@@ -197,9 +196,9 @@ TEST(DiscreteSampler, SameSeedSameTokens) {
     auto run = [&](uint64_t seed) {
         auto gen = make_gen(seed);
         auto logits_gen = make_gen(100);  // the same model outputs in every run
-        at::Tensor x = sampler.init(8, 10, kMask, at::Device(at::kCPU));
+        at::Tensor x = sampler.init(8, 10, kMaskToken, at::Device(at::kCPU));
         for (int64_t i = 0; i < sampler.steps(); ++i) {
-            x = sampler.step(x, at::log_softmax(at::randn({8, 10, 50}, logits_gen), 2), i, kMask, gen);
+            x = sampler.step(x, at::log_softmax(at::randn({8, 10, 50}, logits_gen), 2), i, kMaskToken, gen);
         }
         return x;
     };
@@ -211,11 +210,11 @@ TEST(DiscreteSampler, SameSeedSameTokens) {
 TEST(DiscreteSampler, StepValidatesInputs) {
     const DiscreteSampler sampler(MaskSchedule(), DiscreteSampler::Kind::analytic, 5);
     auto gen = make_gen(0);
-    const at::Tensor x = sampler.init(2, 3, kMask, at::Device(at::kCPU));
-    EXPECT_THROW(sampler.step(x.to(at::kFloat), at::zeros({2, 3, 4}), 0, kMask, gen), std::invalid_argument);
-    EXPECT_THROW(sampler.step(x, at::zeros({2, 4, 4}), 0, kMask, gen), std::invalid_argument);
-    EXPECT_THROW(sampler.step(x, at::zeros({2, 3, 2}), 0, kMask, gen), std::invalid_argument);
-    EXPECT_THROW(sampler.step(x, at::zeros({2, 3, 4}), 5, kMask, gen), std::invalid_argument);
+    const at::Tensor x = sampler.init(2, 3, kMaskToken, at::Device(at::kCPU));
+    EXPECT_THROW(sampler.step(x.to(at::kFloat), at::zeros({2, 3, 4}), 0, kMaskToken, gen), std::invalid_argument);
+    EXPECT_THROW(sampler.step(x, at::zeros({2, 4, 4}), 0, kMaskToken, gen), std::invalid_argument);
+    EXPECT_THROW(sampler.step(x, at::zeros({2, 3, 2}), 0, kMaskToken, gen), std::invalid_argument);
+    EXPECT_THROW(sampler.step(x, at::zeros({2, 3, 4}), 5, kMaskToken, gen), std::invalid_argument);
 }
 
 TEST(DiscreteSampler, FirstHittingUnmasksOnePositionPerSequenceAtEachStep) {
@@ -226,18 +225,18 @@ TEST(DiscreteSampler, FirstHittingUnmasksOnePositionPerSequenceAtEachStep) {
     for (int64_t i = 0; i + 1 < L; ++i) EXPECT_GT(sampler.t(i), sampler.t(i + 1));
     EXPECT_THROW(sampler.unmask_prob(0), std::logic_error);
     auto gen = make_gen(3);
-    at::Tensor x = sampler.init(B, L, kMask, at::Device(at::kCPU));
+    at::Tensor x = sampler.init(B, L, kMaskToken, at::Device(at::kCPU));
     x.index_put_({0, 4}, 7);  // sequence 0 starts with one position committed
     at::Tensor chosen_count = at::zeros({L}, at::kLong);
     for (int64_t i = 0; i < L; ++i) {
-        const at::Tensor masked = x.eq(kMask);
+        const at::Tensor masked = x.eq(kMaskToken);
         const at::Tensor chosen = sampler.choose(masked, i, gen);
         EXPECT_TRUE(chosen.logical_and(masked.logical_not()).any().item<bool>() == false) << "step " << i;
         EXPECT_TRUE(at::equal(chosen.sum(1), masked.any(1).to(at::kLong))) << "one per sequence with any masked";
         chosen_count += chosen.sum(0);
         x = at::where(chosen, at::full_like(x, 5), x);
     }
-    EXPECT_FALSE(x.eq(kMask).any().item<bool>());
+    EXPECT_FALSE(x.eq(kMaskToken).any().item<bool>());
     EXPECT_EQ(chosen_count.sum().item<int64_t>(), B * L - 1);
 }
 
@@ -258,11 +257,11 @@ TEST(DiscreteSampler, FirstHittingInBlocksFillsThemLeftToRight) {
     const int64_t B = 4000, L = 10, block = 4;  // blocks [0, 4), [4, 8), [8, 10)
     const DiscreteSampler sampler(MaskSchedule(), DiscreteSampler::Kind::first_hitting, L, block);
     auto gen = make_gen(12);
-    at::Tensor x = sampler.init(B, L, kMask, at::Device(at::kCPU));
+    at::Tensor x = sampler.init(B, L, kMaskToken, at::Device(at::kCPU));
     x.select(1, 5).fill_(7);  // committed in the second block from the start (a span word)
     at::Tensor first_pick = at::zeros({L}, at::kLong);
     for (int64_t i = 0; i < L; ++i) {
-        const at::Tensor masked = x.eq(kMask);
+        const at::Tensor masked = x.eq(kMaskToken);
         const at::Tensor chosen = sampler.choose(masked, i, gen);
         // Every chosen position lies in the block of the leftmost masked one.
         const at::Tensor leftmost_block = masked.to(at::kByte).argmax(1).div(block, "floor");
@@ -273,7 +272,7 @@ TEST(DiscreteSampler, FirstHittingInBlocksFillsThemLeftToRight) {
         if (i == 0) first_pick = chosen.sum(0);
         x = at::where(chosen, at::full_like(x, 5), x);
     }
-    EXPECT_FALSE(x.eq(kMask).any().item<bool>());
+    EXPECT_FALSE(x.eq(kMaskToken).any().item<bool>());
     for (int64_t p = 0; p < block; ++p)
         EXPECT_NEAR(first_pick[p].item<double>() / B, 0.25, 0.03) << p;  // uniform inside
     EXPECT_EQ(first_pick.narrow(0, block, L - block).sum().item<int64_t>(), 0);
@@ -341,13 +340,13 @@ TEST(DiscreteSampler, ConfidenceStepsUnmaskEveryPositionBlockByBlock) {
     const DiscreteSampler sampler(MaskSchedule(), DiscreteSampler::Kind::confidence, 7, 4);
     auto gen = make_gen(5);
     at::Tensor logp = at::log_softmax(at::randn({B, L, V}), -1);
-    logp.select(2, kMask).fill_(-INFINITY);
-    at::Tensor x = sampler.init(B, L, kMask, at::Device(at::kCPU));
+    logp.select(2, kMaskToken).fill_(-INFINITY);
+    at::Tensor x = sampler.init(B, L, kMaskToken, at::Device(at::kCPU));
     for (int64_t i = 0; i < 7; ++i) {
         const auto block = sampler.block_of(i, L);
-        const at::Tensor before = x.eq(kMask);
-        x = sampler.step(x, logp, i, kMask, gen);
-        const at::Tensor unmasked = before.logical_and(x.ne(kMask));
+        const at::Tensor before = x.eq(kMaskToken);
+        x = sampler.step(x, logp, i, kMaskToken, gen);
+        const at::Tensor unmasked = before.logical_and(x.ne(kMaskToken));
         // Only the block's positions change, ceil(m / steps_left) of them per sequence.
         EXPECT_FALSE(unmasked.narrow(1, 0, block.begin).any().item<bool>()) << "step " << i;
         EXPECT_FALSE(unmasked.narrow(1, block.end, L - block.end).any().item<bool>()) << "step " << i;
@@ -355,7 +354,7 @@ TEST(DiscreteSampler, ConfidenceStepsUnmaskEveryPositionBlockByBlock) {
         EXPECT_TRUE(at::equal(unmasked.sum(1), m.add(block.steps_left - 1).div(block.steps_left, "floor")))
             << "step " << i;
     }
-    EXPECT_FALSE(x.eq(kMask).any().item<bool>());
+    EXPECT_FALSE(x.eq(kMaskToken).any().item<bool>());
 }
 
 TEST(DiscreteSampler, TruncateKeepsTopKAndTheNucleus) {

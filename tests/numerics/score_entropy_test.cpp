@@ -16,7 +16,7 @@ namespace rudder::nn {
 namespace {
 
 constexpr int64_t kVocab = 5;
-constexpr int64_t kMask = 4;
+constexpr int64_t kAbsorbingState = 4;
 
 // The rate matrix in the column convention (Q[y, x]: rate from x to y), as the header defines it.
 at::Tensor rate_matrix(Graph graph) {
@@ -24,8 +24,8 @@ at::Tensor rate_matrix(Graph graph) {
     if (graph == Graph::uniform)
         return at::full({kVocab, kVocab}, 1.0 / kVocab, at::kDouble) - at::eye(kVocab, at::kDouble);
     for (int64_t x = 0; x < kVocab; ++x) {
-        if (x == kMask) continue;
-        q[kMask][x] = 1.0;
+        if (x == kAbsorbingState) continue;
+        q[kAbsorbingState][x] = 1.0;
         q[x][x] = -1.0;
     }
     return q;
@@ -37,7 +37,7 @@ TEST(ScoreEntropy, ForwardMarginalsAreTheMatrixExponentialOfTheRates) {
             const at::Tensor exact = at::linalg_matrix_exp(sigma_bar * rate_matrix(graph));  // [y, x0]
             const at::Tensor x0 = at::arange(kVocab - 1, at::kLong);                         // clean tokens
             const at::Tensor p =
-                transition_probs(graph, x0, at::full({kVocab - 1}, sigma_bar, at::kDouble), kVocab, kMask);
+                transition_probs(graph, x0, at::full({kVocab - 1}, sigma_bar, at::kDouble), kVocab, kAbsorbingState);
             EXPECT_TRUE(at::allclose(p, exact.t().index_select(0, x0), 1e-12, 1e-12))
                 << graph_name(graph) << " sigma_bar " << sigma_bar << "\n"
                 << p << "\n"
@@ -52,10 +52,11 @@ TEST(ScoreEntropy, DrawsFollowTheMarginals) {
     const int64_t n = 200000;
     for (Graph graph : {Graph::absorb, Graph::uniform}) {
         const at::Tensor x0 = at::full({1, n}, 1, at::kLong);
-        const at::Tensor x_t = sample_transition(graph, x0, at::full({1}, 0.9, at::kDouble), kVocab, kMask, gen);
+        const at::Tensor x_t =
+            sample_transition(graph, x0, at::full({1}, 0.9, at::kDouble), kVocab, kAbsorbingState, gen);
         const at::Tensor freq = at::bincount(x_t.reshape({-1}), {}, kVocab).to(at::kDouble) / static_cast<double>(n);
-        const at::Tensor p =
-            transition_probs(graph, at::full({1}, 1, at::kLong), at::full({1}, 0.9, at::kDouble), kVocab, kMask)[0];
+        const at::Tensor p = transition_probs(graph, at::full({1}, 1, at::kLong), at::full({1}, 0.9, at::kDouble),
+                                              kVocab, kAbsorbingState)[0];
         // Five standard errors of a share of 200,000 draws.
         const at::Tensor tolerance = 5.0 * (p * (1.0 - p) / static_cast<double>(n)).sqrt() + 1e-12;
         EXPECT_TRUE((freq - p).abs().le(tolerance).all().item<bool>()) << graph_name(graph) << "\n"
@@ -103,17 +104,18 @@ TEST(ScoreEntropy, IsZeroExactlyAtTheTrueRatiosAndPositiveElsewhere) {
     for (Graph graph : {Graph::absorb, Graph::uniform}) {
         const at::Tensor x0 = at::randint(kVocab - 1, {64}, gen, at::kLong);
         const at::Tensor sigma_bar = at::rand({64}, gen, at::kDouble) * 3.0 + 0.05;
-        const at::Tensor x_t = sample_transition(graph, x0.view({64, 1}), sigma_bar, kVocab, kMask, gen).view({64});
-        const at::Tensor p = transition_probs(graph, x0, sigma_bar, kVocab, kMask);
+        const at::Tensor x_t =
+            sample_transition(graph, x0.view({64, 1}), sigma_bar, kVocab, kAbsorbingState, gen).view({64});
+        const at::Tensor p = transition_probs(graph, x0, sigma_bar, kVocab, kAbsorbingState);
         const at::Tensor ratio = p / p.gather(1, x_t.unsqueeze(1));  // r_y; y = x_t gives 1
         // log r, with the never-read entries (r = 0: unreachable tokens) at an arbitrary finite value.
         const at::Tensor truth = at::where(ratio.gt(0), ratio.log(), at::full_like(ratio, -30.0));
-        EXPECT_LT(score_entropy(graph, truth, x_t, x0, sigma_bar, kMask).abs().max().item<double>(), 1e-9)
+        EXPECT_LT(score_entropy(graph, truth, x_t, x0, sigma_bar, kAbsorbingState).abs().max().item<double>(), 1e-9)
             << graph_name(graph);
         const at::Tensor off = truth + 0.3 * at::randn(truth.sizes(), gen, at::kDouble);
-        const at::Tensor loss = score_entropy(graph, off, x_t, x0, sigma_bar, kMask);
+        const at::Tensor loss = score_entropy(graph, off, x_t, x0, sigma_bar, kAbsorbingState);
         EXPECT_TRUE(loss.ge(0).all().item<bool>()) << graph_name(graph);
-        const at::Tensor moved = graph == Graph::absorb ? x_t.eq(kMask) : at::ones_like(x_t, at::kBool);
+        const at::Tensor moved = graph == Graph::absorb ? x_t.eq(kAbsorbingState) : at::ones_like(x_t, at::kBool);
         EXPECT_TRUE(loss.masked_select(moved).gt(0).all().item<bool>()) << graph_name(graph);
     }
     EXPECT_THROW(score_entropy(Graph::uniform, at::zeros({1, 3}), at::zeros({1}, at::kLong), at::zeros({1}, at::kLong),

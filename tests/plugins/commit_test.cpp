@@ -17,8 +17,6 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-const bool controller_host_is_set = ::setenv("RUDDER_CONTROLLER_HOST", RUDDER_TEST_CONTROLLER_HOST, 0) == 0;
-
 std::filesystem::path commit_fixture(const std::string& name) {
     return std::filesystem::path(RUDDER_TEST_COMMIT_FIXTURE_DIR) / ("rudder_" + name + ".so");
 }

@@ -16,8 +16,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string detail_of(ControllerInstance& instance) { return instance.evaluate(0, {1, 2, 3}, 3, "the cat sat").detail; }
-
 RunShape shape_with_candidates(int32_t k) {
     RunShape shape = discrete_shape();
     shape.candidates = k;

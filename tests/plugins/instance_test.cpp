@@ -26,8 +26,6 @@ at::Tensor good_delta(const RunShape& shape) {
     return 100 * b + i + v / 100;
 }
 
-std::string detail_of(ControllerInstance& instance) { return instance.evaluate(0, {1, 2, 3}, 3, "the cat sat").detail; }
-
 TEST(ControllerInstance, GoodDeltaArrivesWithTheRightValues) {
     ControllerInstance good(fixture_type("good"), "{}", "g");
     EXPECT_EQ(good.label(), "g");

@@ -18,9 +18,6 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-// The build's helper, also when this binary runs outside ctest (ctest sets it through test_environment.cmake).
-const bool controller_host_is_set = ::setenv("RUDDER_CONTROLLER_HOST", RUDDER_TEST_CONTROLLER_HOST, 0) == 0;
-
 // Under a sanitizer the child is instrumented too and catches its own segmentation fault or stack overflow: under
 // AddressSanitizer (make test-sanitize) it reports it and aborts (abort_on_error: signal 6), under ThreadSanitizer
 // (make test-tsan) it reports it and exits with status 66.
@@ -35,8 +32,6 @@ constexpr bool kSanitizerCatchesFaults = false;
 #else
 constexpr bool kSanitizerCatchesFaults = false;
 #endif
-
-std::string detail_of(ControllerInstance& instance) { return instance.evaluate(0, {1, 2, 3}, 3, "the cat sat").detail; }
 
 // Runs `body` on an instance of fixture `name` in each mode and returns what it returned in each.
 template <class Body>

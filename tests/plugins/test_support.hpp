@@ -20,6 +20,11 @@ namespace rudder::plugins::testing {
 inline std::filesystem::path fixture_dir() { return RUDDER_TEST_FIXTURE_DIR; }
 inline std::filesystem::path fixture(const std::string& name) { return fixture_dir() / ("rudder_" + name + ".so"); }
 
+// What a probe fixture reports of one evaluation of a three-token state.
+inline std::string detail_of(ControllerInstance& instance) {
+    return instance.evaluate(0, {1, 2, 3}, 3, "the cat sat").detail;
+}
+
 // The one controller of a fixture library (or the one with `id` for a library with several).
 inline ControllerType fixture_type(const std::string& name, const std::string& id = "") {
     for (auto& type : load_library(fixture(name)))

@@ -10,6 +10,7 @@
 #include <rudder/nn/safetensors.hpp>
 
 #include "checkpoint_files.hpp"
+#include "rotary.hpp"
 
 namespace rudder::nn {
 namespace fs = std::filesystem;
@@ -182,11 +183,6 @@ BidirectionalLlmConfig parse_dream(const json& config, const fs::path& file) {
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
     return x * at::rsqrt(x.pow(2).mean(-1, true) + eps) * weight;
-}
-
-at::Tensor rotate_half(const at::Tensor& x) {
-    const int64_t half = x.size(-1) / 2;
-    return at::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
 }
 
 }  // namespace

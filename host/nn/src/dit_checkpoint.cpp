@@ -14,6 +14,7 @@
 #include "checkpoint_files.hpp"
 #include "dit_forward.hpp"
 #include "dropout.hpp"
+#include "rotary.hpp"
 
 namespace rudder::nn {
 namespace fs = std::filesystem;
@@ -137,11 +138,6 @@ at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tens
 // LayerNorm without bias as the authors define it: normalised without affine parameters, then times the weight.
 at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight) {
     return at::layer_norm(x, {x.size(-1)}, {}, {}, 1e-5) * weight;
-}
-
-at::Tensor rotate_half(const at::Tensor& x) {
-    const int64_t half = x.size(-1) / 2;
-    return at::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
 }
 
 }  // namespace

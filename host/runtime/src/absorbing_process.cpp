@@ -58,7 +58,6 @@ struct AbsorbingSettings {
     double prompt_guidance = 0.0;
 };
 
-const std::string kDiscrete = "the discrete samplers";
 bool is_authors(const std::string& name) { return name == "llada" || name == "dream"; }
 // dream with Fast-dLLM's block decoding: any of its settings turns it on.
 bool dream_blocks(const AbsorbingSettings& s) {
@@ -69,7 +68,7 @@ bool decodes_in_parallel(const AbsorbingSettings& s) {
     return (s.name == "llada" && (s.threshold > 0 || s.factor > 0)) || (dream_blocks(s) && s.threshold > 0);
 }
 
-AbsorbingSettings read_settings(SamplerObject& o) {
+AbsorbingSettings read_absorbing_settings(SamplerObject& o) {
     AbsorbingSettings out;
     if (!o.name.empty()) out.name = o.name;
     auto& r = o.reader;
@@ -688,15 +687,15 @@ ProcessRoom absorbing_room() {
     room.keys = {SamplerKey::except("steps", {"euler", "analytic", "confidence", "llada", "dream"},
                                     "'steps' does not apply to the first_hitting sampler: it takes one step per "
                                     "position (max_length), each unmasking one position per sample"),
-                 SamplerKey::of("temperature", {}, kDiscrete),
-                 SamplerKey::of("cache", {}, kDiscrete),
+                 SamplerKey::of("temperature", {}, kDiscreteSamplers),
+                 SamplerKey::of("cache", {}, kDiscreteSamplers),
                  SamplerKey::except("top_k", truncating,
                                     "'top_k' does not apply to the llada sampler: LLaDA's "
                                     "generate() draws from the whole distribution"),
                  SamplerKey::except("top_p", truncating,
                                     "'top_p' does not apply to the llada sampler: LLaDA's "
                                     "generate() draws from the whole distribution"),
-                 SamplerKey::of("prompt_guidance", {}, kDiscrete),
+                 SamplerKey::of("prompt_guidance", {}, kDiscreteSamplers),
                  SamplerKey::of("order", {"confidence"}, "the confidence sampler", true),
                  SamplerKey::of("block_length", {"confidence", "first_hitting", "llada", "dream"},
                                 "the confidence, first_hitting, llada and dream samplers", true),
@@ -709,10 +708,10 @@ ProcessRoom absorbing_room() {
                  SamplerKey::of("alg_temp", {"dream"}, "the dream sampler", true),
                  SamplerKey::of("eps", {"dream"}, "the dream sampler", true)};
     room.runs = [](const Model& model) { return model.family == Family::discrete; };
-    room.read = [](SamplerObject& o) { read_settings(o); };
+    room.read = [](SamplerObject& o) { read_absorbing_settings(o); };
     room.make = [](const Model& model, const Recipe& recipe, SamplerObject& sampler,
                    std::vector<RecipeIssue>& issues) -> std::unique_ptr<DiffusionProcess> {
-        AbsorbingSettings settings = read_settings(sampler);
+        AbsorbingSettings settings = read_absorbing_settings(sampler);
         if (settings.name == "first_hitting") settings.steps = recipe.max_length;
         if (decodes_in_parallel(settings)) settings.steps = recipe.max_length;
         check(settings, model, recipe, issues);

@@ -27,6 +27,9 @@ namespace rudder {
 
 class Composer;
 
+// How the discrete rooms (absorbing and uniform) name themselves in "'<key>' applies to <phrase> only".
+inline const char* const kDiscreteSamplers = "the discrete samplers";
+
 // A key of a "sampler" object, as the room that reads it declares it.
 struct SamplerKey {
     std::string key;

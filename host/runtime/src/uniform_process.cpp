@@ -26,9 +26,7 @@ struct UniformSettings {
     double top_p = 1.0;
 };
 
-const std::string kDiscrete = "the discrete samplers";
-
-UniformSettings read_settings(SamplerObject& o) {
+UniformSettings read_uniform_settings(SamplerObject& o) {
     UniformSettings out;
     if (!o.name.empty()) out.name = o.name;
     read_steps(o, out.steps);
@@ -157,10 +155,10 @@ ProcessRoom uniform_room() {
     room.samplers = {"analytic", "euler"};
     room.other_samplers_refusal = "unmasks positions";
     // The absorbing process's keys that have no meaning here are refused, saying why.
-    room.keys = {SamplerKey::of("steps", {}, kDiscrete),
-                 SamplerKey::of("temperature", {}, kDiscrete),
-                 SamplerKey::of("top_k", {}, kDiscrete),
-                 SamplerKey::of("top_p", {}, kDiscrete),
+    room.keys = {SamplerKey::of("steps", {}, kDiscreteSamplers),
+                 SamplerKey::of("temperature", {}, kDiscreteSamplers),
+                 SamplerKey::of("top_k", {}, kDiscreteSamplers),
+                 SamplerKey::of("top_p", {}, kDiscreteSamplers),
                  SamplerKey::refuse("prompt_guidance",
                                     "there is no mask to hide the fixed tokens with, so no "
                                     "unconditional pass; prompt guidance is for absorbing models"),
@@ -173,11 +171,11 @@ ProcessRoom uniform_room() {
     room.runs = [](const Model& model) {
         return model.family == Family::discrete && model.denoiser->uniform_noise() != nullptr;
     };
-    room.read = [](SamplerObject& o) { read_settings(o); };
+    room.read = [](SamplerObject& o) { read_uniform_settings(o); };
     room.make = [](const Model& model, const Recipe& recipe, SamplerObject& sampler,
                    std::vector<RecipeIssue>& issues) -> std::unique_ptr<DiffusionProcess> {
         check(model, recipe, issues);
-        return std::make_unique<UniformProcess>(read_settings(sampler));
+        return std::make_unique<UniformProcess>(read_uniform_settings(sampler));
     };
     return room;
 }

@@ -15,7 +15,8 @@ std::string lower_ascii(std::string s) {
     return s;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
+// `s` ends with `suffix` and has something before it (a clitic alone is a word, not split off).
+bool has_suffix_after_stem(const std::string& s, const std::string& suffix) {
     return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
@@ -58,7 +59,7 @@ std::vector<Piece> split_pieces(const std::string& word) {
         for (const char* apostrophe : {"'", "\xE2\x80\x99"}) {
             const std::string a = apostrophe;
             bool found = false;
-            if (ends_with(lowered, "n" + a + "t") && lowered.size() > a.size() + 2) {
+            if (has_suffix_after_stem(lowered, "n" + a + "t") && lowered.size() > a.size() + 2) {
                 const size_t cut = word.size() - a.size() - 2;
                 clitics.push_back(word.substr(cut));
                 stem = word.substr(0, cut);
@@ -66,7 +67,7 @@ std::vector<Piece> split_pieces(const std::string& word) {
             } else {
                 for (const char* ending : {"s", "re", "ve", "ll", "d", "m"}) {
                     const std::string clitic = a + ending;
-                    if (ends_with(lowered, clitic)) {
+                    if (has_suffix_after_stem(lowered, clitic)) {
                         const size_t cut = word.size() - clitic.size();
                         clitics.push_back(word.substr(cut));
                         stem = word.substr(0, cut);
