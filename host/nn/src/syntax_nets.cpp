@@ -40,7 +40,7 @@ json encoder_json(const EncoderConfig& c) {
 
 }  // namespace
 
-WordEncoder::WordEncoder(const Sizes& s, bool sentinels) : sentinels_(sentinels), hidden_(s.hidden) {
+WordEncoder::WordEncoder(const Sizes& s, bool sentinels) : sentinels_(sentinels) {
     word_embedding_ = register_module("word_embedding", torch::nn::Embedding(s.vocab_size, s.word_dim));
     // Feature id 0 is padding: its row stays zero.
     feature_embedding_ =

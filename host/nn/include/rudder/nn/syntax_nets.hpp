@@ -35,7 +35,6 @@ public:
 
 private:
     bool sentinels_;
-    int64_t hidden_;
     torch::nn::Embedding word_embedding_{nullptr}, feature_embedding_{nullptr};
     at::Tensor start_, end_;
     std::vector<torch::nn::LSTM> lstms_;
