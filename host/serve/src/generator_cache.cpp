@@ -188,6 +188,7 @@ void GeneratorLoader::work() {
         release_thread_cache();
         lock.lock();
         --loads_;
+        metrics_.loading.Set(static_cast<double>(loads_));
         loads_ended_.notify_all();
     }
 }
@@ -232,6 +233,7 @@ std::unique_ptr<Generator> GeneratorLoader::load_before(const GenerateRequest& r
     {
         std::lock_guard<std::mutex> lock(loads_mutex_);
         ++loads_;
+        metrics_.loading.Set(static_cast<double>(loads_));
         tasks_.push_back(load_task);
         if (idle_threads_ < tasks_.size() && threads_.size() < kMaxThreads) threads_.emplace_back([this] { work(); });
     }

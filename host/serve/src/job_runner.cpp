@@ -23,12 +23,19 @@ void JobRunner::run(std::vector<std::shared_ptr<Job>>& jobs) {
             request.order = jobs[0]->order;
             request.base_dir = jobs[0]->base_dir;
             int64_t samples = 0;
-            generator = generators_.load_before(request, jobs[0]->key, &samples, false, jobs[0]->deadline);
+            // The load serves every job of the run: it may go on until the last of them has to be answered.
+            const auto deadline = std::max_element(jobs.begin(), jobs.end(), [](const auto& a, const auto& b) {
+                                      return a->deadline < b->deadline;
+                                  })->get()->deadline;
+            generator = generators_.load_before(request, jobs[0]->key, &samples, false, deadline);
         } catch (const RequestError& e) {
             std::string message = e.message;
             for (const auto& issue : e.issues) message += "; " + issue.pointer + ": " + issue.message;
             scheduler_.run_ended(jobs.size());
-            for (auto& job : jobs) job->deliver("error", {{"error", message}});
+            // Its load running past the jobs' deadlines is a timeout (504), not the server's failure.
+            json event = {{"error", message}};
+            if (e.status == 504) event["status"] = 504;
+            for (auto& job : jobs) job->deliver("error", event);
             return;
         }
     }

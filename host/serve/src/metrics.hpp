@@ -53,6 +53,11 @@ struct Metrics {
                                      .Help("Generators built (a recipe's model and plugins loaded) rather than reused")
                                      .Register(registry)
                                      .Add({});
+    prometheus::Gauge& loading = prometheus::BuildGauge()
+                                     .Name("rudder_generator_loads_in_progress")
+                                     .Help("Generator loads not yet ended, those whose request has left included")
+                                     .Register(registry)
+                                     .Add({});
     prometheus::Gauge& connections = prometheus::BuildGauge()
                                          .Name("rudder_connections_open")
                                          .Help("Client connections open, each holding a thread")

@@ -114,6 +114,14 @@ ServerOptions resolved(ServerOptions o) {
     return o;
 }
 
+// The failures metric's cause for a request answered `status`: a run's failure is the server's (500), a run past
+// its deadline a timeout (504), anything else the request's.
+const char* failure_cause(int status) {
+    if (status == 500) return "run error";
+    if (status == 504) return "timeout";
+    return "invalid request";
+}
+
 }  // namespace
 
 uint64_t default_request_memory(int64_t parallel) {
@@ -222,7 +230,7 @@ struct Server::State {
         try {
             job->generator = generators.load_before(request, job->key, &job->samples, /*unless_known=*/true, deadline);
         } catch (const RequestError& e) {
-            metrics.failed(e.status == 504 ? "timeout" : "invalid request");
+            metrics.failed(failure_cause(e.status));
             throw;
         }
         job->seed = request.seed;
@@ -259,7 +267,7 @@ struct Server::State {
             } else if (event->name == "error") {
                 // A run's failure is the server's answer (500) unless the runner says it is the request's.
                 const int status = event->data.value("status", 500);
-                metrics.failed(status == 500 ? "run error" : "invalid request");
+                metrics.failed(failure_cause(status));
                 RequestError error{status, event->data.value("error", std::string("the run failed")), {}};
                 for (const auto& issue : event->data.value("issues", json::array()))
                     error.issues.push_back({issue.value("pointer", ""), issue.value("message", "")});
@@ -381,7 +389,7 @@ struct Server::State {
                         send("data: [DONE]\n\n");
                         break;
                     } else if (event->name == "error") {
-                        metrics.failed("run error");
+                        metrics.failed(failure_cause(event->data.value("status", 500)));
                         json body = openai_error(RequestError{event->data.value("status", 500),
                                                               event->data.value("error", std::string("the run failed")),
                                                               {}},
@@ -435,7 +443,7 @@ struct Server::State {
                         send("done", {{"seconds", seconds}, {"run", event->data["run"]}});
                         break;
                     }
-                    if (event->name == "error") metrics.failed("run error");
+                    if (event->name == "error") metrics.failed(failure_cause(event->data.value("status", 500)));
                     if (!send(event->name, std::move(event->data))) {
                         job->abandoned = true;
                         if (event->name != "error") metrics.failed("disconnected");
