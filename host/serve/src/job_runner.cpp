@@ -24,9 +24,11 @@ void JobRunner::run(std::vector<std::shared_ptr<Job>>& jobs) {
             request.base_dir = jobs[0]->base_dir;
             int64_t samples = 0;
             // The load serves every job of the run: it may go on until the last of them has to be answered.
-            const auto deadline = std::max_element(jobs.begin(), jobs.end(), [](const auto& a, const auto& b) {
-                                      return a->deadline < b->deadline;
-                                  })->get()->deadline;
+            const auto deadline =
+                std::max_element(jobs.begin(), jobs.end(),
+                                 [](const auto& a, const auto& b) { return a->deadline < b->deadline; })
+                    ->get()
+                    ->deadline;
             generator = generators_.load_before(request, jobs[0]->key, &samples, false, deadline);
         } catch (const RequestError& e) {
             std::string message = e.message;
