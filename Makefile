@@ -11,8 +11,9 @@ SANITIZE_EXCLUDE ?= ^(structured\.(checkpoints|word_models)|cli\.(isolation_exam
 TSAN_BUILD ?= build-tsan
 # A new build tree is configured for Ninja where it is installed (install-deps.sh installs it): it keeps both cores
 # busy across targets, where make's recursion compiles a target only after its libraries are linked. A tree that
-# exists keeps the generator it was configured with.
-generator = $(if $(wildcard $(1)/CMakeCache.txt),,$(if $(shell command -v ninja),-G Ninja))
+# exists keeps the generator it was configured with. Checked by the shell when the line runs: make expands a recipe's
+# lines before it runs the first, which installs Ninja on a fresh machine.
+generator = $$([ -f $(1)/CMakeCache.txt ] || ! command -v ninja > /dev/null || echo -G Ninja)
 
 .PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long soak bench bench-threads bench-memory bench-eager bench-vocab bench-checkpoint bench-fast-dllm bench-serve bench-clean-samples bench-grammar bench-structured structured-sweep structured-helps clean
 

@@ -1,6 +1,6 @@
 // Absorbing (masked) discrete diffusion (MDLM, SEDD's absorbing graph, BD3-LM, LLaDA, Dream): positions start masked
-// and unmask once; euler, analytic (with ReMDM's remasking), first hitting, confidence (in blocks) and the LLaDA and
-// Dream authors' samplers decide which and when; MDLM's cache skips the network while no token changed; prompt
+// and unmask once; euler, analytic (with ReMDM's remasking), first hitting, confidence (in blocks) and the LLaDA,
+// Dream and MDLM authors' samplers decide which and when; MDLM's cache skips the network while no token changed; prompt
 // guidance; particles chosen at the end.
 #include <ATen/ATen.h>
 
@@ -32,8 +32,8 @@ struct RemaskSettings {
 };
 
 struct AbsorbingSettings {
-    std::string name = "analytic";  // euler | analytic | first_hitting | confidence | llada | dream
-    int64_t steps = 200;            // first_hitting, threshold and factor decoding: max_length
+    std::string name = "analytic";  // euler | analytic | first_hitting | confidence | llada | dream | mdlm
+    int64_t steps = 200;            // first_hitting, threshold and factor decoding: max_length; mdlm: 128
     bool cache = true;              // skip the network when no token changed since its last call
     // Divides the controlled clean-token log-probabilities before they are drawn from; 0: the arg-max (the default of
     // llada and dream, as of the authors' code).
@@ -52,7 +52,8 @@ struct AbsorbingSettings {
     std::string kv_cache = "none";             // llada, dream: Fast-dLLM's key/value cache: none | prefix | dual
     std::string alg = "origin";                // dream: origin | maskgit_plus | topk_margin | entropy
     double alg_temp = 0.0;                     // dream: > 0 draws the positions by softmax(confidence / alg_temp)
-    double eps = 1e-3;                         // dream: its last time
+    double eps = 1e-3;                         // dream, mdlm: its last time (mdlm: 1e-5)
+    bool noise_removal = true;                 // mdlm: a last call commits the arg-max where still masked
     // Classifier-free guidance towards the tokens hard constraints fix (LLaDA's unsupervised cfg_scale w): scores
     // uncond + (w + 1)(cond - uncond), uncond the network with those tokens masked again.
     double prompt_guidance = 0.0;
@@ -72,6 +73,10 @@ AbsorbingSettings read_absorbing_settings(SamplerObject& o) {
     AbsorbingSettings out;
     if (!o.name.empty()) out.name = o.name;
     auto& r = o.reader;
+    if (out.name == "mdlm") {  // MDLM's sampling.steps and _sample's eps
+        out.steps = 128;
+        out.eps = 1e-5;
+    }
     read_steps(o, out.steps);
     if (o.applies("cache"))
         if (auto v = r.boolean("cache")) out.cache = *v;
@@ -102,6 +107,8 @@ AbsorbingSettings read_absorbing_settings(SamplerObject& o) {
         if (auto v = r.number("alg_temp", 0.0, 100.0)) out.alg_temp = *v;
     if (o.applies("eps"))
         if (auto v = r.number("eps", 1e-6, 0.5)) out.eps = *v;
+    if (o.applies("noise_removal"))
+        if (auto v = r.boolean("noise_removal")) out.noise_removal = *v;
     if (o.applies("remask"))
         if (auto remask = r.object("remask")) {
             json_input::ObjectReader m(*remask, r.pointer("remask"), r.issues());
@@ -136,6 +143,11 @@ std::optional<DreamSampler> dream_of(const AbsorbingSettings& s) {
     return DreamSampler(s.steps, s.eps, alg, s.alg_temp, s.temperature, s.top_k, s.top_p, blocks);
 }
 
+std::optional<MdlmSampler> mdlm_of(const AbsorbingSettings& s) {
+    if (s.name != "mdlm") return std::nullopt;
+    return MdlmSampler(s.steps, s.eps, s.noise_removal);
+}
+
 DiscreteSampler::Kind kind_of(const std::string& name) {
     if (name == "first_hitting") return DiscreteSampler::Kind::first_hitting;
     if (name == "confidence") return DiscreteSampler::Kind::confidence;
@@ -163,9 +175,10 @@ public:
     AbsorbingLoop(const AbsorbingSettings& s, ReverseRun& run, int64_t samples)
         : s_(s), run_(run), particles_(run.recipe.guidance.particles), batch_(samples * particles_),
           L_(run.recipe.max_length), V_(run.model.tokenizer->vocab_size()), mask_id_(run.model.tokenizer->mask_id()),
-          sampler_(sampler_of(s, run.model.mask_schedule)), llada_(llada_of(s)), dream_(dream_of(s)),
+          sampler_(sampler_of(s, run.model.mask_schedule)), llada_(llada_of(s)), dream_(dream_of(s)), mdlm_(mdlm_of(s)),
           kv_(s.kv_cache != "none" ? run.model.denoiser->window_cache() : nullptr), kv_prefix_(s.kv_cache == "prefix"),
-          always_fresh_(!s.cache || run.composer.needs_fresh_logits()), every_row_(run.model.denoiser->uses_evidence()),
+          always_fresh_(!s.cache || run.composer.needs_fresh_logits() || run.model.denoiser->reads_time()),
+          every_row_(run.model.denoiser->uses_evidence()),
           swarm_(samples, particles_, run.recipe.guidance.resample_scale) {
         tokens_ = sampler_.init(batch_, L_, mask_id_, run.device);
         const auto flags = tokens_.options().dtype(at::kBool);
@@ -187,10 +200,14 @@ public:
 
 private:
     // The time grid: the authors' samplers keep their own.
-    int64_t steps() const { return llada_ ? llada_->steps() : dream_ ? dream_->steps() : sampler_.steps(); }
-    double t(int64_t i) const { return llada_ ? llada_->t(i) : dream_ ? dream_->t(i) : sampler_.t(i); }
+    int64_t steps() const {
+        return llada_ ? llada_->steps() : dream_ ? dream_->steps() : mdlm_ ? mdlm_->steps() : sampler_.steps();
+    }
+    double t(int64_t i) const {
+        return llada_ ? llada_->t(i) : dream_ ? dream_->t(i) : mdlm_ ? mdlm_->t(i) : sampler_.t(i);
+    }
     double t_next(int64_t i) const {
-        return llada_ ? llada_->t_next(i) : dream_ ? dream_->t_next(i) : sampler_.t_next(i);
+        return llada_ ? llada_->t_next(i) : dream_ ? dream_->t_next(i) : mdlm_ ? mdlm_->t_next(i) : sampler_.t_next(i);
     }
     at::Tensor choose(const at::Tensor& masked, int64_t i);
     // The blocks after the prompt (llada; dream with Fast-dLLM's block decoding).
@@ -205,6 +222,13 @@ private:
     void denoise(double t, const Combined& constraints);
     void draw(int64_t i, at::Tensor unmask, const Combined& combined, const at::Tensor& row_logits);
     void draw_as_authors(int64_t i, at::Tensor unmask, const Combined& combined, const at::Tensor& row_logits);
+    void draw_as_mdlm(int64_t i, const at::Tensor& unmask, const Combined& combined, const at::Tensor& row_logits);
+    at::Tensor every_network_row(const at::Tensor& scores, const at::Tensor& positions, const at::Tensor& drawn_at_row,
+                                 const Combined& combined) const;
+    // mdlm: the columns of its draws' grid, the network's every row (0 until its first call).
+    int64_t mdlm_columns() const {
+        return !logits_.defined() ? 0 : outside_.defined() ? V_ + outside_.size(1) - 1 : logits_.size(1);
+    }
     void start_blocks(at::Tensor& unmask, int64_t i);
     void call_denoiser(double t, const Combined& constraints);
     at::Tensor in_block(const at::Tensor& masked, int64_t i) const;
@@ -225,6 +249,7 @@ private:
     const DiscreteSampler sampler_;  // (its time grid unused while an authors' sampler runs)
     std::optional<LladaSampler> llada_;
     std::optional<DreamSampler> dream_;
+    std::optional<MdlmSampler> mdlm_;
     at::Tensor block_schedule_;  // llada: the current block's commits per step, int64 [B, steps of the block]
     // llada with Fast-dLLM's key/value cache: the run's cache, the block it was refreshed for (-1: none yet), and
     // whether a window runs to the end of the sequence (prefix) or to the block's end (dual).
@@ -286,7 +311,7 @@ at::Tensor AbsorbingLoop::choose(const at::Tensor& masked, int64_t i) {
         if (dynamic_blocks() && !advance_blocks(masked)) return at::zeros_like(masked);
         return in_block(masked, i);
     }
-    if (dream_) return masked.clone();
+    if (dream_ || mdlm_) return masked.clone();  // mdlm: each masked position's draw says whether it unmasks
     return sampler_.choose(masked, i, run_.gen);
 }
 
@@ -356,6 +381,9 @@ void AbsorbingLoop::step(int64_t i) {
     };
     const auto tick = [&] { run_.tick(i + 1, t_next, [&] { return swarm_.leading(best_guess()); }); };
     if (!unmask.any().item<bool>()) {
+        // mdlm: the authors' loop draws its uniforms at every step, whatever is masked (a later batch reads on).
+        if (mdlm_ && !mdlm_->removes_noise(i) && mdlm_columns() > 0)
+            mdlm_->uniforms(batch_, L_, mdlm_columns(), run_.gen);
         apply_remask();
         tick();
         return;
@@ -396,6 +424,8 @@ void AbsorbingLoop::step(int64_t i) {
     }
     if (llada_ || dream_)
         draw_as_authors(i, unmask, combined, row_logits);
+    else if (mdlm_)
+        draw_as_mdlm(i, unmask, combined, row_logits);
     else
         draw(i, unmask, combined, row_logits);
     apply_remask();
@@ -452,6 +482,23 @@ void AbsorbingLoop::draw(int64_t i, at::Tensor unmask, const Combined& combined,
     stale_ = true;
 }
 
+// The log-probabilities over every row the network has (full_rows) of the step's `scores` [n, V] at `positions`, rows
+// `drawn_at_row` of the combination. A row a hard constraint restricts (tokens forbidden, or one fixed) draws only
+// among the tokens it leaves: the network's rows outside the vocabulary (the mask's, the padding's) would leave the
+// position masked, outside the constraint. The authors' samplers run unconstrained, where nothing changes.
+at::Tensor AbsorbingLoop::every_network_row(const at::Tensor& scores, const at::Tensor& positions,
+                                            const at::Tensor& drawn_at_row, const Combined& combined) const {
+    if (!outside_.defined()) return at::log_softmax(scores, 1);
+    at::Tensor outside = outside_.index_select(0, positions);
+    at::Tensor restricted = combined.fixed.defined()
+                                ? combined.fixed.view({-1}).index_select(0, positions).ge(0)
+                                : at::zeros({positions.size(0)}, positions.options().dtype(at::kBool));
+    const at::Tensor forbidden = combined.forbidden_mask(scores.size(1));
+    if (forbidden.defined()) restricted = restricted.logical_or(forbidden.index_select(0, drawn_at_row).any(1));
+    outside = outside.masked_fill(restricted.unsqueeze(1), -std::numeric_limits<float>::infinity());
+    return full_rows(scores, outside, mask_id_);
+}
+
 // The authors' samplers (authors_samplers.hpp): draws at every position of the step's rows over every row the
 // network has, keeps those the sampler commits this step, and commits them through the COMMIT controllers. A draw of
 // the mask token (or of a row past the tokenizer) leaves its position masked, as the authors' code does.
@@ -488,22 +535,7 @@ void AbsorbingLoop::draw_as_authors(int64_t i, at::Tensor unmask, const Combined
     const at::Tensor positions = combined.rows.index_select(0, drawn_at_row);
     const at::Tensor scores =
         Composer::controlled(row_logits.index_select(0, drawn_at_row), combined, drawn_at_row, mask_id_);
-    at::Tensor full;
-    if (outside_.defined()) {
-        // A row a hard constraint restricts (tokens forbidden, or one fixed) draws only among the tokens it leaves:
-        // the network's rows outside the vocabulary (the mask's, the padding's) would leave the position masked,
-        // outside the constraint. The authors' samplers run unconstrained, where nothing changes.
-        at::Tensor outside = outside_.index_select(0, positions);
-        at::Tensor restricted = combined.fixed.defined()
-                                    ? combined.fixed.view({-1}).index_select(0, positions).ge(0)
-                                    : at::zeros({positions.size(0)}, positions.options().dtype(at::kBool));
-        const at::Tensor forbidden = combined.forbidden_mask(scores.size(1));
-        if (forbidden.defined()) restricted = restricted.logical_or(forbidden.index_select(0, drawn_at_row).any(1));
-        outside = outside.masked_fill(restricted.unsqueeze(1), -std::numeric_limits<float>::infinity());
-        full = full_rows(scores, outside, mask_id_);
-    } else {
-        full = at::log_softmax(scores, 1);
-    }
+    const at::Tensor full = every_network_row(scores, positions, drawn_at_row, combined);
     const auto guarded = [&](const at::Tensor& at_positions, const auto& pick) {
         try {
             return pick();
@@ -561,11 +593,60 @@ void AbsorbingLoop::draw_as_authors(int64_t i, at::Tensor unmask, const Combined
     stale_ = true;
 }
 
+// mdlm (authors_samplers.hpp): the step's uniforms for the whole grid, then at each masked position of the step's rows
+// a Gumbel-max draw over every row the network has (the controlled clean-token probabilities at the temperature,
+// truncated; the mask's entry the chance to stay masked); the noise removal's step takes the arg-max within the
+// vocabulary. What is drawn is committed through the COMMIT controllers.
+void AbsorbingLoop::draw_as_mdlm(int64_t i, const at::Tensor& unmask, const Combined& combined,
+                                 const at::Tensor& row_logits) {
+    const bool removal = mdlm_->removes_noise(i);
+    const at::Tensor u = removal ? at::Tensor() : mdlm_->uniforms(batch_, L_, mdlm_columns(), run_.gen);
+    const at::Tensor drawn_at_row = unmask.view({-1}).index_select(0, combined.rows).nonzero().squeeze(1);
+    if (drawn_at_row.size(0) == 0) return;
+    const at::Tensor positions = combined.rows.index_select(0, drawn_at_row);
+    at::Tensor scores =
+        Composer::controlled(row_logits.index_select(0, drawn_at_row), combined, drawn_at_row, mask_id_);
+    if (s_.temperature != 1.0) scores.div_(s_.temperature);
+    const bool truncates = s_.top_k > 0 || s_.top_p < 1.0;
+    if (truncates) DiscreteSampler::truncate(scores, s_.top_k, s_.top_p);
+    const auto guarded = [&](const at::Tensor& at_positions, const auto& pick) {
+        try {
+            return pick();
+        } catch (const NothingToSample& e) {
+            const int64_t position = at_positions[e.row].item<int64_t>();
+            throw run_.fault_at(i, position / L_, position % L_, logits_[position]);
+        }
+    };
+    const at::Tensor tokens = removal ? guarded(positions, [&] { return DiscreteSampler::arg_max(scores); })
+                                      : mdlm_->draw(every_network_row(scores, positions, drawn_at_row, combined).exp(),
+                                                    u.index_select(0, positions.cpu()), mask_id_, i);
+    run_.stats.rows_drawn += positions.size(0);
+    // A draw of the mask (or of a row past the tokenizer) leaves the position masked.
+    const at::Tensor rows = tokens.lt(V_).logical_and_(tokens.ne(mask_id_)).nonzero().squeeze(1);
+    if (rows.size(0) == 0) return;
+    const Redraw redraw = [&](const at::Tensor& which, const at::Tensor& forbidden_bits) {
+        const at::Tensor again_rows = rows.index_select(0, which);
+        at::Tensor again = scores.index_select(0, again_rows);
+        Composer::forbid(again, forbidden_bits);
+        return guarded(positions.index_select(0, again_rows), [&] {
+            return removal ? DiscreteSampler::arg_max(again) : DiscreteSampler::draw(again, run_.gen);
+        });
+    };
+    const CommitState state = [&](const at::Tensor&) {
+        return std::make_pair(tokens_, tokens_.eq(mask_id_).to(at::kByte));
+    };
+    const CommitOutcome outcome =
+        commit_drawn(run_.composer, tokens_, positions.index_select(0, rows), tokens.index_select(0, rows), state,
+                     redraw, i, steps(), t(i), t_next(i));
+    run_.stats.redrawn += outcome.redrawn;
+    stale_ = true;
+}
+
 class AbsorbingProcess final : public DiffusionProcess {
 public:
     explicit AbsorbingProcess(AbsorbingSettings settings) : s_(std::move(settings)) {}
     const std::string& sampler() const override { return s_.name; }
-    int64_t steps() const override { return s_.steps; }
+    int64_t steps() const override { return s_.steps + (s_.name == "mdlm" && s_.noise_removal ? 1 : 0); }
     json settings() const override;
     at::Tensor run(int64_t samples, ReverseRun& run) const override { return AbsorbingLoop(s_, run, samples).run(); }
     // The network's output in its SUBS form (log-softmax, clamp, carry-over); prompt guidance adds the unconditional
@@ -602,6 +683,10 @@ json AbsorbingProcess::settings() const {
         if (s_.block_length > 0) out["block_length"] = s_.block_length;
         if (s_.threshold > 0) out["threshold"] = s_.threshold;
         out["kv_cache"] = s_.kv_cache;
+    }
+    if (s_.name == "mdlm") {
+        out["eps"] = s_.eps;
+        out["noise_removal"] = s_.noise_removal;
     }
     if (s_.name == "analytic" && s_.remask.strategy != "none")
         out["remask"] = {{"strategy", s_.remask.strategy},
@@ -668,6 +753,11 @@ void check(const AbsorbingSettings& s, const Model& model, const Recipe& recipe,
                               "Fast-dLLM's caches take one pass per step; prompt_guidance's "
                               "second pass (the prompt masked) would need a cache of its own"});
     }
+    if (s.name == "mdlm" && s.temperature == 0.0)
+        issues.push_back({"/sampler/temperature",
+                          "the mdlm sampler draws whether a position unmasks together with its token (MDLM's "
+                          "Gumbel-max over the token and the mask), so temperature 0 has no arg-max to take; give "
+                          "a temperature above 0, or the confidence sampler to decode by arg-max"});
     if (recipe.guidance.particles > 1 && recipe.guidance.resample_every > 0)
         issues.push_back({"/guidance/resample_every",
                           "discrete particles are only chosen between at the end: "
@@ -682,9 +772,9 @@ ProcessRoom absorbing_room() {
     room.models = "absorbing discrete models";
     room.model_is = "is discrete";
     room.default_sampler = "analytic";
-    room.samplers = {"euler", "analytic", "first_hitting", "confidence", "llada", "dream"};
-    const std::vector<std::string> truncating = {"euler", "analytic", "first_hitting", "confidence", "dream"};
-    room.keys = {SamplerKey::except("steps", {"euler", "analytic", "confidence", "llada", "dream"},
+    room.samplers = {"euler", "analytic", "first_hitting", "confidence", "llada", "dream", "mdlm"};
+    const std::vector<std::string> truncating = {"euler", "analytic", "first_hitting", "confidence", "dream", "mdlm"};
+    room.keys = {SamplerKey::except("steps", {"euler", "analytic", "confidence", "llada", "dream", "mdlm"},
                                     "'steps' does not apply to the first_hitting sampler: it takes one step per "
                                     "position (max_length), each unmasking one position per sample"),
                  SamplerKey::of("temperature", {}, kDiscreteSamplers),
@@ -706,7 +796,8 @@ ProcessRoom absorbing_room() {
                  SamplerKey::of("kv_cache", {"llada", "dream"}, "the llada and dream samplers", true),
                  SamplerKey::of("alg", {"dream"}, "the dream sampler", true),
                  SamplerKey::of("alg_temp", {"dream"}, "the dream sampler", true),
-                 SamplerKey::of("eps", {"dream"}, "the dream sampler", true)};
+                 SamplerKey::of("eps", {"dream", "mdlm"}, "the dream and mdlm samplers", true),
+                 SamplerKey::of("noise_removal", {"mdlm"}, "the mdlm sampler", true)};
     room.runs = [](const Model& model) { return model.family == Family::discrete; };
     room.read = [](SamplerObject& o) { read_absorbing_settings(o); };
     room.make = [](const Model& model, const Recipe& recipe, SamplerObject& sampler,

@@ -282,4 +282,34 @@ at::Tensor DreamSampler::keep(const at::Tensor& drawn, const at::Tensor& confide
     return keep_highest(drawn, (confidence.to(at::kDouble) / alg_temp_ + gumbel).to(at::kFloat), count);
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// MDLM
+
+MdlmSampler::MdlmSampler(int64_t steps, double eps, bool noise_removal)
+    : steps_(steps), noise_removal_(noise_removal),
+      times_(at::linspace(1.0, eps, steps + 1, at::TensorOptions().dtype(at::kFloat))),
+      dt_(static_cast<float>((1.0 - eps) / static_cast<double>(steps))) {
+    if (steps < 1) throw std::invalid_argument("mdlm sampler: steps must be >= 1");
+    if (!(eps > 0.0 && eps < 1.0)) throw std::invalid_argument("mdlm sampler: eps must be in (0, 1)");
+}
+
+double MdlmSampler::t(int64_t i) const { return times_[std::min(i, steps_)].item<double>(); }
+
+double MdlmSampler::t_next(int64_t i) const { return i + 1 >= steps() ? 0.0 : t(i + 1); }
+
+at::Tensor MdlmSampler::uniforms(int64_t batch, int64_t length, int64_t columns, at::Generator& gen) const {
+    return at::rand({batch * length, columns}, gen, at::TensorOptions().dtype(at::kFloat));
+}
+
+at::Tensor MdlmSampler::draw(const at::Tensor& probs, const at::Tensor& u, int64_t mask_column, int64_t i) const {
+    if (removes_noise(i)) return probs.argmax(1);
+    // MDLM's float32 arithmetic: move_chance_s = t - dt, q = p0 (t - move_chance_s), q[mask] = move_chance_s.
+    const float t_now = times_[i].item<float>();
+    const float s = t_now - dt_;
+    at::Tensor q = probs.to(at::kFloat).mul(t_now - s);
+    q.select(1, mask_column).fill_(s);
+    const at::Tensor gumbel = at::rsub(u.to(q.device()).add(1e-10).log_(), 1e-10);
+    return q.div_(gumbel).argmax(1);
+}
+
 }  // namespace rudder

@@ -21,7 +21,13 @@
 //          over the block's masked positions, with times linspace(1, eps, steps / blocks + 1) from the second and the
 //          entropy order (as that code fixes it), or with `threshold` the most probable draw and every other whose
 //          probability reaches it, until the block is done.
-// Both take the softmax over every row the network has (DenoiserOutput::outside), and a draw of the mask token leaves
+//   mdlm:  MDLM's _sample() with its default predictor, ddpm_cache (kuleshov-group/mdlm, diffusion.py; Sahoo et al.
+//          2024): times linspace(1, eps, steps + 1) in float32, dt = (1 - eps) / steps; the step from t draws a token
+//          at every position by Gumbel-max over q = p0 (t - s) with the mask's entry s = t - dt (a masked position
+//          stays masked with probability s / t), from a float32 uniform per position and row of the whole grid, as
+//          its _sample_categorical draws them; with noise_removal a last call at t = eps commits the arg-max where
+//          still masked.
+// They take the softmax over every row the network has (DenoiserOutput::outside), and a draw of the mask token leaves
 // the position masked, as it does in the authors' code (a draw of a row past the tokenizer too, which is no text).
 #pragma once
 
@@ -180,6 +186,31 @@ private:
     int64_t current_block_ = 0;
     bool opening_ = false;
     at::Tensor block_times_;  // float32 [steps per block + 1]
+};
+
+class MdlmSampler {
+public:
+    MdlmSampler(int64_t steps, double eps, bool noise_removal);
+
+    int64_t steps() const { return steps_ + (noise_removal_ ? 1 : 0); }  // the noise removal's call a step
+    double t(int64_t i) const;                                           // times[i] (the noise removal's: eps)
+    double t_next(int64_t i) const;                                      // times[i + 1]; 0 after the last
+    bool removes_noise(int64_t i) const { return i >= steps_; }
+
+    // Step i's uniforms: one per position and row of the [batch, length, columns] grid, float32, drawn whatever is
+    // masked (a step where nothing is still draws them, as the authors' loop does). CPU.
+    at::Tensor uniforms(int64_t batch, int64_t length, int64_t columns, at::Generator& gen) const;
+    // Step i's draw at rows whose clean-token probabilities are `probs` [n, W] (W the grid's columns, the mask's
+    // column `mask_column`) with their uniforms `u` [n, W]: argmax of q / (1e-10 - log(u + 1e-10)), q = probs
+    // (t - s) and s in the mask's column, in float32 as MDLM computes it. int64 [n]; the mask where the row stays
+    // masked.
+    at::Tensor draw(const at::Tensor& probs, const at::Tensor& u, int64_t mask_column, int64_t i) const;
+
+private:
+    int64_t steps_;
+    bool noise_removal_;
+    at::Tensor times_;  // float32 [steps + 1]
+    float dt_;          // (1 - eps) / steps, as the float32 the authors' t - dt subtracts
 };
 
 }  // namespace rudder

@@ -34,6 +34,8 @@ int64_t DitCheckpointDenoiser::max_length() const { return network_->config().ma
 
 int64_t DitCheckpointDenoiser::decoding_block() const { return network_->config().block_size; }
 
+bool DitCheckpointDenoiser::reads_time() const { return network_->config().time_conditioning; }
+
 bool DitCheckpointDenoiser::caches_blocks() const {
     return block_cache_ && network_->config().block_size > 0 && !network_->config().time_conditioning;
 }

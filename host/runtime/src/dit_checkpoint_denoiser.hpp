@@ -50,6 +50,7 @@ public:
                            const Evidence& evidence = {}) override;
     const UniformNoiseSchedule* uniform_noise() const override { return uniform_ ? &*uniform_ : nullptr; }
     int64_t decoding_block() const override;  // BD3-LM's block_size
+    bool reads_time() const override;         // MDLM with time_conditioning, SEDD, DUO
 
     const nn::DitNetwork& network() const { return *network_; }
 

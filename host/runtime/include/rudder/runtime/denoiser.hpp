@@ -55,6 +55,9 @@ public:
     virtual bool conditional() const { return false; }
     // Whether denoise() conditions on Evidence; if not, the loop never calls it again just for new evidence.
     virtual bool uses_evidence() const { return false; }
+    // Whether denoise()'s output depends on t (a time-conditioned network); if not, the discrete loop reuses an
+    // output while no token changed, as MDLM's cache does (and, as there, not for a network that reads t).
+    virtual bool reads_time() const { return false; }
     // Discrete family: the noise schedule when the model diffuses with uniform noise (SEDD's uniform graph: every
     // position always holds a token, and any token may change at any step); nullptr for absorbing (masking) noise.
     virtual const UniformNoiseSchedule* uniform_noise() const { return nullptr; }
