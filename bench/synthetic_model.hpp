@@ -38,7 +38,7 @@ public:
     DenoiserOutput denoise(const at::Tensor& x, double, const std::vector<std::string>&, const Evidence&) override {
         const int64_t B = x.size(0), L = x.size(1);
         if (!logits_.defined() || logits_.size(0) != B || logits_.size(1) != L) draw(B, L);
-        return {logits_, {}, {}};
+        return {logits_, {}, {}, {}};
     }
 
 private:

@@ -574,12 +574,12 @@ TEST_F(DitCheckpoint, WithItsTokenizerACheckpointIsAModelThatARecipeSamples) {
     }
 }
 
-// The mdlm sampler writes the tokens MDLM's _sample() with ddpm_cache writes, from the same seed
-// (dit_samplers_reference.py, over the fixture's float64 network, with its random numbers drawn as MDLM draws them):
-// with and without time conditioning (which turns MDLM's cache off), over two batches (the generator read on from one
-// to the next), with few steps (most positions left to the noise removal) and without the noise removal (masks left in
-// the sequence).
-TEST_F(DitCheckpoint, MdlmSamplerWritesTheTokensOfMdlmsOwnSampler) {
+// The mdlm and sedd samplers write the tokens MDLM's _sample() with ddpm_cache and SEDD's pc_sampler write, from the
+// same seed (dit_samplers_reference.py, over the fixture's float64 network, with its random numbers drawn as the
+// authors draw them): MDLM with and without time conditioning (which turns MDLM's cache off), SEDD with each predictor;
+// over two batches (the generator read on from one to the next), with few steps (most positions left to the noise
+// removal) and without the noise removal (masks left in the sequence).
+TEST_F(DitCheckpoint, MdlmAndSeddSamplersWriteTheTokensOfTheAuthorsSamplers) {
     struct Case {
         std::string name;
         int64_t seed, samples, batch_size;
@@ -592,12 +592,18 @@ TEST_F(DitCheckpoint, MdlmSamplerWritesTheTokensOfMdlmsOwnSampler) {
         {"mdlm", 9, 2, 2, {{"name", "mdlm"}, {"steps", 3}}},
         {"mdlm", 11, 2, 2, {{"name", "mdlm"}, {"steps", 2}, {"eps", 0.3}, {"noise_removal", false}}},
         {"mdlm", 13, 2, 2, {{"name", "mdlm"}}},  // MDLM's defaults: 128 steps, eps 1e-5
+        {"sedd", 3, 2, 2, {{"name", "sedd"}, {"steps", 8}}},
+        {"sedd", 4, 2, 2, {{"name", "sedd"}, {"steps", 8}, {"predictor", "analytic"}}},
+        {"sedd", 5, 4, 2, {{"name", "sedd"}, {"steps", 16}}},
+        {"sedd", 6, 2, 2, {{"name", "sedd"}, {"steps", 3}, {"predictor", "analytic"}}},
+        {"sedd", 11, 2, 2, {{"name", "sedd"}, {"steps", 2}, {"eps", 0.3}, {"noise_removal", false}}},
+        {"sedd", 13, 2, 2, {{"name", "sedd"}}},  // SEDD's config: 128 steps, euler, eps 1e-5
     };
     rudder::plugins::Registry registry({fs::path(RUDDER_TEST_PLUGIN_DIR)});
     json inputs = json::array();
     std::vector<std::vector<std::vector<int64_t>>> ours;
     for (const Case& c : cases) {
-        const fs::path dir = root_ / (c.name + "_mdlm_sampler");
+        const fs::path dir = root_ / (c.name + "_authors_sampler");
         if (!fs::exists(dir)) {
             copy_of(c.name, dir.filename().string());
             for (const char* file : {"vocab.json", "merges.txt"})
@@ -611,34 +617,39 @@ TEST_F(DitCheckpoint, MdlmSamplerWritesTheTokensOfMdlmsOwnSampler) {
         rudder::Generator generator(rudder::parse_recipe(recipe.dump(), "."), registry);
         std::vector<std::vector<int64_t>> rows;
         for (const auto& s : generator.generate()) rows.push_back(s.tokens);
-        if (!c.sampler.value("noise_removal", true))
+        // (SEDD's random score unmasks everything at once: c S passes 1, and the mask's entry 1 - c S is below 0.)
+        if (c.name == "mdlm" && !c.sampler.value("noise_removal", true)) {
             EXPECT_TRUE(std::any_of(rows.begin(), rows.end(), [](const auto& r) {
                 return std::count(r.begin(), r.end(), 299) > 0;
             })) << "without the noise removal, a run that stops at t = 0.3 leaves masks";
+        }
         ours.push_back(rows);
         inputs.push_back({{"dir", dir.string()},
+                          {"sampler", c.sampler.at("name")},
                           {"seed", c.seed},
                           {"samples", c.samples},
                           {"batch_size", c.batch_size},
                           {"steps", c.sampler.value("steps", 128)},
                           {"eps", c.sampler.value("eps", 1e-5)},
-                          {"noise_removal", c.sampler.value("noise_removal", true)}});
+                          {"noise_removal", c.sampler.value("noise_removal", true)},
+                          {"predictor", c.sampler.value("predictor", "euler")}});
     }
-    write_json(root_ / "mdlm_cases.json", inputs);
+    write_json(root_ / "dit_sampler_cases.json", inputs);
     const std::string command = std::string(RUDDER_PYTHON3) + " " + RUDDER_DIT_SAMPLERS_REFERENCE + " " +
-                                (root_ / "mdlm_cases.json").string() + " " + (root_ / "mdlm_tokens.json").string() +
-                                " > " + (root_ / "mdlm_reference.log").string() + " 2>&1";
-    ASSERT_EQ(std::system(command.c_str()), 0) << "see " << (root_ / "mdlm_reference.log").string();
-    const json theirs = rudder::read_json_file(root_ / "mdlm_tokens.json");
+                                (root_ / "dit_sampler_cases.json").string() + " " +
+                                (root_ / "dit_sampler_tokens.json").string() + " > " +
+                                (root_ / "dit_sampler_reference.log").string() + " 2>&1";
+    ASSERT_EQ(std::system(command.c_str()), 0) << "see " << (root_ / "dit_sampler_reference.log").string();
+    const json theirs = rudder::read_json_file(root_ / "dit_sampler_tokens.json");
     ASSERT_EQ(theirs.size(), cases.size());
     for (size_t k = 0; k < cases.size(); ++k)
         EXPECT_EQ(ours[k], (theirs[k].get<std::vector<std::vector<int64_t>>>()))
             << cases[k].name << " " << cases[k].sampler.dump() << " seed " << cases[k].seed;
 }
 
-// A recipe the mdlm sampler cannot run is refused at its pointer: temperature 0 (its draw decides whether a position
-// unmasks), and BD3-LM's blocks (decoded one after another, not all at once).
-TEST_F(DitCheckpoint, MdlmSamplerRefusesWhatItCannotRun) {
+// A recipe the mdlm or sedd sampler cannot run is refused at its pointer: temperature 0 (its draw decides whether a
+// position unmasks), a key of theirs given to another sampler, and the sedd sampler on a model without SEDD's score.
+TEST_F(DitCheckpoint, MdlmAndSeddSamplersRefuseWhatTheyCannotRun) {
     rudder::plugins::Registry registry({fs::path(RUDDER_TEST_PLUGIN_DIR)});
     const fs::path dir = root_ / "mdlm_refusals";
     copy_of("mdlm", dir.filename().string());
@@ -652,6 +663,15 @@ TEST_F(DitCheckpoint, MdlmSamplerRefusesWhatItCannotRun) {
         EXPECT_EQ(e.issues()[0].pointer, "/sampler/temperature");
         EXPECT_NE(e.issues()[0].message.find("no arg-max to take"), std::string::npos) << e.issues()[0].message;
     }
+    const json not_sedd = {{"model", dir.string()}, {"sampler", {{"name", "sedd"}}}};
+    try {
+        rudder::Generator generator(rudder::parse_recipe(not_sedd.dump(), "."), registry);
+        ADD_FAILURE() << "the sedd sampler was accepted for an MDLM checkpoint";
+    } catch (const rudder::RecipeError& e) {
+        ASSERT_EQ(e.issues().size(), 1u) << e.what();
+        EXPECT_EQ(e.issues()[0].pointer, "/sampler/name");
+        EXPECT_NE(e.issues()[0].message.find("reads SEDD's score"), std::string::npos) << e.issues()[0].message;
+    }
     const json wrong_key = {{"model", dir.string()}, {"sampler", {{"name", "analytic"}, {"noise_removal", false}}}};
     try {
         rudder::Generator generator(rudder::parse_recipe(wrong_key.dump(), "."), registry);
@@ -659,7 +679,7 @@ TEST_F(DitCheckpoint, MdlmSamplerRefusesWhatItCannotRun) {
     } catch (const rudder::RecipeError& e) {
         ASSERT_EQ(e.issues().size(), 1u) << e.what();
         EXPECT_EQ(e.issues()[0].pointer, "/sampler/noise_removal");
-        EXPECT_NE(e.issues()[0].message.find("the mdlm sampler"), std::string::npos) << e.issues()[0].message;
+        EXPECT_NE(e.issues()[0].message.find("the mdlm and sedd samplers"), std::string::npos) << e.issues()[0].message;
     }
 }
 

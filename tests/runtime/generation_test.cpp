@@ -629,7 +629,7 @@ public:
             logits.select(1, i)
                 .select(1, i < static_cast<int64_t>(ids_.size()) ? ids_[static_cast<size_t>(i)] : 0)
                 .fill_(0.0f);
-        return {logits, {}, {}};
+        return {logits, {}, {}, {}};
     }
 
 private:
@@ -697,7 +697,7 @@ public:
             logits[b][1][green_] = static_cast<float>(std::log(seen ? 0.6 : 0.8));
             logits[b][1][blue_] = static_cast<float>(std::log(seen ? 0.4 : 0.2));
         }
-        return {at::log_softmax(logits, -1), {}, {}};
+        return {at::log_softmax(logits, -1), {}, {}, {}};
     }
 
 private:

@@ -374,15 +374,30 @@ at::Tensor dit_states(const DitConfig& c, const DitWeights& w, const at::Tensor&
     return modulate(layer_norm(x, w.final_norm), mod[0], mod[1]);
 }
 
+namespace {
+// SEDD's scale_by_sigma offset [B, 1, 1] of a raw output [B, L, V]: log(e^sigma - 1) (through expm1 where sigma is
+// small, as SEDD computes it) + log(V - 1); 0 without scale_by_sigma.
+at::Tensor sedd_offset(const DitConfig& c, const at::Tensor& raw, const at::Tensor& sigma_in) {
+    if (!c.scale_by_sigma) return at::zeros({raw.size(0), 1, 1}, raw.options());
+    const at::Tensor sigma = sigma_in.to(raw.device(), at::kFloat);
+    const at::Tensor esigm1_log = at::where(sigma < 0.5, at::expm1(sigma), sigma.exp() - 1).log();
+    return (esigm1_log + std::log(static_cast<double>(raw.size(-1) - 1))).view({-1, 1, 1});
+}
+}  // namespace
+
 at::Tensor DitNetwork::sedd_log_score(const at::Tensor& tokens, const at::Tensor& sigma_in) const {
-    at::Tensor out = forward(tokens, sigma_in);
-    const at::Tensor sigma = sigma_in.to(out.device(), at::kFloat);
-    if (config_.scale_by_sigma) {
-        // log(e^sigma - 1), through expm1 where sigma is small, as SEDD computes it.
-        const at::Tensor esigm1_log = at::where(sigma < 0.5, at::expm1(sigma), sigma.exp() - 1).log();
-        out = out - esigm1_log.view({-1, 1, 1}) - std::log(static_cast<double>(out.size(-1) - 1));
-    }
-    return out.scatter(-1, tokens.to(out.device()).unsqueeze(-1), 0.0);
+    const at::Tensor out = forward(tokens, sigma_in);
+    return (out - sedd_offset(config_, out, sigma_in)).scatter(-1, tokens.to(out.device()).unsqueeze(-1), 0.0);
+}
+
+std::pair<at::Tensor, at::Tensor> DitNetwork::sedd_clean_log_probs_and_score_total(const at::Tensor& tokens,
+                                                                                   const at::Tensor& sigma) const {
+    const at::Tensor raw = forward(tokens, sigma);
+    // At a masked position the score is the offset raw output at every y but the mask (whose entry is 0).
+    at::Tensor unmasking = raw.clone();
+    unmasking.select(-1, config_.mask_id()).fill_(-std::numeric_limits<float>::infinity());
+    const at::Tensor total = at::logsumexp(unmasking, -1) - sedd_offset(config_, raw, sigma).view({-1, 1});
+    return {subs_log_probs(raw, tokens, config_.mask_id()), total};
 }
 
 // Why one mapping serves both: MDLM's SUBS is defined on the raw output exactly so. For SEDD's absorbing graph the

@@ -1,7 +1,7 @@
 // Absorbing (masked) discrete diffusion (MDLM, SEDD's absorbing graph, BD3-LM, LLaDA, Dream): positions start masked
 // and unmask once; euler, analytic (with ReMDM's remasking), first hitting, confidence (in blocks) and the LLaDA,
-// Dream and MDLM authors' samplers decide which and when; MDLM's cache skips the network while no token changed; prompt
-// guidance; particles chosen at the end.
+// Dream, MDLM and SEDD authors' samplers decide which and when; MDLM's cache skips the network while no token changed;
+// prompt guidance; particles chosen at the end.
 #include <ATen/ATen.h>
 
 #include <limits>
@@ -32,8 +32,8 @@ struct RemaskSettings {
 };
 
 struct AbsorbingSettings {
-    std::string name = "analytic";  // euler | analytic | first_hitting | confidence | llada | dream | mdlm
-    int64_t steps = 200;            // first_hitting, threshold and factor decoding: max_length; mdlm: 128
+    std::string name = "analytic";  // euler | analytic | first_hitting | confidence | llada | dream | mdlm | sedd
+    int64_t steps = 200;            // first_hitting, threshold and factor decoding: max_length; mdlm, sedd: 128
     bool cache = true;              // skip the network when no token changed since its last call
     // Divides the controlled clean-token log-probabilities before they are drawn from; 0: the arg-max (the default of
     // llada and dream, as of the authors' code).
@@ -52,8 +52,9 @@ struct AbsorbingSettings {
     std::string kv_cache = "none";             // llada, dream: Fast-dLLM's key/value cache: none | prefix | dual
     std::string alg = "origin";                // dream: origin | maskgit_plus | topk_margin | entropy
     double alg_temp = 0.0;                     // dream: > 0 draws the positions by softmax(confidence / alg_temp)
-    double eps = 1e-3;                         // dream, mdlm: its last time (mdlm: 1e-5)
-    bool noise_removal = true;                 // mdlm: a last call commits the arg-max where still masked
+    double eps = 1e-3;                         // dream, mdlm, sedd: its last time (mdlm, sedd: 1e-5)
+    bool noise_removal = true;                 // mdlm, sedd: a last call commits the tokens where still masked
+    std::string predictor = "euler";           // sedd: euler | analytic
     // Classifier-free guidance towards the tokens hard constraints fix (LLaDA's unsupervised cfg_scale w): scores
     // uncond + (w + 1)(cond - uncond), uncond the network with those tokens masked again.
     double prompt_guidance = 0.0;
@@ -73,7 +74,7 @@ AbsorbingSettings read_absorbing_settings(SamplerObject& o) {
     AbsorbingSettings out;
     if (!o.name.empty()) out.name = o.name;
     auto& r = o.reader;
-    if (out.name == "mdlm") {  // MDLM's sampling.steps and _sample's eps
+    if (out.name == "mdlm" || out.name == "sedd") {  // their configs' sampling.steps and their samplers' eps
         out.steps = 128;
         out.eps = 1e-5;
     }
@@ -109,6 +110,8 @@ AbsorbingSettings read_absorbing_settings(SamplerObject& o) {
         if (auto v = r.number("eps", 1e-6, 0.5)) out.eps = *v;
     if (o.applies("noise_removal"))
         if (auto v = r.boolean("noise_removal")) out.noise_removal = *v;
+    if (o.applies("predictor"))
+        if (auto v = r.choice("predictor", {"euler", "analytic"})) out.predictor = *v;
     if (o.applies("remask"))
         if (auto remask = r.object("remask")) {
             json_input::ObjectReader m(*remask, r.pointer("remask"), r.issues());
@@ -148,6 +151,13 @@ std::optional<MdlmSampler> mdlm_of(const AbsorbingSettings& s) {
     return MdlmSampler(s.steps, s.eps, s.noise_removal);
 }
 
+std::optional<SeddSampler> sedd_of(const AbsorbingSettings& s) {
+    if (s.name != "sedd") return std::nullopt;
+    return SeddSampler(s.steps, s.eps,
+                       s.predictor == "analytic" ? SeddSampler::Predictor::analytic : SeddSampler::Predictor::euler,
+                       s.noise_removal);
+}
+
 DiscreteSampler::Kind kind_of(const std::string& name) {
     if (name == "first_hitting") return DiscreteSampler::Kind::first_hitting;
     if (name == "confidence") return DiscreteSampler::Kind::confidence;
@@ -176,7 +186,8 @@ public:
         : s_(s), run_(run), particles_(run.recipe.guidance.particles), batch_(samples * particles_),
           L_(run.recipe.max_length), V_(run.model.tokenizer->vocab_size()), mask_id_(run.model.tokenizer->mask_id()),
           sampler_(sampler_of(s, run.model.mask_schedule)), llada_(llada_of(s)), dream_(dream_of(s)), mdlm_(mdlm_of(s)),
-          kv_(s.kv_cache != "none" ? run.model.denoiser->window_cache() : nullptr), kv_prefix_(s.kv_cache == "prefix"),
+          sedd_(sedd_of(s)), kv_(s.kv_cache != "none" ? run.model.denoiser->window_cache() : nullptr),
+          kv_prefix_(s.kv_cache == "prefix"),
           always_fresh_(!s.cache || run.composer.needs_fresh_logits() || run.model.denoiser->reads_time()),
           every_row_(run.model.denoiser->uses_evidence()),
           swarm_(samples, particles_, run.recipe.guidance.resample_scale) {
@@ -201,13 +212,32 @@ public:
 private:
     // The time grid: the authors' samplers keep their own.
     int64_t steps() const {
-        return llada_ ? llada_->steps() : dream_ ? dream_->steps() : mdlm_ ? mdlm_->steps() : sampler_.steps();
+        return llada_   ? llada_->steps()
+               : dream_ ? dream_->steps()
+               : mdlm_  ? mdlm_->steps()
+               : sedd_  ? sedd_->steps()
+                        : sampler_.steps();
     }
     double t(int64_t i) const {
-        return llada_ ? llada_->t(i) : dream_ ? dream_->t(i) : mdlm_ ? mdlm_->t(i) : sampler_.t(i);
+        return llada_   ? llada_->t(i)
+               : dream_ ? dream_->t(i)
+               : mdlm_  ? mdlm_->t(i)
+               : sedd_  ? sedd_->t(i)
+                        : sampler_.t(i);
     }
     double t_next(int64_t i) const {
-        return llada_ ? llada_->t_next(i) : dream_ ? dream_->t_next(i) : mdlm_ ? mdlm_->t_next(i) : sampler_.t_next(i);
+        return llada_   ? llada_->t_next(i)
+               : dream_ ? dream_->t_next(i)
+               : mdlm_  ? mdlm_->t_next(i)
+               : sedd_  ? sedd_->t_next(i)
+                        : sampler_.t_next(i);
+    }
+    // mdlm and sedd: a step's draw also says whether a position unmasks, from uniforms over the whole grid.
+    bool draws_the_grid() const { return mdlm_ || sedd_; }
+    bool removes_noise(int64_t i) const { return mdlm_ ? mdlm_->removes_noise(i) : sedd_->removes_noise(i); }
+    at::Tensor grid_uniforms(int64_t i) {
+        return mdlm_ ? mdlm_->uniforms(batch_, L_, grid_columns(), run_.gen)
+                     : sedd_->uniforms(batch_, L_, grid_columns(), i, run_.gen);
     }
     at::Tensor choose(const at::Tensor& masked, int64_t i);
     // The blocks after the prompt (llada; dream with Fast-dLLM's block decoding).
@@ -222,11 +252,12 @@ private:
     void denoise(double t, const Combined& constraints);
     void draw(int64_t i, at::Tensor unmask, const Combined& combined, const at::Tensor& row_logits);
     void draw_as_authors(int64_t i, at::Tensor unmask, const Combined& combined, const at::Tensor& row_logits);
-    void draw_as_mdlm(int64_t i, const at::Tensor& unmask, const Combined& combined, const at::Tensor& row_logits);
+    void draw_over_the_grid(int64_t i, const at::Tensor& unmask, const Combined& combined,
+                            const at::Tensor& row_logits);
     at::Tensor every_network_row(const at::Tensor& scores, const at::Tensor& positions, const at::Tensor& drawn_at_row,
                                  const Combined& combined) const;
-    // mdlm: the columns of its draws' grid, the network's every row (0 until its first call).
-    int64_t mdlm_columns() const {
+    // mdlm, sedd: the columns of their draws' grid, the network's every row (0 until its first call).
+    int64_t grid_columns() const {
         return !logits_.defined() ? 0 : outside_.defined() ? V_ + outside_.size(1) - 1 : logits_.size(1);
     }
     void start_blocks(at::Tensor& unmask, int64_t i);
@@ -250,6 +281,7 @@ private:
     std::optional<LladaSampler> llada_;
     std::optional<DreamSampler> dream_;
     std::optional<MdlmSampler> mdlm_;
+    std::optional<SeddSampler> sedd_;
     at::Tensor block_schedule_;  // llada: the current block's commits per step, int64 [B, steps of the block]
     // llada with Fast-dLLM's key/value cache: the run's cache, the block it was refreshed for (-1: none yet), and
     // whether a window runs to the end of the sequence (prefix) or to the block's end (dual).
@@ -264,6 +296,7 @@ private:
     at::Tensor tokens_;
     at::Tensor logits_, logp_;  // the network's scores for `tokens_` [B * L, V], and their log-softmax once needed
     at::Tensor outside_;        // the network's rows outside the vocabulary [B * L, 1 + R] (DenoiserOutput::outside)
+    at::Tensor score_total_;    // sedd: the log of each position's total unmasking score [B * L]
     Combined seen_;             // the constraints the denoiser's last call was given
     bool stale_ = true;
     // Prompt guidance (LLaDA's unsupervised classifier-free guidance): the positions hard constraints have fixed are
@@ -311,7 +344,7 @@ at::Tensor AbsorbingLoop::choose(const at::Tensor& masked, int64_t i) {
         if (dynamic_blocks() && !advance_blocks(masked)) return at::zeros_like(masked);
         return in_block(masked, i);
     }
-    if (dream_ || mdlm_) return masked.clone();  // mdlm: each masked position's draw says whether it unmasks
+    if (dream_ || draws_the_grid()) return masked.clone();  // mdlm, sedd: the draw says whether a position unmasks
     return sampler_.choose(masked, i, run_.gen);
 }
 
@@ -343,6 +376,7 @@ void AbsorbingLoop::call_denoiser(double t, const Combined& constraints) {
     const auto set = [&](const DenoiserOutput& out) {
         logits_ = out.logits.to(at::kFloat);
         outside_ = out.outside.defined() ? out.outside.to(at::kFloat) : at::Tensor();
+        score_total_ = out.log_score_total.defined() ? out.log_score_total.to(at::kFloat).reshape({-1}) : at::Tensor();
     };
     if (!kv_ || !blocks_started())
         return set(denoiser.denoise(tokens_, t, {}, evidence_of(constraints, batch_, L_, V_, every_row_)));
@@ -381,9 +415,9 @@ void AbsorbingLoop::step(int64_t i) {
     };
     const auto tick = [&] { run_.tick(i + 1, t_next, [&] { return swarm_.leading(best_guess()); }); };
     if (!unmask.any().item<bool>()) {
-        // mdlm: the authors' loop draws its uniforms at every step, whatever is masked (a later batch reads on).
-        if (mdlm_ && !mdlm_->removes_noise(i) && mdlm_columns() > 0)
-            mdlm_->uniforms(batch_, L_, mdlm_columns(), run_.gen);
+        // mdlm, sedd: the authors' loops draw their uniforms at every step, whatever is masked (a later batch
+        // reads on); MDLM's noise removal draws none.
+        if (draws_the_grid() && !(mdlm_ && removes_noise(i)) && grid_columns() > 0) grid_uniforms(i);
         apply_remask();
         tick();
         return;
@@ -424,8 +458,8 @@ void AbsorbingLoop::step(int64_t i) {
     }
     if (llada_ || dream_)
         draw_as_authors(i, unmask, combined, row_logits);
-    else if (mdlm_)
-        draw_as_mdlm(i, unmask, combined, row_logits);
+    else if (draws_the_grid())
+        draw_over_the_grid(i, unmask, combined, row_logits);
     else
         draw(i, unmask, combined, row_logits);
     apply_remask();
@@ -593,14 +627,15 @@ void AbsorbingLoop::draw_as_authors(int64_t i, at::Tensor unmask, const Combined
     stale_ = true;
 }
 
-// mdlm (authors_samplers.hpp): the step's uniforms for the whole grid, then at each masked position of the step's rows
-// a Gumbel-max draw over every row the network has (the controlled clean-token probabilities at the temperature,
-// truncated; the mask's entry the chance to stay masked); the noise removal's step takes the arg-max within the
-// vocabulary. What is drawn is committed through the COMMIT controllers.
-void AbsorbingLoop::draw_as_mdlm(int64_t i, const at::Tensor& unmask, const Combined& combined,
-                                 const at::Tensor& row_logits) {
-    const bool removal = mdlm_->removes_noise(i);
-    const at::Tensor u = removal ? at::Tensor() : mdlm_->uniforms(batch_, L_, mdlm_columns(), run_.gen);
+// mdlm, sedd (authors_samplers.hpp): the step's uniforms for the whole grid, then at each masked position of the
+// step's rows a Gumbel-max draw over every row the network has from the controlled clean-token probabilities (at the
+// temperature, truncated), the mask's entry the chance to stay masked (sedd: with the network's total unmasking
+// score); mdlm's noise removal takes the arg-max within the vocabulary, sedd's draws over every row but the mask.
+// What is drawn is committed through the COMMIT controllers.
+void AbsorbingLoop::draw_over_the_grid(int64_t i, const at::Tensor& unmask, const Combined& combined,
+                                       const at::Tensor& row_logits) {
+    const bool arg_max = mdlm_ && removes_noise(i);
+    const at::Tensor u = arg_max ? at::Tensor() : grid_uniforms(i);
     const at::Tensor drawn_at_row = unmask.view({-1}).index_select(0, combined.rows).nonzero().squeeze(1);
     if (drawn_at_row.size(0) == 0) return;
     const at::Tensor positions = combined.rows.index_select(0, drawn_at_row);
@@ -617,9 +652,13 @@ void AbsorbingLoop::draw_as_mdlm(int64_t i, const at::Tensor& unmask, const Comb
             throw run_.fault_at(i, position / L_, position % L_, logits_[position]);
         }
     };
-    const at::Tensor tokens = removal ? guarded(positions, [&] { return DiscreteSampler::arg_max(scores); })
-                                      : mdlm_->draw(every_network_row(scores, positions, drawn_at_row, combined).exp(),
-                                                    u.index_select(0, positions.cpu()), mask_id_, i);
+    const at::Tensor tokens = [&] {
+        if (arg_max) return guarded(positions, [&] { return DiscreteSampler::arg_max(scores); });
+        const at::Tensor rows_u = u.index_select(0, positions.cpu());
+        const at::Tensor full = every_network_row(scores, positions, drawn_at_row, combined);
+        if (mdlm_) return mdlm_->draw(full.exp(), rows_u, mask_id_, i);
+        return sedd_->draw(full, score_total_.index_select(0, positions), rows_u, mask_id_, i);
+    }();
     run_.stats.rows_drawn += positions.size(0);
     // A draw of the mask (or of a row past the tokenizer) leaves the position masked.
     const at::Tensor rows = tokens.lt(V_).logical_and_(tokens.ne(mask_id_)).nonzero().squeeze(1);
@@ -629,7 +668,7 @@ void AbsorbingLoop::draw_as_mdlm(int64_t i, const at::Tensor& unmask, const Comb
         at::Tensor again = scores.index_select(0, again_rows);
         Composer::forbid(again, forbidden_bits);
         return guarded(positions.index_select(0, again_rows), [&] {
-            return removal ? DiscreteSampler::arg_max(again) : DiscreteSampler::draw(again, run_.gen);
+            return arg_max ? DiscreteSampler::arg_max(again) : DiscreteSampler::draw(again, run_.gen);
         });
     };
     const CommitState state = [&](const at::Tensor&) {
@@ -646,7 +685,9 @@ class AbsorbingProcess final : public DiffusionProcess {
 public:
     explicit AbsorbingProcess(AbsorbingSettings settings) : s_(std::move(settings)) {}
     const std::string& sampler() const override { return s_.name; }
-    int64_t steps() const override { return s_.steps + (s_.name == "mdlm" && s_.noise_removal ? 1 : 0); }
+    int64_t steps() const override {
+        return s_.steps + ((s_.name == "mdlm" || s_.name == "sedd") && s_.noise_removal ? 1 : 0);
+    }
     json settings() const override;
     at::Tensor run(int64_t samples, ReverseRun& run) const override { return AbsorbingLoop(s_, run, samples).run(); }
     // The network's output in its SUBS form (log-softmax, clamp, carry-over); prompt guidance adds the unconditional
@@ -684,10 +725,11 @@ json AbsorbingProcess::settings() const {
         if (s_.threshold > 0) out["threshold"] = s_.threshold;
         out["kv_cache"] = s_.kv_cache;
     }
-    if (s_.name == "mdlm") {
+    if (s_.name == "mdlm" || s_.name == "sedd") {
         out["eps"] = s_.eps;
         out["noise_removal"] = s_.noise_removal;
     }
+    if (s_.name == "sedd") out["predictor"] = s_.predictor;
     if (s_.name == "analytic" && s_.remask.strategy != "none")
         out["remask"] = {{"strategy", s_.remask.strategy},
                          {"eta", s_.remask.eta},
@@ -753,11 +795,15 @@ void check(const AbsorbingSettings& s, const Model& model, const Recipe& recipe,
                               "Fast-dLLM's caches take one pass per step; prompt_guidance's "
                               "second pass (the prompt masked) would need a cache of its own"});
     }
-    if (s.name == "mdlm" && s.temperature == 0.0)
+    if ((s.name == "mdlm" || s.name == "sedd") && s.temperature == 0.0)
         issues.push_back({"/sampler/temperature",
-                          "the mdlm sampler draws whether a position unmasks together with its token (MDLM's "
-                          "Gumbel-max over the token and the mask), so temperature 0 has no arg-max to take; give "
-                          "a temperature above 0, or the confidence sampler to decode by arg-max"});
+                          "the " + s.name +
+                              " sampler draws whether a position unmasks together with its token (Gumbel-max over "
+                              "the tokens and the mask, as the authors' code draws), so temperature 0 has no arg-max "
+                              "to take; give a temperature above 0, or the confidence sampler to decode by arg-max"});
+    if (s.name == "sedd" && !model.denoiser->gives_score_total())
+        issues.push_back({"/sampler/name", "the sedd sampler reads SEDD's score, which model '" + model.name +
+                                               "' does not give (a SEDD checkpoint does)"});
     if (recipe.guidance.particles > 1 && recipe.guidance.resample_every > 0)
         issues.push_back({"/guidance/resample_every",
                           "discrete particles are only chosen between at the end: "
@@ -772,9 +818,10 @@ ProcessRoom absorbing_room() {
     room.models = "absorbing discrete models";
     room.model_is = "is discrete";
     room.default_sampler = "analytic";
-    room.samplers = {"euler", "analytic", "first_hitting", "confidence", "llada", "dream", "mdlm"};
-    const std::vector<std::string> truncating = {"euler", "analytic", "first_hitting", "confidence", "dream", "mdlm"};
-    room.keys = {SamplerKey::except("steps", {"euler", "analytic", "confidence", "llada", "dream", "mdlm"},
+    room.samplers = {"euler", "analytic", "first_hitting", "confidence", "llada", "dream", "mdlm", "sedd"};
+    const std::vector<std::string> truncating = {"euler", "analytic", "first_hitting", "confidence",
+                                                 "dream", "mdlm",     "sedd"};
+    room.keys = {SamplerKey::except("steps", {"euler", "analytic", "confidence", "llada", "dream", "mdlm", "sedd"},
                                     "'steps' does not apply to the first_hitting sampler: it takes one step per "
                                     "position (max_length), each unmasking one position per sample"),
                  SamplerKey::of("temperature", {}, kDiscreteSamplers),
@@ -796,8 +843,9 @@ ProcessRoom absorbing_room() {
                  SamplerKey::of("kv_cache", {"llada", "dream"}, "the llada and dream samplers", true),
                  SamplerKey::of("alg", {"dream"}, "the dream sampler", true),
                  SamplerKey::of("alg_temp", {"dream"}, "the dream sampler", true),
-                 SamplerKey::of("eps", {"dream", "mdlm"}, "the dream and mdlm samplers", true),
-                 SamplerKey::of("noise_removal", {"mdlm"}, "the mdlm sampler", true)};
+                 SamplerKey::of("eps", {"dream", "mdlm", "sedd"}, "the dream, mdlm and sedd samplers", true),
+                 SamplerKey::of("noise_removal", {"mdlm", "sedd"}, "the mdlm and sedd samplers", true),
+                 SamplerKey::of("predictor", {"sedd"}, "the sedd sampler", true)};
     room.runs = [](const Model& model) { return model.family == Family::discrete; };
     room.read = [](SamplerObject& o) { read_absorbing_settings(o); };
     room.make = [](const Model& model, const Recipe& recipe, SamplerObject& sampler,

@@ -27,6 +27,13 @@
 //          stays masked with probability s / t), from a float32 uniform per position and row of the whole grid, as
 //          its _sample_categorical draws them; with noise_removal a last call at t = eps commits the arg-max where
 //          still masked.
+//   sedd:  SEDD's pc_sampler (louaaron/Score-Entropy-Discrete-Diffusion, sampling.py; Lou et al. 2024) on its absorbing
+//          graph: times linspace(1, eps, steps + 1), dt = (1 - eps) / steps; the step from t draws at every position by
+//          Gumbel-max over the predictor's probabilities, at a masked position c s_y for each token y and 1 - c S for
+//          the mask (s the network's score, S its sum over y; euler: c = dt sigma'(t), analytic: c = e^dsigma - 1 with
+//          dsigma = sigma(t) - sigma(t - dt)), a float32 uniform per position and row of the grid; its noise removal
+//          (the Denoiser step at t = eps) draws each still-masked position from the score over every row but the
+//          mask, by Gumbel-max over the grid less the mask's column.
 // They take the softmax over every row the network has (DenoiserOutput::outside), and a draw of the mask token leaves
 // the position masked, as it does in the authors' code (a draw of a row past the tokenizer too, which is no text).
 #pragma once
@@ -188,6 +195,10 @@ private:
     at::Tensor block_times_;  // float32 [steps per block + 1]
 };
 
+// Gumbel-max as MDLM and SEDD draw from unnormalised probabilities: argmax of q / (1e-10 - log(u + 1e-10)), in
+// float32 (`q` [n, W], its uniforms `u` [n, W]). int64 [n].
+at::Tensor gumbel_argmax(const at::Tensor& q, const at::Tensor& u);
+
 class MdlmSampler {
 public:
     MdlmSampler(int64_t steps, double eps, bool noise_removal);
@@ -211,6 +222,33 @@ private:
     bool noise_removal_;
     at::Tensor times_;  // float32 [steps + 1]
     float dt_;          // (1 - eps) / steps, as the float32 the authors' t - dt subtracts
+};
+
+class SeddSampler {
+public:
+    enum class Predictor { euler, analytic };
+    SeddSampler(int64_t steps, double eps, Predictor predictor, bool noise_removal);
+
+    int64_t steps() const { return steps_ + (noise_removal_ ? 1 : 0); }  // the noise removal's call a step
+    double t(int64_t i) const;                                           // times[i] (the noise removal's: eps)
+    double t_next(int64_t i) const;                                      // times[i + 1]; 0 after the last
+    bool removes_noise(int64_t i) const { return i >= steps_; }
+
+    // Step i's uniforms, float32 [batch * length, columns], drawn whatever is masked: the grid of the network's rows
+    // at a step, less the mask's column at the noise removal (SEDD truncates it). CPU.
+    at::Tensor uniforms(int64_t batch, int64_t length, int64_t rows, int64_t i, at::Generator& gen) const;
+    // Step i's draw at masked rows: `log_p0` [n, V] the (controlled) clean-token log-probabilities, `log_total` [n]
+    // the log of each row's total unmasking score, `u` the rows' uniforms, the mask's column `mask_column` (SEDD's
+    // last). int64 [n]; the mask where the row stays masked.
+    at::Tensor draw(const at::Tensor& log_p0, const at::Tensor& log_total, const at::Tensor& u, int64_t mask_column,
+                    int64_t i) const;
+
+private:
+    int64_t steps_;
+    Predictor predictor_;
+    bool noise_removal_;
+    at::Tensor times_;  // float32 [steps + 1]
+    float dt_;
 };
 
 }  // namespace rudder

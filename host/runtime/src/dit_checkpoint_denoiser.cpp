@@ -36,6 +36,8 @@ int64_t DitCheckpointDenoiser::decoding_block() const { return network_->config(
 
 bool DitCheckpointDenoiser::reads_time() const { return network_->config().time_conditioning; }
 
+bool DitCheckpointDenoiser::gives_score_total() const { return network_->config().flavor == nn::DitFlavor::sedd; }
+
 bool DitCheckpointDenoiser::caches_blocks() const {
     return block_cache_ && network_->config().block_size > 0 && !network_->config().time_conditioning;
 }
@@ -65,10 +67,14 @@ DenoiserOutput DitCheckpointDenoiser::denoise(const at::Tensor& x, double t, con
         if (!condition.empty())
             throw std::invalid_argument("denoise: a condition was given, but these checkpoints are unconditional");
     c10::InferenceMode inference;
-    if (caches_blocks()) return DenoiserOutput{denoise_by_blocks(x), {}, {}};
+    if (caches_blocks()) return DenoiserOutput{denoise_by_blocks(x), {}, {}, {}};
     const at::Tensor sigma = at::full({x.size(0)}, network_->sigma_at(t), at::TensorOptions().dtype(at::kFloat));
+    if (network_->config().flavor == nn::DitFlavor::sedd) {
+        auto [log_probs, total] = network_->sedd_clean_log_probs_and_score_total(x, sigma);
+        return DenoiserOutput{log_probs, {}, {}, total};
+    }
     at::Tensor log_probs = network_->clean_log_probs(x, sigma);
-    if (!uniform_) return DenoiserOutput{log_probs, {}, {}};
+    if (!uniform_) return DenoiserOutput{log_probs, {}, {}, {}};
     // UDLM and DUO: x_theta is the clean token given the other positions (it enters their posterior as that); the
     // loop's clean estimate is the posterior given all of x_t, the position's own noisy token included.
     const int64_t N = x.numel(), V = log_probs.size(-1);
@@ -78,7 +84,7 @@ DenoiserOutput DitCheckpointDenoiser::denoise(const at::Tensor& x, double t, con
                                                 sigma_bar.to(log_probs.device()))
                     .clamp_min(nn::kImpossibleLogProb)
                     .view({x.size(0), x.size(1), V});
-    return DenoiserOutput{log_probs, {}, {}};
+    return DenoiserOutput{log_probs, {}, {}, {}};
 }
 
 at::Tensor DitCheckpointDenoiser::denoise_by_blocks(const at::Tensor& x) {

@@ -51,6 +51,7 @@ public:
     const UniformNoiseSchedule* uniform_noise() const override { return uniform_ ? &*uniform_ : nullptr; }
     int64_t decoding_block() const override;  // BD3-LM's block_size
     bool reads_time() const override;         // MDLM with time_conditioning, SEDD, DUO
+    bool gives_score_total() const override;  // SEDD
 
     const nn::DitNetwork& network() const { return *network_; }
 

@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <rudder/nn/model_files.hpp>
@@ -120,6 +121,11 @@ public:
     // the true score (see the .cpp). Uniform noise (UDLM, DUO): the log-softmax of the raw output, x_theta, which
     // their sampler treats as the clean token given the other positions (docs/checkpoints.md).
     at::Tensor clean_log_probs(const at::Tensor& tokens, const at::Tensor& sigma) const;
+    // SEDD: clean_log_probs and, from the same forward, the log of each position's total unmasking score,
+    // log sum_{y != mask} s_y with s the score sedd_log_score gives ([B, L]; meaningful where masked). With the
+    // clean-token log-probabilities it gives the score itself, s_y = p0(y) e^total, which SEDD's samplers read.
+    std::pair<at::Tensor, at::Tensor> sedd_clean_log_probs_and_score_total(const at::Tensor& tokens,
+                                                                           const at::Tensor& sigma) const;
     // The total noise the network is given at diffusion time t in (0, 1]: the log-linear schedule's.
     double sigma_at(double t) const;
 

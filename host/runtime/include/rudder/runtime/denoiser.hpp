@@ -33,6 +33,10 @@ struct DenoiserOutput {
     // log_softmax over both together is the softmax over every row the network has, which the authors' samplers
     // take. Undefined for other models.
     at::Tensor outside;
+    // SEDD's absorbing graph: the log of the network's total unmasking score at each position, log sum_{y != mask}
+    // s_y (float32 [B, L], meaningful where masked); with `logits` it gives the score, s_y = p0(y) e^total, which
+    // SEDD's own samplers read (the sedd sampler). Undefined for other models.
+    at::Tensor log_score_total;
 };
 
 // What a run keeps between calls of a denoiser with Fast-dLLM's key/value caches (Denoiser::window_cache).
@@ -58,6 +62,8 @@ public:
     // Whether denoise()'s output depends on t (a time-conditioned network); if not, the discrete loop reuses an
     // output while no token changed, as MDLM's cache does (and, as there, not for a network that reads t).
     virtual bool reads_time() const { return false; }
+    // Whether denoise() gives DenoiserOutput::log_score_total (SEDD's checkpoints), which the sedd sampler reads.
+    virtual bool gives_score_total() const { return false; }
     // Discrete family: the noise schedule when the model diffuses with uniform noise (SEDD's uniform graph: every
     // position always holds a token, and any token may change at any step); nullptr for absorbing (masking) noise.
     virtual const UniformNoiseSchedule* uniform_noise() const { return nullptr; }
