@@ -260,6 +260,21 @@ private:
     int64_t grid_columns() const {
         return !logits_.defined() ? 0 : outside_.defined() ? V_ + outside_.size(1) - 1 : logits_.size(1);
     }
+    // `pick()`'s rows drawn; a row with nothing to draw (NothingToSample) is the run's fault at step i, at its
+    // position of `at_positions`.
+    template <class Pick>
+    at::Tensor fault_if_empty(int64_t i, const at::Tensor& at_positions, const Pick& pick) {
+        try {
+            return pick();
+        } catch (const NothingToSample& e) {
+            const int64_t position = at_positions[e.row].item<int64_t>();
+            throw run_.fault_at(i, position / L_, position % L_, logits_[position]);
+        }
+    }
+    // What COMMIT controllers see while rows are committed: the tokens, the rows not committed yet still masked.
+    CommitState masked_state() const {
+        return [this](const at::Tensor&) { return std::make_pair(tokens_, tokens_.eq(mask_id_).to(at::kByte)); };
+    }
     void start_blocks(at::Tensor& unmask, int64_t i);
     void call_denoiser(double t, const Combined& constraints);
     at::Tensor in_block(const at::Tensor& masked, int64_t i) const;
@@ -484,12 +499,9 @@ void AbsorbingLoop::draw(int64_t i, at::Tensor unmask, const Combined& combined,
     const at::Tensor untruncated = run_.composer.commits() && truncates ? scores.clone() : scores;
     if (truncates) DiscreteSampler::truncate(scores, s_.top_k, s_.top_p);
     const auto draw_rows = [&](const at::Tensor& rows_scores, const at::Tensor& at_positions) {
-        try {
+        return fault_if_empty(i, at_positions, [&] {
             return greedy ? DiscreteSampler::arg_max(rows_scores) : DiscreteSampler::draw(rows_scores, run_.gen);
-        } catch (const NothingToSample& e) {
-            const int64_t position = at_positions[e.row].item<int64_t>();
-            throw run_.fault_at(i, position / L_, position % L_, logits_[position]);
-        }
+        });
     };
     at::Tensor drawn = draw_rows(scores, positions);
     at::Tensor committed = positions, kept;
@@ -507,9 +519,7 @@ void AbsorbingLoop::draw(int64_t i, at::Tensor unmask, const Combined& combined,
         if (truncates) DiscreteSampler::truncate(again, s_.top_k, s_.top_p);
         return draw_rows(again, positions.index_select(0, rows));
     };
-    const CommitState state = [&](const at::Tensor&) {  // the rows not committed yet are still masked
-        return std::make_pair(tokens_, tokens_.eq(mask_id_).to(at::kByte));
-    };
+    const CommitState state = masked_state();
     const CommitOutcome outcome = commit_drawn(run_.composer, tokens_, committed, drawn, state, redraw, i,
                                                sampler_.steps(), sampler_.t(i), sampler_.t_next(i));
     run_.stats.redrawn += outcome.redrawn;
@@ -571,12 +581,7 @@ void AbsorbingLoop::draw_as_authors(int64_t i, at::Tensor unmask, const Combined
         Composer::controlled(row_logits.index_select(0, drawn_at_row), combined, drawn_at_row, mask_id_);
     const at::Tensor full = every_network_row(scores, positions, drawn_at_row, combined);
     const auto guarded = [&](const at::Tensor& at_positions, const auto& pick) {
-        try {
-            return pick();
-        } catch (const NothingToSample& e) {
-            const int64_t position = at_positions[e.row].item<int64_t>();
-            throw run_.fault_at(i, position / L_, position % L_, logits_[position]);
-        }
+        return fault_if_empty(i, at_positions, pick);
     };
     at::Tensor tokens, confidence, shaped;
     if (llada_) {
@@ -617,9 +622,7 @@ void AbsorbingLoop::draw_as_authors(int64_t i, at::Tensor unmask, const Combined
             return llada_ ? llada_->draw(within, run_.gen) : dream_->draw(dream_->shaped(within), run_.gen);
         });
     };
-    const CommitState state = [&](const at::Tensor&) {
-        return std::make_pair(tokens_, tokens_.eq(mask_id_).to(at::kByte));
-    };
+    const CommitState state = masked_state();
     const CommitOutcome outcome =
         commit_drawn(run_.composer, tokens_, positions.index_select(0, rows), tokens.index_select(0, rows), state,
                      redraw, i, steps(), t(i), t_next(i));
@@ -645,15 +648,17 @@ void AbsorbingLoop::draw_over_the_grid(int64_t i, const at::Tensor& unmask, cons
     const bool truncates = s_.top_k > 0 || s_.top_p < 1.0;
     if (truncates) DiscreteSampler::truncate(scores, s_.top_k, s_.top_p);
     const auto guarded = [&](const at::Tensor& at_positions, const auto& pick) {
-        try {
-            return pick();
-        } catch (const NothingToSample& e) {
-            const int64_t position = at_positions[e.row].item<int64_t>();
-            throw run_.fault_at(i, position / L_, position % L_, logits_[position]);
-        }
+        return fault_if_empty(i, at_positions, pick);
     };
     const at::Tensor tokens = [&] {
         if (arg_max) return guarded(positions, [&] { return DiscreteSampler::arg_max(scores); });
+        // Gumbel-max takes an arg-max whatever the row holds: a row with no token left (NaN, or every one forbidden)
+        // is reported as DiscreteSampler::draw reports it.
+        guarded(positions, [&] {
+            const at::Tensor empty = scores.isnan().any(1).logical_or_(at::isfinite(scores).any(1).logical_not_());
+            if (empty.any().item<bool>()) throw NothingToSample(empty.nonzero()[0][0].item<int64_t>());
+            return at::Tensor();
+        });
         const at::Tensor rows_u = u.index_select(0, positions.cpu());
         const at::Tensor full = every_network_row(scores, positions, drawn_at_row, combined);
         if (mdlm_) return mdlm_->draw(full.exp(), rows_u, mask_id_, i);
@@ -671,9 +676,7 @@ void AbsorbingLoop::draw_over_the_grid(int64_t i, const at::Tensor& unmask, cons
             return arg_max ? DiscreteSampler::arg_max(again) : DiscreteSampler::draw(again, run_.gen);
         });
     };
-    const CommitState state = [&](const at::Tensor&) {
-        return std::make_pair(tokens_, tokens_.eq(mask_id_).to(at::kByte));
-    };
+    const CommitState state = masked_state();
     const CommitOutcome outcome =
         commit_drawn(run_.composer, tokens_, positions.index_select(0, rows), tokens.index_select(0, rows), state,
                      redraw, i, steps(), t(i), t_next(i));
