@@ -211,30 +211,28 @@ public:
 
 private:
     // The time grid: the authors' samplers keep their own.
+    template <class Get>
+    auto on_time_grid(const Get& get) const {
+        if (llada_) return get(*llada_);
+        if (dream_) return get(*dream_);
+        if (mdlm_) return get(mdlm_->grid());
+        if (sedd_) return get(sedd_->grid());
+        return get(sampler_);
+    }
     int64_t steps() const {
-        return llada_   ? llada_->steps()
-               : dream_ ? dream_->steps()
-               : mdlm_  ? mdlm_->steps()
-               : sedd_  ? sedd_->steps()
-                        : sampler_.steps();
+        return on_time_grid([](const auto& grid) { return grid.steps(); });
     }
     double t(int64_t i) const {
-        return llada_   ? llada_->t(i)
-               : dream_ ? dream_->t(i)
-               : mdlm_  ? mdlm_->t(i)
-               : sedd_  ? sedd_->t(i)
-                        : sampler_.t(i);
+        return on_time_grid([i](const auto& grid) { return grid.t(i); });
     }
     double t_next(int64_t i) const {
-        return llada_   ? llada_->t_next(i)
-               : dream_ ? dream_->t_next(i)
-               : mdlm_  ? mdlm_->t_next(i)
-               : sedd_  ? sedd_->t_next(i)
-                        : sampler_.t_next(i);
+        return on_time_grid([i](const auto& grid) { return grid.t_next(i); });
     }
     // mdlm and sedd: a step's draw also says whether a position unmasks, from uniforms over the whole grid.
     bool draws_the_grid() const { return mdlm_ || sedd_; }
-    bool removes_noise(int64_t i) const { return mdlm_ ? mdlm_->removes_noise(i) : sedd_->removes_noise(i); }
+    bool removes_noise(int64_t i) const {
+        return mdlm_ ? mdlm_->grid().removes_noise(i) : sedd_->grid().removes_noise(i);
+    }
     at::Tensor grid_uniforms(int64_t i) {
         return mdlm_ ? mdlm_->uniforms(batch_, L_, grid_columns(), run_.gen)
                      : sedd_->uniforms(batch_, L_, grid_columns(), i, run_.gen);

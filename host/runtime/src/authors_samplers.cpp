@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -286,17 +287,19 @@ at::Tensor DreamSampler::keep(const at::Tensor& drawn, const at::Tensor& confide
 // ---------------------------------------------------------------------------------------------------------------
 // MDLM
 
-MdlmSampler::MdlmSampler(int64_t steps, double eps, bool noise_removal)
+NoiseRemovalGrid::NoiseRemovalGrid(int64_t steps, double eps, bool noise_removal, const std::string& sampler)
     : steps_(steps), noise_removal_(noise_removal),
-      times_(at::linspace(1.0, eps, steps + 1, at::TensorOptions().dtype(at::kFloat))),
-      dt_(static_cast<float>((1.0 - eps) / static_cast<double>(steps))) {
-    if (steps < 1) throw std::invalid_argument("mdlm sampler: steps must be >= 1");
-    if (!(eps > 0.0 && eps < 1.0)) throw std::invalid_argument("mdlm sampler: eps must be in (0, 1)");
+      times_(at::linspace(1.0, eps, std::max<int64_t>(steps, 1) + 1, at::TensorOptions().dtype(at::kFloat))),
+      dt_(static_cast<float>((1.0 - eps) / static_cast<double>(std::max<int64_t>(steps, 1)))) {
+    if (steps < 1) throw std::invalid_argument(sampler + " sampler: steps must be >= 1");
+    if (!(eps > 0.0 && eps < 1.0)) throw std::invalid_argument(sampler + " sampler: eps must be in (0, 1)");
 }
 
-double MdlmSampler::t(int64_t i) const { return times_[std::min(i, steps_)].item<double>(); }
+float NoiseRemovalGrid::time(int64_t i) const { return times_[std::min(i, steps_)].item<float>(); }
 
-double MdlmSampler::t_next(int64_t i) const { return i + 1 >= steps() ? 0.0 : t(i + 1); }
+double NoiseRemovalGrid::t(int64_t i) const { return time(i); }
+
+double NoiseRemovalGrid::t_next(int64_t i) const { return i + 1 >= steps() ? 0.0 : t(i + 1); }
 
 at::Tensor MdlmSampler::uniforms(int64_t batch, int64_t length, int64_t columns, at::Generator& gen) const {
     return at::rand({batch * length, columns}, gen, at::TensorOptions().dtype(at::kFloat));
@@ -308,10 +311,10 @@ at::Tensor gumbel_argmax(const at::Tensor& q, const at::Tensor& u) {
 }
 
 at::Tensor MdlmSampler::draw(const at::Tensor& probs, const at::Tensor& u, int64_t mask_column, int64_t i) const {
-    if (removes_noise(i)) return probs.argmax(1);
+    if (grid_.removes_noise(i)) return probs.argmax(1);
     // MDLM's float32 arithmetic: move_chance_s = t - dt, q = p0 (t - move_chance_s), q[mask] = move_chance_s.
-    const float t_now = times_[i].item<float>();
-    const float s = t_now - dt_;
+    const float t_now = grid_.time(i);
+    const float s = t_now - grid_.dt();
     at::Tensor q = probs.to(at::kFloat).mul(t_now - s);
     q.select(1, mask_column).fill_(s);
     return gumbel_argmax(q, u);
@@ -326,27 +329,15 @@ float sedd_total_noise(float t) { return -std::log1p(-(1.0f - 1e-3f) * t); }
 float sedd_rate_noise(float t) { return (1.0f - 1e-3f) / (1.0f - (1.0f - 1e-3f) * t); }
 }  // namespace
 
-SeddSampler::SeddSampler(int64_t steps, double eps, Predictor predictor, bool noise_removal)
-    : steps_(steps), predictor_(predictor), noise_removal_(noise_removal),
-      times_(at::linspace(1.0, eps, steps + 1, at::TensorOptions().dtype(at::kFloat))),
-      dt_(static_cast<float>((1.0 - eps) / static_cast<double>(steps))) {
-    if (steps < 1) throw std::invalid_argument("sedd sampler: steps must be >= 1");
-    if (!(eps > 0.0 && eps < 1.0)) throw std::invalid_argument("sedd sampler: eps must be in (0, 1)");
-}
-
-double SeddSampler::t(int64_t i) const { return times_[std::min(i, steps_)].item<double>(); }
-
-double SeddSampler::t_next(int64_t i) const { return i + 1 >= steps() ? 0.0 : t(i + 1); }
-
 at::Tensor SeddSampler::uniforms(int64_t batch, int64_t length, int64_t rows, int64_t i, at::Generator& gen) const {
-    const int64_t columns = removes_noise(i) ? rows - 1 : rows;
+    const int64_t columns = grid_.removes_noise(i) ? rows - 1 : rows;
     return at::rand({batch * length, columns}, gen, at::TensorOptions().dtype(at::kFloat));
 }
 
 at::Tensor SeddSampler::draw(const at::Tensor& log_p0, const at::Tensor& log_total, const at::Tensor& u,
                              int64_t mask_column, int64_t i) const {
     const at::Tensor p0 = log_p0.to(at::kFloat).exp();
-    if (removes_noise(i)) {
+    if (grid_.removes_noise(i)) {
         if (mask_column != p0.size(1) - 1)
             throw std::invalid_argument("sedd sampler: SEDD's mask is its last row, not " +
                                         std::to_string(mask_column));
@@ -354,12 +345,12 @@ at::Tensor SeddSampler::draw(const at::Tensor& log_p0, const at::Tensor& log_tot
         // mask (truncated): p0 itself up to a factor of the row, which Gumbel-max does not see.
         return gumbel_argmax(p0.narrow(1, 0, p0.size(1) - 1), u);
     }
-    const float t_now = times_[i].item<float>();
+    const float t_now = grid_.time(i);
     float c;
     if (predictor_ == Predictor::euler) {
-        c = dt_ * sedd_rate_noise(t_now);
+        c = grid_.dt() * sedd_rate_noise(t_now);
     } else {
-        const float dsigma = sedd_total_noise(t_now) - sedd_total_noise(t_now - dt_);
+        const float dsigma = sedd_total_noise(t_now) - sedd_total_noise(t_now - grid_.dt());
         c = std::exp(dsigma) - 1.0f;
     }
     const at::Tensor total = log_total.to(at::kFloat).exp().unsqueeze(1);  // S per row

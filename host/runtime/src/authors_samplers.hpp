@@ -199,23 +199,19 @@ private:
 // float32 (`q` [n, W], its uniforms `u` [n, W]). int64 [n].
 at::Tensor gumbel_argmax(const at::Tensor& q, const at::Tensor& u);
 
-class MdlmSampler {
+// MDLM's and SEDD's time grid: times linspace(1, eps, steps + 1) in float32 and dt = (1 - eps) / steps; with the noise
+// removal, one more call at t = eps (a step of Rudder's loop).
+class NoiseRemovalGrid {
 public:
-    MdlmSampler(int64_t steps, double eps, bool noise_removal);
+    // Throws std::invalid_argument naming `sampler` for steps below 1 or eps outside (0, 1).
+    NoiseRemovalGrid(int64_t steps, double eps, bool noise_removal, const std::string& sampler);
 
     int64_t steps() const { return steps_ + (noise_removal_ ? 1 : 0); }  // the noise removal's call a step
     double t(int64_t i) const;                                           // times[i] (the noise removal's: eps)
     double t_next(int64_t i) const;                                      // times[i + 1]; 0 after the last
     bool removes_noise(int64_t i) const { return i >= steps_; }
-
-    // Step i's uniforms: one per position and row of the [batch, length, columns] grid, float32, drawn whatever is
-    // masked (a step where nothing is still draws them, as the authors' loop does). CPU.
-    at::Tensor uniforms(int64_t batch, int64_t length, int64_t columns, at::Generator& gen) const;
-    // Step i's draw at rows whose clean-token probabilities are `probs` [n, W] (W the grid's columns, the mask's
-    // column `mask_column`) with their uniforms `u` [n, W]: argmax of q / (1e-10 - log(u + 1e-10)), q = probs
-    // (t - s) and s in the mask's column, in float32 as MDLM computes it. int64 [n]; the mask where the row stays
-    // masked.
-    at::Tensor draw(const at::Tensor& probs, const at::Tensor& u, int64_t mask_column, int64_t i) const;
+    float time(int64_t i) const;  // times[i] as the float32 the authors compute with
+    float dt() const { return dt_; }
 
 private:
     int64_t steps_;
@@ -224,15 +220,30 @@ private:
     float dt_;          // (1 - eps) / steps, as the float32 the authors' t - dt subtracts
 };
 
+class MdlmSampler {
+public:
+    MdlmSampler(int64_t steps, double eps, bool noise_removal) : grid_(steps, eps, noise_removal, "mdlm") {}
+    const NoiseRemovalGrid& grid() const { return grid_; }
+
+    // Step i's uniforms: one per position and row of the [batch, length, columns] grid, float32, drawn whatever is
+    // masked (a step where nothing is still draws them, as the authors' loop does). CPU.
+    at::Tensor uniforms(int64_t batch, int64_t length, int64_t columns, at::Generator& gen) const;
+    // Step i's draw at rows whose clean-token probabilities are `probs` [n, W] (W the grid's columns, the mask's
+    // column `mask_column`) with their uniforms `u` [n, W]: argmax of q / (1e-10 - log(u + 1e-10)), q = probs
+    // (t - s) and s in the mask's column, in float32 as MDLM computes it. int64 [n]; the mask where the row stays
+    // masked. The noise removal's: the arg-max of `probs`.
+    at::Tensor draw(const at::Tensor& probs, const at::Tensor& u, int64_t mask_column, int64_t i) const;
+
+private:
+    NoiseRemovalGrid grid_;
+};
+
 class SeddSampler {
 public:
     enum class Predictor { euler, analytic };
-    SeddSampler(int64_t steps, double eps, Predictor predictor, bool noise_removal);
-
-    int64_t steps() const { return steps_ + (noise_removal_ ? 1 : 0); }  // the noise removal's call a step
-    double t(int64_t i) const;                                           // times[i] (the noise removal's: eps)
-    double t_next(int64_t i) const;                                      // times[i + 1]; 0 after the last
-    bool removes_noise(int64_t i) const { return i >= steps_; }
+    SeddSampler(int64_t steps, double eps, Predictor predictor, bool noise_removal)
+        : grid_(steps, eps, noise_removal, "sedd"), predictor_(predictor) {}
+    const NoiseRemovalGrid& grid() const { return grid_; }
 
     // Step i's uniforms, float32 [batch * length, columns], drawn whatever is masked: the grid of the network's rows
     // at a step, less the mask's column at the noise removal (SEDD truncates it). CPU.
@@ -244,11 +255,8 @@ public:
                     int64_t i) const;
 
 private:
-    int64_t steps_;
+    NoiseRemovalGrid grid_;
     Predictor predictor_;
-    bool noise_removal_;
-    at::Tensor times_;  // float32 [steps + 1]
-    float dt_;
 };
 
 }  // namespace rudder
