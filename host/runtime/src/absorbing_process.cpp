@@ -269,9 +269,15 @@ private:
             throw run_.fault_at(i, position / L_, position % L_, logits_[position]);
         }
     }
-    // What COMMIT controllers see while rows are committed: the tokens, the rows not committed yet still masked.
-    CommitState masked_state() const {
-        return [this](const at::Tensor&) { return std::make_pair(tokens_, tokens_.eq(mask_id_).to(at::kByte)); };
+    // Commits the `drawn` tokens at `positions` through the COMMIT controllers (commit.hpp), which see the tokens with
+    // the rows not committed yet still masked; `redraw` draws a refused row again within what they allow.
+    void commit_rows(int64_t i, const at::Tensor& positions, const at::Tensor& drawn, const Redraw& redraw) {
+        const CommitState state = [this](const at::Tensor&) {
+            return std::make_pair(tokens_, tokens_.eq(mask_id_).to(at::kByte));
+        };
+        run_.stats.redrawn +=
+            commit_drawn(run_.composer, tokens_, positions, drawn, state, redraw, i, steps(), t(i), t_next(i)).redrawn;
+        stale_ = true;
     }
     void start_blocks(at::Tensor& unmask, int64_t i);
     void call_denoiser(double t, const Combined& constraints);
@@ -517,11 +523,7 @@ void AbsorbingLoop::draw(int64_t i, at::Tensor unmask, const Combined& combined,
         if (truncates) DiscreteSampler::truncate(again, s_.top_k, s_.top_p);
         return draw_rows(again, positions.index_select(0, rows));
     };
-    const CommitState state = masked_state();
-    const CommitOutcome outcome = commit_drawn(run_.composer, tokens_, committed, drawn, state, redraw, i,
-                                               sampler_.steps(), sampler_.t(i), sampler_.t_next(i));
-    run_.stats.redrawn += outcome.redrawn;
-    stale_ = true;
+    commit_rows(i, committed, drawn, redraw);
 }
 
 // The log-probabilities over every row the network has (full_rows) of the step's `scores` [n, V] at `positions`, rows
@@ -620,12 +622,7 @@ void AbsorbingLoop::draw_as_authors(int64_t i, at::Tensor unmask, const Combined
             return llada_ ? llada_->draw(within, run_.gen) : dream_->draw(dream_->shaped(within), run_.gen);
         });
     };
-    const CommitState state = masked_state();
-    const CommitOutcome outcome =
-        commit_drawn(run_.composer, tokens_, positions.index_select(0, rows), tokens.index_select(0, rows), state,
-                     redraw, i, steps(), t(i), t_next(i));
-    run_.stats.redrawn += outcome.redrawn;
-    stale_ = true;
+    commit_rows(i, positions.index_select(0, rows), tokens.index_select(0, rows), redraw);
 }
 
 // mdlm, sedd (authors_samplers.hpp): the step's uniforms for the whole grid, then at each masked position of the
@@ -674,12 +671,7 @@ void AbsorbingLoop::draw_over_the_grid(int64_t i, const at::Tensor& unmask, cons
             return arg_max ? DiscreteSampler::arg_max(again) : DiscreteSampler::draw(again, run_.gen);
         });
     };
-    const CommitState state = masked_state();
-    const CommitOutcome outcome =
-        commit_drawn(run_.composer, tokens_, positions.index_select(0, rows), tokens.index_select(0, rows), state,
-                     redraw, i, steps(), t(i), t_next(i));
-    run_.stats.redrawn += outcome.redrawn;
-    stale_ = true;
+    commit_rows(i, positions.index_select(0, rows), tokens.index_select(0, rows), redraw);
 }
 
 class AbsorbingProcess final : public DiffusionProcess {
