@@ -61,6 +61,8 @@ struct AbsorbingSettings {
 };
 
 bool is_authors(const std::string& name) { return name == "llada" || name == "dream"; }
+// mdlm and sedd: a draw over the whole grid says whether a position unmasks; a noise removal's call may end the run.
+bool draws_the_grid(const std::string& name) { return name == "mdlm" || name == "sedd"; }
 // dream with Fast-dLLM's block decoding: any of its settings turns it on.
 bool dream_blocks(const AbsorbingSettings& s) {
     return s.name == "dream" && (s.block_length > 0 || s.threshold > 0 || s.kv_cache != "none");
@@ -74,7 +76,7 @@ AbsorbingSettings read_absorbing_settings(SamplerObject& o) {
     AbsorbingSettings out;
     if (!o.name.empty()) out.name = o.name;
     auto& r = o.reader;
-    if (out.name == "mdlm" || out.name == "sedd") {  // their configs' sampling.steps and their samplers' eps
+    if (draws_the_grid(out.name)) {  // their configs' sampling.steps and their samplers' eps
         out.steps = 128;
         out.eps = 1e-5;
     }
@@ -678,9 +680,7 @@ class AbsorbingProcess final : public DiffusionProcess {
 public:
     explicit AbsorbingProcess(AbsorbingSettings settings) : s_(std::move(settings)) {}
     const std::string& sampler() const override { return s_.name; }
-    int64_t steps() const override {
-        return s_.steps + ((s_.name == "mdlm" || s_.name == "sedd") && s_.noise_removal ? 1 : 0);
-    }
+    int64_t steps() const override { return s_.steps + (draws_the_grid(s_.name) && s_.noise_removal ? 1 : 0); }
     json settings() const override;
     at::Tensor run(int64_t samples, ReverseRun& run) const override { return AbsorbingLoop(s_, run, samples).run(); }
     // The network's output in its SUBS form (log-softmax, clamp, carry-over); prompt guidance adds the unconditional
@@ -718,7 +718,7 @@ json AbsorbingProcess::settings() const {
         if (s_.threshold > 0) out["threshold"] = s_.threshold;
         out["kv_cache"] = s_.kv_cache;
     }
-    if (s_.name == "mdlm" || s_.name == "sedd") {
+    if (draws_the_grid(s_.name)) {
         out["eps"] = s_.eps;
         out["noise_removal"] = s_.noise_removal;
     }
@@ -788,7 +788,7 @@ void check(const AbsorbingSettings& s, const Model& model, const Recipe& recipe,
                               "Fast-dLLM's caches take one pass per step; prompt_guidance's "
                               "second pass (the prompt masked) would need a cache of its own"});
     }
-    if ((s.name == "mdlm" || s.name == "sedd") && s.temperature == 0.0)
+    if (draws_the_grid(s.name) && s.temperature == 0.0)
         issues.push_back({"/sampler/temperature",
                           "the " + s.name +
                               " sampler draws whether a position unmasks together with its token (Gumbel-max over "

@@ -288,14 +288,16 @@ at::Tensor DreamSampler::keep(const at::Tensor& drawn, const at::Tensor& confide
 // MDLM
 
 NoiseRemovalGrid::NoiseRemovalGrid(int64_t steps, double eps, bool noise_removal, const std::string& sampler)
-    : steps_(steps), noise_removal_(noise_removal),
-      times_(at::linspace(1.0, eps, std::max<int64_t>(steps, 1) + 1, at::TensorOptions().dtype(at::kFloat))),
-      dt_(static_cast<float>((1.0 - eps) / static_cast<double>(std::max<int64_t>(steps, 1)))) {
+    : steps_(steps), noise_removal_(noise_removal) {
     if (steps < 1) throw std::invalid_argument(sampler + " sampler: steps must be >= 1");
     if (!(eps > 0.0 && eps < 1.0)) throw std::invalid_argument(sampler + " sampler: eps must be in (0, 1)");
+    // Read once: the loop asks for a time several times a step.
+    const at::Tensor times = at::linspace(1.0, eps, steps + 1, at::TensorOptions().dtype(at::kFloat)).contiguous();
+    times_.assign(times.data_ptr<float>(), times.data_ptr<float>() + steps + 1);
+    dt_ = static_cast<float>((1.0 - eps) / static_cast<double>(steps));
 }
 
-float NoiseRemovalGrid::time(int64_t i) const { return times_[std::min(i, steps_)].item<float>(); }
+float NoiseRemovalGrid::time(int64_t i) const { return times_[static_cast<size_t>(std::min(i, steps_))]; }
 
 double NoiseRemovalGrid::t(int64_t i) const { return time(i); }
 

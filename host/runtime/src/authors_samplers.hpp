@@ -43,6 +43,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace rudder {
 
@@ -216,8 +217,8 @@ public:
 private:
     int64_t steps_;
     bool noise_removal_;
-    at::Tensor times_;  // float32 [steps + 1]
-    float dt_;          // (1 - eps) / steps, as the float32 the authors' t - dt subtracts
+    std::vector<float> times_;  // float32 linspace(1, eps, steps + 1), as torch.linspace makes it
+    float dt_;                  // (1 - eps) / steps, as the float32 the authors' t - dt subtracts
 };
 
 class MdlmSampler {
