@@ -647,9 +647,109 @@ TEST_F(DitCheckpoint, MdlmAndSeddSamplersWriteTheTokensOfTheAuthorsSamplers) {
             << cases[k].name << " " << cases[k].sampler.dump() << " seed " << cases[k].seed;
 }
 
-// A recipe the mdlm or sedd sampler cannot run is refused at its pointer: temperature 0 (its draw decides whether a
-// position unmasks), a key of theirs given to another sampler, and the sedd sampler on a model without SEDD's score.
-TEST_F(DitCheckpoint, MdlmAndSeddSamplersRefuseWhatTheyCannotRun) {
+// BD3-LM's _semi_ar_sampler with first hitting (kuleshov-group/bd3lms diffusion.py), as its scripts run it (one
+// sequence a batch): Rudder's bd3lm sampler writes the tokens of tests/nets/dit_samplers_reference.py from the same
+// seed, with and without the nucleus, after a one-token prefix (BD3-LM's BOS), past 256 positions (where its entropy
+// check runs), and at temperatures of Rudder's own (0: the arg-max). A sequence whose blocks past 256 positions keep
+// too little entropy starts again, and gives up at its 10th start on both sides.
+TEST_F(DitCheckpoint, Bd3lmSamplerWritesTheTokensOfBd3lmsSemiAutoregressiveSampler) {
+    rudder::plugins::Registry registry({fs::path(RUDDER_TEST_PLUGIN_DIR)});
+    const auto with_tokenizer = [&](const std::string& name, int64_t length) {
+        const fs::path dir = root_ / name;
+        if (fs::exists(dir)) return dir;
+        copy_of("bd3lm", name);
+        for (const char* file : {"vocab.json", "merges.txt"})
+            fs::copy(root_ / "gpt2_like_tokenizer" / file, dir / file);
+        json config = rudder::read_json_file(dir / "config.json");
+        config["model_length"] = length;  // rotary positions: the same weights at any length
+        write_json(dir / "config.json", config);
+        return dir;
+    };
+    const fs::path tiny = with_tokenizer("bd3lm_authors_sampler", 16), long_one = with_tokenizer("bd3lm_264", 264);
+    const rudder::Model model = rudder::load_model(tiny, std::nullopt);
+    std::string repeated = "cat";  // a prefix of 240 or more tokens of little entropy
+    while (model.tokenizer->encode(repeated).size() < 240) repeated += " cat";
+    struct Case {
+        fs::path dir;
+        int64_t seed, samples, length;
+        double top_p, temperature;
+        std::string prefix;
+        bool gives_up;
+    };
+    const std::vector<Case> cases = {
+        {tiny, 3, 2, 16, 1.0, 1.0, "", false},       {tiny, 5, 2, 16, 0.9, 1.0, "", false},
+        {tiny, 7, 3, 16, 0.9, 1.0, "cat", false},    {tiny, 8, 2, 8, 0.5, 1.0, "", false},
+        {tiny, 9, 2, 16, 0.9, 0.7, "", false},       {tiny, 10, 2, 16, 1.0, 0.0, "", false},
+        {long_one, 11, 1, 264, 0.9, 1.0, "", false}, {long_one, 12, 1, 264, 1.0, 1.0, repeated, true},
+    };
+    json inputs = json::array();
+    std::vector<json> ours;
+    for (const Case& c : cases) {
+        json recipe = {{"model", c.dir.string()},
+                       {"seed", c.seed},
+                       {"samples", c.samples},
+                       {"batch_size", 1},
+                       {"max_length", c.length},
+                       {"sampler", {{"name", "bd3lm"}, {"top_p", c.top_p}, {"temperature", c.temperature}}}};
+        if (!c.prefix.empty()) recipe["controllers"] = {{{"plugin", "span"}, {"params", {{"prefix", c.prefix}}}}};
+        json rows = json::array();
+        try {
+            rudder::Generator generator(rudder::parse_recipe(recipe.dump(), "."), registry);
+            for (const auto& s : generator.generate()) rows.push_back(s.tokens);
+        } catch (const rudder::GenerationFault& e) {
+            rows = {{"error", e.what()}};
+            EXPECT_NE(std::string(e.what()).find("gave up"), std::string::npos) << e.what();
+        }
+        EXPECT_EQ(rows.is_object(), c.gives_up) << "seed " << c.seed << ": " << rows.dump().substr(0, 300);
+        ours.push_back(rows);
+        inputs.push_back({{"dir", c.dir.string()},
+                          {"sampler", "bd3lm"},
+                          {"seed", c.seed},
+                          {"samples", c.samples},
+                          {"length", c.length},
+                          {"top_p", c.top_p},
+                          {"temperature", c.temperature},
+                          {"prefix", model.tokenizer->encode(c.prefix)}});
+    }
+    write_json(root_ / "bd3lm_sampler_cases.json", inputs);
+    const std::string command = std::string(RUDDER_PYTHON3) + " " + RUDDER_DIT_SAMPLERS_REFERENCE + " " +
+                                (root_ / "bd3lm_sampler_cases.json").string() + " " +
+                                (root_ / "bd3lm_sampler_tokens.json").string() + " > " +
+                                (root_ / "bd3lm_sampler_reference.log").string() + " 2>&1";
+    ASSERT_EQ(std::system(command.c_str()), 0) << "see " << (root_ / "bd3lm_sampler_reference.log").string();
+    const json theirs = rudder::read_json_file(root_ / "bd3lm_sampler_tokens.json");
+    ASSERT_EQ(theirs.size(), cases.size());
+    // Hard constraints hold: a prefix, a length (its end fills later blocks before they are reached) and a banned word,
+    // with sequences decoded together.
+    const std::vector<int64_t> banned = model.tokenizer->encode(" the");
+    ASSERT_EQ(banned.size(), 1u) << "the fixture's merges spell \" the\" as one token";
+    const json constrained = {{"model", tiny.string()},
+                              {"seed", 4},
+                              {"samples", 6},
+                              {"batch_size", 3},
+                              {"sampler", {{"name", "bd3lm"}, {"top_p", 0.9}}},
+                              {"controllers",
+                               {{{"plugin", "span"}, {"params", {{"prefix", "cat sat"}}}},
+                                {{"plugin", "length"}, {"params", {{"tokens", 10}}}},
+                                {{"plugin", "exclude_words"}, {"params", {{"words", {"the"}}}}}}}};
+    rudder::Generator generator(rudder::parse_recipe(constrained.dump(), "."), registry);
+    for (const auto& s : generator.generate())
+        expect_prefix_length_and_never(s, model.tokenizer->encode("cat sat"), 10, model.tokenizer->pad_id(),
+                                       {banned[0], 299});
+
+    for (size_t k = 0; k < cases.size(); ++k) {
+        if (cases[k].gives_up)
+            EXPECT_TRUE(theirs[k].is_object() && theirs[k].contains("error")) << "seed " << cases[k].seed;
+        else
+            EXPECT_EQ(ours[k], theirs[k])
+                << "seed " << cases[k].seed << ", top_p " << cases[k].top_p << ", temperature " << cases[k].temperature;
+    }
+}
+
+// A recipe the mdlm, sedd or bd3lm sampler cannot run is refused at its pointer: temperature 0 (the mdlm draw decides
+// whether a position unmasks), a key of theirs given to another sampler, the sedd sampler on a model without SEDD's
+// score, bd3lm on a model without blocks, with steps, or on a time-conditioned BD3-LM.
+TEST_F(DitCheckpoint, TheAuthorsSamplersRefuseWhatTheyCannotRun) {
     rudder::plugins::Registry registry({fs::path(RUDDER_TEST_PLUGIN_DIR)});
     const fs::path dir = root_ / "mdlm_refusals";
     copy_of("mdlm", dir.filename().string());
@@ -676,6 +776,30 @@ TEST_F(DitCheckpoint, MdlmAndSeddSamplersRefuseWhatTheyCannotRun) {
     ASSERT_EQ(wrong_key.size(), 1u) << "noise_removal for analytic: one issue, not " << wrong_key.size();
     EXPECT_EQ(wrong_key[0].pointer, "/sampler/noise_removal");
     EXPECT_NE(wrong_key[0].message.find("the mdlm and sedd samplers"), std::string::npos) << wrong_key[0].message;
+    const auto no_blocks = issues_of({{"name", "bd3lm"}});
+    ASSERT_EQ(no_blocks.size(), 1u) << "bd3lm on an MDLM checkpoint: one issue, not " << no_blocks.size();
+    EXPECT_EQ(no_blocks[0].pointer, "/sampler/name");
+    EXPECT_NE(no_blocks[0].message.find("has no blocks"), std::string::npos) << no_blocks[0].message;
+    const auto steps = issues_of({{"name", "bd3lm"}, {"steps", 5000}});
+    ASSERT_EQ(steps.size(), 1u) << "bd3lm with steps: one issue (the key's, before the model's), not " << steps.size();
+    EXPECT_EQ(steps[0].pointer, "/sampler/steps");
+    EXPECT_NE(steps[0].message.find("first_hitting and bd3lm samplers"), std::string::npos) << steps[0].message;
+
+    const fs::path timed = copy_of("bd3lm", "bd3lm_time_conditioned");
+    for (const char* file : {"vocab.json", "merges.txt"}) fs::copy(root_ / "gpt2_like_tokenizer" / file, timed / file);
+    json config = rudder::read_json_file(timed / "config.json");
+    config["time_conditioning"] = true;
+    write_json(timed / "config.json", config);
+    try {
+        rudder::Generator generator(
+            rudder::parse_recipe(json{{"model", timed.string()}, {"sampler", {{"name", "bd3lm"}}}}.dump(), "."),
+            registry);
+        ADD_FAILURE() << "bd3lm on a time-conditioned BD3-LM was accepted";
+    } catch (const rudder::RecipeError& e) {
+        ASSERT_EQ(e.issues().size(), 1u);
+        EXPECT_EQ(e.issues()[0].pointer, "/sampler/name");
+        EXPECT_NE(e.issues()[0].message.find("is time-conditioned"), std::string::npos) << e.issues()[0].message;
+    }
 }
 
 // DUO with GPT-2's tokenizer is a uniform-noise model: its last id is "[PAD]", every position is redrawn at every

@@ -1,18 +1,21 @@
 #!/usr/bin/python3
-"""What MDLM's _sample() with its default predictor, ddpm_cache (kuleshov-group/mdlm, diffusion.py), and SEDD's
+"""What MDLM's _sample() with its default predictor, ddpm_cache (kuleshov-group/mdlm, diffusion.py), SEDD's
 pc_sampler (louaaron/Score-Entropy-Discrete-Diffusion, sampling.py; euler and analytic predictors, absorbing graph)
-write for the checkpoints dit_checkpoint_fixture.py makes, for tests/nets/dit_checkpoint_test.
+and BD3-LM's _semi_ar_sampler with first hitting (kuleshov-group/bd3lms, diffusion.py) write for the checkpoints
+dit_checkpoint_fixture.py makes, for tests/nets/dit_checkpoint_test.
 
 Written here from the descriptions of those loops (docs/checkpoints.md, "The authors' samplers") over the fixture's
 float64 network, not taken from the authors' code; the note of issue 46 says how it was compared with their own
 functions. Randomness as theirs: torch.manual_seed(seed), then torch.rand_like over the float32 grid of every
-step (SEDD's noise removal: less the mask's column), batch after batch.
+step (SEDD's noise removal: less the mask's column), batch after batch; BD3-LM: a float64 uniform per position and
+row of the block, then torch.randint over its masked count, a step, one sequence after another.
 
 usage: dit_samplers_reference.py CASES.json OUT.json
-  CASES.json: [{"dir": checkpoint folder, "sampler": "mdlm" | "sedd", "seed": int, "samples": int,
+  CASES.json: [{"dir": checkpoint folder, "sampler": "mdlm" | "sedd" | "bd3lm", "seed": int, "samples": int,
                 "batch_size": int, "steps": int, "eps": float, "noise_removal": bool,
-                "predictor": "euler" | "analytic" (sedd)}, ...]
-  OUT.json:   [[[ids of each sample's sequence], ...], ...] in the same order
+                "predictor": "euler" | "analytic" (sedd),
+                "length": int, "top_p": float, "temperature": float, "prefix": [ids] (bd3lm)}, ...]
+  OUT.json:   [[[ids of each sample's sequence], ...] or {"error": message}, ...] in the same order
 """
 import json
 import os
@@ -108,6 +111,64 @@ def sedd_batch(w, config, batch, steps, eps, predictor, noise_removal):
     return x
 
 
+def bd3lm_nucleus(p, top_p):
+    """BD3-LM's nucleus: the most probable tokens while their cumulative probability stays within top_p (the first
+    always), renormalised; top_p 1 leaves p as it is."""
+    if top_p == 1.0:
+        return p
+    ordered, order = p.sort(dim=-1, descending=True)
+    keep = ordered.cumsum(-1) <= top_p
+    keep[..., 0] = True
+    p = torch.zeros_like(p).scatter(-1, order, ordered * keep)
+    return p / p.sum(-1, keepdim=True)
+
+
+def bd3lm_entropy(tokens):
+    """The entropy (nats, float32) of the tokens' frequencies."""
+    _, counts = torch.unique(tokens, return_counts=True)
+    return torch.special.entr(counts.float() / counts.sum()).sum()
+
+
+class GaveUp(Exception):
+    pass
+
+
+def bd3lm_sequence(w, config, length, top_p, temperature, prefix):
+    """One sequence (BD3-LM's scripts sample one at a time): block by block, each step draws a token at every position
+    of the block by Gumbel-max over the float64 clean-token probabilities after the nucleus, then commits one masked
+    position of the block, the k-th in order for k = torch.randint(0, masked). A block that ends past position 256 with
+    less than 4 nats of entropy in the last 256 tokens starts the sequence again; the 10th such start gives up.
+    temperature (Rudder's, not BD3-LM's): the log-probabilities divided by it (0: the arg-max after the nucleus)."""
+    mask_id = config["vocab_size"] - 1
+    size = config["block_size"]
+    for _ in range(10):
+        x = torch.full((1, length), mask_id, dtype=torch.long)
+        x[0, :len(prefix)] = torch.tensor(prefix, dtype=torch.long)
+        failed = False
+        for begin in range(0, length, size):
+            end = begin + size
+            while (x[0, begin:end] == mask_id).any():
+                raw = reference_raw(w, "backbone.", x[:, :end], torch.zeros(1), False, block_size=size)
+                if temperature not in (0.0, 1.0):
+                    raw = raw.clone()
+                    raw[..., mask_id] = -float("inf")
+                    raw = raw.log_softmax(-1) / temperature
+                logp = clean_log_probs(raw, x[:, :end], mask_id)[:, begin:end]
+                p = bd3lm_nucleus(logp.float().double().exp(), top_p)  # float32 log-probabilities, widened
+                u = torch.rand_like(p)
+                drawn = (p if temperature == 0.0 else p / (1e-10 - (u + 1e-10).log())).argmax(-1)
+                masked = (x[0, begin:end] == mask_id).nonzero()[:, 0]
+                k = torch.randint(0, len(masked), (1,))
+                at = masked[k].item()
+                x[0, begin + at] = drawn[0, at]
+            if end > 256 and bd3lm_entropy(x[0, end - 256:end]) < 4:
+                failed = True
+                break
+        if not failed:
+            return x
+    raise GaveUp("10 starts each ended in a block of low entropy")
+
+
 def main():
     with open(sys.argv[1], encoding="utf-8") as f:
         cases = json.load(f)
@@ -115,6 +176,13 @@ def main():
     for case in cases:
         w, config = load(case["dir"])
         torch.manual_seed(case["seed"])
+        if case["sampler"] == "bd3lm":
+            try:
+                out.append([bd3lm_sequence(w, config, case["length"], case["top_p"], case["temperature"],
+                                           case["prefix"])[0].tolist() for _ in range(case["samples"])])
+            except GaveUp as e:
+                out.append({"error": str(e)})
+            continue
         rows = []
         left = case["samples"]
         while left > 0:

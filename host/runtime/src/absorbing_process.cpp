@@ -32,9 +32,10 @@ struct RemaskSettings {
 };
 
 struct AbsorbingSettings {
-    std::string name = "analytic";  // euler | analytic | first_hitting | confidence | llada | dream | mdlm | sedd
-    int64_t steps = 200;            // first_hitting, threshold and factor decoding: max_length; mdlm, sedd: 128
-    bool cache = true;              // skip the network when no token changed since its last call
+    // euler | analytic | first_hitting | confidence | llada | dream | mdlm | sedd | bd3lm
+    std::string name = "analytic";
+    int64_t steps = 200;  // first_hitting, bd3lm, threshold and factor decoding: max_length; mdlm, sedd: 128
+    bool cache = true;    // skip the network when no token changed since its last call
     // Divides the controlled clean-token log-probabilities before they are drawn from; 0: the arg-max (the default of
     // llada and dream, as of the authors' code).
     double temperature = 1.0;
@@ -63,6 +64,8 @@ struct AbsorbingSettings {
 bool is_authors(const std::string& name) { return name == "llada" || name == "dream"; }
 // mdlm and sedd: a draw over the whole grid says whether a position unmasks; a noise removal's call may end the run.
 bool draws_the_grid(const std::string& name) { return name == "mdlm" || name == "sedd"; }
+// first_hitting and bd3lm unmask one position of a sequence a step: max_length steps.
+bool one_position_a_step(const std::string& name) { return name == "first_hitting" || name == "bd3lm"; }
 // dream with Fast-dLLM's block decoding: any of its settings turns it on.
 bool dream_blocks(const AbsorbingSettings& s) {
     return s.name == "dream" && (s.block_length > 0 || s.threshold > 0 || s.kv_cache != "none");
@@ -153,6 +156,11 @@ std::optional<MdlmSampler> mdlm_of(const AbsorbingSettings& s) {
     return MdlmSampler(s.steps, s.eps, s.noise_removal);
 }
 
+std::optional<Bd3lmSampler> bd3lm_of(const AbsorbingSettings& s, const ReverseRun& run) {
+    if (s.name != "bd3lm") return std::nullopt;
+    return Bd3lmSampler(run.recipe.max_length, run.model.denoiser->decoding_block(), s.top_p, s.temperature);
+}
+
 std::optional<SeddSampler> sedd_of(const AbsorbingSettings& s) {
     if (s.name != "sedd") return std::nullopt;
     return SeddSampler(s.steps, s.eps,
@@ -188,8 +196,8 @@ public:
         : s_(s), run_(run), particles_(run.recipe.guidance.particles), batch_(samples * particles_),
           L_(run.recipe.max_length), V_(run.model.tokenizer->vocab_size()), mask_id_(run.model.tokenizer->mask_id()),
           sampler_(sampler_of(s, run.model.mask_schedule)), llada_(llada_of(s)), dream_(dream_of(s)), mdlm_(mdlm_of(s)),
-          sedd_(sedd_of(s)), kv_(s.kv_cache != "none" ? run.model.denoiser->window_cache() : nullptr),
-          kv_prefix_(s.kv_cache == "prefix"),
+          sedd_(sedd_of(s)), bd3lm_(bd3lm_of(s, run)),
+          kv_(s.kv_cache != "none" ? run.model.denoiser->window_cache() : nullptr), kv_prefix_(s.kv_cache == "prefix"),
           always_fresh_(!s.cache || run.composer.needs_fresh_logits() || run.model.denoiser->reads_time()),
           every_row_(run.model.denoiser->uses_evidence()),
           swarm_(samples, particles_, run.recipe.guidance.resample_scale) {
@@ -203,8 +211,9 @@ public:
     at::Tensor run() {
         int64_t i = 0;
         for (; i < steps(); ++i) {
-            // Parallel decoding takes as many steps as the blocks need: none once nothing is masked.
-            if (dynamic_blocks() && i > 0 && !tokens_.eq(mask_id_).any().item<bool>()) break;
+            // Parallel decoding takes as many steps as the blocks need, bd3lm as its starts do: none once nothing is
+            // masked.
+            if ((dynamic_blocks() || bd3lm_) && i > 0 && !tokens_.eq(mask_id_).any().item<bool>()) break;
             step(i);
         }
         run_.stats.steps += i;
@@ -219,6 +228,7 @@ private:
         if (dream_) return get(*dream_);
         if (mdlm_) return get(mdlm_->grid());
         if (sedd_) return get(sedd_->grid());
+        if (bd3lm_) return get(*bd3lm_);
         return get(sampler_);
     }
     int64_t steps() const {
@@ -254,6 +264,9 @@ private:
     void draw_as_authors(int64_t i, at::Tensor unmask, const Combined& combined, const at::Tensor& row_logits);
     void draw_over_the_grid(int64_t i, const at::Tensor& unmask, const Combined& combined,
                             const at::Tensor& row_logits);
+    at::Tensor bd3lm_block(const at::Tensor& masked) const;
+    void draw_bd3lm(int64_t i, const at::Tensor& unmask, const Combined& combined, const at::Tensor& row_logits);
+    void start_again_where_low_entropy(const at::Tensor& drawn, int64_t i);
     at::Tensor every_network_row(const at::Tensor& scores, const at::Tensor& positions, const at::Tensor& drawn_at_row,
                                  const Combined& combined) const;
     // mdlm, sedd: the columns of their draws' grid, the network's every row (0 until its first call).
@@ -303,7 +316,9 @@ private:
     std::optional<DreamSampler> dream_;
     std::optional<MdlmSampler> mdlm_;
     std::optional<SeddSampler> sedd_;
-    at::Tensor block_schedule_;  // llada: the current block's commits per step, int64 [B, steps of the block]
+    std::optional<Bd3lmSampler> bd3lm_;
+    std::vector<int64_t> starts_;  // bd3lm: each sequence's starts so far
+    at::Tensor block_schedule_;    // llada: the current block's commits per step, int64 [B, steps of the block]
     // llada with Fast-dLLM's key/value cache: the run's cache, the block it was refreshed for (-1: none yet), and
     // whether a window runs to the end of the sequence (prefix) or to the block's end (dual).
     std::unique_ptr<DenoiserCache> kv_;
@@ -366,6 +381,7 @@ at::Tensor AbsorbingLoop::choose(const at::Tensor& masked, int64_t i) {
         return in_block(masked, i);
     }
     if (dream_ || draws_the_grid()) return masked.clone();  // mdlm, sedd: the draw says whether a position unmasks
+    if (bd3lm_) return bd3lm_block(masked);
     return sampler_.choose(masked, i, run_.gen);
 }
 
@@ -481,6 +497,8 @@ void AbsorbingLoop::step(int64_t i) {
         draw_as_authors(i, unmask, combined, row_logits);
     else if (draws_the_grid())
         draw_over_the_grid(i, unmask, combined, row_logits);
+    else if (bd3lm_)
+        draw_bd3lm(i, unmask, combined, row_logits);
     else
         draw(i, unmask, combined, row_logits);
     apply_remask();
@@ -676,6 +694,96 @@ void AbsorbingLoop::draw_over_the_grid(int64_t i, const at::Tensor& unmask, cons
     commit_rows(i, positions.index_select(0, rows), tokens.index_select(0, rows), redraw);
 }
 
+// bd3lm: the masked positions of each sequence's current block, the one holding its first masked position (every
+// block before it is finished). bool [B, L].
+at::Tensor AbsorbingLoop::bd3lm_block(const at::Tensor& masked) const {
+    const int64_t block = bd3lm_->block();
+    const at::Tensor first = masked.to(at::kByte).argmax(1);  // (a sequence with none masked draws nothing)
+    const at::Tensor position = at::arange(L_, first.options()).unsqueeze(0);
+    const at::Tensor begin = first.div(block, "floor").mul_(block).unsqueeze(1);
+    return masked.logical_and(position.ge(begin)).logical_and_(position.lt(begin + block));
+}
+
+// bd3lm (authors_samplers.hpp): the step's uniforms for every sequence's block, then for each sequence that has a
+// masked position left in its block (`unmask`, after the controllers fixed theirs) the one it commits, picked among
+// them, and its token by Gumbel-max over the nucleus of its controlled probabilities (at the temperature), over every
+// row the network has. What is drawn is committed through the COMMIT controllers; a sequence whose finished block
+// leaves too little entropy starts again.
+void AbsorbingLoop::draw_bd3lm(int64_t i, const at::Tensor& unmask, const Combined& combined,
+                               const at::Tensor& row_logits) {
+    const at::Tensor open = unmask.sum(1).cpu();
+    if (open.max().item<int64_t>() == 0) return;  // the controllers filled the blocks: nothing to draw
+    const int64_t block = bd3lm_->block();
+    const at::Tensor u = bd3lm_->uniforms(batch_, grid_columns(), run_.gen);
+    std::vector<int64_t> chosen, chosen_u;  // flat positions, and their rows of u viewed [B * block, W]
+    const at::Tensor where = unmask.cpu();
+    for (int64_t b = 0; b < batch_; ++b) {
+        const int64_t n = open[b].item<int64_t>();
+        if (n == 0) continue;
+        const at::Tensor positions = where[b].nonzero().squeeze(1);
+        const int64_t position = positions[bd3lm_->pick(n, run_.gen)].item<int64_t>();
+        chosen.push_back(b * L_ + position);
+        chosen_u.push_back(b * block + position % block);
+    }
+    const auto long_cpu = at::TensorOptions().dtype(at::kLong);
+    const at::Tensor positions = at::tensor(chosen, long_cpu).to(combined.rows.device());
+    // Each chosen position's index among the combination's rows (rows are in position order).
+    const at::Tensor drawn_at_row = at::searchsorted(combined.rows, positions);
+    at::Tensor scores =
+        Composer::controlled(row_logits.index_select(0, drawn_at_row), combined, drawn_at_row, mask_id_);
+    if (s_.temperature != 0.0 && s_.temperature != 1.0) scores.div_(s_.temperature);
+    if (s_.top_k > 0) DiscreteSampler::truncate(scores, s_.top_k, 1.0);
+    const auto guarded = [&](const at::Tensor& at_positions, const auto& pick) {
+        return fault_if_empty(i, at_positions, pick);
+    };
+    guarded(positions, [&] {  // Gumbel-max takes an arg-max whatever the row holds: an empty row is reported
+        const at::Tensor empty = scores.isnan().any(1).logical_or_(at::isfinite(scores).any(1).logical_not_());
+        if (empty.any().item<bool>()) throw NothingToSample(empty.nonzero()[0][0].item<int64_t>());
+        return at::Tensor();
+    });
+    const at::Tensor full = every_network_row(scores, positions, drawn_at_row, combined);
+    const at::Tensor rows_u = u.view({batch_ * block, -1}).index_select(0, at::tensor(chosen_u, long_cpu));
+    const at::Tensor tokens = bd3lm_->draw(full, rows_u);
+    run_.stats.rows_drawn += positions.size(0);
+    // A draw of the mask (or of a row past the tokenizer) leaves the position masked.
+    const at::Tensor rows = tokens.lt(V_).logical_and_(tokens.ne(mask_id_)).nonzero().squeeze(1);
+    if (rows.size(0) > 0) {
+        const Redraw redraw = [&](const at::Tensor& which, const at::Tensor& forbidden_bits) {
+            at::Tensor again = scores.index_select(0, rows.index_select(0, which));
+            Composer::forbid(again, forbidden_bits);
+            return guarded(positions.index_select(0, rows.index_select(0, which)), [&] {
+                return s_.temperature == 0.0 ? DiscreteSampler::arg_max(again) : DiscreteSampler::draw(again, run_.gen);
+            });
+        };
+        commit_rows(i, positions.index_select(0, rows), tokens.index_select(0, rows), redraw);
+    }
+    start_again_where_low_entropy(positions, i);
+}
+
+// bd3lm: a sequence whose block (of its position among `drawn`, flat int64 [n]) is now finished, past position 256,
+// with less than 4 nats of entropy in its last 256 tokens starts again, all masked (the controllers fix their tokens
+// again at the next step); its 10th start fails the run, as BD3-LM's sampler gives up.
+void AbsorbingLoop::start_again_where_low_entropy(const at::Tensor& drawn, int64_t i) {
+    if (starts_.empty()) starts_.assign(static_cast<size_t>(batch_), 1);
+    const int64_t block = bd3lm_->block();
+    const at::Tensor tokens = tokens_.cpu(), flat = drawn.cpu();
+    for (int64_t k = 0; k < flat.size(0); ++k) {
+        const int64_t b = flat[k].item<int64_t>() / L_, begin = flat[k].item<int64_t>() % L_ / block * block;
+        const int64_t end = std::min(L_, begin + block);
+        const at::Tensor row = tokens[b];
+        if (end <= 256 || row.narrow(0, begin, end - begin).eq(mask_id_).any().item<bool>() ||
+            !Bd3lmSampler::low_entropy(row.narrow(0, 0, end)))
+            continue;
+        if (++starts_[static_cast<size_t>(b)] > Bd3lmSampler::kStarts)
+            throw GenerationFault("the bd3lm sampler gave up at step " + std::to_string(i + 1) +
+                                  ": each of a sample's " + std::to_string(Bd3lmSampler::kStarts) +
+                                  " starts ended in a block whose last 256 tokens hold less than 4 nats of entropy "
+                                  "(BD3-LM's _check_stop_conds)");
+        tokens_.select(0, b).fill_(mask_id_);
+        stale_ = true;
+    }
+}
+
 class AbsorbingProcess final : public DiffusionProcess {
 public:
     explicit AbsorbingProcess(AbsorbingSettings settings) : s_(std::move(settings)) {}
@@ -698,7 +806,7 @@ private:
 json AbsorbingProcess::settings() const {
     json out = {{"name", s_.name},   {"cache", s_.cache}, {"temperature", s_.temperature},
                 {"top_k", s_.top_k}, {"top_p", s_.top_p}, {"prompt_guidance", s_.prompt_guidance}};
-    if (s_.name != "first_hitting") out["steps"] = s_.steps;
+    if (!one_position_a_step(s_.name)) out["steps"] = s_.steps;
     if (s_.name == "confidence") out["order"] = s_.order;
     if ((s_.name == "confidence" || s_.name == "first_hitting" || s_.name == "llada") && s_.block_length > 0)
         out["block_length"] = s_.block_length;
@@ -737,9 +845,17 @@ void check_blocks(const AbsorbingSettings& s, const Model& model, int64_t block,
                            " positions from the finished blocks before it";
     const std::string how =
         "; sample it block by block, e.g. {\"name\": \"first_hitting\", \"block_length\": " + std::to_string(block) +
-        "}";
+        "} or BD3-LM's own {\"name\": \"bd3lm\"}";
     const int64_t b = s.block_length;
-    if (s.name != "first_hitting" && s.name != "confidence")
+    if (s.name == "bd3lm") {
+        // Its blocks are the model's; its checkpoints are not time-conditioned, and its sampler passes the network a
+        // noise level of its own (-log(1 - t) at first-hitting times from NumPy's generator), which Rudder does not.
+        if (model.denoiser->reads_time())
+            issues.push_back({"/sampler/name",
+                              "the bd3lm sampler runs BD3-LM's checkpoints without time conditioning "
+                              "(as published); model '" +
+                                  model.name + "' is time-conditioned: use first_hitting"});
+    } else if (s.name != "first_hitting" && s.name != "confidence")
         issues.push_back({"/sampler/name", of + " (block diffusion); sampler '" + s.name +
                                                "' unmasks the whole sequence at once" + how});
     else if (b < 1 || block % b != 0)
@@ -758,7 +874,13 @@ void check_blocks(const AbsorbingSettings& s, const Model& model, int64_t block,
 
 // The checks of an absorbing recipe against its model and length.
 void check(const AbsorbingSettings& s, const Model& model, const Recipe& recipe, std::vector<RecipeIssue>& issues) {
-    if (const int64_t block = model.denoiser->decoding_block(); block > 0) check_blocks(s, model, block, issues);
+    if (const int64_t block = model.denoiser->decoding_block(); block > 0)
+        check_blocks(s, model, block, issues);
+    else if (s.name == "bd3lm")
+        issues.push_back({"/sampler/name",
+                          "the bd3lm sampler decodes a block-diffusion model (a BD3-LM checkpoint) "
+                          "block by block; model '" +
+                              model.name + "' has no blocks"});
     const int64_t L = recipe.max_length, b = s.block_length;
     if ((s.name == "confidence" || s.name == "first_hitting" || s.name == "llada" || s.name == "dream") && b > L)
         issues.push_back({"/sampler/block_length",
@@ -811,12 +933,12 @@ ProcessRoom absorbing_room() {
     room.models = "absorbing discrete models";
     room.model_is = "is discrete";
     room.default_sampler = "analytic";
-    room.samplers = {"euler", "analytic", "first_hitting", "confidence", "llada", "dream", "mdlm", "sedd"};
+    room.samplers = {"euler", "analytic", "first_hitting", "confidence", "llada", "dream", "mdlm", "sedd", "bd3lm"};
     const std::vector<std::string> truncating = {"euler", "analytic", "first_hitting", "confidence",
-                                                 "dream", "mdlm",     "sedd"};
+                                                 "dream", "mdlm",     "sedd",          "bd3lm"};
     room.keys = {SamplerKey::except("steps", {"euler", "analytic", "confidence", "llada", "dream", "mdlm", "sedd"},
-                                    "'steps' does not apply to the first_hitting sampler: it takes one step per "
-                                    "position (max_length), each unmasking one position per sample"),
+                                    "'steps' does not apply to the first_hitting and bd3lm samplers: they take one "
+                                    "step per position (max_length), each unmasking one position per sample"),
                  SamplerKey::of("temperature", {}, kDiscreteSamplers),
                  SamplerKey::of("cache", {}, kDiscreteSamplers),
                  SamplerKey::except("top_k", truncating,
@@ -844,7 +966,7 @@ ProcessRoom absorbing_room() {
     room.make = [](const Model& model, const Recipe& recipe, SamplerObject& sampler,
                    std::vector<RecipeIssue>& issues) -> std::unique_ptr<DiffusionProcess> {
         AbsorbingSettings settings = read_absorbing_settings(sampler);
-        if (settings.name == "first_hitting") settings.steps = recipe.max_length;
+        if (one_position_a_step(settings.name)) settings.steps = recipe.max_length;
         if (decodes_in_parallel(settings)) settings.steps = recipe.max_length;
         check(settings, model, recipe, issues);
         return std::make_unique<AbsorbingProcess>(std::move(settings));

@@ -361,4 +361,48 @@ at::Tensor SeddSampler::draw(const at::Tensor& log_p0, const at::Tensor& log_tot
     return gumbel_argmax(q, u);
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// BD3-LM
+
+Bd3lmSampler::Bd3lmSampler(int64_t length, int64_t block, double top_p, double temperature)
+    : length_(length), block_(block), top_p_(top_p), temperature_(temperature) {
+    if (length < 1 || block < 1) throw std::invalid_argument("bd3lm sampler: length and block must be >= 1");
+}
+
+double Bd3lmSampler::t(int64_t i) const {
+    return std::max(0.0, 1.0 - static_cast<double>(i) / static_cast<double>(length_));
+}
+
+at::Tensor Bd3lmSampler::uniforms(int64_t batch, int64_t columns, at::Generator& gen) const {
+    return at::rand({batch, block_, columns}, gen, at::TensorOptions().dtype(at::kDouble));
+}
+
+int64_t Bd3lmSampler::pick(int64_t masked, at::Generator& gen) const {
+    return at::randint(0, masked, {1}, gen, at::TensorOptions().dtype(at::kLong)).item<int64_t>();
+}
+
+at::Tensor Bd3lmSampler::draw(const at::Tensor& full, const at::Tensor& u) const {
+    // BD3-LM widens its float32 log-probabilities, then exponentiates; top_p 1 leaves them unnormalised, as it does.
+    at::Tensor p = full.to(at::kFloat).to(at::kDouble).exp();
+    if (top_p_ < 1.0) {
+        const auto [ordered, order] = p.sort(1, /*descending=*/true);
+        at::Tensor keep = ordered.cumsum(1).le(top_p_);
+        keep.select(1, 0).fill_(true);
+        p = at::zeros_like(p).scatter_(1, order, ordered.mul(keep));
+        p.div_(p.sum(1, /*keepdim=*/true));
+    }
+    if (temperature_ == 0.0) return p.argmax(1);
+    return gumbel_argmax(p, u.to(at::kDouble));
+}
+
+bool Bd3lmSampler::low_entropy(const at::Tensor& tokens) {
+    constexpr int64_t kWindow = 256;
+    if (tokens.size(0) <= kWindow) return false;
+    const at::Tensor counts = std::get<2>(at::_unique2(tokens.narrow(0, tokens.size(0) - kWindow, kWindow),
+                                                       /*sorted=*/true, /*return_inverse=*/false,
+                                                       /*return_counts=*/true));
+    const at::Tensor share = counts.to(at::kFloat).div(counts.sum());
+    return at::special_entr(share).sum().item<float>() < 4.0f;
+}
+
 }  // namespace rudder

@@ -34,6 +34,14 @@
 //          dsigma = sigma(t) - sigma(t - dt)), a float32 uniform per position and row of the grid; its noise removal
 //          (the Denoiser step at t = eps) draws each still-masked position from the score over every row but the
 //          mask, by Gumbel-max over the grid less the mask's column.
+//   bd3lm: BD3-LM's _semi_ar_sampler with first hitting (kuleshov-group/bd3lms, diffusion.py; Arriola et al. 2025), as
+//          its scripts run it, one sequence a batch: block by block, left to right; each step draws a token at every
+//          position of the block by Gumbel-max over the float64 clean-token probabilities after its nucleus (the most
+//          probable tokens while their cumulative probability stays within top_p, the first always; renormalised),
+//          from a float64 uniform per position and row of the block, then commits the one masked position of the
+//          block that torch.randint(0, masked) picks, in position order. A block ending past position 256 whose last
+//          256 tokens hold less than 4 nats of entropy starts the sequence again (its _check_stop_conds); the 10th
+//          such start is a failure (its 'Sampling failed.').
 // They take the softmax over every row the network has (DenoiserOutput::outside), and a draw of the mask token leaves
 // the position masked, as it does in the authors' code (a draw of a row past the tokenizer too, which is no text).
 #pragma once
@@ -258,6 +266,37 @@ public:
 private:
     NoiseRemovalGrid grid_;
     Predictor predictor_;
+};
+
+class Bd3lmSampler {
+public:
+    // `length` the sequence's positions, `block` the model's block size.
+    Bd3lmSampler(int64_t length, int64_t block, double top_p, double temperature);
+
+    // The loop's bound: a position a step, for every start a sequence may take.
+    int64_t steps() const { return length_ * kStarts; }
+    // The share of one pass's steps left (controllers read it; the network does not: BD3-LM's checkpoints are not
+    // time-conditioned).
+    double t(int64_t i) const;
+    double t_next(int64_t i) const { return t(i + 1); }
+    int64_t block() const { return block_; }
+
+    // A step's uniforms: float64 [batch, block, columns] (CPU), as torch.rand_like over BD3-LM's block of
+    // probabilities.
+    at::Tensor uniforms(int64_t batch, int64_t columns, at::Generator& gen) const;
+    // Which of a block's `masked` positions (in order) a sequence commits: torch.randint(0, masked, (1,)).
+    int64_t pick(int64_t masked, at::Generator& gen) const;
+    // The tokens drawn at rows of log-probabilities `full` [n, W] over every row the network has, with their
+    // uniforms `u` [n, W]: Gumbel-max over the nucleus of exp(full) in float64 (temperature 0: its arg-max). int64 [n].
+    at::Tensor draw(const at::Tensor& full, const at::Tensor& u) const;
+    // Whether a sequence whose first `end` tokens are `tokens` (int64 [end]) starts again: past 256, less than 4 nats
+    // of entropy in the last 256.
+    static bool low_entropy(const at::Tensor& tokens);
+    static constexpr int64_t kStarts = 10;
+
+private:
+    int64_t length_, block_;
+    double top_p_, temperature_;
 };
 
 }  // namespace rudder
