@@ -4,7 +4,8 @@
 #                                    test and benchmark tools (make test installs those)
 set -euo pipefail
 build_packages=(
-  cmake make ninja-build g++ pkg-config   # pkg-config: the install test builds the examples with it too
+  cmake make ninja-build pkg-config   # pkg-config: the install test builds the examples with it too
+  clang   # the compiler `make` configures a new build tree with: 4/5 of GCC's time on Rudder (docs/testing.md)
   libtorch-dev libopenblas0-pthread   # LibTorch; without OpenBLAS it falls back to reference BLAS (~30x slower)
   libopenblas0-openmp                 # OpenBLAS on OpenMP: one thread pool with LibTorch's (selected below)
   libboost-dev libboost-filesystem-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libdlpack-dev zlib1g-dev
@@ -17,7 +18,7 @@ test_packages=(
   libgtest-dev libbenchmark-dev python3   # python3: the Python binding and its test, JSON checks in the CLI tests
   python3-torch   # the MDLM/SEDD checkpoint test writes its random-weight checkpoints and reference outputs with it
   python3-jsonschema   # structured output's validity test checks every sample with an independent validator
-  clang libclang-rt-14-dev                # make test-sanitize: ASan/UBSan build and the libFuzzer targets
+  libclang-rt-14-dev   # make test-sanitize: clang's ASan/UBSan runtimes and libFuzzer
   lld   # links the test build and the sanitized one in a fraction of GNU ld's time (CMakeLists.txt)
   chromium   # the playground's browser test (serve.playground), driven by playwright-core from npm
   python3-distributed   # rudder.dask (bulk generation and sharded evals on Dask) and its test
@@ -54,10 +55,10 @@ fi
 # thread (two pools on two cores spin against each other). Measured: 1.72x at two threads instead of 1.37-1.47x
 # (docs/design.md, "Compute threads"). Debian's alternatives choose the build system-wide; a choice made by hand
 # (manual mode) is left alone, and Rudder runs correctly with either build.
-arch=$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)
-for alt in libblas.so.3 libopenblas.so.0; do
-  name=$alt-$arch
-  target=/usr/lib/$arch/openblas-openmp/$alt
+for target in /usr/lib/*/openblas-openmp/libblas.so.3 /usr/lib/*/openblas-openmp/libopenblas.so.0; do
+  [ -e "$target" ] || continue
+  alt=$(basename "$target")
+  name=$alt-$(basename "$(dirname "$(dirname "$target")")")   # e.g. libblas.so.3-x86_64-linux-gnu
   status=$(update-alternatives --query "$name" 2>/dev/null | sed -n 's/^Status: //p')
   current=$(update-alternatives --query "$name" 2>/dev/null | sed -n 's/^Value: //p')
   if [ "$status" = auto ] && [ "$current" != "$target" ] && [ -e "$target" ]; then
