@@ -11,8 +11,10 @@ install(FILES sdk/include/rudder/rudder_plugin.h sdk/include/rudder/rudder_contr
               host/embed/include/rudder/rudder.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/rudder)
 install(TARGETS rudder RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-# The plugin scanner: the CLI and librudder.so run it to scan each plugin library in a child process.
-install(TARGETS rudder_plugin_scan rudder_controller_host RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/rudder)
+# The plugin scanner: the CLI and librudder.so run it to scan each plugin library in a child process. The CLI's
+# helper programs: rudder runs serve, train and eval in them (host/cli).
+install(TARGETS rudder_plugin_scan rudder_controller_host rudder_serve_command rudder_train_command rudder_eval_command
+        RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/rudder)
 # Every first-party controller library (controllers/CMakeLists.txt lists them in RUDDER_FIRST_PARTY_PLUGINS).
 install(TARGETS ${RUDDER_FIRST_PARTY_PLUGINS} LIBRARY DESTINATION ${RUDDER_INSTALL_PLUGIN_DIR})
 # Model files only: a trained model's training checkpoint stays in the source tree.

@@ -1,5 +1,7 @@
 // The subcommands of `rudder` (docs/cli.md). Each command file defines its options, adds its subcommand to the
-// app and says how to run it; main() parses the command line and runs the one given.
+// app and says how to run it; run_command_line() parses the command line and runs the one given. rudder (main.cpp)
+// has most commands in its own program; serve, train, train-controller and eval run in helper programs beside it
+// (serve_main.cpp, train_main.cpp, eval_main.cpp), to which rudder hands its process.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -47,10 +49,24 @@ struct Commands {
 void separate_results_from_plugin_output();
 void restore_standard_output();
 
-// The plugins every command finds: $RUDDER_PLUGIN_PATH, then this installation's (Registry::default_search_path).
-plugins::Registry plugin_registry();  // (listing_commands.cpp)
+// The commands a program of the command line adds: rudder's own (main.cpp) or a helper program's.
+using CommandSet = std::function<void(CLI::App& app, Commands& commands)>;
+// The command line's main(): parses argv, runs the command given and returns the exit code (cli_main.cpp).
+int run_command_line(int argc, char** argv, const CommandSet& add_commands);
 
-// "<file>: invalid recipe (N problems)" and one line per problem with its JSON pointer, on stderr.
+// The helper programs' commands as `rudder --help` lists them (and their own programs describe them).
+inline constexpr const char* kServeSummary = "Serve controlled generation over HTTP (docs/serving.md)";
+inline constexpr const char* kTrainSummary =
+    "Train a network (teacher LM, denoiser, MDLM checkpoint, tagger or parser) from a training config";
+inline constexpr const char* kTrainControllerSummary =
+    "Train a controller's noisy classifier (syntax_classifier) on annotated text, noised as a denoiser does";
+inline constexpr const char* kEvalSummary =
+    "Run a suite of control tasks over held-out targets: success, teacher perplexity, s/sample";
+
+// The plugins every command finds: $RUDDER_PLUGIN_PATH, then this installation's (Registry::default_search_path).
+plugins::Registry plugin_registry();  // (cli_main.cpp)
+
+// "<file>: invalid recipe (N problems)" and one line per problem with its JSON pointer, on stderr (cli_main.cpp).
 void print_recipe_error(const std::string& file, const RecipeError& e);
 
 void add_recipe_commands(CLI::App& app, Commands& commands);     // generate, validate  (recipe_commands.cpp)

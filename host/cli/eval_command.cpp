@@ -111,8 +111,7 @@ int run_on_dask(const EvalOptions& o, int threads) {
 
 void add_eval_command(CLI::App& app, Commands& commands) {
     auto o = std::make_shared<EvalOptions>();
-    auto* eval = app.add_subcommand(
-        "eval", "Run a suite of control tasks over held-out targets: success, teacher perplexity, s/sample");
+    auto* eval = app.add_subcommand("eval", kEvalSummary);
     eval->add_option("suite", o->run.suite, "Suite (JSON, see docs/eval.md; suites ship in examples/eval/)")
         ->required()
         ->check(CLI::ExistingFile);

@@ -14,8 +14,6 @@
 
 namespace rudder::cli {
 
-plugins::Registry plugin_registry() { return plugins::Registry(plugins::Registry::default_search_path()); }
-
 namespace {
 
 using json = nlohmann::json;

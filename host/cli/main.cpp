@@ -1,116 +1,71 @@
-// rudder — the command-line front end. See docs/cli.md; each subcommand lives in its own file (commands.hpp).
-#include <CLI/CLI.hpp>
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
-
-#include <ext/stdio_sync_filebuf.h>
-#include <fcntl.h>
+// rudder: the command-line front end (docs/cli.md). Most commands run in this program; serve, train,
+// train-controller and eval run in helper programs beside it (<prefix>/<libexecdir>/rudder/rudder-<program>), to
+// which this one hands its process with the same arguments. So `make demo` builds only what the demo runs, and a
+// deployment can take the server alone.
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <string_view>
 
-#include <rudder/base/output_file.hpp>
-
-#include <rudder/nn/compute_threads.hpp>
-#include <rudder/rudder_plugin.h>
-#include <rudder/nn/config_error.hpp>
-#include <rudder/runtime/generator.hpp>
-#include <rudder/runtime/recipe.hpp>
+#include <rudder/base/paths.hpp>
 
 #include "commands.hpp"
 
-namespace rudder::cli {
-
 namespace {
-int g_results_fd = -1;  // the duplicate of standard output that results go to, once separated
-}  // namespace
 
-void separate_results_from_plugin_output() {
-    // Results go to a duplicate of standard output; descriptor 1 then points at standard error, so that whatever a
-    // plugin in this process prints (printf, std::cout in its library) can never pass for a result line.
-    const int results = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
-    if (results < 0) return;  // no standard output to keep apart
-    std::FILE* stream = ::fdopen(results, "w");
-    if (stream == nullptr || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
-        if (stream != nullptr)
-            std::fclose(stream);
-        else
-            ::close(results);
-        return;
+struct HelperCommand {
+    const char* command;
+    const char* program;  // rudder-<program>
+    const char* summary;
+};
+
+constexpr HelperCommand kHelperCommands[] = {
+    {"serve", "serve", rudder::cli::kServeSummary},
+    {"train", "train", rudder::cli::kTrainSummary},
+    {"train-controller", "train", rudder::cli::kTrainControllerSummary},
+    {"eval", "eval", rudder::cli::kEvalSummary},
+};
+
+// The helper command given, if any: the first argument that is not a global option (-v, --verbose) names the command.
+const HelperCommand* helper_command(int argc, char** argv) {
+    for (int i = 1; i < argc; ++i) {
+        const std::string_view arg = argv[i];
+        if (arg == "-v" || arg == "--verbose") continue;
+        for (const HelperCommand& helper : kHelperCommands)
+            if (arg == helper.command) return &helper;
+        return nullptr;
     }
-    g_results_fd = results;
-    set_results_stream(stream);
-    static __gnu_cxx::stdio_sync_filebuf<char> buffer(stream);  // std::cout writes where the results go
-    std::cout.rdbuf(&buffer);
+    return nullptr;
 }
 
-void restore_standard_output() {
-    if (g_results_fd < 0) return;
-    std::cout.flush();
-    std::fflush(results_stream());
-    ::dup2(g_results_fd, STDOUT_FILENO);
-}
-
-}  // namespace rudder::cli
+}  // namespace
 
 int main(int argc, char** argv) {
     namespace cli = rudder::cli;
-    CLI::App app{"rudder: controllable text generation with diffusion language models"};
-    app.set_version_flag("--version", std::string("rudder ") + RUDDER_VERSION + " (plugin ABI " +
-                                          std::to_string(RUDDER_ABI_MAJOR) + "." + std::to_string(RUDDER_ABI_MINOR) +
-                                          ")");
-    app.require_subcommand(1);
-    bool verbose = false;
-    app.add_flag("-v,--verbose", verbose, "Log debug messages (plugin loading, model files)");
-    cli::Commands commands;
-    cli::add_recipe_commands(app, commands);
-    cli::add_listing_commands(app, commands);
-    cli::add_model_commands(app, commands);
-    cli::add_train_commands(app, commands);
-    cli::add_score_command(app, commands);
-    cli::add_bench_command(app, commands);
-    cli::add_eval_command(app, commands);
-    cli::add_syntax_commands(app, commands);
-    cli::add_serve_command(app, commands);
-    cli::add_likelihood_command(app, commands);
-    try {
-        app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-        const int code = app.exit(e);
-        return code == 0 ? cli::kExitOk : cli::kExitInvalid;
+    if (const HelperCommand* helper = helper_command(argc, argv)) {
+        // The helper parses the same arguments (its help names the command as this program does).
+        const std::string program = rudder::helper_program_file(helper->program).string();
+        ::execv(program.c_str(), argv);
+        const int error = errno;
+        std::cerr << "rudder: cannot run '" << helper->command << "': " << program << ": " << std::strerror(error)
+                  << (error == ENOENT ? " (not built: `make demo` builds only what the demo runs; `make` or `cmake "
+                                        "--build BUILD` builds the rest)"
+                                      : "")
+                  << "\n";
+        return cli::kExitFailure;
     }
-    // stdout carries the JSON Lines (through the duplicate set apart here); every log message goes to stderr.
-    cli::separate_results_from_plugin_output();
-    spdlog::set_default_logger(spdlog::stderr_color_mt("rudder"));
-    spdlog::set_level(verbose ? spdlog::level::debug : spdlog::level::warn);
-    rudder::keep_freed_memory_in_process();
-
-    rudder::set_compute_threads(commands.threads);
-    for (const auto& command : commands.list) {
-        if (!command.app->parsed()) continue;
-        try {
-            const int code = command.run();
-            // What went to stdout through std::cout must have arrived (a full disk, a closed pipe are failures).
-            std::cout.flush();
-            if (!std::cout || std::fflush(rudder::results_stream()) != 0)
-                throw std::runtime_error(std::string("cannot write to standard output: ") + std::strerror(errno));
-            return code;
-        } catch (const rudder::RecipeError& e) {  // a recipe a command built or read for itself
-            cli::print_recipe_error("rudder " + command.app->get_name(), e);
-            return cli::kExitInvalid;
-        } catch (const rudder::ConfigError& e) {  // a bad eval suite
-            std::cerr << e.what() << "\n";
-            return cli::kExitInvalid;
-        } catch (const rudder::Cancelled& e) {
-            std::cerr << "rudder: " << e.what() << "\n";
-            return cli::kExitFailure;
-        } catch (const std::exception& e) {
-            std::cerr << "\nrudder: error: " << e.what() << "\n";
-            return cli::kExitFailure;
-        }
-    }
-    return cli::kExitFailure;
+    return cli::run_command_line(argc, argv, [](CLI::App& app, cli::Commands& commands) {
+        cli::add_recipe_commands(app, commands);
+        cli::add_listing_commands(app, commands);
+        cli::add_model_commands(app, commands);
+        cli::add_score_command(app, commands);
+        cli::add_bench_command(app, commands);
+        cli::add_syntax_commands(app, commands);
+        cli::add_likelihood_command(app, commands);
+        // Listed by --help; given, they never get here (the helper runs them above).
+        for (const HelperCommand& helper : kHelperCommands)
+            app.add_subcommand(helper.command, helper.summary)->allow_extras();
+    });
 }

@@ -27,13 +27,6 @@
 
 namespace rudder::cli {
 
-void print_recipe_error(const std::string& file, const RecipeError& e) {
-    std::cerr << file << ": invalid recipe (" << e.issues().size()
-              << (e.issues().size() == 1 ? " problem" : " problems") << ")\n";
-    for (const auto& issue : e.issues())
-        std::cerr << "  " << (issue.pointer.empty() ? "(recipe)" : issue.pointer) << ": " << issue.message << "\n";
-}
-
 namespace {
 
 // Runs `command`; a recipe it finds invalid is reported with every problem, and exits 2.

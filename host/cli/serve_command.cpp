@@ -121,7 +121,7 @@ void add_serve_command(CLI::App& app, Commands& commands) {
         int64_t max_memory_mb = 0;
     };
     auto o = std::make_shared<Options>();
-    auto* serve = app.add_subcommand("serve", "Serve controlled generation over HTTP (docs/serving.md)");
+    auto* serve = app.add_subcommand("serve", kServeSummary);
     serve->add_option("--host", o->server.host, "Address to listen on (default 127.0.0.1: this machine only)");
     serve->add_option("--port", o->server.port, "Port (default 8080; 0: any free port, printed)")
         ->check(CLI::Range(0, 65535));

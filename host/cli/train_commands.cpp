@@ -90,12 +90,8 @@ void add_train_commands(CLI::App& app, Commands& commands) {
                                                       o->raw_weights, o->texts_out, o->quiet, controller);
                                  }});
     };
-    training_command("train",
-                     "Train a network (teacher LM, denoiser, MDLM checkpoint, tagger or parser) from a training config",
-                     false);
-    training_command(
-        "train-controller",
-        "Train a controller's noisy classifier (syntax_classifier) on annotated text, noised as a denoiser does", true);
+    training_command("train", kTrainSummary, false);
+    training_command("train-controller", kTrainControllerSummary, true);
 }
 
 }  // namespace rudder::cli

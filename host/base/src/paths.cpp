@@ -2,9 +2,11 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 #include <string>
+#include <vector>
 
 // The build writes the install layout (relative to the prefix) in: see the top-level CMakeLists.txt.
 #if !defined(RUDDER_INSTALL_BINDIR) || !defined(RUDDER_INSTALL_LIBDIR) || !defined(RUDDER_INSTALL_DATADIR) || \
@@ -35,6 +37,14 @@ fs::path up_by(fs::path dir, const fs::path& relative) {
     return dir;
 }
 
+// Whether `dir`'s last components are `tail`'s.
+bool ends_with(const fs::path& dir, const fs::path& tail) {
+    std::vector<fs::path> a(dir.begin(), dir.end()), b(tail.begin(), tail.end());
+    while (!a.empty() && a.back().empty()) a.pop_back();
+    while (!b.empty() && b.back().empty()) b.pop_back();
+    return b.size() <= a.size() && std::equal(b.rbegin(), b.rend(), a.rbegin());
+}
+
 }  // namespace
 
 fs::path executable_dir() {
@@ -47,9 +57,13 @@ fs::path install_prefix() {
     const fs::path exe_dir = executable_dir();
     const fs::path module = this_module_file();
     std::error_code ec;
-    // In the main program dladdr may name it by argv[0]; anything that is not the executable is librudder.so.
-    if (module.empty() || fs::equivalent(module, fs::path("/proc/self/exe"), ec))
-        return up_by(exe_dir, RUDDER_INSTALL_BINDIR);
+    // In the main program dladdr may name it by argv[0]; anything that is not the executable is librudder.so. A
+    // helper program of the command line lives in <prefix>/<libexecdir>/rudder, the rudder command in
+    // <prefix>/<bindir>.
+    if (module.empty() || fs::equivalent(module, fs::path("/proc/self/exe"), ec)) {
+        const fs::path helpers = fs::path(RUDDER_INSTALL_LIBEXECDIR) / "rudder";
+        return ends_with(exe_dir, helpers) ? up_by(exe_dir, helpers) : up_by(exe_dir, RUDDER_INSTALL_BINDIR);
+    }
     return up_by(module.parent_path(), RUDDER_INSTALL_LIBDIR);
 }
 
@@ -65,6 +79,10 @@ fs::path plugin_scanner_file() {
 fs::path controller_host_file() {
     if (const char* file = std::getenv("RUDDER_CONTROLLER_HOST"); file != nullptr && *file != '\0') return file;
     return install_prefix() / RUDDER_INSTALL_LIBEXECDIR / "rudder" / "rudder-controller-host";
+}
+
+fs::path helper_program_file(const std::string& name) {
+    return install_prefix() / RUDDER_INSTALL_LIBEXECDIR / "rudder" / ("rudder-" + name);
 }
 
 fs::path user_cache_dir() {

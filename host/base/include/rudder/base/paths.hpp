@@ -2,6 +2,7 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
 #include <vector>
 
 namespace rudder {
@@ -26,6 +27,9 @@ std::filesystem::path plugin_scanner_file();
 // The helper that runs one controller instance in a child process ("isolation": "process"): $RUDDER_CONTROLLER_HOST
 // if set, else <prefix>/<libexecdir>/rudder/rudder-controller-host (the file may not exist).
 std::filesystem::path controller_host_file();
+// The program that runs some of the rudder command's commands (serve, train, eval): <prefix>/<libexecdir>/rudder/
+// rudder-<name> (the file may not exist: `make demo` builds only what the demo runs).
+std::filesystem::path helper_program_file(const std::string& name);
 // The per-user cache folder: $RUDDER_CACHE_DIR if set ("" if it is set but empty: no cache), else
 // $XDG_CACHE_HOME/rudder if that is an absolute path, else $HOME/.cache/rudder, else "".
 std::filesystem::path user_cache_dir();
