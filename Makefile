@@ -34,7 +34,8 @@ build: configure
 	cmake --build $(BUILD) -j$(JOBS)
 
 # The first run: only the packages that build and run Rudder, and only what the demo runs (the CMake target
-# rudder_demo: the CLI and the plugins of the demo's recipes; no tests, no benchmarks). `make` or `make test` builds
+# rudder_demo: the rudder command without its helper programs, and the plugins of the demo's recipes; no tests, no
+# benchmarks). `make` or `make test` builds
 # the rest. A build tree that `make test` configured keeps its tests; `make test` later installs the rest and turns
 # them on.
 demo:
@@ -44,7 +45,8 @@ demo:
 	  || (cat $(BUILD).configure.log; exit 1)
 	cmake --build $(BUILD) -j$(JOBS) --target rudder_demo
 	@scripts/demo.sh $(BUILD)
-	@echo; echo "make demo built only what the demo runs; \`make\` builds the rest (the structured-output plugins, librudder)."
+	@echo; echo "make demo built only what the demo runs; \`make\` builds the rest (rudder serve, train and eval, the" \
+	  "structured-output plugins, librudder)."
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
