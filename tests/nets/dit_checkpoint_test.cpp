@@ -36,6 +36,21 @@ using rudder::nn::DitNetwork;
 class DitCheckpoint : public rudder::test::GeneratedCheckpoints {
 protected:
     static void SetUpTestSuite() { generate(RUDDER_DIT_FIXTURE, "rudder_dit_test"); }
+
+    // What tests/nets/dit_samplers_reference.py writes for `cases` (its CASES.json), the files named after `name`; an
+    // empty array (and a failure) if it cannot run.
+    static json samplers_reference(const std::string& name, const json& cases) {
+        write_json(root_ / (name + "_cases.json"), cases);
+        const fs::path log = root_ / (name + "_reference.log");
+        const std::string command = std::string(RUDDER_PYTHON3) + " " + RUDDER_DIT_SAMPLERS_REFERENCE + " " +
+                                    (root_ / (name + "_cases.json")).string() + " " +
+                                    (root_ / (name + "_tokens.json")).string() + " > " + log.string() + " 2>&1";
+        if (std::system(command.c_str()) != 0) {
+            ADD_FAILURE() << "see " << log.string();
+            return json::array();
+        }
+        return rudder::read_json_file(root_ / (name + "_tokens.json"));
+    }
 };
 
 using rudder::test::max_difference;
@@ -634,13 +649,7 @@ TEST_F(DitCheckpoint, MdlmAndSeddSamplersWriteTheTokensOfTheAuthorsSamplers) {
                           {"noise_removal", c.sampler.value("noise_removal", true)},
                           {"predictor", c.sampler.value("predictor", "euler")}});
     }
-    write_json(root_ / "dit_sampler_cases.json", inputs);
-    const std::string command = std::string(RUDDER_PYTHON3) + " " + RUDDER_DIT_SAMPLERS_REFERENCE + " " +
-                                (root_ / "dit_sampler_cases.json").string() + " " +
-                                (root_ / "dit_sampler_tokens.json").string() + " > " +
-                                (root_ / "dit_sampler_reference.log").string() + " 2>&1";
-    ASSERT_EQ(std::system(command.c_str()), 0) << "see " << (root_ / "dit_sampler_reference.log").string();
-    const json theirs = rudder::read_json_file(root_ / "dit_sampler_tokens.json");
+    const json theirs = samplers_reference("dit_sampler", inputs);
     ASSERT_EQ(theirs.size(), cases.size());
     for (size_t k = 0; k < cases.size(); ++k)
         EXPECT_EQ(ours[k], (theirs[k].get<std::vector<std::vector<int64_t>>>()))
@@ -711,13 +720,7 @@ TEST_F(DitCheckpoint, Bd3lmSamplerWritesTheTokensOfBd3lmsSemiAutoregressiveSampl
                           {"temperature", c.temperature},
                           {"prefix", model.tokenizer->encode(c.prefix)}});
     }
-    write_json(root_ / "bd3lm_sampler_cases.json", inputs);
-    const std::string command = std::string(RUDDER_PYTHON3) + " " + RUDDER_DIT_SAMPLERS_REFERENCE + " " +
-                                (root_ / "bd3lm_sampler_cases.json").string() + " " +
-                                (root_ / "bd3lm_sampler_tokens.json").string() + " > " +
-                                (root_ / "bd3lm_sampler_reference.log").string() + " 2>&1";
-    ASSERT_EQ(std::system(command.c_str()), 0) << "see " << (root_ / "bd3lm_sampler_reference.log").string();
-    const json theirs = rudder::read_json_file(root_ / "bd3lm_sampler_tokens.json");
+    const json theirs = samplers_reference("bd3lm_sampler", inputs);
     ASSERT_EQ(theirs.size(), cases.size());
     // Hard constraints hold: a prefix, a length (its end fills later blocks before they are reached) and a banned word,
     // with sequences decoded together.

@@ -240,9 +240,11 @@ TEST(GenerationErrors, RecipeProblemsFoundWhenLoadingNameTheirPointer) {
     } catch (const rudder::RecipeError& e) {
         std::map<std::string, std::string> by_pointer;
         for (const auto& i : e.issues()) by_pointer[i.pointer] = i.message;
-        EXPECT_NE(by_pointer["/sampler/name"].find(
-                      "'euler', 'analytic', 'first_hitting', 'confidence', 'llada', 'dream', 'mdlm' or 'sedd'"),
-                  std::string::npos);
+        EXPECT_NE(
+            by_pointer["/sampler/name"].find(
+                "'euler', 'analytic', 'first_hitting', 'confidence', 'llada', 'dream', 'mdlm', 'sedd' or 'bd3lm'"),
+            std::string::npos)
+            << by_pointer["/sampler/name"];
         EXPECT_NE(by_pointer["/controllers/0/plugin"].find("did you mean 'length'"), std::string::npos)
             << by_pointer["/controllers/0/plugin"];
         EXPECT_NE(by_pointer["/controllers/1/params"].find("/tokens"), std::string::npos);
