@@ -56,6 +56,11 @@ TEST(JsonSchema, RefusesWhatItDoesNotCompileWithThePointer) {
     EXPECT_EQ(refusal(R"({"properties":{"a~b/c":{"dependentRequired":{}}}})", "dependentRequired"),
               "/properties/a~0b~1c/dependentRequired");
     EXPECT_EQ(refusal("{not json", "not JSON"), "");
+    // A number past a double's range is JSON that cannot be read (found by fuzz_json_schema: it escaped as
+    // nlohmann's out_of_range).
+    EXPECT_EQ(refusal(R"({"type":"array","minItems":4888900000000000000000E00000000000010248191152060682024})",
+                      "number overflow"),
+              "");
 }
 
 TEST(JsonSchema, AnnotationsDoNotChangeTheLanguage) {

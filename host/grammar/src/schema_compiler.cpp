@@ -284,6 +284,8 @@ Dfa compile_json_schema_text(std::string_view schema_text, const SchemaOptions& 
         schema = nlohmann::ordered_json::parse(schema_text);
     } catch (const nlohmann::json::parse_error& e) {
         throw SchemaError("", std::string("the schema is not JSON: ") + e.what());
+    } catch (const nlohmann::json::exception& e) {  // a number past a double's range (out_of_range 406)
+        throw SchemaError("", std::string("the schema's JSON cannot be read: ") + e.what());
     }
     return compile_json_schema(schema, options);
 }
