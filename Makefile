@@ -35,9 +35,8 @@ build: configure
 
 # The first run: only the packages that build and run Rudder, and only what the demo runs (the CMake target
 # rudder_demo: the rudder command without its helper programs, and the plugins of the demo's recipes; no tests, no
-# benchmarks). `make` or `make test` builds
-# the rest. A build tree that `make test` configured keeps its tests; `make test` later installs the rest and turns
-# them on.
+# benchmarks). `make` or `make test` builds the rest. A build tree that `make test` configured keeps its tests;
+# `make test` later installs the rest and turns them on.
 demo:
 	@scripts/install-deps.sh --demo
 	@[ -f $(BUILD)/CMakeCache.txt ] || env $(call compilers,$(BUILD)) cmake $(call generator,$(BUILD)) -S . -B $(BUILD) \
