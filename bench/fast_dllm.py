@@ -81,11 +81,17 @@ def main():
              {"label": "dual cache, threshold 0.9", "sampler": {"name": "dream", "steps": G, "block_length": block,
                                                                 "kv_cache": "dual", "threshold": 0.9}}]
     if args.only:
-        # Labels may hold commas ("blocks, dual cache"): a label is wanted when it is one of the list's items.
-        def wanted(label):
-            return f",{label}," in f",{args.only},"
-        llada = [r for k, r in enumerate(llada) if k == 0 or wanted(r["label"])]
-        dream = [r for k, r in enumerate(dream) if k == 0 or wanted(r["label"])]
+        # Labels may hold commas ("blocks, dual cache"): each item is the longest run of pieces that is a label.
+        labels, wanted = {r["label"] for r in llada + dream}, set()
+        parts, i = args.only.split(","), 0
+        while i < len(parts):
+            j = max((j for j in range(i + 1, len(parts) + 1) if ",".join(parts[i:j]) in labels), default=None)
+            if j is None:
+                raise SystemExit(f"--only: no row is labelled '{parts[i]}'; the labels: {sorted(labels)}")
+            wanted.add(",".join(parts[i:j]))
+            i = j
+        llada = [r for k, r in enumerate(llada) if k == 0 or r["label"] in wanted]
+        dream = [r for k, r in enumerate(dream) if k == 0 or r["label"] in wanted]
     results = {"llada-0.5b": run(args.build, checkpoint(args.build, "llada-0.5b"), llada, args),
                "dream-0.5b": run(args.build, checkpoint(args.build, "dream-0.5b"), dream, args)}
     with open(os.path.join(args.build, "fast_dllm.json"), "w", encoding="utf-8") as f:
