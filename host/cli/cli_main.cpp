@@ -67,7 +67,6 @@ void print_recipe_error(const std::string& file, const RecipeError& e) {
 }
 
 int run_command_line(int argc, char** argv, const CommandSet& add_commands) {
-    namespace cli = rudder::cli;
     CLI::App app{"rudder: controllable text generation with diffusion language models"};
     app.set_version_flag("--version", std::string("rudder ") + RUDDER_VERSION + " (plugin ABI " +
                                           std::to_string(RUDDER_ABI_MAJOR) + "." + std::to_string(RUDDER_ABI_MINOR) +
@@ -75,45 +74,45 @@ int run_command_line(int argc, char** argv, const CommandSet& add_commands) {
     app.require_subcommand(1);
     bool verbose = false;
     app.add_flag("-v,--verbose", verbose, "Log debug messages (plugin loading, model files)");
-    cli::Commands commands;
+    Commands commands;
     add_commands(app, commands);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
         const int code = app.exit(e);
-        return code == 0 ? cli::kExitOk : cli::kExitInvalid;
+        return code == 0 ? kExitOk : kExitInvalid;
     }
     // stdout carries the JSON Lines (through the duplicate set apart here); every log message goes to stderr.
-    cli::separate_results_from_plugin_output();
+    separate_results_from_plugin_output();
     spdlog::set_default_logger(spdlog::stderr_color_mt("rudder"));
     spdlog::set_level(verbose ? spdlog::level::debug : spdlog::level::warn);
-    rudder::keep_freed_memory_in_process();
+    keep_freed_memory_in_process();
 
-    rudder::set_compute_threads(commands.threads);
+    set_compute_threads(commands.threads);
     for (const auto& command : commands.list) {
         if (!command.app->parsed()) continue;
         try {
             const int code = command.run();
             // What went to stdout through std::cout must have arrived (a full disk, a closed pipe are failures).
             std::cout.flush();
-            if (!std::cout || std::fflush(rudder::results_stream()) != 0)
+            if (!std::cout || std::fflush(results_stream()) != 0)
                 throw std::runtime_error(std::string("cannot write to standard output: ") + std::strerror(errno));
             return code;
-        } catch (const rudder::RecipeError& e) {  // a recipe a command built or read for itself
-            cli::print_recipe_error("rudder " + command.app->get_name(), e);
-            return cli::kExitInvalid;
-        } catch (const rudder::ConfigError& e) {  // a bad eval suite
+        } catch (const RecipeError& e) {  // a recipe a command built or read for itself
+            print_recipe_error("rudder " + command.app->get_name(), e);
+            return kExitInvalid;
+        } catch (const ConfigError& e) {  // a bad eval suite
             std::cerr << e.what() << "\n";
-            return cli::kExitInvalid;
-        } catch (const rudder::Cancelled& e) {
+            return kExitInvalid;
+        } catch (const Cancelled& e) {
             std::cerr << "rudder: " << e.what() << "\n";
-            return cli::kExitFailure;
+            return kExitFailure;
         } catch (const std::exception& e) {
             std::cerr << "\nrudder: error: " << e.what() << "\n";
-            return cli::kExitFailure;
+            return kExitFailure;
         }
     }
-    return cli::kExitFailure;
+    return kExitFailure;
 }
 
 }  // namespace rudder::cli

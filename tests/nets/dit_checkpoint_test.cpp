@@ -37,6 +37,14 @@ class DitCheckpoint : public rudder::test::GeneratedCheckpoints {
 protected:
     static void SetUpTestSuite() { generate(RUDDER_DIT_FIXTURE, "rudder_dit_test"); }
 
+    // A copy of the fixture's checkpoint `name` as `as`, with the GPT-2-like tokenizer's files beside it.
+    static fs::path copy_with_tokenizer(const std::string& name, const std::string& as) {
+        const fs::path dir = copy_of(name, as);
+        for (const char* file : {"vocab.json", "merges.txt"})
+            fs::copy(root_ / "gpt2_like_tokenizer" / file, dir / file);
+        return dir;
+    }
+
     // What tests/nets/dit_samplers_reference.py writes for `cases` (its CASES.json), the files named after `name`; an
     // empty array (and a failure) if it cannot run.
     static json samplers_reference(const std::string& name, const json& cases) {
@@ -532,9 +540,7 @@ TEST_F(DitCheckpoint, WithItsTokenizerACheckpointIsAModelThatARecipeSamples) {
     rudder::plugins::Registry registry({fs::path(RUDDER_TEST_PLUGIN_DIR)});
     for (const std::string name : {"mdlm", "sedd"}) {
         SCOPED_TRACE(name);
-        const fs::path dir = copy_of(name, name + "_with_tokenizer");
-        for (const char* file : {"vocab.json", "merges.txt"})
-            fs::copy(root_ / "gpt2_like_tokenizer" / file, dir / file);
+        const fs::path dir = copy_with_tokenizer(name, name + "_with_tokenizer");
         const rudder::Model model = rudder::load_model(dir, std::nullopt);
         EXPECT_EQ(model.family, rudder::Family::discrete);
         EXPECT_EQ(model.tokenizer->type(), "bpe");
@@ -620,9 +626,7 @@ TEST_F(DitCheckpoint, MdlmAndSeddSamplersWriteTheTokensOfTheAuthorsSamplers) {
     for (const Case& c : cases) {
         const fs::path dir = root_ / (c.name + "_authors_sampler");
         if (!fs::exists(dir)) {
-            copy_of(c.name, dir.filename().string());
-            for (const char* file : {"vocab.json", "merges.txt"})
-                fs::copy(root_ / "gpt2_like_tokenizer" / file, dir / file);
+            copy_with_tokenizer(c.name, dir.filename().string());
         }
         const json recipe = {{"model", dir.string()},
                              {"seed", c.seed},
@@ -666,9 +670,7 @@ TEST_F(DitCheckpoint, Bd3lmSamplerWritesTheTokensOfBd3lmsSemiAutoregressiveSampl
     const auto with_tokenizer = [&](const std::string& name, int64_t length) {
         const fs::path dir = root_ / name;
         if (fs::exists(dir)) return dir;
-        copy_of("bd3lm", name);
-        for (const char* file : {"vocab.json", "merges.txt"})
-            fs::copy(root_ / "gpt2_like_tokenizer" / file, dir / file);
+        copy_with_tokenizer("bd3lm", name);
         json config = rudder::read_json_file(dir / "config.json");
         config["model_length"] = length;  // rotary positions: the same weights at any length
         write_json(dir / "config.json", config);
@@ -754,63 +756,46 @@ TEST_F(DitCheckpoint, Bd3lmSamplerWritesTheTokensOfBd3lmsSemiAutoregressiveSampl
 // score, bd3lm on a model without blocks, with steps, or on a time-conditioned BD3-LM.
 TEST_F(DitCheckpoint, TheAuthorsSamplersRefuseWhatTheyCannotRun) {
     rudder::plugins::Registry registry({fs::path(RUDDER_TEST_PLUGIN_DIR)});
-    const fs::path dir = root_ / "mdlm_refusals";
-    copy_of("mdlm", dir.filename().string());
-    for (const char* file : {"vocab.json", "merges.txt"}) fs::copy(root_ / "gpt2_like_tokenizer" / file, dir / file);
-    // The recipe's issues when a generator is made for it (none: it was accepted).
-    const auto issues_of = [&](const json& sampler) {
+    const fs::path dir = copy_with_tokenizer("mdlm", "mdlm_refusals");
+    // The recipe's issues when a generator is made for it on `model` (none: it was accepted).
+    const auto issues_of = [&](const json& sampler, const fs::path& model) {
         try {
             rudder::Generator generator(
-                rudder::parse_recipe(json{{"model", dir.string()}, {"sampler", sampler}}.dump(), "."), registry);
+                rudder::parse_recipe(json{{"model", model.string()}, {"sampler", sampler}}.dump(), "."), registry);
         } catch (const rudder::RecipeError& e) {
             return e.issues();
         }
         return std::vector<rudder::RecipeIssue>{};
     };
-    const auto temperature_zero = issues_of({{"name", "mdlm"}, {"temperature", 0}});
-    ASSERT_EQ(temperature_zero.size(), 1u) << "temperature 0: one issue, not " << temperature_zero.size();
-    EXPECT_EQ(temperature_zero[0].pointer, "/sampler/temperature");
-    EXPECT_NE(temperature_zero[0].message.find("no arg-max to take"), std::string::npos) << temperature_zero[0].message;
-    const auto not_sedd = issues_of({{"name", "sedd"}});
-    ASSERT_EQ(not_sedd.size(), 1u) << "sedd on an MDLM checkpoint: one issue, not " << not_sedd.size();
-    EXPECT_EQ(not_sedd[0].pointer, "/sampler/name");
-    EXPECT_NE(not_sedd[0].message.find("reads SEDD's score"), std::string::npos) << not_sedd[0].message;
-    const auto wrong_key = issues_of({{"name", "analytic"}, {"noise_removal", false}});
-    ASSERT_EQ(wrong_key.size(), 1u) << "noise_removal for analytic: one issue, not " << wrong_key.size();
-    EXPECT_EQ(wrong_key[0].pointer, "/sampler/noise_removal");
-    EXPECT_NE(wrong_key[0].message.find("the mdlm and sedd samplers"), std::string::npos) << wrong_key[0].message;
-    const auto no_blocks = issues_of({{"name", "bd3lm"}});
-    ASSERT_EQ(no_blocks.size(), 1u) << "bd3lm on an MDLM checkpoint: one issue, not " << no_blocks.size();
-    EXPECT_EQ(no_blocks[0].pointer, "/sampler/name");
-    EXPECT_NE(no_blocks[0].message.find("has no blocks"), std::string::npos) << no_blocks[0].message;
-    const auto steps = issues_of({{"name", "bd3lm"}, {"steps", 5000}});
-    ASSERT_EQ(steps.size(), 1u) << "bd3lm with steps: one issue (the key's, before the model's), not " << steps.size();
-    EXPECT_EQ(steps[0].pointer, "/sampler/steps");
-    EXPECT_NE(steps[0].message.find("first_hitting and bd3lm samplers"), std::string::npos) << steps[0].message;
+    // One issue, at `pointer`, saying `words`.
+    const auto expect_one = [](const std::vector<rudder::RecipeIssue>& issues, const std::string& pointer,
+                               const std::string& words, const std::string& what) {
+        ASSERT_EQ(issues.size(), 1u) << what << ": one issue, not " << issues.size();
+        EXPECT_EQ(issues[0].pointer, pointer) << what;
+        EXPECT_NE(issues[0].message.find(words), std::string::npos) << issues[0].message;
+    };
+    expect_one(issues_of({{"name", "mdlm"}, {"temperature", 0}}, dir), "/sampler/temperature", "no arg-max to take",
+               "temperature 0");
+    expect_one(issues_of({{"name", "sedd"}}, dir), "/sampler/name", "reads SEDD's score", "sedd on an MDLM checkpoint");
+    expect_one(issues_of({{"name", "analytic"}, {"noise_removal", false}}, dir), "/sampler/noise_removal",
+               "the mdlm and sedd samplers", "noise_removal for analytic");
+    expect_one(issues_of({{"name", "bd3lm"}}, dir), "/sampler/name", "has no blocks", "bd3lm on an MDLM checkpoint");
+    expect_one(issues_of({{"name", "bd3lm"}, {"steps", 5000}}, dir), "/sampler/steps",
+               "first_hitting and bd3lm samplers", "bd3lm with steps (the key's issue, before the model's)");
 
-    const fs::path timed = copy_of("bd3lm", "bd3lm_time_conditioned");
-    for (const char* file : {"vocab.json", "merges.txt"}) fs::copy(root_ / "gpt2_like_tokenizer" / file, timed / file);
+    const fs::path timed = copy_with_tokenizer("bd3lm", "bd3lm_time_conditioned");
     json config = rudder::read_json_file(timed / "config.json");
     config["time_conditioning"] = true;
     write_json(timed / "config.json", config);
-    try {
-        rudder::Generator generator(
-            rudder::parse_recipe(json{{"model", timed.string()}, {"sampler", {{"name", "bd3lm"}}}}.dump(), "."),
-            registry);
-        ADD_FAILURE() << "bd3lm on a time-conditioned BD3-LM was accepted";
-    } catch (const rudder::RecipeError& e) {
-        ASSERT_EQ(e.issues().size(), 1u);
-        EXPECT_EQ(e.issues()[0].pointer, "/sampler/name");
-        EXPECT_NE(e.issues()[0].message.find("is time-conditioned"), std::string::npos) << e.issues()[0].message;
-    }
+    expect_one(issues_of({{"name", "bd3lm"}}, timed), "/sampler/name", "is time-conditioned",
+               "bd3lm on a time-conditioned BD3-LM");
 }
 
 // DUO with GPT-2's tokenizer is a uniform-noise model: its last id is "[PAD]", every position is redrawn at every
 // step, and a recipe samples it with a prefix and a banned word, both kept in every sample.
 TEST_F(DitCheckpoint, WithItsTokenizerADuoCheckpointIsAUniformNoiseModelThatARecipeSamples) {
     rudder::plugins::Registry registry({fs::path(RUDDER_TEST_PLUGIN_DIR)});
-    const fs::path dir = copy_of("duo", "duo_with_tokenizer");
-    for (const char* file : {"vocab.json", "merges.txt"}) fs::copy(root_ / "gpt2_like_tokenizer" / file, dir / file);
+    const fs::path dir = copy_with_tokenizer("duo", "duo_with_tokenizer");
     const rudder::Model model = rudder::load_model(dir, std::nullopt);
     ASSERT_NE(model.denoiser->uniform_noise(), nullptr);
     EXPECT_EQ(model.tokenizer->vocab_size(), 300);
@@ -889,9 +874,7 @@ TEST_F(DitCheckpoint, WithBertsWordPieceTokenizerAUdlmCheckpointIsAUniformNoiseM
         EXPECT_EQ(from_json.tokenizer->type(), "wordpiece");
         EXPECT_EQ(from_json.tokenizer->encode("The cat"), (std::vector<int64_t>{7, 8}));
         EXPECT_EQ(rudder::describe_model(as_json)["tokenizer"], "WordPiece, tokenizer.json");
-        const fs::path with_bpe = copy_of("udlm", "udlm_with_gpt2_tokenizer");
-        for (const char* file : {"vocab.json", "merges.txt"})
-            fs::copy(root_ / "gpt2_like_tokenizer" / file, with_bpe / file);
+        const fs::path with_bpe = copy_with_tokenizer("udlm", "udlm_with_gpt2_tokenizer");
         try {
             rudder::load_model(with_bpe, std::nullopt);
             ADD_FAILURE() << "a UDLM checkpoint took GPT-2's tokenizer";
@@ -924,8 +907,7 @@ TEST_F(DitCheckpoint, WithBertsWordPieceTokenizerAUdlmCheckpointIsAUniformNoiseM
 // whole sequence at once, or blocks that straddle the model's, are refused.
 TEST_F(DitCheckpoint, ABd3lmCheckpointIsSampledBlockByBlock) {
     rudder::plugins::Registry registry({fs::path(RUDDER_TEST_PLUGIN_DIR)});
-    const fs::path dir = copy_of("bd3lm", "bd3lm_with_tokenizer");
-    for (const char* file : {"vocab.json", "merges.txt"}) fs::copy(root_ / "gpt2_like_tokenizer" / file, dir / file);
+    const fs::path dir = copy_with_tokenizer("bd3lm", "bd3lm_with_tokenizer");
     const rudder::Model model = rudder::load_model(dir, std::nullopt);
     EXPECT_EQ(model.denoiser->decoding_block(), 4);
     EXPECT_EQ(model.recommended_sampler, json({{"name", "first_hitting"}, {"block_length", 4}, {"top_p", 0.9}}));

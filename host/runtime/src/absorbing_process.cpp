@@ -196,7 +196,7 @@ public:
         : s_(s), run_(run), particles_(run.recipe.guidance.particles), batch_(samples * particles_),
           L_(run.recipe.max_length), V_(run.model.tokenizer->vocab_size()), mask_id_(run.model.tokenizer->mask_id()),
           sampler_(sampler_of(s, run.model.mask_schedule)), llada_(llada_of(s)), dream_(dream_of(s)), mdlm_(mdlm_of(s)),
-          sedd_(sedd_of(s)), bd3lm_(bd3lm_of(s, run)),
+          sedd_(sedd_of(s)), bd3lm_(bd3lm_of(s, run)), starts_(static_cast<size_t>(bd3lm_ ? batch_ : 0), 1),
           kv_(s.kv_cache != "none" ? run.model.denoiser->window_cache() : nullptr), kv_prefix_(s.kv_cache == "prefix"),
           always_fresh_(!s.cache || run.composer.needs_fresh_logits() || run.model.denoiser->reads_time()),
           every_row_(run.model.denoiser->uses_evidence()),
@@ -293,6 +293,32 @@ private:
         run_.stats.redrawn +=
             commit_drawn(run_.composer, tokens_, positions, drawn, state, redraw, i, steps(), t(i), t_next(i)).redrawn;
         stale_ = true;
+    }
+    // Gumbel-max takes an arg-max whatever a row holds: a row of `scores` with no token left (NaN, or every one
+    // forbidden) is the run's fault at step i, reported as DiscreteSampler::draw reports it.
+    void fault_if_any_empty(int64_t i, const at::Tensor& positions, const at::Tensor& scores) {
+        fault_if_empty(i, positions, [&] {
+            const at::Tensor empty = scores.isnan().any(1).logical_or_(at::isfinite(scores).any(1).logical_not_());
+            if (empty.any().item<bool>()) throw NothingToSample(empty.nonzero()[0][0].item<int64_t>());
+            return at::Tensor();
+        });
+    }
+    // Commits the `tokens` drawn at `positions` from the controlled `scores` (a row each), as commit_rows does; a draw
+    // of the mask (or of a row past the tokenizer) leaves its position masked, and a row a COMMIT controller refuses
+    // is drawn again from its scores within what it allows (the arg-max with `arg_max`).
+    void commit_draws(int64_t i, const at::Tensor& positions, const at::Tensor& tokens, const at::Tensor& scores,
+                      bool arg_max) {
+        const at::Tensor rows = tokens.lt(V_).logical_and_(tokens.ne(mask_id_)).nonzero().squeeze(1);
+        if (rows.size(0) == 0) return;
+        const Redraw redraw = [&](const at::Tensor& which, const at::Tensor& forbidden_bits) {
+            const at::Tensor again_rows = rows.index_select(0, which);
+            at::Tensor again = scores.index_select(0, again_rows);
+            Composer::forbid(again, forbidden_bits);
+            return fault_if_empty(i, positions.index_select(0, again_rows), [&] {
+                return arg_max ? DiscreteSampler::arg_max(again) : DiscreteSampler::draw(again, run_.gen);
+            });
+        };
+        commit_rows(i, positions.index_select(0, rows), tokens.index_select(0, rows), redraw);
     }
     void start_blocks(at::Tensor& unmask, int64_t i);
     void call_denoiser(double t, const Combined& constraints);
@@ -662,36 +688,16 @@ void AbsorbingLoop::draw_over_the_grid(int64_t i, const at::Tensor& unmask, cons
     if (s_.temperature != 1.0) scores.div_(s_.temperature);
     const bool truncates = s_.top_k > 0 || s_.top_p < 1.0;
     if (truncates) DiscreteSampler::truncate(scores, s_.top_k, s_.top_p);
-    const auto guarded = [&](const at::Tensor& at_positions, const auto& pick) {
-        return fault_if_empty(i, at_positions, pick);
-    };
     const at::Tensor tokens = [&] {
-        if (arg_max) return guarded(positions, [&] { return DiscreteSampler::arg_max(scores); });
-        // Gumbel-max takes an arg-max whatever the row holds: a row with no token left (NaN, or every one forbidden)
-        // is reported as DiscreteSampler::draw reports it.
-        guarded(positions, [&] {
-            const at::Tensor empty = scores.isnan().any(1).logical_or_(at::isfinite(scores).any(1).logical_not_());
-            if (empty.any().item<bool>()) throw NothingToSample(empty.nonzero()[0][0].item<int64_t>());
-            return at::Tensor();
-        });
+        if (arg_max) return fault_if_empty(i, positions, [&] { return DiscreteSampler::arg_max(scores); });
+        fault_if_any_empty(i, positions, scores);
         const at::Tensor rows_u = u.index_select(0, positions.cpu());
         const at::Tensor full = every_network_row(scores, positions, drawn_at_row, combined);
         if (mdlm_) return mdlm_->draw(full.exp(), rows_u, mask_id_, i);
         return sedd_->draw(full, score_total_.index_select(0, positions), rows_u, mask_id_, i);
     }();
     run_.stats.rows_drawn += positions.size(0);
-    // A draw of the mask (or of a row past the tokenizer) leaves the position masked.
-    const at::Tensor rows = tokens.lt(V_).logical_and_(tokens.ne(mask_id_)).nonzero().squeeze(1);
-    if (rows.size(0) == 0) return;
-    const Redraw redraw = [&](const at::Tensor& which, const at::Tensor& forbidden_bits) {
-        const at::Tensor again_rows = rows.index_select(0, which);
-        at::Tensor again = scores.index_select(0, again_rows);
-        Composer::forbid(again, forbidden_bits);
-        return guarded(positions.index_select(0, again_rows), [&] {
-            return arg_max ? DiscreteSampler::arg_max(again) : DiscreteSampler::draw(again, run_.gen);
-        });
-    };
-    commit_rows(i, positions.index_select(0, rows), tokens.index_select(0, rows), redraw);
+    commit_draws(i, positions, tokens, scores, arg_max);
 }
 
 // bd3lm: the masked positions of each sequence's current block, the one holding its first masked position (every
@@ -711,17 +717,15 @@ at::Tensor AbsorbingLoop::bd3lm_block(const at::Tensor& masked) const {
 // leaves too little entropy starts again.
 void AbsorbingLoop::draw_bd3lm(int64_t i, const at::Tensor& unmask, const Combined& combined,
                                const at::Tensor& row_logits) {
-    const at::Tensor open = unmask.sum(1).cpu();
-    if (open.max().item<int64_t>() == 0) return;  // the controllers filled the blocks: nothing to draw
+    if (!unmask.any().item<bool>()) return;  // the controllers filled the blocks: nothing to draw
     const int64_t block = bd3lm_->block();
     const at::Tensor u = bd3lm_->uniforms(batch_, grid_columns(), run_.gen);
     std::vector<int64_t> chosen, chosen_u;  // flat positions, and their rows of u viewed [B * block, W]
     const at::Tensor where = unmask.cpu();
     for (int64_t b = 0; b < batch_; ++b) {
-        const int64_t n = open[b].item<int64_t>();
-        if (n == 0) continue;
-        const at::Tensor positions = where[b].nonzero().squeeze(1);
-        const int64_t position = positions[bd3lm_->pick(n, run_.gen)].item<int64_t>();
+        const at::Tensor open = where[b].nonzero().squeeze(1);
+        if (open.size(0) == 0) continue;
+        const int64_t position = open[bd3lm_->pick(open.size(0), run_.gen)].item<int64_t>();
         chosen.push_back(b * L_ + position);
         chosen_u.push_back(b * block + position % block);
     }
@@ -733,30 +737,12 @@ void AbsorbingLoop::draw_bd3lm(int64_t i, const at::Tensor& unmask, const Combin
         Composer::controlled(row_logits.index_select(0, drawn_at_row), combined, drawn_at_row, mask_id_);
     if (s_.temperature != 0.0 && s_.temperature != 1.0) scores.div_(s_.temperature);
     if (s_.top_k > 0) DiscreteSampler::truncate(scores, s_.top_k, 1.0);
-    const auto guarded = [&](const at::Tensor& at_positions, const auto& pick) {
-        return fault_if_empty(i, at_positions, pick);
-    };
-    guarded(positions, [&] {  // Gumbel-max takes an arg-max whatever the row holds: an empty row is reported
-        const at::Tensor empty = scores.isnan().any(1).logical_or_(at::isfinite(scores).any(1).logical_not_());
-        if (empty.any().item<bool>()) throw NothingToSample(empty.nonzero()[0][0].item<int64_t>());
-        return at::Tensor();
-    });
+    fault_if_any_empty(i, positions, scores);
     const at::Tensor full = every_network_row(scores, positions, drawn_at_row, combined);
     const at::Tensor rows_u = u.view({batch_ * block, -1}).index_select(0, at::tensor(chosen_u, long_cpu));
     const at::Tensor tokens = bd3lm_->draw(full, rows_u);
     run_.stats.rows_drawn += positions.size(0);
-    // A draw of the mask (or of a row past the tokenizer) leaves the position masked.
-    const at::Tensor rows = tokens.lt(V_).logical_and_(tokens.ne(mask_id_)).nonzero().squeeze(1);
-    if (rows.size(0) > 0) {
-        const Redraw redraw = [&](const at::Tensor& which, const at::Tensor& forbidden_bits) {
-            at::Tensor again = scores.index_select(0, rows.index_select(0, which));
-            Composer::forbid(again, forbidden_bits);
-            return guarded(positions.index_select(0, rows.index_select(0, which)), [&] {
-                return s_.temperature == 0.0 ? DiscreteSampler::arg_max(again) : DiscreteSampler::draw(again, run_.gen);
-            });
-        };
-        commit_rows(i, positions.index_select(0, rows), tokens.index_select(0, rows), redraw);
-    }
+    commit_draws(i, positions, tokens, scores, s_.temperature == 0.0);
     start_again_where_low_entropy(positions, i);
 }
 
@@ -764,7 +750,6 @@ void AbsorbingLoop::draw_bd3lm(int64_t i, const at::Tensor& unmask, const Combin
 // with less than 4 nats of entropy in its last 256 tokens starts again, all masked (the controllers fix their tokens
 // again at the next step); its 10th start fails the run, as BD3-LM's sampler gives up.
 void AbsorbingLoop::start_again_where_low_entropy(const at::Tensor& drawn, int64_t i) {
-    if (starts_.empty()) starts_.assign(static_cast<size_t>(batch_), 1);
     const int64_t block = bd3lm_->block();
     const at::Tensor tokens = tokens_.cpu(), flat = drawn.cpu();
     for (int64_t k = 0; k < flat.size(0); ++k) {
