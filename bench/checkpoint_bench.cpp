@@ -3,8 +3,10 @@
 // masked) repeated, and the peak resident memory. One JSON object on stdout; bench/checkpoint_eager.py runs this
 // against the same network in PyTorch eager, interleaved.
 // With DIR/reference.safetensors (the fixtures' public-size checkpoints write one: "tokens" and the network's float64
-// "logits" from their plain-PyTorch implementation), also the largest difference from it.
-//   rudder_checkpoint_bench DIR [POSITIONS=1024] [REPEATS=3]
+// "logits" from their plain-PyTorch implementation), also the largest difference from it and the share of positions
+// whose arg-max is the reference's. WEIGHTS int8 quantises a LLaDA/Dream network's matrices after the load (the
+// recipe's "weights": "int8"; the time it takes is quantize_s).
+//   rudder_checkpoint_bench DIR [POSITIONS=1024] [REPEATS=3] [WEIGHTS=stored|int8]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
@@ -44,9 +46,14 @@ int main(int argc, char** argv) {
     const std::string dir = argv[1];
     const int64_t positions = argc > 2 ? std::atoll(argv[2]) : 1024;
     const int repeats = argc > 3 ? std::atoi(argv[3]) : 3;
+    const std::string weights = argc > 4 ? argv[4] : "stored";
+    if (weights != "stored" && weights != "int8") {
+        std::fprintf(stderr, "rudder_checkpoint_bench: WEIGHTS is stored or int8, not '%s'\n", weights.c_str());
+        return 2;
+    }
     using clock = std::chrono::steady_clock;
     auto seconds = [](clock::time_point since) { return std::chrono::duration<double>(clock::now() - since).count(); };
-    nlohmann::json out = {{"positions", positions}, {"threads", at::get_num_threads()}};
+    nlohmann::json out = {{"positions", positions}, {"threads", at::get_num_threads()}, {"weights", weights}};
     try {
         const nlohmann::json config = rudder::read_json_file(std::filesystem::path(dir) / "config.json");
         c10::InferenceMode inference;
@@ -61,6 +68,8 @@ int main(int argc, char** argv) {
                 const at::Tensor mine = logits(net, *reference.find("tokens"));
                 out["max_difference_from_reference"] = (mine - *reference.find("logits")).abs().max().item<double>();
                 out["reference_max_abs"] = reference.find("logits")->abs().max().item<double>();
+                out["argmax_same_as_reference"] =
+                    mine.argmax(-1).eq(reference.find("logits")->argmax(-1)).to(at::kDouble).mean().item<double>();
             }
             for (int i = 0; i < repeats; ++i) {
                 start = clock::now();
@@ -74,6 +83,7 @@ int main(int argc, char** argv) {
             out["rss_after_forward_mb"] = {{"anon", status_mb("RssAnon")}, {"file", status_mb("RssFile")}};
         };
         if (rudder::nn::is_dit_checkpoint_config(config)) {
+            if (weights != "stored") throw std::runtime_error("int8 weights apply to LLaDA and Dream checkpoints");
             run([&] { return rudder::nn::DitNetwork::load(dir); },
                 [&](const rudder::nn::DitNetwork& net) {
                     const at::Tensor tokens = at::full({1, positions}, net.config().mask_id(), at::kLong);
@@ -83,7 +93,16 @@ int main(int argc, char** argv) {
                     return net.forward(tokens, at::zeros({tokens.size(0)}, at::kFloat));
                 });
         } else if (rudder::nn::is_bidirectional_llm_config(config)) {
-            run([&] { return rudder::nn::BidirectionalLlm::load(dir); },
+            run(
+                [&] {
+                    rudder::nn::BidirectionalLlm net = rudder::nn::BidirectionalLlm::load(dir);
+                    if (weights == "int8") {
+                        const auto start = clock::now();
+                        net.quantize_int8();
+                        out["quantize_s"] = seconds(start);
+                    }
+                    return net;
+                },
                 [&](const rudder::nn::BidirectionalLlm& net) {
                     const at::Tensor tokens = at::full({1, positions}, net.config().mask_id, at::kLong);
                     return net.clean_log_probs(tokens, net.config().vocab_size);

@@ -7,7 +7,8 @@
 // object on stdout.
 //   rudder_decode_bench CONFIG
 //   CONFIG: {"model": DIR, "prompt": TEXT, "gen_length": N, "rounds": R, "threads": T, "plugins": DIR,
-//            "devices": ["cpu"], "samplers": [{"label": ..., "sampler": {...}}, ...]}
+//            "devices": ["cpu"], "samplers": [{"label": ..., "sampler": {...}, "weights": "stored"|"int8"}, ...]}
+//   (a sampler's "weights" is the recipe's: int8 runs the network over int8 matrices; default stored)
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
         struct Row {
             std::string label, device;
             json sampler;
+            std::string weights;
             std::vector<double> seconds;
             int64_t calls = 0, steps = 0;
             int threads = 0;
@@ -62,13 +64,14 @@ int main(int argc, char** argv) {
         const std::vector<std::string> devices = config.value("devices", std::vector<std::string>{"cpu"});
         for (const std::string& device : devices)
             for (const json& s : config.at("samplers"))
-                rows.push_back({s.at("label"), device, s.at("sampler"), {}, 0, 0, 0, {}});
+                rows.push_back({s.at("label"), device, s.at("sampler"), s.value("weights", "stored"), {}, 0, 0, 0, {}});
         for (int round = 0; round < rounds; ++round)
             for (Row& row : rows) {
                 const json recipe = {{"model", dir},
                                      {"max_length", prompt_length + gen_length},
                                      {"seed", 1},
                                      {"device", row.device},
+                                     {"weights", row.weights},
                                      {"sampler", row.sampler},
                                      {"controllers", {{{"plugin", "span"}, {"params", {{"prefix", prompt}}}}}}};
                 rudder::Generator generator(rudder::parse_recipe(recipe.dump(), "."), registry);
@@ -103,6 +106,7 @@ int main(int argc, char** argv) {
             out["samplers"].push_back({{"label", row.label},
                                        {"device", row.device},
                                        {"sampler", row.sampler},
+                                       {"weights", row.weights},
                                        {"network_calls", row.calls},
                                        {"steps", row.steps},
                                        {"threads", row.threads},

@@ -126,10 +126,80 @@ TEST(LinearWidening, SlicesOfA16BitMatrixGiveTheWholeProduct) {
         const at::Tensor w = at::randn({300, 64}).to(dtype);
         const at::Tensor whole = at::linear(x, w.to(at::kFloat), bias);
         for (const int64_t slice : {int64_t{64 * 64}, int64_t{1} << 20}) {  // 64 rows a slice (5 slices), or one
-            EXPECT_LT(max_difference(rudder::nn::checkpoint::linear_widening(x, w, bias, slice), whole), 1e-5);
-            EXPECT_LT(max_difference(rudder::nn::checkpoint::linear_widening(x, w, {}, slice),
-                                     at::linear(x, w.to(at::kFloat))),
+            EXPECT_LT(max_difference(rudder::nn::linear_widening(x, w, bias, slice), whole), 1e-5);
+            EXPECT_LT(max_difference(rudder::nn::linear_widening(x, w, {}, slice), at::linear(x, w.to(at::kFloat))),
                       1e-5);
+        }
+    }
+}
+
+// Weight-only int8 (per row, symmetric): every weight within half its row's scale, a row of zeros kept exactly; the
+// products and embedding rows are those of the dequantised matrix, by slices or whole, from float32 or bfloat16.
+TEST(HeldMatrix, Int8RowsHoldEachWeightWithinHalfAScaleAndMultiplyAsTheirDequantisedMatrix) {
+    at::manual_seed(5);
+    const at::Tensor x = at::randn({2, 5, 64}), bias = at::randn({300});
+    for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+        SCOPED_TRACE(c10::toString(dtype));
+        at::Tensor w = at::randn({300, 64}) * at::rand({300, 1}) * 3;
+        w[7].zero_();
+        w = w.to(dtype);
+        const rudder::nn::HeldMatrix held = rudder::nn::quantize_rows_int8(w, 64 * 64);  // 5 slices of rows
+        ASSERT_TRUE(held.is_int8());
+        EXPECT_EQ(held.values.scalar_type(), at::kChar);
+        EXPECT_TRUE(held.values.equal(rudder::nn::quantize_rows_int8(w).values));  // the slices change nothing
+        const at::Tensor wf = w.to(at::kFloat);
+        at::Tensor scales = wf.abs().amax(1) / 127;
+        scales[7] = 1;
+        EXPECT_LT(max_difference(held.row_scales, scales), 1e-7);
+        EXPECT_EQ(held.row_scales[7].item<float>(), 1.0f);
+        EXPECT_EQ(held.values[7].abs().max().item<int>(), 0);
+        EXPECT_EQ(held.values.abs().amax(1).narrow(0, 0, 7).min().item<int>(), 127);  // each row's largest is +-127
+        const at::Tensor dequantised = held.values.to(at::kFloat) * held.row_scales.unsqueeze(1);
+        EXPECT_LT(((dequantised - wf).abs() / held.row_scales.unsqueeze(1)).max().item<double>(), 0.5 + 1e-4);
+        for (const int64_t slice : {int64_t{64 * 64}, int64_t{1} << 20}) {
+            EXPECT_LT(
+                max_difference(rudder::nn::linear_widening(x, held, bias, slice), at::linear(x, dequantised, bias)),
+                1e-4);
+            EXPECT_LT(max_difference(rudder::nn::linear_widening(x, held, {}, slice), at::linear(x, dequantised)),
+                      1e-4);
+        }
+        const at::Tensor ids = at::tensor({7, 0, 299, 42}, at::kLong).view({2, 2});
+        EXPECT_LT(max_difference(rudder::nn::embedding_rows(held, ids), at::embedding(dequantised, ids)), 1e-7);
+    }
+    EXPECT_THROW(rudder::nn::quantize_rows_int8(at::zeros({4}, at::kFloat)), std::invalid_argument);
+}
+
+// A network quantised to int8 stays close to its float32 forward: the logits within 2% of their range, the arg-max
+// the same at nearly every position (the fixtures' random weights); quantising twice changes nothing.
+TEST_F(BidirectionalLlmCheckpoint, Int8WeightsStayCloseToTheFloat32Forward) {
+    for (const std::string name : {"llada", "dream"}) {
+        SCOPED_TRACE(name);
+        BidirectionalLlm net = BidirectionalLlm::load(root_ / name);
+        const at::Tensor tokens = reference(name + ".tokens");
+        const at::Tensor exact = net.forward(tokens);
+        net.quantize_int8();
+        EXPECT_EQ(net.embedding_dtype(), at::kChar);
+        const at::Tensor quantised = net.forward(tokens);
+        const double range = (exact.max() - exact.min()).item<double>();
+        const double worst = max_difference(quantised, exact);
+        EXPECT_LT(worst / range, 0.02) << worst << " of " << range;
+        EXPECT_GT(worst, 0.0) << "nothing was quantised";
+        const double same = quantised.argmax(-1).eq(exact.argmax(-1)).to(at::kFloat).mean().item<double>();
+        EXPECT_GE(same, 0.9);
+        net.quantize_int8();
+        EXPECT_TRUE(net.forward(tokens).equal(quantised));
+
+        // A recipe's "weights": "int8" runs the model so, under hard constraints.
+        rudder::plugins::Registry registry({fs::path(RUDDER_TEST_PLUGIN_DIR)});
+        const std::string recipe = R"({"model": ")" + (root_ / name).string() + R"(", "max_length": 16,
+            "weights": "int8", "samples": 2, "seed": 2, "sampler": {"name": ")" +
+                                   name + R"(", "steps": 8},
+            "controllers": [{"plugin": "span", "params": {"prefix": "the cat"}},
+                            {"plugin": "length", "params": {"tokens": 7}}]})";
+        rudder::Generator generator(rudder::parse_recipe(recipe, "."), registry);
+        for (const auto& s : generator.generate()) {
+            EXPECT_EQ(s.text.rfind("the cat", 0), 0u) << s.text;
+            EXPECT_EQ(s.n_tokens, 7) << s.text;
         }
     }
 }

@@ -232,7 +232,7 @@ TEST(GenerationErrors, AKeyValueCacheNeedsAModelThatKeepsOne) {
 TEST(GenerationErrors, RecipeProblemsFoundWhenLoadingNameTheirPointer) {
     const std::string text = R"({"model": ")" + rudder::testing::corpus_model_dir().string() +
                              R"(", "family": "discrete", "sampler": {"name": "ddim"}, "device": "cuda",
-        "controllers": [{"plugin": "lenght"}, {"plugin": "length", "params": {"tokens": "six"}},
+        "weights": "int8", "controllers": [{"plugin": "lenght"}, {"plugin": "length", "params": {"tokens": "six"}},
                         {"plugin": "span", "params": {"sufix": "x"}}]})";
     try {
         Generator g(rudder::parse_recipe(text, "."), registry());
@@ -249,6 +249,8 @@ TEST(GenerationErrors, RecipeProblemsFoundWhenLoadingNameTheirPointer) {
             << by_pointer["/controllers/0/plugin"];
         EXPECT_NE(by_pointer["/controllers/1/params"].find("/tokens"), std::string::npos);
         EXPECT_NE(by_pointer["/controllers/2/params"].find("/sufix"), std::string::npos);
+        EXPECT_NE(by_pointer["/weights"].find("int8 weights apply to LLaDA and Dream checkpoints"), std::string::npos)
+            << by_pointer["/weights"];
         if (!at::hasCUDA()) {
             EXPECT_NE(by_pointer["/device"].find("without CUDA"), std::string::npos);
         }

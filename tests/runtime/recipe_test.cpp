@@ -111,6 +111,14 @@ TEST(Recipe, IsolationPerControllerAndForAll) {
     EXPECT_EQ(issues.size(), 3u);
 }
 
+TEST(Recipe, WeightsAreStoredOrInt8) {
+    EXPECT_EQ(rudder::parse_recipe(R"({"model": "m"})", ".").weights, "stored");
+    EXPECT_EQ(rudder::parse_recipe(R"({"model": "m", "weights": "int8"})", ".").weights, "int8");
+    const auto issues = issues_of(R"({"model": "m", "weights": "int4"})");
+    ASSERT_EQ(issues.size(), 1u);
+    EXPECT_TRUE(has_issue(issues, "/weights", "expected one of \"stored\", \"int8\", got \"int4\""));
+}
+
 TEST(Recipe, SyntaxErrorsGiveLineAndColumn) {
     const auto issues = issues_of("{\n  \"model\": \"m\",\n  \"samples\": 3,,\n}");
     ASSERT_EQ(issues.size(), 1u);

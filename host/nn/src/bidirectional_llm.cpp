@@ -292,14 +292,29 @@ BidirectionalLlm BidirectionalLlm::load(const fs::path& dir) {
 }
 
 void BidirectionalLlm::to(const at::Device& device) {
-    const bool tied = output_.is_same(embedding_);
-    embedding_ = embedding_.to(device);
+    const bool tied = output_.values.is_same(embedding_.values);
+    embedding_.to(device);
     final_norm_ = final_norm_.to(device);
-    output_ = tied ? embedding_ : output_.to(device);
-    for (auto& l : layers_)
-        for (at::Tensor* t : {&l.attn_norm, &l.q_w, &l.q_b, &l.k_w, &l.k_b, &l.v_w, &l.v_b, &l.o_w, &l.ff_norm,
-                              &l.gate_w, &l.up_w, &l.down_w})
+    if (tied)
+        output_ = embedding_;
+    else
+        output_.to(device);
+    for (auto& l : layers_) {
+        for (at::Tensor* t : {&l.attn_norm, &l.q_b, &l.k_b, &l.v_b, &l.ff_norm})
             if (t->defined()) *t = t->to(device);
+        for (HeldMatrix* m : {&l.q_w, &l.k_w, &l.v_w, &l.o_w, &l.gate_w, &l.up_w, &l.down_w}) m->to(device);
+    }
+}
+
+void BidirectionalLlm::quantize_int8() {
+    if (embedding_.is_int8()) return;
+    const bool tied = output_.values.is_same(embedding_.values);
+    // One matrix at a time, each replacing its original: the peak holds one matrix twice, not the network.
+    embedding_ = quantize_rows_int8(embedding_.values);
+    output_ = tied ? embedding_ : quantize_rows_int8(output_.values);
+    for (auto& l : layers_)
+        for (HeldMatrix* m : {&l.q_w, &l.k_w, &l.v_w, &l.o_w, &l.gate_w, &l.up_w, &l.down_w})
+            *m = quantize_rows_int8(m->values);
 }
 
 at::Tensor BidirectionalLlm::forward(const at::Tensor& tokens, KeyValueCache* fill) const {
@@ -331,7 +346,7 @@ at::Tensor BidirectionalLlm::run(const at::Tensor& tokens, int64_t begin, int64_
     if (tokens.numel() > 0 && (tokens.min().item<int64_t>() < 0 || tokens.max().item<int64_t>() >= c.vocab_size))
         throw std::invalid_argument("BidirectionalLlm::forward: a token id outside [0, " +
                                     std::to_string(c.vocab_size) + ")");
-    const auto device = embedding_.device();
+    const auto device = embedding_.values.device();
     const auto options = at::TensorOptions().dtype(at::kFloat).device(device);
 
     // Rotary tables [n, d] of the positions run (rotate-half form: the frequencies repeated over both halves),
@@ -349,7 +364,7 @@ at::Tensor BidirectionalLlm::run(const at::Tensor& tokens, int64_t begin, int64_
         fill->length = length;
     }
 
-    at::Tensor x = as_float(at::embedding(embedding_, tokens.to(device)));  // only the rows read are widened
+    at::Tensor x = embedding_rows(embedding_, tokens.to(device));
     for (size_t i = 0; i < layers_.size(); ++i) {
         const Layer& l = layers_[i];
         const at::Tensor a = rms_norm(x, l.attn_norm, c.rms_eps);

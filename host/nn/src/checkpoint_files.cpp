@@ -151,24 +151,6 @@ at::Tensor as_float(const at::Tensor& weight) {
     return weight.scalar_type() == at::kFloat ? weight : weight.to(at::kFloat);
 }
 
-at::Tensor linear_widening(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, int64_t slice_elements) {
-    const auto product = [&](const at::Tensor& weight, const at::Tensor& bias) {
-        return bias.defined() ? at::linear(x, weight, bias) : at::linear(x, weight);
-    };
-    if (w.scalar_type() == at::kFloat) return product(w, b);
-    const int64_t rows = w.size(0), per_slice = std::max<int64_t>(1, slice_elements / std::max<int64_t>(1, w.size(1)));
-    if (rows <= per_slice) return product(as_float(w), b);
-    std::vector<int64_t> sizes = x.sizes().vec();
-    sizes.back() = rows;
-    at::Tensor out = at::empty(sizes, x.options());
-    for (int64_t start = 0; start < rows; start += per_slice) {
-        const int64_t n = std::min(per_slice, rows - start);
-        out.narrow(-1, start, n)
-            .copy_(product(as_float(w.narrow(0, start, n)), b.defined() ? b.narrow(0, start, n) : b));
-    }
-    return out;
-}
-
 Weights load_weights(const fs::path& dir, const Shapes& required, const Shapes& optional, const std::string& what,
                      Storage storage) {
     const fs::path single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";

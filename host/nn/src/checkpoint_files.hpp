@@ -54,13 +54,6 @@ enum class Storage { widen, keep_matrices };
 // A weight as float32 for one use: a float32 one as it is, a 16-bit one widened for this call only.
 at::Tensor as_float(const at::Tensor& weight);
 
-// x W^T (+ b) for a W [out, in] held as stored (Storage::keep_matrices). A 16-bit W is widened a slice of rows of about
-// `slice_elements` at a time (4 MB of float32 by default): the slice is still in the cache when the product reads it,
-// so the widening costs little (measured on Qwen2.5-0.5B's output projection at 128 positions: 447 ms by slices,
-// 742 ms widening the whole matrix first, 468 ms over a matrix widened at load).
-at::Tensor linear_widening(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {},
-                           int64_t slice_elements = int64_t{1} << 20);
-
 // The weights of `dir`: model.safetensors, else model.safetensors.index.json and its shards, mapped
 // (load_safetensors). Every tensor of `required` and those of `optional` that are present, with those shapes,
 // float32, float16 or bfloat16 (float32 ones over the mapping; 16-bit ones as `storage` says); any other tensor is

@@ -23,6 +23,12 @@ int64_t BidirectionalLlmDenoiser::max_length() const { return network_->config()
 
 void BidirectionalLlmDenoiser::to(const at::Device& device) { network_->to(device); }
 
+bool BidirectionalLlmDenoiser::quantize_int8() {
+    c10::InferenceMode inference;
+    network_->quantize_int8();
+    return true;
+}
+
 uint64_t BidirectionalLlmDenoiser::working_bytes(int64_t batch, int64_t length) const {
     const auto& c = network_->config();
     const double L = static_cast<double>(length), H = static_cast<double>(c.hidden_size);

@@ -33,6 +33,7 @@ public:
     int64_t embed_dim() const override { return 0; }
     int64_t max_length() const override;
     void to(const at::Device& device) override;
+    bool quantize_int8() override;
     // Per sample: a layer's activations (residual, q/k/v, attention output, the two MLP projections and their
     // product), the attention scores and their softmax, and the logits with their log-softmax.
     uint64_t working_bytes(int64_t batch, int64_t length) const override;

@@ -148,6 +148,9 @@ void Generator::set_up(plugins::Registry& registry, const std::vector<fs::path>&
     if (!issues.reported("/model") && !issues.reported("/family")) {
         try {
             model_ = load();
+            if (recipe_.weights == "int8" && !model_.denoiser->quantize_int8())
+                issues.add("/weights", "int8 weights apply to LLaDA and Dream checkpoints; model '" + model_.name +
+                                           "' has no int8 path");
             model_.denoiser->to(device_);
             resolve_length(issues);
             process_ = make_process(model_, recipe_, issues.list,

@@ -230,6 +230,7 @@ Recipe parse_recipe_document(const json& doc, const std::filesystem::path& base_
             root.issue("device", "expected 'cpu', 'cuda' or 'cuda:<index>', got '" + d + "'");
     }
     if (auto v = root.choice("isolation", {"in_process", "process"})) r.isolation = *v;
+    if (auto v = root.choice("weights", {"stored", "int8"})) r.weights = *v;
     if (auto v = root.integer("candidates", 1, 4096)) r.candidates = *v;
     r.max_steps_limit = limits.max_steps;
     if (auto sampler = root.object("sampler")) {

@@ -94,8 +94,8 @@ ordered_json read_messages(const json& value, std::vector<RecipeIssue>& issues) 
 }
 
 // A recipe key of the "rudder" extension, with where it goes.
-const std::vector<std::string> kExtensionKeys = {"sampler",    "controllers", "guidance",  "candidates",
-                                                 "batch_size", "family",      "isolation", "device"};
+const std::vector<std::string> kExtensionKeys = {"sampler", "controllers", "guidance", "candidates", "batch_size",
+                                                 "family",  "isolation",   "device",   "weights"};
 
 }  // namespace
 

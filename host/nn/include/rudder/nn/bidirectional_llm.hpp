@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include <rudder/nn/held_matrix.hpp>
 #include <rudder/nn/model_files.hpp>
 
 namespace rudder::nn {
@@ -88,9 +89,15 @@ public:
     static BidirectionalLlm load(const std::filesystem::path& dir);
 
     const BidirectionalLlmConfig& config() const { return config_; }
-    // The dtype the embedding matrix is held in: the file's (a 16-bit matrix stays as stored, widened at each use).
-    at::ScalarType embedding_dtype() const { return embedding_.scalar_type(); }
+    // The dtype the embedding matrix is held in: the file's (a 16-bit matrix stays as stored, widened at each use),
+    // int8 after quantize_int8.
+    at::ScalarType embedding_dtype() const { return embedding_.values.scalar_type(); }
     void to(const at::Device& device);
+    // Weight-only int8 quantisation: every matrix (the embedding, each layer's seven projections, the output) is
+    // replaced by int8 with a float32 scale per row (quantize_rows_int8), about a quarter of float32's bytes and half
+    // of bfloat16's; the norms and biases stay float32, and the products run in float32 over int8 slices widened as
+    // they are used (linear_widening). Once: a second call changes nothing.
+    void quantize_int8();
 
     // The logits [B, L, V] for tokens int64 [B, L], Dream's shifted to the position they predict. With `fill`, every
     // layer's keys and values are kept there.
@@ -117,10 +124,12 @@ private:
     at::Tensor run(const at::Tensor& tokens, int64_t begin, int64_t length, const KeyValueCache* cache,
                    KeyValueCache* fill) const;
     struct Layer {
-        at::Tensor attn_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, ff_norm, gate_w, up_w, down_w;
+        at::Tensor attn_norm, q_b, k_b, v_b, ff_norm;
+        HeldMatrix q_w, k_w, v_w, o_w, gate_w, up_w, down_w;
     };
     BidirectionalLlmConfig config_;
-    at::Tensor embedding_, final_norm_, output_;
+    HeldMatrix embedding_, output_;
+    at::Tensor final_norm_;
     std::vector<Layer> layers_;
 };
 

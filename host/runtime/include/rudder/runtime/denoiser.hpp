@@ -73,6 +73,10 @@ public:
     virtual int64_t decoding_block() const { return 0; }
     // Moves every tensor the denoiser owns to `device`.
     virtual void to(const at::Device& device) = 0;
+    // Replaces the network's weight matrices by int8 with a float32 scale per row, computing in float32 over them
+    // (weight-only quantisation: a recipe's "weights": "int8"). False, with nothing changed, for a denoiser without
+    // such a path.
+    virtual bool quantize_int8() { return false; }
     // About how many bytes one denoise() call on `batch` sequences of `length` positions holds at its peak
     // (activations and outputs, not the weights): the run-memory estimate is built on it. The default counts the
     // output logits and their log-softmax.

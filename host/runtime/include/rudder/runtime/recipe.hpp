@@ -86,6 +86,9 @@ struct Recipe {
     int64_t batch_size = 16;     // samples denoised together
     int64_t max_length = 0;      // L: positions per sequence; 0 = the model's longest (64 if it has none)
     std::string device = "cpu";  // cpu | cuda | cuda:<index>
+    // How the denoiser holds its weight matrices: "stored" (as the model's files store them) | "int8" (weight-only
+    // quantisation, Denoiser::quantize_int8; LLaDA and Dream checkpoints).
+    std::string weights = "stored";
     // Where controllers run unless their own "isolation" says: "in_process" | "process"; unset = the host's default
     // ($RUDDER_ISOLATION, else in_process).
     std::optional<std::string> isolation;
