@@ -32,13 +32,17 @@ HeldMatrix quantize_rows_int8(const at::Tensor& w, int64_t slice_elements) {
     HeldMatrix held;
     held.values = at::empty(w.sizes(), w.options().dtype(at::kChar));
     held.row_scales = at::empty({rows}, w.options().dtype(at::kFloat));
+    // Every slice is widened into one buffer and computed in place there: no allocation per slice.
+    const at::Tensor buffer = at::empty({std::min(per_slice, rows), w.size(1)}, w.options().dtype(at::kFloat));
     for (int64_t start = 0; start < rows; start += per_slice) {
         const int64_t n = std::min(per_slice, rows - start);
-        const at::Tensor slice = as_float(w.narrow(0, start, n));
-        at::Tensor scale = slice.abs().amax(1) / 127.0;
+        at::Tensor slice = buffer.narrow(0, 0, n);
+        slice.copy_(w.narrow(0, start, n));
+        const auto [low, high] = at::aminmax(slice, 1);
+        at::Tensor scale = at::maximum(low.neg(), high).div_(127.0);
         scale.masked_fill_(scale == 0, 1.0);
         held.row_scales.narrow(0, start, n).copy_(scale);
-        held.values.narrow(0, start, n).copy_(at::round(slice / scale.unsqueeze(1)).clamp_(-127, 127));
+        held.values.narrow(0, start, n).copy_(slice.div_(scale.unsqueeze(1)).round_().clamp_(-127, 127));
     }
     return held;
 }
@@ -49,27 +53,31 @@ at::Tensor embedding_rows(const HeldMatrix& table, const at::Tensor& ids) {
 }
 
 at::Tensor linear_widening(const at::Tensor& x, const HeldMatrix& w, const at::Tensor& b, int64_t slice_elements) {
-    // The product of one slice of rows [start, start + n): an int8 slice's scaled before its bias is added.
-    const auto product = [&](int64_t start, int64_t n) {
-        const bool whole = start == 0 && n == w.values.size(0);
-        const at::Tensor weight = as_float(whole ? w.values : w.values.narrow(0, start, n));
-        const at::Tensor bias = b.defined() && !whole ? b.narrow(0, start, n) : b;
-        if (!w.is_int8()) return bias.defined() ? at::linear(x, weight, bias) : at::linear(x, weight);
-        at::Tensor out = at::linear(x, weight).mul_(whole ? w.row_scales : w.row_scales.narrow(0, start, n));
-        return bias.defined() ? out.add_(bias) : out;
-    };
-    const int64_t rows = w.values.size(0);
-    if (w.values.scalar_type() == at::kFloat) return product(0, rows);
-    const int64_t per_slice = rows_per_slice(w.values, slice_elements);
-    if (rows <= per_slice) return product(0, rows);
-    std::vector<int64_t> sizes = x.sizes().vec();
-    sizes.back() = rows;
-    at::Tensor out = at::empty(sizes, x.options());
+    const int64_t rows = w.values.size(0), in = w.values.size(1);
+    const int64_t per_slice = w.values.scalar_type() == at::kFloat ? rows : rows_per_slice(w.values, slice_elements);
+    if (rows <= per_slice) {
+        const at::Tensor weight = as_float(w.values);
+        if (!w.is_int8()) return b.defined() ? at::linear(x, weight, b) : at::linear(x, weight);
+        at::Tensor out = at::linear(x, weight).mul_(w.row_scales);
+        return b.defined() ? out.add_(b) : out;
+    }
+    // Each slice of rows is widened into one buffer, and its product written straight into its columns of the
+    // output (a strided view BLAS writes with its leading dimension), then scaled (int8) and biased there.
+    const at::Tensor flat = x.reshape({-1, in});
+    at::Tensor out = at::empty({flat.size(0), rows}, x.options());
+    const at::Tensor buffer = at::empty({per_slice, in}, x.options());
     for (int64_t start = 0; start < rows; start += per_slice) {
         const int64_t n = std::min(per_slice, rows - start);
-        out.narrow(-1, start, n).copy_(product(start, n));
+        at::Tensor weight = buffer.narrow(0, 0, n);
+        weight.copy_(w.values.narrow(0, start, n));
+        at::Tensor columns = out.narrow(1, start, n);
+        at::mm_out(columns, flat, weight.t());
+        if (w.is_int8()) columns.mul_(w.row_scales.narrow(0, start, n));
+        if (b.defined()) columns.add_(b.narrow(0, start, n));
     }
-    return out;
+    std::vector<int64_t> sizes = x.sizes().vec();
+    sizes.back() = rows;
+    return out.view(sizes);
 }
 
 }  // namespace rudder::nn
