@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <fstream>
 
 #include <rudder/nn/denoiser_net.hpp>
@@ -16,6 +17,7 @@
 #include <rudder/runtime/generator.hpp>
 #include <rudder/runtime/model.hpp>
 #include <rudder/runtime/recipe.hpp>
+#include <rudder/syntax/classifier.hpp>
 #include <rudder/text/bpe_tokenizer.hpp>
 #include <rudder/text/meaning.hpp>
 #include <rudder/text/text_files.hpp>
@@ -234,6 +236,86 @@ TEST_F(MdlmCheckpointTraining, TrainsIntoAnMdlmFolderThatARecipeSamplesAfterAPro
     const auto samples = generator.generate();
     ASSERT_EQ(samples.size(), 2u);
     for (const auto& sample : samples) EXPECT_EQ(sample.text.rfind(prompt, 0), 0u) << sample.text;
+}
+
+// A noisy attribute classifier for an MDLM checkpoint (`rudder train-controller` with the checkpoint as its
+// denoiser): it takes the checkpoint's BPE tokenizer, mask and schedule and writes them beside its weights, learns the
+// class from the text (here the food, named as the sentiment controller's polarities), and guides and judges the
+// sentiment controller on a recipe of that checkpoint. A syntax classifier, which tags each token as a word, is
+// refused for it.
+TEST_F(MdlmCheckpointTraining, AnAttributeClassifierLearnsTheCheckpointsTokensAndGuidesItsRecipes) {
+    json mdlm = config(5);
+    mdlm["max_length"] = 64;
+    ASSERT_TRUE(train::train(parse(mdlm)).finished);
+    const json attribute = {{"field", "food"},
+                            {"classes", {{"negative", {"Italian", "Chinese"}}, {"positive", {"French"}}}}};
+    json classifier = {
+        {"kind", "attribute_classifier"},
+        {"denoiser", "model"},
+        {"data", {{"train", "train.csv"}, {"dev", "train.csv"}, {"dev_every", 100}, {"attribute", attribute}}},
+        {"network", {{"dim", 32}, {"layers", 1}, {"heads", 2}, {"ff_dim", 64}}},
+        {"training",
+         {{"steps", 200},
+          {"batch_size", 16},
+          {"lr", 0.005},
+          {"warmup", 10},
+          {"seed", 1},
+          {"threads", 1},
+          {"log_every", 100},
+          {"checkpoint_every", 0}}},
+        {"max_length", 64},
+        {"out", "classifier"}};
+    const train::TrainResult result = train::train(parse(classifier));
+    ASSERT_TRUE(result.finished);
+    const fs::path out = dir_.path() / "classifier";
+    const json written = read_json_file(out / "config.json");
+    EXPECT_EQ(written["tokenizer"],
+              (json{{"type", "bpe"}, {"file", "tokenizer.json"}, {"pad", "<|endoftext|>"}, {"mask", "<mask>"}}));
+    EXPECT_TRUE(fs::exists(out / "tokenizer.json"));
+    EXPECT_FALSE(fs::exists(out / "vocab.txt"));
+    EXPECT_EQ(written["network"]["family"], "discrete");
+    EXPECT_EQ(written["network"]["mask_schedule"], (json{{"eps", 1e-3}}));
+
+    // The checkpoint's tokens, id for id (what the sentiment controller checks before a run).
+    const Model model = load_model(dir_.path() / "model", std::nullopt);
+    const auto loaded = syntax::TextClassifier::load(out, "attribute_classifier");
+    ASSERT_EQ(loaded->vocab_size(), model.tokenizer->vocab_size());
+    for (int64_t id = 0; id < model.tokenizer->vocab_size(); ++id)
+        ASSERT_EQ(loaded->token(id), model.tokenizer->token(id)) << id;
+    // Training texts, clean, classed by their food.
+    EXPECT_GT(loaded->class_log_probs("Zizzi serves French food in the city centre.")[1], std::log(0.5));
+    EXPECT_GT(loaded->class_log_probs("In the riverside, Zizzi serves Chinese food.")[0], std::log(0.5));
+
+    plugins::Registry registry({fs::path(RUDDER_TEST_PLUGIN_DIR)});
+    const json recipe = {
+        {"model", (dir_.path() / "model").string()},
+        {"sampler", {{"name", "analytic"}, {"steps", 16}}},
+        {"samples", 2},
+        {"seed", 1},
+        {"controllers",
+         {{{"plugin", "sentiment"},
+           {"weight", 5.0},
+           {"params", {{"polarity", "positive"}, {"classifier", out.string()}, {"judge", out.string()}}}}}}};
+    Generator generator(parse_recipe(recipe.dump(), "."), registry);
+    const auto samples = generator.generate();
+    ASSERT_EQ(samples.size(), 2u);
+    for (const auto& sample : samples) {
+        ASSERT_EQ(sample.controls.size(), 1u);
+        EXPECT_NEAR(sample.controls[0].verdict.score, std::exp(loaded->class_log_probs(sample.text)[1]), 1e-6)
+            << sample.text;
+    }
+
+    classifier["kind"] = "syntax_classifier";
+    classifier["data"].erase("attribute");
+    try {
+        parse(classifier);
+        ADD_FAILURE() << "a syntax classifier for a BPE checkpoint was accepted";
+    } catch (const ConfigError& e) {
+        std::string all;
+        for (const auto& issue : e.issues()) all += issue.pointer + ": " + issue.message + "\n";
+        EXPECT_NE(all.find("/denoiser: '"), std::string::npos) << all;
+        EXPECT_NE(all.find("needs a word-level denoiser"), std::string::npos) << all;
+    }
 }
 
 TEST(PromptFormat, AMeaningRepresentationIsAJsonRecordInItsOrder) {

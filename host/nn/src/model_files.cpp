@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <rudder/rudder_json.hpp>
+#include <rudder/text/bpe_tokenizer.hpp>
 #include <rudder/text/text_files.hpp>
 
 namespace rudder {
@@ -71,6 +72,23 @@ std::shared_ptr<WordTokenizer> load_word_tokenizer(const json& config, const fs:
         return std::make_shared<WordTokenizer>(WordTokenizer::load(vocab.string()));
     } catch (const std::exception& e) {
         throw ModelError(e.what());
+    }
+}
+
+std::shared_ptr<const Tokenizer> load_model_tokenizer(const json& config, const fs::path& dir) {
+    const fs::path file = dir / "config.json";
+    if (!config.contains("tokenizer")) throw ModelError("'" + file.string() + "': missing key 'tokenizer'");
+    const json& spec = config.at("tokenizer");
+    if (config_string(spec, "type", file) != "bpe") return load_word_tokenizer(config, dir);
+    const fs::path tokenizer_file = model_file(dir, config_string(spec, "file", file));
+    BpeSpecialNames names;
+    names.pad = config_string(spec, "pad", file);
+    const std::string mask = config_string(spec, "mask", file);
+    try {
+        auto bpe = std::make_shared<BpeTokenizer>(BpeTokenizer::load_json(tokenizer_file.string(), names));
+        return std::make_shared<WithMaskToken>(std::move(bpe), mask);
+    } catch (const std::exception& e) {
+        throw ModelError("'" + file.string() + "': its tokenizer: " + e.what());
     }
 }
 

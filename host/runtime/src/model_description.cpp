@@ -93,7 +93,10 @@ json describe_checked_rudder_model(const fs::path& dir, const json& config) {
         return d;
     }
     const json network = config.value("network", json::object());
-    d["tokenizer"] = "word, " + config.value("tokenizer", json::object()).value("vocab", std::string("vocab.txt")) +
+    const json tokenizer = config.value("tokenizer", json::object());
+    d["tokenizer"] = (tokenizer.value("type", "") == "bpe"
+                          ? "byte-level BPE, " + tokenizer.value("file", std::string("tokenizer.json"))
+                          : "word, " + tokenizer.value("vocab", std::string("vocab.txt"))) +
                      " (" + std::to_string(network.value("vocab_size", int64_t{0})) + " tokens)";
     d["weights"] = weights_of(dir, config);
     if (type != "transformer") {

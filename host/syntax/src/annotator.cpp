@@ -71,7 +71,7 @@ TaggerModel::~TaggerModel() = default;
 
 std::shared_ptr<TaggerModel> TaggerModel::load(const fs::path& dir) {
     auto impl = std::make_unique<Impl>();
-    impl->model = load_network_model<nn::TaggerNet>(dir, "tagger", "a part-of-speech tagger");
+    impl->model = load_network_model<nn::TaggerNet>(dir, "tagger", "a part-of-speech tagger", Tokens::words);
     return std::shared_ptr<TaggerModel>(new TaggerModel(std::move(impl)));
 }
 
@@ -117,7 +117,7 @@ ParserModel::~ParserModel() = default;
 
 std::shared_ptr<ParserModel> ParserModel::load(const fs::path& dir) {
     auto impl = std::make_unique<Impl>();
-    impl->model = load_network_model<nn::ParserNet>(dir, "parser", "a constituency parser");
+    impl->model = load_network_model<nn::ParserNet>(dir, "parser", "a constituency parser", Tokens::words);
     return std::shared_ptr<ParserModel>(new ParserModel(std::move(impl)));
 }
 

@@ -41,7 +41,7 @@ TextClassifier::~TextClassifier() = default;
 std::shared_ptr<TextClassifier> TextClassifier::load(const std::filesystem::path& dir, const std::string& type) {
     auto impl = std::make_unique<Impl>();
     impl->model = load_network_model<nn::TextClassifierNet>(
-        dir, type, type == "attribute_classifier" ? "an attribute classifier" : "a noisy syntax classifier");
+        dir, type, type == "attribute_classifier" ? "an attribute classifier" : "a noisy syntax classifier", Tokens::any);
     // Guidance differentiates with respect to the input only.
     for (auto& p : impl->model.network->parameters()) p.set_requires_grad(false);
     return std::shared_ptr<TextClassifier>(new TextClassifier(std::move(impl)));
@@ -51,7 +51,7 @@ bool TextClassifier::continuous() const { return impl_->model.network->family() 
 int64_t TextClassifier::vocab_size() const { return impl_->model.network->vocab_size(); }
 int64_t TextClassifier::embed_dim() const { return continuous() ? impl_->model.network->embed_dim() : 0; }
 int64_t TextClassifier::max_length() const { return impl_->model.network->max_length(); }
-const std::string& TextClassifier::token(int64_t id) const { return impl_->model.vocabulary->token(id); }
+const std::string& TextClassifier::token(int64_t id) const { return impl_->model.tokenizer->token(id); }
 const std::filesystem::path& TextClassifier::dir() const { return impl_->model.dir; }
 const std::vector<std::string>& TextClassifier::tags() const { return impl_->model.network->tags(); }
 const std::vector<std::string>& TextClassifier::labels() const { return impl_->model.network->labels(); }
@@ -90,9 +90,9 @@ double TextClassifier::embedding_distance(const float* table, int64_t rows, int6
 
 std::vector<double> TextClassifier::class_log_probs(const std::string& text) {
     nn::TextClassifierNet& net = *impl_->model.network;
-    const WordTokenizer& vocabulary = *impl_->model.vocabulary;
-    std::vector<int64_t> ids = vocabulary.encode(text);
-    ids.resize(static_cast<size_t>(net.max_length()), vocabulary.pad_id());
+    const Tokenizer& tokenizer = *impl_->model.tokenizer;
+    std::vector<int64_t> ids = tokenizer.encode(text);
+    ids.resize(static_cast<size_t>(net.max_length()), tokenizer.pad_id());
     at::NoGradGuard no_grad;
     at::Tensor t;
     const at::Tensor x = net.clean_input(at::tensor(ids, at::kLong).unsqueeze(0), t);

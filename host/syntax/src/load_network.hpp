@@ -1,4 +1,4 @@
-// Loading a trained network's model directory (config.json of a given "type", vocab.txt, weights), shared by the
+// Loading a trained network's model directory (config.json of a given "type", its tokenizer, weights), shared by the
 // annotation models and the classifiers. Private to rudder_syntax's sources: it includes LibTorch.
 #pragma once
 
@@ -16,19 +16,24 @@
 
 namespace rudder::syntax {
 
-// A model directory's parts, checked: its config.json, vocabulary and network, with the weights loaded.
+// A model directory's parts, checked: its config.json, tokenizer and network, with the weights loaded.
 template <typename Net>
 struct LoadedModel {
     std::filesystem::path dir;
-    std::shared_ptr<WordTokenizer> vocabulary;
+    std::shared_ptr<const Tokenizer> tokenizer;
+    std::shared_ptr<const WordTokenizer> vocabulary;  // the tokenizer when it is a word vocabulary, else null
     std::shared_ptr<Net> network;
     int64_t buckets = 0;
 };
 
+// Whether a model's network reads words of a word vocabulary (the tagger and the parser, which add features of each
+// word) or the token ids of any tokenizer (the classifiers, which read their denoiser's tokens).
+enum class Tokens { words, any };
+
 // Throws ModelError naming the file and the problem. `what` names the expected kind in messages ("a tagger").
 template <typename Net>
 inline LoadedModel<Net> load_network_model(const std::filesystem::path& dir, const std::string& type,
-                                           const std::string& what) {
+                                           const std::string& what, Tokens tokens) {
     using json = nlohmann::json;
     const std::filesystem::path file = dir / "config.json";
     const json config = read_model_config(dir);
@@ -40,10 +45,16 @@ inline LoadedModel<Net> load_network_model(const std::filesystem::path& dir, con
                          "\")");
     LoadedModel<Net> m;
     m.dir = dir;
-    m.vocabulary = load_word_tokenizer(config, dir);
+    if (tokens == Tokens::words) {
+        m.vocabulary = load_word_tokenizer(config, dir);
+        m.tokenizer = m.vocabulary;
+    } else {
+        m.tokenizer = load_model_tokenizer(config, dir);
+        m.vocabulary = std::dynamic_pointer_cast<const WordTokenizer>(m.tokenizer);
+    }
     const json network = config.value("network", json());
     try {
-        m.network = std::make_shared<Net>(network, *m.vocabulary);
+        m.network = std::make_shared<Net>(network, *m.tokenizer);
     } catch (const ConfigError& e) {
         std::string text = "'" + file.string() + "': bad \"network\":";
         for (const auto& issue : e.issues()) text += "\n  /network" + issue.pointer + ": " + issue.message;

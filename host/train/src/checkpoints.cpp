@@ -238,10 +238,18 @@ void write_model_files(const fs::path& dir, const TrainConfig& c, const nn::Trai
     json families = json::array();
     if (denoiser) families.push_back(c.kind);
     if (controller) families.push_back(network_config.at("family"));
+    // A classifier of an MDLM checkpoint reads its denoiser's BPE tokenizer.json as the runtime reads the checkpoint's
+    // (load_model_tokenizer); every other model its word vocabulary.
+    const bool bpe = !c.tokenizer_file.empty();
+    const json tokenizer_spec = bpe ? json{{"type", "bpe"},
+                                           {"file", "tokenizer.json"},
+                                           {"pad", tokenizer.token(tokenizer.pad_id())},
+                                           {"mask", tokenizer.token(tokenizer.mask_id())}}
+                                    : json{{"type", "word"}, {"vocab", "vocab.txt"}};
     json config = {{"format_version", kModelFormatVersion},
                    {"type", denoiser ? "transformer" : c.kind},
                    {"families", families},
-                   {"tokenizer", {{"type", "word"}, {"vocab", "vocab.txt"}}},
+                   {"tokenizer", tokenizer_spec},
                    {"weights", "model.safetensors"},
                    {"network", network_config}};
     // The sampler reads the noise schedule from the top level; the network's config holds the one it learned.
@@ -249,7 +257,10 @@ void write_model_files(const fs::path& dir, const TrainConfig& c, const nn::Trai
         if (denoiser && network_config.contains(key)) config[key] = network_config.at(key);
     config["training"] = training;
     if (controller) config["denoiser"] = c.denoiser.filename().string();
-    write_atomically(dir / "vocab.txt", vocab_text(tokenizer));
+    if (bpe)
+        write_atomically(dir / "tokenizer.json", read_small_file(c.tokenizer_file, kMaxTokenizerFileBytes, "tokenizer"));
+    else
+        write_atomically(dir / "vocab.txt", vocab_text(tokenizer));
     save_safetensors(dir / "model.safetensors", nn::module_tensors(network),
                      {{"format", "pt"}, {"rudder_kind", c.kind}, {"step", std::to_string(step)}});
     // config.json last: a directory with one holds a complete model.

@@ -137,10 +137,21 @@ TrainConfig parse_train_config(const json& j, const fs::path& base_dir, const st
     if (controller) {
         c.denoiser = resolve(base_dir, root.text("denoiser", json_input::kRequired).value_or(""));
         std::error_code ec;
-        if (!fs::is_regular_file(c.denoiser / "config.json", ec) || !fs::is_regular_file(c.denoiser / "vocab.txt", ec))
-            root.issue("denoiser",
-                       "'" + c.denoiser.string() + "' is not a trained denoiser directory (config.json, vocab.txt)");
-        c.vocab_file = c.denoiser / "vocab.txt";
+        // A Rudder denoiser (its word vocabulary), or a Hugging Face MDLM checkpoint (its BPE tokenizer.json).
+        if (fs::is_regular_file(c.denoiser / "config.json", ec) && fs::is_regular_file(c.denoiser / "vocab.txt", ec)) {
+            c.vocab_file = c.denoiser / "vocab.txt";
+        } else if (fs::is_regular_file(c.denoiser / "config.json", ec) &&
+                   fs::is_regular_file(c.denoiser / "tokenizer.json", ec)) {
+            c.tokenizer_file = c.denoiser / "tokenizer.json";
+            if (c.kind == "syntax_classifier")
+                root.issue("denoiser", "'" + c.denoiser.string() +
+                                           "' has a BPE tokenizer: the syntax classifier tags each token as a word, "
+                                           "so it needs a word-level denoiser (config.json, vocab.txt)");
+        } else {
+            root.issue("denoiser", "'" + c.denoiser.string() +
+                                       "' is not a trained denoiser directory (config.json with vocab.txt, or an "
+                                       "MDLM checkpoint's config.json with tokenizer.json)");
+        }
     } else if (root.has("denoiser")) {
         root.issue("denoiser", "applies to the controller kinds (syntax_classifier, attribute_classifier); the " +
                                    c.kind + " has none");
@@ -181,7 +192,7 @@ TrainConfig parse_train_config(const json& j, const fs::path& base_dir, const st
                                             "model.safetensors)");
         else if (hub && c.tokenizer_file.empty())
             c.tokenizer_file = c.init_from / "tokenizer.json";
-        else if (!hub && c.vocab_file.empty() && fs::is_regular_file(c.init_from / "vocab.txt", ec))
+        else if (!hub && !controller && c.vocab_file.empty() && fs::is_regular_file(c.init_from / "vocab.txt", ec))
             c.vocab_file = c.init_from / "vocab.txt";
         if (tokenizer.has("min_count") && !tokenizer.has("vocab"))
             tokenizer.issue("min_count", "the vocabulary comes from training.init_from; leave min_count out");

@@ -5,6 +5,7 @@
 #include <map>
 #include <stdexcept>
 
+#include <rudder/nn/dit_checkpoint.hpp>
 #include <rudder/nn/model_files.hpp>
 #include <rudder/syntax/annotator.hpp>
 #include <rudder/text/bpe_tokenizer.hpp>
@@ -258,14 +259,59 @@ void load_treebanks(const TrainConfig& c, TrainingData& d) {
         d.dev = encode_treebank(syntax::read_treebank(c.dev_file), *words, labels, c.kind, buckets, c.max_length);
 }
 
+// The mdlm kind's tokenizer: the BPE tokenizer.json with "<|endoftext|>" as its padding (the end of a text), and
+// the mask after its last id, as the runtime reads an MDLM checkpoint's.
+std::shared_ptr<const Tokenizer> hub_tokenizer(const TrainConfig& c) {
+    std::error_code ec;
+    if (!fs::is_regular_file(c.tokenizer_file, ec))
+        throw ConfigError(c.source, {{"/tokenizer/file", "no such file '" + c.tokenizer_file.string() +
+                                                             "' (scripts/train_bpe_tokenizer.mjs trains one on the "
+                                                             "texts of `rudder train CONFIG --texts-out FILE`)"}});
+    BpeSpecialNames names;
+    names.pad = "<|endoftext|>";
+    auto bpe = std::make_shared<BpeTokenizer>(BpeTokenizer::load_json(c.tokenizer_file.string(), names));
+    return std::make_shared<WithMaskToken>(std::move(bpe), "<mask>");
+}
+
+// The denoiser's network settings a classifier must share (its family, vocabulary and noise): a Rudder denoiser's
+// config.json "network", or those of a Hugging Face MDLM checkpoint (config.cpp took its tokenizer.json): absorbing
+// noise on MDLM's log-linear schedule, the mask after the tokenizer's last id.
+json denoiser_settings(const TrainConfig& c, const Tokenizer& tokenizer) {
+    const fs::path file = c.denoiser / "config.json";
+    const json denoiser = read_json_file(file);
+    if (c.tokenizer_file.empty()) {
+        if (denoiser.value("type", "") != "transformer" || !denoiser.contains("network") ||
+            !denoiser.at("network").is_object())
+            throw ModelError("'" + c.denoiser.string() +
+                             "' is not a trained denoiser (config.json \"type\": \"transformer\")");
+        return denoiser.at("network");
+    }
+    if (!nn::is_dit_checkpoint_config(denoiser))
+        throw ModelError("'" + file.string() + "' is neither a Rudder denoiser's config (with vocab.txt) nor an MDLM " +
+                         "checkpoint's (\"model_type\": \"mdlm\")");
+    const nn::DitConfig dit = nn::parse_dit_config(denoiser, file);
+    if (dit.flavor != nn::DitFlavor::mdlm)
+        throw ModelError("'" + c.denoiser.string() + "' is a " + nn::dit_flavor_name(dit.flavor) +
+                         " checkpoint; a classifier learns MDLM's noise (every position masked independently on the "
+                         "log-linear schedule), which only MDLM checkpoints sample with");
+    if (dit.vocab_size != tokenizer.vocab_size())
+        throw ModelError("'" + c.tokenizer_file.string() + "' has " + std::to_string(tokenizer.vocab_size() - 1) +
+                         " tokens and the mask, but the network of '" + file.string() + "' has " +
+                         std::to_string(dit.vocab_size) + " rows: another tokenizer than the one it was trained with");
+    if (c.max_length > dit.max_length)
+        throw ConfigError(c.source, {{"/max_length", "at most the denoiser's model_length (" +
+                                                         std::to_string(dit.max_length) + "), got " +
+                                                         std::to_string(c.max_length)}});
+    return {{"family", "discrete"}, {"vocab_size", dit.vocab_size}, {"mask_schedule", {{"eps", dit.schedule_eps}}}};
+}
+
 void load_annotations(const TrainConfig& c, TrainingData& d) {
-    d.tokenizer = std::make_shared<WordTokenizer>(WordTokenizer::load(c.vocab_file.string()));
+    if (c.tokenizer_file.empty())
+        d.tokenizer = std::make_shared<WordTokenizer>(WordTokenizer::load(c.vocab_file.string()));
+    else
+        d.tokenizer = hub_tokenizer(c);
     // The family and the noise are the denoiser's: the classifier must see what the sampler will hand it.
-    const json denoiser = read_json_file(c.denoiser / "config.json");
-    if (denoiser.value("type", "") != "transformer" || !denoiser.contains("network") ||
-        !denoiser.at("network").is_object())
-        throw ModelError("'" + c.denoiser.string() +
-                         "' is not a trained denoiser (config.json \"type\": \"transformer\")");
+    const json settings = denoiser_settings(c, *d.tokenizer);
     d.network_config = c.network;
     std::vector<ConfigIssue> issues;
     for (const char* key : {"family", "vocab_size", "embed_dim", "schedule", "mask_schedule", "objective", "graph",
@@ -275,7 +321,7 @@ void load_annotations(const TrainConfig& c, TrainingData& d) {
                 {std::string("/network/") + key, "filled in from the denoiser and the data; leave it out"});
             continue;
         }
-        if (denoiser.at("network").contains(key)) d.network_config[key] = denoiser.at("network").at(key);
+        if (settings.contains(key)) d.network_config[key] = settings.at(key);
     }
     if (!issues.empty()) throw ConfigError(c.source, std::move(issues));
     if (c.kind == "attribute_classifier") {
@@ -328,20 +374,6 @@ Dataset encode_prompted(const std::vector<E2ERecord>& records, const Tokenizer& 
         }
     }
     return data;
-}
-
-// The mdlm kind's tokenizer: the BPE tokenizer.json with "<|endoftext|>" as its padding (the end of a text), and
-// the mask after its last id, as the runtime reads an MDLM checkpoint's.
-std::shared_ptr<const Tokenizer> hub_tokenizer(const TrainConfig& c) {
-    std::error_code ec;
-    if (!fs::is_regular_file(c.tokenizer_file, ec))
-        throw ConfigError(c.source, {{"/tokenizer/file", "no such file '" + c.tokenizer_file.string() +
-                                                             "' (scripts/train_bpe_tokenizer.mjs trains one on the "
-                                                             "texts of `rudder train CONFIG --texts-out FILE`)"}});
-    BpeSpecialNames names;
-    names.pad = "<|endoftext|>";
-    auto bpe = std::make_shared<BpeTokenizer>(BpeTokenizer::load_json(c.tokenizer_file.string(), names));
-    return std::make_shared<WithMaskToken>(std::move(bpe), "<mask>");
 }
 
 void load_prompted(const TrainConfig& c, TrainingData& d) {

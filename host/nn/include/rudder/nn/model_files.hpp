@@ -43,4 +43,10 @@ std::filesystem::path model_file(const std::filesystem::path& dir, const std::st
 // relative to `dir`). Throws ModelError naming the file and the problem.
 std::shared_ptr<WordTokenizer> load_word_tokenizer(const nlohmann::json& config, const std::filesystem::path& dir);
 
+// The tokenizer config["tokenizer"] describes: a word vocabulary (as load_word_tokenizer), or {"type": "bpe", "file":
+// "tokenizer.json", "pad": TOKEN, "mask": TEXT}, a byte-level BPE tokenizer.json padded with its token `pad` and with
+// the mask after its last id, written as `mask` (a classifier trained for a Hugging Face MDLM checkpoint reads its
+// denoiser's tokenizer so, as the runtime reads the checkpoint's). Throws ModelError naming the file and the problem.
+std::shared_ptr<const Tokenizer> load_model_tokenizer(const nlohmann::json& config, const std::filesystem::path& dir);
+
 }  // namespace rudder
