@@ -41,7 +41,8 @@ TextClassifier::~TextClassifier() = default;
 std::shared_ptr<TextClassifier> TextClassifier::load(const std::filesystem::path& dir, const std::string& type) {
     auto impl = std::make_unique<Impl>();
     impl->model = load_network_model<nn::TextClassifierNet>(
-        dir, type, type == "attribute_classifier" ? "an attribute classifier" : "a noisy syntax classifier", Tokens::any);
+        dir, type, type == "attribute_classifier" ? "an attribute classifier" : "a noisy syntax classifier",
+        Tokens::any);
     // Guidance differentiates with respect to the input only.
     for (auto& p : impl->model.network->parameters()) p.set_requires_grad(false);
     return std::shared_ptr<TextClassifier>(new TextClassifier(std::move(impl)));

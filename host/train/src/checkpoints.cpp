@@ -258,7 +258,8 @@ void write_model_files(const fs::path& dir, const TrainConfig& c, const nn::Trai
     config["training"] = training;
     if (controller) config["denoiser"] = c.denoiser.filename().string();
     if (bpe)
-        write_atomically(dir / "tokenizer.json", read_small_file(c.tokenizer_file, kMaxTokenizerFileBytes, "tokenizer"));
+        write_atomically(dir / "tokenizer.json",
+                         read_small_file(c.tokenizer_file, kMaxTokenizerFileBytes, "tokenizer"));
     else
         write_atomically(dir / "vocab.txt", vocab_text(tokenizer));
     save_safetensors(dir / "model.safetensors", nn::module_tensors(network),

@@ -299,9 +299,9 @@ json denoiser_settings(const TrainConfig& c, const Tokenizer& tokenizer) {
                          " tokens and the mask, but the network of '" + file.string() + "' has " +
                          std::to_string(dit.vocab_size) + " rows: another tokenizer than the one it was trained with");
     if (c.max_length > dit.max_length)
-        throw ConfigError(c.source, {{"/max_length", "at most the denoiser's model_length (" +
-                                                         std::to_string(dit.max_length) + "), got " +
-                                                         std::to_string(c.max_length)}});
+        throw ConfigError(c.source,
+                          {{"/max_length", "at most the denoiser's model_length (" + std::to_string(dit.max_length) +
+                                               "), got " + std::to_string(c.max_length)}});
     return {{"family", "discrete"}, {"vocab_size", dit.vocab_size}, {"mask_schedule", {{"eps", dit.schedule_eps}}}};
 }
 
