@@ -200,11 +200,12 @@ private:
         try {
             dir = run_.find_model(name);
         } catch (const rudder::Error&) {
-            throw rudder::Error("no " + std::string(classifier_kind()) + " '" + name +
-                                    "' (train one for this model with `rudder train-controller examples/train/" +
-                                    classifier_suffix() + "-" + (continuous ? "continuous" : "discrete") +
-                                    ".json`, or name it in \"classifier\")",
-                                RUDDER_ERR_INVALID_ARGUMENT);
+            throw rudder::Error(
+                "no " + std::string(classifier_kind()) + " '" + name +
+                    "' (train one for this model with `rudder train-controller`, a copy of examples/train/" +
+                    classifier_suffix() + "-" + (continuous ? "continuous" : "discrete") +
+                    ".json with its \"denoiser\" and \"out\" changed, or name it in \"classifier\")",
+                RUDDER_ERR_INVALID_ARGUMENT);
         }
         if (!classifier_ || classifier_->dir() != fs::path(dir))
             classifier_ = rs::TextClassifier::load(dir, classifier_type());
