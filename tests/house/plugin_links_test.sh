@@ -9,7 +9,7 @@ fail() { echo "FAIL: $(basename "$plugin"): $*"; exit 1; }
 [ -f "$plugin" ] || fail "no such file"
 symbols=$(nm -C "$plugin") || fail "nm failed"
 needed=$(readelf -d "$plugin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
-runtime='rudder::Generator|rudder::parse_recipe|rudder::load_recipe|rudder::plugins::|rudder::Composer|rudder::load_model|rudder::CorpusDenoiser|rudder::TransformerDenoiser'
+runtime='rudder::Generator|rudder::parse_recipe|rudder::load_recipe|rudder::plugins::|rudder::Composer|rudder::load_model\(|rudder::CorpusDenoiser|rudder::TransformerDenoiser'
 networks='rudder::nn::DenoiserNet|rudder::nn::ContinuousDenoiserNet|rudder::nn::DiscreteDenoiserNet|rudder::nn::TeacherLM'
 found=$(grep -E "$runtime|$networks" <<<"$symbols" | head -5)
 [ -z "$found" ] || fail "carries code it does not run: $found"
