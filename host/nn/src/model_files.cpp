@@ -81,15 +81,20 @@ std::shared_ptr<const Tokenizer> load_model_tokenizer(const json& config, const 
     const json& spec = config.at("tokenizer");
     if (config_string(spec, "type", file) != "bpe") return load_word_tokenizer(config, dir);
     const fs::path tokenizer_file = model_file(dir, config_string(spec, "file", file));
-    BpeSpecialNames names;
-    names.pad = config_string(spec, "pad", file);
-    const std::string mask = config_string(spec, "mask", file);
+    const std::string pad = config_string(spec, "pad", file), mask = config_string(spec, "mask", file);
     try {
-        auto bpe = std::make_shared<BpeTokenizer>(BpeTokenizer::load_json(tokenizer_file.string(), names));
-        return std::make_shared<WithMaskToken>(std::move(bpe), mask);
+        return bpe_tokenizer_with_mask(tokenizer_file, pad, mask);
     } catch (const std::exception& e) {
         throw ModelError("'" + file.string() + "': its tokenizer: " + e.what());
     }
+}
+
+std::shared_ptr<const Tokenizer> bpe_tokenizer_with_mask(const fs::path& file, const std::string& pad,
+                                                         const std::string& mask) {
+    BpeSpecialNames names;
+    names.pad = pad;
+    auto bpe = std::make_shared<BpeTokenizer>(BpeTokenizer::load_json(file.string(), names));
+    return std::make_shared<WithMaskToken>(std::move(bpe), mask);
 }
 
 }  // namespace rudder

@@ -21,7 +21,7 @@ template <typename Net>
 struct LoadedModel {
     std::filesystem::path dir;
     std::shared_ptr<const Tokenizer> tokenizer;
-    std::shared_ptr<const WordTokenizer> vocabulary;  // the tokenizer when it is a word vocabulary, else null
+    std::shared_ptr<const WordTokenizer> vocabulary;  // Tokens::words: the tokenizer as a word vocabulary
     std::shared_ptr<Net> network;
     int64_t buckets = 0;
 };
@@ -50,7 +50,6 @@ inline LoadedModel<Net> load_network_model(const std::filesystem::path& dir, con
         m.tokenizer = m.vocabulary;
     } else {
         m.tokenizer = load_model_tokenizer(config, dir);
-        m.vocabulary = std::dynamic_pointer_cast<const WordTokenizer>(m.tokenizer);
     }
     const json network = config.value("network", json());
     try {

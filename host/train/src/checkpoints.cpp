@@ -205,6 +205,11 @@ void start_train_log(const TrainConfig& c, std::optional<int64_t> resumed_step) 
 
 namespace {
 
+// The BPE tokenizer.json of the config (an MDLM checkpoint's, or a classifier's denoiser's), copied into `dir`.
+void copy_tokenizer_file(const fs::path& dir, const TrainConfig& c) {
+    write_atomically(dir / "tokenizer.json", read_small_file(c.tokenizer_file, kMaxTokenizerFileBytes, "tokenizer"));
+}
+
 // The Hugging Face MDLM folder: tokenizer.json (the config's), training.json (`training` and the network config),
 // model.safetensors (the DiT's tensors under the hub's names), config.json last (MDLM's).
 void write_hub_model(const fs::path& dir, const TrainConfig& c, const nn::TrainableNetwork& network, int64_t step,
@@ -213,7 +218,7 @@ void write_hub_model(const fs::path& dir, const TrainConfig& c, const nn::Traina
     if (dit == nullptr) throw std::logic_error("the mdlm kind without its DiT network");
     // Exactly the files of a Hugging Face MDLM folder, plus what Rudder's trainer records beside them (no reader
     // needs it): training.json, as config.json's "training" is for Rudder's own models.
-    write_atomically(dir / "tokenizer.json", read_small_file(c.tokenizer_file, kMaxTokenizerFileBytes, "tokenizer"));
+    copy_tokenizer_file(dir, c);
     write_atomically(dir / "training.json",
                      json{{"kind", c.kind}, {"network", network.config()}, {"training", training}}.dump(2) + "\n");
     save_safetensors(dir / "model.safetensors", nn::module_tensors(network),
@@ -258,8 +263,7 @@ void write_model_files(const fs::path& dir, const TrainConfig& c, const nn::Trai
     config["training"] = training;
     if (controller) config["denoiser"] = c.denoiser.filename().string();
     if (bpe)
-        write_atomically(dir / "tokenizer.json",
-                         read_small_file(c.tokenizer_file, kMaxTokenizerFileBytes, "tokenizer"));
+        copy_tokenizer_file(dir, c);
     else
         write_atomically(dir / "vocab.txt", vocab_text(tokenizer));
     save_safetensors(dir / "model.safetensors", nn::module_tensors(network),

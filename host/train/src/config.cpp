@@ -138,10 +138,10 @@ TrainConfig parse_train_config(const json& j, const fs::path& base_dir, const st
         c.denoiser = resolve(base_dir, root.text("denoiser", json_input::kRequired).value_or(""));
         std::error_code ec;
         // A Rudder denoiser (its word vocabulary), or a Hugging Face MDLM checkpoint (its BPE tokenizer.json).
-        if (fs::is_regular_file(c.denoiser / "config.json", ec) && fs::is_regular_file(c.denoiser / "vocab.txt", ec)) {
+        const bool has_config = fs::is_regular_file(c.denoiser / "config.json", ec);
+        if (has_config && fs::is_regular_file(c.denoiser / "vocab.txt", ec)) {
             c.vocab_file = c.denoiser / "vocab.txt";
-        } else if (fs::is_regular_file(c.denoiser / "config.json", ec) &&
-                   fs::is_regular_file(c.denoiser / "tokenizer.json", ec)) {
+        } else if (has_config && fs::is_regular_file(c.denoiser / "tokenizer.json", ec)) {
             c.tokenizer_file = c.denoiser / "tokenizer.json";
             if (c.kind == "syntax_classifier")
                 root.issue("denoiser", "'" + c.denoiser.string() +

@@ -8,7 +8,6 @@
 #include <rudder/nn/dit_checkpoint.hpp>
 #include <rudder/nn/model_files.hpp>
 #include <rudder/syntax/annotator.hpp>
-#include <rudder/text/bpe_tokenizer.hpp>
 #include <rudder/text/meaning.hpp>
 #include <rudder/text/text_files.hpp>
 #include <rudder/text/tree.hpp>
@@ -267,10 +266,7 @@ std::shared_ptr<const Tokenizer> hub_tokenizer(const TrainConfig& c) {
         throw ConfigError(c.source, {{"/tokenizer/file", "no such file '" + c.tokenizer_file.string() +
                                                              "' (scripts/train_bpe_tokenizer.mjs trains one on the "
                                                              "texts of `rudder train CONFIG --texts-out FILE`)"}});
-    BpeSpecialNames names;
-    names.pad = "<|endoftext|>";
-    auto bpe = std::make_shared<BpeTokenizer>(BpeTokenizer::load_json(c.tokenizer_file.string(), names));
-    return std::make_shared<WithMaskToken>(std::move(bpe), "<mask>");
+    return bpe_tokenizer_with_mask(c.tokenizer_file, "<|endoftext|>", "<mask>");
 }
 
 // The denoiser's network settings a classifier must share (its family, vocabulary and noise): a Rudder denoiser's

@@ -49,4 +49,9 @@ std::shared_ptr<WordTokenizer> load_word_tokenizer(const nlohmann::json& config,
 // denoiser's tokenizer so, as the runtime reads the checkpoint's). Throws ModelError naming the file and the problem.
 std::shared_ptr<const Tokenizer> load_model_tokenizer(const nlohmann::json& config, const std::filesystem::path& dir);
 
+// A byte-level BPE tokenizer.json padded with its token `pad`, with the mask after its last id written as `mask`: how
+// an MDLM checkpoint's tokenizer is read for training and for its classifiers. Throws what the BPE reader throws.
+std::shared_ptr<const Tokenizer> bpe_tokenizer_with_mask(const std::filesystem::path& file, const std::string& pad,
+                                                         const std::string& mask);
+
 }  // namespace rudder
