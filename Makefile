@@ -18,7 +18,7 @@ generator = $$([ -f $(1)/CMakeCache.txt ] || ! command -v ninja > /dev/null || e
 # Rudder in about four fifths of GCC's time (docs/testing.md, "Build time").
 compilers = $$([ -f $(1)/CMakeCache.txt ] || [ -n "$$CC$$CXX" ] || ! command -v clang++ > /dev/null || echo CC=clang CXX=clang++)
 
-.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long soak bench bench-threads bench-memory bench-eager bench-vocab bench-checkpoint bench-fast-dllm bench-serve bench-clean-samples bench-grammar bench-structured structured-sweep structured-helps clean
+.PHONY: all deps configure build demo test test-sanitize test-tsan fuzz-long soak bench bench-threads bench-memory bench-eager bench-vocab bench-checkpoint bench-widening bench-fast-dllm bench-serve bench-clean-samples bench-grammar bench-structured structured-sweep structured-helps clean
 
 all: build
 
@@ -152,6 +152,13 @@ bench-vocab: build
 # (bench/checkpoint_eager.py; writes a 680 MB checkpoint under /tmp; about 10 minutes).
 bench-checkpoint: build
 	/usr/bin/python3 bench/checkpoint_eager.py --bench $(BUILD)/bin/rudder_checkpoint_bench
+
+# linear_widening's products in registers against BLAS over widened slices (16-bit and int8 weights) on the matrices
+# of Qwen2.5-0.5B, interleaved: where the two cross sets most_rows_in_registers (bench/linear_widening_bench.cpp).
+bench-widening: configure
+	cmake --build $(BUILD) -j$(JOBS) --target rudder_widening_bench
+	$(BUILD)/bin/rudder_widening_bench --benchmark_enable_random_interleaving=true --benchmark_repetitions=3 \
+	  --benchmark_report_aggregates_only=true --benchmark_counters_tabular=true
 
 # Fast-dLLM's threshold and factor decoding, block decoding and prefix and dual caches against the authors' plain
 # samplers, on random-weight checkpoints of Qwen2.5-0.5B's shape in LLaDA's and Dream's layouts (bench/fast_dllm.py;

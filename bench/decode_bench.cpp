@@ -1,10 +1,10 @@
 // Fast-dLLM's speed-ups against the plain authors' sampler on one model: each sampler object of CONFIG runs the same
 // prompt (a span prefix) to the same length, round after round, the samplers interleaved within a round so that the
 // machine's noise falls on all of them alike. Per sampler: network calls, seconds and generated tokens per second per
-// sample (the median over the rounds), and the share of generated tokens equal to the first sampler's (the plain one,
-// at temperature 0 the same in every round). With several "devices", each sampler runs on each, and the share of its
-// tokens equal to those it wrote on the first device says whether the devices agree (scripts/gpu-check.sh). One JSON
-// object on stdout.
+// sample (the median over the rounds), the generated tokens of the last round, and the share of them equal to the
+// first sampler's (the plain one, at temperature 0 the same in every round). With several "devices", each sampler runs
+// on each, and the share of its tokens equal to those it wrote on the first device says whether the devices agree
+// (scripts/gpu-check.sh). One JSON object on stdout.
 //   rudder_decode_bench CONFIG
 //   CONFIG: {"model": DIR, "prompt": TEXT, "gen_length": N, "rounds": R, "threads": T, "plugins": DIR,
 //            "devices": ["cpu"], "samplers": [{"label": ..., "sampler": {...}, "weights": "stored"|"int8"}, ...]}
@@ -103,18 +103,20 @@ int main(int argc, char** argv) {
             const Row& plain = rows[k - k % per_device];  // the first sampler on this device
             const Row& first_device = rows[k % per_device];
             const double s = median(row.seconds);
-            out["samplers"].push_back({{"label", row.label},
-                                       {"device", row.device},
-                                       {"sampler", row.sampler},
-                                       {"weights", row.weights},
-                                       {"network_calls", row.calls},
-                                       {"steps", row.steps},
-                                       {"threads", row.threads},
-                                       {"seconds_per_sample", s},
-                                       {"tokens_per_second", static_cast<double>(gen_length) / s},
-                                       {"speedup", median(plain.seconds) / s},
-                                       {"same_as_plain", same(row, plain)},
-                                       {"same_as_first_device", same(row, first_device)}});
+            out["samplers"].push_back(
+                {{"label", row.label},
+                 {"device", row.device},
+                 {"sampler", row.sampler},
+                 {"weights", row.weights},
+                 {"network_calls", row.calls},
+                 {"steps", row.steps},
+                 {"threads", row.threads},
+                 {"seconds_per_sample", s},
+                 {"tokens_per_second", static_cast<double>(gen_length) / s},
+                 {"speedup", median(plain.seconds) / s},
+                 {"same_as_plain", same(row, plain)},
+                 {"same_as_first_device", same(row, first_device)},
+                 {"generated", std::vector<int64_t>(row.tokens.begin() + prompt_length, row.tokens.end())}});
         }
         std::cout << out.dump(2) << "\n";
     } catch (const std::exception& e) {

@@ -24,7 +24,7 @@ ALLOWED = {
     "plugins": {"sdk", "base"},
     "text": {"sdk"},
     "grammar": {"sdk"},
-    "nn": {"sdk", "text"},
+    "nn": {"sdk", "base", "text"},
     "syntax": {"sdk", "text", "nn"},
     "runtime": {"sdk", "base", "plugins", "text", "nn"},
     "train": {"sdk", "text", "nn", "syntax"},

@@ -97,16 +97,35 @@ TEST_F(BidirectionalLlmCheckpoint, WindowsOfAKeyValueCacheGiveTheFullForwardWhil
         const at::Tensor window = net.forward_window(tokens.narrow(1, begin, end - begin), begin, cache);
         EXPECT_LT(max_difference(window, full.narrow(1, begin, end - begin)), 1e-4);
     }
+    // The window's log-probabilities are clean_log_probs' at its masked positions, outside rows included, and
+    // with them the softmax over every row of the full forward.
+    const auto every_row = [](const at::Tensor& logp, const at::Tensor& outside) {
+        return at::log_softmax(at::cat({logp.narrow(-1, 0, kMask), outside.narrow(-1, 0, 1),
+                                        logp.narrow(-1, kMask + 1, kTokenizerVocab - kMask - 1),
+                                        outside.narrow(-1, 1, kNetworkVocab - kTokenizerVocab)},
+                                       -1),
+                               -1);
+    };
     at::Tensor outside;
-    const at::Tensor logp = net.clean_log_probs_of(full.clone(), tokens, kTokenizerVocab, &outside);
+    const at::Tensor logp = net.clean_log_probs(tokens, kTokenizerVocab, &outside);
     ASSERT_EQ(outside.sizes(), (std::vector<int64_t>{3, 20, 1 + kNetworkVocab - kTokenizerVocab}));
-    const at::Tensor all = at::cat(
-        {logp.narrow(-1, 0, kMask), outside.narrow(-1, 0, 1), logp.narrow(-1, kMask + 1, kTokenizerVocab - kMask - 1),
-         outside.narrow(-1, 1, kNetworkVocab - kTokenizerVocab)},
-        -1);
     const at::Tensor masked = tokens.eq(kMask);  // (meaningful where masked)
-    EXPECT_LT(max_difference(at::log_softmax(all, -1).index({masked}), at::log_softmax(full, -1).index({masked})),
+    ASSERT_GT(masked.sum().item<int64_t>(), 5);
+    EXPECT_LT(max_difference(every_row(logp, outside).index({masked}), at::log_softmax(full, -1).index({masked})),
               1e-4);
+    for (const auto& [begin, end] : std::vector<std::pair<int64_t, int64_t>>{{6, 20}, {4, 12}}) {
+        at::Tensor window_outside;
+        const at::Tensor window = net.clean_log_probs_window(tokens.narrow(1, begin, end - begin), begin, cache,
+                                                             kTokenizerVocab, &window_outside);
+        const at::Tensor in_window = masked.narrow(1, begin, end - begin);
+        EXPECT_LT(max_difference(window.index({in_window}), logp.narrow(1, begin, end - begin).index({in_window})),
+                  1e-4);
+        EXPECT_LT(
+            max_difference(window_outside.index({in_window}), outside.narrow(1, begin, end - begin).index({in_window})),
+            1e-4);
+        EXPECT_TRUE(at::equal(window.index({in_window.logical_not()}),
+                              logp.narrow(1, begin, end - begin).index({in_window.logical_not()})));
+    }
     EXPECT_THROW(net.forward_window(tokens.narrow(1, 0, 4), 18, cache), std::invalid_argument);
     // Dream shifts within the window, as Fast-dLLM's code does: every row but the window's first is the full
     // forward's.
@@ -126,9 +145,45 @@ TEST(LinearWidening, SlicesOfA16BitMatrixGiveTheWholeProduct) {
         const at::Tensor w = at::randn({300, 64}).to(dtype);
         const at::Tensor whole = at::linear(x, w.to(at::kFloat), bias);
         for (const int64_t slice : {int64_t{64 * 64}, int64_t{1} << 20}) {  // 64 rows a slice (5 slices), or one
-            EXPECT_LT(max_difference(rudder::nn::linear_widening(x, w, bias, slice), whole), 1e-5);
-            EXPECT_LT(max_difference(rudder::nn::linear_widening(x, w, {}, slice), at::linear(x, w.to(at::kFloat))),
+            // (0 rows in registers: always by slices)
+            EXPECT_LT(max_difference(rudder::nn::linear_widening(x, w, bias, slice, 0), whole), 1e-5);
+            EXPECT_LT(max_difference(rudder::nn::linear_widening(x, w, {}, slice, 0), at::linear(x, w.to(at::kFloat))),
                       1e-5);
+        }
+    }
+}
+
+// Few positions on an AVX2 CPU: the product widens each weight in a register. Every shape's edge (1 to 4 positions
+// and 46, inner sizes that are not a multiple of eight or run over one chunk of 512, rows past a panel of 64 and not a
+// multiple of four) gives the float64 product of the widened matrix; each position's output is bit for bit the same
+// whatever positions are computed beside it (an output layer run on a step's masked positions only); with more
+// positions than `most_rows_in_registers`, the slices give the same.
+TEST(LinearWidening, ProductsInRegistersGiveTheWidenedMatrixsProductWhateverRowsAreComputedTogether) {
+    if (!rudder::nn::products_in_registers()) GTEST_SKIP() << "this CPU has no AVX2, FMA and F16C";
+    at::manual_seed(11);
+    for (const int64_t K : {37, 600, 1100}) {
+        const at::Tensor w = at::randn({301, K}), bias = at::randn({301});
+        const rudder::nn::HeldMatrix int8 = rudder::nn::quantize_rows_int8(w);
+        const std::vector<std::pair<std::string, rudder::nn::HeldMatrix>> held = {
+            {"bfloat16", w.to(at::kBFloat16)}, {"float16", w.to(at::kHalf)}, {"int8", int8}};
+        for (const auto& [name, matrix] : held) {
+            SCOPED_TRACE(name + ", K " + std::to_string(K));
+            const at::Tensor widened =
+                matrix.is_int8() ? matrix.values.to(at::kDouble) * matrix.row_scales.to(at::kDouble).unsqueeze(1)
+                                 : matrix.values.to(at::kDouble);
+            const at::Tensor x = at::randn({46, K});
+            const at::Tensor exact = at::linear(x.to(at::kDouble), widened, bias.to(at::kDouble));
+            const at::Tensor all = rudder::nn::linear_widening(x, matrix, bias);
+            const double scale = exact.abs().max().item<double>();
+            EXPECT_LT(max_difference(all.to(at::kDouble), exact) / scale, 1e-5);
+            EXPECT_LT(max_difference(rudder::nn::linear_widening(x, matrix, bias, int64_t{1} << 20, 8), all) / scale,
+                      1e-5);  // 46 positions over 8: by slices
+            for (const int64_t M : {1, 2, 3, 4}) {
+                const at::Tensor rows = at::randperm(46, at::kLong).narrow(0, 0, M);
+                EXPECT_TRUE(at::equal(rudder::nn::linear_widening(x.index_select(0, rows), matrix, bias),
+                                      all.index_select(0, rows)))
+                    << M << " positions";
+            }
         }
     }
 }
@@ -158,11 +213,12 @@ TEST(HeldMatrix, Int8RowsHoldEachWeightWithinHalfAScaleAndMultiplyAsTheirDequant
         EXPECT_LT(((dequantised - wf).abs() / held.row_scales.unsqueeze(1)).max().item<double>(), 0.5 + 1e-4);
         for (const int64_t slice : {int64_t{64 * 64}, int64_t{1} << 20}) {
             EXPECT_LT(
-                max_difference(rudder::nn::linear_widening(x, held, bias, slice), at::linear(x, dequantised, bias)),
+                max_difference(rudder::nn::linear_widening(x, held, bias, slice, 0), at::linear(x, dequantised, bias)),
                 1e-4);
-            EXPECT_LT(max_difference(rudder::nn::linear_widening(x, held, {}, slice), at::linear(x, dequantised)),
+            EXPECT_LT(max_difference(rudder::nn::linear_widening(x, held, {}, slice, 0), at::linear(x, dequantised)),
                       1e-4);
         }
+        EXPECT_LT(max_difference(rudder::nn::linear_widening(x, held, bias), at::linear(x, dequantised, bias)), 1e-4);
         const at::Tensor ids = at::tensor({7, 0, 299, 42}, at::kLong).view({2, 2});
         EXPECT_LT(max_difference(rudder::nn::embedding_rows(held, ids), at::embedding(dequantised, ids)), 1e-7);
     }

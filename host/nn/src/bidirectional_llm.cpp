@@ -320,19 +320,12 @@ void BidirectionalLlm::quantize_int8() {
 at::Tensor BidirectionalLlm::forward(const at::Tensor& tokens, KeyValueCache* fill) const {
     if (tokens.dim() != 2 || tokens.scalar_type() != at::kLong)
         throw std::invalid_argument("BidirectionalLlm::forward: tokens must be int64 [B, L]");
-    return run(tokens, 0, tokens.size(1), nullptr, fill);
+    return logits_of(run(tokens, 0, tokens.size(1), nullptr, fill));
 }
 
 at::Tensor BidirectionalLlm::forward_window(const at::Tensor& window, int64_t begin, const KeyValueCache& cache) const {
-    if (window.dim() != 2 || window.scalar_type() != at::kLong)
-        throw std::invalid_argument("BidirectionalLlm::forward_window: tokens must be int64 [B, n]");
-    if (cache.length < 1 || cache.keys.size() != layers_.size() || cache.keys[0].size(0) != window.size(0))
-        throw std::invalid_argument("BidirectionalLlm::forward_window: the cache holds no forward of this batch");
-    if (begin < 0 || begin + window.size(1) > cache.length)
-        throw std::invalid_argument("BidirectionalLlm::forward_window: positions [" + std::to_string(begin) + ", " +
-                                    std::to_string(begin + window.size(1)) + ") outside the cached " +
-                                    std::to_string(cache.length));
-    return run(window, begin, cache.length, &cache, nullptr);
+    check_window(window, begin, cache);
+    return logits_of(run(window, begin, cache.length, &cache, nullptr));
 }
 
 at::Tensor BidirectionalLlm::run(const at::Tensor& tokens, int64_t begin, int64_t length, const KeyValueCache* cache,
@@ -406,32 +399,76 @@ at::Tensor BidirectionalLlm::run(const at::Tensor& tokens, int64_t begin, int64_
         const at::Tensor m = rms_norm(x, l.ff_norm, c.rms_eps);
         x = x + linear_widening(at::silu(linear_widening(m, l.gate_w)) * linear_widening(m, l.up_w), l.down_w);
     }
-    at::Tensor logits = linear_widening(rms_norm(x, final_norm_, c.rms_eps), output_);
-    if (c.shifted() && n > 1) logits = at::cat({logits.narrow(1, 0, 1), logits.narrow(1, 0, n - 1)}, 1);
+    return rms_norm(x, final_norm_, c.rms_eps);
+}
+
+at::Tensor BidirectionalLlm::logits_of(const at::Tensor& hidden) const {
+    at::Tensor logits = linear_widening(hidden, output_);
+    const int64_t n = hidden.size(1);
+    if (config_.shifted() && n > 1) logits = at::cat({logits.narrow(1, 0, 1), logits.narrow(1, 0, n - 1)}, 1);
     return logits;
 }
 
-at::Tensor BidirectionalLlm::clean_log_probs(const at::Tensor& tokens, int64_t vocab, at::Tensor* outside) const {
-    return clean_log_probs_of(forward(tokens), tokens, vocab, outside);
+at::Tensor BidirectionalLlm::clean_log_probs(const at::Tensor& tokens, int64_t vocab, at::Tensor* outside,
+                                             KeyValueCache* fill) const {
+    check_vocab(vocab);
+    if (tokens.dim() != 2 || tokens.scalar_type() != at::kLong)
+        throw std::invalid_argument("BidirectionalLlm::clean_log_probs: tokens must be int64 [B, L]");
+    return masked_log_probs(run(tokens, 0, tokens.size(1), nullptr, fill), tokens, vocab, outside);
 }
 
-at::Tensor BidirectionalLlm::clean_log_probs_of(at::Tensor logits, const at::Tensor& tokens, int64_t vocab,
-                                                at::Tensor* outside) const {
+at::Tensor BidirectionalLlm::clean_log_probs_window(const at::Tensor& window, int64_t begin, const KeyValueCache& cache,
+                                                    int64_t vocab, at::Tensor* outside) const {
+    check_vocab(vocab);
+    check_window(window, begin, cache);
+    return masked_log_probs(run(window, begin, cache.length, &cache, nullptr), window, vocab, outside);
+}
+
+void BidirectionalLlm::check_vocab(int64_t vocab) const {
     if (vocab < 2 || vocab > config_.vocab_size || config_.mask_id >= vocab)
         throw std::invalid_argument("BidirectionalLlm::clean_log_probs: " + std::to_string(vocab) +
                                     " tokens, but the network has " + std::to_string(config_.vocab_size) +
                                     " and the mask is " + std::to_string(config_.mask_id));
+}
+
+void BidirectionalLlm::check_window(const at::Tensor& window, int64_t begin, const KeyValueCache& cache) const {
+    if (window.dim() != 2 || window.scalar_type() != at::kLong)
+        throw std::invalid_argument("BidirectionalLlm::forward_window: tokens must be int64 [B, n]");
+    if (cache.length < 1 || cache.keys.size() != layers_.size() || cache.keys[0].size(0) != window.size(0))
+        throw std::invalid_argument("BidirectionalLlm::forward_window: the cache holds no forward of this batch");
+    if (begin < 0 || begin + window.size(1) > cache.length)
+        throw std::invalid_argument("BidirectionalLlm::forward_window: positions [" + std::to_string(begin) + ", " +
+                                    std::to_string(begin + window.size(1)) + ") outside the cached " +
+                                    std::to_string(cache.length));
+}
+
+at::Tensor BidirectionalLlm::masked_log_probs(const at::Tensor& hidden, const at::Tensor& tokens, int64_t vocab,
+                                              at::Tensor* outside) const {
+    const int64_t B = hidden.size(0), n = hidden.size(1), V = config_.vocab_size;
     const int64_t mask = config_.mask_id, probe = mask == 0 ? 1 : 0;
-    at::Tensor raw_outside, probe_logit;
-    if (outside) {
-        raw_outside = at::cat({logits.narrow(-1, mask, 1), logits.narrow(-1, vocab, config_.vocab_size - vocab)}, -1);
-        probe_logit = logits.select(-1, probe).clone();  // (subs_log_probs writes into the logits)
+    const at::Tensor ids = tokens.to(hidden.device()).reshape({-1});
+    const at::Tensor rows = ids.eq(mask).nonzero().squeeze(1);  // flat positions b * n + p
+    // An unmasked position: its token certain, every other impossible (SUBS carry-over); no row of the output layer.
+    at::Tensor out = at::full({B * n, vocab}, kImpossibleLogProb, hidden.options());
+    const at::Tensor clean = ids.ne(mask).nonzero().squeeze(1);
+    out.index_put_({clean, ids.index_select(0, clean)}, at::zeros({}, out.options()));
+    if (outside) *outside = at::full({B * n, 1 + V - vocab}, kImpossibleLogProb, hidden.options());
+    if (rows.numel() > 0) {
+        // Dream's logits at position p are its output at p - 1 (the first position keeps its own).
+        const at::Tensor from = config_.shifted() ? rows - rows.remainder(n).gt(0).to(at::kLong) : rows;
+        const at::Tensor logits = linear_widening(hidden.reshape({B * n, -1}).index_select(0, from), output_);
+        at::Tensor raw_outside, probe_logit;
+        if (outside) {
+            raw_outside = at::cat({logits.narrow(-1, mask, 1), logits.narrow(-1, vocab, V - vocab)}, -1);
+            probe_logit = logits.select(-1, probe).clone();  // (subs_log_probs writes into the logits)
+        }
+        const at::Tensor logp = subs_log_probs(logits.narrow(-1, 0, vocab), ids.index_select(0, rows), mask);
+        out.index_copy_(0, rows, logp);
+        // One token's logit minus its log-probability is the kept rows' log-normaliser: no second pass over them.
+        if (outside) outside->index_copy_(0, rows, raw_outside - (probe_logit - logp.select(-1, probe)).unsqueeze(-1));
     }
-    if (vocab < config_.vocab_size) logits = logits.narrow(-1, 0, vocab);
-    at::Tensor out = subs_log_probs(logits, tokens, mask);
-    // One token's logit minus its log-probability is the kept rows' log-normaliser: no second pass over [B, L, V].
-    if (outside) *outside = raw_outside - (probe_logit - out.select(-1, probe)).unsqueeze(-1);
-    return out;
+    if (outside) *outside = outside->view({B, n, -1});
+    return out.view({B, n, vocab});
 }
 
 }  // namespace rudder::nn

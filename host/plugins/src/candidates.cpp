@@ -1,13 +1,14 @@
 #include <rudder/plugins/plugins.hpp>
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
 #include <vector>
+
+#include <rudder/base/parallel_rows.hpp>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -81,7 +82,7 @@ std::tuple<at::Tensor, at::Tensor> top_candidates(const at::Tensor& scores, int6
     const float* data = rows.data_ptr<float>();
     float* top_data = top.data_ptr<float>();
     int64_t* id_data = ids.data_ptr<int64_t>();
-    at::parallel_for(0, N, 1, [&](int64_t begin, int64_t end) {
+    rudder::parallel_rows(0, N, 1, [&](int64_t begin, int64_t end) {
         std::vector<std::pair<float, int64_t>> heap;
         heap.reserve(static_cast<size_t>(k));
         for (int64_t r = begin; r < end; ++r) row_top_k(data + r * V, V, k, heap, top_data + r * k, id_data + r * k);

@@ -61,18 +61,16 @@ std::unique_ptr<DenoiserCache> BidirectionalLlmDenoiser::window_cache() const { 
 DenoiserOutput BidirectionalLlmDenoiser::denoise_refresh(const at::Tensor& x, DenoiserCache& cache) {
     c10::InferenceMode inference;
     DenoiserOutput out;
-    const at::Tensor logits = network_->forward(x, &dynamic_cast<LlmCache&>(cache).kv);
-    out.logits = network_->clean_log_probs_of(logits, x, vocab_, &out.outside);
+    out.logits = network_->clean_log_probs(x, vocab_, &out.outside, &dynamic_cast<LlmCache&>(cache).kv);
     return out;
 }
 
 DenoiserOutput BidirectionalLlmDenoiser::denoise_window(const at::Tensor& x, int64_t begin, int64_t end,
                                                         const DenoiserCache& cache) {
     c10::InferenceMode inference;
-    const at::Tensor window = x.narrow(1, begin, end - begin);
     DenoiserOutput out;
-    const at::Tensor logits = network_->forward_window(window, begin, dynamic_cast<const LlmCache&>(cache).kv);
-    out.logits = network_->clean_log_probs_of(logits, window, vocab_, &out.outside);
+    out.logits = network_->clean_log_probs_window(x.narrow(1, begin, end - begin), begin,
+                                                  dynamic_cast<const LlmCache&>(cache).kv, vocab_, &out.outside);
     return out;
 }
 

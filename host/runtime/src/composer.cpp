@@ -1,13 +1,14 @@
 #include "composer.hpp"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <spdlog/spdlog.h>
 
 #include <array>
 #include <cstring>
 #include <limits>
 #include <sstream>
+
+#include <rudder/base/parallel_rows.hpp>
 
 namespace rudder {
 namespace {
@@ -251,7 +252,7 @@ void copy_forbidding_bits(const at::Tensor& from, const at::Tensor& bits, at::Te
     auto* target = reinterpret_cast<uint32_t*>(to.data_ptr<float>());
     const auto* word_data = reinterpret_cast<const uint32_t*>(words.data_ptr<int32_t>());
     const auto forbidden_value = static_cast<uint32_t>(negative_infinity_bits());
-    at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
+    rudder::parallel_rows(0, n, 1, [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) {
             const uint32_t* in = source + r * V;
             uint32_t* out = target + r * V;

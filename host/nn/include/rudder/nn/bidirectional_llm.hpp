@@ -109,20 +109,30 @@ public:
     // left as it was.
     at::Tensor forward_window(const at::Tensor& window, int64_t begin, const KeyValueCache& cache) const;
     // Log-probabilities [B, L, vocab] of the clean token over the first `vocab` ids (the tokenizer's; the rows past
-    // it are padding no text uses): SUBS (nn::subs_log_probs) over the logits. With `outside`, also the rows those
-    // leave out (the mask's, then the ids from `vocab` on) on the same scale, [B, L, 1 + V - vocab], meaningful at
-    // masked positions: log_softmax over the two together is the softmax over every row, as the authors' samplers
-    // take it.
-    at::Tensor clean_log_probs(const at::Tensor& tokens, int64_t vocab, at::Tensor* outside = nullptr) const;
-    // clean_log_probs of logits `forward` or `forward_window` gave for `tokens` (the same positions); writes into them.
-    at::Tensor clean_log_probs_of(at::Tensor logits, const at::Tensor& tokens, int64_t vocab,
-                                  at::Tensor* outside = nullptr) const;
+    // it are padding no text uses): SUBS (nn::subs_log_probs). With `outside`, also the rows those leave out (the
+    // mask's, then the ids from `vocab` on) on the same scale, [B, L, 1 + V - vocab], meaningful at masked positions:
+    // log_softmax over the two together is the softmax over every row, as the authors' samplers take it. The output
+    // layer runs on the masked positions' rows only: an unmasked position is certain of its token, and with
+    // Dream's vocabulary of 151,936 the layer is a quarter of the network's work. With `fill`, as forward's.
+    at::Tensor clean_log_probs(const at::Tensor& tokens, int64_t vocab, at::Tensor* outside = nullptr,
+                               KeyValueCache* fill = nullptr) const;
+    // clean_log_probs [B, n, vocab] of positions [begin, begin + n) as forward_window runs them.
+    at::Tensor clean_log_probs_window(const at::Tensor& window, int64_t begin, const KeyValueCache& cache,
+                                      int64_t vocab, at::Tensor* outside = nullptr) const;
 
 private:
-    // The layers over positions [begin, begin + n) of a sequence of `length`; keys and values of the other positions
-    // from `cache` (read), or every position's kept in `fill`.
+    // The layers and the final norm over positions [begin, begin + n) of a sequence of `length`: hidden states
+    // [B, n, hidden]; keys and values of the other positions from `cache` (read), or every position's kept in `fill`.
     at::Tensor run(const at::Tensor& tokens, int64_t begin, int64_t length, const KeyValueCache* cache,
                    KeyValueCache* fill) const;
+    // The output layer over hidden states: every row's logits, Dream's shifted to the position they predict.
+    at::Tensor logits_of(const at::Tensor& hidden) const;
+    void check_vocab(int64_t vocab) const;
+    void check_window(const at::Tensor& window, int64_t begin, const KeyValueCache& cache) const;
+    // The output layer over `hidden` [B, n, hidden] of the same positions as `tokens`, at its masked positions only
+    // (Dream's shifted: position p's from row p - 1, the first's from its own), and SUBS.
+    at::Tensor masked_log_probs(const at::Tensor& hidden, const at::Tensor& tokens, int64_t vocab,
+                                at::Tensor* outside) const;
     struct Layer {
         at::Tensor attn_norm, q_b, k_b, v_b, ff_norm;
         HeldMatrix q_w, k_w, v_w, o_w, gate_w, up_w, down_w;
