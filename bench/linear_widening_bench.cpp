@@ -56,7 +56,7 @@ void widening(benchmark::State& state) {
 }
 
 BENCHMARK(widening)
-    ->ArgsProduct({{0, 1, 2, 3}, {1, 8, 16, 32, 46, 64, 128}, {kBfloat16, kInt8}, {kSlices, kRegisters}})
+    ->ArgsProduct({{0, 1, 2, 3}, {1, 8, 16, 32, 46, 64, 96, 128}, {kBfloat16, kInt8}, {kSlices, kRegisters}})
     ->ArgNames({"shape", "rows", "int8", "registers"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()

@@ -9,9 +9,11 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <rudder/nn/bidirectional_llm.hpp>
@@ -24,6 +26,7 @@
 
 #include "checkpoint_files.hpp"
 #include "generated_checkpoints.hpp"
+#include "row_products.hpp"
 
 namespace {
 namespace fs = std::filesystem;
@@ -186,6 +189,30 @@ TEST(LinearWidening, ProductsInRegistersGiveTheWidenedMatrixsProductWhateverRows
             }
         }
     }
+}
+
+// Each instruction set's kernel this CPU has (AVX2's eight lanes, AVX-512's sixteen), called directly on a share of
+// the weight rows: the float64 product of the widened matrix, with rows of activations left over from every block
+// height (1 to 9) and shares that start mid-matrix.
+TEST(LinearWidening, EachInstructionSetsKernelGivesTheWidenedMatrixsProduct) {
+    namespace rp = rudder::nn::row_products;
+    if (!rp::available()) GTEST_SKIP() << "this CPU has no AVX2, FMA and F16C";
+    std::vector<std::pair<std::string, decltype(&rp::isa::avx2)>> kernels = {{"avx2", &rp::isa::avx2}};
+    if (rp::avx512_available()) kernels.emplace_back("avx512", &rp::isa::avx512);
+    at::manual_seed(12);
+    const int64_t N = 203, K = 1043, first = 17, last = 190;
+    const at::Tensor w = at::randn({N, K}).to(at::kBFloat16);
+    const at::Tensor widened = w.to(at::kDouble);
+    for (const auto& [name, kernel] : kernels)
+        for (const int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9}) {
+            SCOPED_TRACE(name + ", " + std::to_string(M) + " rows");
+            const at::Tensor x = at::randn({M, K});
+            at::Tensor out = at::full({M, last - first}, std::nan(""));
+            kernel(x.data_ptr<float>(), M, K, w.data_ptr(), rp::Weights::bfloat16, first, last, out.data_ptr<float>(),
+                   last - first);
+            const at::Tensor exact = at::mm(x.to(at::kDouble), widened.narrow(0, first, last - first).t());
+            EXPECT_LT(max_difference(out.to(at::kDouble), exact) / exact.abs().max().item<double>(), 1e-5);
+        }
 }
 
 // Weight-only int8 (per row, symmetric): every weight within half its row's scale, a row of zeros kept exactly; the

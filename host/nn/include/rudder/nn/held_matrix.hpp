@@ -35,16 +35,16 @@ at::Tensor embedding_rows(const HeldMatrix& table, const at::Tensor& ids);
 // x W^T (+ b) for a held W [out, in]. A 16-bit or int8 W:
 // - for x of up to `most_rows_in_registers` rows (positions; a sampler's step) on a CPU with AVX2, FMA and F16C, each
 //   weight is widened in a register as the product reads it, and the rows of W are shared among the compute threads
-//   (rudder::parallel_rows). Each sum runs over the weights in order, in float32 and eight lanes, so one position's
-//   output does not depend on the positions computed beside it. Faster than the slices up to about 48 rows on
-//   Qwen2.5-0.5B's matrices, 1 and 2 threads, bfloat16 and int8 (5-12x at one row, 1.1-1.4x at 32; slower from 64:
-//   make bench-widening, docs/results.md); the default is that crossover;
+//   (rudder::parallel_rows). Each sum runs over the weights in a fixed order, in float32, so one position's output
+//   does not depend on the positions computed beside it. The default (-1) is where this path stops paying on
+//   Qwen2.5-0.5B's matrices at 1 and 2 threads (make bench-widening, docs/results.md): 48 rows with AVX2's eight
+//   lanes, 64 with AVX-512's sixteen;
 // - otherwise W is widened a slice of rows of about `slice_elements` at a time (4 MB of float32 by default) for
 //   BLAS: the slice is still in the cache when the product reads it (measured on Qwen2.5-0.5B's output projection at
 //   128 positions: 447 ms by slices, 742 ms widening the whole matrix first, 468 ms over a matrix widened at load).
 // An int8 product is scaled by its rows' scales.
 at::Tensor linear_widening(const at::Tensor& x, const HeldMatrix& w, const at::Tensor& b = {},
-                           int64_t slice_elements = int64_t{1} << 20, int64_t most_rows_in_registers = 48);
+                           int64_t slice_elements = int64_t{1} << 20, int64_t most_rows_in_registers = -1);
 
 // Whether this CPU runs linear_widening's products in registers (x86-64 with AVX2, FMA and F16C).
 bool products_in_registers();
