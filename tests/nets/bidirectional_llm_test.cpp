@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -156,10 +157,10 @@ TEST(LinearWidening, SlicesOfA16BitMatrixGiveTheWholeProduct) {
     }
 }
 
-// Few positions on an AVX2 CPU: the product widens each weight in a register. Every shape's edge (1 to 4 positions
-// and 46, inner sizes that are not a multiple of eight or run over one chunk of 512, rows past a panel of 64 and not a
-// multiple of four) gives the float64 product of the widened matrix; each position's output is bit for bit the same
-// whatever positions are computed beside it (an output layer run on a step's masked positions only); with more
+// Few positions on a CPU with AVX2 (or AVX-512): the product widens each weight in a register. Every shape's edge (1 to
+// 4 positions and 46, inner sizes that are not a multiple of eight or run over one chunk of 512, rows past a panel of
+// 64 and not a multiple of four) gives the float64 product of the widened matrix; each position's output is bit for bit
+// the same whatever positions are computed beside it (an output layer run on a step's masked positions only); with more
 // positions than `most_rows_in_registers`, the slices give the same.
 TEST(LinearWidening, ProductsInRegistersGiveTheWidenedMatrixsProductWhateverRowsAreComputedTogether) {
     if (!rudder::nn::products_in_registers()) GTEST_SKIP() << "this CPU has no AVX2, FMA and F16C";
@@ -192,8 +193,8 @@ TEST(LinearWidening, ProductsInRegistersGiveTheWidenedMatrixsProductWhateverRows
 }
 
 // Each instruction set's kernel this CPU has (AVX2's eight lanes, AVX-512's sixteen), called directly on a share of
-// the weight rows: the float64 product of the widened matrix, with rows of activations left over from every block
-// height (1 to 9) and shares that start mid-matrix.
+// the weight rows of each stored type: the float64 product of the widened matrix, with rows of activations left over
+// from every block height (1 to 9) and shares that start mid-matrix.
 TEST(LinearWidening, EachInstructionSetsKernelGivesTheWidenedMatrixsProduct) {
     namespace rp = rudder::nn::row_products;
     if (!rp::available()) GTEST_SKIP() << "this CPU has no AVX2, FMA and F16C";
@@ -201,18 +202,23 @@ TEST(LinearWidening, EachInstructionSetsKernelGivesTheWidenedMatrixsProduct) {
     if (rp::avx512_available()) kernels.emplace_back("avx512", &rp::isa::avx512);
     at::manual_seed(12);
     const int64_t N = 203, K = 1043, first = 17, last = 190;
-    const at::Tensor w = at::randn({N, K}).to(at::kBFloat16);
-    const at::Tensor widened = w.to(at::kDouble);
+    const at::Tensor w = at::randn({N, K});
+    const std::vector<std::tuple<std::string, at::Tensor, rp::Weights>> stored = {
+        {"bfloat16", w.to(at::kBFloat16), rp::Weights::bfloat16},
+        {"float16", w.to(at::kHalf), rp::Weights::float16},
+        {"int8", w.mul(20).round().clamp(-127, 127).to(at::kChar), rp::Weights::int8}};
     for (const auto& [name, kernel] : kernels)
-        for (const int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9}) {
-            SCOPED_TRACE(name + ", " + std::to_string(M) + " rows");
-            const at::Tensor x = at::randn({M, K});
-            at::Tensor out = at::full({M, last - first}, std::nan(""));
-            kernel(x.data_ptr<float>(), M, K, w.data_ptr(), rp::Weights::bfloat16, first, last, out.data_ptr<float>(),
-                   last - first);
-            const at::Tensor exact = at::mm(x.to(at::kDouble), widened.narrow(0, first, last - first).t());
-            EXPECT_LT(max_difference(out.to(at::kDouble), exact) / exact.abs().max().item<double>(), 1e-5);
-        }
+        for (const auto& [type, values, weights] : stored)
+            for (const int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9}) {
+                SCOPED_TRACE(name + ", " + type + ", " + std::to_string(M) + " rows");
+                const at::Tensor x = at::randn({M, K});
+                at::Tensor out = at::full({M, last - first}, std::nan(""));
+                kernel(x.data_ptr<float>(), M, K, values.data_ptr(), weights, first, last, out.data_ptr<float>(),
+                       last - first);
+                const at::Tensor exact =
+                    at::mm(x.to(at::kDouble), values.narrow(0, first, last - first).to(at::kDouble).t());
+                EXPECT_LT(max_difference(out.to(at::kDouble), exact) / exact.abs().max().item<double>(), 1e-5);
+            }
 }
 
 // Weight-only int8 (per row, symmetric): every weight within half its row's scale, a row of zeros kept exactly; the
