@@ -18,12 +18,16 @@
 #include <mutex>
 
 #if AT_PARALLEL_OPENMP
+#ifdef _OPENMP
+#include <omp.h>  // (its declarations, where a file is compiled with OpenMP after all)
+#else
 extern "C" {
-void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags);
 int omp_get_thread_num(void);
 int omp_get_num_threads(void);
 int omp_in_parallel(void);
 }
+#endif
+extern "C" void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags);
 #endif
 
 namespace rudder {
