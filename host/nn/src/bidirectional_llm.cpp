@@ -324,7 +324,7 @@ at::Tensor BidirectionalLlm::forward(const at::Tensor& tokens, KeyValueCache* fi
 }
 
 at::Tensor BidirectionalLlm::forward_window(const at::Tensor& window, int64_t begin, const KeyValueCache& cache) const {
-    check_window(window, begin, cache);
+    check_window("forward_window", window, begin, cache);
     return logits_of(run(window, begin, cache.length, &cache, nullptr));
 }
 
@@ -420,7 +420,7 @@ at::Tensor BidirectionalLlm::clean_log_probs(const at::Tensor& tokens, int64_t v
 at::Tensor BidirectionalLlm::clean_log_probs_window(const at::Tensor& window, int64_t begin, const KeyValueCache& cache,
                                                     int64_t vocab, at::Tensor* outside) const {
     check_vocab(vocab);
-    check_window(window, begin, cache);
+    check_window("clean_log_probs_window", window, begin, cache);
     return masked_log_probs(run(window, begin, cache.length, &cache, nullptr), window, vocab, outside);
 }
 
@@ -431,13 +431,15 @@ void BidirectionalLlm::check_vocab(int64_t vocab) const {
                                     " and the mask is " + std::to_string(config_.mask_id));
 }
 
-void BidirectionalLlm::check_window(const at::Tensor& window, int64_t begin, const KeyValueCache& cache) const {
+void BidirectionalLlm::check_window(const char* caller, const at::Tensor& window, int64_t begin,
+                                    const KeyValueCache& cache) const {
+    const std::string where = std::string("BidirectionalLlm::") + caller + ": ";
     if (window.dim() != 2 || window.scalar_type() != at::kLong)
-        throw std::invalid_argument("BidirectionalLlm::forward_window: tokens must be int64 [B, n]");
+        throw std::invalid_argument(where + "tokens must be int64 [B, n]");
     if (cache.length < 1 || cache.keys.size() != layers_.size() || cache.keys[0].size(0) != window.size(0))
-        throw std::invalid_argument("BidirectionalLlm::forward_window: the cache holds no forward of this batch");
+        throw std::invalid_argument(where + "the cache holds no forward of this batch");
     if (begin < 0 || begin + window.size(1) > cache.length)
-        throw std::invalid_argument("BidirectionalLlm::forward_window: positions [" + std::to_string(begin) + ", " +
+        throw std::invalid_argument(where + "positions [" + std::to_string(begin) + ", " +
                                     std::to_string(begin + window.size(1)) + ") outside the cached " +
                                     std::to_string(cache.length));
 }

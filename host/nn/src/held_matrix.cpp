@@ -74,7 +74,7 @@ at::Tensor linear_widening(const at::Tensor& x, const HeldMatrix& w, const at::T
     std::vector<int64_t> sizes = x.sizes().vec();
     sizes.back() = rows;
     const std::optional<row_products::Weights> in_registers = row_products_of(w);
-    if (most_rows_in_registers < 0) most_rows_in_registers = row_products::avx512_available() ? 64 : 48;
+    if (most_rows_in_registers < 0) most_rows_in_registers = row_products::most_rows();
     if (in_registers && flat.size(0) <= most_rows_in_registers && flat.scalar_type() == at::kFloat) {
         // Few positions: every weight widened in a register, the rows shared among the compute threads.
         const at::Tensor dense = flat.contiguous();

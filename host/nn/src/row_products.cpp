@@ -27,6 +27,8 @@ bool avx512_available() {
     return yes;
 }
 
+int64_t most_rows() { return avx512_available() ? 64 : 48; }
+
 void multiply(const float* x, int64_t M, int64_t K, const void* w, Weights weights, int64_t first, int64_t last,
               float* out, int64_t ldo) {
     if (avx512_available()) return isa::avx512(x, M, K, w, weights, first, last, out, ldo);
@@ -38,6 +40,7 @@ void multiply(const float* x, int64_t M, int64_t K, const void* w, Weights weigh
 
 bool available() { return false; }
 bool avx512_available() { return false; }
+int64_t most_rows() { return 0; }
 
 void multiply(const float*, int64_t, int64_t, const void*, Weights, int64_t, int64_t, float*, int64_t) {
     throw std::logic_error("row_products::multiply: not an x86-64 CPU (available() is false)");

@@ -14,6 +14,11 @@ enum class Weights { bfloat16, float16, int8 };
 // Whether this CPU runs the products (checked once).
 bool available();
 
+// The most rows of x for which these products beat BLAS over widened slices, for the kernel this CPU runs: 48 with
+// AVX2's eight lanes, 64 with AVX-512's sixteen (make bench-widening on Qwen2.5-0.5B's matrices, 1 and 2 threads;
+// docs/results.md). linear_widening's default.
+int64_t most_rows();
+
 // out[m * ldo + r - first] = sum_k x[m * K + k] * w[r * K + k] for m < M and rows r in [first, last) of `w` [N, K]
 // (row-major, `weights` elements): float32 sums in chunks of K, on the widest vectors this CPU has. out is written,
 // not added to. Each sum's order is fixed for a given instruction set, whatever M and rows are computed.

@@ -6,7 +6,7 @@
 // generate (-fopenmp=libgomp links it but compiles the pragma away): compiled by clang, the loop ran on the calling
 // thread alone. parallel_rows calls libgomp's GOMP_parallel itself, the call GCC emits for that pragma, so the rows
 // run on the pool LibTorch and OpenBLAS already use (one pool; never a second) at LibTorch's thread count. Targets
-// that include this link rudder_torch_pool (CMakeLists.txt: the libgomp LibTorch runs on).
+// that include this link rudder_torch_pool (CMakeLists.txt: this header and the libgomp LibTorch runs on).
 #pragma once
 
 #include <ATen/Config.h>

@@ -128,7 +128,8 @@ private:
     // The output layer over hidden states: every row's logits, Dream's shifted to the position they predict.
     at::Tensor logits_of(const at::Tensor& hidden) const;
     void check_vocab(int64_t vocab) const;
-    void check_window(const at::Tensor& window, int64_t begin, const KeyValueCache& cache) const;
+    // `caller` names the public function in the error.
+    void check_window(const char* caller, const at::Tensor& window, int64_t begin, const KeyValueCache& cache) const;
     // The output layer over `hidden` [B, n, hidden] of the same positions as `tokens`, at its masked positions only
     // (Dream's shifted: position p's from row p - 1, the first's from its own), and SUBS.
     at::Tensor masked_log_probs(const at::Tensor& hidden, const at::Tensor& tokens, int64_t vocab,

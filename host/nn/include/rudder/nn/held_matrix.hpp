@@ -38,7 +38,7 @@ at::Tensor embedding_rows(const HeldMatrix& table, const at::Tensor& ids);
 //   (rudder::parallel_rows). Each sum runs over the weights in a fixed order, in float32, so one position's output
 //   does not depend on the positions computed beside it. The default (-1) is where this path stops paying on
 //   Qwen2.5-0.5B's matrices at 1 and 2 threads (make bench-widening, docs/results.md): 48 rows with AVX2's eight
-//   lanes, 64 with AVX-512's sixteen;
+//   lanes, 64 with AVX-512's sixteen (row_products::most_rows);
 // - otherwise W is widened a slice of rows of about `slice_elements` at a time (4 MB of float32 by default) for
 //   BLAS: the slice is still in the cache when the product reads it (measured on Qwen2.5-0.5B's output projection at
 //   128 positions: 447 ms by slices, 742 ms widening the whole matrix first, 468 ms over a matrix widened at load).
