@@ -44,6 +44,10 @@ public:
         load_classifier(continuous);
         const rs::TextClassifier& c = *classifier_;
         const std::string what = std::string("the ") + classifier_kind();
+        if (reads_text_) {
+            begin_reading_text(run, what);
+            return;
+        }
         if (c.continuous() != continuous)
             throw rudder::Error(what + " '" + c.dir().string() + "' was trained for the " +
                                     (c.continuous() ? "continuous" : "discrete") + " family; this run is " +
@@ -59,7 +63,9 @@ public:
                                     "' was trained for another vocabulary "
                                     "(token " +
                                     std::to_string(id) + " is '" + c.token(id) + "', the model's is '" +
-                                    run_.token_text(id) + "')");
+                                    run_.token_text(id) +
+                                    "'); a classifier of another vocabulary reads the text "
+                                    "with \"input\": \"text\"");
         if (continuous) {
             const DLTensor* table = run_.embedding();
             if (table == nullptr || table->ndim != 2)
@@ -105,7 +111,7 @@ public:
         if (scoring_ == Scoring::exact) {
             score_exactly(step, rows, candidates, k);
             if (log_prob != nullptr)
-                classifier_->guide(step.tokens->data, run.batch_size, run.seq_len, step.t, target_, nullptr, log_prob);
+                classify(static_cast<const int64_t*>(step.tokens->data), run.batch_size, step.t, log_prob);
         } else {
             score_by_gradient(step, rows, candidates, k, log_prob);
         }
@@ -122,15 +128,26 @@ public:
     }
 
 protected:
-    // Reads the keys every classifier control takes: "classifier" and "top_k".
+    // Reads the keys every classifier control takes: "classifier", "top_k", "scoring" and "input".
     void read_params(rudder::Params& p) {
         top_k_ = p->integer("top_k", 1, 1 << 24).value_or(top_k_);
         classifier_name_ = p->text("classifier").value_or("");
-        const std::string scoring = p->text("scoring").value_or("gradient");
+        const std::string input = p->text("input").value_or("tokens");
+        if (input == "text")
+            reads_text_ = true;
+        else if (input != "tokens")
+            p->issue("input", "expected \"tokens\" or \"text\", got \"" + input + "\"");
+        // Read through the text, a classifier has no gradient with respect to the model's tokens: exact scoring.
+        const std::string scoring = p->text("scoring").value_or(reads_text_ ? "exact" : "gradient");
         if (scoring == "exact")
             scoring_ = Scoring::exact;
         else if (scoring != "gradient")
             p->issue("scoring", "expected \"gradient\" or \"exact\", got \"" + scoring + "\"");
+        else if (reads_text_)
+            p->issue("scoring",
+                     "\"input\": \"text\" scores the candidates exactly (the classifier reads the decoded "
+                     "text, so it has no gradient with respect to the model's tokens); leave out "
+                     "\"scoring\" or give \"exact\"");
     }
 
     virtual const char* classifier_kind() const = 0;  // for messages: "syntax classifier"
@@ -182,8 +199,52 @@ private:
                 std::copy(tokens + rows.batch(r) * L, tokens + (rows.batch(r) + 1) * L, sequence);
                 sequence[rows.position(r)] = candidates.id(r, j);
             }
-            classifier_->guide(substituted_.data(), n, L, t, target_, nullptr, scores_.data() + first);
+            classify(substituted_.data(), n, t, scores_.data() + first);
         }
+    }
+
+    // log p(target | x) of n of the run's sequences [n, L] at time t, into log_prob [n]: the classifier on the run's
+    // tokens, or on its own tokens of their text ("input": "text"; each at the time its masked share gives).
+    void classify(const int64_t* sequences, int64_t n, double t, float* log_prob) {
+        const int64_t L = run_.info().seq_len;
+        if (!reader_) {
+            classifier_->guide(sequences, n, L, t, target_, nullptr, log_prob);
+            return;
+        }
+        const int64_t Lc = reader_->length();
+        read_.resize(static_cast<size_t>(n * Lc));
+        times_.resize(static_cast<size_t>(n));
+        for (int64_t s = 0; s < n; ++s)
+            times_[static_cast<size_t>(s)] =
+                static_cast<float>(reader_->read(sequences + s * L, L, read_.data() + s * Lc));
+        classifier_->guide(read_.data(), n, Lc, times_, target_, nullptr, log_prob);
+    }
+
+    // "input": "text": the classifier reads the run's decoded text in its own vocabulary (rs::TextReader), so a
+    // classifier trained for one model guides another that masks tokens (a BPE MDLM guided by the word-level
+    // classifiers, say). Its positions are its own words: targets are built at its length, not the run's.
+    void begin_reading_text(const rudder_run_info& run, const std::string& what) {
+        const rs::TextClassifier& c = *classifier_;
+        if (run.family == RUDDER_FAMILY_CONTINUOUS || run.mask_id < 0)
+            throw rudder::Error(
+                "\"input\": \"text\" reads the text of a model that masks tokens (the discrete "
+                "family); this run is " +
+                    std::string(run.family == RUDDER_FAMILY_CONTINUOUS ? "continuous" : "without a mask"),
+                RUDDER_ERR_INVALID_ARGUMENT);
+        if (!c.masks_tokens())
+            throw rudder::Error(what + " '" + c.dir().string() +
+                                    "' was not trained on masked tokens (a discrete, absorbing denoiser's noise); "
+                                    "\"input\": \"text\" needs one that was",
+                                RUDDER_ERR_INVALID_ARGUMENT);
+        auto pieces = run_.token_pieces();
+        if (!pieces)
+            throw rudder::Error(
+                "the host gives no token pieces for the run's tokenizer (plugin ABI 1.3), so \"input\": "
+                "\"text\" cannot read its text",
+                RUDDER_ERR_UNSUPPORTED);
+        reader_ = std::make_unique<rs::TextReader>(classifier_, std::move(pieces->text), std::move(pieces->kind_after),
+                                                   run.pad_id, run.mask_id);
+        target_ = build_target(c, reader_->length());
     }
 
     // The classifier named in params, else "<model folder>-<suffix>" next to the run's model (the bundled layout).
@@ -204,7 +265,8 @@ private:
                 "no " + std::string(classifier_kind()) + " '" + name +
                     "' (train one for this model with `rudder train-controller`, a copy of examples/train/" +
                     classifier_suffix() + "-" + (continuous ? "continuous" : "discrete") +
-                    ".json with its \"denoiser\" and \"out\" changed, or name it in \"classifier\")",
+                    ".json with its \"denoiser\" and \"out\" changed, or name it in \"classifier\"; one trained for "
+                    "another vocabulary reads this model's text with \"input\": \"text\")",
                 RUDDER_ERR_INVALID_ARGUMENT);
         }
         if (!classifier_ || classifier_->dir() != fs::path(dir))
@@ -220,6 +282,10 @@ private:
     std::vector<int64_t> substituted_;  // discrete, exact: a batch of substituted sequences [n, L]
     std::shared_ptr<rs::TextClassifier> classifier_;
     rs::ClassifierTarget target_;
+    bool reads_text_ = false;
+    std::unique_ptr<rs::TextReader> reader_;  // "input": "text"
+    std::vector<int64_t> read_;               // "input": "text": the classifier's tokens of a batch [n, its length]
+    std::vector<float> times_;                // and their times [n]
 };
 
 // The syntax controllers: classifier "<model>-syntax"; the bundled tagger (and parser, for spans and trees) judge.
@@ -494,7 +560,10 @@ static constexpr uint64_t kDiscreteForms = RUDDER_CAP_ROWS | RUDDER_CAP_CANDIDAT
     "\"top_k\": { \"type\": \"integer\", \"minimum\": 1, \"description\": \"discrete: guide among the denoiser's top " \
     "k tokens (default 10)\" }, "                                                                                      \
     "\"scoring\": { \"enum\": [\"gradient\", \"exact\"], \"description\": \"discrete: score the candidates by the "    \
-    "classifier's gradient (default) or exactly, one classifier pass each\" }"
+    "classifier's gradient (default) or exactly, one classifier pass each\" }, "                                       \
+    "\"input\": { \"enum\": [\"tokens\", \"text\"], \"description\": \"what the classifier reads: the model's tokens " \
+    "(default), or its text in the classifier's own vocabulary (a classifier of another model that masks tokens; "     \
+    "exact scoring)\" }"
 
 static const char kPosSchema[] = R"({ "type": "object", "properties": {
     "tags": { "description": "target PTB tags, one per word: an array or one space-separated string" }, )" SYNTAX_COMMON_KEYS
@@ -519,7 +588,8 @@ static const char kSentimentSchema[] = R"schema({ "type": "object", "properties"
     "classifier": { "type": "string", "description": "noisy sentiment classifier: bundled name or path (default <model>-sentiment)" },
     "judge": { "type": "string", "description": "clean-text classifier that judges (default e2e-sentiment-judge)" },
     "top_k": { "type": "integer", "minimum": 1, "description": "discrete: guide among the denoiser's top k tokens (default 10)" },
-    "scoring": { "enum": ["gradient", "exact"], "description": "discrete: score the candidates by the classifier's gradient (default) or exactly, one classifier pass each" }
+    "scoring": { "enum": ["gradient", "exact"], "description": "discrete: score the candidates by the classifier's gradient (default) or exactly, one classifier pass each" },
+    "input": { "enum": ["tokens", "text"], "description": "what the classifier reads: the model's tokens (default), or its text in the classifier's own vocabulary (a classifier of another model that masks tokens; exact scoring)" }
   }, "required": ["polarity"], "additionalProperties": false })schema";
 
 RUDDER_CONTROLLER(sentiment_desc, Sentiment, "sentiment", "1.0.0", "the text's polarity (noisy-classifier guidance)",

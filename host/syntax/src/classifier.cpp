@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -65,6 +66,13 @@ int64_t TextClassifier::class_index(const std::string& name) const {
     return k < 0 ? -1 : k - 1;
 }
 
+bool TextClassifier::masks_tokens() const { return impl_->model.network->masks_tokens(); }
+int64_t TextClassifier::mask_id() const { return impl_->model.network->mask_id(); }
+int64_t TextClassifier::pad_id() const { return impl_->model.tokenizer->pad_id(); }
+std::vector<int64_t> TextClassifier::encode(const std::string& text) const {
+    return impl_->model.tokenizer->encode(text);
+}
+
 std::vector<int64_t> TextClassifier::label_classes(const std::string& label) const {
     std::vector<int64_t> out;
     const auto& names = labels();
@@ -103,7 +111,16 @@ std::vector<double> TextClassifier::class_log_probs(const std::string& text) {
 
 void TextClassifier::guide(const void* input, int64_t batch, int64_t length, double t, const ClassifierTarget& target,
                            float* grad, float* log_prob) {
+    guide(input, batch, length, std::vector<float>(static_cast<size_t>(batch), static_cast<float>(t)), target, grad,
+          log_prob);
+}
+
+void TextClassifier::guide(const void* input, int64_t batch, int64_t length, const std::vector<float>& times,
+                           const ClassifierTarget& target, float* grad, float* log_prob) {
     nn::TextClassifierNet& net = *impl_->model.network;
+    if (static_cast<int64_t>(times.size()) != batch)
+        throw std::invalid_argument("guide: " + std::to_string(times.size()) + " times for " + std::to_string(batch) +
+                                    " rows");
     if (length > net.max_length())
         throw std::invalid_argument("the run has " + std::to_string(length) + " positions; the syntax classifier in '" +
                                     dir().string() + "' was trained for at most " + std::to_string(net.max_length()));
@@ -119,7 +136,7 @@ void TextClassifier::guide(const void* input, int64_t batch, int64_t length, dou
     // The sampling loop runs without autograd; the gradient needs it here, the log-probabilities alone do not.
     at::AutoGradMode grad_mode(grad != nullptr);
     if (grad != nullptr) x.set_requires_grad(true);
-    const at::Tensor h = net.hidden(x, at::full({batch}, t, at::kFloat));
+    const at::Tensor h = net.hidden(x, at::tensor(times, at::kFloat));
 
     // Each term: log of the probability mass on the allowed classes, a masked logsumexp.
     auto allowed_mass = [](const at::Tensor& logp, const at::Tensor& allowed) {
@@ -180,6 +197,79 @@ void TextClassifier::guide(const void* input, int64_t batch, int64_t length, dou
         const at::Tensor lp = total.detach().contiguous();
         std::memcpy(log_prob, lp.data_ptr<float>(), static_cast<size_t>(batch) * sizeof(float));
     }
+}
+
+TextReader::TextReader(std::shared_ptr<TextClassifier> classifier, std::vector<std::vector<std::string>> pieces,
+                       std::vector<int32_t> kind_after, int64_t end_id, int64_t mask_id)
+    : classifier_(std::move(classifier)), pieces_(std::move(pieces)), kind_after_(std::move(kind_after)),
+      end_id_(end_id), mask_id_(mask_id) {
+    if (!classifier_->masks_tokens())
+        throw std::invalid_argument("the classifier in '" + classifier_->dir().string() +
+                                    "' was not trained on masked tokens (a discrete, absorbing denoiser's noise), so "
+                                    "it cannot read another model's text as it is being unmasked");
+    const size_t V = kind_after_.size();
+    if (pieces_.empty() || V == 0) throw std::invalid_argument("the model gives no token pieces to read its text by");
+    for (size_t k = 0; k < pieces_.size(); ++k)
+        if (pieces_[k].size() != V)
+            throw std::invalid_argument("token pieces of kind " + std::to_string(k) + ": " +
+                                        std::to_string(pieces_[k].size()) + " for " + std::to_string(V) + " tokens");
+    for (int32_t k : kind_after_)
+        if (k < 0 || static_cast<size_t>(k) >= pieces_.size())
+            throw std::invalid_argument("a token's kind after (" + std::to_string(k) + ") is not one of the " +
+                                        std::to_string(pieces_.size()) + " kinds");
+    // A piece continues the word before it when it starts with a letter or digit (or a UTF-8 sequence) and is the same
+    // after every kind: a decoder that puts its own space between words writes the piece differently after a word.
+    continues_word_.assign(V, 0);
+    for (size_t v = 0; v < V; ++v) {
+        const std::string& piece = pieces_[0][v];
+        bool same = true;
+        for (size_t k = 1; k < pieces_.size(); ++k) same = same && pieces_[k][v] == piece;
+        const auto first = piece.empty() ? 0 : static_cast<unsigned char>(piece[0]);
+        continues_word_[v] = same && (std::isalnum(first) != 0 || first >= 0x80) ? 1 : 0;
+    }
+}
+
+double TextReader::read(const int64_t* ids, int64_t n, int64_t* out) const {
+    const int64_t length = this->length(), mask = classifier_->mask_id(), pad = classifier_->pad_id();
+    const auto V = static_cast<int64_t>(kind_after_.size());
+    int64_t written = 0;
+    auto put = [&](int64_t id) {
+        if (written < length) out[written++] = id;
+    };
+    std::string segment;  // clean text since the last mask or end token
+    bool glued = false;   // the segment's first word is the rest of a masked word
+    bool after_mask = false;
+    int32_t kind = 0;
+    auto flush = [&] {
+        if (!segment.empty()) {
+            const std::vector<int64_t> words = classifier_->encode(segment);
+            for (size_t w = glued ? 1 : 0; w < words.size(); ++w) put(words[w]);
+        }
+        segment.clear();
+        glued = false;
+    };
+    for (int64_t i = 0; i < n && written < length; ++i) {
+        const int64_t id = ids[i];
+        if (id == mask_id_ || id == end_id_) {
+            flush();
+            put(id == mask_id_ ? mask : pad);
+            after_mask = id == mask_id_;
+            kind = 0;
+            continue;
+        }
+        if (id < 0 || id >= V)
+            throw std::invalid_argument("token " + std::to_string(id) + " at position " + std::to_string(i) +
+                                        " is outside the model's " + std::to_string(V) + " tokens");
+        if (segment.empty() && after_mask) glued = continues_word_[static_cast<size_t>(id)] != 0;
+        after_mask = false;
+        segment += pieces_[static_cast<size_t>(kind)][static_cast<size_t>(id)];
+        kind = kind_after_[static_cast<size_t>(id)];
+    }
+    flush();
+    int64_t masked = 0;
+    for (int64_t i = 0; i < written; ++i) masked += out[i] == mask;
+    for (int64_t i = written; i < length; ++i) out[i] = pad;
+    return std::max(nn::TextClassifierNet::kMinTime, static_cast<double>(masked) / static_cast<double>(length));
 }
 
 }  // namespace rudder::syntax

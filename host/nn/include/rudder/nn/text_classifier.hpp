@@ -67,6 +67,9 @@ public:
     const std::vector<std::string>& labels() const { return labels_; }    // class k + 1 is labels()[k]
     const std::vector<std::string>& classes() const { return classes_; }  // attribute class k is classes()[k]
     bool has_syntax_heads() const { return !tags_.empty(); }
+    // Whether its noise masks tokens (discrete, absorbing, "noise" on): then a masked position is its mask_id().
+    bool masks_tokens() const { return family() == Family::discrete && noise_ && trunk_config_.graph != "uniform"; }
+    int64_t mask_id() const { return trunk_config_.mask_id; }
 
     // The continuous denoiser's embedding table [V, D] that x_t is made from (the trainer copies it in).
     const at::Tensor& noise_embedding() const { return noise_embedding_; }

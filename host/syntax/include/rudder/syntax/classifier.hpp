@@ -57,6 +57,14 @@ public:
     // The attribute class named `name`, -1 if unknown.
     int64_t class_index(const std::string& name) const;
 
+    // Whether its noise masks tokens (a discrete, absorbing denoiser's; not a clean-text judge's): what a TextReader
+    // needs, since it shows a word it cannot read yet as masked.
+    bool masks_tokens() const;
+    int64_t mask_id() const;
+    int64_t pad_id() const;
+    // A text in its own tokens (its tokenizer's encode: no padding, no cut).
+    std::vector<int64_t> encode(const std::string& text) const;
+
     // The largest absolute difference between `table` [rows, cols] and the denoiser embedding the classifier was
     // trained with (continuous), or +inf if the shapes differ.
     double embedding_distance(const float* table, int64_t rows, int64_t cols) const;
@@ -72,11 +80,43 @@ public:
     // to their one-hot encoding, float [batch, length, vocab_size]. All CPU memory, row-major.
     void guide(const void* input, int64_t batch, int64_t length, double t, const ClassifierTarget& target, float* grad,
                float* log_prob);
+    // The same with a time for each row (`times`: batch entries).
+    void guide(const void* input, int64_t batch, int64_t length, const std::vector<float>& times,
+               const ClassifierTarget& target, float* grad, float* log_prob);
 
 private:
     struct Impl;
     explicit TextClassifier(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;
+};
+
+// How a classifier trained on one vocabulary reads sequences of a model with another (a word-level classifier on a
+// BPE model, say): through their text. Each sequence is decoded piece by piece and encoded with the classifier's
+// tokenizer; a masked token becomes one masked token of the classifier (a word it cannot read yet), and so does a
+// word one of whose pieces is masked; every end token (the model's pad) becomes the classifier's pad. The time is
+// the share of the classifier's positions that are masked, which is what its training noise (each position masked
+// with probability about t) makes it. Approximate where a masked token stood for a piece of a word before it, or
+// for several words: the reader takes each masked token as one word, joined to a word piece right after it.
+class TextReader {
+public:
+    // `pieces` [kinds][vocab] and `kind_after` [vocab]: the model's tokens as pieces of its text (TokenPieces, or
+    // rudder_run_info.token_pieces); `end_id`: its pad (where its text ends); `mask_id`: its mask. Throws
+    // std::invalid_argument when the classifier's noise does not mask tokens or the pieces are inconsistent.
+    TextReader(std::shared_ptr<TextClassifier> classifier, std::vector<std::vector<std::string>> pieces,
+               std::vector<int32_t> kind_after, int64_t end_id, int64_t mask_id);
+
+    TextClassifier& classifier() const { return *classifier_; }
+    int64_t length() const { return classifier_->max_length(); }  // the classifier's tokens per sequence
+    // Writes one sequence of the model's `n` ids as length() classifier tokens into `out` (cut, or padded with the
+    // classifier's pad) and returns its time.
+    double read(const int64_t* ids, int64_t n, int64_t* out) const;
+
+private:
+    std::shared_ptr<TextClassifier> classifier_;
+    std::vector<std::vector<std::string>> pieces_;
+    std::vector<int32_t> kind_after_;
+    std::vector<uint8_t> continues_word_;  // [vocab]: its text goes on the word before it (no space, a letter first)
+    int64_t end_id_ = 0, mask_id_ = 0;
 };
 
 }  // namespace rudder::syntax
