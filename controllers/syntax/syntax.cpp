@@ -56,7 +56,8 @@ public:
         if (c.vocab_size() != run.vocab_size)
             throw rudder::Error(what + " '" + c.dir().string() + "' knows " + std::to_string(c.vocab_size()) +
                                 " tokens; the run's model has " + std::to_string(run.vocab_size) +
-                                " (it was trained for another model)");
+                                " (it was trained for another model; one of another vocabulary reads the text with "
+                                "\"input\": \"text\")");
         for (int64_t id = 0; id < run.vocab_size; ++id)
             if (run_.token_text(id) != c.token(id))
                 throw rudder::Error(what + " '" + c.dir().string() +

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <random>
@@ -302,6 +303,195 @@ TEST_F(TextClassifierTraining, ExactCandidateScoringIsTheClassifierOnEverySubsti
             at::Tensor one = tokens[b].clone().unsqueeze(0);
             one[0][position] = v;
             classifier->guide(one.data_ptr<int64_t>(), 1, L, in.t_next, target, nullptr,
+                              &by_token[static_cast<size_t>(v)]);
+        }
+        const float lowest = *std::min_element(by_token.begin(), by_token.end());
+        for (int64_t j = 0; j < V; ++j) {
+            const int64_t v = ids[static_cast<int64_t>(r)][j].item<int64_t>();
+            EXPECT_NEAR(out.candidate_delta[static_cast<int64_t>(r)][j].item<float>(),
+                        by_token[static_cast<size_t>(v)] - lowest, 1e-4f)
+                << "row " << rows[r] << ", token " << v;
+        }
+        EXPECT_GT(out.candidate_delta[static_cast<int64_t>(r)].max().item<float>(), 1e-3f)
+            << "row " << rows[r] << " is flat";
+    }
+}
+
+// A run whose tokenizer is not the classifier's: a byte-level-BPE-like vocabulary over the micro words. Token 0 ends
+// the text (its pad), token r in [1, words - 3] is " " + word r + 2 of the classifier's vocabulary, and the last is
+// the mask: one kind of piece, as a byte-level BPE has.
+class BpeLikeServices final : public plugins::RunServices {
+public:
+    explicit BpeLikeServices(const WordTokenizer& words) {
+        pieces_ = std::make_shared<TokenPieces>();
+        std::vector<std::string> text = {""};
+        for (int64_t w = 3; w < words.vocab_size(); ++w) text.push_back(" " + words.token(w));
+        text.push_back("");  // the mask
+        tokens_ = text;
+        tokens_.front() = "<|endoftext|>";
+        tokens_.back() = "<mask>";
+        pieces_->kind_after.assign(text.size(), 0);
+        pieces_->text.push_back(std::move(text));
+    }
+    int64_t vocab_size() const { return static_cast<int64_t>(tokens_.size()); }
+    int64_t mask_id() const { return vocab_size() - 1; }
+    std::vector<int64_t> tokenize(const std::string&) override { throw std::logic_error("not used"); }
+    std::string detokenize(const int64_t*, int64_t) override { throw std::logic_error("not used"); }
+    const std::string* token_text(int64_t id) override {
+        return id >= 0 && id < vocab_size() ? &tokens_[static_cast<size_t>(id)] : nullptr;
+    }
+    at::Tensor denoise(const plugins::StepInputs&, const std::vector<std::string>&) override {
+        throw std::logic_error("no conditioning here");
+    }
+    std::string model_dir() override { return ""; }
+    std::string find_model(const std::string& name) override { return name; }
+    std::shared_ptr<const TokenPieces> token_pieces() override { return pieces_; }
+
+private:
+    std::vector<std::string> tokens_;
+    std::shared_ptr<TokenPieces> pieces_;
+};
+
+// "input": "text": a classifier of another vocabulary reads the run's sequences through their text
+// (syntax::TextReader), and exact scoring is the classifier on each substitution read so, at the time its masked
+// share gives.
+TEST_F(TextClassifierTraining, AClassifierOfAnotherVocabularyReadsTheRunsText) {
+    const auto denoiser = train_denoiser("discrete");
+    const json config = classifier_config(denoiser, write_annotations(denoiser), "classifier-discrete");
+    ASSERT_TRUE(train::train(train::parse_train_config(config, dir_.path())).finished);
+    const std::string classifier_dir = config["out"].get<std::string>();
+    auto classifier = syntax::TextClassifier::load(classifier_dir);
+    const WordTokenizer vocabulary = WordTokenizer::load((std::filesystem::path(denoiser) / "vocab.txt").string());
+    const int64_t Lc = classifier->max_length(), pad = vocabulary.pad_id(), mask = vocabulary.mask_id();
+    ASSERT_TRUE(classifier->masks_tokens());
+    ASSERT_EQ(classifier->mask_id(), mask);
+
+    // The reader alone. With the classifier's own word pieces (three kinds: a word-level decoder puts the spaces),
+    // a half-masked sequence with an end token reads as itself, padded to the classifier's length.
+    {
+        const TokenPieces own = *vocabulary.pieces();
+        syntax::TextReader reader(classifier, own.text, own.kind_after, pad, mask);
+        const auto ids = vocabulary.encode(test::micro_records()[0].ref);
+        std::vector<int64_t> sequence(ids.begin(), ids.end());
+        sequence[1] = mask;
+        sequence[3] = mask;
+        sequence.push_back(pad);
+        sequence.push_back(mask);  // a masked position after the end reads as one too
+        std::vector<int64_t> read(static_cast<size_t>(Lc));
+        const double t = reader.read(sequence.data(), static_cast<int64_t>(sequence.size()), read.data());
+        std::vector<int64_t> expected = sequence;
+        expected.resize(static_cast<size_t>(Lc), pad);
+        EXPECT_EQ(read, expected);
+        EXPECT_DOUBLE_EQ(t, 3.0 / static_cast<double>(Lc));
+    }
+    // Pieces of a BPE: a word split in two reads as one word; a masked token followed by a piece that goes on its
+    // word is one masked word; an end token is the pad; nothing masked reads at the smallest time trained on.
+    {
+        std::vector<int64_t> alphabetic;  // words of two letters or more: one to split, two around it
+        for (int64_t w = 3; w < vocabulary.vocab_size() && alphabetic.size() < 3; ++w)
+            if (vocabulary.token(w).size() >= 2 && std::isalpha(static_cast<unsigned char>(vocabulary.token(w)[0])))
+                alphabetic.push_back(w);
+        ASSERT_EQ(alphabetic.size(), 3u);
+        const int64_t w1 = alphabetic[0], w2 = alphabetic[1], w3 = alphabetic[2];
+        const std::string split = vocabulary.token(w3);
+        std::vector<std::string> text = {
+            "", " " + vocabulary.token(w1), " " + vocabulary.token(w2), " " + split.substr(0, 1), split.substr(1), ""};
+        const int64_t end = 0, head = 3, tail = 4, bpe_mask = 5;
+        syntax::TextReader reader(classifier, {text}, std::vector<int32_t>(text.size(), 0), end, bpe_mask);
+        std::vector<int64_t> read(static_cast<size_t>(Lc));
+        const std::vector<int64_t> clean = {1, head, tail, 2, end, end};
+        EXPECT_DOUBLE_EQ(reader.read(clean.data(), 6, read.data()), 1e-3);
+        std::vector<int64_t> expected = {w1, w3, w2, pad};
+        expected.resize(static_cast<size_t>(Lc), pad);
+        EXPECT_EQ(read, expected);
+        const std::vector<int64_t> masked = {1, bpe_mask, tail, 2, bpe_mask, end};
+        EXPECT_DOUBLE_EQ(reader.read(masked.data(), 6, read.data()), 2.0 / static_cast<double>(Lc));
+        expected = {w1, mask, w2, mask, pad};
+        expected.resize(static_cast<size_t>(Lc), pad);
+        EXPECT_EQ(read, expected);
+        // Past the classifier's length the sequence is cut.
+        std::vector<int64_t> long_one(static_cast<size_t>(Lc + 5), 1);
+        reader.read(long_one.data(), Lc + 5, read.data());
+        EXPECT_EQ(read, std::vector<int64_t>(static_cast<size_t>(Lc), w1));
+        // An id outside the run's vocabulary is refused, naming it.
+        const std::vector<int64_t> bad = {1, 9};
+        EXPECT_THROW(reader.read(bad.data(), 2, read.data()), std::invalid_argument);
+    }
+
+    // Through the pos controller as a run loads it, on the BPE-like run.
+    BpeLikeServices services(vocabulary);
+    const int64_t B = 2, L = 10, V = services.vocab_size();
+    plugins::RunShape shape;
+    shape.family = RUDDER_FAMILY_DISCRETE;
+    shape.batch_size = B;
+    shape.seq_len = L;
+    shape.vocab_size = V;
+    shape.pad_id = 0;
+    shape.mask_id = services.mask_id();
+    shape.unk_id = -1;
+    shape.total_steps = 10;
+    shape.candidates = static_cast<int32_t>(V);
+    plugins::ControllerType type;
+    for (auto& t : plugins::load_library(std::filesystem::path(RUDDER_TEST_SYNTAX_PLUGIN)))
+        if (t.id() == "pos") type = t;
+    const json params = {{"tags", "NN VBZ NN VBZ"}, {"classifier", classifier_dir}, {"input", "text"}, {"top_k", V}};
+    {
+        // Its vocabulary is not the run's: refused, naming "input": "text", when the tokens are read.
+        json as_tokens = params;
+        as_tokens.erase("input");
+        plugins::ControllerInstance refused(type, as_tokens.dump(), "pos");
+        try {
+            refused.begin(shape, &services);
+            ADD_FAILURE() << "a classifier of another vocabulary read the run's tokens";
+        } catch (const std::exception& e) {
+            EXPECT_NE(std::string(e.what()).find("\"input\": \"text\""), std::string::npos) << e.what();
+        }
+        json gradient = params;
+        gradient["scoring"] = "gradient";
+        EXPECT_THROW(plugins::ControllerInstance(type, gradient.dump(), "pos"), std::exception);
+    }
+    plugins::ControllerInstance pos(type, params.dump(), "pos");
+    pos.begin(shape, &services);
+
+    // Run token r is word r + 2; the mask and the end map to the classifier's.
+    auto word_of = [&](int64_t id) { return id == 0 ? pad : id == services.mask_id() ? mask : id + 2; };
+    at::Tensor tokens = at::full({B, L}, services.mask_id(), at::kLong);
+    for (int64_t b = 0; b < B; ++b) {
+        const auto ids = vocabulary.encode(test::micro_records()[static_cast<size_t>(b)].ref);
+        for (int64_t i = 0; i < L && i < static_cast<int64_t>(ids.size()); i += 2)
+            tokens[b][i] = ids[static_cast<size_t>(i)] - 2;
+    }
+    plugins::StepInputs in;
+    in.phase = RUDDER_PHASE_PREDICT;
+    in.step = 4;
+    in.total_steps = 10;
+    in.t = 0.6;
+    in.t_next = 0.5;
+    in.tokens = tokens;
+    in.masked = tokens.eq(services.mask_id()).to(at::kByte);
+    in.x0_logits = at::log_softmax(at::sin(at::arange(B * L * V, at::kFloat) * 0.37).view({B, L, V}), -1);
+    const std::vector<int64_t> rows = {1, 5, L + 3};
+    in.rows = at::tensor(rows, at::kLong);
+    const plugins::StepOutputs out = pos.step(in);
+    ASSERT_TRUE(out.candidate_delta.defined());
+    ASSERT_EQ(out.candidate_delta.sizes(), (at::IntArrayRef{3, V}));
+    const at::Tensor ids =
+        std::get<1>(plugins::top_candidates(in.x0_logits.view({B * L, V}).index_select(0, in.rows), V));
+
+    syntax::ClassifierTarget target;
+    for (const char* tag : {"NN", "VBZ", "NN", "VBZ"}) target.tags.push_back({classifier->tag_class(tag)});
+    target.tags.resize(static_cast<size_t>(Lc), {0});  // no word after the fourth, at the classifier's length
+    for (size_t r = 0; r < rows.size(); ++r) {
+        const int64_t b = rows[r] / L, position = rows[r] % L;
+        std::vector<float> by_token(static_cast<size_t>(V));
+        for (int64_t v = 0; v < V; ++v) {
+            std::vector<int64_t> words(static_cast<size_t>(Lc), pad);
+            int64_t masked = 0;
+            for (int64_t i = 0; i < L; ++i) {
+                words[static_cast<size_t>(i)] = word_of(i == position ? v : tokens[b][i].item<int64_t>());
+                masked += words[static_cast<size_t>(i)] == mask;
+            }
+            classifier->guide(words.data(), 1, Lc, std::max(1e-3, static_cast<double>(masked) / Lc), target, nullptr,
                               &by_token[static_cast<size_t>(v)]);
         }
         const float lowest = *std::min_element(by_token.begin(), by_token.end());

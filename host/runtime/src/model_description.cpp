@@ -78,7 +78,8 @@ std::string checkpoint_tokenizer_files(const fs::path& dir) { return describe_to
 const char* kHardControls = "hard constraints (length, span, exclude_words) and the composer's deltas";
 const char* kLearnedControls =
     "learned controls need a classifier trained for this model's noise and vocabulary "
-    "(rudder train-controller)";
+    "(rudder train-controller), or, on a model that masks tokens, one of another vocabulary that reads its text "
+    "(\"input\": \"text\")";
 
 // A Rudder model folder's description, from its config.json checked as load_model checks it.
 json describe_checked_rudder_model(const fs::path& dir, const json& config) {

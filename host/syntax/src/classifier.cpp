@@ -217,15 +217,14 @@ TextReader::TextReader(std::shared_ptr<TextClassifier> classifier, std::vector<s
         if (k < 0 || static_cast<size_t>(k) >= pieces_.size())
             throw std::invalid_argument("a token's kind after (" + std::to_string(k) + ") is not one of the " +
                                         std::to_string(pieces_.size()) + " kinds");
-    // A piece continues the word before it when it starts with a letter or digit (or a UTF-8 sequence) and is the same
-    // after every kind: a decoder that puts its own space between words writes the piece differently after a word.
-    continues_word_.assign(V, 0);
+    // A piece may go on the word before it when it does not start with whitespace and is the same after every kind (a
+    // decoder that puts its own space between words writes a word's piece differently after a word).
+    may_continue_.assign(V, 0);
     for (size_t v = 0; v < V; ++v) {
         const std::string& piece = pieces_[0][v];
         bool same = true;
         for (size_t k = 1; k < pieces_.size(); ++k) same = same && pieces_[k][v] == piece;
-        const auto first = piece.empty() ? 0 : static_cast<unsigned char>(piece[0]);
-        continues_word_[v] = same && (std::isalnum(first) != 0 || first >= 0x80) ? 1 : 0;
+        may_continue_[v] = same && !piece.empty() && std::isspace(static_cast<unsigned char>(piece[0])) == 0 ? 1 : 0;
     }
 }
 
@@ -237,13 +236,22 @@ double TextReader::read(const int64_t* ids, int64_t n, int64_t* out) const {
         if (written < length) out[written++] = id;
     };
     std::string segment;  // clean text since the last mask or end token
-    bool glued = false;   // the segment's first word is the rest of a masked word
+    bool glued = false;   // the segment starts right after a masked token, with no space between
     bool after_mask = false;
     int32_t kind = 0;
     auto flush = [&] {
         if (!segment.empty()) {
             const std::vector<int64_t> words = classifier_->encode(segment);
-            for (size_t w = glued ? 1 : 0; w < words.size(); ++w) put(words[w]);
+            // The words of the segment's first chunk (up to whitespace) that the classifier's tokenizer would join to
+            // a word before them belong to the masked word: as many as a letter put before the chunk removes.
+            size_t skip = 0;
+            if (glued) {
+                const std::string chunk = segment.substr(0, segment.find_first_of(" \t\r\n"));
+                const size_t alone = classifier_->encode(chunk).size(),
+                             joined = classifier_->encode("x" + chunk).size();
+                skip = std::min(words.size(), alone + 1 > joined ? alone + 1 - joined : 0);
+            }
+            for (size_t w = skip; w < words.size(); ++w) put(words[w]);
         }
         segment.clear();
         glued = false;
@@ -260,7 +268,7 @@ double TextReader::read(const int64_t* ids, int64_t n, int64_t* out) const {
         if (id < 0 || id >= V)
             throw std::invalid_argument("token " + std::to_string(id) + " at position " + std::to_string(i) +
                                         " is outside the model's " + std::to_string(V) + " tokens");
-        if (segment.empty() && after_mask) glued = continues_word_[static_cast<size_t>(id)] != 0;
+        if (segment.empty() && after_mask) glued = may_continue_[static_cast<size_t>(id)] != 0;
         after_mask = false;
         segment += pieces_[static_cast<size_t>(kind)][static_cast<size_t>(id)];
         kind = kind_after_[static_cast<size_t>(id)];

@@ -146,7 +146,9 @@ TrainConfig parse_train_config(const json& j, const fs::path& base_dir, const st
             if (c.kind == "syntax_classifier")
                 root.issue("denoiser", "'" + c.denoiser.string() +
                                            "' has a BPE tokenizer: the syntax classifier tags each token as a word, "
-                                           "so it needs a word-level denoiser (config.json, vocab.txt)");
+                                           "so it needs a word-level denoiser (config.json, vocab.txt); a word-level "
+                                           "one guides this model by reading its text (\"input\": \"text\", "
+                                           "docs/syntax.md)");
         } else {
             root.issue("denoiser", "'" + c.denoiser.string() +
                                        "' is not a trained denoiser directory (config.json with vocab.txt, or an "

@@ -95,8 +95,10 @@ private:
 // tokenizer; a masked token becomes one masked token of the classifier (a word it cannot read yet), and so does a
 // word one of whose pieces is masked; every end token (the model's pad) becomes the classifier's pad. The time is
 // the share of the classifier's positions that are masked, which is what its training noise (each position masked
-// with probability about t) makes it. Approximate where a masked token stood for a piece of a word before it, or
-// for several words: the reader takes each masked token as one word, joined to a word piece right after it.
+// with probability about t) makes it. The text right after a masked token, up to whitespace, belongs to the masked
+// word as far as the classifier's tokenizer would join it to a word before it ("-friendly" does, "." does not).
+// Approximate where a masked token stood for a piece of the word before it, or for several words: the reader takes
+// each masked token as one word.
 class TextReader {
 public:
     // `pieces` [kinds][vocab] and `kind_after` [vocab]: the model's tokens as pieces of its text (TokenPieces, or
@@ -115,7 +117,7 @@ private:
     std::shared_ptr<TextClassifier> classifier_;
     std::vector<std::vector<std::string>> pieces_;
     std::vector<int32_t> kind_after_;
-    std::vector<uint8_t> continues_word_;  // [vocab]: its text goes on the word before it (no space, a letter first)
+    std::vector<uint8_t> may_continue_;  // [vocab]: its piece may go on the word before it (no space first)
     int64_t end_id_ = 0, mask_id_ = 0;
 };
 
