@@ -95,14 +95,19 @@ std::optional<json> token_params(const std::string& kind, const Annotated& a, co
     const std::vector<int64_t> ids = tokenizer->encode(a.text);
     const auto n = static_cast<int64_t>(ids.size());
     if (kind == "length") return json{{"tokens", n}};
-    // Fixed tokens are written as the tokenizer's tokens joined by spaces, which encode back to the same ids.
+    // Fixed tokens are written as a word tokenizer's words joined by spaces, or as another tokenizer's decoding of
+    // them (a BPE's tokens are pieces of words), each of which encodes back to the same ids; a part that does not (a
+    // BPE cut inside a word may merge otherwise on its own) leaves the text out.
     auto joined = [&](int64_t from, int64_t to) -> std::optional<std::string> {
         std::string out;
         for (int64_t i = from; i < to; ++i) {
             const auto id = ids[static_cast<size_t>(i)];
             if (id == tokenizer->unk_id()) return std::nullopt;  // the span controller refuses unknown words
-            out += (out.empty() ? "" : " ") + tokenizer->token(id);
+            if (tokenizer->type() == "word") out += (out.empty() ? "" : " ") + tokenizer->token(id);
         }
+        if (tokenizer->type() == "word") return out;
+        out = tokenizer->decode(ids.data() + from, to - from);
+        if (tokenizer->encode(out) != std::vector<int64_t>(ids.begin() + from, ids.begin() + to)) return std::nullopt;
         return out;
     };
     if (kind == "prefix") {
