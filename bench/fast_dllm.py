@@ -13,6 +13,7 @@ which does not depend on the weights.
 
 usage: fast_dllm.py [--build DIR] [--gen-length N] [--rounds R] [--threads T] [--device cpu|cuda]
                    [--only LABEL,...]   (the plain rows always run: the others are measured against them)
+                   [--shapes llada-0.5b,dream-0.5b]   (the layouts to run, both by default)
 """
 import argparse
 import json
@@ -60,7 +61,12 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--only", default="", help="comma-separated labels of the rows to run besides the plain ones")
+    parser.add_argument("--shapes", default="llada-0.5b,dream-0.5b", help="comma-separated layouts to run")
     args = parser.parse_args()
+    shapes = args.shapes.split(",")
+    for shape in shapes:
+        if shape not in ("llada-0.5b", "dream-0.5b"):
+            raise SystemExit(f"--shapes: no layout '{shape}'; the layouts: llada-0.5b, dream-0.5b")
     G = args.gen_length
     block = min(32, G)  # Fast-dLLM's blocks
     llada = [{"label": "plain", "sampler": {"name": "llada", "steps": G, "block_length": block}},
@@ -92,8 +98,8 @@ def main():
             i = j
         llada = [r for k, r in enumerate(llada) if k == 0 or r["label"] in wanted]
         dream = [r for k, r in enumerate(dream) if k == 0 or r["label"] in wanted]
-    results = {"llada-0.5b": run(args.build, checkpoint(args.build, "llada-0.5b"), llada, args),
-               "dream-0.5b": run(args.build, checkpoint(args.build, "dream-0.5b"), dream, args)}
+    rows = {"llada-0.5b": llada, "dream-0.5b": dream}
+    results = {shape: run(args.build, checkpoint(args.build, shape), rows[shape], args) for shape in shapes}
     with open(os.path.join(args.build, "fast_dllm.json"), "w", encoding="utf-8") as f:
         json.dump(results, f, indent=2)
     for shape, r in results.items():
