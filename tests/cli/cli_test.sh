@@ -239,12 +239,13 @@ JSON
     ;;
   isolation_example_recipes)
     # Every first-party controller gives the same samples in a process of its own as in-process: example recipes
-    # covering cfg, semantic, pos, sentiment, syntax_span, syntax_tree, length, span and infill, both families, at
-    # 2 samples and few steps (the samples and the controls must be byte-identical).
+    # covering cfg, semantic, pos, sentiment, syntax_span, syntax_tree, length, span and infill, both families, and a
+    # word-level classifier reading a BPE model's text ("input": "text", which needs the run's token pieces), at 2
+    # samples and few steps (the samples and the controls must be byte-identical).
     examples=$here/../../examples/recipes
     for name in cfg_discrete semantic_continuous syntax_pos_discrete sentiment_continuous syntax_span_discrete \
                 syntax_tree_continuous compose_length_sentiment_span_discrete compose_semantic_tree_discrete \
-                compose_hard_constraints infill_continuous length_span_continuous; do
+                compose_hard_constraints infill_continuous length_span_continuous syntax_pos_mdlm; do
       python3 - "$examples/$name.json" "$work/$name.json" <<'PY' || fail "$name: cannot shorten the recipe"
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -313,6 +314,26 @@ PY
     grep -q "appears twice" <<<"$out" || fail "duplicate target not named: $out"
     out=$("$rudder" eval "$suite" --shard 2/2 -o "$work/s2" 2>&1) && fail "--shard 2/2 accepted"
     grep -q "expected K/N with 0 <= K < N" <<<"$out" || fail "bad --shard not explained: $out"
+    ;;
+  eval_bpe_targets)
+    # Targets of fixed tokens on a BPE model (e2e-mdlm): the prefix and suffix of an infill are its decoding of the
+    # reference's tokens, which encode back to them, so every infill holds; a length target counts its tokens.
+    suite=$here/../../examples/eval/controls_mdlm.json
+    "$rudder" eval "$suite" --only "infill" --targets 3 --threads 1 -q -o "$work/infill" > /dev/null || fail "eval: exit $?"
+    "$rudder" eval "$suite" --only "length, guided" --targets 3 --threads 1 -q -o "$work/length" > /dev/null \
+      || fail "eval: exit $?"
+    python3 - "$work/infill" "$work/length" <<'PY' || fail "BPE targets: $(cat "$work/infill/results.md" "$work/length/results.md")"
+import json, sys
+infill = json.load(open(sys.argv[1] + "/results.json"))["tasks"][0]
+assert infill["targets"] == 3 and infill["controls"]["span"]["success"] == 1.0, infill
+for line in open(sys.argv[1] + "/samples/infill.jsonl"):
+    s = json.loads(line)
+    p = s["target"]["params"]["span"]
+    assert s["text"].startswith(p["prefix"]) and s["text"].endswith(p["suffix"]), (s["text"], p)
+    assert len(s["tokens"]) == p["length"], (s["tokens"], p)
+length = json.load(open(sys.argv[2] + "/results.json"))["tasks"][0]
+assert length["targets"] == 3 and length["controls"]["length"]["success"] == 1.0, length
+PY
     ;;
   exclude_words)
     # Both bundled models with the shipped recipes: no sample contains a banned word, and every verdict says so.
