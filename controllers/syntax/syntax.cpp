@@ -561,7 +561,7 @@ static constexpr uint64_t kDiscreteForms = RUDDER_CAP_ROWS | RUDDER_CAP_CANDIDAT
     "\"top_k\": { \"type\": \"integer\", \"minimum\": 1, \"description\": \"discrete: guide among the denoiser's top " \
     "k tokens (default 10)\" }, "                                                                                      \
     "\"scoring\": { \"enum\": [\"gradient\", \"exact\"], \"description\": \"discrete: score the candidates by the "    \
-    "classifier's gradient (default) or exactly, one classifier pass each\" }, "                                       \
+    "classifier's gradient (default) or exactly, one classifier pass each (the default with input text)\" }, "         \
     "\"input\": { \"enum\": [\"tokens\", \"text\"], \"description\": \"what the classifier reads: the model's tokens " \
     "(default), or its text in the classifier's own vocabulary (a classifier of another model that masks tokens; "     \
     "exact scoring)\" }"
@@ -589,7 +589,7 @@ static const char kSentimentSchema[] = R"schema({ "type": "object", "properties"
     "classifier": { "type": "string", "description": "noisy sentiment classifier: bundled name or path (default <model>-sentiment)" },
     "judge": { "type": "string", "description": "clean-text classifier that judges (default e2e-sentiment-judge)" },
     "top_k": { "type": "integer", "minimum": 1, "description": "discrete: guide among the denoiser's top k tokens (default 10)" },
-    "scoring": { "enum": ["gradient", "exact"], "description": "discrete: score the candidates by the classifier's gradient (default) or exactly, one classifier pass each" },
+    "scoring": { "enum": ["gradient", "exact"], "description": "discrete: score the candidates by the classifier's gradient (default) or exactly, one classifier pass each (the default with input text)" },
     "input": { "enum": ["tokens", "text"], "description": "what the classifier reads: the model's tokens (default), or its text in the classifier's own vocabulary (a classifier of another model that masks tokens; exact scoring)" }
   }, "required": ["polarity"], "additionalProperties": false })schema";
 
