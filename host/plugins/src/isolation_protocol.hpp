@@ -302,7 +302,9 @@ inline rudder_status write_token_pieces(const std::vector<std::string>& pieces, 
     size_t total = 0;
     for (size_t v = 0; v < pieces.size(); ++v) {
         offsets[v] = static_cast<int64_t>(total);
-        if (total + pieces[v].size() <= capacity) std::memcpy(bytes + total, pieces[v].data(), pieces[v].size());
+        // An empty piece copies nothing (and `bytes` may be null when the caller first asks for the size).
+        if (!pieces[v].empty() && total + pieces[v].size() <= capacity)
+            std::memcpy(bytes + total, pieces[v].data(), pieces[v].size());
         total += pieces[v].size();
     }
     offsets[pieces.size()] = static_cast<int64_t>(total);
