@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <random>
 
 #include <rudder/nn/safetensors.hpp>
@@ -239,6 +240,74 @@ private:
     std::vector<std::string> words_;
 };
 
+// The pos controller of the syntax plugin, for a discrete run of B sequences of L positions over V tokens.
+plugins::ControllerType pos_type() {
+    for (auto& t : plugins::load_library(std::filesystem::path(RUDDER_TEST_SYNTAX_PLUGIN)))
+        if (t.id() == "pos") return t;
+    throw std::runtime_error("the syntax plugin has no pos controller");
+}
+
+plugins::RunShape discrete_shape(int64_t B, int64_t L, int64_t V, int64_t pad, int64_t mask, int64_t unk) {
+    plugins::RunShape shape;
+    shape.family = RUDDER_FAMILY_DISCRETE;
+    shape.batch_size = B;
+    shape.seq_len = L;
+    shape.vocab_size = V;
+    shape.pad_id = pad;
+    shape.mask_id = mask;
+    shape.unk_id = unk;
+    shape.total_steps = 10;
+    shape.candidates = static_cast<int32_t>(V);
+    return shape;
+}
+
+// A PREDICT step from t 0.6 to 0.5 over `tokens` [B, L] whose rows are three masked positions, with made-up x0 scores
+// over V tokens.
+plugins::StepInputs predict_step(const at::Tensor& tokens, int64_t mask, int64_t V) {
+    const int64_t B = tokens.size(0), L = tokens.size(1);
+    plugins::StepInputs in;
+    in.phase = RUDDER_PHASE_PREDICT;
+    in.step = 4;
+    in.total_steps = 10;
+    in.t = 0.6;
+    in.t_next = 0.5;
+    in.tokens = tokens;
+    in.masked = tokens.eq(mask).to(at::kByte);
+    in.x0_logits = at::log_softmax(at::sin(at::arange(B * L * V, at::kFloat) * 0.37).view({B, L, V}), -1);
+    in.rows = at::tensor(std::vector<int64_t>{1, 5, L + 3}, at::kLong);
+    return in;
+}
+
+// Every token of V is a candidate at each row of `in`: its delta in `out` must be score(sequence, position, token)
+// less the row's lowest, and the row must not be flat.
+void expect_exact_deltas(const plugins::StepInputs& in, const plugins::StepOutputs& out, int64_t V,
+                         const std::function<float(int64_t, int64_t, int64_t)>& score) {
+    const int64_t L = in.tokens.size(1), n = in.rows.size(0);
+    ASSERT_TRUE(out.candidate_delta.defined());
+    ASSERT_EQ(out.candidate_delta.sizes(), (at::IntArrayRef{n, V}));
+    const at::Tensor ids = std::get<1>(plugins::top_candidates(in.x0_logits.view({-1, V}).index_select(0, in.rows), V));
+    for (int64_t r = 0; r < n; ++r) {
+        const int64_t row = in.rows[r].item<int64_t>(), b = row / L, position = row % L;
+        std::vector<float> by_token(static_cast<size_t>(V));
+        for (int64_t v = 0; v < V; ++v) by_token[static_cast<size_t>(v)] = score(b, position, v);
+        const float lowest = *std::min_element(by_token.begin(), by_token.end());
+        for (int64_t j = 0; j < V; ++j) {
+            const int64_t v = ids[r][j].item<int64_t>();
+            EXPECT_NEAR(out.candidate_delta[r][j].item<float>(), by_token[static_cast<size_t>(v)] - lowest, 1e-4f)
+                << "row " << row << ", token " << v;
+        }
+        EXPECT_GT(out.candidate_delta[r].max().item<float>(), 1e-3f) << "row " << row << " is flat";
+    }
+}
+
+// The target "NN VBZ NN VBZ" and no word after, over `length` positions.
+syntax::ClassifierTarget four_tags(const syntax::TextClassifier& classifier, int64_t length) {
+    syntax::ClassifierTarget target;
+    for (const char* tag : {"NN", "VBZ", "NN", "VBZ"}) target.tags.push_back({classifier.tag_class(tag)});
+    target.tags.resize(static_cast<size_t>(length), {0});
+    return target;
+}
+
 // Exact candidate scoring ("scoring": "exact") through the pos controller as a run loads it, with every token of the
 // tiny vocabulary a candidate: each row's deltas are log p(target | x with the row's position set to that token), by
 // brute force one substitution at a time with the classifier at t_next, less the row's lowest.
@@ -252,22 +321,9 @@ TEST_F(TextClassifierTraining, ExactCandidateScoringIsTheClassifierOnEverySubsti
     const WordTokenizer& vocabulary = services.vocabulary();
 
     const int64_t B = 2, L = 10, V = vocabulary.vocab_size();
-    plugins::RunShape shape;
-    shape.family = RUDDER_FAMILY_DISCRETE;
-    shape.batch_size = B;
-    shape.seq_len = L;
-    shape.vocab_size = V;
-    shape.pad_id = vocabulary.pad_id();
-    shape.mask_id = vocabulary.mask_id();
-    shape.unk_id = vocabulary.unk_id();
-    shape.total_steps = 10;
-    shape.candidates = static_cast<int32_t>(V);
-    plugins::ControllerType type;
-    for (auto& t : plugins::load_library(std::filesystem::path(RUDDER_TEST_SYNTAX_PLUGIN)))
-        if (t.id() == "pos") type = t;
     const json params = {{"tags", "NN VBZ NN VBZ"}, {"classifier", classifier_dir}, {"scoring", "exact"}, {"top_k", V}};
-    plugins::ControllerInstance pos(type, params.dump(), "pos");
-    pos.begin(shape, &services);
+    plugins::ControllerInstance pos(pos_type(), params.dump(), "pos");
+    pos.begin(discrete_shape(B, L, V, vocabulary.pad_id(), vocabulary.mask_id(), vocabulary.unk_id()), &services);
 
     // Half the words of two texts committed, the rest masked; three masked positions are the step's rows.
     at::Tensor tokens = at::full({B, L}, vocabulary.mask_id(), at::kLong);
@@ -276,45 +332,15 @@ TEST_F(TextClassifierTraining, ExactCandidateScoringIsTheClassifierOnEverySubsti
         for (int64_t i = 0; i < L && i < static_cast<int64_t>(ids.size()); i += 2)
             tokens[b][i] = ids[static_cast<size_t>(i)];
     }
-    plugins::StepInputs in;
-    in.phase = RUDDER_PHASE_PREDICT;
-    in.step = 4;
-    in.total_steps = 10;
-    in.t = 0.6;
-    in.t_next = 0.5;
-    in.tokens = tokens;
-    in.masked = tokens.eq(vocabulary.mask_id()).to(at::kByte);
-    in.x0_logits = at::log_softmax(at::sin(at::arange(B * L * V, at::kFloat) * 0.37).view({B, L, V}), -1);
-    const std::vector<int64_t> rows = {1, 5, L + 3};
-    in.rows = at::tensor(rows, at::kLong);
-    const plugins::StepOutputs out = pos.step(in);
-    ASSERT_TRUE(out.candidate_delta.defined());
-    ASSERT_EQ(out.candidate_delta.sizes(), (at::IntArrayRef{3, V}));
-    const at::Tensor ids =
-        std::get<1>(plugins::top_candidates(in.x0_logits.view({B * L, V}).index_select(0, in.rows), V));
-
-    syntax::ClassifierTarget target;
-    for (const char* tag : {"NN", "VBZ", "NN", "VBZ"}) target.tags.push_back({classifier->tag_class(tag)});
-    target.tags.resize(L, {0});  // no word after the fourth
-    for (size_t r = 0; r < rows.size(); ++r) {
-        const int64_t b = rows[r] / L, position = rows[r] % L;
-        std::vector<float> by_token(static_cast<size_t>(V));
-        for (int64_t v = 0; v < V; ++v) {
-            at::Tensor one = tokens[b].clone().unsqueeze(0);
-            one[0][position] = v;
-            classifier->guide(one.data_ptr<int64_t>(), 1, L, in.t_next, target, nullptr,
-                              &by_token[static_cast<size_t>(v)]);
-        }
-        const float lowest = *std::min_element(by_token.begin(), by_token.end());
-        for (int64_t j = 0; j < V; ++j) {
-            const int64_t v = ids[static_cast<int64_t>(r)][j].item<int64_t>();
-            EXPECT_NEAR(out.candidate_delta[static_cast<int64_t>(r)][j].item<float>(),
-                        by_token[static_cast<size_t>(v)] - lowest, 1e-4f)
-                << "row " << rows[r] << ", token " << v;
-        }
-        EXPECT_GT(out.candidate_delta[static_cast<int64_t>(r)].max().item<float>(), 1e-3f)
-            << "row " << rows[r] << " is flat";
-    }
+    const plugins::StepInputs in = predict_step(tokens, vocabulary.mask_id(), V);
+    const syntax::ClassifierTarget target = four_tags(*classifier, L);
+    expect_exact_deltas(in, pos.step(in), V, [&](int64_t b, int64_t position, int64_t v) {
+        at::Tensor one = tokens[b].clone().unsqueeze(0);
+        one[0][position] = v;
+        float lp = 0;
+        classifier->guide(one.data_ptr<int64_t>(), 1, L, in.t_next, target, nullptr, &lp);
+        return lp;
+    });
 }
 
 // A run whose tokenizer is not the classifier's: a byte-level-BPE-like vocabulary over the micro words. Token 0 ends
@@ -421,19 +447,8 @@ TEST_F(TextClassifierTraining, AClassifierOfAnotherVocabularyReadsTheRunsText) {
     // Through the pos controller as a run loads it, on the BPE-like run.
     BpeLikeServices services(vocabulary);
     const int64_t B = 2, L = 10, V = services.vocab_size();
-    plugins::RunShape shape;
-    shape.family = RUDDER_FAMILY_DISCRETE;
-    shape.batch_size = B;
-    shape.seq_len = L;
-    shape.vocab_size = V;
-    shape.pad_id = 0;
-    shape.mask_id = services.mask_id();
-    shape.unk_id = -1;
-    shape.total_steps = 10;
-    shape.candidates = static_cast<int32_t>(V);
-    plugins::ControllerType type;
-    for (auto& t : plugins::load_library(std::filesystem::path(RUDDER_TEST_SYNTAX_PLUGIN)))
-        if (t.id() == "pos") type = t;
+    const plugins::RunShape shape = discrete_shape(B, L, V, 0, services.mask_id(), -1);
+    const plugins::ControllerType type = pos_type();
     const json params = {{"tags", "NN VBZ NN VBZ"}, {"classifier", classifier_dir}, {"input", "text"}, {"top_k", V}};
     {
         // Its vocabulary is not the run's: refused, naming "input": "text", when the tokens are read.
@@ -461,49 +476,20 @@ TEST_F(TextClassifierTraining, AClassifierOfAnotherVocabularyReadsTheRunsText) {
         for (int64_t i = 0; i < L && i < static_cast<int64_t>(ids.size()); i += 2)
             tokens[b][i] = ids[static_cast<size_t>(i)] - 2;
     }
-    plugins::StepInputs in;
-    in.phase = RUDDER_PHASE_PREDICT;
-    in.step = 4;
-    in.total_steps = 10;
-    in.t = 0.6;
-    in.t_next = 0.5;
-    in.tokens = tokens;
-    in.masked = tokens.eq(services.mask_id()).to(at::kByte);
-    in.x0_logits = at::log_softmax(at::sin(at::arange(B * L * V, at::kFloat) * 0.37).view({B, L, V}), -1);
-    const std::vector<int64_t> rows = {1, 5, L + 3};
-    in.rows = at::tensor(rows, at::kLong);
-    const plugins::StepOutputs out = pos.step(in);
-    ASSERT_TRUE(out.candidate_delta.defined());
-    ASSERT_EQ(out.candidate_delta.sizes(), (at::IntArrayRef{3, V}));
-    const at::Tensor ids =
-        std::get<1>(plugins::top_candidates(in.x0_logits.view({B * L, V}).index_select(0, in.rows), V));
-
-    syntax::ClassifierTarget target;
-    for (const char* tag : {"NN", "VBZ", "NN", "VBZ"}) target.tags.push_back({classifier->tag_class(tag)});
-    target.tags.resize(static_cast<size_t>(Lc), {0});  // no word after the fourth, at the classifier's length
-    for (size_t r = 0; r < rows.size(); ++r) {
-        const int64_t b = rows[r] / L, position = rows[r] % L;
-        std::vector<float> by_token(static_cast<size_t>(V));
-        for (int64_t v = 0; v < V; ++v) {
-            std::vector<int64_t> words(static_cast<size_t>(Lc), pad);
-            int64_t masked = 0;
-            for (int64_t i = 0; i < L; ++i) {
-                words[static_cast<size_t>(i)] = word_of(i == position ? v : tokens[b][i].item<int64_t>());
-                masked += words[static_cast<size_t>(i)] == mask;
-            }
-            classifier->guide(words.data(), 1, Lc, std::max(1e-3, static_cast<double>(masked) / Lc), target, nullptr,
-                              &by_token[static_cast<size_t>(v)]);
+    const plugins::StepInputs in = predict_step(tokens, services.mask_id(), V);
+    const syntax::ClassifierTarget target = four_tags(*classifier, Lc);  // at the classifier's length
+    expect_exact_deltas(in, pos.step(in), V, [&](int64_t b, int64_t position, int64_t v) {
+        std::vector<int64_t> words(static_cast<size_t>(Lc), pad);
+        int64_t masked = 0;
+        for (int64_t i = 0; i < L; ++i) {
+            words[static_cast<size_t>(i)] = word_of(i == position ? v : tokens[b][i].item<int64_t>());
+            masked += words[static_cast<size_t>(i)] == mask;
         }
-        const float lowest = *std::min_element(by_token.begin(), by_token.end());
-        for (int64_t j = 0; j < V; ++j) {
-            const int64_t v = ids[static_cast<int64_t>(r)][j].item<int64_t>();
-            EXPECT_NEAR(out.candidate_delta[static_cast<int64_t>(r)][j].item<float>(),
-                        by_token[static_cast<size_t>(v)] - lowest, 1e-4f)
-                << "row " << rows[r] << ", token " << v;
-        }
-        EXPECT_GT(out.candidate_delta[static_cast<int64_t>(r)].max().item<float>(), 1e-3f)
-            << "row " << rows[r] << " is flat";
-    }
+        float lp = 0;
+        classifier->guide(words.data(), 1, Lc, std::max(1e-3, static_cast<double>(masked) / static_cast<double>(Lc)),
+                          target, nullptr, &lp);
+        return lp;
+    });
 }
 
 TEST_F(TextClassifierTraining, ACdcdDenoiserStoredAsFloat16GivesTheTableItsRunsDiffuse) {
