@@ -225,27 +225,25 @@ private:
     // classifier trained for one model guides another that masks tokens (a BPE MDLM guided by the word-level
     // classifiers, say). Its positions are its own words: targets are built at its length, not the run's.
     void begin_reading_text(const rudder_run_info& run, const std::string& what) {
-        const rs::TextClassifier& c = *classifier_;
         if (run.family == RUDDER_FAMILY_CONTINUOUS || run.mask_id < 0)
             throw rudder::Error(
                 "\"input\": \"text\" reads the text of a model that masks tokens (the discrete "
                 "family); this run is " +
                     std::string(run.family == RUDDER_FAMILY_CONTINUOUS ? "continuous" : "without a mask"),
                 RUDDER_ERR_INVALID_ARGUMENT);
-        if (!c.masks_tokens())
-            throw rudder::Error(what + " '" + c.dir().string() +
-                                    "' was not trained on masked tokens (a discrete, absorbing denoiser's noise); "
-                                    "\"input\": \"text\" needs one that was",
-                                RUDDER_ERR_INVALID_ARGUMENT);
         auto pieces = run_.token_pieces();
         if (!pieces)
             throw rudder::Error(
                 "the host gives no token pieces for the run's tokenizer (plugin ABI 1.3), so \"input\": "
                 "\"text\" cannot read its text",
                 RUDDER_ERR_UNSUPPORTED);
-        reader_ = std::make_unique<rs::TextReader>(classifier_, std::move(pieces->text), std::move(pieces->kind_after),
-                                                   run.pad_id, run.mask_id);
-        target_ = build_target(c, reader_->length());
+        try {  // the reader refuses a classifier not trained on masked tokens, naming it
+            reader_ = std::make_unique<rs::TextReader>(classifier_, std::move(pieces->text),
+                                                       std::move(pieces->kind_after), run.pad_id, run.mask_id);
+        } catch (const std::invalid_argument& e) {
+            throw rudder::Error(what + ", \"input\": \"text\": " + e.what(), RUDDER_ERR_INVALID_ARGUMENT);
+        }
+        target_ = build_target(*classifier_, reader_->length());
     }
 
     // The classifier named in params, else "<model folder>-<suffix>" next to the run's model (the bundled layout).

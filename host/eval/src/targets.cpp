@@ -99,16 +99,17 @@ std::optional<json> token_params(const std::string& kind, const Annotated& a, co
     // them (a BPE's tokens are pieces of words), each of which encodes back to the same ids; a part that does not (a
     // BPE cut inside a word may merge otherwise on its own) leaves the text out.
     auto joined = [&](int64_t from, int64_t to) -> std::optional<std::string> {
-        std::string out;
-        for (int64_t i = from; i < to; ++i) {
-            const auto id = ids[static_cast<size_t>(i)];
-            if (id == tokenizer->unk_id()) return std::nullopt;  // the span controller refuses unknown words
-            if (tokenizer->type() == "word") out += (out.empty() ? "" : " ") + tokenizer->token(id);
+        const std::vector<int64_t> part(ids.begin() + from, ids.begin() + to);
+        if (std::count(part.begin(), part.end(), tokenizer->unk_id()) > 0)
+            return std::nullopt;  // the span controller refuses unknown words
+        if (tokenizer->type() == "word") {
+            std::string words;
+            for (int64_t id : part) words += (words.empty() ? "" : " ") + tokenizer->token(id);
+            return words;
         }
-        if (tokenizer->type() == "word") return out;
-        out = tokenizer->decode(ids.data() + from, to - from);
-        if (tokenizer->encode(out) != std::vector<int64_t>(ids.begin() + from, ids.begin() + to)) return std::nullopt;
-        return out;
+        std::string text = tokenizer->decode(part.data(), static_cast<int64_t>(part.size()));
+        if (tokenizer->encode(text) != part) return std::nullopt;
+        return text;
     };
     if (kind == "prefix") {
         if (n <= static_cast<int64_t>(kPrefixTokens)) return std::nullopt;
