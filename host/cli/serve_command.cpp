@@ -88,6 +88,10 @@ void add_security_options(CLI::App* serve, serve::ServerOptions& server, std::ve
     serve->add_option("--cors-origin", server.cors_origins,
                       "An origin whose web pages may call the API, e.g. https://app.example.com, or * (repeatable; "
                       "default: none, only the server's own page)");
+    serve->add_option("--allowed-host", server.allowed_hosts,
+                      "A name a keyless server answers to in the Host header besides localhost, the loopback "
+                      "addresses and the address it listens on, e.g. rudder.internal, or * (repeatable; defeats DNS "
+                      "rebinding: other names are refused)");
     serve
         ->add_option("--max-connections", server.max_connections,
                      "Connections open at once; more are answered 503 (default 256)")

@@ -132,10 +132,10 @@ def case_utf8():
                        stdout=subprocess.DEVNULL)
         s = Server(env={"RUDDER_MODEL_PATH": models, "RUDDER_PLUGIN_PATH": plugin_folder(scratch)})
         try:
-            status, _, text = s.exchange(b"GET /%FF HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            status, _, text = s.exchange(b"GET /%FF HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
             assert status == 404 and "\ufffd" in json.loads(text)["error"], (status, text)
             s.alive()
-            status, _, text = s.exchange(b"GET /v1/%C3%28/%80 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            status, _, text = s.exchange(b"GET /v1/%C3%28/%80 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
             assert status == 404 and "error" in json.loads(text), text
             for raw in [b'{"recipe": "\xff"}', b'{"recipe": {"model": "e2e-discrete\xfe\xfe"}}',
                         json.dumps({"recipe": QUICK}).replace("length", "len\\udcffgth").encode(),
@@ -145,7 +145,7 @@ def case_utf8():
                 for path in ("/v1/generate", "/v1/validate"):
                     status, _, text = s.request("POST", path, raw)
                     assert status == 400 and "error" in json.loads(text), (raw[:60], status, text)
-            status, _, text = s.exchange(b"POST /v1/generate HTTP/1.1\r\nHost: x\r\nX-Bad: \xff\xfe\r\n"
+            status, _, text = s.exchange(b"POST /v1/generate HTTP/1.1\r\nHost: localhost\r\nX-Bad: \xff\xfe\r\n"
                                          b"Content-Length: 2\r\nConnection: close\r\n\r\n{}")
             assert status == 400, (status, text)
             s.alive()
@@ -343,7 +343,7 @@ def slow_sockets(port, n, line_every):
     socks = []
     for _ in range(n):
         c = socket.create_connection(("127.0.0.1", port), timeout=5)
-        c.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        c.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
         socks.append(c)
     stop = threading.Event()
 
@@ -404,7 +404,7 @@ def case_slowloris():
         assert all(closed_by_server(c, 5) for c in socks), "slow sockets were not dropped after 2 s"
         stop.set()
         c = socket.create_connection(("127.0.0.1", s.port), timeout=5)
-        c.sendall(b"POST /v1/generate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        c.sendall(b"POST /v1/generate HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{")
         start = time.monotonic()
         for _ in range(12):
             try:

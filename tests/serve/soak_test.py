@@ -316,7 +316,7 @@ class Soak:
         socks = [socket.create_connection(("127.0.0.1", self.port), timeout=5) for _ in range(5)]
         start = time.monotonic()
         for c in socks:
-            c.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            c.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
         dropped = 0
         while time.monotonic() - start < 20 and dropped < len(socks):
             time.sleep(2)
@@ -340,7 +340,7 @@ class Soak:
         """A body that trickles a byte a second: dropped at the body timeout (60 s), or answered once complete."""
         c = socket.create_connection(("127.0.0.1", self.port), timeout=5)
         body = json.dumps({"recipe": QUICK}).encode()
-        c.sendall(b"POST /v1/validate HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+        c.sendall(b"POST /v1/validate HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer " + KEY.encode() +
                   b"\r\nContent-Length: " + str(len(body) + 10).encode() + b"\r\n\r\n" + body[:10])
         for _ in range(8):
             time.sleep(1)

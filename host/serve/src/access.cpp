@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 
 #include <nlohmann/json.hpp>
 
@@ -27,10 +28,59 @@ void refuse(httplib::Response& res, int status, const std::string& message) {
     HttpServer::close_after_this_request();  // the body, if any, is not read
 }
 
+std::string lower(std::string text) {
+    std::transform(text.begin(), text.end(), text.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return text;
+}
+
+// A Host header's name: "name:port" -> "name", "[::1]:8080" -> "::1", lower case.
+std::string host_name(const std::string& header) {
+    if (!header.empty() && header[0] == '[') {
+        const size_t end = header.find(']');
+        return end == std::string::npos ? std::string() : lower(header.substr(1, end - 1));
+    }
+    return lower(header.substr(0, header.find(':')));
+}
+
+// Names that only ever reach this machine: localhost and its subdomains (which browsers resolve to loopback
+// themselves, RFC 6761), 127.0.0.0/8 written as a dotted quad, and ::1.
+bool is_loopback_name(const std::string& name) {
+    static const std::string suffix = ".localhost";
+    if (name == "localhost" || name == "::1") return true;
+    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+        return true;
+    int parts[4];
+    char tail = 0;
+    if (std::sscanf(name.c_str(), "%d.%d.%d.%d%c", &parts[0], &parts[1], &parts[2], &parts[3], &tail) != 4)
+        return false;
+    for (int part : parts)
+        if (part < 0 || part > 255) return false;
+    return parts[0] == 127 && name.find_first_not_of("0123456789.") == std::string::npos;
+}
+
 }  // namespace
 
-Access::Access(std::vector<std::string> api_keys, std::vector<std::string> cors_origins)
-    : keys_(std::move(api_keys)), origins_(std::move(cors_origins)) {}
+Access::Access(std::vector<std::string> api_keys, std::vector<std::string> cors_origins,
+               std::vector<std::string> allowed_hosts, std::string listen_host)
+    : keys_(std::move(api_keys)), origins_(std::move(cors_origins)), hosts_(std::move(allowed_hosts)),
+      listen_host_(host_name(listen_host.find(':') != std::string::npos && listen_host[0] != '['
+                                 ? "[" + listen_host + "]"  // an IPv6 address given bare
+                                 : listen_host)) {
+    for (auto& host : hosts_) host = host == "*" ? host : host_name(host);
+}
+
+bool Access::host_allowed(const httplib::Request& req) const {
+    if (!keys_.empty()) return true;           // a page cannot bring the key
+    if (!req.has_header("Host")) return true;  // not a browser: every browser sends one
+    const std::string name = host_name(req.get_header_value("Host"));
+    if (is_loopback_name(name)) return true;
+    // A wildcard address accepts connections on every address, but names none of them.
+    if (!name.empty() && name == listen_host_ && listen_host_ != "0.0.0.0" && listen_host_ != "::") return true;
+    for (const auto& host : hosts_)
+        if (host == "*" || host == name) return true;
+    return false;
+}
 
 bool Access::key_valid(const httplib::Request& req) const {
     const std::string header = req.get_header_value("Authorization");
@@ -53,6 +103,12 @@ bool Access::origin_allowed(const httplib::Request& req, const std::string& orig
 }
 
 bool Access::answered(const httplib::Request& req, httplib::Response& res) const {
+    if (req.path != "/healthz" && !host_allowed(req)) {
+        refuse(res, 421,
+               "this server does not answer to the name '" + quoted(host_name(req.get_header_value("Host"))) +
+                   "' (a server without API keys answers to localhost and the names given with --allowed-host)");
+        return true;
+    }
     const std::string origin = req.get_header_value("Origin");
     // A page of another origin: a browser sends its request (a "simple" POST needs no preflight) and only hides the
     // answer, so the request itself is refused unless the operator allowed that origin.

@@ -9,9 +9,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <list>
@@ -29,6 +31,131 @@ using Clock = std::chrono::steady_clock;
 thread_local bool t_refusing = false;
 // Set by a handler that answered without reading the body (HttpServer::close_after_this_request).
 thread_local bool t_close_after = false;
+
+// What may be read of a request's body once its headers are in: everything the parser asks for (a Content-Length
+// body, which httplib reads exactly, checked against the limit by frame_body first), nothing (a request with no
+// framing header has no body), or chunks, decoded here as the parser takes them so that their payload is counted
+// and the read fails as soon as a chunk's size line would take it past the limit, before the chunk arrives.
+class BodyMeter {
+public:
+    enum class Mode { pass, none, chunked };
+    enum class Cut { no, over_limit, malformed };
+
+    // Before each request: its headers pass.
+    void reset() {
+        mode_ = Mode::pass;
+        cut_ = Cut::no;
+        state_ = State::size;
+        total_ = chunk_ = remaining_ = 0;
+        digits_ = line_ = trailer_ = 0;
+    }
+    void expect(Mode mode, uint64_t limit) {
+        mode_ = mode;
+        limit_ = limit;
+    }
+    bool no_body() const { return mode_ == Mode::none; }
+    Cut cut() const { return cut_; }
+
+    // The body's bytes the parser takes; false (and the cause in cut()) when the read must fail.
+    bool take(const char* bytes, size_t n) {
+        if (mode_ != Mode::chunked) return true;
+        for (size_t i = 0; i < n; ++i) {
+            const char c = bytes[i];
+            switch (state_) {
+                case State::size:
+                    if (std::isxdigit(static_cast<unsigned char>(c))) {
+                        if (++digits_ > kMaxSizeDigits) return fail(Cut::malformed);
+                        chunk_ = chunk_ * 16 + static_cast<uint64_t>(hex_value(c));
+                    } else if (c == '\n') {
+                        if (digits_ == 0 || !end_of_size_line()) return false;
+                    } else if (c == ';' || c == ' ' || c == '\t') {
+                        if (digits_ == 0) return fail(Cut::malformed);
+                        state_ = State::extension;
+                    } else if (c != '\r') {
+                        return fail(Cut::malformed);
+                    }
+                    if (++line_ > kMaxLine) return fail(Cut::malformed);
+                    break;
+                case State::extension:
+                    if (c == '\n') {
+                        if (!end_of_size_line()) return false;
+                    } else if (++line_ > kMaxLine) {
+                        return fail(Cut::malformed);
+                    }
+                    break;
+                case State::data: {
+                    const uint64_t step = std::min<uint64_t>(remaining_, n - i);
+                    remaining_ -= step;
+                    i += static_cast<size_t>(step) - 1;
+                    if (remaining_ == 0) state_ = State::data_end;
+                    break;
+                }
+                case State::data_end:
+                    if (c == '\n') {
+                        state_ = State::size;
+                        line_ = 0;
+                    } else if (c != '\r') {
+                        return fail(Cut::malformed);
+                    }
+                    break;
+                case State::trailer:
+                    if (c == '\n') {
+                        if (line_ == 0) state_ = State::done;
+                        line_ = 0;
+                    } else if (c != '\r') {
+                        ++line_;
+                        if (++trailer_ > kMaxLine) return fail(Cut::malformed);
+                    }
+                    break;
+                case State::done: break;
+            }
+        }
+        return true;
+    }
+
+private:
+    enum class State { size, extension, data, data_end, trailer, done };
+    static constexpr int kMaxSizeDigits = 15;  // 2^60 bytes: any real size; more would overflow the count
+    static constexpr size_t kMaxLine = 4096;   // a size line with its extensions, and the trailers together
+
+    static int hex_value(char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; }
+    bool fail(Cut cut) {
+        cut_ = cut;
+        return false;
+    }
+    bool end_of_size_line() {
+        if (chunk_ == 0) {
+            state_ = State::trailer;
+        } else {
+            if (chunk_ > limit_ - std::min(limit_, total_)) return fail(Cut::over_limit);
+            total_ += chunk_;
+            remaining_ = chunk_;
+            state_ = State::data;
+        }
+        chunk_ = 0;
+        digits_ = 0;
+        line_ = 0;
+        return true;
+    }
+
+    Mode mode_ = Mode::pass;
+    Cut cut_ = Cut::no;
+    State state_ = State::size;
+    uint64_t limit_ = 0, total_ = 0, chunk_ = 0, remaining_ = 0;
+    int digits_ = 0;
+    size_t line_ = 0, trailer_ = 0;
+};
+
+// The body meter of the request this thread is reading (a connection is read by one thread), set for as long as
+// a MeterInUse lives.
+thread_local BodyMeter* t_meter = nullptr;
+
+struct MeterInUse {
+    explicit MeterInUse(BodyMeter& meter) { t_meter = &meter; }
+    ~MeterInUse() { t_meter = nullptr; }
+    MeterInUse(const MeterInUse&) = delete;
+    MeterInUse& operator=(const MeterInUse&) = delete;
+};
 
 Clock::duration span(double seconds) {
     return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
@@ -119,15 +246,18 @@ public:
             if (ready > 0) break;
         }
         clock_.start();
+        meter_.reset();
         return true;
     }
     bool timed_out() const { return timed_out_; }
+    BodyMeter& meter() { return meter_; }
 
     bool is_readable() const override { return begin_ < end_ || poll_until(fd_, POLLIN, clock_.deadline()) > 0; }
     bool is_writable() const override {
         return poll_until(fd_, POLLOUT, Clock::now() + span(limits_.write_seconds)) > 0;
     }
     ssize_t read(char* ptr, size_t size) override {
+        if (meter_.no_body()) return 0;
         if (begin_ == end_) {
             const int ready = poll_until(fd_, POLLIN, clock_.deadline());
             if (ready == 0) timed_out_ = true;
@@ -143,6 +273,7 @@ public:
         std::memcpy(ptr, buffer_ + begin_, n);
         clock_.consumed(ptr, n);
         begin_ += n;
+        if (!meter_.take(ptr, n)) return -1;
         return static_cast<ssize_t>(n);
     }
     ssize_t write(const char* ptr, size_t size) override {
@@ -160,6 +291,7 @@ private:
     const int fd_;
     const ConnectionLimits& limits_;
     RequestClock clock_;
+    BodyMeter meter_;
     char buffer_[4096];
     size_t begin_ = 0, end_ = 0;
     bool timed_out_ = false;
@@ -170,15 +302,17 @@ class MemoryConnection final : public httplib::Stream {
 public:
     explicit MemoryConnection(const std::string& input) : input_(input) {}
     bool exhausted() const { return position_ >= input_.size(); }
+    BodyMeter& meter() { return meter_; }
     const std::string& output() const { return output_; }
 
     bool is_readable() const override { return !exhausted(); }
     bool is_writable() const override { return output_.size() < kMaxOutput; }
     ssize_t read(char* ptr, size_t size) override {
-        if (exhausted()) return 0;
+        if (exhausted() || meter_.no_body()) return 0;
         const size_t n = std::min(size, input_.size() - position_);
         std::memcpy(ptr, input_.data() + position_, n);
         position_ += n;
+        if (!meter_.take(ptr, n)) return -1;
         return static_cast<ssize_t>(n);
     }
     ssize_t write(const char* ptr, size_t size) override {
@@ -201,6 +335,7 @@ private:
     const std::string& input_;
     size_t position_ = 0;
     std::string output_;
+    BodyMeter meter_;
 };
 
 // A thread per connection, up to `max` at once; a connection beyond that is run on the accept thread in refusing
@@ -284,6 +419,21 @@ private:
     bool stopping_ = false;
 };
 
+// After an answer given before the request's body was read whole: the answer's end is sent (FIN), then what the
+// client still sends is read and dropped for a moment, so that closing does not reset the connection (a reset can
+// discard the answer in the client's buffers before it reads it). Bounded in time, not bytes (what is read is
+// dropped, never kept): a client that keeps sending is cut off after a second.
+void close_gracefully(int fd) {
+    ::shutdown(fd, SHUT_WR);
+    const auto until = Clock::now() + std::chrono::seconds(1);
+    char sink[65536];
+    while (poll_until(fd, POLLIN, until) > 0) {
+        const ssize_t n = ::recv(fd, sink, sizeof sink, MSG_DONTWAIT);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (n <= 0) break;
+    }
+}
+
 void refuse(int fd) {
     static const std::string body = "{\"error\": \"the server has too many connections open; try again later\"}\n";
     static const std::string answer =
@@ -299,12 +449,58 @@ HttpServer::HttpServer(ConnectionLimits limits, std::function<void(ConnectionEve
     : limits_(limits), on_event_(std::move(on_event)) {
     const size_t max = static_cast<size_t>(std::max<int64_t>(1, limits_.max_connections));
     new_task_queue = [max] { return new ConnectionPool(max); };
+    // frame_body bounds every framing itself; httplib's own check (Content-Length only) stays as a second line.
+    set_payload_max_length(static_cast<size_t>(std::max<int64_t>(0, limits_.max_body_bytes)));
     // What the Keep-Alive header announces, and the socket's own send timeout (a blocking send of a large answer).
     set_keep_alive_timeout(static_cast<time_t>(std::max(1.0, limits_.idle_seconds)));
     set_write_timeout(std::chrono::duration<double>(limits_.write_seconds));
 }
 
 void HttpServer::close_after_this_request() { t_close_after = true; }
+
+std::optional<FramingRefusal> HttpServer::body_cut_off() const {
+    if (t_meter == nullptr || t_meter->cut() == BodyMeter::Cut::no) return std::nullopt;
+    if (t_meter->cut() == BodyMeter::Cut::malformed) return FramingRefusal{400, "the chunked body is malformed"};
+    return FramingRefusal{413, "the request body is over this server's limit of " +
+                                   std::to_string(std::max<int64_t>(0, limits_.max_body_bytes)) + " bytes"};
+}
+
+std::optional<FramingRefusal> HttpServer::frame_body(const httplib::Request& req) const {
+    const uint64_t limit = static_cast<uint64_t>(std::max<int64_t>(0, limits_.max_body_bytes));
+    auto refuse_with = [](int status, std::string message) {
+        close_after_this_request();
+        return std::optional<FramingRefusal>(FramingRefusal{status, std::move(message)});
+    };
+    const size_t encodings = req.get_header_value_count("Transfer-Encoding");
+    const size_t lengths = req.get_header_value_count("Content-Length");
+    if (encodings > 0) {
+        if (lengths > 0)
+            return refuse_with(400, "a request may not have both Transfer-Encoding and Content-Length (RFC 9112 6.3)");
+        std::string encoding = encodings == 1 ? req.get_header_value("Transfer-Encoding") : std::string();
+        std::transform(encoding.begin(), encoding.end(), encoding.begin(),
+                       [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+        if (encoding != "chunked") return refuse_with(501, "the only Transfer-Encoding this server reads is 'chunked'");
+        if (t_meter != nullptr) t_meter->expect(BodyMeter::Mode::chunked, limit);
+        return std::nullopt;
+    }
+    if (lengths == 0) {
+        if (t_meter != nullptr) t_meter->expect(BodyMeter::Mode::none, 0);
+        return std::nullopt;
+    }
+    std::string first;
+    for (size_t i = 0; i < lengths; ++i) {
+        const std::string value = req.get_header_value("Content-Length", i);
+        // Digits only (no sign, no spaces: httplib trims the header's own), and few enough to be a number.
+        const bool digits = !value.empty() && value.size() <= 18 &&
+                            std::all_of(value.begin(), value.end(), [](unsigned char c) { return std::isdigit(c); });
+        if (!digits) return refuse_with(400, "the Content-Length header is not a length in bytes");
+        if (i == 0) first = value;
+        if (value != first) return refuse_with(400, "the request has Content-Length headers that disagree");
+    }
+    if (std::stoull(first) > limit)
+        return refuse_with(413, "the request body is over this server's limit of " + std::to_string(limit) + " bytes");
+    return std::nullopt;
+}
 
 bool HttpServer::process_and_close_socket(socket_t sock) {
     bool answered = false;
@@ -314,6 +510,8 @@ bool HttpServer::process_and_close_socket(socket_t sock) {
     } else {
         on_event_(ConnectionEvent::opened);
         SocketConnection connection(sock, limits_);
+        bool body_unread = false;
+        MeterInUse in_use(connection.meter());
         for (size_t count = keep_alive_max_count_; count > 0 && connection.await_request(svr_sock_); --count) {
             t_close_after = false;
             bool closed = false;
@@ -323,8 +521,10 @@ bool HttpServer::process_and_close_socket(socket_t sock) {
                 answered = false;
             }
             if (connection.timed_out()) on_event_(ConnectionEvent::timed_out);
-            if (!answered || closed || t_close_after || connection.timed_out()) break;
+            body_unread = t_close_after || connection.meter().cut() != BodyMeter::Cut::no;
+            if (!answered || closed || body_unread || connection.timed_out()) break;
         }
+        if (body_unread && !connection.timed_out()) close_gracefully(sock);
         on_event_(ConnectionEvent::closed);
     }
     ::shutdown(sock, SHUT_RDWR);
@@ -334,10 +534,14 @@ bool HttpServer::process_and_close_socket(socket_t sock) {
 
 std::string HttpServer::exchange(const std::string& input) {
     MemoryConnection connection(input);
+    MeterInUse in_use(connection.meter());
     for (int count = 0; count < 64 && !connection.exhausted(); ++count) {
         t_close_after = false;
+        connection.meter().reset();
         bool closed = false;
-        if (!process_request(connection, false, closed, nullptr) || closed || t_close_after) break;
+        if (!process_request(connection, false, closed, nullptr) || closed || t_close_after ||
+            connection.meter().cut() != BodyMeter::Cut::no)
+            break;
     }
     return connection.output();
 }

@@ -133,7 +133,8 @@ struct Server::State {
         : options(std::move(o)), catalog(options.model_path, options.models, options.allow_client_paths),
           registry(options.plugin_path.empty() ? plugins::Registry::default_search_path() : options.plugin_path),
           generators(options, registry, catalog, metrics), scheduler(options, metrics, generators.cache),
-          runner(generators, scheduler, metrics), access(options.api_keys, options.cors_origins),
+          runner(generators, scheduler, metrics),
+          access(options.api_keys, options.cors_origins, options.allowed_hosts, options.host),
           http(limits(options), [this](ConnectionEvent e) { count(e); }) {
         for (const auto& dir : options.model_path) redact.add(dir, "");
         for (const auto& [name, dir] : options.models) redact.add(dir, name);
@@ -144,8 +145,8 @@ struct Server::State {
     }
 
     static ConnectionLimits limits(const ServerOptions& o) {
-        return {o.header_timeout_seconds, o.body_timeout_seconds, o.idle_timeout_seconds, o.write_timeout_seconds,
-                o.max_connections};
+        return {o.header_timeout_seconds, o.body_timeout_seconds, o.idle_timeout_seconds,
+                o.write_timeout_seconds,  o.max_connections,      o.max_body_bytes};
     }
 
     ServerOptions options;
@@ -515,11 +516,16 @@ struct Server::State {
     }
 
     void routes() {
-        http.set_payload_max_length(static_cast<size_t>(options.max_body_bytes));
         // cpp-httplib closes a kept-alive connection after 5 requests by default: a client sending many then opens a
         // connection every 5, through a listen backlog of 5 (compiled into Debian's library).
         http.set_keep_alive_max_count(1000);
         http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+            // The body's framing first: nothing of a body the server will not read is read.
+            if (const std::optional<FramingRefusal> refusal = http.frame_body(req)) {
+                refuse_in_route_shape(req, res, refusal->status, refusal->message);
+                res.set_header("Connection", "close");
+                return httplib::Server::HandlerResponse::Handled;
+            }
             return access.answered(req, res) ? httplib::Server::HandlerResponse::Handled
                                              : httplib::Server::HandlerResponse::Unhandled;
         });
@@ -575,6 +581,14 @@ struct Server::State {
         error_routes();
     }
 
+    // A refusal in the route's shape: OpenAI's routes answer in OpenAI's error object, the others in Rudder's.
+    void refuse_in_route_shape(const httplib::Request& req, httplib::Response& res, int status,
+                               const std::string& message) const {
+        const RequestError e{status, message, {}};
+        const bool openai = req.path == "/v1/completions" || req.path == "/v1/chat/completions";
+        reply(res, status, openai ? openai_error(e, nullptr) : error_json(e));
+    }
+
     void error_routes() {
         http.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
             std::string what = "internal error";
@@ -590,14 +604,21 @@ struct Server::State {
         // The path and method are the client's: quoted cut short, and any bytes (%FF) replaced.
         http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
             if (!res.body.empty()) return;
+            if (const std::optional<FramingRefusal> cut = http.body_cut_off()) {
+                res.set_header("Connection", "close");
+                return refuse_in_route_shape(req, res, cut->status, cut->message);
+            }
             if (res.status == 413) {
-                const RequestError e{413,
-                                     "the request body is over this server's limit of " +
-                                         std::to_string(options.max_body_bytes) + " bytes",
-                                     {}};
-                // OpenAI's routes answer in OpenAI's error shape, the others in Rudder's.
-                const bool openai = req.path == "/v1/completions" || req.path == "/v1/chat/completions";
-                return reply(res, 413, openai ? openai_error(e, nullptr) : error_json(e));
+                // httplib's own limit on form-encoded bodies (compiled into Debian's library), which curl -d sends.
+                const bool form =
+                    req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0;
+                return refuse_in_route_shape(
+                    req, res, 413,
+                    form ? "a form-encoded body (Content-Type: application/x-www-form-urlencoded, curl -d's default) "
+                           "is limited to 8192 bytes by this server's HTTP library; send the JSON with Content-Type: "
+                           "application/json"
+                         : "the request body is over this server's limit of " + std::to_string(options.max_body_bytes) +
+                               " bytes");
             }
             reply(res, res.status,
                   {{"error",

@@ -74,6 +74,11 @@ struct ServerOptions {
     // server's own page).
     std::vector<std::string> api_keys;
     std::vector<std::string> cors_origins;
+    // The names a keyless server answers to in the Host header, besides the loopback names (localhost, *.localhost,
+    // 127.0.0.0/8, [::1]) and the address it listens on: a keyless server refuses other names (421), so that a web
+    // page whose own name an attacker points at 127.0.0.1 (DNS rebinding) cannot call it. "*": any name. A server
+    // with API keys answers to any name (the page has no key).
+    std::vector<std::string> allowed_hosts;
 };
 
 // The memory one request's run may use when the operator gives no limit: what this process holds now, plus three

@@ -1,0 +1,181 @@
+"""rudder serve against the findings of issue 64 (reliability, round four), one case per run:
+python3 reliability_test.py RUDDER FIXTURES CASE.
+
+Each case reproduces its findings on loopback with the standard library only; run against the build before the fix
+(17ea444) each fails where that server failed: it read a chunked body without limit, waited for a body that a
+malformed or missing length never brings, quoted the wrong limit, or answered a page whose name rebinds to
+127.0.0.1. Server and its helpers come from security_test.py (the same arguments).
+"""
+import os
+import socket
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from security_test import CASE, QUICK, Server, fail  # noqa: E402
+from soak_test import sanitizer_build  # noqa: E402
+from security_test import RUDDER  # noqa: E402
+
+
+def answer_of(c, within):
+    """The status line and body of the answer on socket c, read for at most `within` seconds (None: no answer)."""
+    c.settimeout(within)
+    data = b""
+    try:
+        while b"\r\n\r\n" not in data:
+            chunk = c.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = [int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.lower().startswith(b"content-length:")]
+        while length and len(body) < length[0]:
+            chunk = c.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+    except (socket.timeout, ConnectionResetError):
+        pass
+    if not data:
+        return None, ""
+    return int(data.split(b" ", 2)[1]), data.partition(b"\r\n\r\n")[2].decode("utf-8", "replace")
+
+
+def raw(port, head, body=b"", within=5):
+    """A request's raw head and body on a connection of its own: (status, body text, seconds to the answer)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
+        start = time.monotonic()
+        c.sendall(head + body)
+        status, text = answer_of(c, within)
+        return status, text, time.monotonic() - start
+
+
+def case_framing():
+    # Finding H1: a chunked body skipped --max-body (150 MB read, parsed and run: 21 s, 5.9 GB). Low: a
+    # Content-Length of -5 or 20 digits waited for the body timeout, a POST with neither length nor body waited 60 s
+    # (issue 63), a form-encoded body over 8 KB was refused quoting --max-body's limit.
+    s = Server()
+    try:
+        s.alive()
+        before = s.rss_mb()
+        c = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+        c.sendall(b"POST /v1/generate HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n"
+                  b"Content-Type: application/json\r\n\r\n")
+        piece = b"%x\r\n" % (1 << 20) + b"[" * (1 << 20) + b"\r\n"
+        sent = [0]
+
+        def send():  # 150 MB in 1 MiB chunks, as fast as the server takes them, until it stops taking them
+            try:
+                for _ in range(150):
+                    c.sendall(piece)
+                    sent[0] += 1
+                c.sendall(b"0\r\n\r\n")
+            except OSError:
+                pass
+        start = time.monotonic()
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        status, text = answer_of(c, 30)
+        took = time.monotonic() - start
+        sender.join(30)
+        c.close()
+        print(f"150 MB chunked body: {status} after {took:.2f} s, {sent[0]} MiB sent; resident {before:.0f} MB before,"
+              f" {s.rss_mb():.0f} MB after")
+        assert status == 413 and "limit of 1048576 bytes" in text, (status, text[:300])
+        assert took < 10, f"413 after {took:.1f} s"  # a liveness bound: the finding took 21 s and answered 200
+        if not sanitizer_build(RUDDER):
+            assert s.rss_mb() < max(300, before + 50), f"resident {s.rss_mb():.0f} MB after the chunked body"
+        # A chunked body within the limit is read as any other.
+        body = b'{"recipe": {"model": "e2e-discrete", "sampler": {"name": "analytic", "steps": 5}}}'
+        chunks = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 7]), body[i:i + 7]) for i in range(0, len(body), 7))
+        status, text, _ = raw(s.port, b"POST /v1/validate HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
+                                      b"Transfer-Encoding: chunked\r\n\r\n", chunks + b"0\r\n\r\n", within=60)
+        assert status == 200, (status, text)
+        # A chunk whose size line alone says it is over the limit: refused before any of it arrives.
+        status, text, _ = raw(s.port, b"POST /v1/generate HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked"
+                                      b"\r\n\r\n", b"fffffff\r\n")
+        assert status == 413, (status, text)
+        for bad in (b"zz\r\n", b"1" * 40 + b"\r\n", b"5;" + b"x" * 10000 + b"\r\n"):
+            status, text, _ = raw(s.port, b"POST /v1/generate HTTP/1.1\r\nHost: localhost\r\n"
+                                          b"Transfer-Encoding: chunked\r\n\r\n", bad)
+            assert status == 400 and "chunked" in text, (bad[:20], status, text)
+        # Lengths that are no length: answered at once, not after the 60 s body timeout.
+        for length in (b"-5", b"1" * 20, b"12abc", b"+7"):
+            status, text, took = raw(s.port, b"POST /v1/generate HTTP/1.1\r\nHost: localhost\r\nContent-Length: " +
+                                     length + b"\r\n\r\n", b"{}", within=20)
+            assert status == 400 and "Content-Length" in text and took < 10, (length, status, text, took)
+        status, text, _ = raw(s.port, b"POST /v1/generate HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n"
+                                      b"Content-Length: 3\r\n\r\n", b"{}")
+        assert status == 400 and "disagree" in text, (status, text)
+        status, text, _ = raw(s.port, b"POST /v1/generate HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n"
+                                      b"Transfer-Encoding: chunked\r\n\r\n", b"{}")
+        assert status == 400 and "both" in text, (status, text)
+        status, text, _ = raw(s.port, b"POST /v1/generate HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip"
+                                      b"\r\n\r\n", b"{}")
+        assert status == 501, (status, text)
+        status, text, _ = raw(s.port, b"POST /v1/generate HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2000000"
+                                      b"\r\n\r\n")
+        assert status == 413, (status, text)
+        # No length and no body: the request has no body (RFC 9112), answered at once.
+        for path in (b"/v1/generate", b"/v1/chat/completions"):
+            status, text, took = raw(s.port, b"POST " + path + b" HTTP/1.1\r\nHost: localhost\r\n\r\n", within=20)
+            assert status == 400 and took < 10, (path, status, text, took)
+        # A form-encoded body over httplib's 8 KB: the limit that applies, and what to send instead.
+        big = b'{"recipe": {"model": "e2e-discrete", "x": "' + b"a" * 9000 + b'"}}'
+        status, text, _ = raw(s.port, b"POST /v1/generate HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
+                                      b"application/x-www-form-urlencoded\r\nContent-Length: %d\r\n\r\n" % len(big),
+                              big)
+        assert status == 413 and "8192" in text and "application/json" in text, (status, text)
+        s.alive()
+        assert s.json("POST", "/v1/generate", {"recipe": QUICK})[0] == 200
+    finally:
+        s.stop()
+
+
+def case_dns_rebinding():
+    # Finding M4: a keyless server trusted Origin == "http://" + Host and answered any Host, so a page whose name
+    # rebinds to 127.0.0.1 could generate and read the answers.
+    s = Server()
+    try:
+        page = {"Host": "evil.example:8080", "Origin": "http://evil.example:8080"}
+        for method, path in (("POST", "/v1/generate"), ("GET", "/v1/models"), ("GET", "/")):
+            status, _, text = s.exchange(
+                f"{method} {path} HTTP/1.1\r\nHost: {page['Host']}\r\nOrigin: {page['Origin']}\r\n"
+                f"Connection: close\r\nContent-Length: 0\r\n\r\n".encode())
+            assert status == 421 and "--allowed-host" in text, (path, status, text)
+        for host in ("localhost", f"localhost:{s.port}", f"127.0.0.1:{s.port}", "127.1.2.3", "[::1]:80",
+                     "app.localhost"):
+            status, _, text = s.exchange(f"GET /v1/models HTTP/1.1\r\nHost: {host}\r\nOrigin: http://{host}\r\n"
+                                         f"Connection: close\r\n\r\n".encode())
+            assert status == 200, (host, status, text)
+        for host in ("127.0.0.1.evil.example", "localhost.evil.example", "127.0.0.256"):
+            status, _, _ = s.exchange(f"GET /v1/models HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+            assert status == 421, (host, status)
+        status, _, _ = s.exchange(b"GET /healthz HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n")
+        assert status == 200  # probes by any name
+    finally:
+        s.stop()
+    s = Server("--allowed-host", "rudder.internal")
+    try:
+        for host, expected in (("rudder.internal:8080", 200), ("RUDDER.internal", 200), ("other.internal", 421)):
+            status, _, _ = s.exchange(f"GET /v1/models HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+            assert status == expected, (host, status)
+    finally:
+        s.stop()
+    key = "k3y-" + "y" * 28
+    s = Server(env={"RUDDER_API_KEYS": key})
+    try:  # a page cannot bring the key: a server with keys answers to any name
+        status, _, _ = s.exchange(f"GET /v1/models HTTP/1.1\r\nHost: rudder.example.com\r\nAuthorization: Bearer "
+                                  f"{key}\r\nConnection: close\r\n\r\n".encode())
+        assert status == 200, status
+    finally:
+        s.stop()
+
+
+if __name__ == "__main__":
+    cases = {"framing": case_framing, "dns_rebinding": case_dns_rebinding}
+    if CASE not in cases:
+        fail(f"no case {CASE}")
+    cases[CASE]()
+    print("ok:", CASE)
