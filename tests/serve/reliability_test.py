@@ -6,14 +6,17 @@ Each case reproduces its findings on loopback with the standard library only; ru
 malformed or missing length never brings, quoted the wrong limit, or answered a page whose name rebinds to
 127.0.0.1. Server and its helpers come from security_test.py (the same arguments).
 """
+import json
 import os
+import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from security_test import CASE, QUICK, Server, fail  # noqa: E402
+from security_test import CASE, QUICK, REPO, Server, fail  # noqa: E402
 from soak_test import sanitizer_build  # noqa: E402
 from security_test import RUDDER  # noqa: E402
 
@@ -173,8 +176,37 @@ def case_dns_rebinding():
         s.stop()
 
 
+def case_openai_paths():
+    # Finding L2: the OpenAI routes' errors held absolute server paths (their error object was not scrubbed): a
+    # model folder reached through a link, a chat template's parse error naming its file.
+    with tempfile.TemporaryDirectory() as scratch:
+        models = os.path.join(scratch, "models")
+        real = os.path.join(scratch, "elsewhere", "m_real")
+        shutil.copytree(os.path.join(REPO, "models", "e2e-mdlm"), real)
+        with open(os.path.join(real, "tokenizer_config.json"), "w") as f:
+            json.dump({"chat_template": "{% for m in messages %}{{ m.content }{% endfor %}"}, f)
+        os.makedirs(models)
+        os.symlink(real, os.path.join(models, "m_link"))
+        os.makedirs(os.path.join(models, "empty"))
+        s = Server("--models", models)
+        try:
+            chat = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 8}
+            for model in ("m_link", "empty", "nowhere"):
+                for path, body in (("/v1/chat/completions", dict(chat, model=model)),
+                                   ("/v1/completions", {"model": model, "prompt": "x", "max_tokens": 4}),
+                                   ("/v1/chat/completions", dict(chat, model=model, stream=True))):
+                    status, _, text = s.request("POST", path, body)
+                    assert status >= 400 or model == "m_link" and path == "/v1/completions", (model, path, status, text)
+            for text in s.answers:
+                for leak in (scratch, REPO, os.path.realpath(scratch)):
+                    assert leak not in text, (leak, text[:2000])
+            s.alive()
+        finally:
+            s.stop()
+
+
 if __name__ == "__main__":
-    cases = {"framing": case_framing, "dns_rebinding": case_dns_rebinding}
+    cases = {"framing": case_framing, "dns_rebinding": case_dns_rebinding, "openai_paths": case_openai_paths}
     if CASE not in cases:
         fail(f"no case {CASE}")
     cases[CASE]()

@@ -102,6 +102,13 @@ void PathRedactor::scrub(json& answer) const {
     if (!answer.is_object()) return;
     if (answer.contains("error") && answer["error"].is_string())
         answer["error"] = (*this)(answer["error"].get<std::string>());
+    // OpenAI's error object, {"error": {"message", "type", "param", "code", and Rudder's "issues"}}.
+    if (answer.contains("error") && answer["error"].is_object()) {
+        json& error = answer["error"];
+        if (error.contains("message") && error["message"].is_string())
+            error["message"] = (*this)(error["message"].get<std::string>());
+        scrub(error);
+    }
     for (const char* list : {"issues", "rejected"}) {
         if (!answer.contains(list) || !answer[list].is_array()) continue;
         for (auto& item : answer[list])
