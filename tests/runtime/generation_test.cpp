@@ -212,6 +212,37 @@ TEST(GenerationErrors, ParallelDecodingIsBoundByTheLength) {
     }
 }
 
+// A temperature is 0 (the arg-max, where the sampler takes it) or at least 0.01: below that the scores divided by it
+// overflow float32, and a temperature of 1e-38 once passed validation and failed the run with a 500 that blamed the
+// controllers (issue 64).
+TEST(GenerationErrors, TemperaturesBelowWhatASamplerComputesAreRefused) {
+    const auto issue_of = [](const std::string& sampler) {
+        const std::string text = R"({"model": ")" + rudder::testing::corpus_model_dir().string() +
+                                 R"(", "family": "discrete", "max_length": 12, "sampler": )" + sampler + "}";
+        try {
+            Generator g(rudder::parse_recipe(text, "."), registry());
+        } catch (const rudder::RecipeError& e) {
+            for (const auto& i : e.issues())
+                if (i.pointer == "/sampler/temperature") return i.message;
+            return std::string("other issues only");
+        }
+        return std::string();
+    };
+    for (const char* tiny : {"1e-38", "1e-300", "0.009"}) {
+        for (const char* name : {"analytic", "confidence", "llada"}) {
+            const std::string message =
+                issue_of(std::string(R"({"name": ")") + name + R"(", "steps": 12, "temperature": )" + tiny + "}");
+            EXPECT_NE(message.find("expected 0 (the most probable token) or a number in [0.01, 100]"),
+                      std::string::npos)
+                << name << " " << tiny << ": " << message;
+        }
+    }
+    for (const char* fine : {"0", "0.01", "1", "100"})
+        EXPECT_EQ(issue_of(std::string(R"({"name": "analytic", "steps": 12, "temperature": )") + fine + "}"), "")
+            << fine;
+    EXPECT_NE(issue_of(R"({"name": "analytic", "steps": 12, "temperature": 101})"), "");
+}
+
 // Fast-dLLM's key/value caches need a network that keeps them (LLaDA's and Dream's checkpoints); the corpus model
 // has none, and prompt guidance's second pass cannot share one.
 TEST(GenerationErrors, AKeyValueCacheNeedsAModelThatKeepsOne) {

@@ -173,8 +173,17 @@ void read_steps(SamplerObject& o, int64_t& steps) {
 }
 
 void read_temperature(SamplerObject& o, double& temperature, bool zero_is_arg_max) {
-    if (o.applies("temperature"))
-        if (auto v = o.reader.number("temperature", zero_is_arg_max ? 0.0 : 0.01, 100.0)) temperature = *v;
+    // 0.01 is the least temperature every sampler computes: the scores divided by it stay finite in float32 (a
+    // temperature of 1e-38 made them infinite, and the run failed with a message blaming the controllers). A
+    // sampler that takes the arg-max at 0 takes 0 itself.
+    constexpr double kLeast = 0.01;
+    if (!o.applies("temperature")) return;
+    const std::optional<double> v = o.reader.number("temperature", zero_is_arg_max ? 0.0 : kLeast, 100.0);
+    if (v && *v > 0 && *v < kLeast)
+        o.reader.issue("temperature", "expected 0 (the most probable token) or a number in [0.01, 100], got " +
+                                          nlohmann::json(*v).dump());
+    else if (v)
+        temperature = *v;
 }
 
 void read_truncation(SamplerObject& o, int64_t& top_k, double& top_p) {
