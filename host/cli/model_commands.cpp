@@ -23,14 +23,18 @@ int cmd_corpus_model(const std::string& input, const std::string& out_dir, const
     return kExitOk;
 }
 
-int cmd_convert_weights(const std::string& model, const std::string& dtype_name) {
+int cmd_convert_weights(const std::string& model, const std::string& dtype_name, const ConvertOptions& options) {
     const std::filesystem::path dir = resolve_model(model, std::filesystem::current_path(), default_model_path());
     const nlohmann::json config = read_json_file(dir / "config.json");
     const std::filesystem::path weights = model_file(dir, config.value("weights", std::string("model.safetensors")));
     const auto before = std::filesystem::file_size(weights);
-    const uint64_t after = convert_floating_tensors(weights, dtype_name);
-    std::cout << weights.string() << ": floating-point tensors stored as " << dtype_name << ", " << before / 1024
-              << " KB -> " << after / 1024 << " KB\n";
+    const ConvertedWeights after = convert_floating_tensors(weights, dtype_name, options);
+    const std::filesystem::path written = options.out.empty() ? weights : options.out;
+    std::cout << written.string() << ": floating-point tensors stored as " << dtype_name << ", " << before / 1024
+              << " KB -> " << after.bytes / 1024 << " KB";
+    if (after.clamped > 0) std::cout << "; " << after.clamped << " value(s) clamped to " << dtype_name << "'s range";
+    std::cout << "\n";
+    if (!options.out.empty()) return kExitOk;  // a file beside the model: its config is the original's
     // A Hugging Face config says how its weights are stored (torch_dtype): it says so again, its keys kept in order.
     if (config.contains("torch_dtype")) {
         auto ordered = nlohmann::ordered_json::parse(read_small_file(dir / "config.json", kMaxConfigFileBytes));
@@ -50,6 +54,7 @@ void add_model_commands(CLI::App& app, Commands& commands) {
         std::string corpus_input, corpus_out;
         CorpusModelOptions corpus;
         std::string convert_model, convert_dtype = "float16";
+        ConvertOptions convert;
     };
     auto o = std::make_shared<Options>();
     auto* corpus = app.add_subcommand("corpus-model", "Build an exact corpus-denoiser model from sentences");
@@ -67,7 +72,12 @@ void add_model_commands(CLI::App& app, Commands& commands) {
     convert->add_option("model", o->convert_model, "Bundled model name or model directory")->required();
     convert->add_option("--dtype", o->convert_dtype, "float16 (default), bfloat16 or float32")
         ->check(CLI::IsMember({"float16", "bfloat16", "float32"}));
-    commands.list.push_back({convert, [o] { return cmd_convert_weights(o->convert_model, o->convert_dtype); }});
+    convert->add_option("--out", o->convert.out,
+                        "Write the converted weights to this file instead of over the model's (which is then kept)");
+    convert->add_flag("--clamp", o->convert.clamp,
+                      "Store values beyond the dtype's range (65,504 for float16) as its largest instead of refusing");
+    commands.list.push_back(
+        {convert, [o] { return cmd_convert_weights(o->convert_model, o->convert_dtype, o->convert); }});
 }
 
 }  // namespace rudder::cli

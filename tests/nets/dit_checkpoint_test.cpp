@@ -291,7 +291,7 @@ TEST_F(DitCheckpoint, CleanLogProbsAreDistributionsThatKeepUnmaskedTokens) {
 
 TEST_F(DitCheckpoint, HalfPrecisionWeightsLoadWidened) {
     const fs::path dir = copy_of("mdlm", "mdlm_bf16");
-    EXPECT_GT(rudder::convert_floating_tensors(dir / "model.safetensors", "bfloat16"), 0u);
+    EXPECT_GT(rudder::convert_floating_tensors(dir / "model.safetensors", "bfloat16").bytes, 0u);
     const DitNetwork net = DitNetwork::load(dir);
     const at::Tensor tokens = reference("mdlm.tokens");
     const at::Tensor raw = net.forward(tokens, reference("mdlm.sigma"));

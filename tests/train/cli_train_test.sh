@@ -409,6 +409,34 @@ PY
     grep -q "config.json: torch_dtype bfloat16" <<<"$out" || fail "$out"
     python3 -c 'import json,sys; c = json.load(open(sys.argv[1])); assert list(c) == ["model_type", "vocab_size", "torch_dtype"] and c["torch_dtype"] == "bfloat16", c' \
       "$work/hub/config.json" || fail "config: $(cat "$work/hub/config.json")"
+    # Issue 64: values float16 cannot hold (past 65,504) became inf, the file was rewritten in place and the command
+    # exited 0. Now refused with nothing written; --clamp stores them as the largest, --out keeps the original.
+    mkdir "$work/big"
+    printf '{"model_type": "mdlm", "vocab_size": 9}\n' > "$work/big/config.json"
+    python3 - "$work/big/model.safetensors" <<'PY'
+import json, struct, sys
+values = [1.0, 70000.0, -1e6, float("inf")]
+header = json.dumps({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode()
+header += b" " * ((8 - len(header) % 8) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(header)) + header + struct.pack("<4f", *values))
+PY
+    sum_before=$(sha256sum < "$work/big/model.safetensors")
+    err=$("$rudder" convert-weights "$work/big" 2>&1); code=$?
+    [ $code -ne 0 ] || fail "values past float16's range converted: $err"
+    grep -q "tensor 'w' holds 2 value(s) beyond float16's largest, 65504.0" <<<"$err" || fail "$err"
+    [ "$(sha256sum < "$work/big/model.safetensors")" = "$sum_before" ] || fail "the refused conversion changed the file"
+    out=$("$rudder" convert-weights "$work/big" --clamp --out "$work/big/clamped.safetensors") || fail "clamp exit $?"
+    grep -q "2 value(s) clamped" <<<"$out" || fail "$out"
+    [ "$(sha256sum < "$work/big/model.safetensors")" = "$sum_before" ] || fail "--out changed the original"
+    python3 - "$work/big/clamped.safetensors" <<'PY' || fail "clamped values"
+import json, math, struct, sys
+data = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+entry = json.loads(data[8:8 + n])["w"]
+assert entry["dtype"] == "F16", entry
+values = struct.unpack("<4e", data[8 + n:8 + n + 8])
+assert values[:3] == (1.0, 65504.0, -65504.0) and math.isinf(values[3]), values
+PY
     ;;
   *) fail "unknown case $case" ;;
 esac

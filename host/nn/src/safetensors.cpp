@@ -444,7 +444,8 @@ SafeTensors load_sharded_safetensors(const fs::path& index_file, const SafeTenso
     return result;
 }
 
-uint64_t convert_floating_tensors(const std::filesystem::path& file, const std::string& dtype_name) {
+ConvertedWeights convert_floating_tensors(const std::filesystem::path& file, const std::string& dtype_name,
+                                          const ConvertOptions& options) {
     const std::map<std::string, at::ScalarType> dtypes = {
         {"float16", at::kHalf}, {"bfloat16", at::kBFloat16}, {"float32", at::kFloat}};
     const auto found = dtypes.find(dtype_name);
@@ -452,14 +453,37 @@ uint64_t convert_floating_tensors(const std::filesystem::path& file, const std::
         throw SafeTensorsError("'" + file.string() + "': weights can be stored as float16, bfloat16 or float32, not '" +
                                dtype_name + "'");
     const at::ScalarType dtype = found->second;
+    const double largest = dtype == at::kHalf       ? 65504.0
+                           : dtype == at::kBFloat16 ? 3.3895313892515355e38
+                                                    : 3.4028234663852886e38;
     SafeTensors st = load_safetensors(file);
+    ConvertedWeights out;
     // float64 tensors are kept: a network holds in float64 only what float32 would already round (CDCD's running
     // warp losses) and loads them as float64.
-    for (auto& [name, tensor] : st.tensors)
-        if (at::isFloatingType(tensor.scalar_type()) && tensor.scalar_type() != at::kDouble)
-            tensor = tensor.to(dtype).contiguous();
-    save_safetensors(file, st.tensors, st.metadata);
-    return static_cast<uint64_t>(std::filesystem::file_size(file));
+    for (auto& [name, tensor] : st.tensors) {
+        if (!at::isFloatingType(tensor.scalar_type()) || tensor.scalar_type() == at::kDouble) continue;
+        // Finite values the new dtype cannot hold would become infinities; values that were not finite stay so.
+        const at::Tensor wide = tensor.to(at::kDouble);
+        const at::Tensor over = wide.abs().gt(largest).logical_and(wide.isfinite());
+        const int64_t count = over.sum().item<int64_t>();
+        if (count > 0) {
+            if (!options.clamp) {
+                const double worst = wide.masked_select(over).abs().max().item<double>();
+                throw SafeTensorsError("'" + file.string() + "': tensor '" + name + "' holds " + std::to_string(count) +
+                                       " value(s) beyond " + dtype_name + "'s largest, " +
+                                       nlohmann::json(largest).dump() + " (the largest is " +
+                                       nlohmann::json(worst).dump() + "); they would become infinite. Nothing was "
+                                       "written; --clamp stores them as the largest value of their sign");
+            }
+            tensor = wide.clamp(-largest, largest).where(over, wide).to(tensor.scalar_type());  // infinities stay
+            out.clamped += count;
+        }
+        tensor = tensor.to(dtype).contiguous();
+    }
+    const std::filesystem::path target = options.out.empty() ? file : options.out;
+    save_safetensors(target, st.tensors, st.metadata);  // a new file, renamed over the target once whole
+    out.bytes = static_cast<uint64_t>(std::filesystem::file_size(target));
+    return out;
 }
 
 }  // namespace rudder

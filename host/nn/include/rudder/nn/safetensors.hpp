@@ -80,10 +80,24 @@ SafeTensors read_safetensors(std::istream& in, uint64_t size, const std::filesys
 SafeTensors load_sharded_safetensors(const std::filesystem::path& index_file,
                                      const SafeTensorsSelection& selection = {});
 
-// Rewrites `file` with every float32, float16 and bfloat16 tensor stored as `dtype` ("float16", "bfloat16" or
+struct ConvertOptions {
+    // Where the converted file goes; empty: over `file` itself (written whole to a new file first, then renamed).
+    std::filesystem::path out;
+    // Finite values beyond the dtype's largest (65,504 for float16) are refused unless this is set; then they are
+    // stored as the largest value of their sign.
+    bool clamp = false;
+};
+struct ConvertedWeights {
+    uint64_t bytes = 0;   // the new file's size
+    int64_t clamped = 0;  // values stored as the dtype's largest (ConvertOptions::clamp)
+};
+
+// Writes `file` with every float32, float16 and bfloat16 tensor stored as `dtype` ("float16", "bfloat16" or
 // "float32"); float64 tensors, other tensors and the metadata are kept. Networks load such files into their
 // float32 parameters (nn::load_module_tensors converts), so float16 storage halves a model's size at a rounding
-// of 2^-11 relative. Returns the new file size in bytes. Throws SafeTensorsError.
-uint64_t convert_floating_tensors(const std::filesystem::path& file, const std::string& dtype);
+// of 2^-11 relative. Throws SafeTensorsError, before anything is written, when a finite value would become
+// infinite (unless options.clamp); the original is never left half-written.
+ConvertedWeights convert_floating_tensors(const std::filesystem::path& file, const std::string& dtype,
+                                          const ConvertOptions& options = {});
 
 }  // namespace rudder
