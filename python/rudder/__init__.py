@@ -288,6 +288,25 @@ def _bytes(value: Optional[Union[str, os.PathLike]]) -> Optional[bytes]:
     return os.fsencode(value) if value is not None else None
 
 
+def _recipe_text_or_path(recipe) -> (Optional[bytes], Optional[bytes]):
+    """A recipe argument as (JSON text, None) or (None, a file's path): a dict is written as JSON; a str or bytes
+    whose first character past blanks is '{' or '[' is JSON text (the library then says what is wrong with it), any
+    other str, bytes or os.PathLike a path. Anything else is refused here, naming its type."""
+    if isinstance(recipe, dict):
+        return json.dumps(recipe).encode(), None
+    if isinstance(recipe, (str, bytes)):
+        encoded = recipe.encode() if isinstance(recipe, str) else recipe
+        if encoded.lstrip()[:1] in (b"{", b"["):
+            return encoded, None
+        if not encoded.strip():
+            raise Error(ERR_INVALID_ARGUMENT, "recipe: empty; expected a file's path, JSON text or a dict")
+        return None, os.fsencode(recipe)
+    if isinstance(recipe, os.PathLike):
+        return None, os.fsencode(recipe)
+    raise Error(ERR_INVALID_ARGUMENT,
+                f"recipe: expected a file's path, JSON text or a dict, got {type(recipe).__name__}")
+
+
 def _paths(value: Optional[Union[str, List[str]]]) -> Optional[bytes]:
     if value is None or isinstance(value, (str, os.PathLike)):
         return _bytes(value)
@@ -350,7 +369,8 @@ class _InterruptWatch:
 class Generator:
     """A recipe with its model and controllers loaded, ready to generate many times.
 
-    recipe: a recipe file's path, recipe JSON text, or a dict. model replaces the recipe's "model" (a bundled
+    recipe: a recipe file's path (str, bytes or os.PathLike), recipe JSON text (str or bytes starting with '{'), or a
+    dict. model replaces the recipe's "model" (a bundled
     name or a directory); model_path and plugin_path (a folder or a list) are searched first for models and
     plugins by name; base_dir is where relative paths in recipe text or a dict resolve (a file: its folder).
     limits caps what a recipe may ask for: a dict with any of max_steps, max_samples, max_batch_size, max_length,
@@ -372,13 +392,7 @@ class Generator:
                 raise Error(ERR_INVALID_ARGUMENT, f"unknown limit '{key}' (max_steps, max_samples, max_batch_size, "
                                                   "max_length, max_memory_mb)")
             setattr(c_limits, key, _int64(f"limits['{key}']", value, -_INT64_MAX - 1))  # the library checks the sign
-        text = path = None
-        if isinstance(recipe, dict):
-            text = json.dumps(recipe).encode()
-        elif isinstance(recipe, str) and recipe.lstrip().startswith("{"):
-            text = recipe.encode()
-        else:
-            path = _bytes(recipe)
+        text, path = _recipe_text_or_path(recipe)
         status = _lib.rudder_generator_create_limited(text, path, options, c_limits, ctypes.byref(self._handle))
         if status != OK:
             raise _error(status, _text(_lib.rudder_last_error()))

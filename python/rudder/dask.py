@@ -39,13 +39,22 @@ RecipeLike = Union[str, os.PathLike, Dict[str, Any]]
 
 def _recipe_dict(recipe: RecipeLike) -> (Dict[str, Any], Optional[str]):
     """The recipe as a dict, and the folder its relative paths resolve against (a file's folder)."""
+    import rudder
     if isinstance(recipe, dict):
         return copy.deepcopy(recipe), None
-    if isinstance(recipe, str) and recipe.lstrip().startswith("{"):
-        return json.loads(recipe), None
-    path = os.path.abspath(os.fspath(recipe))
-    with open(path) as f:
-        return json.load(f), os.path.dirname(path)
+    text, path = rudder._recipe_text_or_path(recipe)  # the binding's reading of a recipe argument
+    if text is not None:
+        try:
+            parsed = json.loads(text)
+        except ValueError as e:
+            raise ValueError(f"recipe: not valid JSON: {e}") from None
+    else:
+        path = os.path.abspath(os.fsdecode(path))
+        with open(path) as f:
+            parsed = json.load(f)
+    if not isinstance(parsed, dict):
+        raise ValueError(f"recipe: expected a JSON object, got {type(parsed).__name__}")
+    return parsed, os.path.dirname(path) if text is None else None
 
 
 def _with_params(recipe: Dict[str, Any], params: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
@@ -92,9 +101,19 @@ def generate(recipe: RecipeLike, targets: Sequence[Dict[str, Any]], client, *, c
     recipe, base_dir = _recipe_dict(recipe)
     targets = list(targets)
     for i, target in enumerate(targets):
+        if not isinstance(target, dict):
+            raise ValueError(f"target {i}: expected a dict with any of seed, samples, params, got "
+                             f"{type(target).__name__}")
         unknown = set(target) - {"seed", "samples", "params"}
         if unknown:
             raise ValueError(f"target {i}: unknown keys {sorted(unknown)} (seed, samples, params)")
+        for key in ("seed", "samples"):
+            if key in target and target[key] is not None and (not isinstance(target[key], int) or
+                                                              isinstance(target[key], bool)):
+                raise ValueError(f"target {i}: '{key}' must be an integer, got {target[key]!r}")
+        params = target.get("params", {})
+        if not isinstance(params, dict) or not all(isinstance(v, dict) for v in params.values()):
+            raise ValueError(f"target {i}: 'params' must map controller names to dicts of params, got {params!r}")
         _with_params(recipe, target.get("params", {}))  # a bad controller name fails here, not on a worker
     if not targets:
         return []

@@ -39,6 +39,22 @@ def main():
             raise AssertionError("a target naming no controller of the recipe was accepted")
         except ValueError as e:
             assert "no controller named 'lenght'" in str(e), e
+        # Issue 64: params=[1] raised AttributeError; each malformed target is a ValueError naming it.
+        for target, words in (({"params": [1]}, "'params' must map controller names"),
+                              ({"params": {"length": 3}}, "'params' must map controller names"),
+                              (7, "target 0: expected a dict"), ({"seed": "1"}, "'seed' must be an integer"),
+                              ({"samples": 2.5}, "'samples' must be an integer")):
+            try:
+                rudder.dask.generate(recipe, [target], client)
+                raise AssertionError(f"target {target!r} was accepted")
+            except ValueError as e:
+                assert words in str(e), (target, e)
+        for text in (b"[1]", "[[["):
+            try:
+                rudder.dask.generate(text, [{}], client)
+                raise AssertionError(f"recipe {text!r} was accepted")
+            except ValueError as e:
+                assert "recipe:" in str(e), e
 
         # A sharded eval: two shards on the workers, merged here; the same samples and results as one run.
         suite = os.path.join(REPO, "examples", "eval", "hard_constraints.json")

@@ -176,6 +176,25 @@ class Binding(unittest.TestCase):
         self.assertEqual([i.pointer for i in issues], ["/sampler/stpes", "/controllers/0/plugin"])
         self.assertEqual(issues[0].message, "unknown key 'stpes'; did you mean 'steps'?")
 
+    def test_recipe_text_in_bytes_or_not_an_object_is_read_as_text(self):
+        # Issue 64: b"{}" and "[[[..." were read as file names ("no such file").
+        with self.assertRaises(rudder.InvalidRecipe) as caught:
+            rudder.Generator(b"{}")
+        self.assertIn("/model", str(caught.exception))
+        ok = rudder.Generator(json.dumps(RECIPE).encode())
+        self.assertEqual(len(ok.generate(samples=1, seed=1)), 1)
+        ok.close()
+        for text in ("[[[[[[", " [1, 2]", b"[", "\n{"):
+            with self.assertRaises(rudder.Error) as caught:
+                rudder.Generator(text)
+            self.assertNotIn("no such file", str(caught.exception).lower(), text)
+            self.assertNotIn("does not exist", str(caught.exception), text)
+        for wrong in (42, None, ["a"], 1.5):
+            with self.assertRaises(rudder.Error) as caught:
+                rudder.Generator(wrong)
+            self.assertIn("expected a file's path, JSON text or a dict, got " + type(wrong).__name__,
+                          str(caught.exception))
+
     def test_errors_pickle_as_themselves(self):
         # A Dask worker's error reaches the client through pickle: the same class, status, issues and samples.
         with self.assertRaises(rudder.InvalidRecipe) as caught:
