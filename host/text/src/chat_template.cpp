@@ -64,14 +64,19 @@ ChatTemplate::ChatTemplate(const std::string& source, ordered_json special_token
         end_of_turn_ = special_tokens_["eos_token"].get<std::string>();
 }
 
-std::string ChatTemplate::render(const ordered_json& messages, bool add_generation_prompt,
-                                 const ordered_json& extra) const {
-    ordered_json variables = special_tokens_;
+std::string ChatTemplate::render(const ordered_json& messages, bool add_generation_prompt, const ordered_json& extra,
+                                 const RenderLimits& limits) const {
     if (!extra.is_object()) throw JinjaError("a chat template's extra variables must be a JSON object");
+    // Copying a JSON value recurses once per level: a request's messages nested 100,000 deep would overflow the
+    // stack here, before the renderer's own check.
+    if (nests_deeper_than(messages, limits.max_value_depth) || nests_deeper_than(extra, limits.max_value_depth))
+        throw JinjaError("a chat template's messages or variables nest lists and objects more than " +
+                         std::to_string(limits.max_value_depth) + " deep (RenderLimits::max_value_depth)");
+    ordered_json variables = special_tokens_;
     variables.update(extra);
     variables["messages"] = messages;
     variables["add_generation_prompt"] = add_generation_prompt;
-    return template_.render(variables);
+    return template_.render(variables, limits);
 }
 
 std::string plain_chat_prompt(const ordered_json& messages) {

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -220,9 +222,16 @@ private:
                 case 'f': out += '\f'; break;
                 case '0': out += '\0'; break;
                 case 'u': {
-                    if (pos_ + 4 > s_.size()) fail(line, "a \\u escape without 4 hex digits");
-                    const uint32_t cp = static_cast<uint32_t>(std::stoul(s_.substr(pos_, 4), nullptr, 16));
-                    pos_ += 4;
+                    uint32_t cp = 0;
+                    for (int k = 0; k < 4; ++k, ++pos_) {  // by hand: std::stoul takes "+1" or " 1f" and throws its own
+                        const char h = pos_ < s_.size() ? s_[pos_] : '\0';
+                        const int v = is_digit(h)              ? h - '0'
+                                      : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+                                      : (h >= 'A' && h <= 'F') ? h - 'A' + 10
+                                                               : -1;
+                        if (v < 0) fail(line, "a \\u escape without 4 hex digits");
+                        cp = cp * 16 + static_cast<uint32_t>(v);
+                    }
                     if (cp < 0x80) {
                         out += static_cast<char>(cp);
                     } else if (cp < 0x800) {
@@ -293,6 +302,7 @@ struct JinjaTemplate::Node {
     std::vector<std::shared_ptr<const Node>> kids;  // operands, statements, arguments
     std::vector<std::string> names;                 // keyword names per argument ("" positional); loop targets
     bool negated = false;                           // `is not`
+    int height = 1;                                 // of the subtree: the renderer recurses this deep through it
 };
 
 namespace {
@@ -301,13 +311,25 @@ using Node = JinjaTemplate::Node;
 using NodePtr = std::shared_ptr<const Node>;
 using Kind = Node::Kind;
 
+// A node whose kids are all in place: its height is set, and an expression deeper than the limit refused while the
+// tree is still shallow (a chain `1+1+...+1` or `x|f|f|...` is parsed by a loop, but rendering it, and destroying
+// it, recurses once per link).
+NodePtr sealed(std::shared_ptr<Node> n) {
+    for (const auto& kid : n->kids)
+        if (kid) n->height = std::max(n->height, kid->height + 1);
+    if (n->kind >= Kind::literal && n->height > kJinjaMaxExpressionDepth)
+        fail(n->line, "an expression nested more than " + std::to_string(kJinjaMaxExpressionDepth) +
+                          " deep (operators, filters, attributes, calls or brackets inside each other)");
+    return n;
+}
+
 NodePtr make(Kind kind, int line, std::string text = {}, std::vector<NodePtr> kids = {}) {
     auto n = std::make_shared<Node>();
     n->kind = kind;
     n->line = line;
     n->text = std::move(text);
     n->kids = std::move(kids);
-    return n;
+    return sealed(std::move(n));
 }
 
 NodePtr literal(Data value, int line) {
@@ -330,6 +352,10 @@ public:
 private:
     // Statements until one of `ends` (a block tag's name), which is consumed up to its name; "" at the end.
     NodePtr statements(const std::vector<std::string>& ends, std::string& stopped_at) {
+        // Each open block is a few frames of this parser and of the renderer, and a level of the tree.
+        if (static_cast<int>(blocks_open_.size()) > kJinjaMaxBlockNesting)
+            fail(blocks_open_.back(), "blocks nested more than " + std::to_string(kJinjaMaxBlockNesting) +
+                                          " deep (if, for, macro, set or generation inside each other)");
         auto seq = std::make_shared<Node>();
         seq->kind = Kind::sequence;
         while (i_ < t_.size()) {
@@ -348,21 +374,24 @@ private:
                 if (std::find(ends.begin(), ends.end(), name.text) != ends.end()) {
                     stopped_at = name.text;
                     i_ += 2;
-                    return seq;
+                    return sealed(seq);
                 }
                 if (is_end_tag(name.text))
                     fail(name.line,
                          "'" + name.text + "' where " +
                              (ends.empty() ? std::string("no block is open") : "'" + ends.back() + "' was expected"));
                 i_ += 2;
-                if (NodePtr s = statement(name)) seq->kids.push_back(s);
+                blocks_open_.push_back(name.line);
+                NodePtr s = statement(name);
+                blocks_open_.pop_back();
+                if (s) seq->kids.push_back(s);
             } else {
                 fail(tok.line, "unexpected token");
             }
         }
         if (!ends.empty()) fail(line(), "a block without its '" + ends.back() + "'");
         stopped_at.clear();
-        return seq;
+        return sealed(seq);
     }
 
     static bool is_end_tag(const std::string& name) {
@@ -402,7 +431,7 @@ private:
             node->kids.push_back(statements({"elif", "else", "endif"}, stopped));
             if (stopped == "endif") {
                 expect_end();
-                return node;
+                return sealed(node);
             }
             if (stopped == "elif") {
                 node->kids.push_back(expression());
@@ -440,7 +469,7 @@ private:
         }
         expect_end();
         node->kids = {iterable, body, condition, otherwise};
-        return node;
+        return sealed(node);
     }
 
     NodePtr set_statement(int ln) {
@@ -458,14 +487,14 @@ private:
             node->kind = Kind::set;
             node->kids.push_back(expression());
             expect_end();
-            return node;
+            return sealed(node);
         }
         expect_end();
         node->kind = Kind::set_block;
         std::string stopped;
         node->kids.push_back(statements({"endset"}, stopped));
         expect_end();
-        return node;
+        return sealed(node);
     }
 
     NodePtr macro_statement(int ln) {
@@ -493,11 +522,28 @@ private:
         node->kids.push_back(statements({"endmacro"}, stopped));
         expect_end();
         for (auto& d : defaults) node->kids.push_back(d);
-        return node;
+        return sealed(node);
     }
 
     // Expressions, lowest precedence first.
+    // The parser's own recursion, which brackets and `(((x)))` deepen without deepening the tree.
+    class Nested {
+    public:
+        Nested(Parser& p) : p_(p) {  // NOLINT: a guard made at the top of each recursive level
+            if (++p_.nesting_ > kJinjaMaxExpressionDepth)
+                fail(p_.line(), "an expression nested more than " + std::to_string(kJinjaMaxExpressionDepth) +
+                                    " deep (brackets, arguments, signs or 'not' inside each other)");
+        }
+        ~Nested() { --p_.nesting_; }
+        Nested(const Nested&) = delete;
+        Nested& operator=(const Nested&) = delete;
+
+    private:
+        Parser& p_;
+    };
+
     NodePtr expression() {
+        const Nested nested(*this);
         NodePtr value = or_expression();
         if (peek_name("if")) {
             const int ln = next().line;
@@ -532,6 +578,7 @@ private:
 
     NodePtr not_expression() {
         if (peek_name("not")) {
+            const Nested nested(*this);
             const int ln = next().line;
             return make(Kind::unary, ln, "not", {not_expression()});
         }
@@ -576,6 +623,7 @@ private:
     NodePtr unary(bool with_filters = true) {
         NodePtr value;
         if (peek_op("-") || peek_op("+")) {
+            const Nested nested(*this);
             const Token& tok = next();
             value = make(Kind::unary, tok.line, tok.text, {unary(false)});
         } else {
@@ -597,7 +645,7 @@ private:
                 node->kids.push_back(value);
                 node->names.push_back("");
                 if (accept_op("(")) arguments(*node);
-                value = node;
+                value = sealed(node);
             } else if (peek_name("is")) {
                 const int ln = next().line;
                 auto node = std::make_shared<Node>();
@@ -616,7 +664,7 @@ private:
                     node->kids.push_back(primary());  // `is divisibleby 3`, `is equalto 'x'`
                     node->names.push_back("");
                 }
-                value = node;
+                value = sealed(node);
             } else {
                 return value;
             }
@@ -668,7 +716,7 @@ private:
                 node->kids.push_back(value);
                 node->names.push_back("");
                 arguments(*node);
-                value = node;
+                value = sealed(node);
             } else {
                 return value;
             }
@@ -687,11 +735,12 @@ private:
                 try {
                     return literal(static_cast<int64_t>(std::stoll(tok.text)), tok.line);
                 } catch (const std::exception&) {
-                    fail(tok.line, "the integer " + tok.text + " is too large");
+                    fail(tok.line, "the integer " + (tok.text.size() > 30 ? tok.text.substr(0, 30) + "..." : tok.text) +
+                                       " is too large (integers are 64-bit here)");
                 }
             }
             case TokenType::number: {
-                return literal(std::stod(tok.text), tok.line);
+                return literal(std::strtod(tok.text.c_str(), nullptr), tok.line);  // inf past DBL_MAX, as Python
             }
             case TokenType::name: {
                 if (tok.text == "true" || tok.text == "True") return literal(true, tok.line);
@@ -779,6 +828,8 @@ private:
 
     std::vector<Token> t_;
     size_t i_ = 0;
+    int nesting_ = 0;               // expression levels the parser is inside
+    std::vector<int> blocks_open_;  // the lines of the blocks it is inside
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -814,8 +865,8 @@ bool truthy(const Value& v) {
     switch (d.type()) {
         case Data::value_t::null: return false;
         case Data::value_t::boolean: return d.get<bool>();
-        case Data::value_t::number_integer:
-        case Data::value_t::number_unsigned: return d.get<int64_t>() != 0;
+        case Data::value_t::number_integer: return d.get<int64_t>() != 0;
+        case Data::value_t::number_unsigned: return d.get<uint64_t>() != 0;
         case Data::value_t::number_float: return d.get<double>() != 0.0;
         case Data::value_t::string: return !d.get_ref<const std::string&>().empty();
         case Data::value_t::array:
@@ -848,12 +899,47 @@ std::string to_text(const Value& v) {
     return python_repr(d);
 }
 
+// The number of bytes of a UTF-8 character from its first byte; a stray byte counts as a character of its own.
+size_t char_length(char first) {
+    const unsigned char c = static_cast<unsigned char>(first);
+    return c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+}
+
+// The UTF-8 characters of a string, for iteration, indexing and slicing, without a string per character (a 16 MB
+// string would be a gigabyte of them): ASCII is indexed as bytes, anything else through the characters' offsets.
+class Chars {
+public:
+    explicit Chars(const std::string& s) : s_(s) {
+        ascii_ = std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+        if (ascii_) return;
+        if (s.size() > UINT32_MAX) throw JinjaError("chat template: a string of more than 4 GB");
+        for (size_t i = 0; i < s.size(); i += char_length(s[i])) starts_.push_back(static_cast<uint32_t>(i));
+    }
+    size_t size() const { return ascii_ ? s_.size() : starts_.size(); }
+    std::string at(size_t k) const {
+        const size_t b = ascii_ ? k : starts_[k];
+        const size_t e = k + 1 < size() ? (ascii_ ? k + 1 : starts_[k + 1]) : s_.size();
+        return s_.substr(b, e - b);
+    }
+
+private:
+    const std::string& s_;
+    bool ascii_ = true;
+    std::vector<uint32_t> starts_;
+};
+
+size_t count_characters(const std::string& s) {
+    size_t n = 0;
+    for (size_t i = 0; i < s.size(); i += char_length(s[i])) ++n;
+    return n;
+}
+
 std::string python_repr(const Data& d) {
     switch (d.type()) {
         case Data::value_t::null: return "None";
         case Data::value_t::boolean: return d.get<bool>() ? "True" : "False";
-        case Data::value_t::number_integer:
-        case Data::value_t::number_unsigned: return std::to_string(d.get<int64_t>());
+        case Data::value_t::number_integer: return std::to_string(d.get<int64_t>());
+        case Data::value_t::number_unsigned: return std::to_string(d.get<uint64_t>());  // past INT64_MAX from JSON
         case Data::value_t::number_float: return python_float(d.get<double>());
         case Data::value_t::string: {
             const std::string& s = d.get_ref<const std::string&>();
@@ -886,17 +972,54 @@ std::string python_repr(const Data& d) {
     }
 }
 
+// A value in a message: its repr, cut short at a character's boundary (a message is no place for a 16 MB value).
+std::string shown(const Data& d) {
+    if (d.is_string() && d.get_ref<const std::string&>().size() > 200) return "a string";
+    std::string s = python_repr(d);
+    if (s.size() <= 60) return s;
+    size_t cut = 57;
+    while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+    return s.substr(0, cut) + "...";
+}
+
+// The checked reads of an argument or operand: a JinjaError naming `what`, never a JSON library's type error.
+const std::string& as_string(const Data& d, const std::string& what, int line) {
+    if (!d.is_string()) fail(line, what + " must be a string, not " + shown(d));
+    return d.get_ref<const std::string&>();
+}
+
+int64_t as_integer(const Data& d, const std::string& what, int line) {
+    if (d.is_number_unsigned() && d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+        fail(line, what + ": the integer " + shown(d) + " is beyond 64 bits");
+    if (!d.is_number_integer()) fail(line, what + " must be an integer, not " + shown(d));
+    return d.get<int64_t>();
+}
+
+double as_number(const Data& d, const std::string& what, int line) {
+    if (!d.is_number()) fail(line, what + " must be a number, not " + shown(d));
+    return d.get<double>();
+}
+
 // json.dumps(x, ensure_ascii=False, indent=indent) as transformers' tojson writes it: ", " and ": " without an
-// indent, "," and ": " with one.
-void dump_json(const Data& d, int indent, int depth, std::string& out) {
-    const auto newline = [&](int level) {
+// indent (-1), "," and ": " with one; `limit` bounds the text (a large indent times a deep value is large).
+void dump_json(const Data& d, int64_t indent, int64_t depth, std::string& out, size_t limit, int line) {
+    const auto grown = [&](size_t more) {
+        if (more > limit || out.size() > limit - more)
+            fail(line,
+                 "tojson: a text of more than " + std::to_string(limit) + " bytes (RenderLimits::max_value_bytes)");
+    };
+    const auto newline = [&](int64_t level) {
+        const auto spaces = static_cast<uint64_t>(indent) * static_cast<uint64_t>(level);  // both small: checked
+        grown(static_cast<size_t>(spaces) + 1);
         out += '\n';
-        out.append(static_cast<size_t>(indent * level), ' ');
+        out.append(static_cast<size_t>(spaces), ' ');
     };
     switch (d.type()) {
         case Data::value_t::string: {
+            const std::string& s = d.get_ref<const std::string&>();
+            grown(s.size() + 2);
             out += '"';
-            for (unsigned char c : d.get_ref<const std::string&>()) {
+            for (unsigned char c : s) {
                 switch (c) {
                     case '"': out += "\\\""; break;
                     case '\\': out += "\\\\"; break;
@@ -932,13 +1055,14 @@ void dump_json(const Data& d, int indent, int depth, std::string& out) {
                 first = false;
                 if (indent >= 0) newline(depth + 1);
                 if (object) {
-                    dump_json(Data(it.key()), indent, depth + 1, out);
+                    dump_json(Data(it.key()), indent, depth + 1, out, limit, line);
                     out += ": ";
                 }
-                dump_json(it.value(), indent, depth + 1, out);
+                dump_json(it.value(), indent, depth + 1, out, limit, line);
             }
             if (indent >= 0) newline(depth);
             out += object ? '}' : ']';
+            grown(0);
             return;
         }
         case Data::value_t::null: out += "null"; return;
@@ -946,18 +1070,6 @@ void dump_json(const Data& d, int indent, int depth, std::string& out) {
         case Data::value_t::number_float: out += python_float(d.get<double>()); return;
         default: out += d.dump(); return;
     }
-}
-
-// UTF-8 characters of a string, for iteration and slicing.
-std::vector<std::string> characters(const std::string& s) {
-    std::vector<std::string> out;
-    for (size_t i = 0; i < s.size();) {
-        const unsigned char c = static_cast<unsigned char>(s[i]);
-        const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-        out.push_back(s.substr(i, n));
-        i += n;
-    }
-    return out;
 }
 
 std::string strip(const std::string& s, const std::string& chars, bool left, bool right) {
@@ -971,18 +1083,86 @@ std::string strip(const std::string& s, const std::string& chars, bool left, boo
 
 const std::string kWhitespace = " \t\n\r\f\v";
 
+// Checked int64 arithmetic: Python's integers have no bound, these have 64 bits, so a result past them is an error
+// rather than a wrapped number (or, for INT64_MIN // -1, SIGFPE).
+int64_t checked(bool overflowed, int64_t result, const char* op, int line) {
+    if (overflowed) fail(line, std::string("integer overflow in '") + op + "' (integers are 64-bit here)");
+    return result;
+}
+
+// Python's floor division and modulo (the remainder takes the divisor's sign).
+std::pair<int64_t, int64_t> floor_divide(int64_t x, int64_t y, const char* op, int line) {
+    if (y == 0) fail(line, "integer division or modulo by zero");
+    if (y == -1) {  // x % -1 is 0 for every x; only INT64_MIN // -1 leaves 64 bits
+        if (op[0] == '%') return {0, 0};
+        return {checked(x == INT64_MIN, x == INT64_MIN ? 0 : -x, op, line), 0};
+    }
+    int64_t q = x / y, r = x % y;
+    if (r != 0 && ((r < 0) != (y < 0))) {
+        --q;  // cannot wrap: |y| > 1 here, so |q| < |x| / 2 + 1
+        r += y;
+    }
+    return {q, r};
+}
+
+int64_t integer_power(int64_t base, int64_t exponent, int line) {
+    int64_t result = 1;
+    while (exponent > 0) {
+        if (exponent & 1) result = checked(__builtin_mul_overflow(result, base, &result), result, "**", line);
+        exponent >>= 1;
+        if (exponent > 0) base = checked(__builtin_mul_overflow(base, base, &base), base, "**", line);
+    }
+    return result;
+}
+
+}  // namespace
+
+bool nests_deeper_than(const nlohmann::ordered_json& value, int max_depth) {
+    // (container, its next child, its depth) on an explicit stack: the value may be nested a million deep.
+    struct Open {
+        const Data* container;
+        Data::const_iterator next;
+        int depth;
+    };
+    if (!value.is_structured()) return max_depth < 0;
+    std::vector<Open> stack{{&value, value.cbegin(), 1}};
+    if (max_depth < 1) return true;
+    while (!stack.empty()) {
+        Open& top = stack.back();
+        if (top.next == top.container->cend()) {
+            stack.pop_back();
+            continue;
+        }
+        const Data& child = *top.next++;
+        if (!child.is_structured()) continue;
+        const int depth = top.depth + 1;
+        if (depth > max_depth) return true;
+        stack.push_back({&child, child.cbegin(), depth});
+    }
+    return false;
+}
+
+namespace {
+
 // ---------------------------------------------------------------------------------------------------------------
 // Rendering
 
+// Jinja2's sandbox (transformers renders in ImmutableSandboxedEnvironment) refuses a longer range() too.
+constexpr int64_t kMaxRange = 100000;
+constexpr uint64_t kPollSteps = 1024;  // how often RenderLimits::cancelled is asked
+constexpr size_t kBytesPerStep = 256;  // a value's copy or build costs a step per this many bytes
+constexpr size_t kItemBytes = 16;      // what a list's or dict's item weighs besides its contents
+
 class Renderer {
 public:
-    explicit Renderer(const Data& variables) {
+    Renderer(const Data& variables, const RenderLimits& limits) : limits_(limits) {
+        out_limit_ = limits_.max_output_bytes;
         scopes_.emplace_back();
         auto& globals = scopes_.back();
         globals["raise_exception"] = Value::callable([](const Arguments& args, int line) -> Value {
             fail(line, "raise_exception: " + (args.empty() ? std::string() : to_text(args[0].second)));
         });
-        globals["namespace"] = Value::callable([](const Arguments& args, int line) -> Value {
+        globals["namespace"] = Value::callable([this](const Arguments& args, int line) -> Value {
             Data ns = Data::object();
             for (const auto& [name, value] : args) {
                 if (!name.empty())
@@ -992,28 +1172,34 @@ public:
                 else
                     fail(line, "namespace() takes keyword arguments or a dict");
             }
-            return Value(ns);
+            return admit(Value(ns), line);
         });
-        globals["range"] = Value::callable([](const Arguments& args, int line) -> Value {
+        globals["range"] = Value::callable([this](const Arguments& args, int line) -> Value {
             std::vector<int64_t> a;
-            for (const auto& [name, value] : args) {
-                if (!value.data.is_number_integer()) fail(line, "range() takes integers");
-                a.push_back(value.data.get<int64_t>());
-            }
+            for (const auto& [name, value] : args) a.push_back(as_integer(value.data, "range()'s arguments", line));
             if (a.empty() || a.size() > 3) fail(line, "range() takes 1 to 3 integers");
             const int64_t start = a.size() > 1 ? a[0] : 0, stop = a.size() > 1 ? a[1] : a[0];
             const int64_t step = a.size() > 2 ? a[2] : 1;
             if (step == 0) fail(line, "range() with a step of 0");
+            // The count in unsigned arithmetic, which cannot overflow: stop - start of two int64s fits in a uint64.
+            const bool up = step > 0;
+            const uint64_t span = up ? (stop > start ? static_cast<uint64_t>(stop) - static_cast<uint64_t>(start) : 0)
+                                     : (start > stop ? static_cast<uint64_t>(start) - static_cast<uint64_t>(stop) : 0);
+            const uint64_t stride = up ? static_cast<uint64_t>(step) : 0 - static_cast<uint64_t>(step);
+            const uint64_t n = span / stride + (span % stride != 0 ? 1 : 0);
+            if (n > static_cast<uint64_t>(kMaxRange))
+                fail(line, "range() of more than " + std::to_string(kMaxRange) +
+                               " numbers (Jinja2's sandbox, in which transformers renders templates, refuses it too)");
+            charge(n, line);
             Data out = Data::array();
-            for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-                out.push_back(i);
-                if (out.size() > 1000000) fail(line, "range() of more than a million numbers");
-            }
+            for (uint64_t k = 0; k < n; ++k)  // start + k * step lies between start and stop
+                out.push_back(static_cast<int64_t>(static_cast<uint64_t>(start) + k * static_cast<uint64_t>(step)));
             return Value(out);
         });
         // transformers' global: the local date and time in strftime's format (Llama 3.2's template writes today's).
         globals["strftime_now"] = Value::callable([](const Arguments& args, int line) -> Value {
-            const std::string format = positional(args, 0, "strftime_now", line).get<std::string>();
+            const std::string format =
+                as_string(positional(args, 0, "strftime_now", line), "strftime_now's format", line);
             const std::time_t now = std::time(nullptr);
             std::tm local{};
             localtime_r(&now, &local);
@@ -1022,10 +1208,14 @@ public:
             return Value(Data(std::string(buf, n)));
         });
         scopes_.emplace_back();  // the template's own variables
-        for (const auto& [name, value] : variables.items()) scopes_.back()[name] = Value(value);
+        for (const auto& [name, value] : variables.items()) {
+            weigh(value, 0, 0);  // before the copy, which recurses: a variable nested too deep stops here
+            scopes_.back()[name] = Value(value);
+        }
     }
 
     void render(const Node& node, std::string& out) {
+        const Deeper deeper(*this, node.line);
         switch (node.kind) {
             case Kind::sequence:
                 for (const auto& kid : node.kids) {
@@ -1033,20 +1223,16 @@ public:
                     if (flow_ != Flow::normal) return;
                 }
                 return;
-            case Kind::text: out += node.text; return;
-            case Kind::emit: out += to_text(eval(*node.kids[0])); return;
+            case Kind::text: return write(out, node.text, node.line);
+            case Kind::emit: return write(out, to_text(eval(*node.kids[0])), node.line);
             case Kind::if_: {
                 for (size_t k = 0; k + 1 < node.kids.size(); k += 2)
                     if (truthy(eval(*node.kids[k]))) return render(*node.kids[k + 1], out);
                 return;
             }
             case Kind::for_: return render_for(node, out);
-            case Kind::set: return assign(node, eval(*node.kids[0]));
-            case Kind::set_block: {
-                std::string captured;
-                render(*node.kids[0], captured);
-                return assign(node, Value(Data(captured)));
-            }
+            case Kind::set: return assign(node, admit(eval(*node.kids[0]), node.line));
+            case Kind::set_block: return assign(node, Value(Data(capture(*node.kids[0]))));
             case Kind::macro: scopes_.back()[node.text] = macro(node); return;
             case Kind::break_: flow_ = Flow::break_loop; return;
             case Kind::continue_: flow_ = Flow::continue_loop; return;
@@ -1054,16 +1240,121 @@ public:
         }
     }
 
+    int line() const { return line_; }
+
 private:
     enum class Flow { normal, break_loop, continue_loop };
     using Scope = std::map<std::string, Value>;
 
-    Value lookup(const std::string& name) const {
+    // A level of the renderer's recursion (a statement or expression), counted as a step and against the depth.
+    class Deeper {
+    public:
+        Deeper(Renderer& r, int line) : r_(r) {
+            r_.line_ = line;
+            r_.charge(1, line);
+            if (++r_.depth_ > r_.limits_.max_render_depth)
+                fail(line, "the render nested more than " + std::to_string(r_.limits_.max_render_depth) +
+                               " deep (RenderLimits::max_render_depth: statements, expressions and macro calls "
+                               "inside each other)");
+        }
+        ~Deeper() { --r_.depth_; }
+        Deeper(const Deeper&) = delete;
+        Deeper& operator=(const Deeper&) = delete;
+
+    private:
+        Renderer& r_;
+    };
+
+    void charge(uint64_t steps, int line) {
+        steps_ += steps;
+        if (steps_ > limits_.max_steps)
+            fail(line, "the render took more than " + std::to_string(limits_.max_steps) +
+                           " steps (RenderLimits::max_steps): loops or values too large for a chat template");
+        if (steps_ >= next_poll_) {
+            next_poll_ = steps_ + kPollSteps;
+            if (limits_.cancelled && limits_.cancelled()) fail(line, "the render was cancelled");
+        }
+    }
+
+    [[noreturn]] void too_large(int line) const {
+        fail(line, "a value of more than " + std::to_string(limits_.max_value_bytes) +
+                       " bytes (RenderLimits::max_value_bytes)");
+    }
+
+    // Fails unless a value of `have` bytes may grow by `more`.
+    void may_grow(size_t have, size_t more, int line) const {
+        if (more > limits_.max_value_bytes || have > limits_.max_value_bytes - more) too_large(line);
+    }
+
+    // What `d`, `level` containers deep, weighs (in the units of max_value_bytes) added to `so_far`; fails past the
+    // value limits. Its recursion is bounded by max_value_depth, whatever `d`'s depth.
+    size_t weigh(const Data& d, int level, size_t so_far) {
+        so_far += kItemBytes;
+        if (d.is_string()) {
+            may_grow(so_far, d.get_ref<const std::string&>().size(), line_);
+            return so_far + d.get_ref<const std::string&>().size();
+        }
+        if (!d.is_structured()) {
+            may_grow(so_far, 0, line_);
+            return so_far;
+        }
+        if (level + 1 > limits_.max_value_depth)
+            fail(line_, "a value nests lists and dicts more than " + std::to_string(limits_.max_value_depth) +
+                            " deep (RenderLimits::max_value_depth)");
+        if (d.is_object()) {
+            for (const auto& [k, v] : d.items()) {
+                may_grow(so_far, k.size(), line_);
+                so_far = weigh(v, level + 1, so_far + k.size());
+            }
+        } else {
+            for (const auto& item : d) so_far = weigh(item, level + 1, so_far);
+        }
+        return so_far;
+    }
+
+    // A value built or copied: within the value limits, and its bytes charged as steps.
+    Value admit(Value v, int line) {
+        line_ = line;
+        if (v.defined && !v.function) charge(weigh(v.data, 0, 0) / kBytesPerStep, line);
+        return v;
+    }
+
+    // Text into the output or a capture, within its limit.
+    void write(std::string& out, const std::string& text, int line) {
+        if (text.size() > out_limit_ || out.size() > out_limit_ - text.size()) {
+            if (out_limit_ == limits_.max_output_bytes && capturing_ == 0)
+                fail(line, "the rendered text passed " + std::to_string(limits_.max_output_bytes) +
+                               " bytes (RenderLimits::max_output_bytes)");
+            too_large(line);
+        }
+        charge(text.size() / kBytesPerStep, line);
+        out += text;
+    }
+
+    // The text of a `{% set %}` block or a macro's body: a value, so within max_value_bytes while it is written.
+    std::string capture(const Node& body) {
+        const size_t outer = out_limit_;
+        out_limit_ = limits_.max_value_bytes;
+        ++capturing_;
+        std::string captured;
+        render(body, captured);
+        --capturing_;
+        out_limit_ = outer;
+        return captured;
+    }
+
+    const Value* find(const std::string& name) const {
         for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
             const auto found = it->find(name);
-            if (found != it->end()) return found->second;
+            if (found != it->end()) return &found->second;
         }
-        return Value::undefined();
+        return nullptr;
+    }
+
+    Value lookup(const std::string& name, int line) {
+        const Value* found = find(name);
+        if (found == nullptr) return Value::undefined();
+        return admit(*found, line);  // a copy: charged by its size
     }
 
     void assign(const Node& node, Value value) {
@@ -1077,7 +1368,9 @@ private:
             if (found == it->end()) continue;
             if (!found->second.data.is_object())
                 fail(node.line, "'" + node.names[0] + "' is not a namespace; cannot set its attribute");
-            found->second.data[node.names[1]] = value.data;
+            found->second.data[node.names[1]] = std::move(value.data);
+            // The namespace grows with each assignment (`ns.s = ns.s ~ ns.s`, `ns.me = ns`): weighed as a whole.
+            charge(weigh(found->second.data, 0, 0) / kBytesPerStep, node.line);
             return;
         }
         fail(node.line, "'" + node.names[0] + "' is undefined; cannot set its attribute");
@@ -1085,51 +1378,67 @@ private:
 
     void render_for(const Node& node, std::string& out) {
         const Value iterable = eval(*node.kids[0]);
-        std::vector<Data> items;
-        if (!iterable.defined || iterable.data.is_null()) {
-        } else if (iterable.data.is_array()) {
-            items.assign(iterable.data.begin(), iterable.data.end());
-        } else if (iterable.data.is_object()) {
-            for (const auto& [k, v] : iterable.data.items()) items.emplace_back(k);
-        } else if (iterable.data.is_string()) {
-            for (auto& c : characters(iterable.data.get<std::string>())) items.emplace_back(c);
+        const Data& d = iterable.data;
+        // The items by index, without copying a list or splitting a string into a string per character.
+        std::optional<Chars> chars;
+        std::vector<std::string> keys;
+        size_t count = 0;
+        if (!iterable.defined || d.is_null()) {
+        } else if (d.is_array()) {
+            count = d.size();
+        } else if (d.is_object()) {
+            for (const auto& [k, v] : d.items()) keys.push_back(k);
+            count = keys.size();
+        } else if (d.is_string()) {
+            chars.emplace(d.get_ref<const std::string&>());
+            count = chars->size();
         } else {
-            fail(node.line, python_repr(iterable.data) + " is not iterable");
+            fail(node.line, shown(d) + " is not iterable");
         }
+        const auto item_at = [&](size_t k) -> Data {
+            if (d.is_array()) return d[k];
+            if (chars) return Data(chars->at(k));
+            return Data(keys[k]);
+        };
         const auto bind = [&](Scope& scope, const Data& item) {
             if (node.names.size() == 1) {
                 scope[node.names[0]] = Value(item);
                 return;
             }
             if (!item.is_array() || item.size() != node.names.size())
-                fail(node.line, "cannot unpack " + python_repr(item) + " into " + std::to_string(node.names.size()) +
-                                    " loop variables");
+                fail(node.line,
+                     "cannot unpack " + shown(item) + " into " + std::to_string(node.names.size()) + " loop variables");
             for (size_t k = 0; k < node.names.size(); ++k) scope[node.names[k]] = Value(item[k]);
         };
-        if (node.kids[2]) {  // `for x in xs if cond`: loop.* counts the items that pass
-            std::vector<Data> kept;
-            for (const auto& item : items) {
+        std::vector<size_t> kept;  // the indices of the items that pass `for x in xs if cond`; all without one
+        if (node.kids[2]) {        // loop.* counts the items that pass
+            for (size_t k = 0; k < count; ++k) {
                 scopes_.emplace_back();
-                bind(scopes_.back(), item);
+                bind(scopes_.back(), item_at(k));
                 const bool keep = truthy(eval(*node.kids[2]));
                 scopes_.pop_back();
-                if (keep) kept.push_back(item);
+                if (keep) kept.push_back(k);
             }
-            items = std::move(kept);
+            count = kept.size();
         }
-        if (items.empty()) {
+        const auto nth = [&](size_t k) { return item_at(node.kids[2] ? kept[k] : k); };
+        if (count == 0) {
             if (node.kids[3]) render(*node.kids[3], out);
             return;
         }
-        const int64_t n = static_cast<int64_t>(items.size());
+        const int64_t n = static_cast<int64_t>(count);
+        Data previous;
+        Data current = nth(0);
         for (int64_t k = 0; k < n; ++k) {
+            charge(1, node.line);
+            Data next = k + 1 < n ? nth(static_cast<size_t>(k + 1)) : Data();
             scopes_.emplace_back();
-            bind(scopes_.back(), items[static_cast<size_t>(k)]);
+            bind(scopes_.back(), current);
             Data loop = {{"index", k + 1}, {"index0", k},       {"first", k == 0},       {"last", k == n - 1},
                          {"length", n},    {"revindex", n - k}, {"revindex0", n - k - 1}};
-            loop["previtem"] = k > 0 ? items[static_cast<size_t>(k - 1)] : Data();
-            loop["nextitem"] = k + 1 < n ? items[static_cast<size_t>(k + 1)] : Data();
-            scopes_.back()["loop"] = Value(loop);
+            loop["previtem"] = previous;
+            loop["nextitem"] = next;
+            scopes_.back()["loop"] = Value(std::move(loop));
             render(*node.kids[1], out);
             scopes_.pop_back();
             if (flow_ == Flow::break_loop) {
@@ -1137,11 +1446,17 @@ private:
                 break;
             }
             flow_ = Flow::normal;
+            previous = std::move(current);
+            current = std::move(next);
         }
     }
 
     Value macro(const Node& node) {
         return Value::callable([this, &node](const Arguments& args, int line) -> Value {
+            // A recursive macro is a few levels of the renderer per call: counted on its own for a clear message.
+            if (calls_ >= limits_.max_call_depth)
+                fail(line, "macro calls nested more than " + std::to_string(limits_.max_call_depth) +
+                               " deep (RenderLimits::max_call_depth), in '" + node.text + "'");
             Scope local;
             size_t positional = 0;
             for (const auto& [name, value] : args) {
@@ -1157,44 +1472,54 @@ private:
                 }
             }
             // A macro sees the template's variables and its own, not its caller's locals.
-            std::vector<Scope> callers(scopes_.begin() + 2, scopes_.end());
+            std::vector<Scope> callers(std::make_move_iterator(scopes_.begin() + 2),
+                                       std::make_move_iterator(scopes_.end()));
             scopes_.resize(2);
             for (size_t k = 0; k < node.names.size(); ++k)
                 if (!local.count(node.names[k]))
                     local[node.names[k]] = node.kids[k + 1] ? eval(*node.kids[k + 1]) : Value::undefined();
             scopes_.push_back(std::move(local));
-            std::string out;
-            render(*node.kids[0], out);
+            ++calls_;
+            std::string out = capture(*node.kids[0]);
+            --calls_;
             scopes_.pop_back();
             for (auto& scope : callers) scopes_.push_back(std::move(scope));
             flow_ = Flow::normal;
-            return Value(Data(out));
+            return Value(Data(std::move(out)));
         });
     }
 
     Value eval(const Node& node) {
+        const Deeper deeper(*this, node.line);
         switch (node.kind) {
             case Kind::literal: return Value(node.literal);
-            case Kind::name: return lookup(node.text);
-            case Kind::attribute: return member(eval(*node.kids[0]), Data(node.text), node.line);
-            case Kind::item: return member(eval(*node.kids[0]), eval(*node.kids[1]).data, node.line);
-            case Kind::slice: return slice(node);
-            case Kind::list: {
-                Data out = Data::array();
-                for (const auto& kid : node.kids) out.push_back(eval(*kid).data);
-                return Value(out);
+            case Kind::name: return lookup(node.text, node.line);
+            case Kind::attribute: return member_of(*node.kids[0], Data(node.text), node.line);
+            case Kind::item: {
+                const Value key = eval(*node.kids[1]);
+                return member_of(*node.kids[0], key.data, node.line);
             }
+            case Kind::slice: return slice(node);
+            case Kind::list:
             case Kind::tuple: {
                 Data out = Data::array();
-                for (const auto& kid : node.kids) out.push_back(eval(*kid).data);
+                size_t bytes = kItemBytes;
+                for (const auto& kid : node.kids) {
+                    Value item = eval(*kid);
+                    bytes = weigh(item.data, 1, bytes);  // the list one level up: [[[...]]] is bounded here
+                    out.push_back(std::move(item.data));
+                }
                 return Value(out);
             }
             case Kind::dict: {
                 Data out = Data::object();
+                size_t bytes = kItemBytes;
                 for (size_t k = 0; k + 1 < node.kids.size(); k += 2) {
                     const Value key = eval(*node.kids[k]);
                     if (!key.data.is_string()) fail(node.line, "dict keys must be strings here");
-                    out[key.data.get<std::string>()] = eval(*node.kids[k + 1]).data;
+                    Value item = eval(*node.kids[k + 1]);
+                    bytes = weigh(item.data, 1, bytes + key.data.get_ref<const std::string&>().size());
+                    out[key.data.get<std::string>()] = std::move(item.data);
                 }
                 return Value(out);
             }
@@ -1208,7 +1533,8 @@ private:
                 if (!x.data.is_number()) fail(node.line, "unary " + node.text + " of a non-number");
                 if (node.text == "+") return x;
                 if (x.data.is_number_float()) return Value(Data(-x.data.get<double>()));
-                return Value(Data(-x.data.get<int64_t>()));
+                const int64_t i = as_integer(x.data, "unary -", node.line);
+                return Value(Data(checked(i == INT64_MIN, i == INT64_MIN ? 0 : -i, "unary -", node.line)));
             }
             case Kind::binary: return binary(node);
             case Kind::call: return call(node);
@@ -1227,6 +1553,17 @@ private:
         return args;
     }
 
+    // `object.key` and `object[key]`: a variable's member is read where the variable lives, so `messages[0]` in a
+    // loop does not copy every message each time.
+    Value member_of(const Node& object, const Data& key, int line) {
+        if (object.kind == Kind::name) {
+            const Deeper deeper(*this, object.line);
+            const Value* found = find(object.text);
+            return found == nullptr ? Value::undefined() : admit(member(*found, key, line), line);
+        }
+        return member(eval(object), key, line);
+    }
+
     // x.name and x[key]: an object's member, a list's or a string's index; undefined when there is none.
     Value member(const Value& object, const Data& key, int line) {
         if (!object.defined) return Value::undefined();
@@ -1236,15 +1573,19 @@ private:
             return found == d.end() ? Value::undefined() : Value(*found);
         }
         if ((d.is_array() || d.is_string()) && key.is_number_integer()) {
-            const std::vector<std::string> chars =
-                d.is_string() ? characters(d.get<std::string>()) : std::vector<std::string>();
-            const int64_t size = d.is_array() ? static_cast<int64_t>(d.size()) : static_cast<int64_t>(chars.size());
+            if (key.is_number_unsigned() && key.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+                return Value::undefined();
+            std::optional<Chars> chars;
+            if (d.is_string()) {
+                charge(d.get_ref<const std::string&>().size() / kBytesPerStep, line);
+                chars.emplace(d.get_ref<const std::string&>());
+            }
+            const int64_t size = static_cast<int64_t>(chars ? chars->size() : d.size());
             int64_t k = key.get<int64_t>();
             if (k < 0) k += size;
             if (k < 0 || k >= size) return Value::undefined();
-            return d.is_array() ? Value(d[static_cast<size_t>(k)]) : Value(Data(chars[static_cast<size_t>(k)]));
+            return chars ? Value(Data(chars->at(static_cast<size_t>(k)))) : Value(d[static_cast<size_t>(k)]);
         }
-        (void)line;
         return Value::undefined();
     }
 
@@ -1254,35 +1595,35 @@ private:
             if (!n) return std::nullopt;
             const Value v = eval(*n);
             if (v.data.is_null()) return std::nullopt;
-            if (!v.data.is_number_integer()) fail(node.line, "slice bounds must be integers");
-            return v.data.get<int64_t>();
+            return as_integer(v.data, "a slice bound", node.line);
         };
         const std::optional<int64_t> a = bound(node.kids[1]), b = bound(node.kids[2]), c = bound(node.kids[3]);
-        std::vector<Data> items;
         const bool text = object.data.is_string();
+        std::optional<Chars> chars;
         if (text)
-            for (auto& ch : characters(object.data.get<std::string>())) items.emplace_back(ch);
-        else if (object.data.is_array())
-            items.assign(object.data.begin(), object.data.end());
-        else
+            chars.emplace(object.data.get_ref<const std::string&>());
+        else if (!object.data.is_array())
             fail(node.line, "only lists and strings can be sliced");
-        const int64_t n = static_cast<int64_t>(items.size());
+        const int64_t n = static_cast<int64_t>(text ? chars->size() : object.data.size());
         const int64_t step = c.value_or(1);
         if (step == 0) fail(node.line, "a slice step of 0");
         const auto clamp = [&](std::optional<int64_t> v, int64_t fallback) {
             if (!v) return fallback;
-            int64_t x = *v < 0 ? *v + n : *v;
+            int64_t x = *v < 0 ? *v + n : *v;  // cannot wrap: n >= 0
             return step > 0 ? std::clamp<int64_t>(x, 0, n) : std::clamp<int64_t>(x, -1, n - 1);
         };
         const int64_t start = clamp(a, step > 0 ? 0 : n - 1), stop = clamp(b, step > 0 ? n : -1);
         Data out = text ? Data("") : Data::array();
-        for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
+        // k steps from start towards stop, never past INT64_MAX (a step of 2**62 is a slice of one item).
+        for (int64_t k = start; step > 0 ? k < stop : k > stop;) {
             if (text)
-                out.get_ref<std::string&>() += items[static_cast<size_t>(k)].get<std::string>();
+                out.get_ref<std::string&>() += chars->at(static_cast<size_t>(k));
             else
-                out.push_back(items[static_cast<size_t>(k)]);
+                out.push_back(object.data[static_cast<size_t>(k)]);
+            if (step > 0 && stop - k <= step) break;  // k + step >= stop; going down, k >= 0 keeps k + step in range
+            k += step;
         }
-        return Value(out);
+        return admit(Value(out), node.line);
     }
 
     Value binary(const Node& node) {
@@ -1304,7 +1645,7 @@ private:
             if (!b.defined || y.is_null())
                 found = false;
             else if (y.is_string() && x.is_string())
-                found = y.get_ref<const std::string&>().find(x.get<std::string>()) != std::string::npos;
+                found = y.get_ref<const std::string&>().find(x.get_ref<const std::string&>()) != std::string::npos;
             else if (y.is_array())
                 found = std::find(y.begin(), y.end(), x) != y.end();
             else if (y.is_object() && x.is_string())
@@ -1313,10 +1654,16 @@ private:
                 fail(node.line, "'in' needs a string, a list or a dict on its right");
             return Value(Data(op == "in" ? found : !found));
         }
-        if (op == "~") return Value(Data(to_text(a) + to_text(b)));
+        if (op == "~") {
+            std::string left = to_text(a);
+            const std::string right = to_text(b);
+            may_grow(left.size(), right.size(), node.line);
+            charge((left.size() + right.size()) / kBytesPerStep, node.line);
+            return Value(Data(left += right));
+        }
         if (op == "<" || op == ">" || op == "<=" || op == ">=") {
             if (!((x.is_number() && y.is_number()) || (x.is_string() && y.is_string())))
-                fail(node.line, "cannot compare " + python_repr(x) + " and " + python_repr(y));
+                fail(node.line, "cannot compare " + shown(x) + " and " + shown(y));
             const bool less = x < y, greater = y < x;
             if (op == "<") return Value(Data(less));
             if (op == ">") return Value(Data(greater));
@@ -1324,42 +1671,47 @@ private:
             return Value(Data(!less));
         }
         if (op == "+") {
-            if (x.is_string() && y.is_string()) return Value(Data(x.get<std::string>() + y.get<std::string>()));
+            if (x.is_string() && y.is_string()) {
+                const std::string &l = x.get_ref<const std::string&>(), &r = y.get_ref<const std::string&>();
+                may_grow(l.size(), r.size(), node.line);
+                return admit(Value(Data(l + r)), node.line);
+            }
             if (x.is_array() && y.is_array()) {
                 Data out = x;
                 for (const auto& item : y) out.push_back(item);
-                return Value(out);
+                return admit(Value(out), node.line);
             }
         }
         if (op == "*" && ((x.is_string() && y.is_number_integer()) || (x.is_number_integer() && y.is_string()))) {
             const std::string& s = x.is_string() ? x.get_ref<const std::string&>() : y.get_ref<const std::string&>();
-            const int64_t times = x.is_string() ? y.get<int64_t>() : x.get<int64_t>();
+            const int64_t times = as_integer(x.is_string() ? y : x, "a string's repetition count", node.line);
+            if (times <= 0 || s.empty()) return Value(Data(""));  // as Python: no copies
+            if (static_cast<uint64_t>(times) > limits_.max_value_bytes / s.size()) too_large(node.line);
             std::string out;
-            for (int64_t k = 0; k < times && out.size() < (1u << 24); ++k) out += s;
-            return Value(Data(out));
+            out.reserve(s.size() * static_cast<size_t>(times));
+            for (int64_t k = 0; k < times; ++k) out += s;
+            return admit(Value(Data(std::move(out))), node.line);
         }
         if (!x.is_number() || !y.is_number() || x.is_boolean() || y.is_boolean()) {
             if (!a.defined || !b.defined) fail(node.line, "'" + op + "' of an undefined value");
-            fail(node.line, "unsupported operands for '" + op + "': " + python_repr(x) + " and " + python_repr(y));
+            fail(node.line, "unsupported operands for '" + op + "': " + shown(x) + " and " + shown(y));
         }
         const bool integers = x.is_number_integer() && y.is_number_integer();
-        const double dx = x.get<double>(), dy = y.get<double>();
-        if (op == "/") {
-            if (dy == 0) fail(node.line, "division by zero");
-            return Value(Data(dx / dy));
-        }
         if (integers) {
-            const int64_t ix = x.get<int64_t>(), iy = y.get<int64_t>();
-            if (op == "+") return Value(Data(ix + iy));
-            if (op == "-") return Value(Data(ix - iy));
-            if (op == "*") return Value(Data(ix * iy));
-            if (op == "//" || op == "%") {
-                if (iy == 0) fail(node.line, "division by zero");
-                int64_t q = ix / iy;
-                if ((ix % iy != 0) && ((ix < 0) != (iy < 0))) --q;  // Python floors
-                return Value(Data(op == "//" ? q : ix - q * iy));
-            }
-            if (op == "**" && iy >= 0) return Value(Data(static_cast<int64_t>(std::pow(dx, dy))));
+            const int64_t ix = as_integer(x, "'" + op + "'", node.line), iy = as_integer(y, "'" + op + "'", node.line);
+            const char* o = op.c_str();
+            int64_t r = 0;
+            if (op == "+") return Value(Data(checked(__builtin_add_overflow(ix, iy, &r), r, o, node.line)));
+            if (op == "-") return Value(Data(checked(__builtin_sub_overflow(ix, iy, &r), r, o, node.line)));
+            if (op == "*") return Value(Data(checked(__builtin_mul_overflow(ix, iy, &r), r, o, node.line)));
+            if (op == "//") return Value(Data(floor_divide(ix, iy, o, node.line).first));
+            if (op == "%") return Value(Data(floor_divide(ix, iy, o, node.line).second));
+            if (op == "**" && iy >= 0) return Value(Data(integer_power(ix, iy, node.line)));
+        }
+        const double dx = x.get<double>(), dy = y.get<double>();
+        if (op == "/" || op == "//" || op == "%") {
+            if (dy == 0) fail(node.line, op == "/" ? "division by zero" : "float floor division or modulo by zero");
+            if (op == "/") return Value(Data(dx / dy));
         }
         if (op == "+") return Value(Data(dx + dy));
         if (op == "-") return Value(Data(dx - dy));
@@ -1381,7 +1733,7 @@ private:
         if (callee.kind == Kind::attribute) {
             const Value object = eval(*callee.kids[0]);
             if (object.defined && !object.function && !(object.data.is_object() && object.data.contains(callee.text)))
-                return method(object.data, callee.text, args, node.line);
+                return admit(method(object.data, callee.text, args, node.line), node.line);
         }
         const Value f = eval(callee);
         if (!f.function)
@@ -1399,9 +1751,11 @@ private:
     Value method(const Data& self, const std::string& name, const Arguments& args, int line) {
         if (self.is_string()) {
             const std::string& s = self.get_ref<const std::string&>();
+            charge(s.size() / kBytesPerStep, line);
             const auto chars = [&]() {
-                return args.empty() || args[0].second.data.is_null() ? kWhitespace
-                                                                     : args[0].second.data.get<std::string>();
+                return args.empty() || args[0].second.data.is_null()
+                           ? kWhitespace
+                           : as_string(args[0].second.data, name + "()'s characters", line);
             };
             if (name == "strip") return Value(Data(strip(s, chars(), true, true)));
             if (name == "lstrip") return Value(Data(strip(s, chars(), true, false)));
@@ -1419,9 +1773,9 @@ private:
                 const Data& what = positional(args, 0, name, line);
                 std::vector<std::string> options;
                 if (what.is_array())
-                    for (const auto& o : what) options.push_back(o.get<std::string>());
+                    for (const auto& o : what) options.push_back(as_string(o, name + "()'s argument", line));
                 else
-                    options.push_back(what.get<std::string>());
+                    options.push_back(as_string(what, name + "()'s argument", line));
                 for (const auto& o : options) {
                     const bool hit = o.size() <= s.size() &&
                                      (name == "startswith" ? s.compare(0, o.size(), o) == 0
@@ -1432,19 +1786,19 @@ private:
             }
             if (name == "split") return Value(split(s, args, line));
             if (name == "replace") {
-                const std::string from = positional(args, 0, name, line).get<std::string>();
-                const std::string to = positional(args, 1, name, line).get<std::string>();
-                return Value(Data(replaced(s, from, to)));
+                const std::string& from = as_string(positional(args, 0, name, line), "replace()'s old text", line);
+                const std::string& to = as_string(positional(args, 1, name, line), "replace()'s new text", line);
+                return Value(Data(replaced(s, from, to, line)));
             }
             if (name == "count") {
-                const std::string what = positional(args, 0, name, line).get<std::string>();
+                const std::string& what = as_string(positional(args, 0, name, line), "count()'s argument", line);
                 int64_t n = 0;
                 if (!what.empty())
                     for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + what.size())) ++n;
                 return Value(Data(n));
             }
             if (name == "find") {
-                const size_t p = s.find(positional(args, 0, name, line).get<std::string>());
+                const size_t p = s.find(as_string(positional(args, 0, name, line), "find()'s argument", line));
                 return Value(Data(p == std::string::npos ? int64_t{-1} : static_cast<int64_t>(p)));
             }
         }
@@ -1466,7 +1820,7 @@ private:
                 return args.size() > 1 ? args[1].second : Value(Data());
             }
         }
-        fail(line, "no method '" + name + "' of " + python_repr(self).substr(0, 60));
+        fail(line, "no method '" + name + "' of " + shown(self));
     }
 
     static std::string capitalised(const std::string& s, bool every_word) {
@@ -1480,21 +1834,31 @@ private:
         return out;
     }
 
-    static std::string replaced(const std::string& s, const std::string& from, const std::string& to) {
+    std::string replaced(const std::string& s, const std::string& from, const std::string& to, int line) {
         if (from.empty()) return s;
         std::string out;
         size_t p = 0;
         for (size_t q = s.find(from); q != std::string::npos; q = s.find(from, p)) {
-            out += s.substr(p, q - p) + to;
+            may_grow(out.size(), q - p + to.size(), line);  // 'a' * 100000 with each 'a' replaced by a long text
+            out.append(s, p, q - p);
+            out += to;
             p = q + from.size();
         }
-        return out + s.substr(p);
+        may_grow(out.size(), s.size() - p, line);
+        charge(out.size() / kBytesPerStep, line);
+        return out.append(s, p, std::string::npos);
     }
 
-    static Data split(const std::string& s, const Arguments& args, int line) {
+    Data split(const std::string& s, const Arguments& args, int line) {
         Data out = Data::array();
+        size_t bytes = kItemBytes;
+        const auto piece = [&](std::string text) {  // a piece weighs its item besides its text: split('') of 16 MB
+            may_grow(bytes, kItemBytes + text.size(), line);
+            bytes += kItemBytes + text.size();
+            out.push_back(std::move(text));
+        };
         const bool by_whitespace = args.empty() || args[0].second.data.is_null();
-        const int64_t max_splits = args.size() > 1 ? args[1].second.data.get<int64_t>() : -1;
+        const int64_t max_splits = args.size() > 1 ? as_integer(args[1].second.data, "split()'s count", line) : -1;
         if (by_whitespace) {
             size_t p = 0;
             int64_t splits = 0;
@@ -1502,35 +1866,40 @@ private:
                 while (p < s.size() && kWhitespace.find(s[p]) != std::string::npos) ++p;
                 if (p >= s.size()) break;
                 if (max_splits >= 0 && splits == max_splits) {
-                    out.push_back(strip(s.substr(p), kWhitespace, false, true));
+                    piece(strip(s.substr(p), kWhitespace, false, true));
                     break;
                 }
                 size_t e = p;
                 while (e < s.size() && kWhitespace.find(s[e]) == std::string::npos) ++e;
-                out.push_back(s.substr(p, e - p));
+                piece(s.substr(p, e - p));
                 ++splits;
                 p = e;
             }
             return out;
         }
-        const std::string sep = args[0].second.data.get<std::string>();
+        const std::string& sep = as_string(args[0].second.data, "split()'s separator", line);
         if (sep.empty()) fail(line, "split() with an empty separator");
         size_t p = 0;
         int64_t splits = 0;
         for (size_t q = s.find(sep); q != std::string::npos && (max_splits < 0 || splits < max_splits);
              q = s.find(sep, p), ++splits) {
-            out.push_back(s.substr(p, q - p));
+            piece(s.substr(p, q - p));
             p = q + sep.size();
         }
-        out.push_back(s.substr(p));
+        piece(s.substr(p));
         return out;
     }
 
     Value filter(const Node& node) {
         const Value value = eval(*node.kids[0]);
         const Arguments args = arguments(node, 1);
+        return admit(apply_filter(node, value, args), node.line);
+    }
+
+    Value apply_filter(const Node& node, const Value& value, const Arguments& args) {
         const std::string& name = node.text;
         const Data& d = value.data;
+        const int line = node.line;
         const auto keyword = [&](const std::string& key, size_t position) -> std::optional<Data> {
             for (const auto& [n, v] : args)
                 if (n == key) return v.data;
@@ -1539,123 +1908,159 @@ private:
                 if (n.empty() && k++ == position) return v.data;
             return std::nullopt;
         };
+        if (d.is_string()) charge(d.get_ref<const std::string&>().size() / kBytesPerStep, line);
         if (name == "trim") {
+            const std::optional<Data> chars = keyword("chars", 0);
             return Value(Data(
-                strip(to_text(value), keyword("chars", 0).value_or(Data(kWhitespace)).get<std::string>(), true, true)));
+                strip(to_text(value), chars ? as_string(*chars, "trim's characters", line) : kWhitespace, true, true)));
         }
         if (name == "tojson") {
             const std::optional<Data> indent = keyword("indent", 0);
+            int64_t spaces = -1;  // json.dumps: no indent; an indent of 0 or less is newlines without spaces
+            if (indent && !indent->is_null()) {
+                spaces = std::max<int64_t>(0, as_integer(*indent, "tojson's indent", line));
+                spaces = std::min<int64_t>(spaces, static_cast<int64_t>(limits_.max_value_bytes));
+            }
             std::string out;
-            dump_json(value.defined ? d : Data(), indent && indent->is_number_integer() ? indent->get<int>() : -1, 0,
-                      out);
+            dump_json(value.defined ? d : Data(), spaces, 0, out, limits_.max_value_bytes, line);
             return Value(Data(out));
         }
         if (name == "length" || name == "count") {
-            if (d.is_string()) return Value(Data(static_cast<int64_t>(characters(d.get<std::string>()).size())));
+            if (d.is_string())
+                return Value(Data(static_cast<int64_t>(count_characters(d.get_ref<const std::string&>()))));
             if (d.is_array() || d.is_object()) return Value(Data(static_cast<int64_t>(d.size())));
             if (!value.defined) return Value(Data(int64_t{0}));
-            fail(node.line, "length of " + python_repr(d));
+            fail(line, "length of " + shown(d));
         }
         if (name == "string") return Value(Data(to_text(value)));
         if (name == "upper" || name == "lower" || name == "title" || name == "capitalize")
-            return method(Data(to_text(value)), name, {}, node.line);
-        if (name == "replace") return method(Data(to_text(value)), name, args, node.line);
+            return method(Data(to_text(value)), name, {}, line);
+        if (name == "replace") return method(Data(to_text(value)), name, args, line);
         if (name == "safe" || name == "e" || name == "escape") return value;  // no autoescaping in chat templates
         if (name == "default" || name == "d") {
-            const bool falsy_too = keyword("boolean", 1).value_or(Data(false)).get<bool>();
+            const std::optional<Data> boolean = keyword("boolean", 1);
+            const bool falsy_too = boolean && truthy(Value(*boolean));
             if (!value.defined || (falsy_too && !truthy(value))) return Value(keyword("default_value", 0).value_or(""));
             return value;
         }
         if (name == "first" || name == "last") {
             if (d.is_array()) return d.empty() ? Value::undefined() : Value(name == "first" ? d.front() : d.back());
             if (d.is_string()) {
-                const auto chars = characters(d.get<std::string>());
-                return chars.empty() ? Value::undefined() : Value(Data(name == "first" ? chars.front() : chars.back()));
+                const Chars chars(d.get_ref<const std::string&>());
+                if (chars.size() == 0) return Value::undefined();
+                return Value(Data(chars.at(name == "first" ? 0 : chars.size() - 1)));
             }
-            fail(node.line, name + " of " + python_repr(d));
+            fail(line, name + " of " + shown(d));
         }
-        if (name == "items") return method(d.is_null() ? Data::object() : d, "items", {}, node.line);
+        if (name == "items") return method(d.is_null() ? Data::object() : d, "items", {}, line);
         if (name == "list") {
             if (d.is_array()) return value;
             Data out = Data::array();
-            if (d.is_string())
-                for (auto& c : characters(d.get<std::string>())) out.push_back(c);
-            else if (d.is_object())
+            if (d.is_string()) {
+                const Chars chars(d.get_ref<const std::string&>());
+                may_grow(d.get_ref<const std::string&>().size(), chars.size() * kItemBytes, line);  // before the items
+                for (size_t k = 0; k < chars.size(); ++k) out.push_back(chars.at(k));
+            } else if (d.is_object()) {
                 for (const auto& [k, v] : d.items()) out.push_back(k);
-            else
-                fail(node.line, "list of " + python_repr(d));
+            } else {
+                fail(line, "list of " + shown(d));
+            }
             return Value(out);
         }
         if (name == "reverse") {
             if (d.is_string()) {
-                auto chars = characters(d.get<std::string>());
+                const Chars chars(d.get_ref<const std::string&>());
                 std::string out;
-                for (auto it = chars.rbegin(); it != chars.rend(); ++it) out += *it;
+                out.reserve(d.get_ref<const std::string&>().size());
+                for (size_t k = chars.size(); k-- > 0;) out += chars.at(k);
                 return Value(Data(out));
             }
-            if (!d.is_array()) fail(node.line, "reverse of " + python_repr(d));
+            if (!d.is_array()) fail(line, "reverse of " + shown(d));
             return Value(Data(Data::array_t(d.rbegin(), d.rend())));
         }
         if (name == "join") {
-            const std::string sep = keyword("d", 0).value_or(Data("")).get<std::string>();
+            const std::optional<Data> separator = keyword("d", 0);
+            const std::string sep = separator ? as_string(*separator, "join's separator", line) : "";
             const std::optional<Data> attribute = keyword("attribute", 1);
             std::string out;
-            if (!d.is_array()) fail(node.line, "join of " + python_repr(d));
+            if (!d.is_array()) fail(line, "join of " + shown(d));
             for (size_t k = 0; k < d.size(); ++k) {
                 Value item(d[k]);
-                if (attribute) item = member(item, *attribute, node.line);
-                out += (k ? sep : "") + to_text(item);
+                if (attribute) item = member(item, *attribute, line);
+                const std::string text = to_text(item);
+                may_grow(out.size(), (k ? sep.size() : 0) + text.size(), line);  // a long list and a long separator
+                if (k) out += sep;
+                out += text;
             }
+            charge(d.size(), line);
             return Value(Data(out));
         }
         if (name == "int") {
-            if (d.is_number()) return Value(Data(static_cast<int64_t>(d.get<double>())));
-            try {
-                return Value(Data(static_cast<int64_t>(std::stoll(to_text(value)))));
-            } catch (const std::exception&) {
-                return Value(Data(int64_t{0}));
+            if (d.is_number_integer()) return Value(Data(as_integer(d, "int", line)));
+            if (d.is_number()) return Value(Data(float_to_integer(d.get<double>(), line)));
+            // Jinja2's int: int(text), else int(float(text)), else 0; a bound past 64 bits is an error, not 0.
+            const std::string text = strip(to_text(value), kWhitespace, true, true);
+            errno = 0;
+            char* end = nullptr;
+            const long long i = std::strtoll(text.c_str(), &end, 10);
+            if (!text.empty() && end == text.c_str() + text.size()) {
+                if (errno == ERANGE) fail(line, "int: " + shown(Data(text)) + " is beyond 64 bits");
+                return Value(Data(static_cast<int64_t>(i)));
             }
+            const double x = std::strtod(text.c_str(), &end);
+            if (!text.empty() && end == text.c_str() + text.size() && !std::isnan(x))
+                return Value(Data(float_to_integer(x, line)));
+            return Value(Data(int64_t{0}));
         }
         if (name == "float") {
             if (d.is_number()) return Value(Data(d.get<double>()));
-            try {
-                return Value(Data(std::stod(to_text(value))));
-            } catch (const std::exception&) {
-                return Value(Data(0.0));
-            }
+            const std::string text = to_text(value);
+            char* end = nullptr;
+            const double x = std::strtod(text.c_str(), &end);  // std::stod throws its own error past DBL_MAX
+            return Value(Data(end != text.c_str() ? x : 0.0));
         }
         if (name == "abs") {
-            if (d.is_number_integer()) return Value(Data(std::llabs(d.get<int64_t>())));
+            if (d.is_number_integer()) {
+                const int64_t i = as_integer(d, "abs", line);
+                return Value(Data(checked(i == INT64_MIN, i < 0 && i != INT64_MIN ? -i : i, "abs", line)));
+            }
             if (d.is_number()) return Value(Data(std::fabs(d.get<double>())));
-            fail(node.line, "abs of " + python_repr(d));
+            fail(line, "abs of " + shown(d));
         }
         if (name == "indent") {
-            const int width = keyword("width", 0).value_or(Data(4)).get<int>();
-            const bool first = keyword("first", 1).value_or(Data(false)).get<bool>();
-            const std::string pad(static_cast<size_t>(std::max(0, width)), ' ');
+            const std::optional<Data> width_arg = keyword("width", 0), first_arg = keyword("first", 1);
+            const int64_t width = width_arg ? as_integer(*width_arg, "indent's width", line) : 4;
+            const bool first = first_arg && truthy(Value(*first_arg));
             const std::string s = to_text(value);
+            if (width > static_cast<int64_t>(limits_.max_value_bytes)) too_large(line);
+            const std::string pad(static_cast<size_t>(std::max<int64_t>(0, width)), ' ');
             std::string out = first && !s.empty() ? pad : "";
             for (size_t k = 0; k < s.size(); ++k) {
                 out += s[k];
-                if (s[k] == '\n' && k + 1 < s.size() && s[k + 1] != '\n') out += pad;
+                if (s[k] == '\n' && k + 1 < s.size() && s[k + 1] != '\n') {
+                    may_grow(out.size(), pad.size(), line);
+                    out += pad;
+                }
             }
+            charge(out.size() / kBytesPerStep, line);
             return Value(Data(out));
         }
         if (name == "selectattr" || name == "rejectattr" || name == "select" || name == "reject") {
-            if (!d.is_array()) fail(node.line, name + " of " + python_repr(d));
+            if (!d.is_array()) fail(line, name + " of " + shown(d));
             const bool by_attribute = name == "selectattr" || name == "rejectattr";
             const bool keep_true = name == "selectattr" || name == "select";
             size_t k = 0;
             std::string attribute;
-            if (by_attribute) attribute = positional(args, k++, name, node.line).get<std::string>();
+            if (by_attribute) attribute = as_string(positional(args, k++, name, line), name + "'s attribute", line);
             Data out = Data::array();
             for (const auto& item : d) {
-                Value subject = by_attribute ? member(Value(item), Data(attribute), node.line) : Value(item);
+                charge(1, line);
+                Value subject = by_attribute ? member(Value(item), Data(attribute), line) : Value(item);
                 bool hit;
                 if (k < args.size()) {
-                    const std::string test_name = args[k].second.data.get<std::string>();
+                    const std::string& test_name = as_string(args[k].second.data, name + "'s test", line);
                     Arguments rest(args.begin() + static_cast<long>(k) + 1, args.end());
-                    hit = named_test(test_name, subject, rest, node.line);
+                    hit = named_test(test_name, subject, rest, line);
                 } else {
                     hit = truthy(subject);
                 }
@@ -1664,32 +2069,45 @@ private:
             return Value(out);
         }
         if (name == "map") {
-            if (!d.is_array()) fail(node.line, "map of " + python_repr(d));
+            if (!d.is_array()) fail(line, "map of " + shown(d));
             Data out = Data::array();
             const std::optional<Data> attribute = keyword("attribute", 99);
+            if (!attribute) fail(line, "map() takes attribute=... here");
+            const Data fallback = keyword("default", 99).value_or(Data());
+            size_t bytes = kItemBytes;
             for (const auto& item : d) {
-                if (attribute) {
-                    Value v = member(Value(item), *attribute, node.line);
-                    out.push_back(v.defined ? v.data : keyword("default", 99).value_or(Data()));
-                } else {
-                    fail(node.line, "map() takes attribute=... here");
-                }
+                Value v = member(Value(item), *attribute, line);
+                bytes = weigh(v.defined ? v.data : fallback, 1, bytes);  // a long list times a large default
+                out.push_back(v.defined ? v.data : fallback);
             }
             return Value(out);
         }
         if (name == "unique") {
-            if (!d.is_array()) fail(node.line, "unique of " + python_repr(d));
+            if (!d.is_array()) fail(line, "unique of " + shown(d));
             Data out = Data::array();
-            for (const auto& item : d)
+            for (const auto& item : d) {
+                charge(1 + out.size(), line);  // quadratic: each item against those kept
                 if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
+            }
             return Value(out);
         }
         if (name == "round") {
-            const int precision = keyword("precision", 0).value_or(Data(0)).get<int>();
-            const double scale = std::pow(10.0, precision);
-            return Value(Data(std::round(d.get<double>() * scale) / scale));
+            const std::optional<Data> precision_arg = keyword("precision", 0);
+            const int64_t precision = precision_arg ? as_integer(*precision_arg, "round's precision", line) : 0;
+            const double x = as_number(d, "round's value", line);
+            const double scale = std::pow(10.0, static_cast<double>(std::clamp<int64_t>(precision, -400, 400)));
+            const double rounded = std::round(x * scale) / scale;
+            return Value(Data(std::isfinite(rounded) || !std::isfinite(x) ? rounded : x));
         }
-        fail(node.line, "the filter '" + name + "' is not supported");
+        fail(line, "the filter '" + name + "' is not supported");
+    }
+
+    // int(x) of a float: Python's is exact at any size; here past 64 bits is an error (and NaN, as Jinja2's, is 0).
+    static int64_t float_to_integer(double x, int line) {
+        if (std::isnan(x)) return 0;
+        if (!(x > -9223372036854775808.0 && x < 9223372036854775808.0))  // [-2**63, 2**63) after truncation
+            if (std::trunc(x) != -9223372036854775808.0) fail(line, "int: " + python_float(x) + " is beyond 64 bits");
+        return static_cast<int64_t>(x);
     }
 
     bool test(const Node& node) {
@@ -1715,48 +2133,94 @@ private:
         if (name == "callable") return value.function != nullptr;
         if (name == "odd" || name == "even") {
             if (!d.is_number_integer()) fail(line, name + " of a non-integer");
-            return (d.get<int64_t>() % 2 != 0) == (name == "odd");
+            const bool odd = d.is_number_unsigned() ? d.get<uint64_t>() % 2 != 0 : d.get<int64_t>() % 2 != 0;
+            return odd == (name == "odd");
         }
         if (name == "divisibleby") {
-            const int64_t n = positional(args, 0, name, line).get<int64_t>();
-            return n != 0 && d.is_number_integer() && d.get<int64_t>() % n == 0;
+            const int64_t n = as_integer(positional(args, 0, name, line), "divisibleby's divisor", line);
+            if (n == 0 || !d.is_number_integer()) return false;
+            if (n == -1) return true;  // INT64_MIN % -1 traps
+            return as_integer(d, "divisibleby", line) % n == 0;
         }
         if (name == "lower" || name == "upper") {
             if (!d.is_string()) return false;
-            const std::string s = d.get<std::string>();
-            return method(d, name, {}, line).data.get<std::string>() == s;
+            const std::string& s = d.get_ref<const std::string&>();
+            return method(d, name, {}, line).data.get_ref<const std::string&>() == s;
         }
         if (name == "equalto" || name == "eq" || name == "==" || name == "sameas")
             return equal(value, args.empty() ? Value::undefined() : args[0].second);
         if (name == "ne" || name == "!=") return !equal(value, args.empty() ? Value::undefined() : args[0].second);
         if (name == "in") {
             const Data& within = positional(args, 0, name, line);
-            if (within.is_array()) return std::find(within.begin(), within.end(), d) != within.end();
+            if (within.is_array()) {
+                charge(within.size(), line);
+                return std::find(within.begin(), within.end(), d) != within.end();
+            }
             if (within.is_object()) return d.is_string() && within.contains(d.get<std::string>());
             if (within.is_string() && d.is_string())
-                return within.get_ref<const std::string&>().find(d.get<std::string>()) != std::string::npos;
+                return within.get_ref<const std::string&>().find(d.get_ref<const std::string&>()) != std::string::npos;
             return false;
         }
         fail(line, "the test '" + name + "' is not supported");
     }
 
+    const RenderLimits& limits_;
     std::vector<Scope> scopes_;
     Flow flow_ = Flow::normal;
+    uint64_t steps_ = 0;
+    uint64_t next_poll_ = kPollSteps;
+    int depth_ = 0;         // the renderer's recursion
+    int calls_ = 0;         // macro calls inside each other
+    int line_ = 1;          // of the node being rendered, for a message
+    size_t out_limit_ = 0;  // of the text being written: the output's, or a value's while capturing
+    int capturing_ = 0;
 };
 
 }  // namespace
 
-JinjaTemplate::JinjaTemplate(const std::string& source) : root_(Parser(Scanner(source).scan()).parse_template()) {}
+namespace {
+
+NodePtr parse(const std::string& source) {
+    try {
+        return Parser(Scanner(source).scan()).parse_template();
+    } catch (const JinjaError&) {
+        throw;
+    } catch (const std::bad_alloc&) {
+        throw JinjaError("chat template: out of memory while parsing");
+    } catch (const std::exception&) {
+        throw JinjaError("chat template: a construct the parser does not take (an internal error of the parser)");
+    }
+}
+
+}  // namespace
+
+JinjaTemplate::JinjaTemplate(const std::string& source) : root_(parse(source)) {}
 JinjaTemplate::~JinjaTemplate() = default;
 JinjaTemplate::JinjaTemplate(JinjaTemplate&&) noexcept = default;
 JinjaTemplate& JinjaTemplate::operator=(JinjaTemplate&&) noexcept = default;
 
-std::string JinjaTemplate::render(const nlohmann::ordered_json& variables) const {
+std::string JinjaTemplate::render(const nlohmann::ordered_json& variables, const RenderLimits& limits) const {
     if (!variables.is_object()) throw JinjaError("a template's variables must be a JSON object");
-    Renderer renderer(variables);
-    std::string out;
-    renderer.render(*root_, out);
-    return out;
+    if (nests_deeper_than(variables, limits.max_value_depth + 1))  // the object itself is one level
+        throw JinjaError("a template's variables nest lists and objects more than " +
+                         std::to_string(limits.max_value_depth) + " deep (RenderLimits::max_value_depth)");
+    std::optional<Renderer> renderer;
+    try {
+        renderer.emplace(variables, limits);
+        std::string out;
+        renderer->render(*root_, out);
+        return out;
+    } catch (const JinjaError&) {
+        throw;
+    } catch (const std::bad_alloc&) {
+        throw JinjaError("chat template line " + std::to_string(renderer ? renderer->line() : 1) +
+                         ": out of memory while rendering");
+    } catch (const std::exception&) {
+        // Every operation checks its operands; this is the net under one that does not, so that a template's
+        // problem is still a JinjaError, with where it happened.
+        throw JinjaError("chat template line " + std::to_string(renderer ? renderer->line() : 1) +
+                         ": an operation on values it does not take (an internal error of the renderer)");
+    }
 }
 
 }  // namespace rudder

@@ -26,9 +26,11 @@ public:
 
     // `messages`: [{"role", "content", ...}] as the template reads them; `extra`: more variables (transformers'
     // chat_template_kwargs: enable_thinking, date_string, ...), over the special tokens. JinjaError when the
-    // template refuses them (its raise_exception) or fails.
+    // template refuses them (its raise_exception) or fails, or the render passes one of `limits` (jinja.hpp;
+    // messages or extra nested deeper than its max_value_depth are refused before they are copied).
     std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
-                       const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
+                       const nlohmann::ordered_json& extra = nlohmann::ordered_json::object(),
+                       const RenderLimits& limits = RenderLimits()) const;
 
     // The token text that ends a turn, where the answer stops (eos_token); "" when the file names none.
     const std::string& end_of_turn() const { return end_of_turn_; }

@@ -12,9 +12,13 @@
 // attribute and item access, slices, `x if c else y`, and/or/not, comparisons, in, is (tests), + - * / // % ** ~,
 // filters, calls. Globals: raise_exception(message), namespace(...), range(...), strftime_now(format). Anything else is
 // a JinjaError that says what and where; so is a template error at render (raise_exception's message, an operation on
-// wrong types).
+// wrong types), and so is a template past a limit (below): no template, however hostile, crashes the process, runs
+// without end or takes unbounded memory.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -28,16 +32,53 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+// What a template may nest when parsed: blocks inside blocks (if, for, macro, set, generation), and an expression's
+// depth (parentheses, lists, arguments, and chains of operators, filters or attributes, each a level of the tree the
+// renderer walks). Real chat templates nest fewer than 10 deep; these bound the parser's and renderer's recursion.
+inline constexpr int kJinjaMaxBlockNesting = 64;
+inline constexpr int kJinjaMaxExpressionDepth = 64;
+
+// What one render may spend; past any of them the render stops with a JinjaError naming the limit. The defaults hold
+// when a caller passes nothing: far above any real chat template (a conversation of thousands of messages renders
+// in well under a million steps and a few MB), and small enough that a hostile template ends within seconds, in tens
+// of MB, on a 512 KiB thread stack under AddressSanitizer (tests/text, text.Jinja.*).
+struct RenderLimits {
+    // Work: a step per statement rendered and expression evaluated, plus a step per 256 bytes a value weighs where a
+    // value is looked up, copied or built. 10 million steps are about a second or two of rendering.
+    uint64_t max_steps = 10'000'000;
+    // The rendered text, in bytes (16 times `rudder serve`'s default request body).
+    size_t max_output_bytes = size_t{16} << 20;
+    // Any one value built or held during the render (a string's bytes; a list or dict as 16 bytes an item plus its
+    // items), the variables included; the same bound for the text a `{% set %}` block or a macro call captures.
+    size_t max_value_bytes = size_t{16} << 20;
+    // Lists and dicts inside each other, in the variables and in values built (tojson, comparisons and copies recurse
+    // over them).
+    int max_value_depth = 64;
+    // Macro calls inside each other (a recursive macro).
+    int max_call_depth = 64;
+    // The renderer's recursion as a whole: statements and expressions inside each other, across macro calls.
+    int max_render_depth = 400;
+    // Polled every 1,024 steps when set: true stops the render with a JinjaError ("cancelled"), so a server can end
+    // a render at its request's deadline or at a drain. It must not throw.
+    std::function<bool()> cancelled;
+};
+
+// Whether `value` nests lists and objects more than `max_depth` deep (a scalar is depth 0, [] and [1] depth 1).
+// Iterative, so safe on any value; copying a JSON value recurses, so a caller checks a value from outside with it
+// before copying it into a template's variables.
+bool nests_deeper_than(const nlohmann::ordered_json& value, int max_depth);
+
 class JinjaTemplate {
 public:
-    // Parses `source`; JinjaError with the line of the first problem.
+    // Parses `source`; JinjaError with the line of the first problem (a nesting limit above included).
     explicit JinjaTemplate(const std::string& source);
     ~JinjaTemplate();
     JinjaTemplate(JinjaTemplate&&) noexcept;
     JinjaTemplate& operator=(JinjaTemplate&&) noexcept;
 
     // The template with `variables` (a JSON object: name -> value) as its globals. Objects keep their keys' order.
-    std::string render(const nlohmann::ordered_json& variables) const;
+    // JinjaError for any problem of the template or its variables, a limit of `limits` passed included.
+    std::string render(const nlohmann::ordered_json& variables, const RenderLimits& limits = RenderLimits()) const;
 
     struct Node;
 
