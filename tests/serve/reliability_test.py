@@ -205,8 +205,123 @@ def case_openai_paths():
             s.stop()
 
 
+def case_chat_burst():
+    # Finding L1: 32 simultaneous first chat requests to a model each loaded its tokenizer and chat template (2.6 GB at
+    # the peak on a large vocabulary; once 3 of 32 got connection resets). Now one load, the others wait for it:
+    # every request is answered, and a template that fails is refused to every waiter with the same message.
+    with tempfile.TemporaryDirectory() as scratch:
+        models = os.path.join(scratch, "models")
+        for name, template in (("chatty", "{% for m in messages %}{{ m.content }} {% endfor %}"),
+                               ("broken", "{% for m in messages %}")):
+            shutil.copytree(os.path.join(REPO, "models", "e2e-mdlm"), os.path.join(models, name))
+            with open(os.path.join(models, name, "tokenizer_config.json"), "w") as f:
+                json.dump({"chat_template": template}, f)
+        s = Server("--models", models, "--queue", "64")
+        try:
+            before = s.rss_mb()
+            for model, expected in (("chatty", 200), ("broken", 400)):
+                answers = [None] * 32
+
+                def ask(i):
+                    answers[i] = s.json("POST", "/v1/chat/completions",
+                                        {"model": model, "max_tokens": 6, "seed": i,
+                                         "messages": [{"role": "user", "content": "name[The Eagle]"}]}, timeout=240)
+                threads = [threading.Thread(target=ask, args=(i,)) for i in range(32)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                statuses = [a[0] for a in answers]
+                assert statuses == [expected] * 32, (model, statuses, [a[1] for a in answers if a[0] != expected][:2])
+                if expected == 200:
+                    prompts = {a[1]["usage"]["prompt_tokens"] for a in answers}
+                    assert len(prompts) == 1, prompts
+                    metrics = s.request("GET", "/metrics")[2]
+                    loads = [line for line in metrics.splitlines()
+                             if line.startswith("rudder_prompt_tool_loads_total")]
+                    assert loads and float(loads[0].split()[-1]) == 1, loads  # one read for the 32
+                else:
+                    assert len({a[1]["error"]["message"] for a in answers}) == 1, answers[:2]
+            print(f"resident {before:.0f} MB before 64 first chat requests, {s.rss_mb():.0f} MB after")
+            s.alive()
+        finally:
+            s.stop()
+
+
+HOSTILE_TEMPLATES = {
+    # Finding H2: each of these killed the server (SIGFPE, or a stack overflow) on one request.
+    "int_min_floordiv": "{{ (-9223372036854775807 - 1) // -1 }}",
+    "int_min_mod": "{{ (-9223372036854775807 - 1) % -1 }}",
+    "macro_recursion": "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(5000) }}",
+    "nested_parentheses": "{{ " + "(" * 3000 + "1" + ")" * 3000 + " }}",
+    "nested_ifs": "{% if true %}" * 20000 + "x" + "{% endif %}" * 20000,
+    # Medium: no time or memory bound; low: integers wrapped silently.
+    "nested_ranges": "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+    "doubling_namespace": "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}"
+                          "{% endfor %}{{ ns.s }}",
+    "power_overflow": "{{ 2**63 }}",
+}
+
+
+def case_hostile_templates():
+    # A model folder's chat template is third-party content: none of these may take the server, and each request is
+    # answered with an error, through both OpenAI routes, in process and with controllers isolated.
+    with tempfile.TemporaryDirectory() as scratch:
+        models = os.path.join(scratch, "models")
+        for name, template in HOSTILE_TEMPLATES.items():
+            shutil.copytree(os.path.join(REPO, "models", "e2e-mdlm"), os.path.join(models, name))
+            with open(os.path.join(models, name, "tokenizer_config.json"), "w") as f:
+                json.dump({"chat_template": template}, f)
+        for isolation in ("in_process", "process"):
+            s = Server("--models", models, "--isolation", isolation, "--timeout", "20")
+            try:
+                before = s.rss_mb()
+                for name in HOSTILE_TEMPLATES:
+                    for path, body in (("/v1/chat/completions",
+                                        {"model": name, "max_tokens": 4,
+                                         "messages": [{"role": "user", "content": "hi"}]}),
+                                       ("/v1/completions", {"model": name, "prompt": "hi", "max_tokens": 4})):
+                        start = time.monotonic()
+                        status, body = s.json("POST", path, body, timeout=120)
+                        took = time.monotonic() - start
+                        if status == 200 and (path == "/v1/completions" or name == "int_min_mod"):
+                            continue  # not rendered for a plain prompt; Python's -2**63 % -1 is 0, no error
+                        assert status in (400, 504) and "error" in body, (isolation, name, path, status, body)
+                        message = body["error"]["message"]
+                        assert "internal" not in message.lower(), (name, message)
+                        print(f"{isolation} {name} {path}: {status} in {took:.2f} s: {message[:120]}")
+                        assert s.proc.poll() is None, f"{name} killed the server"
+                    s.alive()
+                if not sanitizer_build(RUDDER):
+                    assert s.rss_mb() < before + 300, f"resident {before:.0f} MB before, {s.rss_mb():.0f} after"
+            finally:
+                s.stop()
+        # --timeout and SIGTERM's drain hold while a template renders without end (the render's step limit is
+        # raised out of reach by nothing: the deadline and the drain stop it first or the steps do, never neither).
+        s = Server("--models", models, "--timeout", "2")
+        try:
+            chat = {"model": "nested_ranges", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+            start = time.monotonic()
+            status, body = s.json("POST", "/v1/chat/completions", chat, timeout=60)
+            assert status in (400, 504) and time.monotonic() - start < 15, (status, body, time.monotonic() - start)
+            answers = []
+            t = threading.Thread(target=lambda: answers.append(s.json("POST", "/v1/chat/completions", chat,
+                                                                       timeout=60)))
+            t.start()
+            time.sleep(0.5)
+            start = time.monotonic()
+            s.stop(within=30)
+            t.join(30)
+            assert time.monotonic() - start < 20, f"the drain took {time.monotonic() - start:.1f} s"
+            assert answers and answers[0][0] in (400, 503, 504), answers
+        finally:
+            if s.proc.poll() is None:
+                s.stop()
+
+
 if __name__ == "__main__":
-    cases = {"framing": case_framing, "dns_rebinding": case_dns_rebinding, "openai_paths": case_openai_paths}
+    cases = {"framing": case_framing, "dns_rebinding": case_dns_rebinding, "openai_paths": case_openai_paths,
+             "chat_burst": case_chat_burst, "hostile_templates": case_hostile_templates}
     if CASE not in cases:
         fail(f"no case {CASE}")
     cases[CASE]()

@@ -7,7 +7,8 @@ links out of its folder, the fixture plugins `faulty` and `hostile` beside the b
 generations, streamed and not, whose samples must equal the reference answers taken before the load; unseeded ones,
 which may share runs, whose samples must satisfy their control; validations; the listings and the metrics), half
 hostile (paths and bodies that are not UTF-8, model paths, a FIFO model, a model linking out, a request asking for
-in_process, a plugin by path, 1 MB model names, bodies over the limit, missing and wrong API keys, a page of another
+in_process, a plugin by path, 1 MB model names, bodies over the limit (Content-Length and chunked), malformed lengths,
+missing and wrong API keys, a page of another
 origin, garbage request lines, a plugin that crashes its isolated process, one whose error message is not UTF-8,
 slow sockets that trickle headers or a body). A prober asks /healthz every half second with a 1 s timeout.
 
@@ -229,8 +230,10 @@ class Soak:
             "no API key": self.no_key, "wrong API key": self.wrong_key, "foreign origin": self.foreign_origin,
             "garbage": self.garbage, "crashing plugin": self.crash, "plugin message not UTF-8": self.bad_message,
             "slow headers": self.slow_headers, "slow body": self.slow_body,
+            "chunked body over the limit": self.big_chunked_body, "malformed length": self.malformed_length,
         }
-        weights = {"1 MB model name": 0.2, "body over the limit": 0.2, "slow headers": 0.1, "slow body": 0.1,
+        weights = {"1 MB model name": 0.2, "body over the limit": 0.2, "chunked body over the limit": 0.2,
+                   "slow headers": 0.1, "slow body": 0.1,
                    "crashing plugin": 0.3}
         names = list(kinds)
         kind = rng.choices(names, [weights.get(n, 1.0) for n in names])[0]
@@ -279,6 +282,36 @@ class Soak:
     def big_body(self, client, rng):
         status, text = client.request("POST", "/v1/generate", raw_body=b"x" * (2 << 20))
         return status, status == 413, text[:200]
+
+    def big_chunked_body(self, client, rng):
+        """A chunked body past --max-body (1 MB): 413 as soon as the chunks pass it, the rest not read (issue 64)."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=30) as c:
+            c.sendall(b"POST /v1/generate HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer " + KEY.encode() +
+                      b"\r\nTransfer-Encoding: chunked\r\n\r\n")
+            size = rng.choice([1 << 12, 1 << 16, 1 << 20])
+            piece = b"%x\r\n" % size + b"{" * size + b"\r\n"
+            answer = b""
+            try:
+                for _ in range((4 << 20) // size):
+                    c.sendall(piece)
+            except OSError:
+                pass  # the server answered and closed: read its answer
+            try:
+                while b"\r\n\r\n" not in answer:
+                    chunk = c.recv(65536)
+                    if not chunk:
+                        break
+                    answer += chunk
+            except OSError:
+                pass
+        status = int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/1.1 ") else None
+        return status, status == 413, repr(answer[:200])
+
+    def malformed_length(self, client, rng):
+        length = rng.choice([b"-5", b"1" * 20, b"abc", b"2\r\nContent-Length: 3"])
+        status, out = raw_exchange(self.port, b"POST /v1/generate HTTP/1.1\r\nHost: localhost\r\nAuthorization: "
+                                   b"Bearer " + KEY.encode() + b"\r\nContent-Length: " + length + b"\r\n\r\n{}")
+        return status, status == 400, repr(out[:200])
 
     def no_key(self, client, rng):
         status, text = client.request("GET", "/v1/models", headers={"Authorization": None})

@@ -53,6 +53,12 @@ struct Metrics {
                                      .Help("Generators built (a recipe's model and plugins loaded) rather than reused")
                                      .Register(registry)
                                      .Add({});
+    prometheus::Counter& prompt_loads =
+        prometheus::BuildCounter()
+            .Name("rudder_prompt_tool_loads_total")
+            .Help("A model's tokenizer and chat template read for the OpenAI routes (once per model while kept)")
+            .Register(registry)
+            .Add({});
     prometheus::Gauge& loading = prometheus::BuildGauge()
                                      .Name("rudder_generator_loads_in_progress")
                                      .Help("Generator loads not yet ended, those whose request has left included")

@@ -100,28 +100,45 @@ const std::vector<std::string> kExtensionKeys = {"sampler", "controllers", "guid
 }  // namespace
 
 std::shared_ptr<const PromptTools::Tools> PromptTools::of(const std::filesystem::path& model_dir) {
+    // One load per folder however many requests ask at once (32 first chat requests each loaded the tokenizer and
+    // template: 2.6 GB at the peak): the first asker loads, the others wait for its result.
+    std::promise<std::shared_ptr<const Tools>> promise;
+    std::shared_future<std::shared_ptr<const Tools>> loaded_or_loading;
     {
         std::lock_guard<std::mutex> lock(mutex_);
         const auto found = kept_.find(model_dir);
-        if (found != kept_.end()) return found->second;
-    }
-    auto tools = std::make_shared<Tools>();
-    tools->tokenizer = load_tokenizer(model_dir);
-    tools->chat = ChatTemplate::load(model_dir);
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!kept_.count(model_dir)) {
-        if (order_.size() >= kKept) {
-            kept_.erase(order_.front());
-            order_.erase(order_.begin());
+        if (found != kept_.end()) {
+            loaded_or_loading = found->second;
+        } else {
+            if (order_.size() >= kKept) {
+                kept_.erase(order_.front());
+                order_.erase(order_.begin());
+            }
+            order_.push_back(model_dir);
+            kept_[model_dir] = promise.get_future().share();
         }
-        order_.push_back(model_dir);
-        kept_[model_dir] = tools;
     }
-    return tools;
+    if (loaded_or_loading.valid()) return loaded_or_loading.get();  // rethrows the loader's error
+    try {
+        if (on_load_) on_load_();
+        auto tools = std::make_shared<Tools>();
+        tools->tokenizer = load_tokenizer(model_dir);
+        tools->chat = ChatTemplate::load(model_dir);
+        promise.set_value(tools);
+        return tools;
+    } catch (...) {
+        promise.set_exception(std::current_exception());
+        // Not kept: the next request reads the folder again (it may have been mended).
+        std::lock_guard<std::mutex> lock(mutex_);
+        kept_.erase(model_dir);
+        order_.erase(std::remove(order_.begin(), order_.end(), model_dir), order_.end());
+        throw;
+    }
 }
 
 CompletionRequest read_completion_request(const std::string& body, bool chat, const ServerOptions& options,
-                                          const ModelCatalog& catalog, PromptTools& prompt_tools) {
+                                          const ModelCatalog& catalog, PromptTools& prompt_tools,
+                                          const RenderLimits& render_limits) {
     json j;
     try {
         j = json_input::parse(body);
@@ -239,8 +256,9 @@ CompletionRequest read_completion_request(const std::string& body, bool chat, co
     }
     if (out.tools && chat && !messages.empty() && issues.empty()) {
         try {
-            out.prompt = out.tools->chat ? out.tools->chat->render(messages, add_generation_prompt, template_kwargs)
-                                         : plain_chat_prompt(messages);
+            out.prompt = out.tools->chat
+                             ? out.tools->chat->render(messages, add_generation_prompt, template_kwargs, render_limits)
+                             : plain_chat_prompt(messages);
         } catch (const JinjaError& e) {
             issues.push_back({"/messages", std::string("the model's chat template refuses them: ") + e.what()});
         }

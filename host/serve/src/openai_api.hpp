@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,13 +33,17 @@ public:
         std::shared_ptr<const Tokenizer> tokenizer;
         std::optional<ChatTemplate> chat;  // none: the plain format
     };
-    // Throws ModelError (the model's files) or std::runtime_error (its tokenizer_config.json).
+    // on_load: told each time a folder is read (the metrics).
+    explicit PromptTools(std::function<void()> on_load = {}) : on_load_(std::move(on_load)) {}
+    // Throws ModelError (the model's files) or std::runtime_error (its tokenizer_config.json). Requests asking for
+    // a folder that is being read wait for that reading.
     std::shared_ptr<const Tools> of(const std::filesystem::path& model_dir);
 
 private:
     static constexpr size_t kKept = 16;  // model folders; beyond, the oldest is read again when asked for
+    const std::function<void()> on_load_;
     std::mutex mutex_;
-    std::map<std::filesystem::path, std::shared_ptr<const Tools>> kept_;
+    std::map<std::filesystem::path, std::shared_future<std::shared_ptr<const Tools>>> kept_;  // loaded or loading
     std::vector<std::filesystem::path> order_;
 };
 
@@ -60,8 +66,11 @@ struct CompletionRequest {
 
 // Reads a POST /v1/completions (chat false) or /v1/chat/completions body. RequestError: 400 with every problem at its
 // pointer in the request, 404 for a model the server does not have.
+// The chat template renders within `render_limits` (jinja.hpp: steps, sizes, depths, and the request's deadline or
+// the server's drain through its `cancelled`); a template that fails or passes a limit is a 400 at /messages.
 CompletionRequest read_completion_request(const std::string& body, bool chat, const ServerOptions& options,
-                                          const ModelCatalog& catalog, PromptTools& tools);
+                                          const ModelCatalog& catalog, PromptTools& tools,
+                                          const RenderLimits& render_limits = RenderLimits());
 
 // A recipe problem's pointer as the request's (max_length -> /max_tokens, the prompt's span -> /prompt, ...).
 std::string request_pointer(const CompletionRequest& request, const std::string& recipe_pointer);

@@ -206,8 +206,9 @@ struct Server::State {
         std::shared_ptr<Scheduler::Place> place;
         std::shared_ptr<Job> job;
     };
-    Started start(const GenerateRequest& request, Clock::time_point deadline) {
-        // A place in line before the recipe's model and plugins are loaded: a refused request costs nothing.
+    // A place in line, taken before the request is read: a refused request costs nothing, and what reading costs
+    // (a chat template rendered, a prompt encoded) is counted by --queue and seen by the drain.
+    std::shared_ptr<Scheduler::Place> take_place() {
         Scheduler::Entry entry = Scheduler::Entry::admitted;
         std::shared_ptr<Scheduler::Place> place = scheduler.admit(entry);
         if (!place) {
@@ -219,6 +220,10 @@ struct Server::State {
                     : std::string("the server is shutting down"),
                 {}};
         }
+        return place;
+    }
+
+    Started start(std::shared_ptr<Scheduler::Place> place, const GenerateRequest& request, Clock::time_point deadline) {
         // Checked here, so that a request the run could not serve is answered 400 before it waits. The generator
         // built to check it (none for a recipe checked before) goes with its job to the run: it is built once.
         auto job = std::make_shared<Job>();
@@ -291,13 +296,14 @@ struct Server::State {
     bool admitted(Request& request, Started& started, Read&& read, Shape&& shape, Clock::time_point deadline,
                   httplib::Response& res) {
         try {
+            std::shared_ptr<Scheduler::Place> place = take_place();
             try {
                 request = read();
             } catch (const RequestError&) {
                 metrics.failed("invalid request");
                 throw;
             }
-            started = start(generation_of(request), deadline);
+            started = start(std::move(place), generation_of(request), deadline);
             return true;
         } catch (const RequestError& e) {
             reply_error(res, e, shape(e, request));
@@ -330,7 +336,20 @@ struct Server::State {
         const auto deadline = after(options.timeout_seconds);
         CompletionRequest request;
         Started started;
-        const auto read = [&] { return read_completion_request(req.body, chat, options, catalog, prompt_tools); };
+        // The chat template renders in this thread, after the request took its place in line: its deadline and a
+        // drain stop it (a template is the model folder's, third-party content).
+        RenderLimits render_limits;
+        render_limits.cancelled = [this, deadline] { return Clock::now() >= deadline || scheduler.draining(); };
+        const auto read = [&] {
+            try {
+                return read_completion_request(req.body, chat, options, catalog, prompt_tools, render_limits);
+            } catch (const RequestError& e) {
+                // A render stopped by the deadline or the drain is that, not the client's mistake.
+                if (Clock::now() >= deadline) throw RequestError{504, timeout_message(), {}};
+                if (scheduler.draining()) throw RequestError{503, "the server is shutting down", {}};
+                throw;
+            }
+        };
         const auto shape = [](const RequestError& e, const CompletionRequest& r) { return openai_error(e, &r); };
         if (!admitted(request, started, read, shape, deadline, res)) return;
         const std::string id = completion_id(chat);
