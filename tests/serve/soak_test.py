@@ -8,6 +8,7 @@ generations, streamed and not, whose samples must equal the reference answers ta
 which may share runs, whose samples must satisfy their control; validations; the listings and the metrics), half
 hostile (paths and bodies that are not UTF-8, model paths, a FIFO model, a model linking out, a request asking for
 in_process, a plugin by path, 1 MB model names, bodies over the limit (Content-Length and chunked), malformed lengths,
+chat templates that overflow integers, nest 20,000 deep, recurse without end or loop 10^10 times,
 missing and wrong API keys, a page of another
 origin, garbage request lines, a plugin that crashes its isolated process, one whose error message is not UTF-8,
 slow sockets that trickle headers or a body). A prober asks /healthz every half second with a 1 s timeout.
@@ -146,6 +147,15 @@ class Soak:
         os.makedirs(os.path.join(models, "leaky"))
         shutil.copy(os.path.join(REPO, "models", "e2e-discrete", "config.json"), os.path.join(models, "leaky"))
         os.symlink("/etc/passwd", os.path.join(models, "leaky", "vocab.txt"))
+        # Chat templates that once took the server (issue 64): a SIGFPE, a stack overflow, a render without end.
+        for name, template in (("template_fpe", "{{ (-9223372036854775807 - 1) // -1 }}"),
+                               ("template_deep", "{% if true %}" * 20000 + "x" + "{% endif %}" * 20000),
+                               ("template_recursion", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"),
+                               ("template_endless", "{% for a in range(100000) %}{% for b in range(100000) %}"
+                                                    "{% endfor %}{% endfor %}")):
+            shutil.copytree(os.path.join(REPO, "models", "e2e-mdlm"), os.path.join(models, name))
+            with open(os.path.join(models, name, "tokenizer_config.json"), "w") as f:
+                json.dump({"chat_template": template}, f)
         plugins = os.path.join(scratch, "plugins")
         os.makedirs(plugins)
         shutil.copy(os.path.join(fixtures, "plugins", "rudder_faulty.so"), plugins)
@@ -231,9 +241,10 @@ class Soak:
             "garbage": self.garbage, "crashing plugin": self.crash, "plugin message not UTF-8": self.bad_message,
             "slow headers": self.slow_headers, "slow body": self.slow_body,
             "chunked body over the limit": self.big_chunked_body, "malformed length": self.malformed_length,
+            "hostile chat template": self.hostile_template, "endless chat template": self.endless_template,
         }
         weights = {"1 MB model name": 0.2, "body over the limit": 0.2, "chunked body over the limit": 0.2,
-                   "slow headers": 0.1, "slow body": 0.1,
+                   "slow headers": 0.1, "slow body": 0.1, "endless chat template": 0.05,
                    "crashing plugin": 0.3}
         names = list(kinds)
         kind = rng.choices(names, [weights.get(n, 1.0) for n in names])[0]
@@ -312,6 +323,19 @@ class Soak:
         status, out = raw_exchange(self.port, b"POST /v1/generate HTTP/1.1\r\nHost: localhost\r\nAuthorization: "
                                    b"Bearer " + KEY.encode() + b"\r\nContent-Length: " + length + b"\r\n\r\n{}")
         return status, status == 400, repr(out[:200])
+
+    def hostile_template(self, client, rng):
+        model = rng.choice(["template_fpe", "template_deep", "template_recursion"])
+        status, body = client.json("POST", "/v1/chat/completions",
+                                   {"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+        return status, status == 400 and "chat template" in body["error"]["message"], str(body)[:200]
+
+    def endless_template(self, client, rng):
+        """A render that would not end: stopped by its step limit (about 10^7 steps, seconds) with a 400."""
+        status, body = client.json("POST", "/v1/chat/completions",
+                                   {"model": "template_endless", "max_tokens": 4,
+                                    "messages": [{"role": "user", "content": "hi"}]})
+        return status, status in (400, 504), str(body)[:200]
 
     def no_key(self, client, rng):
         status, text = client.request("GET", "/v1/models", headers={"Authorization": None})

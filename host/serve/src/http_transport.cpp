@@ -421,11 +421,11 @@ private:
 
 // After an answer given before the request's body was read whole: the answer's end is sent (FIN), then what the
 // client still sends is read and dropped for a moment, so that closing does not reset the connection (a reset can
-// discard the answer in the client's buffers before it reads it). Bounded in time, not bytes (what is read is
-// dropped, never kept): a client that keeps sending is cut off after a second.
+// discard the answer in the client's buffers before it reads it). Until the client closes its side, bounded in time,
+// not bytes (what is read is dropped, never kept): a client that keeps sending is cut off after a few seconds.
 void close_gracefully(int fd) {
     ::shutdown(fd, SHUT_WR);
-    const auto until = Clock::now() + std::chrono::seconds(1);
+    const auto until = Clock::now() + std::chrono::seconds(5);
     char sink[65536];
     while (poll_until(fd, POLLIN, until) > 0) {
         const ssize_t n = ::recv(fd, sink, sizeof sink, MSG_DONTWAIT);

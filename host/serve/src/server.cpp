@@ -133,7 +133,7 @@ struct Server::State {
         : options(std::move(o)), catalog(options.model_path, options.models, options.allow_client_paths),
           registry(options.plugin_path.empty() ? plugins::Registry::default_search_path() : options.plugin_path),
           generators(options, registry, catalog, metrics), scheduler(options, metrics, generators.cache),
-          runner(generators, scheduler, metrics),
+          runner(generators, scheduler, metrics), prompt_tools([this] { metrics.prompt_loads.Increment(); }),
           access(options.api_keys, options.cors_origins, options.allowed_hosts, options.host),
           http(limits(options), [this](ConnectionEvent e) { count(e); }) {
         for (const auto& dir : options.model_path) redact.add(dir, "");
