@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -245,6 +246,60 @@ TEST(JsonSchema, LimitsAreErrorsNotMemory) {
     SchemaOptions options;
     options.limits.max_states = 50;
     EXPECT_THROW(schema(R"({"type":"string","format":"date","minLength":3})", options), LimitError);
+}
+
+// An anyOf of 2,000 objects of one property each (issue 64: 54 s, then a refusal that blamed $ref recursion the
+// schema does not have). Closed objects compile (each branch needs no slot for the other branches' names); open
+// ones are refused quickly, with the cause named.
+std::string many_objects(int count, bool closed) {
+    ordered_json branches = ordered_json::array();
+    for (int i = 0; i < count; ++i) {
+        ordered_json object = {{"type", "object"},
+                               {"properties", {{"k" + std::to_string(i), {{"type", "integer"}}}}},
+                               {"required", {"k" + std::to_string(i)}}};
+        if (closed) object["additionalProperties"] = false;
+        branches.push_back(object);
+    }
+    return ordered_json{{"anyOf", branches}}.dump();
+}
+
+TEST(JsonSchema, AnyOfOfManyClosedObjectsCompiles) {
+    const Dfa dfa = schema(many_objects(2000, true));
+    EXPECT_TRUE(dfa.matches(R"({"k0":1})"));
+    EXPECT_TRUE(dfa.matches(R"({"k1999":-42})"));
+    EXPECT_FALSE(dfa.matches(R"({"k2000":1})"));
+    EXPECT_FALSE(dfa.matches(R"({"k7":1,"k8":2})"));
+    EXPECT_FALSE(dfa.matches("{}"));
+}
+
+TEST(JsonSchema, AnyOfOfManyOpenObjectsIsRefusedForItsRealCause) {
+    try {
+        schema(many_objects(2000, false));
+        FAIL() << "compiled";
+    } catch (const LimitError& e) {
+        const std::string why = e.what();
+        EXPECT_EQ(why.find("recursion"), std::string::npos) << why;
+        EXPECT_NE(why.find("2001 object schemas apply"), std::string::npos) << why;
+        EXPECT_NE(why.find("2000 property names"), std::string::npos) << why;
+    }
+}
+
+TEST(JsonSchema, CompilingStopsAtTheDeadlineOrWhenCancelled) {
+    SchemaOptions options;
+    options.limits.deadline = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+    EXPECT_THROW(schema(R"({"type":"string","maxLength":50})", options), CompileStopped);
+    options.limits.deadline = std::chrono::steady_clock::time_point::max();
+    int polls = 0;
+    options.limits.cancelled = [&] { return ++polls > 3; };
+    try {
+        schema(many_objects(50, true), options);
+        FAIL() << "not cancelled";
+    } catch (const CompileStopped& e) {
+        EXPECT_TRUE(e.cancelled);
+        EXPECT_NE(std::string(e.what()).find("cancelled"), std::string::npos) << e.what();
+    }
+    options.limits.cancelled = nullptr;
+    EXPECT_TRUE(schema(many_objects(50, true), options).matches(R"({"k3":7})"));
 }
 
 TEST(JsonSchema, CanonicalJson) {

@@ -2,12 +2,15 @@
 // vocabulary enumerated, decoded by its pieces, and matched by the byte automaton.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <functional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <rudder/grammar/completion.hpp>
+#include <rudder/grammar/json_schema.hpp>
 #include <rudder/grammar/regex.hpp>
 #include <rudder/grammar/token_automaton.hpp>
 
@@ -219,6 +222,101 @@ TEST(TokenAutomaton, ShortestCountsTokensAndEndTokenEndsTheText) {
     EXPECT_EQ(automaton.next(automaton.next(automaton.start(), 2), 0), TokenAutomaton::kDead);  // "a" cannot end
     EXPECT_EQ(automaton.next(automaton.end_state(), 3), automaton.end_state());  // after the pad nothing is read
     EXPECT_EQ(automaton.next(automaton.start(), 1), TokenAutomaton::kDead);      // the mask is never placed
+}
+
+// A vocabulary the size of GPT-2's (50,000 tokens): every printable ASCII character, then letter and digit strings
+// of 2 to 8 bytes, some after a space, as a byte-level BPE's are. Token 0 ends the text, token 1 is the mask.
+Pieces large_vocabulary() {
+    Pieces p;
+    std::vector<std::string> pieces = {"<pad>", "<mask>"};
+    for (char c = ' '; c <= '~'; ++c) pieces.emplace_back(1, c);
+    std::set<std::string> seen(pieces.begin(), pieces.end());
+    std::mt19937 random(7);
+    const std::string letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    while (pieces.size() < 50000) {
+        std::string piece = random() % 3 == 0 ? " " : "";
+        const size_t length = 2 + random() % 7;
+        while (piece.size() < length) piece += letters[random() % letters.size()];
+        if (seen.insert(piece).second) pieces.push_back(piece);
+    }
+    p.text = {pieces};
+    p.kind_after.assign(pieces.size(), 0);
+    p.end_token = 0;
+    p.never = {1};
+    return p;
+}
+
+// Issue 64's schema of 300 bytes: a string of up to 5,000 code points and a number within +-1e300. Its byte automaton
+// is small; read token by token over 100 positions it wanted gigabytes (4.65 GB through rudder serve), all allocated
+// before any limit saw it.
+constexpr const char* kLongStringAndWideNumber =
+    R"({"type": "object", "properties": {"s": {"type": "string", "maxLength": 5000},
+        "n": {"type": "number", "minimum": -1e300, "maximum": 1e300}}})";
+
+TEST(TokenAutomaton, TableOverItsLimitIsRefusedBeforeItIsBuilt) {
+    auto dfa = std::make_shared<const Dfa>(compile_json_schema_text(kLongStringAndWideNumber));
+    auto vocabulary = std::make_shared<const Vocabulary>(large_vocabulary());
+    TokenAutomaton automaton(dfa, vocabulary);
+    CompileLimits limits;
+    limits.max_table_bytes = uint64_t{64} << 20;
+    ASSERT_EQ(automaton.shortest(100, limits), 2);  // "{}"
+    try {
+        automaton.prepare(100, limits);
+        FAIL() << "prepared within 64 MiB: " << automaton.memory_bytes() << " bytes";
+    } catch (const LimitError& e) {
+        const std::string why = e.what();
+        EXPECT_NE(why.find("over 100 positions needs more than 64 MiB (CompileLimits::max_table_bytes)"),
+                  std::string::npos)
+            << why;
+        EXPECT_NE(why.find("50000 tokens"), std::string::npos) << why;
+    }
+    // The limit held: what was built before the refusal is within it.
+    EXPECT_LE(automaton.memory_bytes(), limits.max_table_bytes);
+    EXPECT_GT(automaton.memory_bytes(), limits.max_table_bytes / 2);
+}
+
+TEST(TokenAutomaton, TableWithinItsLimitIsEveryStateTheRunReads) {
+    // A schema of the usual size at 48 positions fits, and what prepare() found is all a completion of the run
+    // reads: every position free (the first step) expands no state it did not.
+    auto dfa = std::make_shared<const Dfa>(compile_json_schema_text(
+        R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+            "age": {"type": "integer", "minimum": 0, "maximum": 120}}, "required": ["name", "age"]})"));
+    TokenAutomaton automaton(dfa, std::make_shared<const Vocabulary>(large_vocabulary()));
+    CompileLimits limits;
+    limits.max_table_bytes = uint64_t{64} << 20;
+    automaton.prepare(48, limits);
+    const int32_t expanded = automaton.states_expanded();
+    EXPECT_LE(automaton.memory_bytes(), limits.max_table_bytes);
+    Completion completion(automaton);
+    completion.set(std::vector<int64_t>(48, Completion::kFree));
+    ASSERT_TRUE(completion.possible());
+    std::vector<uint32_t> bits(token_words(automaton.vocab_size()));
+    for (int64_t i = 0; i < 48; ++i) completion.allowed(i, bits.data());
+    EXPECT_EQ(automaton.states_expanded(), expanded);
+}
+
+TEST(TokenAutomaton, ShortestStopsAtTheRunsPositionsAndAtTheDeadline) {
+    auto dfa = std::make_shared<const Dfa>(compile_regex("(ab){30}"));
+    TokenAutomaton automaton(dfa, std::make_shared<const Vocabulary>(small_vocabulary()));
+    EXPECT_EQ(automaton.shortest(), 30);
+    EXPECT_EQ(automaton.shortest(12), 13);  // more than 12
+    EXPECT_EQ(automaton.states_expanded(), 0) << "the search keeps no transitions";
+    CompileLimits past;
+    past.deadline = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+    EXPECT_THROW(automaton.shortest(100, past), CompileStopped);
+    EXPECT_THROW(automaton.prepare(100, past), CompileStopped);
+    CompileLimits gone;
+    gone.cancelled = [] { return true; };
+    try {
+        automaton.prepare(100, gone);
+        FAIL() << "not cancelled";
+    } catch (const CompileStopped& e) {
+        EXPECT_TRUE(e.cancelled);
+    }
+    // No transitions: a word vocabulary that cannot spell the language at all, searched to its end.
+    auto braces = std::make_shared<const Dfa>(compile_regex("\\{\\}"));
+    TokenAutomaton words(braces, std::make_shared<const Vocabulary>(word_vocabulary()));
+    EXPECT_EQ(words.shortest(100), std::nullopt);
 }
 
 }  // namespace

@@ -21,7 +21,21 @@ void Budget::dfa_states(int64_t count) const {
     }
 }
 
+CompileStopped::CompileStopped(const std::string& what, bool cancelled_)
+    : LimitError(cancelled_ ? "compiling " + what + " was cancelled (its request has gone)"
+                            : "compiling " + what + " ran past its time limit (CompileLimits::deadline)"),
+      cancelled(cancelled_) {}
+
+void check_stopped(const CompileLimits& limits, const std::string& what) {
+    if (limits.cancelled && limits.cancelled()) throw CompileStopped(what, true);
+    if (limits.deadline != std::chrono::steady_clock::time_point::max() &&
+        std::chrono::steady_clock::now() > limits.deadline)
+        throw CompileStopped(what, false);
+}
+
 void Budget::work(int64_t amount) {
+    // The clock is read every 2^16 units of work (well under a millisecond), so a deadline holds within that.
+    if ((work_ >> 16) != ((work_ + amount) >> 16)) check_stopped(limits_, what_);
     work_ += amount;
     if (work_ > limits_.max_work) {
         throw LimitError(what_ + " needs more than " + std::to_string(limits_.max_work) +

@@ -95,16 +95,41 @@ LangPtr SchemaCompiler::compile(const SchemaNode& node, const Location& location
         int& depth_;
     } nesting(nesting_);
     if (nesting_ > 512) throw SchemaError(node.pointer, "subschemas nest deeper than 512 levels");
+    check_stopped(options_.limits, "the schema");
     constexpr int64_t kMaxCompiledNodes = 100000;
     if (++compiled_nodes_ > kMaxCompiledNodes) {
-        throw LimitError(
-            "the schema expands to more than 100000 subschemas (its $ref recursion multiplies them); "
-            "lower SchemaOptions::recursion_depth");
+        // The message names what multiplies them: recursion, or objects compiled over many names of their place.
+        if (reentered_)
+            throw LimitError(
+                "the schema expands to more than 100000 subschemas (its $ref recursion multiplies them); "
+                "lower SchemaOptions::recursion_depth");
+        if (widest_schemas_ * widest_names_ < static_cast<size_t>(kMaxCompiledNodes) / 2)
+            throw LimitError(
+                "the schema expands to more than 100000 subschemas (each is compiled once per place it applies "
+                "at: per array item up to minItems or its prefixItems, per property name of its object)");
+        throw LimitError("the schema expands to more than 100000 subschemas: at '" + widest_pointer_ + "', " +
+                         std::to_string(widest_schemas_) +
+                         " object schemas apply (with their anyOf, oneOf and allOf branches), and each has a member "
+                         "for every one of the place's " +
+                         std::to_string(widest_names_) +
+                         " property names (those its properties do not list take its additionalProperties, which "
+                         "allows them); give the branches \"additionalProperties\": false, or fewer branches");
     }
     if (node.schema->is_boolean()) return node.schema->get<bool>() ? any_value(options_.free_value_depth) : nothing();
     if (!node.schema->is_object()) throw SchemaError(node.pointer, "a schema must be an object or a boolean");
     check_keywords(node);
     return compile_object_schema(node, location);
+}
+
+SchemaCompiler::Place& SchemaCompiler::place_of(const Location& location) {
+    std::vector<const Json*> key;
+    for (const auto& node : location) key.push_back(node.schema);
+    auto it = places_.find(key);
+    if (it != places_.end()) return it->second;
+    Place place;
+    place.applicable = applicable(root_, location);
+    place.names = property_order(root_, location);
+    return places_.emplace(std::move(key), std::move(place)).first->second;
 }
 
 LangPtr SchemaCompiler::compile_object_schema(const SchemaNode& node, const Location& location) {
@@ -119,6 +144,7 @@ LangPtr SchemaCompiler::compile_object_schema(const SchemaNode& node, const Loca
         if (depth > options_.recursion_depth) {
             parts.push_back(nothing());  // deeper than SchemaOptions::recursion_depth: no words
         } else {
+            if (depth > 0) reentered_ = true;
             ++depth;
             LangPtr referenced = compile(target, location);
             --ref_depth_[target.pointer];

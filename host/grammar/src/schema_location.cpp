@@ -135,8 +135,12 @@ std::vector<std::string> property_order(const Json& root, const Location& locati
 }
 
 Location property_location(const Json& root, const Location& location, const std::optional<std::string>& name) {
+    return property_location_in(applicable(root, location), name);
+}
+
+Location property_location_in(const std::vector<SchemaNode>& applicable, const std::optional<std::string>& name) {
     Location out;
-    for (const auto& node : applicable(root, location)) {
+    for (const auto& node : applicable) {
         auto properties = node.schema->find("properties");
         if (name && properties != node.schema->end() && properties->is_object() && properties->contains(*name)) {
             out.push_back({&(*properties)[*name], node.pointer + "/properties" + pointer_token(*name)});

@@ -40,6 +40,8 @@ std::vector<SchemaNode> applicable(const Json& root, const Location& location);
 std::vector<std::string> property_order(const Json& root, const Location& location);
 // The location of property `name`, or of a property that no `properties` names (std::nullopt).
 Location property_location(const Json& root, const Location& location, const std::optional<std::string>& name);
+// The same from the schemas applicable at the location (applicable()), found once for all of a place's names.
+Location property_location_in(const std::vector<SchemaNode>& applicable, const std::optional<std::string>& name);
 // The location of item `index` of an array.
 Location item_location(const Json& root, const Location& location, size_t index);
 // The longest prefixItems (or draft-07 array `items`) among the applicable schemas: items from there on share one

@@ -23,6 +23,9 @@ int checked_count(int64_t count, const std::string& pointer) {
     return static_cast<int>(count);
 }
 
+// A schema no value validates against: `false`.
+bool is_nothing_schema(const SchemaNode& node) { return node.schema->is_boolean() && !node.schema->get<bool>(); }
+
 }  // namespace
 
 LangPtr SchemaCompiler::comma() const {
@@ -117,36 +120,69 @@ LangPtr SchemaCompiler::object_language(const SchemaNode& node, const Location& 
 
     // Members in the place's property order, each optional unless required, then the others: a graph whose node
     // (i, w) is "slot i next, w = whether a member was written" (w decides the comma).
-    const std::vector<std::string> names = property_order(root_, location);
-    const int slots = static_cast<int>(names.size());
-    std::vector<Lang::Edge> edges;
-    auto id = [](int slot, int written) { return slot * 2 + written; };
-    for (int i = 0; i < slots; ++i) {
-        const std::string& name = names[static_cast<size_t>(i)];
+    Place& place = place_of(location);
+    const std::vector<std::string>& names = place.names;
+    if (place.applicable.size() * names.size() > widest_schemas_ * widest_names_) {
+        widest_schemas_ = place.applicable.size();
+        widest_names_ = names.size();
+        widest_pointer_ = node.pointer;
+    }
+    // Only the names this schema allows get a slot: a member whose value is `false` (every name its properties do
+    // not list, under "additionalProperties": false) can only be left out, so it needs no language, no location and
+    // no graph nodes; an anyOf of many objects lists every branch's names at its place, and each branch would
+    // otherwise carry all of them.
+    struct Slot {
+        LangPtr member;
+        bool required;
+    };
+    std::vector<Slot> allowed;
+    for (const std::string& name : names) {
         SchemaNode value_schema = additional;
         if (properties && properties->contains(name)) {
             value_schema = {&(*properties)[name], node.pointer + "/properties" + pointer_token(name)};
         }
-        const LangPtr value = compile(value_schema, property_location(root_, location, name));
-        const LangPtr member = sequence({literal(canonical_string(name)), colon(), value});
-        if (is_nothing(value) && required.count(name)) return nothing();
+        const bool is_required = required.count(name) > 0;
+        if (is_nothing_schema(value_schema)) {
+            if (is_required) return nothing();
+            continue;
+        }
+        // A boolean schema reads no location; building one costs a pass over every schema of the place.
+        const LangPtr value =
+            compile(value_schema,
+                    value_schema.schema->is_boolean() ? Location{} : property_location_in(place.applicable, name));
+        if (is_nothing(value)) {
+            if (is_required) return nothing();
+            continue;
+        }
+        allowed.push_back({sequence({literal(canonical_string(name)), colon(), value}), is_required});
+    }
+    const int slots = static_cast<int>(allowed.size());
+    std::vector<Lang::Edge> edges;
+    auto id = [](int slot, int written) { return slot * 2 + written; };
+    for (int i = 0; i < slots; ++i) {
+        const Slot& slot = allowed[static_cast<size_t>(i)];
         for (int w = 0; w < 2; ++w) {
-            edges.push_back({id(i, w), id(i + 1, 1), w ? sequence({comma(), member}) : member});
-            if (!required.count(name)) edges.push_back({id(i, w), id(i + 1, w), nullptr});
+            edges.push_back({id(i, w), id(i + 1, 1), w ? sequence({comma(), slot.member}) : slot.member});
+            if (!slot.required) edges.push_back({id(i, w), id(i + 1, w), nullptr});
         }
     }
     // The others: any key but the place's names, with the additional schema.
-    const LangPtr other_value = compile(additional, property_location(root_, location, std::nullopt));
+    const LangPtr other_value = is_nothing_schema(additional) ? nothing()
+                                : additional.schema->is_boolean()
+                                    ? compile(additional, Location{})
+                                    : compile(additional, property_location_in(place.applicable, {}));
     if (!is_nothing(other_value)) {
-        LangPtr key = any_string();
-        if (!names.empty()) {
-            std::vector<LangPtr> listed;
-            for (const auto& name : names) listed.push_back(literal(canonical_string(name)));
-            key = automaton(std::make_shared<const Dfa>(
-                difference(*to_dfa(any_string(), node.pointer), *to_dfa(choice(std::move(listed)), node.pointer),
-                           options_.limits, "the schema at '" + node.pointer + "'")));
+        if (!place.other_key) {
+            place.other_key = any_string();
+            if (!names.empty()) {
+                std::vector<LangPtr> listed;
+                for (const auto& name : names) listed.push_back(literal(canonical_string(name)));
+                place.other_key = automaton(std::make_shared<const Dfa>(
+                    difference(*to_dfa(any_string(), node.pointer), *to_dfa(choice(std::move(listed)), node.pointer),
+                               options_.limits, "the schema at '" + node.pointer + "'")));
+            }
         }
-        const LangPtr member = sequence({key, colon(), other_value});
+        const LangPtr member = sequence({place.other_key, colon(), other_value});
         edges.push_back({id(slots, 0), id(slots, 1), member});
         edges.push_back({id(slots, 1), id(slots, 1), sequence({comma(), member})});
     }

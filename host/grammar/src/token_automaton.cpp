@@ -1,6 +1,7 @@
 #include <rudder/grammar/token_automaton.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <deque>
 #include <map>
 #include <numeric>
@@ -131,45 +132,55 @@ bool TokenAutomaton::accepting(int32_t state) const {
     return state == end_state() || (state >= 0 && state < end_state() && dfa_->accepting(state / kinds_));
 }
 
-std::vector<TokenAutomaton::Edge> TokenAutomaton::expand(int32_t state) const {
+template <class To>
+void TokenAutomaton::walk(int32_t state, To&& to) const {
     const int64_t V = vocab_size();
     const Pieces& p = pieces();
-    std::map<int32_t, TokenSet> by_target;
     if (state == end_state()) {
-        TokenSet& all = by_target[state];
         for (int64_t v = 0; v < V; ++v)
-            if (!vocabulary_->skipped(v) || v == p.end_token) all.add(v);
-    } else {
-        const int32_t kind = state % kinds_, from = state / kinds_;
-        const Vocabulary::Trie& t = vocabulary_->trie(kind);
-        for (int32_t v : t.empty) by_target[pair(from, p.kind_after[static_cast<size_t>(v)])].add(v);
-        // Depth-first over the trie: the byte automaton's state after each node's prefix, a dead one skipping the
-        // node's whole subtree.
-        std::vector<int32_t> at(static_cast<size_t>(t.max_depth) + 1, from);
-        const int32_t nodes = static_cast<int32_t>(t.byte.size());
-        for (int32_t n = 0; n < nodes;) {
-            const int32_t d = t.depth[static_cast<size_t>(n)];
-            const int32_t s = dfa_->next(at[static_cast<size_t>(d) - 1], t.byte[static_cast<size_t>(n)]);
-            if (s == Dfa::kDead) {
-                n = t.subtree_end[static_cast<size_t>(n)];
-                continue;
-            }
-            at[static_cast<size_t>(d)] = s;
-            for (int32_t e = t.end_begin[static_cast<size_t>(n)]; e < t.end_begin[static_cast<size_t>(n) + 1]; ++e) {
-                const int32_t v = t.ends[static_cast<size_t>(e)];
-                by_target[pair(s, p.kind_after[static_cast<size_t>(v)])].add(v);
-            }
-            ++n;
-        }
-        if (p.end_token >= 0 && dfa_->accepting(from)) by_target[end_state()].add(p.end_token);
+            if (!vocabulary_->skipped(v) || v == p.end_token) to(state, v);
+        return;
     }
+    const int32_t kind = state % kinds_, from = state / kinds_;
+    const Vocabulary::Trie& t = vocabulary_->trie(kind);
+    for (int32_t v : t.empty) to(pair(from, p.kind_after[static_cast<size_t>(v)]), v);
+    // Depth-first over the trie: the byte automaton's state after each node's prefix, a dead one skipping the
+    // node's whole subtree.
+    std::vector<int32_t> at(static_cast<size_t>(t.max_depth) + 1, from);
+    const int32_t nodes = static_cast<int32_t>(t.byte.size());
+    for (int32_t n = 0; n < nodes;) {
+        const int32_t d = t.depth[static_cast<size_t>(n)];
+        const int32_t s = dfa_->next(at[static_cast<size_t>(d) - 1], t.byte[static_cast<size_t>(n)]);
+        if (s == Dfa::kDead) {
+            n = t.subtree_end[static_cast<size_t>(n)];
+            continue;
+        }
+        at[static_cast<size_t>(d)] = s;
+        for (int32_t e = t.end_begin[static_cast<size_t>(n)]; e < t.end_begin[static_cast<size_t>(n) + 1]; ++e) {
+            const int32_t v = t.ends[static_cast<size_t>(e)];
+            to(pair(s, p.kind_after[static_cast<size_t>(v)]), v);
+        }
+        ++n;
+    }
+    if (p.end_token >= 0 && dfa_->accepting(from)) to(end_state(), p.end_token);
+}
+
+std::vector<TokenAutomaton::Edge> TokenAutomaton::expand(int32_t state) const {
+    std::map<int32_t, TokenSet> by_target;
+    walk(state, [&](int32_t target, int64_t v) { by_target[target].add(v); });
     std::vector<Edge> out;
     out.reserve(by_target.size());
     for (auto& [target, tokens] : by_target) {
-        tokens.seal(V);
+        tokens.seal(vocab_size());
         out.push_back({target, std::move(tokens)});
     }
     return out;
+}
+
+size_t TokenAutomaton::edges_bytes(const std::vector<Edge>& edges) const {
+    size_t bytes = edges.capacity() * sizeof(Edge);
+    for (const Edge& e : edges) bytes += e.tokens.memory_bytes();
+    return bytes;
 }
 
 const std::vector<TokenAutomaton::Edge>& TokenAutomaton::edges(int32_t state) {
@@ -177,35 +188,87 @@ const std::vector<TokenAutomaton::Edge>& TokenAutomaton::edges(int32_t state) {
     if (!slot) {
         slot = expand(state);
         ++expanded_;
+        bytes_ += edges_bytes(*slot);
     }
     return *slot;
 }
 
-std::optional<int64_t> TokenAutomaton::shortest() {
-    // Breadth-first over whole-token transitions from the start.
-    std::vector<int64_t> distance(static_cast<size_t>(states()), -1);
-    std::deque<int32_t> queue{start()};
-    distance[static_cast<size_t>(start())] = 0;
-    while (!queue.empty()) {
-        const int32_t s = queue.front();
-        queue.pop_front();
-        if (accepting(s)) return distance[static_cast<size_t>(s)];
-        for (const Edge& e : edges(s)) {
-            if (distance[static_cast<size_t>(e.target)] >= 0) continue;
-            distance[static_cast<size_t>(e.target)] = distance[static_cast<size_t>(s)] + 1;
-            queue.push_back(e.target);
+std::optional<int64_t> TokenAutomaton::shortest(int64_t max_tokens, const CompileLimits& limits) {
+    // Breadth-first over whole-token transitions from the start, a layer of states per token. A state's targets are
+    // walked and forgotten: a search that ends far from the start (a text longer than the run) keeps nothing.
+    std::vector<char> seen(static_cast<size_t>(states()), 0);
+    std::vector<int32_t> layer{start()}, next_layer;
+    seen[static_cast<size_t>(start())] = 1;
+    for (int64_t distance = 0; !layer.empty(); ++distance) {
+        for (int32_t s : layer)
+            if (accepting(s)) return distance;
+        if (distance == max_tokens) return max_tokens + 1;
+        next_layer.clear();
+        const auto add = [&](int32_t target) {
+            if (seen[static_cast<size_t>(target)]) return;
+            seen[static_cast<size_t>(target)] = 1;
+            next_layer.push_back(target);
+        };
+        for (int32_t s : layer) {
+            check_stopped(limits, "the language's shortest text in tokens");
+            if (const auto& slot = edges_[static_cast<size_t>(s)]) {
+                for (const Edge& e : *slot) add(e.target);
+            } else {
+                walk(s, [&](int32_t target, int64_t) { add(target); });
+            }
         }
+        layer.swap(next_layer);
     }
     return std::nullopt;
 }
 
-size_t TokenAutomaton::memory_bytes() const {
-    size_t bytes = edges_.capacity() * sizeof(edges_[0]);
-    for (const auto& slot : edges_) {
-        if (!slot) continue;
-        for (const Edge& e : *slot) bytes += sizeof(Edge) + e.tokens.memory_bytes();
-    }
-    return bytes;
+namespace {
+
+std::string mib(size_t bytes) {
+    const double m = static_cast<double>(bytes) / (1 << 20);
+    char text[32];
+    std::snprintf(text, sizeof(text), m < 10 ? "%.1f MiB" : "%.0f MiB", m);
+    return text;
 }
+
+}  // namespace
+
+void TokenAutomaton::prepare(int64_t positions, const CompileLimits& limits) {
+    // A state's transitions hold each token of the vocabulary at most once: as an id (4 bytes, the vector's growth
+    // doubling that while they are gathered) or as a bit of a set. So one state takes at most 8 bytes a token, and
+    // checking that much room before each one keeps the whole within the limit before anything is allocated.
+    const size_t room = static_cast<size_t>(vocab_size()) * 8 + 4096;
+    std::vector<char> seen(static_cast<size_t>(states()), 0);
+    std::vector<int32_t> layer{start()}, next_layer;
+    seen[static_cast<size_t>(start())] = 1;
+    int64_t reached = 1;
+    const auto over = [&](int64_t position) {
+        return LimitError("reading the language token by token over " + std::to_string(positions) +
+                          " positions needs more than " + mib(limits.max_table_bytes) +
+                          " (CompileLimits::max_table_bytes): by position " + std::to_string(position + 1) +
+                          " the text can be in " + std::to_string(reached) + " states of its automaton (of " +
+                          std::to_string(dfa_->size() * kinds_ + 1) + "), whose transitions over the vocabulary's " +
+                          std::to_string(vocab_size()) + " tokens take " + mib(memory_bytes()) + " already");
+    };
+    for (int64_t position = 0; position < positions && !layer.empty(); ++position) {
+        next_layer.clear();
+        for (int32_t s : layer) {
+            check_stopped(limits, "the language's token transitions");
+            if (!edges_[static_cast<size_t>(s)] && memory_bytes() + room > limits.max_table_bytes) throw over(position);
+            for (const Edge& e : edges(s)) {
+                if (seen[static_cast<size_t>(e.target)]) continue;
+                seen[static_cast<size_t>(e.target)] = 1;
+                next_layer.push_back(e.target);
+                ++reached;
+            }
+            // A state of many targets (a word vocabulary, each token somewhere else) can take more than the room:
+            // the limit is then passed by that one state at most.
+            if (memory_bytes() > limits.max_table_bytes) throw over(position);
+        }
+        layer.swap(next_layer);
+    }
+}
+
+size_t TokenAutomaton::memory_bytes() const { return edges_.capacity() * sizeof(edges_[0]) + bytes_; }
 
 }  // namespace rudder::grammar

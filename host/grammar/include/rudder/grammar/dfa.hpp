@@ -11,8 +11,10 @@
 // accepted leads to kDead. Its transitions are one table of [states x byte classes], 4 bytes an entry.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -30,12 +32,33 @@ struct CompileLimits {
     int32_t max_nfa_states = 2000000;
     // Work of the subset constructions and products: NFA states visited plus transitions made, summed.
     int64_t max_work = 200000000;
+    // Bytes the token-level transitions may take (TokenAutomaton::prepare): every state the run's positions can
+    // reach, with the tokens that lead from it. A byte automaton of a few thousand states is small, but each of its
+    // states read over a vocabulary of 150,000 tokens may hold hundreds of kilobytes (a string of maxLength 5000 at
+    // 100 positions wanted 4.6 GB), so the cost is counted here, before it is allocated. 512 MiB holds the largest
+    // of the structured benchmark's schemas at 256 positions of Qwen2.5's 151,936 tokens (361 MB, docs/results.md).
+    uint64_t max_table_bytes = uint64_t{512} << 20;
+    // When compiling must have ended (a request's time limit): past it, any step of the compilation stops with a
+    // CompileStopped. The default never comes.
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+    // Polled with the deadline (every few milliseconds of work): returning true stops the compilation (its request
+    // has gone). Empty: never.
+    std::function<bool()> cancelled;
 };
 
 // A compilation that exceeded one of CompileLimits; what() names the limit and what needed it.
 struct LimitError : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
+
+// A compilation stopped by CompileLimits::deadline or CompileLimits::cancelled; `cancelled` says which.
+struct CompileStopped : LimitError {
+    CompileStopped(const std::string& what, bool cancelled);
+    bool cancelled;
+};
+
+// Throws CompileStopped naming `what` ("the schema") when `limits`' deadline has passed or it is cancelled.
+void check_stopped(const CompileLimits& limits, const std::string& what);
 
 class Dfa {
 public:

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -98,8 +99,19 @@ public:
     // Every token out of `state`, grouped by where it leads (computed on first use, then kept).
     const std::vector<Edge>& edges(int32_t state);
     // The fewest tokens that lead from the start to an accepting state (std::nullopt when none does): what a text of
-    // the language needs of the sequence's length.
-    std::optional<int64_t> shortest();
+    // the language needs of the sequence's length. Breadth-first, walking the states' tokens without keeping them
+    // (prepare() keeps those a run needs). The search stops after `max_tokens` tokens: max_tokens + 1 then means
+    // "more than max_tokens", and std::nullopt still means no token sequence reaches acceptance at all. Stops with
+    // CompileStopped at `limits`' deadline or cancellation.
+    std::optional<int64_t> shortest(int64_t max_tokens = std::numeric_limits<int64_t>::max(),
+                                    const CompileLimits& limits = {});
+    // Finds and keeps the transitions of every state that the first `positions` tokens of a text can be in, the
+    // states a Completion over that many positions reads (every step of a run reaches only these): breadth-first,
+    // within limits.max_table_bytes, checked before each state's transitions are found with room for the most a
+    // state can take (8 bytes a token of the vocabulary). Beyond it, a LimitError names the positions, the states
+    // reached and the bytes they take; at the deadline or when cancelled, CompileStopped. States kept before (an
+    // earlier run) count and are not found again.
+    void prepare(int64_t positions, const CompileLimits& limits);
 
     int64_t vocab_size() const { return vocabulary_->size(); }
     const Pieces& pieces() const { return vocabulary_->pieces(); }
@@ -111,13 +123,18 @@ public:
 
 private:
     int32_t pair(int32_t dfa_state, int32_t kind) const { return dfa_state * kinds_ + kind; }
+    // Calls to(target, token) for every token out of `state` (each once), walking the vocabulary's trie.
+    template <class To>
+    void walk(int32_t state, To&& to) const;
     std::vector<Edge> expand(int32_t state) const;
+    size_t edges_bytes(const std::vector<Edge>& edges) const;
 
     std::shared_ptr<const Dfa> dfa_;
     std::shared_ptr<const Vocabulary> vocabulary_;
     int32_t kinds_;
     std::vector<std::optional<std::vector<Edge>>> edges_;
     int32_t expanded_ = 0;
+    size_t bytes_ = 0;  // memory_bytes(), kept as states are expanded
 };
 
 }  // namespace rudder::grammar
