@@ -248,6 +248,44 @@ def case_chat_burst():
             s.stop()
 
 
+def metric(s, name):
+    lines = [line for line in s.request("GET", "/metrics")[2].splitlines() if line.startswith(name + " ")]
+    return float(lines[0].split()[-1]) if lines else None
+
+
+def case_conversation():
+    # Finding L3: each chat request with a new prompt rebuilt its generator, loading the model again (+1 s on a tiny
+    # model). Now a new recipe of the same model takes an idle generator's model: the model is read once, and the
+    # samples are those a freshly loaded model gives (compared with a second server that loads for each prompt).
+    turns = ["name[The Eagle], eatType[pub]", "name[Aromi], food[Chinese]", "near[Café Rouge]", "priceRange[cheap]"]
+
+    def ask(s, prompt, model="e2e-mdlm"):
+        status, body = s.json("POST", "/v1/chat/completions",
+                              {"model": model, "max_tokens": 12, "seed": 7, "n": 2,
+                               "messages": [{"role": "user", "content": prompt}]}, timeout=120)
+        assert status == 200, body
+        return [c["message"]["content"] for c in body["choices"]]
+
+    reusing = Server()
+    fresh = Server("--cache", "0")
+    try:
+        answers = [ask(reusing, p) for p in turns]
+        assert metric(reusing, "rudder_models_reused_total") == len(turns) - 1, metric(reusing, "rudder_models_reused_total")
+        assert metric(reusing, "rudder_generator_loads_total") == len(turns)
+        for prompt, answer in zip(turns, answers):
+            assert ask(fresh, prompt) == answer, (prompt, answer)
+        assert metric(fresh, "rudder_models_reused_total") == 0
+        # Another model, and a recipe asking for int8 weights or another family, never take a model that is not
+        # theirs: the continuous model's answer is as a fresh load's.
+        cont = {"recipe": {"model": "e2e-continuous", "sampler": {"name": "ddim", "steps": 10}, "samples": 1},
+                "seed": 3}
+        one = reusing.json("POST", "/v1/generate", cont)[1]["samples"]
+        assert fresh.json("POST", "/v1/generate", cont)[1]["samples"] == one
+    finally:
+        reusing.stop()
+        fresh.stop()
+
+
 HOSTILE_TEMPLATES = {
     # Finding H2: each of these killed the server (SIGFPE, or a stack overflow) on one request.
     "int_min_floordiv": "{{ (-9223372036854775807 - 1) // -1 }}",
@@ -321,7 +359,8 @@ def case_hostile_templates():
 
 if __name__ == "__main__":
     cases = {"framing": case_framing, "dns_rebinding": case_dns_rebinding, "openai_paths": case_openai_paths,
-             "chat_burst": case_chat_burst, "hostile_templates": case_hostile_templates}
+             "chat_burst": case_chat_burst, "hostile_templates": case_hostile_templates,
+             "conversation": case_conversation}
     if CASE not in cases:
         fail(f"no case {CASE}")
     cases[CASE]()

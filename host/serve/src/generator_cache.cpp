@@ -90,10 +90,38 @@ void GeneratorCache::give_back(const std::string& key, std::unique_ptr<Generator
     }
 }
 
+std::optional<Model> GeneratorCache::take_model(const std::function<bool(const Generator&)>& runs_it) {
+    std::unique_ptr<Generator> dropped;  // unloaded outside the lock, its model kept
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (auto it = idle_.rbegin(); it != idle_.rend(); ++it)
+            if (runs_it(*it->second)) {
+                dropped = std::move(it->second);
+                idle_.erase(std::next(it).base());
+                break;
+            }
+    }
+    if (!dropped) return std::nullopt;
+    Model model = dropped->model();  // the denoiser and tokenizer are shared pointers: now this copy's alone
+    dropped.reset();
+    return model;
+}
+
 Model GeneratorLoader::load_model_of(const Recipe& recipe, const std::filesystem::path& base_dir,
                                      std::vector<RecipeIssue>& issues) {
     try {
         const std::filesystem::path dir = catalog_.find(recipe.model, base_dir);
+        // An idle generator's model when it is this one as this recipe runs it: the same folder and family, the
+        // stored weights (int8 rewrites them in place) and the device (moved there in place).
+        const auto runs_it = [&](const Generator& g) {
+            return g.model().dir == dir && g.recipe().family == recipe.family && g.recipe().weights == "stored" &&
+                   recipe.weights == "stored" && g.recipe().device == recipe.device;
+        };
+        if (std::optional<Model> kept = cache.take_model(runs_it)) {
+            if (is_model_name(recipe.model)) kept->name = recipe.model;
+            metrics_.models_reused.Increment();
+            return std::move(*kept);
+        }
         std::optional<Family> family;
         if (recipe.family) family = *recipe.family == "continuous" ? Family::continuous : Family::discrete;
         Model model = load_model(dir, family);

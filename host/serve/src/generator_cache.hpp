@@ -49,6 +49,11 @@ public:
     std::unique_ptr<Generator> take(const std::string& key);
     // Keeps `generator` (if any) as the most recently used, dropping the least recently used beyond capacity.
     void give_back(const std::string& key, std::unique_ptr<Generator> generator);
+    // The model of the least recently used idle generator that `runs_it` accepts, that generator dropped: a recipe of
+    // a new key that runs the same model (a conversation's next prompt is a new key) builds its generator on the
+    // model already loaded instead of reading it again. The model passes whole from one generator to the next, never
+    // shared by two at once. Nothing when no idle generator runs it.
+    std::optional<Model> take_model(const std::function<bool(const Generator&)>& runs_it);
 
 private:
     // Keys hold their recipe's text: the known ones are bounded in number and in bytes (a recipe may be a

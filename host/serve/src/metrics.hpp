@@ -53,6 +53,12 @@ struct Metrics {
                                      .Help("Generators built (a recipe's model and plugins loaded) rather than reused")
                                      .Register(registry)
                                      .Add({});
+    prometheus::Counter& models_reused =
+        prometheus::BuildCounter()
+            .Name("rudder_models_reused_total")
+            .Help("Generators built on the model of an idle generator of another recipe instead of loading it")
+            .Register(registry)
+            .Add({});
     prometheus::Counter& prompt_loads =
         prometheus::BuildCounter()
             .Name("rudder_prompt_tool_loads_total")
