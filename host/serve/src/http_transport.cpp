@@ -67,7 +67,8 @@ public:
                         if (++digits_ > kMaxSizeDigits) return fail(Cut::malformed);
                         chunk_ = chunk_ * 16 + static_cast<uint64_t>(hex_value(c));
                     } else if (c == '\n') {
-                        if (digits_ == 0 || !end_of_size_line()) return false;
+                        if (digits_ == 0) return fail(Cut::malformed);
+                        if (!end_of_size_line()) return false;
                     } else if (c == ';' || c == ' ' || c == '\t') {
                         if (digits_ == 0) return fail(Cut::malformed);
                         state_ = State::extension;
