@@ -204,6 +204,10 @@ TEST(Jinja, NestingPastTheLimitsIsAnErrorNotAStackOverflow) {
         EXPECT_CONTAINS(error_of(repeated("{% for x in y %}", 20000) + repeated("{% endfor %}", 20000)),
                         "blocks nested more than");
         EXPECT_CONTAINS(error_of(macro_calls(5000)), "macro calls nested more than");
+        // Within the call depth, a macro whose every call nests blocks reaches the renderer's depth limit first.
+        EXPECT_CONTAINS(error_of("{% macro f(n) %}" + repeated("{% if true %}", 40) + "{{ f(n - 1) if n > 0 }}" +
+                                 repeated("{% endif %}", 40) + "{% endmacro %}{{ f(20) }}"),
+                        "max_render_depth");
         // Values nested too deep, from the caller or built by the template, are refused before anything recurses
         // over them (copies, tojson, comparisons).
         // (Parsed, and moved into place: copying a JSON value recurses, as does an initializer list.)

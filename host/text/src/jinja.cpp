@@ -14,7 +14,6 @@
 #include <cstdlib>
 #include <ctime>
 #include <functional>
-#include <initializer_list>
 #include <map>
 #include <optional>
 #include <utility>
@@ -530,9 +529,11 @@ private:
     class Nested {
     public:
         Nested(Parser& p) : p_(p) {  // NOLINT: a guard made at the top of each recursive level
-            if (++p_.nesting_ > kJinjaMaxExpressionDepth)
-                fail(p_.line(), "an expression nested more than " + std::to_string(kJinjaMaxExpressionDepth) +
-                                    " deep (brackets, arguments, signs or 'not' inside each other)");
+            if (++p_.nesting_ > kJinjaMaxExpressionDepth) too_deep(p_.line());
+        }
+        [[noreturn]] [[gnu::noinline]] static void too_deep(int line) {
+            fail(line, "an expression nested more than " + std::to_string(kJinjaMaxExpressionDepth) +
+                           " deep (brackets, arguments, signs or 'not' inside each other)");
         }
         ~Nested() { --p_.nesting_; }
         Nested(const Nested&) = delete;
@@ -545,95 +546,95 @@ private:
     NodePtr expression() {
         const Nested nested(*this);
         NodePtr value = or_expression();
-        if (peek_name("if")) {
-            const int ln = next().line;
-            NodePtr condition = or_expression();
-            NodePtr otherwise = accept_name("else") ? expression() : nullptr;
-            return make(Kind::ternary, ln, {}, {condition, value, otherwise});
-        }
-        return value;
+        return peek_name("if") ? conditional(std::move(value)) : value;
     }
 
-    // One left-associative level of binary operators: operands from `operand`, joined by any of `ops` (operator
-    // tokens, or the names "and", "or").
-    template <class Operand>
-    NodePtr left_associative(Operand operand, std::initializer_list<const char*> ops) {
-        NodePtr left = operand();
-        for (;;) {
-            const char* found = nullptr;
-            for (const char* op : ops)
-                if (peek_op(op) || peek_name(op)) found = op;
-            if (found == nullptr) return left;
-            const int ln = next().line;
-            left = make(Kind::binary, ln, found, {left, operand()});
-        }
+    // `value if condition else otherwise`, after `value`.
+    [[gnu::noinline]] NodePtr conditional(NodePtr value) {
+        const int ln = next().line;
+        NodePtr condition = or_expression();
+        NodePtr otherwise = accept_name("else") ? expression() : nullptr;
+        return make(Kind::ternary, ln, {}, {condition, value, otherwise});
     }
 
-    NodePtr or_expression() {
-        return left_associative([this] { return and_expression(); }, {"or"});
-    }
-    NodePtr and_expression() {
-        return left_associative([this] { return not_expression(); }, {"and"});
-    }
-
-    NodePtr not_expression() {
-        if (peek_name("not")) {
-            const Nested nested(*this);
-            const int ln = next().line;
-            return make(Kind::unary, ln, "not", {not_expression()});
-        }
-        return comparison();
-    }
-
-    NodePtr comparison() {
-        NodePtr left = additive();
-        for (;;) {
-            const Token& tok = peek();
-            std::string op;
-            if (tok.type == TokenType::op && (tok.text == "==" || tok.text == "!=" || tok.text == "<" ||
-                                              tok.text == ">" || tok.text == "<=" || tok.text == ">="))
+    // The binary operator at the next token and its precedence (Jinja2's: or 1, and 2, comparisons and `in` 4,
+    // + - 5, ~ 6, * / // % 7, ** 8; `not` as a prefix is 3), or 0; `tokens`: 2 for "not in".
+    int binary_operator(std::string& op, int& tokens) const {
+        tokens = 1;
+        if (i_ >= t_.size()) return 0;
+        const Token& tok = t_[i_];
+        if (tok.type == TokenType::name) {
+            if (tok.text == "or" || tok.text == "and" || tok.text == "in") {
                 op = tok.text;
-            else if (peek_name("in"))
-                op = "in";
-            else if (peek_name("not") && i_ + 1 < t_.size() && t_[i_ + 1].type == TokenType::name &&
-                     t_[i_ + 1].text == "in") {
-                ++i_;
+                return tok.text == "or" ? 1 : tok.text == "and" ? 2 : 4;
+            }
+            if (tok.text == "not" && i_ + 1 < t_.size() && t_[i_ + 1].type == TokenType::name &&
+                t_[i_ + 1].text == "in") {
                 op = "not in";
-            } else
-                return left;
-            ++i_;
-            left = make(Kind::binary, tok.line, op, {left, additive()});
+                tokens = 2;
+                return 4;
+            }
+            return 0;
+        }
+        if (tok.type != TokenType::op) return 0;
+        static const std::pair<const char*, int> table[] = {{"==", 4}, {"!=", 4}, {"<", 4}, {">", 4}, {"<=", 4},
+                                                            {">=", 4}, {"+", 5},  {"-", 5}, {"~", 6}, {"*", 7},
+                                                            {"/", 7},  {"//", 7}, {"%", 7}, {"**", 8}};
+        for (const auto& [text, precedence] : table)
+            if (tok.text == text) {
+                op = text;
+                return precedence;
+            }
+        return 0;
+    }
+
+    // Binary operators of precedence `least` and above, left-associative, by precedence climbing: one loop for
+    // every level, so that a bracket costs the parser a few frames rather than one per level (its recursion is what
+    // kJinjaMaxExpressionDepth bounds, on a small stack under AddressSanitizer too).
+    NodePtr binary_expression(int least) {
+        // `not a == b` is not (a == b); `a and not b or c`
+        NodePtr left = least <= 3 && peek_name("not") ? negated() : unary();
+        for (;;) {
+            std::string op;
+            int tokens = 1;
+            const int precedence = binary_operator(op, tokens);
+            if (precedence == 0 || precedence < least) return left;
+            const int ln = t_[i_].line;
+            i_ += static_cast<size_t>(tokens);
+            left = joined(std::move(left), op, ln, binary_expression(precedence + 1));
         }
     }
 
-    NodePtr additive() {
-        return left_associative([this] { return concatenation(); }, {"+", "-"});
+    [[gnu::noinline]] static NodePtr joined(NodePtr left, const std::string& op, int line, NodePtr right) {
+        return make(Kind::binary, line, op, {std::move(left), std::move(right)});
     }
-    NodePtr concatenation() {
-        return left_associative([this] { return multiplicative(); }, {"~"});
+
+    [[gnu::noinline]] NodePtr negated() {
+        const Nested nested(*this);
+        const int ln = next().line;
+        return make(Kind::unary, ln, "not", {binary_expression(3)});
     }
-    NodePtr multiplicative() {
-        return left_associative([this] { return power(); }, {"*", "/", "//", "%"});
-    }
-    NodePtr power() {
-        return left_associative([this] { return unary(); }, {"**"});
-    }
+
+    NodePtr or_expression() { return binary_expression(1); }
 
     // As Jinja2: a sign applies before the filters that follow (`-3 | abs` is 3).
+    // The functions on the parser's recursive path (expression, binary_expression, unary, primary, and what
+    // brackets, arguments and subscripts add) keep their frames small by leaving the work of each case to a function
+    // of its own, out of line: under AddressSanitizer every temporary there takes its slot in the frame (6.6 KB a
+    // bracket before, 512 KiB a hundred brackets deep).
     NodePtr unary(bool with_filters = true) {
-        NodePtr value;
-        if (peek_op("-") || peek_op("+")) {
-            const Nested nested(*this);
-            const Token& tok = next();
-            value = make(Kind::unary, tok.line, tok.text, {unary(false)});
-        } else {
-            value = postfix(primary());
-        }
-        return with_filters ? filtered(value) : value;
+        NodePtr value = peek_op("-") || peek_op("+") ? signed_operand() : postfix(primary());
+        return with_filters ? filtered(std::move(value)) : value;
+    }
+
+    [[gnu::noinline]] NodePtr signed_operand() {
+        const Nested nested(*this);
+        const Token& tok = next();
+        return make(Kind::unary, tok.line, tok.text, {unary(false)});
     }
 
     // Filters and tests after a value: `x | f(a) | g`, `x is defined`, `x is not none`.
-    NodePtr filtered(NodePtr value) {
+    [[gnu::noinline]] NodePtr filtered(NodePtr value) {
         for (;;) {
             if (accept_op("|")) {
                 const Token& name = next();
@@ -672,7 +673,7 @@ private:
     }
 
     // Call arguments after '(' into `node` (kids and names), up to ')'.
-    void arguments(Node& node) {
+    [[gnu::noinline]] void arguments(Node& node) {
         if (accept_op(")")) return;
         for (;;) {
             if (peek().type == TokenType::name && i_ + 1 < t_.size() && t_[i_ + 1].type == TokenType::op &&
@@ -688,7 +689,7 @@ private:
         }
     }
 
-    NodePtr postfix(NodePtr value) {
+    [[gnu::noinline]] NodePtr postfix(NodePtr value) {
         for (;;) {
             if (peek_op(".")) {
                 const int ln = next().line;
@@ -725,6 +726,12 @@ private:
 
     NodePtr primary() {
         const Token& tok = next();
+        if (tok.type == TokenType::op && (tok.text == "(" || tok.text == "[" || tok.text == "{")) return bracketed(tok);
+        return atom(tok);
+    }
+
+    // A literal or a name.
+    [[gnu::noinline]] NodePtr atom(const Token& tok) {
         switch (tok.type) {
             case TokenType::string: {
                 std::string s = tok.text;
@@ -748,49 +755,48 @@ private:
                 if (tok.text == "none" || tok.text == "None") return literal(nullptr, tok.line);
                 return make(Kind::name, tok.line, tok.text);
             }
-            case TokenType::op: {
-                if (tok.text == "(") {
-                    if (accept_op(")")) return make(Kind::tuple, tok.line);
-                    NodePtr first = expression();
-                    if (accept_op(")")) return first;
-                    std::vector<NodePtr> items{first};
-                    while (accept_op(",")) {
-                        if (peek_op(")")) break;
-                        items.push_back(expression());
-                    }
-                    expect_op(")");
-                    return make(Kind::tuple, tok.line, {}, items);
-                }
-                if (tok.text == "[") {
-                    std::vector<NodePtr> items;
-                    while (!accept_op("]")) {
-                        items.push_back(expression());
-                        if (!accept_op(",")) {
-                            expect_op("]");
-                            break;
-                        }
-                    }
-                    return make(Kind::list, tok.line, {}, items);
-                }
-                if (tok.text == "{") {
-                    std::vector<NodePtr> items;  // key, value, key, value...
-                    while (!accept_op("}")) {
-                        items.push_back(expression());
-                        expect_op(":");
-                        items.push_back(expression());
-                        if (!accept_op(",")) {
-                            expect_op("}");
-                            break;
-                        }
-                    }
-                    return make(Kind::dict, tok.line, {}, items);
-                }
-                break;
-            }
             default: break;
         }
         fail(tok.line, tok.type == TokenType::end ? std::string("an expression ends too soon")
                                                   : "unexpected '" + tok.text + "' in an expression");
+    }
+
+    // A parenthesised expression or a tuple, a list, a dict: after its opening bracket `tok`.
+    [[gnu::noinline]] NodePtr bracketed(const Token& tok) {
+        if (tok.text == "(") {
+            if (accept_op(")")) return make(Kind::tuple, tok.line);
+            NodePtr first = expression();
+            if (accept_op(")")) return first;
+            std::vector<NodePtr> items{first};
+            while (accept_op(",")) {
+                if (peek_op(")")) break;
+                items.push_back(expression());
+            }
+            expect_op(")");
+            return make(Kind::tuple, tok.line, {}, items);
+        }
+        if (tok.text == "[") {
+            std::vector<NodePtr> items;
+            while (!accept_op("]")) {
+                items.push_back(expression());
+                if (!accept_op(",")) {
+                    expect_op("]");
+                    break;
+                }
+            }
+            return make(Kind::list, tok.line, {}, items);
+        }
+        std::vector<NodePtr> items;  // a dict: key, value, key, value...
+        while (!accept_op("}")) {
+            items.push_back(expression());
+            expect_op(":");
+            items.push_back(expression());
+            if (!accept_op(",")) {
+                expect_op("}");
+                break;
+            }
+        }
+        return make(Kind::dict, tok.line, {}, items);
     }
 
     const Token& peek() const {
@@ -1224,16 +1230,12 @@ public:
                 }
                 return;
             case Kind::text: return write(out, node.text, node.line);
-            case Kind::emit: return write(out, to_text(eval(*node.kids[0])), node.line);
-            case Kind::if_: {
-                for (size_t k = 0; k + 1 < node.kids.size(); k += 2)
-                    if (truthy(eval(*node.kids[k]))) return render(*node.kids[k + 1], out);
-                return;
-            }
+            case Kind::emit: return emit(node, out);
+            case Kind::if_: return render_if(node, out);
             case Kind::for_: return render_for(node, out);
-            case Kind::set: return assign(node, admit(eval(*node.kids[0]), node.line));
-            case Kind::set_block: return assign(node, Value(Data(capture(*node.kids[0]))));
-            case Kind::macro: scopes_.back()[node.text] = macro(node); return;
+            case Kind::set: return set(node);
+            case Kind::set_block: return set_block(node);
+            case Kind::macro: return define(node);
             case Kind::break_: flow_ = Flow::break_loop; return;
             case Kind::continue_: flow_ = Flow::continue_loop; return;
             default: fail(node.line, "not a statement");
@@ -1243,6 +1245,20 @@ public:
     int line() const { return line_; }
 
 private:
+    // render() and eval() are the renderer's recursion: each case's work is a function of its own, out of line, so
+    // that their frames stay small (under AddressSanitizer every temporary takes its slot in the frame of the
+    // function it is in: eval was 3.5 KB with its cases inlined, a recursive macro 9.7 KB a call).
+    [[gnu::noinline]] void emit(const Node& node, std::string& out) {
+        write(out, to_text(eval(*node.kids[0])), node.line);
+    }
+    [[gnu::noinline]] void render_if(const Node& node, std::string& out) {
+        for (size_t k = 0; k + 1 < node.kids.size(); k += 2)
+            if (truthy(eval(*node.kids[k]))) return render(*node.kids[k + 1], out);
+    }
+    [[gnu::noinline]] void set(const Node& node) { assign(node, admit(eval(*node.kids[0]), node.line)); }
+    [[gnu::noinline]] void set_block(const Node& node) { assign(node, Value(Data(capture(*node.kids[0])))); }
+    [[gnu::noinline]] void define(const Node& node) { scopes_.back()[node.text] = macro(node); }
+
     enum class Flow { normal, break_loop, continue_loop };
     using Scope = std::map<std::string, Value>;
 
@@ -1252,10 +1268,7 @@ private:
         Deeper(Renderer& r, int line) : r_(r) {
             r_.line_ = line;
             r_.charge(1, line);
-            if (++r_.depth_ > r_.limits_.max_render_depth)
-                fail(line, "the render nested more than " + std::to_string(r_.limits_.max_render_depth) +
-                               " deep (RenderLimits::max_render_depth: statements, expressions and macro calls "
-                               "inside each other)");
+            if (++r_.depth_ > r_.limits_.max_render_depth) r_.too_deep(line);
         }
         ~Deeper() { --r_.depth_; }
         Deeper(const Deeper&) = delete;
@@ -1265,18 +1278,27 @@ private:
         Renderer& r_;
     };
 
+    // The failures are out of line: their messages' temporaries would take room in every frame of the recursion.
+    [[noreturn]] [[gnu::noinline]] void too_deep(int line) const {
+        fail(line, "the render nested more than " + std::to_string(limits_.max_render_depth) +
+                       " deep (RenderLimits::max_render_depth: statements, expressions and macro calls inside each "
+                       "other)");
+    }
+
     void charge(uint64_t steps, int line) {
         steps_ += steps;
+        if (steps_ > limits_.max_steps || steps_ >= next_poll_) checkpoint(line);
+    }
+
+    [[gnu::noinline]] void checkpoint(int line) {
         if (steps_ > limits_.max_steps)
             fail(line, "the render took more than " + std::to_string(limits_.max_steps) +
                            " steps (RenderLimits::max_steps): loops or values too large for a chat template");
-        if (steps_ >= next_poll_) {
-            next_poll_ = steps_ + kPollSteps;
-            if (limits_.cancelled && limits_.cancelled()) fail(line, "the render was cancelled");
-        }
+        next_poll_ = steps_ + kPollSteps;
+        if (limits_.cancelled && limits_.cancelled()) fail(line, "the render was cancelled");
     }
 
-    [[noreturn]] void too_large(int line) const {
+    [[noreturn]] [[gnu::noinline]] void too_large(int line) const {
         fail(line, "a value of more than " + std::to_string(limits_.max_value_bytes) +
                        " bytes (RenderLimits::max_value_bytes)");
     }
@@ -1320,7 +1342,7 @@ private:
     }
 
     // Text into the output or a capture, within its limit.
-    void write(std::string& out, const std::string& text, int line) {
+    [[gnu::noinline]] void write(std::string& out, const std::string& text, int line) {
         if (text.size() > out_limit_ || out.size() > out_limit_ - text.size()) {
             if (out_limit_ == limits_.max_output_bytes && capturing_ == 0)
                 fail(line, "the rendered text passed " + std::to_string(limits_.max_output_bytes) +
@@ -1332,7 +1354,7 @@ private:
     }
 
     // The text of a `{% set %}` block or a macro's body: a value, so within max_value_bytes while it is written.
-    std::string capture(const Node& body) {
+    [[gnu::noinline]] std::string capture(const Node& body) {
         const size_t outer = out_limit_;
         out_limit_ = limits_.max_value_bytes;
         ++capturing_;
@@ -1351,7 +1373,7 @@ private:
         return nullptr;
     }
 
-    Value lookup(const std::string& name, int line) {
+    [[gnu::noinline]] Value lookup(const std::string& name, int line) {
         const Value* found = find(name);
         if (found == nullptr) return Value::undefined();
         return admit(*found, line);  // a copy: charged by its size
@@ -1376,7 +1398,7 @@ private:
         fail(node.line, "'" + node.names[0] + "' is undefined; cannot set its attribute");
     }
 
-    void render_for(const Node& node, std::string& out) {
+    [[gnu::noinline]] void render_for(const Node& node, std::string& out) {
         const Value iterable = eval(*node.kids[0]);
         const Data& d = iterable.data;
         // The items by index, without copying a list or splitting a string into a string per character.
@@ -1495,59 +1517,66 @@ private:
             case Kind::literal: return Value(node.literal);
             case Kind::name: return lookup(node.text, node.line);
             case Kind::attribute: return member_of(*node.kids[0], Data(node.text), node.line);
-            case Kind::item: {
-                const Value key = eval(*node.kids[1]);
-                return member_of(*node.kids[0], key.data, node.line);
-            }
+            case Kind::item: return item(node);
             case Kind::slice: return slice(node);
             case Kind::list:
-            case Kind::tuple: {
-                Data out = Data::array();
-                size_t bytes = kItemBytes;
-                for (const auto& kid : node.kids) {
-                    Value item = eval(*kid);
-                    bytes = weigh(item.data, 1, bytes);  // the list one level up: [[[...]]] is bounded here
-                    out.push_back(std::move(item.data));
-                }
-                return Value(out);
-            }
-            case Kind::dict: {
-                Data out = Data::object();
-                size_t bytes = kItemBytes;
-                for (size_t k = 0; k + 1 < node.kids.size(); k += 2) {
-                    const Value key = eval(*node.kids[k]);
-                    if (!key.data.is_string()) fail(node.line, "dict keys must be strings here");
-                    Value item = eval(*node.kids[k + 1]);
-                    bytes = weigh(item.data, 1, bytes + key.data.get_ref<const std::string&>().size());
-                    out[key.data.get<std::string>()] = std::move(item.data);
-                }
-                return Value(out);
-            }
-            case Kind::ternary: {
-                if (truthy(eval(*node.kids[0]))) return eval(*node.kids[1]);
-                return node.kids[2] ? eval(*node.kids[2]) : Value::undefined();
-            }
-            case Kind::unary: {
-                const Value x = eval(*node.kids[0]);
-                if (node.text == "not") return Value(Data(!truthy(x)));
-                if (!x.data.is_number()) fail(node.line, "unary " + node.text + " of a non-number");
-                if (node.text == "+") return x;
-                if (x.data.is_number_float()) return Value(Data(-x.data.get<double>()));
-                const int64_t i = as_integer(x.data, "unary -", node.line);
-                return Value(Data(checked(i == INT64_MIN, i == INT64_MIN ? 0 : -i, "unary -", node.line)));
-            }
+            case Kind::tuple: return list_literal(node);
+            case Kind::dict: return dict_literal(node);
+            case Kind::ternary: return conditional(node);
+            case Kind::unary: return unary(node);
             case Kind::binary: return binary(node);
             case Kind::call: return call(node);
             case Kind::filter: return filter(node);
-            case Kind::test: {
-                const bool result = test(node);
-                return Value(Data(node.negated ? !result : result));
-            }
+            case Kind::test: return test(node);
             default: fail(node.line, "not an expression");
         }
     }
 
-    Arguments arguments(const Node& node, size_t first) {
+    [[gnu::noinline]] Value item(const Node& node) {
+        const Value key = eval(*node.kids[1]);
+        return member_of(*node.kids[0], key.data, node.line);
+    }
+
+    [[gnu::noinline]] Value list_literal(const Node& node) {
+        Data out = Data::array();
+        size_t bytes = kItemBytes;
+        for (const auto& kid : node.kids) {
+            Value item = eval(*kid);
+            bytes = weigh(item.data, 1, bytes);  // the list one level up: [[[...]]] is bounded here
+            out.push_back(std::move(item.data));
+        }
+        return Value(out);
+    }
+
+    [[gnu::noinline]] Value dict_literal(const Node& node) {
+        Data out = Data::object();
+        size_t bytes = kItemBytes;
+        for (size_t k = 0; k + 1 < node.kids.size(); k += 2) {
+            const Value key = eval(*node.kids[k]);
+            if (!key.data.is_string()) fail(node.line, "dict keys must be strings here");
+            Value item = eval(*node.kids[k + 1]);
+            bytes = weigh(item.data, 1, bytes + key.data.get_ref<const std::string&>().size());
+            out[key.data.get<std::string>()] = std::move(item.data);
+        }
+        return Value(out);
+    }
+
+    [[gnu::noinline]] Value conditional(const Node& node) {
+        if (truthy(eval(*node.kids[0]))) return eval(*node.kids[1]);
+        return node.kids[2] ? eval(*node.kids[2]) : Value::undefined();
+    }
+
+    [[gnu::noinline]] Value unary(const Node& node) {
+        const Value x = eval(*node.kids[0]);
+        if (node.text == "not") return Value(Data(!truthy(x)));
+        if (!x.data.is_number()) fail(node.line, "unary " + node.text + " of a non-number");
+        if (node.text == "+") return x;
+        if (x.data.is_number_float()) return Value(Data(-x.data.get<double>()));
+        const int64_t i = as_integer(x.data, "unary -", node.line);
+        return Value(Data(checked(i == INT64_MIN, i == INT64_MIN ? 0 : -i, "unary -", node.line)));
+    }
+
+    [[gnu::noinline]] Arguments arguments(const Node& node, size_t first) {
         Arguments args;
         for (size_t k = first; k < node.kids.size(); ++k) args.emplace_back(node.names[k], eval(*node.kids[k]));
         return args;
@@ -1555,7 +1584,7 @@ private:
 
     // `object.key` and `object[key]`: a variable's member is read where the variable lives, so `messages[0]` in a
     // loop does not copy every message each time.
-    Value member_of(const Node& object, const Data& key, int line) {
+    [[gnu::noinline]] Value member_of(const Node& object, const Data& key, int line) {
         if (object.kind == Kind::name) {
             const Deeper deeper(*this, object.line);
             const Value* found = find(object.text);
@@ -1589,7 +1618,7 @@ private:
         return Value::undefined();
     }
 
-    Value slice(const Node& node) {
+    [[gnu::noinline]] Value slice(const Node& node) {
         const Value object = eval(*node.kids[0]);
         const auto bound = [&](const NodePtr& n) -> std::optional<int64_t> {
             if (!n) return std::nullopt;
@@ -1626,7 +1655,7 @@ private:
         return admit(Value(out), node.line);
     }
 
-    Value binary(const Node& node) {
+    [[gnu::noinline]] Value binary(const Node& node) {
         const std::string& op = node.text;
         if (op == "and") {
             Value a = eval(*node.kids[0]);
@@ -1727,7 +1756,7 @@ private:
         return a.data == b.data;
     }
 
-    Value call(const Node& node) {
+    [[gnu::noinline]] Value call(const Node& node) {
         const Node& callee = *node.kids[0];
         Arguments args = arguments(node, 1);
         if (callee.kind == Kind::attribute) {
@@ -1890,7 +1919,7 @@ private:
         return out;
     }
 
-    Value filter(const Node& node) {
+    [[gnu::noinline]] Value filter(const Node& node) {
         const Value value = eval(*node.kids[0]);
         const Arguments args = arguments(node, 1);
         return admit(apply_filter(node, value, args), node.line);
@@ -2110,9 +2139,10 @@ private:
         return static_cast<int64_t>(x);
     }
 
-    bool test(const Node& node) {
+    [[gnu::noinline]] Value test(const Node& node) {
         const Value value = eval(*node.kids[0]);
-        return named_test(node.text, value, arguments(node, 1), node.line);
+        const bool result = named_test(node.text, value, arguments(node, 1), node.line);
+        return Value(Data(node.negated ? !result : result));
     }
 
     bool named_test(const std::string& name, const Value& value, const Arguments& args, int line) {

@@ -54,10 +54,12 @@ struct RenderLimits {
     // Lists and dicts inside each other, in the variables and in values built (tojson, comparisons and copies recurse
     // over them).
     int max_value_depth = 64;
-    // Macro calls inside each other (a recursive macro).
-    int max_call_depth = 64;
-    // The renderer's recursion as a whole: statements and expressions inside each other, across macro calls.
-    int max_render_depth = 400;
+    // Macro calls inside each other (a recursive macro; one over a JSON schema's levels recurses a few deep).
+    int max_call_depth = 32;
+    // The renderer's recursion as a whole: statements and expressions inside each other, across macro calls (a
+    // recursive macro is about 6 levels a call). At most about 0.9 KB of stack a level under AddressSanitizer, so
+    // 256 levels, and a value's 64 levels of tojson on top, take well under half of a 512 KiB stack.
+    int max_render_depth = 256;
     // Polled every 1,024 steps when set: true stops the render with a JinjaError ("cancelled"), so a server can end
     // a render at its request's deadline or at a drain. It must not throw.
     std::function<bool()> cancelled;
