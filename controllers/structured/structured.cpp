@@ -14,6 +14,7 @@
 #include <rudder/rudder_controller.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -62,9 +63,24 @@ public:
         rudder::grammar::Pieces pieces = run_pieces(run);
         // begin() comes once per batch: the automaton (and the transitions it found) outlives runs of one vocabulary.
         std::shared_ptr<const rudder::grammar::Vocabulary> vocabulary = shared_vocabulary(std::move(pieces));
+        if (start_ >= run.seq_len)
+            throw rudder::Error("/start: " + std::to_string(start_) + " leaves no position of the run's " +
+                                std::to_string(run.seq_len) + " (max_length)");
+        const int64_t positions = run.seq_len - start_;
+        // The token-level work has the same time limit as the byte automaton's, from here (a run's begin).
+        rudder::grammar::CompileLimits limits = limits_;
+        limits.deadline = deadline_from_now();
         if (automaton_ == nullptr || &automaton_->vocabulary() != vocabulary.get()) {
             automaton_ = std::make_unique<TokenAutomaton>(dfa_, std::move(vocabulary));
-            const std::optional<int64_t> shortest = automaton_->shortest();
+            shortest_ = 0;
+        }
+        if (shortest_ == 0 || shortest_ > positions) {  // not known yet, or known only as "more than" fewer positions
+            std::optional<int64_t> shortest;
+            try {
+                shortest = automaton_->shortest(positions, limits);
+            } catch (const rudder::grammar::LimitError& e) {
+                throw rudder::Error(limit_message(e));
+            }
             if (!shortest) {
                 const std::string example = dfa_->shortest_from(dfa_->start()).value_or("");
                 throw rudder::Error(
@@ -76,16 +92,22 @@ public:
             }
             shortest_ = *shortest;
         }
-        if (start_ >= run.seq_len)
-            throw rudder::Error("/start: " + std::to_string(start_) + " leaves no position of the run's " +
-                                std::to_string(run.seq_len) + " (max_length)");
-        if (shortest_ > run.seq_len - start_)
-            throw rudder::Error("the shortest text " + what_ + " takes " + std::to_string(shortest_) +
-                                " tokens of this model's tokenizer; the run has " + std::to_string(run.seq_len) +
-                                " positions (max_length)" +
-                                (start_ > 0 ? ", of which " + std::to_string(run.seq_len - start_) + " from /start (" +
-                                                  std::to_string(start_) + ") on"
-                                            : std::string()));
+        if (shortest_ > positions)
+            throw rudder::Error(
+                "the shortest text " + what_ + " takes " +
+                (shortest_ == positions + 1 ? "more than " + std::to_string(positions) : std::to_string(shortest_)) +
+                " tokens of this model's tokenizer; the run has " + std::to_string(run.seq_len) +
+                " positions (max_length)" +
+                (start_ > 0 ? ", of which " + std::to_string(run.seq_len - start_) + " from /start (" +
+                                  std::to_string(start_) + ") on"
+                            : std::string()));
+        // Every state the run's positions can reach, with its tokens, found now within the memory limit: the steps
+        // then read only these (a schema whose table would take gigabytes is refused here, before it is built).
+        try {
+            automaton_->prepare(positions, limits);
+        } catch (const rudder::grammar::LimitError& e) {
+            throw rudder::Error(limit_message(e));
+        }
         completion_ = std::make_unique<Completion>(*automaton_);
         all_free_.clear();
     }
@@ -125,6 +147,33 @@ protected:
     const Dfa& dfa() const { return *dfa_; }
     // "start", read with the controller's other params.
     void read_start(rudder::Params& p) { start_ = p->integer("start", 0, int64_t{1} << 20).value_or(0); }
+    // The compile budgets (docs/structured-output.md, "Budgets"): the byte automaton's states, the token
+    // transitions' bytes, and the seconds that compiling (the automaton at create, the tokens' transitions at each
+    // run's begin) may take.
+    void read_limits(rudder::Params& p) {
+        limits_.max_states = static_cast<int32_t>(p->integer("max_states", 1, 10000000).value_or(limits_.max_states));
+        limits_.max_table_bytes = static_cast<uint64_t>(p->integer("max_table_bytes", 1 << 20, int64_t{1} << 40)
+                                                            .value_or(static_cast<int64_t>(limits_.max_table_bytes)));
+        compile_seconds_ = p->number("compile_seconds", 0.001, 86400).value_or(compile_seconds_);
+    }
+    // The limits for compiling now: the deadline compile_seconds from now.
+    rudder::grammar::CompileLimits limits_from_now() const {
+        rudder::grammar::CompileLimits limits = limits_;
+        limits.deadline = deadline_from_now();
+        return limits;
+    }
+    // A LimitError's message, with the param that sets the limit it names.
+    std::string limit_message(const rudder::grammar::LimitError& e) const {
+        const std::string what = e.what();
+        if (dynamic_cast<const rudder::grammar::CompileStopped*>(&e) != nullptr)
+            return what + ": its compile_seconds (" + seconds_text() + ") passed";
+        if (what.find("CompileLimits::max_table_bytes") != std::string::npos)
+            return what +
+                   "; lower max_length or the language's bounds (a string's maxLength, a number's range), or "
+                   "raise the param max_table_bytes";
+        if (what.find("CompileLimits::max_states") != std::string::npos) return what + " (the param max_states)";
+        return what;
+    }
     // The text the language holds for: the sample's, or, from "start" on, its tokens' pieces from there.
     std::string text_of(const rudder_sample& sample) const {
         if (start_ == 0 || automaton_ == nullptr) return sample.text != nullptr ? sample.text : "";
@@ -249,6 +298,18 @@ private:
             std::copy_n(all_free_.data() + static_cast<size_t>(positions[k]) * words, words, bits[indices[k]]);
     }
 
+    std::chrono::steady_clock::time_point deadline_from_now() const {
+        return std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                      std::chrono::duration<double>(compile_seconds_));
+    }
+    std::string seconds_text() const {
+        std::ostringstream text;
+        text << compile_seconds_ << " s";
+        return text.str();
+    }
+
+    rudder::grammar::CompileLimits limits_;
+    double compile_seconds_ = 60;
     std::shared_ptr<const Dfa> dfa_;
     std::string what_;
     std::unique_ptr<TokenAutomaton> automaton_;
@@ -264,13 +325,15 @@ public:
         rudder::Params p(params_json);
         const std::string pattern = p->text("pattern", rudder::json_input::kRequired).value_or("");
         read_start(p);
+        read_limits(p);
         p.finish();
         try {
-            set_language(std::make_shared<const Dfa>(rudder::grammar::compile_regex(pattern)), "matching the pattern");
+            set_language(std::make_shared<const Dfa>(rudder::grammar::compile_regex(pattern, limits_from_now())),
+                         "matching the pattern");
         } catch (const rudder::grammar::RegexError& e) {
             throw rudder::Error("/pattern: at byte " + std::to_string(e.offset) + ": " + e.what());
         } catch (const rudder::grammar::LimitError& e) {
-            throw rudder::Error(std::string("/pattern: ") + e.what());
+            throw rudder::Error("/pattern: " + limit_message(e));
         }
     }
 };
@@ -290,6 +353,7 @@ public:
                               : whitespace == "optional_space" ? rudder::grammar::Whitespace::optional_space
                                                                : rudder::grammar::Whitespace::none;
         read_start(p);
+        read_limits(p);
         p.finish();
         if (inline_schema == file.has_value())
             throw rudder::Error("give the schema as \"schema\" (an object) or \"schema_file\" (a path), one of them");
@@ -302,14 +366,17 @@ public:
         } else {
             schema = nlohmann::ordered_json::parse(params_json)["schema"];
         }
+        options_.limits = limits_from_now();
         try {
             set_language(std::make_shared<const Dfa>(rudder::grammar::compile_json_schema(schema, options_)),
                          "that is JSON valid against the schema");
         } catch (const rudder::grammar::SchemaError& e) {
             throw rudder::Error(where + (e.pointer.empty() ? "" : " at " + e.pointer) + ": " + e.what());
         } catch (const rudder::grammar::LimitError& e) {
-            throw rudder::Error(where + ": " + e.what());
+            throw rudder::Error(where + ": " + limit_message(e));
         }
+        // canonical_json (the verdict) compiles nothing: no deadline for it to pass.
+        options_.limits.deadline = std::chrono::steady_clock::time_point::max();
         schema_ = std::move(schema);
     }
 
@@ -360,7 +427,10 @@ static const char kRegexSchema[] = R"schema({
   "type": "object",
   "properties": {
     "pattern": { "type": "string", "description": "the text must match it as a whole (docs/structured-output.md)" },
-    "start": { "type": "integer", "minimum": 0, "description": "the text from this position on (after a prompt of this many tokens); default 0" }
+    "start": { "type": "integer", "minimum": 0, "description": "the text from this position on (after a prompt of this many tokens); default 0" },
+    "max_states": { "type": "integer", "minimum": 1, "description": "states of any byte automaton built on the way; default 100000" },
+    "max_table_bytes": { "type": "integer", "minimum": 1048576, "description": "bytes the token transitions of the run's positions may take, counted before they are built; default 536870912 (512 MiB)" },
+    "compile_seconds": { "type": "number", "exclusiveMinimum": 0, "description": "seconds compiling may take, at create and at each run's begin; default 60" }
   },
   "required": ["pattern"], "additionalProperties": false
 })schema";
@@ -371,15 +441,18 @@ static const char kJsonSchemaSchema[] = R"schema({
     "schema": { "type": "object", "description": "the JSON Schema the text must validate against" },
     "schema_file": { "type": "string", "description": "or a file holding it (relative to the working directory)" },
     "start": { "type": "integer", "minimum": 0, "description": "the text from this position on (after a prompt of this many tokens); default 0" },
-    "whitespace": { "enum": ["none", "space_after_separators", "optional_space"], "description": "spaces after ':' and ',': none (default), exactly one (Python's json.dumps), or at most one" }
+    "whitespace": { "enum": ["none", "space_after_separators", "optional_space"], "description": "spaces after ':' and ',': none (default), exactly one (Python's json.dumps), or at most one" },
+    "max_states": { "type": "integer", "minimum": 1, "description": "states of any byte automaton built on the way; default 100000" },
+    "max_table_bytes": { "type": "integer", "minimum": 1048576, "description": "bytes the token transitions of the run's positions may take, counted before they are built; default 536870912 (512 MiB)" },
+    "compile_seconds": { "type": "number", "exclusiveMinimum": 0, "description": "seconds compiling may take, at create and at each run's begin; default 60" }
   },
   "additionalProperties": false
 })schema";
 
-RUDDER_CONTROLLER(regex_desc, Regex, "regex", "1.1.0",
+RUDDER_CONTROLLER(regex_desc, Regex, "regex", "1.2.0",
                   "the text matches a regular expression as a whole (hard constraint, exact)", kRegexSchema,
                   kCapabilities)
-RUDDER_CONTROLLER(json_schema_desc, JsonSchema, "json_schema", "1.2.0",
+RUDDER_CONTROLLER(json_schema_desc, JsonSchema, "json_schema", "1.3.0",
                   "the text is JSON valid against a JSON Schema (hard constraint, exact)", kJsonSchemaSchema,
                   kCapabilities)
 RUDDER_PLUGIN("rudder-structured", &regex_desc, &json_schema_desc)

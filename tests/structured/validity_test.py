@@ -90,14 +90,48 @@ def refusals(folder):
     # sampling, at the controller's params.
     for name, controller, words in (
             ("unspellable", {"plugin": "json_schema", "params": {"schema": {"type": "object"}}}, "cannot spell"),
-            ("too_long", {"plugin": "regex", "params": {"pattern": "(the ){30}the"}}, "takes 31 tokens")):
-        recipe = {"model": "e2e-discrete", "max_length": 24, "controllers": [controller]}
-        path = pathlib.Path(folder) / f"{name}.json"
-        path.write_text(json.dumps(recipe))
-        out = subprocess.run([RUDDER, "validate", str(path)], capture_output=True, text=True)
-        if out.returncode != 2 or "/controllers/0/params" not in out.stderr or words not in out.stderr:
-            raise SystemExit(f"FAIL {name}: exit {out.returncode}: {out.stderr}")
-        print(f"ok {name}: refused before sampling: {out.stderr.strip().splitlines()[-1]}")
+            ("too_long", {"plugin": "regex", "params": {"pattern": "(the ){30}the"}}, "takes more than 24 tokens")):
+        refused(folder, name, {"model": "e2e-discrete", "max_length": 24, "controllers": [controller]}, [words])
+    budgets(folder)
+
+
+def refused(folder, name, recipe, words, absent=()):
+    path = pathlib.Path(folder) / f"{name}.json"
+    path.write_text(json.dumps(recipe))
+    out = subprocess.run([RUDDER, "validate", str(path)], capture_output=True, text=True, timeout=120)
+    if out.returncode != 2 or "/controllers/0/params" not in out.stderr or not all(w in out.stderr for w in words) \
+            or any(w in out.stderr for w in absent):
+        raise SystemExit(f"FAIL {name}: exit {out.returncode}: {out.stderr}")
+    print(f"ok {name}: refused before sampling: {out.stderr.strip().splitlines()[-1][:300]}")
+
+
+def budgets(folder):
+    # Issue 64: the compile budgets. A 300-byte schema (a string of maxLength 5000, a number within +-1e300) read
+    # token by token over 100 positions: its table refused at the limit before it is built (here 8 MiB, as e2e-mdlm's
+    # 4,097 tokens take 8 MiB by position 15; GPT-2's vocabulary wanted 4.65 GB at the default limits before); and
+    # stopped by compile_seconds.
+    wide = {"type": "object", "properties": {"s": {"type": "string", "maxLength": 5000},
+                                             "n": {"type": "number", "minimum": -1e300, "maximum": 1e300}}}
+    for name, params, words in (
+            ("table_bytes", {"schema": wide, "max_table_bytes": 8 << 20},
+             ["over 100 positions needs more than 8.0 MiB", "max_table_bytes"]),
+            ("compile_seconds", {"schema": wide, "compile_seconds": 0.001}, ["compile_seconds (0.001 s) passed"])):
+        recipe = {"model": "e2e-mdlm", "max_length": 100, "controllers": [{"plugin": "json_schema", "params": params}]}
+        refused(folder, name, recipe, words)
+    # An anyOf of 2,000 one-property objects: closed ones compile (it took 54 s, then a refusal blaming $ref
+    # recursion); open ones (each allows the others' names) are refused quickly for what multiplies them.
+    def many(closed):
+        branches = [dict({"type": "object", "properties": {f"k{i}": {"type": "integer"}}, "required": [f"k{i}"]},
+                         **({"additionalProperties": False} if closed else {})) for i in range(2000)]
+        return {"model": "e2e-mdlm", "max_length": 16,
+                "controllers": [{"plugin": "json_schema", "params": {"schema": {"anyOf": branches}}}]}
+    refused(folder, "open_branches", many(False), ["2001 object schemas apply", "2000 property names"], ["recursion"])
+    path = pathlib.Path(folder) / "closed_branches.json"
+    path.write_text(json.dumps(many(True)))
+    out = subprocess.run([RUDDER, "validate", str(path)], capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise SystemExit(f"FAIL closed_branches: exit {out.returncode}: {out.stderr}")
+    print("ok closed_branches: an anyOf of 2,000 closed objects compiles")
 
 
 def main():
