@@ -345,6 +345,11 @@ TEST(Jinja, EveryTemplateErrorIsAJinjaError) {
     // Still rendered as before: the checked reads take what they took.
     EXPECT_EQ(render("{{ 1 | default(2, boolean=true) }} {{ 0 | default(2, true) }} {{ [3, 1] | join(', ') }}"),
               "1 2 3, 1");
+    // `loop` is read in place, and built as a dict only where it is used whole.
+    EXPECT_EQ(render("{% for x in 'ab' %}{{ loop.index }}{{ loop.revindex0 }}{{ loop.previtem }}{{ loop.last }} "
+                     "{% endfor %}{% for x in [7] %}{{ loop | tojson }}{% set l = loop %}{{ l.length }}{% endfor %}"),
+              "11NoneFalse 20aTrue {\"index\": 1, \"index0\": 0, \"first\": true, \"last\": true, \"length\": 1, "
+              "\"revindex\": 1, \"revindex0\": 0, \"previtem\": null, \"nextitem\": null}1");
 }
 
 TEST(ChatTemplate, LoadsTheTemplateAndSpecialTokensOfAFolder) {

@@ -841,6 +841,14 @@ private:
 // ---------------------------------------------------------------------------------------------------------------
 // Values
 
+// Where a for loop is, for its `loop` variable: read in place (loop.index, ...), so that an iteration does not build
+// a dict of nine entries (which was most of a loop's cost); `loop` as a whole value is that dict, built when used.
+struct LoopState {
+    int64_t index0 = 0, length = 0;
+    const Data* previous = nullptr;  // the items before and after this one (null at the ends)
+    const Data* next = nullptr;
+};
+
 struct Value;
 using Arguments = std::vector<std::pair<std::string, Value>>;  // name ("" positional), value
 using Function = std::function<Value(const Arguments&, int line)>;
@@ -849,6 +857,7 @@ struct Value {
     bool defined = true;
     Data data;
     std::shared_ptr<const Function> function;
+    const LoopState* loop = nullptr;  // a loop's `loop` where it is bound, never copied out of its scope
 
     Value() = default;
     Value(Data d) : data(std::move(d)) {}  // NOLINT: values are made from JSON everywhere
@@ -1376,6 +1385,7 @@ private:
     [[gnu::noinline]] Value lookup(const std::string& name, int line) {
         const Value* found = find(name);
         if (found == nullptr) return Value::undefined();
+        if (found->loop != nullptr) return admit(Value(loop_data(*found->loop)), line);
         return admit(*found, line);  // a copy: charged by its size
     }
 
@@ -1396,6 +1406,31 @@ private:
             return;
         }
         fail(node.line, "'" + node.names[0] + "' is undefined; cannot set its attribute");
+    }
+
+    static Data loop_data(const LoopState& l) {
+        const int64_t k = l.index0, n = l.length;
+        Data loop = {{"index", k + 1}, {"index0", k},       {"first", k == 0},       {"last", k == n - 1},
+                     {"length", n},    {"revindex", n - k}, {"revindex0", n - k - 1}};
+        loop["previtem"] = *l.previous;
+        loop["nextitem"] = *l.next;
+        return loop;
+    }
+
+    static Value loop_member(const LoopState& l, const Data& key) {
+        if (!key.is_string()) return Value::undefined();
+        const std::string& name = key.get_ref<const std::string&>();
+        const int64_t k = l.index0, n = l.length;
+        if (name == "index") return Value(Data(k + 1));
+        if (name == "index0") return Value(Data(k));
+        if (name == "first") return Value(Data(k == 0));
+        if (name == "last") return Value(Data(k == n - 1));
+        if (name == "length") return Value(Data(n));
+        if (name == "revindex") return Value(Data(n - k));
+        if (name == "revindex0") return Value(Data(n - k - 1));
+        if (name == "previtem") return Value(*l.previous);
+        if (name == "nextitem") return Value(*l.next);
+        return Value::undefined();
     }
 
     [[gnu::noinline]] void render_for(const Node& node, std::string& out) {
@@ -1451,16 +1486,19 @@ private:
         const int64_t n = static_cast<int64_t>(count);
         Data previous;
         Data current = nth(0);
+        LoopState state;
+        state.length = n;
         for (int64_t k = 0; k < n; ++k) {
             charge(1, node.line);
             Data next = k + 1 < n ? nth(static_cast<size_t>(k + 1)) : Data();
             scopes_.emplace_back();
             bind(scopes_.back(), current);
-            Data loop = {{"index", k + 1}, {"index0", k},       {"first", k == 0},       {"last", k == n - 1},
-                         {"length", n},    {"revindex", n - k}, {"revindex0", n - k - 1}};
-            loop["previtem"] = previous;
-            loop["nextitem"] = next;
-            scopes_.back()["loop"] = Value(std::move(loop));
+            state.index0 = k;
+            state.previous = &previous;
+            state.next = &next;
+            Value loop;
+            loop.loop = &state;
+            scopes_.back()["loop"] = std::move(loop);
             render(*node.kids[1], out);
             scopes_.pop_back();
             if (flow_ == Flow::break_loop) {
@@ -1588,7 +1626,9 @@ private:
         if (object.kind == Kind::name) {
             const Deeper deeper(*this, object.line);
             const Value* found = find(object.text);
-            return found == nullptr ? Value::undefined() : admit(member(*found, key, line), line);
+            if (found == nullptr) return Value::undefined();
+            if (found->loop != nullptr) return admit(loop_member(*found->loop, key), line);
+            return admit(member(*found, key, line), line);
         }
         return member(eval(object), key, line);
     }
