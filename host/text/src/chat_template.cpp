@@ -1,5 +1,6 @@
 #include <rudder/text/chat_template.hpp>
 
+#include <climits>
 #include <stdexcept>
 
 #include <rudder/text/text_files.hpp>
@@ -69,7 +70,9 @@ std::string ChatTemplate::render(const ordered_json& messages, bool add_generati
     if (!extra.is_object()) throw JinjaError("a chat template's extra variables must be a JSON object");
     // Copying a JSON value recurses once per level: a request's messages nested 100,000 deep would overflow the
     // stack here, before the renderer's own check.
-    if (nests_deeper_than(messages, limits.max_value_depth) || nests_deeper_than(extra, limits.max_value_depth))
+    // (extra is an object of variables: its own level is not a variable's.)
+    const int depth = limits.max_value_depth;
+    if (nests_deeper_than(messages, depth) || nests_deeper_than(extra, depth < INT_MAX ? depth + 1 : depth))
         throw JinjaError("a chat template's messages or variables nest lists and objects more than " +
                          std::to_string(limits.max_value_depth) + " deep (RenderLimits::max_value_depth)");
     ordered_json variables = special_tokens_;

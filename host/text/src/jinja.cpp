@@ -2271,7 +2271,8 @@ JinjaTemplate& JinjaTemplate::operator=(JinjaTemplate&&) noexcept = default;
 
 std::string JinjaTemplate::render(const nlohmann::ordered_json& variables, const RenderLimits& limits) const {
     if (!variables.is_object()) throw JinjaError("a template's variables must be a JSON object");
-    if (nests_deeper_than(variables, limits.max_value_depth + 1))  // the object itself is one level
+    // The object itself is one level (a caller's INT_MAX is taken as no bound, not wrapped).
+    if (nests_deeper_than(variables, limits.max_value_depth < INT_MAX ? limits.max_value_depth + 1 : INT_MAX))
         throw JinjaError("a template's variables nest lists and objects more than " +
                          std::to_string(limits.max_value_depth) + " deep (RenderLimits::max_value_depth)");
     std::optional<Renderer> renderer;
