@@ -2,6 +2,12 @@
 
 #include "memory_release.hpp"
 
+#include <dlfcn.h>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <exception>
 #include <thread>
@@ -26,6 +32,23 @@ int64_t largest_fitting_batch(const Generator& generator) {
     return low;
 }
 
+// Bytes the process's allocator hands out now: what a generator's model and controllers take when it is built
+// (a structured controller's token transitions, up to its max_table_bytes each) is the growth of this across the
+// build. tcmalloc's count (the rudder command's allocator), else glibc's; the resident size where neither answers.
+// Other threads' allocations in the meantime (a run's step, another load) count too: an estimate.
+uint64_t allocated_heap_bytes() {
+    using Get = int (*)(const char*, size_t*);
+    static const Get get = reinterpret_cast<Get>(::dlsym(RTLD_DEFAULT, "MallocExtension_GetNumericProperty"));
+    size_t value = 0;
+    if (get != nullptr && get("generic.current_allocated_bytes", &value) != 0) return value;
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 33)
+    const struct mallinfo2 info = ::mallinfo2();
+    return info.uordblks + info.hblkhd;
+#else
+    return resident_bytes();
+#endif
+}
+
 }  // namespace
 
 std::optional<GeneratorCache::Known> GeneratorCache::known(const std::string& key) {
@@ -34,9 +57,9 @@ std::optional<GeneratorCache::Known> GeneratorCache::known(const std::string& ke
         if (k != key) continue;
         Known now = known;
         // A kept generator of the key tells what fits now, not when it was built.
-        for (const auto& [idle_key, generator] : idle_)
-            if (idle_key == key) {
-                now.fitting_batch = largest_fitting_batch(*generator);
+        for (const Idle& idle : idle_)
+            if (idle.key == key) {
+                now.fitting_batch = largest_fitting_batch(*idle.generator);
                 break;
             }
         return now;
@@ -67,25 +90,56 @@ void GeneratorCache::remember(const std::string& key, const Generator& generator
 std::unique_ptr<Generator> GeneratorCache::take(const std::string& key) {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto it = idle_.begin(); it != idle_.end(); ++it)
-        if (it->first == key) {
-            auto generator = std::move(it->second);
+        if (it->key == key) {
+            auto generator = std::move(it->generator);
+            idle_bytes_ -= it->bytes;
+            // Noted again while it runs, so that it counts when it comes back.
+            noted_.emplace_back(generator.get(), it->bytes);
+            if (noted_.size() > kNotedOutside) noted_.pop_front();
             idle_.erase(it);
             return generator;
         }
     return nullptr;
 }
 
+void GeneratorCache::note_bytes(const Generator& generator, uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    take_noted(&generator);  // an address used before by a generator that is gone
+    noted_.emplace_back(&generator, bytes);
+    if (noted_.size() > kNotedOutside) noted_.pop_front();
+}
+
+uint64_t GeneratorCache::take_noted(const Generator* generator) {
+    for (auto it = noted_.begin(); it != noted_.end(); ++it)
+        if (it->first == generator) {
+            const uint64_t bytes = it->second;
+            noted_.erase(it);
+            return bytes;
+        }
+    return 0;
+}
+
+uint64_t GeneratorCache::idle_bytes() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return idle_bytes_;
+}
+
 void GeneratorCache::give_back(const std::string& key, std::unique_ptr<Generator> generator) {
     std::vector<std::unique_ptr<Generator>> dropped;  // unloaded outside the lock
     std::lock_guard<std::mutex> lock(mutex_);
-    const auto of_key =
-        std::count_if(idle_.begin(), idle_.end(), [&](const auto& entry) { return entry.first == key; });
-    if (generator && static_cast<size_t>(of_key) >= per_key_)
+    const auto of_key = std::count_if(idle_.begin(), idle_.end(), [&](const Idle& idle) { return idle.key == key; });
+    const uint64_t bytes = generator ? take_noted(generator.get()) : 0;
+    if (generator && static_cast<size_t>(of_key) >= per_key_) {
         dropped.push_back(std::move(generator));
-    else if (generator)
-        idle_.emplace_front(key, std::move(generator));
-    while (idle_.size() > capacity_) {
-        dropped.push_back(std::move(idle_.back().second));
+    } else if (generator) {
+        idle_.push_front({key, std::move(generator), bytes});
+        idle_bytes_ += bytes;
+    }
+    // Beyond the count or the bytes, the least recently used go; the one just given back stays, however large (its
+    // recipe's next request, often soon, would load it again).
+    while (idle_.size() > capacity_ || (max_bytes_ > 0 && idle_bytes_ > max_bytes_ && idle_.size() > 1)) {
+        idle_bytes_ -= idle_.back().bytes;
+        dropped.push_back(std::move(idle_.back().generator));
         idle_.pop_back();
     }
 }
@@ -95,8 +149,9 @@ std::optional<Model> GeneratorCache::take_model(const std::function<bool(const G
     {
         std::lock_guard<std::mutex> lock(mutex_);
         for (auto it = idle_.rbegin(); it != idle_.rend(); ++it)
-            if (runs_it(*it->second)) {
-                dropped = std::move(it->second);
+            if (runs_it(*it->generator)) {
+                dropped = std::move(it->generator);
+                idle_bytes_ -= it->bytes;
                 idle_.erase(std::next(it).base());
                 break;
             }
@@ -182,9 +237,12 @@ std::unique_ptr<Generator> GeneratorLoader::load(const GenerateRequest& request,
         const bool reported = std::any_of(issues.begin(), issues.end(), [](const RecipeIssue& i) {
             return i.pointer == "/model" || i.pointer == "/family";
         });
+        const uint64_t before = allocated_heap_bytes();
         Model model = reported ? Model() : load_model_of(recipe, request.base_dir, issues);
         auto generator =
             std::make_unique<Generator>(std::move(recipe), std::move(model), registry_, catalog_.folders(), issues);
+        const uint64_t after = allocated_heap_bytes();
+        cache.note_bytes(*generator, after > before ? after - before : 0);
         metrics_.loads.Increment();
         cache.remember(key, *generator);
         return generator;

@@ -40,8 +40,15 @@ public:
         int64_t batch_size = 1;      // the recipe's
         int64_t fitting_batch = 1;   // the largest batch within the memory limit: now, if a generator is kept
     };
-    GeneratorCache(int64_t capacity, int64_t per_key)
-        : capacity_(static_cast<size_t>(capacity)), per_key_(static_cast<size_t>(per_key)) {}
+    // `max_bytes`: what the idle generators may hold together, by the estimates note_bytes() gave (0: no bound);
+    // beyond it the least recently used are dropped, all but the one most recently given back.
+    GeneratorCache(int64_t capacity, int64_t per_key, uint64_t max_bytes = 0)
+        : capacity_(static_cast<size_t>(capacity)), per_key_(static_cast<size_t>(per_key)), max_bytes_(max_bytes) {}
+    // About how many bytes `generator` holds (its loader measured them while building it): counted while it is
+    // idle here. A generator never noted counts nothing.
+    void note_bytes(const Generator& generator, uint64_t bytes);
+    // What the idle generators hold together, by their estimates.
+    uint64_t idle_bytes();
     // For a known key, what is known of it; nothing for a key not known.
     std::optional<Known> known(const std::string& key);
     void remember(const std::string& key, const Generator& generator);
@@ -60,11 +67,24 @@ private:
     // megabyte).
     static constexpr size_t kKnownKeys = 256;
     static constexpr size_t kKnownBytes = size_t{16} << 20;
+    struct Idle {
+        std::string key;
+        std::unique_ptr<Generator> generator;
+        uint64_t bytes = 0;  // its estimate
+    };
+    // The estimates of generators outside the cache (being run, or just built), most recent last; bounded, as a
+    // generator that fails is destroyed without coming back (a reused address is noted again when it is built).
+    static constexpr size_t kNotedOutside = 256;
+    std::deque<std::pair<const Generator*, uint64_t>> noted_;
+    uint64_t take_noted(const Generator* generator);  // its estimate, out of noted_ (0 if none); with mutex_ held
+
     const size_t capacity_, per_key_;
+    const uint64_t max_bytes_;
     size_t known_bytes_ = 0;
+    uint64_t idle_bytes_ = 0;  // the idle generators' estimates, summed
     std::mutex mutex_;
-    std::list<std::pair<std::string, std::unique_ptr<Generator>>> idle_;  // most recently used first
-    std::list<std::pair<std::string, Known>> known_;                      // most recently built first
+    std::list<Idle> idle_;                            // most recently used first
+    std::list<std::pair<std::string, Known>> known_;  // most recently built first
 };
 
 // Where a request's generator comes from: its recipe checked and loaded, or a cached generator of the same key.
@@ -72,8 +92,8 @@ class GeneratorLoader {
 public:
     GeneratorLoader(const ServerOptions& options, plugins::Registry& registry, const ModelCatalog& catalog,
                     Metrics& metrics)
-        : cache(options.cached_generators, options.parallel), limits_(options.limits), registry_(registry),
-          catalog_(catalog), metrics_(metrics) {}
+        : cache(options.cached_generators, options.parallel, options.limits.max_memory_bytes / 2),
+          limits_(options.limits), registry_(registry), catalog_(catalog), metrics_(metrics) {}
     ~GeneratorLoader();
 
     // The recipe of a request, checked and loaded: every problem (the request's, the recipe's, its model's and
