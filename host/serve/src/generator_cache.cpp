@@ -93,7 +93,9 @@ std::unique_ptr<Generator> GeneratorCache::take(const std::string& key) {
         if (it->key == key) {
             auto generator = std::move(it->generator);
             idle_bytes_ -= it->bytes;
-            // Noted again while it runs, so that it counts when it comes back.
+            // Noted again while it runs, so that it counts when it comes back (a note of a gone generator at the
+            // same address dropped first).
+            take_noted(generator.get());
             noted_.emplace_back(generator.get(), it->bytes);
             if (noted_.size() > kNotedOutside) noted_.pop_front();
             idle_.erase(it);
