@@ -204,6 +204,8 @@ TEST(Jinja, NestingPastTheLimitsIsAnErrorNotAStackOverflow) {
         EXPECT_CONTAINS(error_of(repeated("{% for x in y %}", 20000) + repeated("{% endfor %}", 20000)),
                         "blocks nested more than");
         EXPECT_CONTAINS(error_of(macro_calls(5000)), "macro calls nested more than");
+        // A default that calls its own macro recursed without a call being counted (found by fuzz_jinja).
+        EXPECT_CONTAINS(error_of("{% macro f(a=f()) %}{% endmacro %}{{ f() }}"), "macro calls nested more than");
         // Within the call depth, a macro whose every call nests blocks reaches the renderer's depth limit first.
         EXPECT_CONTAINS(error_of("{% macro f(n) %}" + repeated("{% if true %}", 40) + "{{ f(n - 1) if n > 0 }}" +
                                  repeated("{% endif %}", 40) + "{% endmacro %}{{ f(20) }}"),

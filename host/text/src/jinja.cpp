@@ -1513,10 +1513,19 @@ private:
 
     Value macro(const Node& node) {
         return Value::callable([this, &node](const Arguments& args, int line) -> Value {
-            // A recursive macro is a few levels of the renderer per call: counted on its own for a clear message.
+            // A recursive macro is a few levels of the renderer per call: counted on its own for a clear message, from
+            // before its defaults are evaluated (`macro f(a=f())` recurses there).
             if (calls_ >= limits_.max_call_depth)
                 fail(line, "macro calls nested more than " + std::to_string(limits_.max_call_depth) +
                                " deep (RenderLimits::max_call_depth), in '" + node.text + "'");
+            const Deeper deeper(*this, line);  // and a call's frames count towards the render's depth
+            struct Call {
+                int& calls;
+                explicit Call(int& c) : calls(++c) {}
+                ~Call() { --calls; }
+                Call(const Call&) = delete;
+                Call& operator=(const Call&) = delete;
+            } call(calls_);
             Scope local;
             size_t positional = 0;
             for (const auto& [name, value] : args) {
@@ -1539,9 +1548,7 @@ private:
                 if (!local.count(node.names[k]))
                     local[node.names[k]] = node.kids[k + 1] ? eval(*node.kids[k + 1]) : Value::undefined();
             scopes_.push_back(std::move(local));
-            ++calls_;
             std::string out = capture(*node.kids[0]);
-            --calls_;
             scopes_.pop_back();
             for (auto& scope : callers) scopes_.push_back(std::move(scope));
             flow_ = Flow::normal;
