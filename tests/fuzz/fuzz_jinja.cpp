@@ -6,10 +6,12 @@
 // overflow or other sanitizer report, or any other exception is a bug.
 #include <pthread.h>
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -79,16 +81,48 @@ void* run(void* argument) {
     return nullptr;
 }
 
+// One worker thread with a 512 KiB stack, made once (a thread per input cost three quarters of the time under
+// ASan), takes each input in turn.
+class Worker {
+public:
+    Worker() {
+        pthread_attr_t attributes;
+        pthread_attr_init(&attributes);
+        pthread_attr_setstacksize(&attributes, 512 * 1024);
+        if (pthread_create(&thread_, &attributes, loop, this) != 0) std::abort();
+        pthread_attr_destroy(&attributes);
+    }
+
+    void render(Job& job) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        job_ = &job;
+        changed_.notify_all();
+        changed_.wait(lock, [this] { return job_ == nullptr; });
+    }
+
+private:
+    static void* loop(void* self) {
+        auto& w = *static_cast<Worker*>(self);
+        for (;;) {
+            std::unique_lock<std::mutex> lock(w.mutex_);
+            w.changed_.wait(lock, [&w] { return w.job_ != nullptr; });
+            run(w.job_);
+            w.job_ = nullptr;
+            w.changed_.notify_all();
+        }
+    }
+
+    pthread_t thread_{};
+    std::mutex mutex_;
+    std::condition_variable changed_;
+    Job* job_ = nullptr;
+};
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    static Worker* worker = new Worker();  // never destroyed: the thread runs until the process ends
     Job job{std::string(reinterpret_cast<const char*>(data), size)};
-    pthread_attr_t attributes;
-    pthread_attr_init(&attributes);
-    pthread_attr_setstacksize(&attributes, 512 * 1024);
-    pthread_t thread;
-    if (pthread_create(&thread, &attributes, run, &job) != 0) std::abort();
-    pthread_join(thread, nullptr);
-    pthread_attr_destroy(&attributes);
+    worker->render(job);
     return 0;
 }
