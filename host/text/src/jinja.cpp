@@ -1304,7 +1304,7 @@ private:
             fail(line, "the render took more than " + std::to_string(limits_.max_steps) +
                            " steps (RenderLimits::max_steps): loops or values too large for a chat template");
         next_poll_ = steps_ + kPollSteps;
-        if (limits_.cancelled && limits_.cancelled()) fail(line, "the render was cancelled");
+        if (limits_.cancelled && limits_.cancelled()) fail(line, "the render was cancelled (RenderLimits::cancelled)");
     }
 
     [[noreturn]] [[gnu::noinline]] void too_large(int line) const {
