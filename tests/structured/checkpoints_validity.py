@@ -133,6 +133,7 @@ def run(rudder, build, folder, generate, check, seeds=(5,), samples=4):
                 check(generate(recipe, folder, f"{model}_{whitespace}"), f"{model} whitespace {whitespace}", dumps,
                       "json_schema")
     served(rudder, folder, made, check)
+    served_budgets(rudder, folder)
 
 
 def served(rudder, folder, made, check):
@@ -162,6 +163,58 @@ def served(rudder, folder, made, check):
             keys = list(json.loads(sample["text"]).keys())
             if keys != [k for k in PERSON["properties"] if k in keys]:
                 raise SystemExit(f"FAIL served: properties out of the schema's order: {sample['text']}")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def served_budgets(rudder, folder):
+    """Issue 64: 300-byte schemas (a string of maxLength up to 5000 beside a number within +-1e300) as response_format
+    on the GPT-2 checkpoint. Read token by token over 48 positions each wanted gigabytes, allocated before
+    --max-memory saw them, and the generator cache kept ~2 GB per schema; now each is refused within the time limit,
+    at max_table_bytes, and the server's memory comes back to within 10% of its level before them."""
+    import time
+    recipe = pathlib.Path(folder) / "budgets.json"
+    recipe.write_text(json.dumps({"model": "mdlm_gpt2", "max_length": 48, "sampler": {"name": "analytic", "steps": 4},
+                                  "seed": 9}))
+    model = pathlib.Path(folder) / "mdlm_gpt2"
+    proc = subprocess.Popen([rudder, "serve", "--port", "0", "--threads", "1", "--model", f"mdlm_gpt2={model}",
+                             "--recipe", f"wide={recipe}", "--max-memory", "2500", "--timeout", "60"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def resident_mb():
+        status = pathlib.Path(f"/proc/{proc.pid}/status").read_text()
+        return int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) // 1024
+
+    try:
+        line = proc.stderr.readline()
+        if "listening on http://127.0.0.1:" not in line:
+            raise SystemExit("FAIL served budgets: no listening line: " + line)
+        port = int(line.split("127.0.0.1:")[1].split()[0])
+
+        def post(body):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+            c.request("POST", "/v1/generate", body=json.dumps(body))
+            r = c.getresponse()
+            return r.status, r.read().decode()
+
+        status, text = post({"recipe": "wide", "samples": 1})
+        if status != 200:
+            raise SystemExit(f"FAIL served budgets: a plain request: {status}: {text}")
+        time.sleep(3)
+        before = resident_mb()
+        for length in (5000, 4000, 3000, 2000):
+            schema = {"type": "object", "properties": {"s": {"type": "string", "maxLength": length},
+                                                       "n": {"type": "number", "minimum": -1e300, "maximum": 1e300}}}
+            status, text = post({"recipe": "wide", "samples": 1, "response_format": {
+                "type": "json_schema", "json_schema": {"name": "wide", "schema": schema}}})
+            if status != 400 or "max_table_bytes" not in text:
+                raise SystemExit(f"FAIL served budgets: maxLength {length}: {status}: {text[:400]}")
+        time.sleep(8)  # the server gives freed memory back once it is idle
+        after = resident_mb()
+        if after > before * 1.1:
+            raise SystemExit(f"FAIL served budgets: resident {after} MB after the schemas, {before} MB before")
+        print(f"ok served budgets: 4 wide schemas refused at max_table_bytes; resident {before} MB before, {after} after")
     finally:
         proc.terminate()
         proc.wait(timeout=60)
