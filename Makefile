@@ -74,7 +74,7 @@ test-tsan: deps
 # Each libFuzzer target for a million inputs (up to 256 KB each, so deeply nested documents are tried) in the sanitized
 # build, new inputs kept in a scratch folder there; prints each target's execution count. The recipe, safetensors and
 # tokenizer targets take about 7 minutes of fuzzing on two cores after the build; the chat-template renderer (jinja)
-# about 3.5 minutes (5,000 inputs a second); rudder serve's HTTP request path (http) takes longer, its inputs running
+# about 5 minutes (3,500 inputs a second); rudder serve's HTTP request path (http) takes longer, its inputs running
 # through the server's handlers. FUZZ_RUNS changes the count.
 FUZZ_RUNS ?= 1000000
 fuzz-long: deps
