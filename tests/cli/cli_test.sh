@@ -379,6 +379,32 @@ r["controllers"] = [c for c in r["controllers"] if c["plugin"] != "no_repeats"];
     err=$("$rudder" validate "$work/bad.json" 2>&1) && fail "bad params accepted"
     grep -q "/words" <<<"$err" || fail "bad params not named: $err"
     ;;
+  well_formed)
+    # The demo's discrete recipe, which steers with it: 24 samples that each end on a sentence-final mark, with no
+    # lowercase word after a sentence's end and no dangling word before one, and every verdict says so; without the
+    # control some samples end mid-phrase (so this test can fail); bad params name their place.
+    recipe="$here/../../examples/recipes/length_span_discrete.json"
+    grep -q '"well_formed"' "$recipe" || fail "the demo recipe lost its well_formed"
+    "$rudder" generate -q -n 24 --seed 3 "$recipe" -o "$work/formed.jsonl" || fail "exit $?"
+    [ "$(grep -c '"well_formed":{"satisfied":true,"score":0.0}' "$work/formed.jsonl")" -eq 24 ] \
+      || fail "verdicts: $(cat "$work/formed.jsonl")"
+    python3 - "$work/formed.jsonl" <<'PY' || fail "a text that is not finished sentences: $(cat "$work/formed.jsonl")"
+import json, re, sys
+texts = [json.loads(line)["text"] for line in open(sys.argv[1])]
+bad = [t for t in texts if not re.search(r"[.!?]$", t) or re.search(r"[.!?]\s+[a-z]", t)
+       or re.search(r"\b(the|a|and|of|near|with|it|not)\s*[.!?]", t, re.I)]
+sys.exit(1 if bad else 0)
+PY
+    python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))
+for c in r["controllers"]:
+    if c["plugin"] == "well_formed": c["evaluate_only"] = True
+print(json.dumps(r))' "$recipe" > "$work/judged.json" || fail "the control was not made a judge"
+    "$rudder" generate -q -n 24 --seed 3 "$work/judged.json" -o "$work/judged.jsonl" || fail "judged: exit $?"
+    grep -q '"well_formed":{"satisfied":false' "$work/judged.jsonl" || fail "unsteered, every sample was well formed"
+    printf '%s' '{"model": "e2e-discrete", "controllers": [{"plugin": "well_formed", "params": {"dangling": [1]}}]}' > "$work/bad.json"
+    err=$("$rudder" validate "$work/bad.json" 2>&1) && fail "bad params accepted"
+    grep -q "/dangling" <<<"$err" || fail "bad params not named: $err"
+    ;;
   generate_checkpoint)
     # Public checkpoints as a user runs them: tiny random-weight MDLM and BD3-LM checkpoints in their Hugging Face
     # layout with a GPT-2-format tokenizer beside them (tests/nets/dit_checkpoint_fixture.py), a recipe naming the

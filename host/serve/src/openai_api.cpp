@@ -318,6 +318,21 @@ CompletionRequest read_completion_request(const std::string& body, bool chat, co
             for (auto& c : recipe["controllers"])
                 if (c.value("plugin", "") == "json_schema") c["params"]["start"] = out.prompt_ids.size();
     }
+    // The response format's compile within this server's budgets (structured-output.md, "Budgets"): no longer than
+    // a request may run (the compile's own default, 60 s, where that is longer), its token table within a quarter of
+    // a request's memory. Constants of the server, so requests of one schema still share a generator.
+    if (formatted && recipe.contains("controllers")) {
+        const double seconds = std::min(60.0, std::max(0.001, options.timeout_seconds));
+        const int64_t quarter = static_cast<int64_t>(options.limits.max_memory_bytes / 4);
+        const int64_t table = std::clamp<int64_t>(quarter > 0 ? quarter : int64_t{512} << 20, int64_t{1} << 20,
+                                                  int64_t{512} << 20);
+        for (auto& c : recipe["controllers"]) {
+            const std::string plugin = c.value("plugin", "");
+            if (plugin != "json_schema" && plugin != "regex") continue;
+            if (!c["params"].contains("compile_seconds")) c["params"]["compile_seconds"] = seconds;
+            if (!c["params"].contains("max_table_bytes")) c["params"]["max_table_bytes"] = table;
+        }
+    }
     // The rest of the recipe's pointers, so every problem is told where the client put it.
     out.pointers.emplace_back("/max_length", "/max_tokens");
     out.pointers.emplace_back("/samples", "/n");
