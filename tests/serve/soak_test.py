@@ -8,7 +8,8 @@ generations, streamed and not, whose samples must equal the reference answers ta
 which may share runs, whose samples must satisfy their control; validations; the listings and the metrics), half
 hostile (paths and bodies that are not UTF-8, model paths, a FIFO model, a model linking out, a request asking for
 in_process, a plugin by path, 1 MB model names, bodies over the limit (Content-Length and chunked), malformed lengths,
-chat templates that overflow integers, nest 20,000 deep, recurse without end or loop 10^10 times,
+chat templates that overflow integers, nest 20,000 deep, recurse without end or loop 10^10 times, a schema past its
+compile budget,
 missing and wrong API keys, a page of another
 origin, garbage request lines, a plugin that crashes its isolated process, one whose error message is not UTF-8,
 slow sockets that trickle headers or a body). A prober asks /healthz every half second with a 1 s timeout.
@@ -242,9 +243,10 @@ class Soak:
             "slow headers": self.slow_headers, "slow body": self.slow_body,
             "chunked body over the limit": self.big_chunked_body, "malformed length": self.malformed_length,
             "hostile chat template": self.hostile_template, "endless chat template": self.endless_template,
+            "schema past its budget": self.wide_schema,
         }
         weights = {"1 MB model name": 0.2, "body over the limit": 0.2, "chunked body over the limit": 0.2,
-                   "slow headers": 0.1, "slow body": 0.1, "endless chat template": 0.05,
+                   "slow headers": 0.1, "slow body": 0.1, "endless chat template": 0.05, "schema past its budget": 0.1,
                    "crashing plugin": 0.3}
         names = list(kinds)
         kind = rng.choices(names, [weights.get(n, 1.0) for n in names])[0]
@@ -336,6 +338,18 @@ class Soak:
                                    {"model": "template_endless", "max_tokens": 4,
                                     "messages": [{"role": "user", "content": "hi"}]})
         return status, status in (400, 504), str(body)[:200]
+
+    def wide_schema(self, client, rng):
+        """A small schema whose compile once took a minute (an anyOf of 2,000 open objects): refused within seconds,
+        naming its real cause (issue 64)."""
+        schema = {"anyOf": [{"type": "object", "properties": {f"p{i}": {"type": "integer"}}, "required": [f"p{i}"]}
+                            for i in range(2000)]}
+        status, body = client.json("POST", "/v1/chat/completions",
+                                   {"model": "e2e-mdlm", "max_tokens": 24,
+                                    "messages": [{"role": "user", "content": "a record"}],
+                                    "response_format": {"type": "json_schema",
+                                                        "json_schema": {"name": "wide", "schema": schema}}})
+        return status, status == 400 and "additionalProperties" in json.dumps(body), str(body)[:300]
 
     def no_key(self, client, rng):
         status, text = client.request("GET", "/v1/models", headers={"Authorization": None})
