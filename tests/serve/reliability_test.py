@@ -24,7 +24,7 @@ from security_test import RUDDER  # noqa: E402
 def answer_of(c, within):
     """The status line and body of the answer on socket c, read for at most `within` seconds (None: no answer)."""
     c.settimeout(within)
-    data = b""
+    data = body = b""
     try:
         while b"\r\n\r\n" not in data:
             chunk = c.recv(65536)
@@ -42,7 +42,7 @@ def answer_of(c, within):
         pass
     if not data:
         return None, ""
-    return int(data.split(b" ", 2)[1]), data.partition(b"\r\n\r\n")[2].decode("utf-8", "replace")
+    return int(data.split(b" ", 2)[1]), body.decode("utf-8", "replace")
 
 
 def raw(port, head, body=b"", within=5):
@@ -87,6 +87,10 @@ def case_framing():
               f" {s.rss_mb():.0f} MB after")
         assert status == 413 and "limit of 1048576 bytes" in text, (status, text[:300])
         assert took < 10, f"413 after {took:.1f} s"  # a liveness bound: the finding took 21 s and answered 200
+        two = b"".join(b"%x\r\n" % (1 << 16) + b"[" * (1 << 16) + b"\r\n" for _ in range(32)) + b"0\r\n\r\n"
+        status, text, _ = raw(s.port, b"POST /v1/generate HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked"
+                                      b"\r\n\r\n", two, within=30)
+        assert status == 413 and "limit of 1048576 bytes" in text, (status, text[:300])
         if not sanitizer_build(RUDDER):
             assert s.rss_mb() < max(300, before + 50), f"resident {s.rss_mb():.0f} MB after the chunked body"
         # A chunked body within the limit is read as any other.

@@ -472,7 +472,8 @@ ConvertedWeights convert_floating_tensors(const std::filesystem::path& file, con
                 throw SafeTensorsError("'" + file.string() + "': tensor '" + name + "' holds " + std::to_string(count) +
                                        " value(s) beyond " + dtype_name + "'s largest, " +
                                        nlohmann::json(largest).dump() + " (the largest is " +
-                                       nlohmann::json(worst).dump() + "); they would become infinite. Nothing was "
+                                       nlohmann::json(worst).dump() +
+                                       "); they would become infinite. Nothing was "
                                        "written; --clamp stores them as the largest value of their sign");
             }
             tensor = wide.clamp(-largest, largest).where(over, wide).to(tensor.scalar_type());  // infinities stay

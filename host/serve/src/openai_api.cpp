@@ -324,8 +324,8 @@ CompletionRequest read_completion_request(const std::string& body, bool chat, co
     if (formatted && recipe.contains("controllers")) {
         const double seconds = std::min(60.0, std::max(0.001, options.timeout_seconds));
         const int64_t quarter = static_cast<int64_t>(options.limits.max_memory_bytes / 4);
-        const int64_t table = std::clamp<int64_t>(quarter > 0 ? quarter : int64_t{512} << 20, int64_t{1} << 20,
-                                                  int64_t{512} << 20);
+        const int64_t table =
+            std::clamp<int64_t>(quarter > 0 ? quarter : int64_t{512} << 20, int64_t{1} << 20, int64_t{512} << 20);
         for (auto& c : recipe["controllers"]) {
             const std::string plugin = c.value("plugin", "");
             if (plugin != "json_schema" && plugin != "regex") continue;
