@@ -299,8 +299,8 @@ struct Server::State {
             std::shared_ptr<Scheduler::Place> place = take_place();
             try {
                 request = read();
-            } catch (const RequestError&) {
-                metrics.failed("invalid request");
+            } catch (const RequestError& e) {
+                metrics.failed(failure_cause(e.status));  // a render stopped at the deadline is a timeout
                 throw;
             }
             started = start(std::move(place), generation_of(request), deadline);
