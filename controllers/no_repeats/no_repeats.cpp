@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../common/params.hpp"
+#include "../common/placed_tokens.hpp"
 
 namespace {
 
@@ -131,33 +132,7 @@ private:
             for (int64_t id : by_key_[static_cast<size_t>(key_[n])]) mask.forbid(row, id);
     }
 
-    // The tokens in place: the step's tokens where not masked (kNone elsewhere and outside the sequence), and the
-    // proposals kept so far in a COMMIT.
-    class Placed {
-    public:
-        Placed(const rudder_step& step, const rudder_run_info& run) : L_(run.seq_len) {
-            tokens_.assign(static_cast<size_t>(run.batch_size * run.seq_len), kNone);
-            if (step.tokens == nullptr) return;
-            const rudder::View<const int64_t> tokens(step.tokens);
-            const bool has_mask = step.masked != nullptr;
-            rudder::View<const uint8_t> masked;
-            if (has_mask) masked = rudder::View<const uint8_t>(step.masked);
-            // The continuous family's PREDICT tokens are only the current argmax: nothing is placed.
-            const bool placed = run.family == RUDDER_FAMILY_DISCRETE || has_mask;
-            if (!placed) return;
-            for (int64_t b = 0; b < tokens.size(0); ++b)
-                for (int64_t i = 0; i < L_; ++i)
-                    if (!has_mask || masked(b, i) == 0) put(b, i, tokens(b, i));
-        }
-        int64_t operator()(int64_t b, int64_t i) const {
-            return i < 0 || i >= L_ ? kNone : tokens_[static_cast<size_t>(b * L_ + i)];
-        }
-        void put(int64_t b, int64_t i, int64_t token) { tokens_[static_cast<size_t>(b * L_ + i)] = token; }
-
-    private:
-        int64_t L_;
-        std::vector<int64_t> tokens_;
-    };
+    using Placed = rudder::layout::PlacedTokens;
 
     std::string marks_;
     bool words_ = true;

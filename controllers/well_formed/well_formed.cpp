@@ -22,10 +22,11 @@
 #include <vector>
 
 #include "../common/params.hpp"
+#include "../common/placed_tokens.hpp"
 
 namespace {
 
-constexpr int64_t kNone = -1;  // a position outside the sequence, or one not placed yet
+constexpr int64_t kNone = rudder::layout::PlacedTokens::kNone;  // outside the sequence, or not placed yet
 
 // What a token is to the rules (bits), from its text.
 enum Kind : uint8_t {
@@ -163,50 +164,8 @@ public:
     }
 
 private:
-    static constexpr int64_t kEnd = -2;  // past the sequence's last position: the text ends there
-
-    // The tokens in place: the step's tokens where not masked, and the proposals kept so far in a COMMIT.
-    class Placed {
-    public:
-        Placed(const rudder_step& step, const rudder_run_info& run) : L_(run.seq_len) {
-            tokens_.assign(static_cast<size_t>(run.batch_size * run.seq_len), kNone);
-            if (step.tokens == nullptr) return;
-            const rudder::View<const int64_t> tokens(step.tokens);
-            const bool has_mask = step.masked != nullptr;
-            rudder::View<const uint8_t> masked;
-            if (has_mask) masked = rudder::View<const uint8_t>(step.masked);
-            // The continuous family's PREDICT tokens are only the current argmax: nothing is placed.
-            const bool placed = run.family == RUDDER_FAMILY_DISCRETE || has_mask;
-            if (!placed) return;
-            for (int64_t b = 0; b < tokens.size(0); ++b)
-                for (int64_t i = 0; i < L_; ++i)
-                    if (!has_mask || masked(b, i) == 0) put(b, i, tokens(b, i));
-        }
-        int64_t operator()(int64_t b, int64_t i) const {
-            if (i < 0 || i >= L_) return kNone;
-            const auto at = static_cast<size_t>(b * L_ + i);
-            return tokens_[at] != kNone || proposals_.empty() ? tokens_[at] : proposals_[at];
-        }
-        // A COMMIT's draw at (b, i), read where nothing is placed yet; kNone takes it back.
-        void propose(int64_t b, int64_t i, int64_t token) {
-            if (proposals_.empty()) proposals_.assign(tokens_.size(), kNone);
-            proposals_[static_cast<size_t>(b * L_ + i)] = token;
-        }
-        // The token at i, or kEnd past the sequence (the text ends there); kNone before it or where masked.
-        int64_t at_or_end(int64_t b, int64_t i) const { return i >= L_ ? kEnd : (*this)(b, i); }
-        int64_t left(int64_t b, int64_t i) const { return (*this)(b, i - 1); }
-        int64_t right(int64_t b, int64_t i) const { return at_or_end(b, i + 1); }
-        bool placed(int64_t b, int64_t i) const { return (*this)(b, i) != kNone; }
-        // Not kept yet: masked, or only proposed (its draw still to be judged).
-        bool masked(int64_t b, int64_t i) const {
-            return i >= 0 && i < L_ && tokens_[static_cast<size_t>(b * L_ + i)] == kNone;
-        }
-        void put(int64_t b, int64_t i, int64_t token) { tokens_[static_cast<size_t>(b * L_ + i)] = token; }
-
-    private:
-        int64_t L_;
-        std::vector<int64_t> tokens_, proposals_;
-    };
+    using Placed = rudder::layout::PlacedTokens;
+    static constexpr int64_t kEnd = Placed::kEnd;
 
     static unsigned char uc(char c) { return static_cast<unsigned char>(c); }
     static std::string trimmed(const std::string& text) {
