@@ -409,8 +409,30 @@ def case_response_format():
     assert code == 0, f"exit {code}: {''.join(s.log)}"
 
 
+def case_openai_fields():
+    # Issue 63: fields OpenAI's own servers accept and ignore for a model like these are accepted and ignored here
+    # (metadata, modalities ["text"]); those they refuse for it are refused with the reason (reasoning_effort, audio).
+    s = Server()
+    try:
+        chat = {"model": "e2e-mdlm", "max_tokens": 6, "seed": 1, "messages": [{"role": "user", "content": "hello"}]}
+        status, _, plain = s.json("POST", "/v1/chat/completions", chat)
+        assert status == 200, plain
+        status, _, body = s.json("POST", "/v1/chat/completions",
+                                 dict(chat, metadata={"user_id": "u1", "trace": "x" * 512}, modalities=["text"]))
+        assert status == 200 and body["choices"] == plain["choices"], (status, body)
+        for extra, pointer in (({"metadata": {"k": 1}}, "/metadata"), ({"metadata": {"k": "x" * 513}}, "/metadata"),
+                               ({"modalities": ["text", "audio"]}, "/modalities"),
+                               ({"reasoning_effort": "low"}, "/reasoning_effort")):
+            status, _, body = s.json("POST", "/v1/chat/completions", dict(chat, **extra))
+            assert status == 400 and body["error"]["param"] == pointer.lstrip("/"), (extra, status, body)
+    finally:
+        code = s.stop()
+    assert code == 0, f"exit {code}: {''.join(s.log)}"
+
+
 if __name__ == "__main__":  # nginx_test.py imports the helpers
     {"endpoints": case_endpoints, "bad_requests": case_bad_requests, "batching": case_batching,
      "queue_and_disconnect": case_queue_and_disconnect, "left_queue": case_left_queue, "timeout": case_timeout,
-     "sigterm_drain": case_sigterm_drain, "response_format": case_response_format}[CASE]()
+     "sigterm_drain": case_sigterm_drain, "response_format": case_response_format,
+     "openai_fields": case_openai_fields}[CASE]()
     print("ok:", CASE)

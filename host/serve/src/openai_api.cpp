@@ -20,7 +20,17 @@ using ordered_json = nlohmann::ordered_json;
 bool is_default(const std::string& key, const json& value) {
     if (key == "frequency_penalty" || key == "presence_penalty") return value.is_number() && value.get<double>() == 0;
     if (key == "logprobs") return value.is_boolean() && !value.get<bool>();
-    if (key == "logit_bias" || key == "metadata") return value.is_object() && value.empty();
+    if (key == "logit_bias") return value.is_object() && value.empty();
+    // OpenAI keeps metadata with a stored completion and ignores it otherwise: up to 16 string values, keys of at
+    // most 64 characters and values of at most 512. This server stores nothing, so a well-formed one is ignored.
+    if (key == "metadata")
+        return value.is_object() && value.size() <= 16 &&
+               std::all_of(value.items().begin(), value.items().end(), [](const auto& item) {
+                   return item.key().size() <= 64 && item.value().is_string() &&
+                          item.value().template get_ref<const std::string&>().size() <= 512;
+               });
+    // Text is what every model here writes.
+    if (key == "modalities") return value == json::array({"text"});
     if (key == "tools" || key == "functions") return value.is_array() && value.empty();
     if (key == "tool_choice" || key == "function_call") return value == "none";
     if (key == "parallel_tool_calls" || key == "store") return value.is_boolean();
@@ -37,6 +47,12 @@ const char* why_not(const std::string& key) {
     if (key == "logit_bias")
         return "is not supported: the exclude_words controller forbids words (\"rudder\": "
                "{\"controllers\": [...]})";
+    if (key == "metadata")
+        return "expected an object of at most 16 string values (keys of at most 64 characters, values of at most 512), "
+               "as OpenAI takes it; it is ignored here (nothing is stored)";
+    if (key == "modalities") return "is only [\"text\"] here: no model of this server writes audio";
+    if (key == "reasoning_effort")
+        return "is not supported: no model here reasons before answering (OpenAI refuses it for such models too)";
     if (key == "tools" || key == "functions" || key == "tool_choice" || key == "function_call")
         return "is not supported: tool calls are not parsed here; response_format with a JSON Schema holds the answer "
                "to a shape";
@@ -214,9 +230,9 @@ CompletionRequest read_completion_request(const std::string& body, bool chat, co
     const json extension = r.object("rudder").value_or(json::object());
     if (const json* user = r.any("user"); user != nullptr && !user->is_string())
         r.issue("user", "expected a string (the client's end user, for its own records)");
-    for (const char* key :
-         {"frequency_penalty", "presence_penalty", "logprobs", "top_logprobs", "logit_bias", "metadata", "tools",
-          "functions", "tool_choice", "function_call", "parallel_tool_calls", "store", "service_tier"}) {
+    for (const char* key : {"frequency_penalty", "presence_penalty", "logprobs", "top_logprobs", "logit_bias",
+                            "metadata", "tools", "functions", "tool_choice", "function_call", "parallel_tool_calls",
+                            "store", "service_tier", "modalities", "reasoning_effort"}) {
         const json* v = r.any(key);
         if (v != nullptr && !is_default(key, *v)) r.issue(key, why_not(key));
     }
