@@ -5,6 +5,7 @@
 
 #include <rudder/rudder_controller.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -55,5 +56,14 @@ private:
     int64_t L_;
     std::vector<int64_t> tokens_, proposals_;
 };
+
+// The step's rows in position order (sequence by sequence, left to right): the order a COMMIT keeps draws in, so
+// that each is judged against the neighbours kept before it.
+inline std::vector<int64_t> rows_in_position_order(const Rows& rows) {
+    std::vector<int64_t> order(static_cast<size_t>(rows.size()));
+    for (int64_t r = 0; r < rows.size(); ++r) order[static_cast<size_t>(r)] = r;
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return rows.flat(a) < rows.flat(b); });
+    return order;
+}
 
 }  // namespace rudder::layout

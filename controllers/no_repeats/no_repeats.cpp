@@ -81,10 +81,7 @@ public:
         out.written |= RUDDER_WROTE_REJECTED;
         rudder::TokenMask mask(out, run, rudder::TokenMask::kForbid);
         Placed placed(step, run);
-        std::vector<int64_t> order(static_cast<size_t>(rows.size()));
-        for (int64_t r = 0; r < rows.size(); ++r) order[static_cast<size_t>(r)] = r;
-        std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return rows.flat(a) < rows.flat(b); });
-        for (int64_t r : order) {
+        for (int64_t r : rudder::layout::rows_in_position_order(rows)) {
             const int64_t b = rows.batch(r), i = rows.position(r), token = proposed(r);
             const int64_t left = placed(b, i - 1), right = placed(b, i + 1);
             const bool fits = !clash(left, token) && !clash(token, right);

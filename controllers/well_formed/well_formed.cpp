@@ -71,7 +71,6 @@ public:
         kinds_present_.clear();
         ids_by_kind_.clear();
         kind_.assign(V, 0);
-        finals_ids_.clear();
         const std::optional<rudder::Run::TokenPieces> pieces = run_.token_pieces();
         bool any_capital = false;
         for (size_t v = 0; v < V; ++v) {
@@ -93,13 +92,13 @@ public:
                 any_capital = any_capital || (!text.empty() && std::isupper(uc(text[0])));
             }
             kind_[v] = kind;
-            if (kind & kFinal) finals_ids_.push_back(id);
             kinds_present_.insert(kind);
             ids_by_kind_[kind].push_back(id);
         }
         capitals_in_use_ = capitals_ && any_capital;
         continuous_ = run.family != RUDDER_FAMILY_DISCRETE;
-        if (finals_ids_.empty())
+        if (std::none_of(kinds_present_.begin(), kinds_present_.end(),
+                         [](uint8_t kind) { return (kind & kFinal) != 0; }))
             throw rudder::Error(
                 "well_formed: no token of this vocabulary is sentence-final punctuation ('" + finals_ + "')",
                 RUDDER_ERR_INVALID_ARGUMENT);
@@ -134,10 +133,7 @@ public:
         // The proposals stand in for their positions until their turn: the right neighbour of a row is the draw
         // beside it (in the continuous family, whose rounding proposes every position, the pad a length fixes).
         for (int64_t r = 0; r < rows.size(); ++r) placed.propose(rows.batch(r), rows.position(r), proposed(r));
-        std::vector<int64_t> order(static_cast<size_t>(rows.size()));
-        for (int64_t r = 0; r < rows.size(); ++r) order[static_cast<size_t>(r)] = r;
-        std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return rows.flat(a) < rows.flat(b); });
-        for (int64_t r : order) {
+        for (int64_t r : rudder::layout::rows_in_position_order(rows)) {
             const int64_t b = rows.batch(r), i = rows.position(r), token = proposed(r);
             placed.propose(b, i, kNone);  // its own turn: the row is judged by its neighbours
             const bool fits = allowed_at(placed, b, i, kind_of(token));
@@ -254,7 +250,6 @@ private:
     std::vector<uint8_t> kind_;  // by token
     std::set<uint8_t> kinds_present_;
     std::map<uint8_t, std::vector<int64_t>> ids_by_kind_;  // the tokens of each kind
-    std::vector<int64_t> finals_ids_;
 };
 
 }  // namespace

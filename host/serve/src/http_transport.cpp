@@ -450,8 +450,6 @@ HttpServer::HttpServer(ConnectionLimits limits, std::function<void(ConnectionEve
     : limits_(limits), on_event_(std::move(on_event)) {
     const size_t max = static_cast<size_t>(std::max<int64_t>(1, limits_.max_connections));
     new_task_queue = [max] { return new ConnectionPool(max); };
-    // frame_body bounds every framing itself; httplib's own check (Content-Length only) stays as a second line.
-    set_payload_max_length(static_cast<size_t>(std::max<int64_t>(0, limits_.max_body_bytes)));
     // What the Keep-Alive header announces, and the socket's own send timeout (a blocking send of a large answer).
     set_keep_alive_timeout(static_cast<time_t>(std::max(1.0, limits_.idle_seconds)));
     set_write_timeout(std::chrono::duration<double>(limits_.write_seconds));
@@ -459,11 +457,15 @@ HttpServer::HttpServer(ConnectionLimits limits, std::function<void(ConnectionEve
 
 void HttpServer::close_after_this_request() { t_close_after = true; }
 
+std::string HttpServer::over_limit_message() const {
+    return "the request body is over this server's limit of " +
+           std::to_string(std::max<int64_t>(0, limits_.max_body_bytes)) + " bytes";
+}
+
 std::optional<FramingRefusal> HttpServer::body_cut_off() const {
     if (t_meter == nullptr || t_meter->cut() == BodyMeter::Cut::no) return std::nullopt;
     if (t_meter->cut() == BodyMeter::Cut::malformed) return FramingRefusal{400, "the chunked body is malformed"};
-    return FramingRefusal{413, "the request body is over this server's limit of " +
-                                   std::to_string(std::max<int64_t>(0, limits_.max_body_bytes)) + " bytes"};
+    return FramingRefusal{413, over_limit_message()};
 }
 
 std::optional<FramingRefusal> HttpServer::frame_body(const httplib::Request& req) const {
@@ -498,8 +500,7 @@ std::optional<FramingRefusal> HttpServer::frame_body(const httplib::Request& req
         if (i == 0) first = value;
         if (value != first) return refuse_with(400, "the request has Content-Length headers that disagree");
     }
-    if (std::stoull(first) > limit)
-        return refuse_with(413, "the request body is over this server's limit of " + std::to_string(limit) + " bytes");
+    if (std::stoull(first) > limit) return refuse_with(413, over_limit_message());
     return std::nullopt;
 }
 

@@ -64,6 +64,7 @@ public:
 
 private:
     bool process_and_close_socket(socket_t sock) override;
+    std::string over_limit_message() const;
 
     const ConnectionLimits limits_;
     const std::function<void(ConnectionEvent)> on_event_;
