@@ -17,7 +17,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from security_test import CASE, QUICK, REPO, Server, fail  # noqa: E402
-from soak_test import sanitizer_build  # noqa: E402
+from soak_test import model_with_template, sanitizer_build  # noqa: E402
 from security_test import RUDDER  # noqa: E402
 
 
@@ -186,9 +186,7 @@ def case_openai_paths():
     with tempfile.TemporaryDirectory() as scratch:
         models = os.path.join(scratch, "models")
         real = os.path.join(scratch, "elsewhere", "m_real")
-        shutil.copytree(os.path.join(REPO, "models", "e2e-mdlm"), real)
-        with open(os.path.join(real, "tokenizer_config.json"), "w") as f:
-            json.dump({"chat_template": "{% for m in messages %}{{ m.content }{% endfor %}"}, f)
+        model_with_template(real, "{% for m in messages %}{{ m.content }{% endfor %}")
         os.makedirs(models)
         os.symlink(real, os.path.join(models, "m_link"))
         os.makedirs(os.path.join(models, "empty"))
@@ -201,9 +199,7 @@ def case_openai_paths():
                                    ("/v1/chat/completions", dict(chat, model=model, stream=True))):
                     status, _, text = s.request("POST", path, body)
                     assert status >= 400 or model == "m_link" and path == "/v1/completions", (model, path, status, text)
-            for text in s.answers:
-                for leak in (scratch, REPO, os.path.realpath(scratch)):
-                    assert leak not in text, (leak, text[:2000])
+            s.assert_no_answer_holds(scratch, REPO, os.path.realpath(scratch))
             s.alive()
         finally:
             s.stop()
@@ -217,9 +213,7 @@ def case_chat_burst():
         models = os.path.join(scratch, "models")
         for name, template in (("chatty", "{% for m in messages %}{{ m.content }} {% endfor %}"),
                                ("broken", "{% for m in messages %}")):
-            shutil.copytree(os.path.join(REPO, "models", "e2e-mdlm"), os.path.join(models, name))
-            with open(os.path.join(models, name, "tokenizer_config.json"), "w") as f:
-                json.dump({"chat_template": template}, f)
+            model_with_template(os.path.join(models, name), template)
         s = Server("--models", models, "--queue", "64")
         try:
             before = s.rss_mb()
@@ -311,9 +305,7 @@ def case_hostile_templates():
     with tempfile.TemporaryDirectory() as scratch:
         models = os.path.join(scratch, "models")
         for name, template in HOSTILE_TEMPLATES.items():
-            shutil.copytree(os.path.join(REPO, "models", "e2e-mdlm"), os.path.join(models, name))
-            with open(os.path.join(models, name, "tokenizer_config.json"), "w") as f:
-                json.dump({"chat_template": template}, f)
+            model_with_template(os.path.join(models, name), template)
         for isolation in ("in_process", "process"):
             s = Server("--models", models, "--isolation", isolation, "--timeout", "20")
             try:

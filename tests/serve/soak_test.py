@@ -70,6 +70,13 @@ def sanitizer_build(rudder):
     return b"__asan_init" in binary or b"__tsan_init" in binary
 
 
+def model_with_template(folder, template):
+    """e2e-mdlm copied to `folder` with `template` as its tokenizer_config.json's chat template."""
+    shutil.copytree(os.path.join(REPO, "models", "e2e-mdlm"), folder)
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"chat_template": template}, f)
+
+
 def rss_mb(pid, field="VmRSS"):
     """Resident memory (VmRSS), or its anonymous part (RssAnon: the heap, stacks) or its file part (RssFile: the
     pages of the program and its libraries read in)."""
@@ -154,9 +161,7 @@ class Soak:
                                ("template_recursion", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"),
                                ("template_endless", "{% for a in range(100000) %}{% for b in range(100000) %}"
                                                     "{% endfor %}{% endfor %}")):
-            shutil.copytree(os.path.join(REPO, "models", "e2e-mdlm"), os.path.join(models, name))
-            with open(os.path.join(models, name, "tokenizer_config.json"), "w") as f:
-                json.dump({"chat_template": template}, f)
+            model_with_template(os.path.join(models, name), template)
         plugins = os.path.join(scratch, "plugins")
         os.makedirs(plugins)
         shutil.copy(os.path.join(fixtures, "plugins", "rudder_faulty.so"), plugins)
