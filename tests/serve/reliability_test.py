@@ -8,7 +8,6 @@ malformed or missing length never brings, quoted the wrong limit, or answered a 
 """
 import json
 import os
-import shutil
 import socket
 import sys
 import tempfile
