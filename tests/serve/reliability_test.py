@@ -6,7 +6,6 @@ Each case reproduces its findings on loopback with the standard library only; ru
 malformed or missing length never brings, quoted the wrong limit, or answered a page whose name rebinds to
 127.0.0.1. Server and its helpers come from security_test.py (the same arguments).
 """
-import json
 import os
 import socket
 import sys
