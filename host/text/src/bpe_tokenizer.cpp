@@ -23,11 +23,10 @@ namespace rudder {
 namespace {
 
 using json = nlohmann::json;
-using tokenizer_internal::append_utf8;
 using tokenizer_internal::JsonFields;
-using tokenizer_internal::next_code_point;
 using tokenizer_internal::path_of;
 using tokenizer_internal::read_file;
+using utf8::next_code_point;
 
 // GPT-2's pre-split, which a ByteLevel pre-tokenizer with use_regex applies (and Hugging Face's Rust crate too).
 constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
@@ -47,7 +46,7 @@ struct ByteAlphabet {
         for (int b = 0; b < 256; ++b) {
             const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
             const uint32_t cp = printable ? static_cast<uint32_t>(b) : next_extra++;
-            append_utf8(char_of[b], cp);
+            utf8::append(char_of[b], cp);
             byte_of.emplace(cp, static_cast<unsigned char>(b));
         }
     }
@@ -245,7 +244,7 @@ void BpeTokenizer::Model::encode_word(std::string_view word, std::vector<int64_t
 void BpeTokenizer::Model::encode_plain(std::string_view text, std::vector<int64_t>& out) const {
     if (text.empty()) return;
     std::string normalized;
-    if (nfc && std::any_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x80; })) {
+    if (nfc && !utf8::is_ascii(text)) {
         utf8proc_uint8_t* composed = nullptr;
         const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
                                                 static_cast<utf8proc_ssize_t>(text.size()), &composed,
@@ -263,57 +262,6 @@ void BpeTokenizer::Model::encode_plain(std::string_view text, std::vector<int64_
         pieces.swap(next);
     }
     for (std::string_view piece : pieces) encode_word(piece, out);
-}
-
-std::string replace_invalid_utf8(std::string_view bytes) {
-    std::string out;
-    out.reserve(bytes.size());
-    static const char kReplacement[] = "\xEF\xBF\xBD";
-    size_t i = 0;
-    const size_t n = bytes.size();
-    while (i < n) {
-        const auto c = static_cast<unsigned char>(bytes[i]);
-        if (c < 0x80) {
-            out += static_cast<char>(c);
-            ++i;
-            continue;
-        }
-        int needed = 0;
-        unsigned char lower = 0x80, upper = 0xBF;
-        if (c >= 0xC2 && c <= 0xDF) {
-            needed = 1;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            needed = 2;
-            if (c == 0xE0) lower = 0xA0;
-            if (c == 0xED) upper = 0x9F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            needed = 3;
-            if (c == 0xF0) lower = 0x90;
-            if (c == 0xF4) upper = 0x8F;
-        } else {
-            out += kReplacement;
-            ++i;
-            continue;
-        }
-        // The WHATWG decoder: a byte outside the allowed range ends the sequence as one U+FFFD and is read again.
-        size_t j = i + 1;
-        int seen = 0;
-        while (seen < needed && j < n) {
-            const auto d = static_cast<unsigned char>(bytes[j]);
-            if (d < lower || d > upper) break;
-            lower = 0x80;
-            upper = 0xBF;
-            ++seen;
-            ++j;
-        }
-        if (seen == needed) {
-            out.append(bytes.data() + i, j - i);
-        } else {
-            out += kReplacement;
-        }
-        i = j;
-    }
-    return out;
 }
 
 namespace {

@@ -1,5 +1,5 @@
-// What the BPE and WordPiece tokenizers share inside rudder_text (not installed): UTF-8 code points, the table of
-// tokens by id, the split on added tokens, and reading a tokenizer.json whose refusals name the file and the JSON path.
+// What the BPE and WordPiece tokenizers share inside rudder_text (not installed): the table of tokens by id, the
+// split on added tokens, and reading a tokenizer.json whose refusals name the file and the JSON path.
 #pragma once
 
 #include <cstdint>
@@ -15,10 +15,6 @@
 namespace rudder::tokenizer_internal {
 
 using json = nlohmann::json;
-
-void append_utf8(std::string& out, uint32_t cp);
-// The code point of valid UTF-8 at `i`, advancing `i` past it.
-uint32_t next_code_point(std::string_view s, size_t& i);
 
 // The whole file, bytes as they are (a regular file of at most kMaxTokenizerFileBytes); throws std::runtime_error
 // naming it when it cannot be read.

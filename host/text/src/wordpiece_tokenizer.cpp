@@ -1,7 +1,7 @@
 #include <rudder/text/wordpiece_tokenizer.hpp>
 
 #include <rudder/rudder_json.hpp>
-#include <rudder/text/bpe_tokenizer.hpp>  // replace_invalid_utf8
+#include <rudder/text/utf8.hpp>
 
 #include "tokenizer_internal.hpp"
 
@@ -20,11 +20,10 @@ namespace {
 
 using json = nlohmann::json;
 using json_input::shown;  // a value in a message, cut short
-using tokenizer_internal::append_utf8;
 using tokenizer_internal::JsonFields;
-using tokenizer_internal::next_code_point;
 using tokenizer_internal::path_of;
 using tokenizer_internal::read_file;
+using utf8::next_code_point;
 
 // The character classes of Hugging Face's BertNormalizer and BertPreTokenizer (Rust), with utf8proc's Unicode
 // tables: the reference's and Rust's own tables differ from them only on characters of recent Unicode versions.
@@ -99,7 +98,7 @@ void append_lowercase(std::u32string& out, uint32_t cp) {
 std::string to_utf8(const std::u32string& chars) {
     std::string out;
     out.reserve(chars.size());
-    for (char32_t c : chars) append_utf8(out, static_cast<uint32_t>(c));
+    for (char32_t c : chars) utf8::append(out, static_cast<uint32_t>(c));
     return out;
 }
 
@@ -259,12 +258,12 @@ void WordPieceTokenizer::Model::encode_plain(std::string_view text, std::vector<
             if (!word.empty()) encode_word(word, out);
             word.clear();
             if (space) continue;
-            append_utf8(word, cp);
+            utf8::append(word, cp);
             encode_word(word, out);
             word.clear();
             continue;
         }
-        append_utf8(word, cp);
+        utf8::append(word, cp);
     }
     if (!word.empty()) encode_word(word, out);
 }

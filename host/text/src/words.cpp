@@ -1,5 +1,8 @@
 #include <rudder/text/words.hpp>
 
+#include <rudder/text/utf8.hpp>
+
+#include <algorithm>
 #include <stdexcept>
 
 namespace rudder::syntax {
@@ -20,19 +23,11 @@ bool has_suffix_after_stem(const std::string& s, const std::string& suffix) {
     return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The UTF-8 code points of `s` as strings (a stray continuation byte stands alone).
+// The UTF-8 characters of `s` as strings (a byte that starts none stands alone).
 std::vector<std::string> code_points(const std::string& s) {
     std::vector<std::string> out;
     for (size_t i = 0; i < s.size();) {
-        size_t n = 1;
-        const auto c = static_cast<unsigned char>(s[i]);
-        if (c >= 0xF0)
-            n = 4;
-        else if (c >= 0xE0)
-            n = 3;
-        else if (c >= 0xC0)
-            n = 2;
-        n = std::min(n, s.size() - i);
+        const size_t n = std::min(utf8::sequence_length(s[i]), s.size() - i);
         out.push_back(s.substr(i, n));
         i += n;
     }

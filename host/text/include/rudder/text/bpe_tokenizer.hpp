@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <rudder/text/tokenizer.hpp>
+#include <rudder/text/utf8.hpp>  // replace_invalid_utf8, which decode() applies
 
 namespace rudder {
 
@@ -75,9 +76,5 @@ private:
     std::string token_bytes(int64_t id) const;
     std::unique_ptr<Model> model_;
 };
-
-// Replaces each maximal invalid subsequence of `bytes` with U+FFFD (the WHATWG Encoding Standard's UTF-8 decoder,
-// which the reference implementation's TextDecoder applies); valid UTF-8 comes back unchanged.
-std::string replace_invalid_utf8(std::string_view bytes);
 
 }  // namespace rudder
