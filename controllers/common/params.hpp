@@ -14,15 +14,18 @@
 
 namespace rudder {
 
-class Params {
+// Json: nlohmann::json (Params), or JsonDocument (DocumentParams) for params whose key order matters (a schema's).
+template <class Json>
+class BasicParams {
 public:
+    using Reader = json_input::BasicObjectReader<Json>;
     // `text`: the params the host passed (a JSON object's text). Not JSON at all is an Error at once.
-    explicit Params(std::string_view text) : reader_(parse(text), "", issues_) {}
-    Params(const Params&) = delete;
-    Params& operator=(const Params&) = delete;
+    explicit BasicParams(std::string_view text) : reader_(parse(text), "", issues_) {}
+    BasicParams(const BasicParams&) = delete;
+    BasicParams& operator=(const BasicParams&) = delete;
 
-    json_input::ObjectReader* operator->() { return &reader_; }
-    json_input::ObjectReader& reader() { return reader_; }
+    Reader* operator->() { return &reader_; }
+    Reader& reader() { return reader_; }
 
     // Call once every key has been read: unknown keys are problems too. Throws Error listing every problem.
     void finish() {
@@ -31,16 +34,19 @@ public:
     }
 
 private:
-    static nlohmann::json parse(std::string_view text) {
+    static Json parse(std::string_view text) {
         try {
-            return json_input::parse(std::string(text));
+            return json_input::parse_as<Json>(std::string(text));
         } catch (const std::exception& e) {  // nlohmann's parse errors, and json_input::TooDeep
             throw Error(std::string("params are not valid JSON: ") + e.what());
         }
     }
 
     std::vector<json_input::Issue> issues_;  // before reader_, which keeps a reference to it
-    json_input::ObjectReader reader_;
+    Reader reader_;
 };
+
+using Params = BasicParams<nlohmann::json>;
+using DocumentParams = BasicParams<JsonDocument>;
 
 }  // namespace rudder

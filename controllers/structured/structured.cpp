@@ -146,11 +146,15 @@ public:
 protected:
     const Dfa& dfa() const { return *dfa_; }
     // "start", read with the controller's other params.
-    void read_start(rudder::Params& p) { start_ = p->integer("start", 0, int64_t{1} << 20).value_or(0); }
+    template <class AnyParams>  // rudder::Params or rudder::DocumentParams
+    void read_start(AnyParams& p) {
+        start_ = p->integer("start", 0, int64_t{1} << 20).value_or(0);
+    }
     // The compile budgets (docs/structured-output.md, "Budgets"): the byte automaton's states, the token
     // transitions' bytes, and the seconds that compiling (the automaton at create, the tokens' transitions at each
     // run's begin) may take.
-    void read_limits(rudder::Params& p) {
+    template <class AnyParams>
+    void read_limits(AnyParams& p) {
         limits_.max_states = static_cast<int32_t>(p->integer("max_states", 1, 10000000).value_or(limits_.max_states));
         limits_.max_table_bytes = static_cast<uint64_t>(p->integer("max_table_bytes", 1 << 20, int64_t{1} << 40)
                                                             .value_or(static_cast<int64_t>(limits_.max_table_bytes)));
@@ -341,8 +345,8 @@ public:
 class JsonSchema final : public Structured {
 public:
     JsonSchema(const rudder_host&, std::string_view params_json) {
-        rudder::Params p(params_json);
-        const bool inline_schema = p->object("schema").has_value();
+        rudder::DocumentParams p(params_json);  // keys in order: properties are written in the order the schema gives
+        std::optional<rudder::JsonDocument> inline_schema = p->object("schema");
         const std::optional<std::string> file = p->text("schema_file");
         // How the text may be spaced: "none" ({"a":1}), "space_after_separators" ({"a": 1}, Python's json.dumps),
         // "optional_space" (either, separator by separator).
@@ -355,16 +359,15 @@ public:
         read_start(p);
         read_limits(p);
         p.finish();
-        if (inline_schema == file.has_value())
+        if (inline_schema.has_value() == file.has_value())
             throw rudder::Error("give the schema as \"schema\" (an object) or \"schema_file\" (a path), one of them");
-        // Read again keeping the keys' order: properties are written in the order the schema gives them.
-        nlohmann::ordered_json schema;
+        rudder::JsonDocument schema;
         std::string where = "/schema";
         if (file) {
             schema = read_schema(*file);
             where = "/schema_file ('" + *file + "')";
         } else {
-            schema = nlohmann::ordered_json::parse(params_json)["schema"];
+            schema = std::move(*inline_schema);
         }
         options_.limits = limits_from_now();
         try {
@@ -406,8 +409,7 @@ private:
         std::ostringstream text;
         text << in.rdbuf();
         try {
-            rudder::json_input::parse(text.str());  // refuses duplicate keys and deep nesting
-            return nlohmann::ordered_json::parse(text.str());
+            return rudder::json_input::parse_document(text.str());  // refuses duplicate keys and deep nesting
         } catch (const std::exception& e) {
             throw rudder::Error("/schema_file: '" + file + "' is not valid JSON: " + e.what());
         }

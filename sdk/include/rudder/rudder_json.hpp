@@ -16,6 +16,10 @@
 // Messages: "missing; expected an integer in [1, 4096] (required)", "expected a number in [0, 1], got \"high\"",
 // "expected one of \"soft\", \"hard\", got \"sfot\"; did you mean \"soft\"?", "unknown key 'tokns'; did you mean
 // 'tokens'?". Values are shown as JSON (cut at 60 characters), key names in single quotes.
+//
+// A document whose key order matters (a recipe, a request, a JSON Schema, a chat template's variables) is read as a
+// rudder::JsonDocument with parse_document() and read with a DocumentReader: the same checks and messages, and the
+// keys stay in the order the text gives them.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -32,6 +36,17 @@
 #include <unordered_set>
 #include <utility>
 #include <vector>
+
+namespace rudder {
+
+// The host's JSON documents: recipes, request bodies, OpenAI bodies, JSON Schemas, a chat template's variables. Keys
+// keep the text's order (a schema's properties are written in the order it gives; a controller's params are handed
+// on as they were written), so each document is parsed once and never sorted and re-ordered. Lookups in it are
+// linear: large lookup tables (a tokenizer's vocab.json, a safetensors header, a weight index) stay nlohmann::json,
+// a sorted map with logarithmic lookups.
+using JsonDocument = nlohmann::ordered_json;
+
+}  // namespace rudder
 
 namespace rudder::json_input {
 
@@ -105,11 +120,12 @@ inline std::string string_problem(const std::string& text) {
 
 }  // namespace detail
 
-// nlohmann::json::parse that also refuses, with a Refused naming the place: nesting deeper than `max_depth`
-// (TooDeep), a key given twice in one object (nlohmann would silently keep the last), and, when `check_strings`,
-// keys and strings holding a NUL or a bidirectional override. Throws nlohmann::json's parse errors for malformed
-// text.
-inline nlohmann::json parse(const std::string& text, int max_depth = kMaxDepth, bool check_strings = true) {
+// Json::parse (Json: nlohmann::json or JsonDocument) that also refuses, with a Refused naming the place: nesting
+// deeper than `max_depth` (TooDeep), a key given twice in one object (nlohmann would silently keep the last), and,
+// when `check_strings`, keys and strings holding a NUL or a bidirectional override. Throws nlohmann's parse errors
+// (the same types for both) for malformed text.
+template <class Json>
+Json parse_as(const std::string& text, int max_depth = kMaxDepth, bool check_strings = true) {
     struct Frame {
         bool object;
         std::string key;     // the object's current key
@@ -126,8 +142,8 @@ inline nlohmann::json parse(const std::string& text, int max_depth = kMaxDepth, 
     auto element_starts = [&frames] {
         if (!frames.empty() && !frames.back().object) ++frames.back().index;
     };
-    using Event = nlohmann::json::parse_event_t;
-    return nlohmann::json::parse(text, [&](int depth, Event event, nlohmann::json& parsed) {
+    using Event = typename Json::parse_event_t;
+    return Json::parse(text, [&](int depth, Event event, Json& parsed) {
         if (depth > max_depth) throw TooDeep(max_depth);
         switch (event) {
             case Event::object_start:
@@ -141,7 +157,7 @@ inline nlohmann::json parse(const std::string& text, int max_depth = kMaxDepth, 
                 break;
             case Event::key: {
                 Frame& object = frames.back();
-                object.key = parsed.get<std::string>();
+                object.key = parsed.template get<std::string>();
                 if (check_strings) {
                     const std::string problem = detail::string_problem(object.key);
                     if (!problem.empty()) throw Refused(pointer(frames.size() - 1), "a key " + problem);
@@ -153,13 +169,23 @@ inline nlohmann::json parse(const std::string& text, int max_depth = kMaxDepth, 
             case Event::value:
                 element_starts();
                 if (check_strings && parsed.is_string()) {
-                    const std::string problem = detail::string_problem(parsed.get_ref<const std::string&>());
+                    const std::string problem = detail::string_problem(parsed.template get_ref<const std::string&>());
                     if (!problem.empty()) throw Refused(pointer(frames.size()), "the string " + problem);
                 }
                 break;
         }
         return true;
     });
+}
+
+// parse_as with keys sorted (nlohmann::json): configs, tables looked up by key, a plugin's params.
+inline nlohmann::json parse(const std::string& text, int max_depth = kMaxDepth, bool check_strings = true) {
+    return parse_as<nlohmann::json>(text, max_depth, check_strings);
+}
+
+// parse_as with keys in the text's order: the host's documents (JsonDocument).
+inline JsonDocument parse_document(const std::string& text, int max_depth = kMaxDepth, bool check_strings = true) {
+    return parse_as<JsonDocument>(text, max_depth, check_strings);
 }
 
 // ----- "did you mean" --------------------------------------------------------------------------------------------
@@ -218,6 +244,9 @@ inline std::string shown(const nlohmann::json& value) {
     std::string text = value.dump();
     return text.size() > 60 ? text.substr(0, 57) + "..." : text;
 }
+// The same for a document's value: an object's keys shown sorted, as for nlohmann::json, so that one value is shown
+// one way wherever it was read.
+inline std::string shown(const JsonDocument& value) { return shown(nlohmann::json(value)); }
 
 // A key as one token of a JSON pointer ("~" and "/" escaped, RFC 6901).
 inline std::string pointer_token(const std::string& key) {
@@ -234,19 +263,21 @@ constexpr Need kRequired = Need::required;
 // records an issue (wrong type, out of range, or missing with kRequired) and returns std::nullopt, so reading goes
 // on and every problem is found in one pass. A missing optional key is std::nullopt without an issue: the caller
 // keeps its default (`.value_or(default)`). A value that is not an object is itself one issue, and then every key
-// reads as missing without further issues.
-class ObjectReader {
+// reads as missing without further issues. Json is nlohmann::json (ObjectReader) or JsonDocument (DocumentReader);
+// the messages are the same for both, unknown keys reported in sorted order.
+template <class Json>
+class BasicObjectReader {
 public:
     // `pointer`: where the object sits in its document, e.g. "/sampler" ("" for the root). `issues` must outlive
     // the reader. The object is copied: readers are often made from temporaries.
-    ObjectReader(const nlohmann::json& value, std::string pointer, std::vector<Issue>& issues)
+    BasicObjectReader(const Json& value, std::string pointer, std::vector<Issue>& issues)
         : value_(value), pointer_(std::move(pointer)), issues_(issues), is_object_(value.is_object()) {
         if (!is_object_) issues_.push_back({pointer_, "expected an object, got " + shown(value)});
     }
 
     bool is_object() const { return is_object_; }
     bool has(const std::string& key) const { return is_object_ && value_.contains(key); }
-    const nlohmann::json& value() const { return value_; }
+    const Json& value() const { return value_; }
     const std::string& pointer() const { return pointer_; }
     std::string pointer(const std::string& key) const { return pointer_ + "/" + pointer_token(key); }
     // Records a problem at this object's `key`.
@@ -257,17 +288,17 @@ public:
     // An integer in [lo, hi]. 3.0 reads as 3: JSON writers differ on whether integral numbers get a ".0".
     std::optional<int64_t> integer(const std::string& key, int64_t lo, int64_t hi, Need need = kOptional) {
         const std::string expected = "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
-        const nlohmann::json* v = field(key, need, expected);
+        const Json* v = field(key, need, expected);
         if (!v) return std::nullopt;
         // Compared as integers: through a double, 2^63 would pass for 2^63 - 1.
         std::optional<int64_t> value;
         if (v->is_number_unsigned()) {
-            if (v->get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX))
-                value = static_cast<int64_t>(v->get<uint64_t>());
+            if (v->template get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX))
+                value = static_cast<int64_t>(v->template get<uint64_t>());
         } else if (v->is_number_integer()) {
-            value = v->get<int64_t>();
+            value = v->template get<int64_t>();
         } else if (v->is_number_float()) {
-            const double d = v->get<double>();
+            const double d = v->template get<double>();
             constexpr double kTwo63 = 9223372036854775808.0;
             if (std::floor(d) == d && d >= -kTwo63 && d < kTwo63) value = static_cast<int64_t>(d);
         }
@@ -278,37 +309,39 @@ public:
     // A finite number in [lo, hi].
     std::optional<double> number(const std::string& key, double lo, double hi, Need need = kOptional) {
         const std::string expected = "a number in [" + number_text(lo) + ", " + number_text(hi) + "]";
-        const nlohmann::json* v = field(key, need, expected);
+        const Json* v = field(key, need, expected);
         if (!v) return std::nullopt;
-        if (v->is_number() && std::isfinite(v->get<double>()) && v->get<double>() >= lo && v->get<double>() <= hi)
-            return v->get<double>();
+        if (v->is_number() && std::isfinite(v->template get<double>()) && v->template get<double>() >= lo &&
+            v->template get<double>() <= hi)
+            return v->template get<double>();
         return wrong<double>(key, expected, *v);
     }
 
     // A number in (0, hi].
     std::optional<double> positive(const std::string& key, double hi, Need need = kOptional) {
         const std::string expected = "a number > 0 and <= " + number_text(hi);
-        const nlohmann::json* v = field(key, need, expected);
+        const Json* v = field(key, need, expected);
         if (!v) return std::nullopt;
-        if (v->is_number() && v->get<double>() > 0 && v->get<double>() <= hi) return v->get<double>();
+        if (v->is_number() && v->template get<double>() > 0 && v->template get<double>() <= hi)
+            return v->template get<double>();
         return wrong<double>(key, expected, *v);
     }
 
     std::optional<bool> boolean(const std::string& key, Need need = kOptional) {
-        const nlohmann::json* v = field(key, need, "true or false");
+        const Json* v = field(key, need, "true or false");
         if (!v) return std::nullopt;
-        if (v->is_boolean()) return v->get<bool>();
+        if (v->is_boolean()) return v->template get<bool>();
         return wrong<bool>(key, "true or false", *v);
     }
 
     // A string with something other than white space in it.
     std::optional<std::string> text(const std::string& key, Need need = kOptional) {
-        const nlohmann::json* v = field(key, need, "a string");
+        const Json* v = field(key, need, "a string");
         if (!v) return std::nullopt;
         if (!v->is_string()) return wrong<std::string>(key, "a string", *v);
-        if (v->get<std::string>().find_first_not_of(" \t\r\n") == std::string::npos)
+        if (v->template get<std::string>().find_first_not_of(" \t\r\n") == std::string::npos)
             return wrong<std::string>(key, "a non-empty string", *v);
-        return v->get<std::string>();
+        return v->template get<std::string>();
     }
 
     // One of `options`, with "did you mean" for a near miss.
@@ -316,13 +349,14 @@ public:
                                       Need need = kOptional) {
         std::string expected = "one of";
         for (size_t i = 0; i < options.size(); ++i) expected += (i ? ", " : " ") + nlohmann::json(options[i]).dump();
-        const nlohmann::json* v = field(key, need, expected);
+        const Json* v = field(key, need, expected);
         if (!v) return std::nullopt;
-        if (v->is_string() && std::find(options.begin(), options.end(), v->get<std::string>()) != options.end())
-            return v->get<std::string>();
+        if (v->is_string() &&
+            std::find(options.begin(), options.end(), v->template get<std::string>()) != options.end())
+            return v->template get<std::string>();
         std::string message = "expected " + expected + ", got " + shown(*v);
         if (v->is_string()) {
-            const std::string guess = closest_match(v->get<std::string>(), options);
+            const std::string guess = closest_match(v->template get<std::string>(), options);
             if (!guess.empty()) message += "; did you mean " + nlohmann::json(guess).dump() + "?";
         }
         issue(key, message);
@@ -332,39 +366,42 @@ public:
     // An array of distinct non-empty strings.
     std::optional<std::vector<std::string>> texts(const std::string& key, Need need = kOptional) {
         const std::string expected = "an array of distinct non-empty strings";
-        const nlohmann::json* v = field(key, need, expected);
+        const Json* v = field(key, need, expected);
         if (!v) return std::nullopt;
         std::vector<std::string> out;
         bool ok = v->is_array();
         for (size_t i = 0; ok && i < v->size(); ++i) {
-            const nlohmann::json& item = (*v)[i];
-            ok = item.is_string() && !item.get<std::string>().empty() &&
-                 std::find(out.begin(), out.end(), item.get<std::string>()) == out.end();
-            if (ok) out.push_back(item.get<std::string>());
+            const Json& item = (*v)[i];
+            ok = item.is_string() && !item.template get<std::string>().empty() &&
+                 std::find(out.begin(), out.end(), item.template get<std::string>()) == out.end();
+            if (ok) out.push_back(item.template get<std::string>());
         }
         if (ok) return out;
         return wrong<std::vector<std::string>>(key, expected, *v);
     }
 
     // An object, or an array, as it is (read it with another ObjectReader at pointer(key)).
-    std::optional<nlohmann::json> object(const std::string& key, Need need = kOptional) {
-        return of_type(key, need, "an object", &nlohmann::json::is_object);
+    std::optional<Json> object(const std::string& key, Need need = kOptional) {
+        return of_type(key, need, "an object", &Json::is_object);
     }
-    std::optional<nlohmann::json> array(const std::string& key, Need need = kOptional) {
-        return of_type(key, need, "an array", &nlohmann::json::is_array);
+    std::optional<Json> array(const std::string& key, Need need = kOptional) {
+        return of_type(key, need, "an array", &Json::is_array);
     }
     // Any value: the caller checks it. Marks the key as known.
-    const nlohmann::json* any(const std::string& key, Need need = kOptional, const std::string& expected = "a value") {
+    const Json* any(const std::string& key, Need need = kOptional, const std::string& expected = "a value") {
         return field(key, need, expected);
     }
 
     // Reports every key that none of the calls above asked for, with the closest known key or the list of them.
     void reject_unknown_keys() {
         if (!is_object_) return;
-        for (auto it = value_.begin(); it != value_.end(); ++it) {
-            if (std::find(known_.begin(), known_.end(), it.key()) != known_.end()) continue;
-            std::string message = "unknown key '" + it.key() + "'";
-            const std::string guess = closest_match(it.key(), known_);
+        std::vector<std::string> unknown;
+        for (auto it = value_.begin(); it != value_.end(); ++it)
+            if (std::find(known_.begin(), known_.end(), it.key()) == known_.end()) unknown.push_back(it.key());
+        std::sort(unknown.begin(), unknown.end());  // a document's keys come in its order; the messages, sorted
+        for (const std::string& key : unknown) {
+            std::string message = "unknown key '" + key + "'";
+            const std::string guess = closest_match(key, known_);
             if (!guess.empty()) {
                 message += "; did you mean '" + guess + "'?";
             } else if (!known_.empty()) {
@@ -372,7 +409,7 @@ public:
                 for (size_t i = 0; i < known_.size(); ++i) message += (i ? ", '" : " '") + known_[i] + "'";
                 message += ")";
             }
-            issue(it.key(), message);
+            issue(key, message);
         }
     }
 
@@ -383,7 +420,7 @@ private:
         return out.str();
     }
 
-    const nlohmann::json* field(const std::string& key, Need need, const std::string& expected) {
+    const Json* field(const std::string& key, Need need, const std::string& expected) {
         if (std::find(known_.begin(), known_.end(), key) == known_.end()) known_.push_back(key);
         if (!is_object_) return nullptr;
         auto it = value_.find(key);
@@ -395,24 +432,27 @@ private:
     }
 
     template <class T>
-    std::optional<T> wrong(const std::string& key, const std::string& expected, const nlohmann::json& v) {
+    std::optional<T> wrong(const std::string& key, const std::string& expected, const Json& v) {
         issue(key, "expected " + expected + ", got " + shown(v));
         return std::nullopt;
     }
 
-    std::optional<nlohmann::json> of_type(const std::string& key, Need need, const std::string& expected,
-                                          bool (nlohmann::json::*is)() const noexcept) {
-        const nlohmann::json* v = field(key, need, expected);
+    std::optional<Json> of_type(const std::string& key, Need need, const std::string& expected,
+                                bool (Json::*is)() const noexcept) {
+        const Json* v = field(key, need, expected);
         if (!v) return std::nullopt;
         if (((*v).*is)()) return *v;
-        return wrong<nlohmann::json>(key, expected, *v);
+        return wrong<Json>(key, expected, *v);
     }
 
-    nlohmann::json value_;
+    Json value_;
     std::string pointer_;
     std::vector<Issue>& issues_;
     std::vector<std::string> known_;
     bool is_object_;
 };
+
+using ObjectReader = BasicObjectReader<nlohmann::json>;
+using DocumentReader = BasicObjectReader<JsonDocument>;
 
 }  // namespace rudder::json_input
