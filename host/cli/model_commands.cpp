@@ -25,7 +25,8 @@ int cmd_corpus_model(const std::string& input, const std::string& out_dir, const
 
 int cmd_convert_weights(const std::string& model, const std::string& dtype_name, const ConvertOptions& options) {
     const std::filesystem::path dir = resolve_model(model, std::filesystem::current_path(), default_model_path());
-    const nlohmann::json config = read_json_file(dir / "config.json");
+    // Keys in the file's order: the config is written back in it (below).
+    JsonDocument config = read_json_document(dir / "config.json");
     const std::filesystem::path weights = model_file(dir, config.value("weights", std::string("model.safetensors")));
     const auto before = std::filesystem::file_size(weights);
     const ConvertedWeights after = convert_floating_tensors(weights, dtype_name, options);
@@ -37,10 +38,9 @@ int cmd_convert_weights(const std::string& model, const std::string& dtype_name,
     if (!options.out.empty()) return kExitOk;  // a file beside the model: its config is the original's
     // A Hugging Face config says how its weights are stored (torch_dtype): it says so again, its keys kept in order.
     if (config.contains("torch_dtype")) {
-        auto ordered = nlohmann::ordered_json::parse(read_small_file(dir / "config.json", kMaxConfigFileBytes));
-        ordered["torch_dtype"] = dtype_name;
+        config["torch_dtype"] = dtype_name;
         OutputFile out(dir / "config.json");
-        out.write(ordered.dump(2) + "\n");
+        out.write(config.dump(2) + "\n");
         out.commit();
         std::cout << (dir / "config.json").string() << ": torch_dtype " << dtype_name << "\n";
     }

@@ -322,6 +322,29 @@ TEST(Recipe, DuplicateKeysNulsAndBidiOverridesAreRefusedWithAPointer) {
     EXPECT_TRUE(issues_of(R"({"model": "m\u00e9\n", "samples": 2})").empty());
 }
 
+// A recipe is read once, as a JsonDocument: a controller's params keep the text's key order (a schema's properties
+// are written in the order it gives them), from text and from a parsed document alike; unknown keys are still
+// reported in sorted order and values shown with sorted keys, as they were when the document was sorted.
+TEST(Recipe, ParamsKeepTheTextsKeyOrderAndMessagesDoNotChange) {
+    const std::string text = R"({"model": "m", "controllers": [{"plugin": "json_schema",
+        "params": {"schema": {"properties": {"zeta": {}, "alpha": {"b": 1, "a": 2}}}, "start": 3}}]})";
+    const auto r = parse_recipe(text, ".");
+    ASSERT_EQ(r.controllers.size(), 1u);
+    EXPECT_EQ(r.controllers[0].params.dump(),
+              R"({"schema":{"properties":{"zeta":{},"alpha":{"b":1,"a":2}}},"start":3})");
+    const auto doc = rudder::json_input::parse_document(text);
+    EXPECT_EQ(rudder::parse_recipe_document(doc, ".").controllers[0].params.dump(), r.controllers[0].params.dump());
+
+    const auto issues = issues_of(R"({"model": "m", "zz": 1, "aa": 2, "guidance": {"y": 1, "b": 2}})");
+    ASSERT_EQ(issues.size(), 4u);
+    EXPECT_EQ(issues[0].pointer, "/guidance/b");
+    EXPECT_EQ(issues[1].pointer, "/guidance/y");
+    EXPECT_EQ(issues[2].pointer, "/aa");
+    EXPECT_EQ(issues[3].pointer, "/zz");
+    EXPECT_TRUE(
+        has_issue(issues_of(R"({"model": "m", "samples": {"b": 1, "a": 2}})"), "/samples", R"(got {"a":2,"b":1})"));
+}
+
 // 16,000 identical controllers took 17 s to label (a quadratic search for a free suffix); now they are capped, and
 // labelling those within the cap is linear.
 TEST(Recipe, ControllersAreCappedAndLabelledOnce) {

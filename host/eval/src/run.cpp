@@ -11,7 +11,6 @@
 
 #include "suite.hpp"
 #include <rudder/nn/model_files.hpp>
-#include <rudder/text/text_files.hpp>
 #include <rudder/nn/teacher_model.hpp>
 #include <rudder/runtime/model.hpp>
 
@@ -57,16 +56,15 @@ struct SuiteRun {
 // shard.jsonl (a line per target as it finishes) or to `write_samples`.
 std::vector<TargetOutcome> generate_task(SuiteRun& run, const Task& task, int64_t task_number,
                                          const std::function<void(const TargetOutcome&)>& write_samples) {
-    json base;
+    // The recipe as written, keys in its order, for the targets' recipes: a controller may read order into its
+    // params (a JSON Schema's properties are written in the order it gives them).
+    JsonDocument base;
     try {
-        base = read_json_file(task.recipe);
+        base = read_json_document(task.recipe);
     } catch (const ModelError& e) {
         throw std::runtime_error("task '" + task.name + "': the recipe " + e.what());
     }
-    // The recipe as written, keys in its order, for the targets' recipes: a controller may read order into its
-    // params (a JSON Schema's properties are written in the order it gives them). The file was just read as JSON.
-    nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(read_small_file(task.recipe, kMaxConfigFileBytes));
-    if (!task.model.empty()) base["model"] = ordered["model"] = task.model;
+    if (!task.model.empty()) base["model"] = task.model;
     const std::vector<Target> targets =
         task_targets(task, base, run.annotated, run.options.targets, run.events.warning);
     const bool sharded = !run.options.shard.empty();
@@ -78,7 +76,7 @@ std::vector<TargetOutcome> generate_task(SuiteRun& run, const Task& task, int64_
     progress.task_start = std::chrono::steady_clock::now();
     std::vector<TargetOutcome> outcomes;
     for (size_t i = static_cast<size_t>(run.shard_k); i < targets.size(); i += static_cast<size_t>(run.shard_n)) {
-        outcomes.push_back(run_target(run.suite, task, ordered, targets[i], i, run.registry));
+        outcomes.push_back(run_target(run.suite, task, base, targets[i], i, run.registry));
         progress.generating_seconds += outcomes.back().seconds;
         progress.samples += static_cast<int64_t>(outcomes.back().samples.size());
         if (sharded)  // a line per target as it finishes

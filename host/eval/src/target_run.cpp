@@ -15,9 +15,9 @@ using json = nlohmann::json;
 
 // The task's recipe with the target's params (then the task's) given to each control, the task's weights, sampler
 // and guidance settings, evaluate_only, and seed + i.
-nlohmann::ordered_json target_recipe(const Suite& suite, const Task& task, const nlohmann::ordered_json& base,
-                                     const Target& target, size_t i) {
-    nlohmann::ordered_json recipe = base;
+JsonDocument target_recipe(const Suite& suite, const Task& task, const JsonDocument& base, const Target& target,
+                           size_t i) {
+    JsonDocument recipe = base;
     recipe["samples"] = suite.samples_per_target;
     recipe["batch_size"] = suite.samples_per_target;
     recipe["seed"] = base.value("seed", int64_t{0}) + static_cast<int64_t>(i);
@@ -27,12 +27,12 @@ nlohmann::ordered_json target_recipe(const Suite& suite, const Task& task, const
             for (auto& c : recipe["controllers"]) {
                 if (c.value("name", c.value("plugin", "")) != control) continue;
                 found = true;
-                if (!c.contains("params")) c["params"] = nlohmann::ordered_json::object();
-                c["params"].update(nlohmann::ordered_json(params));
+                if (!c.contains("params")) c["params"] = JsonDocument::object();
+                c["params"].update(JsonDocument(params));
                 if (const auto p = task.params.find(control); p != task.params.end())
-                    c["params"].update(nlohmann::ordered_json(p->second));
+                    c["params"].update(JsonDocument(p->second));
                 if (const auto w = task.weights.find(control); w != task.weights.end())
-                    c["weight"] = nlohmann::ordered_json(w->second);
+                    c["weight"] = JsonDocument(w->second);
             }
         }
         if (!found)
@@ -42,8 +42,8 @@ nlohmann::ordered_json target_recipe(const Suite& suite, const Task& task, const
     for (const auto& [key, settings] :
          {std::pair<const char*, const json*>{"sampler", &task.sampler}, {"guidance", &task.guidance}}) {
         if (settings->empty()) continue;
-        if (!recipe.contains(key) || !recipe[key].is_object()) recipe[key] = nlohmann::ordered_json::object();
-        recipe[key].update(nlohmann::ordered_json(*settings));
+        if (!recipe.contains(key) || !recipe[key].is_object()) recipe[key] = JsonDocument::object();
+        recipe[key].update(JsonDocument(*settings));
     }
     if (task.evaluate_only && recipe.contains("controllers") && recipe.at("controllers").is_array())
         for (auto& c : recipe["controllers"]) c["evaluate_only"] = true;
@@ -52,12 +52,12 @@ nlohmann::ordered_json target_recipe(const Suite& suite, const Task& task, const
 
 }  // namespace
 
-TargetOutcome run_target(const Suite& suite, const Task& task, const nlohmann::ordered_json& base, const Target& target,
-                         size_t i, plugins::Registry& registry) {
-    const nlohmann::ordered_json recipe = target_recipe(suite, task, base, target, i);
+TargetOutcome run_target(const Suite& suite, const Task& task, const JsonDocument& base, const Target& target, size_t i,
+                         plugins::Registry& registry) {
+    const JsonDocument recipe = target_recipe(suite, task, base, target, i);
     Recipe parsed;
     try {
-        parsed = parse_recipe(recipe.dump(), task.recipe.parent_path());
+        parsed = parse_recipe_document(recipe, task.recipe.parent_path());  // not printed and parsed again
     } catch (const RecipeError& e) {
         throw std::runtime_error("task '" + task.name + "', target " + std::to_string(i + 1) + ": " + e.what());
     }

@@ -215,7 +215,7 @@ std::vector<Target> make_targets(const Task& task, AnnotatedCache& cache, const 
 
 }  // namespace
 
-std::vector<Target> task_targets(const Task& task, const json& base, AnnotatedCache& annotated, int64_t most,
+std::vector<Target> task_targets(const Task& task, const JsonDocument& base, AnnotatedCache& annotated, int64_t most,
                                  const std::function<void(const std::string&)>& warn) {
     // Targets made of the model's tokens (length, prefix, infill) need the recipe model's tokenizer.
     std::shared_ptr<const Tokenizer> tokenizer;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <rudder/rudder_json.hpp>
 
 #include <cstdint>
 #include <filesystem>
@@ -36,7 +37,7 @@ struct Target {
 // A task's targets: drawn from its source (or, with no control that takes one, `count` empty ones), at most
 // `most` of them (0: no limit). `base` is the task's recipe (its model gives token targets their tokenizer).
 // `warn` is told when the source has fewer suitable texts than the task's count.
-std::vector<Target> task_targets(const Task& task, const nlohmann::json& base, AnnotatedCache& annotated, int64_t most,
+std::vector<Target> task_targets(const Task& task, const JsonDocument& base, AnnotatedCache& annotated, int64_t most,
                                  const std::function<void(const std::string&)>& warn);
 
 }  // namespace rudder::eval

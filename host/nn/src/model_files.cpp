@@ -10,7 +10,10 @@ namespace rudder {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-json read_json_file(const fs::path& file) {
+namespace {
+
+template <class Json>
+Json read_json_as(const fs::path& file) {
     std::string text;
     try {
         text = read_small_file(file, kMaxConfigFileBytes);
@@ -18,11 +21,17 @@ json read_json_file(const fs::path& file) {
         throw ModelError(e.what());
     }
     try {
-        return json_input::parse(text);
+        return json_input::parse_as<Json>(text);
     } catch (const std::exception& e) {  // nlohmann's parse errors, and json_input::TooDeep
         throw ModelError("'" + file.string() + "' is not valid JSON: " + e.what());
     }
 }
+
+}  // namespace
+
+json read_json_file(const fs::path& file) { return read_json_as<json>(file); }
+
+JsonDocument read_json_document(const fs::path& file) { return read_json_as<JsonDocument>(file); }
 
 json read_model_config(const fs::path& dir) {
     const fs::path file = dir / "config.json";

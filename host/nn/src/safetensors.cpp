@@ -234,6 +234,8 @@ Layout read_layout(std::istream& in, uint64_t file_size, const fs::path& file) {
     std::string text(n, '\0');
     in.read(text.data(), static_cast<std::streamsize>(n));
     if (!in) fail(file, "cannot read the " + std::to_string(n) + "-byte header");
+    // nlohmann::json, not the host's JsonDocument (ordered, linear lookups): a header names thousands of tensors,
+    // each looked up by name.
     json header;
     try {
         // The header is two levels deep; refusing deeper nesting while parsing bounds the parser's work and stack.

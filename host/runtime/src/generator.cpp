@@ -219,9 +219,8 @@ std::vector<ComposedController> Generator::create_controllers(plugins::Registry&
                 // A controller in a process of its own holds at most the run's memory limit there.
                 const uint64_t memory_limit =
                     recipe_.max_memory_limit > 0 ? recipe_.max_memory_limit : physical_memory_bytes();
-                c.instance = std::make_unique<plugins::ControllerInstance>(
-                    type, spec.params_text.empty() ? spec.params.dump() : spec.params_text, spec.name, isolation,
-                    memory_limit);
+                c.instance = std::make_unique<plugins::ControllerInstance>(type, spec.params.dump(), spec.name,
+                                                                           isolation, memory_limit);
                 c.instance->set_time_limit(spec.time_limit);
                 c.instance->set_cancel_flag(&cancel_requested_);
                 c.continue_on_failure = spec.on_failure == "continue";

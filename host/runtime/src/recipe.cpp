@@ -14,6 +14,7 @@ namespace rudder {
 namespace {
 
 using json = nlohmann::json;
+using json_input::DocumentReader;
 using json_input::kRequired;
 using json_input::ObjectReader;
 
@@ -30,7 +31,7 @@ SamplerChoice choice_of(json settings, const RecipeLimits& limits) {
     return out;
 }
 
-void parse_guidance(ObjectReader& g, GuidanceSpec& out) {
+void parse_guidance(DocumentReader& g, GuidanceSpec& out) {
     if (auto v = g.integer("gradient_steps", 0, 1000)) out.gradient_steps = *v;
     if (auto v = g.number("step_size", 0.0, 1e6)) out.step_size = *v;
     if (auto v = g.number("fluency_weight", 0.0, 1e6)) out.fluency_weight = *v;
@@ -45,7 +46,7 @@ void parse_guidance(ObjectReader& g, GuidanceSpec& out) {
 }
 
 // A name or path the host looks up (a model, a plugin) or shows (a controller's name): at most kMaxNameBytes.
-std::optional<std::string> name_text(ObjectReader& object, const std::string& key, json_input::Need need) {
+std::optional<std::string> name_text(DocumentReader& object, const std::string& key, json_input::Need need) {
     std::optional<std::string> v = object.text(key, need);
     if (v && v->size() > json_input::kMaxNameBytes) {
         object.issue(key, std::to_string(v->size()) + " bytes long, over the limit of " +
@@ -55,7 +56,7 @@ std::optional<std::string> name_text(ObjectReader& object, const std::string& ke
     return v;
 }
 
-ControllerSpec parse_controller(ObjectReader& item) {
+ControllerSpec parse_controller(DocumentReader& item) {
     ControllerSpec spec;
     spec.pointer = item.pointer();
     if (auto v = name_text(item, "plugin", kRequired)) spec.plugin = *v;
@@ -76,7 +77,7 @@ ControllerSpec parse_controller(ObjectReader& item) {
     if (auto v = item.choice("isolation", {"in_process", "process"})) spec.isolation = *v;
     if (auto v = item.choice("on_failure", {"fail", "continue"})) spec.on_failure = *v;
     if (auto active = item.object("active")) {
-        ObjectReader a(*active, item.pointer("active"), item.issues());
+        DocumentReader a(*active, item.pointer("active"), item.issues());
         read_time_window(a, item, "active", spec.active.from_t, spec.active.to_t);
     }
     if (auto v = item.boolean("evaluate_only")) spec.active.never = *v;
@@ -85,7 +86,7 @@ ControllerSpec parse_controller(ObjectReader& item) {
     return spec;
 }
 
-void parse_controllers(ObjectReader& doc, const RecipeLimits& limits, std::vector<ControllerSpec>& out) {
+void parse_controllers(DocumentReader& doc, const RecipeLimits& limits, std::vector<ControllerSpec>& out) {
     const auto list = doc.array("controllers");
     if (!list) return;
     if (static_cast<int64_t>(list->size()) > limits.max_controllers) {
@@ -94,7 +95,7 @@ void parse_controllers(ObjectReader& doc, const RecipeLimits& limits, std::vecto
         return;
     }
     for (size_t i = 0; i < list->size(); ++i) {
-        ObjectReader item((*list)[i], "/controllers/" + std::to_string(i), doc.issues());
+        DocumentReader item((*list)[i], "/controllers/" + std::to_string(i), doc.issues());
         if (item.is_object()) out.push_back(parse_controller(item));
     }
     // Labels must be unique: explicit names are checked, default ones (the plugin value) get a suffix.
@@ -122,13 +123,26 @@ void parse_controllers(ObjectReader& doc, const RecipeLimits& limits, std::vecto
 
 }  // namespace
 
-void read_time_window(ObjectReader& window, ObjectReader& parent, const char* key, double& from_t, double& to_t) {
+namespace {
+
+template <class Reader>
+void read_window(Reader& window, Reader& parent, const char* key, double& from_t, double& to_t) {
     if (auto v = window.number("from_t", 0.0, 1.0)) from_t = *v;
     if (auto v = window.number("to_t", 0.0, 1.0)) to_t = *v;
     window.reject_unknown_keys();
     if (to_t > from_t)
         parent.issue(key, "to_t (" + std::to_string(to_t) + ") must not exceed from_t (" + std::to_string(from_t) +
                               "): the window runs from noisy to clean");
+}
+
+}  // namespace
+
+// The sampler object's rooms read it as nlohmann::json (remask), the recipe's controllers as a document (active).
+void read_time_window(ObjectReader& window, ObjectReader& parent, const char* key, double& from_t, double& to_t) {
+    read_window(window, parent, key, from_t, to_t);
+}
+void read_time_window(DocumentReader& window, DocumentReader& parent, const char* key, double& from_t, double& to_t) {
+    read_window(window, parent, key, from_t, to_t);
 }
 
 RecipeError::RecipeError(std::vector<RecipeIssue> issues)
@@ -139,9 +153,9 @@ Recipe parse_recipe(const std::string& text, const std::filesystem::path& base_d
     if (text.size() > kMaxConfigFileBytes)
         throw RecipeError(
             {{"", "the recipe is larger than " + byte_size_text(kMaxConfigFileBytes) + ", the most a recipe may be"}});
-    json doc;
+    JsonDocument doc;
     try {
-        doc = json_input::parse(text);
+        doc = json_input::parse_document(text);
     } catch (const json_input::Refused& e) {
         throw RecipeError({{e.pointer(), std::string("not accepted: ") + e.what()}});
     } catch (const json::parse_error& e) {
@@ -164,49 +178,16 @@ Recipe parse_recipe(const std::string& text, const std::filesystem::path& base_d
         // Well-formed text the parser still refuses, e.g. a number beyond double's range ("1e999").
         throw RecipeError({{"", std::string("not valid JSON: ") + e.what()}});
     }
-    Recipe recipe = parse_recipe_document(doc, base_dir, limits, issues);
-    // Each controller's params in the text's key order: a controller may read order into them (a JSON Schema's
-    // properties are written in the order it gives them).
-    keep_params_order(recipe, nlohmann::ordered_json::parse(text, nullptr, false));
-    return recipe;
+    return parse_recipe_document(doc, base_dir, limits, issues);
 }
 
-nlohmann::ordered_json ordered_like(const json& value, const nlohmann::ordered_json& hint) {
-    if (value.is_object()) {
-        nlohmann::ordered_json out = nlohmann::ordered_json::object();
-        if (hint.is_object())
-            for (const auto& item : hint.items())
-                if (value.contains(item.key())) out[item.key()] = ordered_like(value.at(item.key()), item.value());
-        for (const auto& item : value.items())
-            if (!out.contains(item.key())) out[item.key()] = ordered_like(item.value(), nullptr);
-        return out;
-    }
-    if (value.is_array()) {
-        nlohmann::ordered_json out = nlohmann::ordered_json::array();
-        for (size_t i = 0; i < value.size(); ++i)
-            out.push_back(ordered_like(value[i], hint.is_array() && i < hint.size() ? hint[i] : nullptr));
-        return out;
-    }
-    return nlohmann::ordered_json(value);
-}
-
-void keep_params_order(Recipe& recipe, const nlohmann::ordered_json& order) {
-    const auto list = order.is_object() ? order.find("controllers") : order.end();
-    if (list == order.end() || !list->is_array()) return;
-    for (auto& spec : recipe.controllers) {
-        const size_t i = std::stoul(spec.pointer.substr(spec.pointer.rfind('/') + 1));
-        if (i < list->size() && (*list)[i].is_object() && (*list)[i].contains("params"))
-            spec.params_text = ordered_like(spec.params, (*list)[i]["params"]).dump();
-    }
-}
-
-Recipe parse_recipe_document(const json& doc, const std::filesystem::path& base_dir, const RecipeLimits& limits,
+Recipe parse_recipe_document(const JsonDocument& doc, const std::filesystem::path& base_dir, const RecipeLimits& limits,
                              std::vector<RecipeIssue>* issues) {
     std::vector<RecipeIssue> found;
     Recipe r;
     r.base_dir = base_dir;
     if (!doc.is_object()) throw RecipeError({{"", "a recipe is a JSON object, got " + json_input::shown(doc)}});
-    ObjectReader root(doc, "", found);
+    DocumentReader root(doc, "", found);
     if (auto v = name_text(root, "model", kRequired)) r.model = *v;
     if (auto v = root.choice("family", {"continuous", "discrete"})) r.family = *v;
     if (auto v = root.integer("seed", 0, std::numeric_limits<int64_t>::max())) r.seed = static_cast<uint64_t>(*v);
@@ -234,15 +215,17 @@ Recipe parse_recipe_document(const json& doc, const std::filesystem::path& base_
     if (auto v = root.integer("candidates", 1, 4096)) r.candidates = *v;
     r.max_steps_limit = limits.max_steps;
     if (auto sampler = root.object("sampler")) {
-        check_sampler_settings(*sampler, "/sampler", found, limits);
-        r.sampler = choice_of(std::move(*sampler), limits);
+        // The sampler's rooms (diffusion_process.cpp) read it as nlohmann::json: converted once, here.
+        json settings(*sampler);
+        check_sampler_settings(settings, "/sampler", found, limits);
+        r.sampler = choice_of(std::move(settings), limits);
     }
     if (!r.sampler.settings.contains("steps") && r.sampler.steps > limits.max_steps)
         found.push_back({"/sampler/steps", "the default of " + std::to_string(r.sampler.steps) +
                                                " steps is over the limit of " + std::to_string(limits.max_steps) +
                                                "; give sampler.steps"});
     if (auto guidance = root.object("guidance")) {
-        ObjectReader g(*guidance, "/guidance", found);
+        DocumentReader g(*guidance, "/guidance", found);
         parse_guidance(g, r.guidance);
     }
     parse_controllers(root, limits, r.controllers);

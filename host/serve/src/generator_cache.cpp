@@ -214,10 +214,9 @@ std::unique_ptr<Generator> GeneratorLoader::load(const GenerateRequest& request,
         return found;
     };
     try {
-        // The request's recipe as it was parsed from the body (or the server's file), not printed and parsed again.
+        // The request's recipe as it was parsed from the body (or the server's file), not printed and parsed again;
+        // each controller's params in the order the client wrote them.
         Recipe recipe = parse_recipe_document(request.recipe, request.base_dir, limits_, &issues);
-        // Each controller's params in the order the client wrote them (the parsed document sorted its keys).
-        keep_params_order(recipe, request.order);
         *samples = recipe.samples;
         if (issues.empty()) {
             std::optional<GeneratorCache::Known> known = cache.known(key);

@@ -13,11 +13,10 @@ namespace rudder::serve {
 namespace {
 
 using json = nlohmann::json;
-using ordered_json = nlohmann::ordered_json;
 
 // The fields OpenAI's clients send that change nothing here at their default value, and are refused at any other
 // (a penalty or a token bias this server would silently not apply).
-bool is_default(const std::string& key, const json& value) {
+bool is_default(const std::string& key, const JsonDocument& value) {
     if (key == "frequency_penalty" || key == "presence_penalty") return value.is_number() && value.get<double>() == 0;
     if (key == "logprobs") return value.is_boolean() && !value.get<bool>();
     if (key == "logit_bias") return value.is_object() && value.empty();
@@ -30,7 +29,7 @@ bool is_default(const std::string& key, const json& value) {
                           item.value().template get_ref<const std::string&>().size() <= 512;
                });
     // Text is what every model here writes.
-    if (key == "modalities") return value == json::array({"text"});
+    if (key == "modalities") return value == JsonDocument::array({"text"});
     if (key == "tools" || key == "functions") return value.is_array() && value.empty();
     if (key == "tool_choice" || key == "function_call") return value == "none";
     if (key == "parallel_tool_calls" || key == "store") return value.is_boolean();
@@ -60,7 +59,8 @@ const char* why_not(const std::string& key) {
 }
 
 // A chat message's text: a string, or OpenAI's array of {"type": "text", "text"} parts joined.
-std::optional<std::string> message_text(const json& content, const std::string& at, std::vector<RecipeIssue>& issues) {
+std::optional<std::string> message_text(const JsonDocument& content, const std::string& at,
+                                        std::vector<RecipeIssue>& issues) {
     if (content.is_string()) return content.get<std::string>();
     if (!content.is_array()) {
         issues.push_back({at, "expected a string or an array of {\"type\": \"text\", \"text\"} parts"});
@@ -68,7 +68,7 @@ std::optional<std::string> message_text(const json& content, const std::string& 
     }
     std::string text;
     for (size_t i = 0; i < content.size(); ++i) {
-        const json& part = content[i];
+        const JsonDocument& part = content[i];
         const std::string where = at + "/" + std::to_string(i);
         if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
             !part["text"].is_string()) {
@@ -84,8 +84,8 @@ std::optional<std::string> message_text(const json& content, const std::string& 
 
 // The messages as the template reads them ({"role", "content"} with the content as one string), every problem
 // recorded at /messages/...
-ordered_json read_messages(const json& value, std::vector<RecipeIssue>& issues) {
-    ordered_json out = ordered_json::array();
+JsonDocument read_messages(const JsonDocument& value, std::vector<RecipeIssue>& issues) {
+    JsonDocument out = JsonDocument::array();
     if (!value.is_array() || value.empty()) {
         issues.push_back({"/messages", "expected a non-empty array of {\"role\", \"content\"}"});
         return out;
@@ -93,16 +93,16 @@ ordered_json read_messages(const json& value, std::vector<RecipeIssue>& issues) 
     static const std::vector<std::string> roles = {"system", "developer", "user", "assistant", "tool"};
     for (size_t i = 0; i < value.size(); ++i) {
         const std::string at = "/messages/" + std::to_string(i);
-        json_input::ObjectReader m(value[i], at, issues);
+        json_input::DocumentReader m(value[i], at, issues);
         const auto role = m.choice("role", roles, json_input::kRequired);
-        const json* content = m.any("content", json_input::kRequired, "a string or an array of text parts");
+        const JsonDocument* content = m.any("content", json_input::kRequired, "a string or an array of text parts");
         const auto name = m.text("name");
         m.any("tool_call_id");
         m.reject_unknown_keys();
         if (!role || content == nullptr) continue;
         const auto text = message_text(*content, m.pointer("content"), issues);
         if (!text) continue;
-        ordered_json message = {{"role", *role}, {"content", *text}};
+        JsonDocument message = {{"role", *role}, {"content", *text}};
         if (name) message["name"] = *name;
         out.push_back(std::move(message));
     }
@@ -155,9 +155,9 @@ std::shared_ptr<const PromptTools::Tools> PromptTools::of(const std::filesystem:
 CompletionRequest read_completion_request(const std::string& body, bool chat, const ServerOptions& options,
                                           const ModelCatalog& catalog, PromptTools& prompt_tools,
                                           const RenderLimits& render_limits) {
-    json j;
+    JsonDocument j;
     try {
-        j = json_input::parse(body);
+        j = json_input::parse_document(body);
     } catch (const std::exception& e) {
         throw RequestError{400, std::string("the request body is not valid JSON: ") + e.what(), {}};
     }
@@ -166,21 +166,21 @@ CompletionRequest read_completion_request(const std::string& body, bool chat, co
     for (auto it = j.begin(); it != j.end();) it = it->is_null() ? j.erase(it) : std::next(it);
 
     std::vector<RecipeIssue> issues;
-    json_input::ObjectReader r(j, "", issues);
+    json_input::DocumentReader r(j, "", issues);
     CompletionRequest out;
     out.chat = chat;
     const auto model = r.text("model", json_input::kRequired);
-    ordered_json messages;
+    JsonDocument messages;
     std::optional<std::string> prompt;
-    ordered_json template_kwargs = ordered_json::object();
+    JsonDocument template_kwargs = JsonDocument::object();
     bool add_generation_prompt = true;
     if (chat) {
-        const json* m = r.any("messages", json_input::kRequired, "an array of messages");
+        const JsonDocument* m = r.any("messages", json_input::kRequired, "an array of messages");
         if (m != nullptr) messages = read_messages(*m, issues);
-        if (const auto kwargs = r.object("chat_template_kwargs")) template_kwargs = ordered_json::parse(kwargs->dump());
+        if (auto kwargs = r.object("chat_template_kwargs")) template_kwargs = std::move(*kwargs);
         add_generation_prompt = r.boolean("add_generation_prompt").value_or(true);
     } else {
-        const json* p = r.any("prompt", json_input::kRequired, "a string");
+        const JsonDocument* p = r.any("prompt", json_input::kRequired, "a string");
         if (p != nullptr && p->is_string()) {
             prompt = p->get<std::string>();
         } else if (p != nullptr && p->is_array() && p->size() == 1 && (*p)[0].is_string()) {
@@ -208,12 +208,12 @@ CompletionRequest read_completion_request(const std::string& body, bool chat, co
     const auto temperature = r.number("temperature", 0, 2);
     const auto top_p = r.positive("top_p", 1);
     const auto seed = r.integer("seed", 0, INT64_MAX);
-    if (const json* stop = r.any("stop")) {
+    if (const JsonDocument* stop = r.any("stop")) {
         if (stop->is_string() && !stop->get<std::string>().empty()) {
             out.stop.push_back(stop->get<std::string>());
-        } else if (stop->is_array() && stop->size() <= 4 && std::all_of(stop->begin(), stop->end(), [](const json& s) {
-                       return s.is_string() && !s.get<std::string>().empty();
-                   })) {
+        } else if (stop->is_array() && stop->size() <= 4 &&
+                   std::all_of(stop->begin(), stop->end(),
+                               [](const JsonDocument& s) { return s.is_string() && !s.get<std::string>().empty(); })) {
             for (const auto& s : *stop) out.stop.push_back(s.get<std::string>());
         } else {
             r.issue("stop", "expected a non-empty string or an array of up to 4 of them");
@@ -221,26 +221,26 @@ CompletionRequest read_completion_request(const std::string& body, bool chat, co
     }
     out.generate.stream = r.boolean("stream").value_or(false);
     if (const auto so = r.object("stream_options")) {
-        json_input::ObjectReader s(*so, "/stream_options", issues);
+        json_input::DocumentReader s(*so, "/stream_options", issues);
         out.include_usage = s.boolean("include_usage").value_or(false);
         s.reject_unknown_keys();
         if (!out.generate.stream) r.issue("stream_options", "only with \"stream\": true");
     }
-    const json* response_format = r.any("response_format");
-    const json extension = r.object("rudder").value_or(json::object());
-    if (const json* user = r.any("user"); user != nullptr && !user->is_string())
+    const JsonDocument* response_format = r.any("response_format");
+    const JsonDocument extension = r.object("rudder").value_or(JsonDocument::object());
+    if (const JsonDocument* user = r.any("user"); user != nullptr && !user->is_string())
         r.issue("user", "expected a string (the client's end user, for its own records)");
     for (const char* key : {"frequency_penalty", "presence_penalty", "logprobs", "top_logprobs", "logit_bias",
                             "metadata", "tools", "functions", "tool_choice", "function_call", "parallel_tool_calls",
                             "store", "service_tier", "modalities", "reasoning_effort"}) {
-        const json* v = r.any(key);
+        const JsonDocument* v = r.any(key);
         if (v != nullptr && !is_default(key, *v)) r.issue(key, why_not(key));
     }
     r.reject_unknown_keys();
 
     // The recipe: the model, the prompt as a span prefix, then the response format's controller, then the
     // extension's controllers.
-    json recipe = json::object();
+    JsonDocument recipe = JsonDocument::object();
     std::optional<std::filesystem::path> model_dir;
     if (model) {
         out.model = *model;
@@ -251,9 +251,9 @@ CompletionRequest read_completion_request(const std::string& body, bool chat, co
             throw RequestError{404, e.what(), {{"/model", e.what()}}};
         }
     }
-    json_input::ObjectReader x(extension, "/rudder", issues);
-    json sampler = x.object("sampler").value_or(json::object());
-    json controllers = x.array("controllers").value_or(json::array());
+    json_input::DocumentReader x(extension, "/rudder", issues);
+    JsonDocument sampler = x.object("sampler").value_or(JsonDocument::object());
+    JsonDocument controllers = x.array("controllers").value_or(JsonDocument::array());
     for (const auto& key : kExtensionKeys)
         if (key != "sampler" && key != "controllers" && x.has(key)) recipe[key] = *x.any(key);
     x.reject_unknown_keys();
@@ -284,32 +284,19 @@ CompletionRequest read_completion_request(const std::string& body, bool chat, co
         out.prompt = *prompt;
     }
     const std::string prompt_pointer = chat ? "/messages" : "/prompt";
-    json all = json::array();
+    JsonDocument all = JsonDocument::array();
     if (!out.prompt.empty()) {
         all.push_back({{"plugin", "span"}, {"name", "prompt"}, {"params", {{"prefix", out.prompt}}}});
         out.pointers.emplace_back("/controllers/0", prompt_pointer);
     }
     const bool formatted = response_format != nullptr;
     if (formatted) {
-        if (const std::optional<json> controller = response_format_controller(*response_format, issues)) {
+        if (const std::optional<JsonDocument> controller = response_format_controller(*response_format, issues)) {
             out.pointers.emplace_back("/controllers/" + std::to_string(all.size()), "/response_format");
             all.push_back(*controller);
         }
     }
     const size_t first_own = all.size();
-    // The controllers' key order as the client wrote them: the response format's schema, the extension's params.
-    const auto ordered_body = nlohmann::ordered_json::parse(body, nullptr, false);
-    const auto ordered_at = [&](const std::string& pointer) {
-        const nlohmann::ordered_json::json_pointer at(pointer);
-        return ordered_body.is_object() && ordered_body.contains(at) ? ordered_body.at(at) : nlohmann::ordered_json();
-    };
-    nlohmann::ordered_json order_of = nlohmann::ordered_json::array();
-    for (size_t i = 0; i < first_own; ++i)
-        order_of.push_back(out.pointers[i].second == "/response_format"
-                               ? response_format_order(ordered_at("/response_format"))
-                               : nlohmann::ordered_json());
-    for (size_t i = 0; i < controllers.size(); ++i)
-        order_of.push_back(ordered_at("/rudder/controllers/" + std::to_string(i)));
     if (first_own > 0)
         for (size_t i = 0; i < controllers.size(); ++i)
             out.pointers.emplace_back("/controllers/" + std::to_string(first_own + i),
@@ -365,7 +352,6 @@ CompletionRequest read_completion_request(const std::string& body, bool chat, co
         issues.push_back({request_pointer(out, issue.pointer.substr(std::string("/recipe").size())), issue.message});
     if (!issues.empty()) throw RequestError{400, "invalid request", issues};
     out.generate.recipe = std::move(recipe);
-    out.generate.order = {{"controllers", std::move(order_of)}};
     out.generate.seed = seed ? std::optional<uint64_t>(static_cast<uint64_t>(*seed)) : std::nullopt;
     out.generate.pointer_prefix = "/recipe";  // the loader's problems, translated by openai_error
     out.generate.samples_pointer = "/n";

@@ -4,7 +4,6 @@
 #include <optional>
 
 #include <rudder/nn/model_files.hpp>
-#include <rudder/text/text_files.hpp>
 #include <rudder/rudder_json.hpp>
 
 #include "answers.hpp"
@@ -15,12 +14,12 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-// A recipe file the server was started with: nn's read_json_file, its error told as the server's own (500).
-json read_recipe_file(const fs::path& file) {
+// A recipe file the server was started with: nn's read_json_document, its error told as the server's own (500).
+JsonDocument read_recipe_file(const fs::path& file) {
     try {
-        return read_json_file(file);
+        return read_json_document(file);
     } catch (const ModelError& e) {
-        // read_json_file's message is "cannot read '<file>'" or "'<file>' is not valid JSON: <why>".
+        // read_json_document's message is "cannot read '<file>'" or "'<file>' is not valid JSON: <why>".
         const std::string what = e.what();
         if (what.rfind("cannot read ", 0) == 0)
             throw RequestError{500, "the server cannot read its recipe '" + file.string() + "'", {}};
@@ -30,14 +29,8 @@ json read_recipe_file(const fs::path& file) {
 
 }  // namespace
 
-nlohmann::ordered_json response_format_order(const nlohmann::ordered_json& value) {
-    const nlohmann::ordered_json::json_pointer schema("/json_schema/schema");
-    if (!value.is_object() || !value.contains(schema)) return nullptr;
-    return {{"params", {{"schema", value.at(schema)}}}};
-}
-
-std::optional<json> response_format_controller(const json& value, std::vector<RecipeIssue>& issues) {
-    json_input::ObjectReader r(value, "/response_format", issues);
+std::optional<JsonDocument> response_format_controller(const JsonDocument& value, std::vector<RecipeIssue>& issues) {
+    json_input::DocumentReader r(value, "/response_format", issues);
     const auto type = r.text("type", json_input::kRequired);
     const auto spec = r.object("json_schema");
     r.reject_unknown_keys();
@@ -48,7 +41,7 @@ std::optional<json> response_format_controller(const json& value, std::vector<Re
     }
     if (*type == "json_object") {
         if (spec) r.issue("json_schema", "only with \"type\": \"json_schema\"");
-        return json{{"plugin", "json_schema"}, {"params", {{"schema", {{"type", "object"}}}}}};
+        return JsonDocument{{"plugin", "json_schema"}, {"params", {{"schema", {{"type", "object"}}}}}};
     }
     if (*type != "json_schema") {
         r.issue("type", "expected \"json_schema\", \"json_object\" or \"text\", got '" + *type + "'");
@@ -58,17 +51,17 @@ std::optional<json> response_format_controller(const json& value, std::vector<Re
         r.issue("json_schema", "\"type\": \"json_schema\" needs {\"schema\": {...}}");
         return std::nullopt;
     }
-    json_input::ObjectReader s(*spec, r.pointer("json_schema"), issues);
+    json_input::DocumentReader s(*spec, r.pointer("json_schema"), issues);
     const auto schema = s.object("schema", json_input::kRequired);
     s.text("name");
     s.text("description");
     s.boolean("strict");  // OpenAI's switch for exactness: here the schema is always held exactly
     s.reject_unknown_keys();
     if (!schema) return std::nullopt;
-    return json{{"plugin", "json_schema"}, {"params", {{"schema", *schema}}}};
+    return JsonDocument{{"plugin", "json_schema"}, {"params", {{"schema", *schema}}}};
 }
 
-void check_client_recipe(const json& recipe, const ServerOptions& options, std::vector<RecipeIssue>& issues) {
+void check_client_recipe(const JsonDocument& recipe, const ServerOptions& options, std::vector<RecipeIssue>& issues) {
     const bool isolated = options.isolation == "process";
     const std::string in_process =
         "this server runs controllers in a process of their own (its operator's setting); a request may ask for "
@@ -77,7 +70,7 @@ void check_client_recipe(const json& recipe, const ServerOptions& options, std::
         issues.push_back({"/recipe/isolation", in_process});
     if (!recipe.contains("controllers") || !recipe["controllers"].is_array()) return;
     for (size_t i = 0; i < recipe["controllers"].size(); ++i) {
-        const json& c = recipe["controllers"][i];
+        const JsonDocument& c = recipe["controllers"][i];
         if (!c.is_object()) continue;
         const std::string at = "/recipe/controllers/" + std::to_string(i);
         if (isolated && c.contains("isolation") && c["isolation"] == "in_process")
@@ -104,34 +97,28 @@ json error_json(const RequestError& e) {
 }
 
 std::string share_key(const GenerateRequest& request) {
-    json shape = request.recipe;
+    JsonDocument shape = request.recipe;
     shape.erase("seed");
     shape.erase("samples");
     // In the client's order: recipes that differ only in a schema's property order run apart.
-    return request.base_dir.string() + "\n" + ordered_like(shape, request.order).dump();
+    return request.base_dir.string() + "\n" + shape.dump();
 }
 
 GenerateRequest read_request(const std::string& body, const ServerOptions& options) {
-    json j;
+    JsonDocument j;
     try {
-        j = json_input::parse(body);
+        j = json_input::parse_document(body);
     } catch (const std::exception& e) {
         throw RequestError{400, std::string("the request body is not valid JSON: ") + e.what(), {}};
     }
     std::vector<RecipeIssue> issues;
-    json_input::ObjectReader r(j, "", issues);
+    json_input::DocumentReader r(j, "", issues);
     if (!r.is_object()) throw RequestError{400, "the request body must be a JSON object", {}};
     GenerateRequest out;
-    // The body again with its keys in order (it parsed above), for the order of the controllers' params.
-    const auto ordered_body = nlohmann::ordered_json::parse(body, nullptr, false);
-    const auto ordered_at = [&](const char* pointer) {
-        const nlohmann::ordered_json::json_pointer at(pointer);
-        return ordered_body.is_object() && ordered_body.contains(at) ? ordered_body.at(at) : nlohmann::ordered_json();
-    };
-    const json* recipe = r.any("recipe", json_input::kRequired, "a recipe object, or the name of one the server has");
+    const JsonDocument* recipe =
+        r.any("recipe", json_input::kRequired, "a recipe object, or the name of one the server has");
     if (recipe != nullptr && recipe->is_object()) {
         out.recipe = *recipe;
-        out.order = ordered_at("/recipe");
         out.pointer_prefix = "/recipe";
         check_client_recipe(out.recipe, options, issues);
     } else if (recipe != nullptr && recipe->is_string()) {
@@ -143,8 +130,6 @@ GenerateRequest read_request(const std::string& body, const ServerOptions& optio
                                   (known.empty() ? std::string("it was started with none") : "it has: " + known) + ")");
         } else {
             out.recipe = read_recipe_file(found->second);
-            out.order =
-                nlohmann::ordered_json::parse(read_small_file(found->second, kMaxConfigFileBytes), nullptr, false);
             out.base_dir = found->second.parent_path();
         }
     } else if (recipe != nullptr) {
@@ -153,23 +138,16 @@ GenerateRequest read_request(const std::string& body, const ServerOptions& optio
     const auto seed = r.integer("seed", 0, INT64_MAX);
     const auto samples = r.integer("samples", 1, options.limits.max_samples);
     const auto max_length = r.integer("max_length", 1, options.limits.max_length);
-    const json params = r.object("params").value_or(json::object());
+    const JsonDocument params = r.object("params").value_or(JsonDocument::object());
     out.stream = r.boolean("stream").value_or(false);
-    const json* response_format = r.any("response_format");
+    const JsonDocument* response_format = r.any("response_format");
     r.reject_unknown_keys();
     if (response_format != nullptr) {
-        const std::optional<json> controller = response_format_controller(*response_format, issues);
+        const std::optional<JsonDocument> controller = response_format_controller(*response_format, issues);
         if (controller && out.recipe.is_object()) {
-            if (!out.recipe.contains("controllers")) out.recipe["controllers"] = json::array();
+            if (!out.recipe.contains("controllers")) out.recipe["controllers"] = JsonDocument::array();
             // A malformed controllers value is the recipe's issue, reported when it is parsed.
-            if (out.recipe["controllers"].is_array()) {
-                out.recipe["controllers"].push_back(*controller);
-                if (!out.order.is_object()) out.order = nlohmann::ordered_json::object();
-                if (!out.order["controllers"].is_array()) out.order["controllers"] = nlohmann::ordered_json::array();
-                while (out.order["controllers"].size() + 1 < out.recipe["controllers"].size())
-                    out.order["controllers"].push_back(nullptr);
-                out.order["controllers"].push_back(response_format_order(ordered_at("/response_format")));
-            }
+            if (out.recipe["controllers"].is_array()) out.recipe["controllers"].push_back(*controller);
         }
     }
     if (out.recipe.is_object()) {
@@ -194,7 +172,7 @@ GenerateRequest read_request(const std::string& body, const ServerOptions& optio
                     if (!c.is_object() || !c.contains(key) || c[key] != name) continue;
                     found = true;
                     if (!value.is_object()) continue;
-                    if (!c.contains("params") || !c["params"].is_object()) c["params"] = json::object();
+                    if (!c.contains("params") || !c["params"].is_object()) c["params"] = JsonDocument::object();
                     c["params"].update(value);
                 }
             const std::string pointer = "/params/" + json_input::pointer_token(name);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <rudder/rudder_json.hpp>
 
 #include <rudder/runtime/recipe.hpp>
 #include <rudder/serve/server.hpp>
@@ -26,9 +27,10 @@ nlohmann::json error_json(const RequestError& e);
 
 // A request's recipe with the request's overrides applied.
 struct GenerateRequest {
-    nlohmann::json recipe;
-    // The recipe's key order as the client (or the server's recipe file) wrote it, where known (null otherwise): the
-    // order a controller's params are handed over in (a JSON Schema's properties are written in the order it gives).
+    // Keys in the order the client (or the server's recipe file) wrote them: the order a controller's params are
+    // handed over in (a JSON Schema's properties are written in the order it gives).
+    JsonDocument recipe;
+    // Unused, always null: the recipe keeps its own order. Left while job_runner.cpp still copies it (Job::order).
     nlohmann::ordered_json order;
     std::filesystem::path base_dir = ".";
     std::string pointer_prefix;  // "/recipe" for an inline recipe: where its problems are in the request
@@ -37,10 +39,10 @@ struct GenerateRequest {
     std::string samples_pointer = "/recipe/samples";  // where the request's samples are set ("/samples": overridden)
 };
 
-// The body parsed once (json_input::parse: no duplicate keys, bounded depth); RequestError (400, or 500 for a
-// recipe file of the server's that cannot be read) with every problem of the request itself. The recipe's own
-// problems are found when it is parsed (parse_recipe_document) and loaded. A recipe the request gives may not ask
-// for less isolation than the server's (options.isolation), nor name a plugin by path unless the server allows
+// The body parsed once (json_input::parse_document: no duplicate keys, bounded depth, keys in order); RequestError
+// (400, or 500 for a recipe file of the server's that cannot be read) with every problem of the request itself. The
+// recipe's own problems are found when it is parsed (parse_recipe_document) and loaded. A recipe the request gives may
+// not ask for less isolation than the server's (options.isolation), nor name a plugin by path unless the server allows
 // client paths; a recipe that does not say where its controllers run runs them where the server says.
 GenerateRequest read_request(const std::string& body, const ServerOptions& options);
 
@@ -48,14 +50,11 @@ GenerateRequest read_request(const std::string& body, const ServerOptions& optio
 // {"name", "schema", "strict", "description"}} -> json_schema with that schema; {"type": "json_object"} -> any JSON
 // object; {"type": "text"} -> none. std::nullopt when none is asked for (or the value has issues, recorded at
 // /response_format).
-std::optional<nlohmann::json> response_format_controller(const nlohmann::json& value, std::vector<RecipeIssue>& issues);
-// That controller's key order (GenerateRequest::order's entry) from the response_format as the client wrote it: its
-// schema's.
-nlohmann::ordered_json response_format_order(const nlohmann::ordered_json& value);
+std::optional<JsonDocument> response_format_controller(const JsonDocument& value, std::vector<RecipeIssue>& issues);
 
 // The server's rules for a recipe a client gives (issues at /recipe/...): no less isolation than the server's,
 // plugins by id unless client paths are allowed.
-void check_client_recipe(const nlohmann::json& recipe, const ServerOptions& options, std::vector<RecipeIssue>& issues);
+void check_client_recipe(const JsonDocument& recipe, const ServerOptions& options, std::vector<RecipeIssue>& issues);
 
 // Requests whose recipes differ only in seed and samples share generators, and runs.
 std::string share_key(const GenerateRequest& request);

@@ -35,8 +35,8 @@ struct Job {
         nlohmann::json data;
     };
     std::string key;               // requests with the same key can share a generator and a run
-    nlohmann::json recipe;         // the request's recipe, overrides applied, and where its paths resolve
-    nlohmann::ordered_json order;  // its key order as the client wrote it (GenerateRequest::order)
+    JsonDocument recipe;           // the request's recipe, overrides applied, keys in the client's order
+    nlohmann::ordered_json order;  // unused, always null (GenerateRequest::order)
     std::filesystem::path base_dir;
     // Built to check the request (a recipe no generator was built for before), else none: the run takes a cached
     // generator of its key or builds one. A shared run uses the first job's; the others go back to the cache, and

@@ -171,7 +171,6 @@ struct Server::State {
         auto job = std::make_shared<Job>();
         job->key = share_key(request);
         job->recipe = request.recipe;
-        job->order = request.order;
         job->base_dir = request.base_dir;
         job->deadline = deadline;
         job->samples_pointer = request.samples_pointer;

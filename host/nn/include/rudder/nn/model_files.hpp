@@ -4,6 +4,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <rudder/rudder_json.hpp>
 
 #include <filesystem>
 #include <memory>
@@ -23,8 +24,11 @@ public:
 };
 
 // A JSON file's contents; ModelError naming the file if it cannot be read or parsed, is not a regular file or is
-// larger than kMaxConfigFileBytes (rudder/text/text_files.hpp).
+// larger than kMaxConfigFileBytes (rudder/text/text_files.hpp). nlohmann::json, keys sorted: configs and tables
+// looked up by key (a weight index's weight_map names thousands of tensors; JsonDocument's lookups are linear).
 nlohmann::json read_json_file(const std::filesystem::path& file);
+// The same, keys in the file's order: a document (a recipe) rather than a table looked up by key.
+JsonDocument read_json_document(const std::filesystem::path& file);
 
 // `dir`/config.json: a JSON object of this format version. Throws ModelError naming the file.
 nlohmann::json read_model_config(const std::filesystem::path& dir);

@@ -70,10 +70,9 @@ struct ControllerSpec {
     // "fail": a PluginError from this controller fails the run; "continue": it is dropped from the rest of the run
     // (with a warning; its verdicts say "dropped") and the run goes on without it.
     std::string on_failure = "fail";
-    nlohmann::json params = nlohmann::json::object();
-    // The params as the recipe text writes them, keys in its order (`params` sorts them): what the plugin is given.
-    // Empty for a recipe read from a parsed document (parse_recipe_document), which has lost the order.
-    std::string params_text;
+    // The params as the recipe writes them, keys in its order: what the plugin is given (params.dump()). A
+    // controller may read order into them (a JSON Schema's properties are written in the order it gives them).
+    JsonDocument params = JsonDocument::object();
     std::string pointer;  // "/controllers/<i>", for messages
 };
 
@@ -121,17 +120,11 @@ struct RecipeLimits {
 // (loading the model and the plugins) can report its own problems too; text that is not a JSON object still throws.
 Recipe parse_recipe(const std::string& text, const std::filesystem::path& base_dir, const RecipeLimits& limits = {},
                     std::vector<RecipeIssue>* issues = nullptr);
-// The same for a document already parsed (with json_input::parse, which refuses duplicate keys and deep nesting): a
-// served request's recipe, read once as JSON and never printed and parsed again.
-Recipe parse_recipe_document(const nlohmann::json& doc, const std::filesystem::path& base_dir,
+// The same for a document already parsed (with json_input::parse_document, which refuses duplicate keys and deep
+// nesting): a served request's recipe, read once as JSON and never printed and parsed again. The controllers' params
+// keep the document's key order.
+Recipe parse_recipe_document(const JsonDocument& doc, const std::filesystem::path& base_dir,
                              const RecipeLimits& limits = {}, std::vector<RecipeIssue>* issues = nullptr);
-// `value` with the key order of `hint` wherever `hint` has the same keys (objects within objects and arrays too),
-// other keys after them; the content is always `value`'s.
-nlohmann::ordered_json ordered_like(const nlohmann::json& value, const nlohmann::ordered_json& hint);
-// Gives each controller of `recipe` its params_text: its params in the key order `order` (the recipe document as it
-// was written, or one shaped like it; null entries where unknown) gives them. Controllers `order` says nothing of
-// keep theirs.
-void keep_params_order(Recipe& recipe, const nlohmann::ordered_json& order);
 
 // Reads the file (an unreadable file is a RecipeError at pointer "") and parses it; base_dir = its folder.
 Recipe load_recipe(const std::filesystem::path& path, const RecipeLimits& limits = {},
@@ -146,6 +139,8 @@ void check_sampler_settings(const nlohmann::json& sampler, const std::string& po
 // Reads a window of diffusion time in `window` ({"from_t", "to_t"}, from noisy to clean) into from_t and to_t where
 // given; a window that runs backwards is an issue at `key` of `parent`.
 void read_time_window(json_input::ObjectReader& window, json_input::ObjectReader& parent, const char* key,
+                      double& from_t, double& to_t);
+void read_time_window(json_input::DocumentReader& window, json_input::DocumentReader& parent, const char* key,
                       double& from_t, double& to_t);
 
 }  // namespace rudder
