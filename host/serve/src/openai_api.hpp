@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <rudder/serve/server.hpp>
+#include <rudder/serve/server_options.hpp>
 #include <rudder/text/chat_template.hpp>
 #include <rudder/text/tokenizer.hpp>
 

@@ -11,7 +11,7 @@
 #include <rudder/rudder_json.hpp>
 
 #include <rudder/runtime/recipe.hpp>
-#include <rudder/serve/server.hpp>
+#include <rudder/serve/server_options.hpp>
 
 namespace rudder::serve {
 

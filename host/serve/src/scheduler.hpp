@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include <rudder/runtime/generator.hpp>
-#include <rudder/serve/server.hpp>
+#include <rudder/serve/server_options.hpp>
 
 #include "generator_cache.hpp"
 #include "metrics.hpp"

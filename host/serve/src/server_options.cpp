@@ -1,4 +1,5 @@
-// rudder serve's options with every default decided, and the memory a request may use by default.
+// rudder serve's options with every default decided (server_options.hpp), and the memory a request may use by default
+// (rudder/serve/server_options.hpp).
 #include "server_options.hpp"
 
 #include <cstdint>
