@@ -9,7 +9,7 @@ What the tree has:
 
 What the docs say (each list is read out of its table cell, by the names written in `backticks`):
   - README.md's "What is here" table: the `host/` row's layers (the names outside parentheses), the `controllers/`
-    row's controllers, the `models/` row's models;
+    row's controllers, the `models/` row's models, the `docs/` row's pages (its links, against docs/*.md);
   - docs/design.md's layers table: one `host/<layer>/` row per layer, and the `controllers/` row's controllers;
   - docs/recipes.md's "First-party controllers" table: the first column's controllers;
   - docs/models.md's "Bundled models" table: the first column's models.
@@ -180,6 +180,13 @@ def main(argv):
     else:
         check.absent("README.md", "`models/` row")
 
+    pages = row(readme, "`docs/`")
+    if pages:
+        check.same("README.md, the `docs/` row", "pages", {p.name for p in (root / "docs").glob("*.md")},
+                   set(re.findall(r"\]\(docs/([^)#]+\.md)\)", pages[1])))
+    else:
+        check.absent("README.md", "`docs/` row")
+
     design = (root / "docs" / "design.md").read_text()
     rows = [cells(line)[0] for line in design.splitlines() if re.match(r"^\| `host/[^`]*/` \|", line)]
     check.same("docs/design.md, the layers table", "layers", layers, {r[len("`host/") : -len("/`")] for r in rows})
@@ -211,8 +218,8 @@ def main(argv):
         for problem in check.problems:
             print("FAIL: " + problem)
         return 1
-    print(f"ok: {len(layers)} layers, {len(ids)} controllers, {len(models)} models, as README.md, docs/design.md, "
-          "docs/recipes.md and docs/models.md list them")
+    print(f"ok: {len(layers)} layers, {len(ids)} controllers, {len(models)} models and the docs' pages, as README.md, "
+          "docs/design.md, docs/recipes.md and docs/models.md list them")
     return 0
 
 
