@@ -35,9 +35,8 @@ void JobRunner::run(std::vector<std::shared_ptr<Job>>& jobs) {
             for (const auto& issue : e.issues) message += "; " + issue.pointer + ": " + issue.message;
             scheduler_.run_ended(jobs.size());
             // Its load running past the jobs' deadlines is a timeout (504), not the server's failure.
-            json event = {{"error", message}};
-            if (e.status == 504) event["status"] = 504;
-            for (auto& job : jobs) job->deliver("error", event);
+            const RequestError error{e.status == 504 ? 504 : 500, message, {}};
+            for (auto& job : jobs) job->deliver(ErrorEvent{error});
             return;
         }
     }
@@ -58,13 +57,12 @@ void JobRunner::run(std::vector<std::shared_ptr<Job>>& jobs) {
         !generator->fits_memory_limit(total)) {
         generators_.cache.give_back(jobs[0]->key, std::move(generator));
         scheduler_.run_ended(jobs.size());
-        jobs[0]->deliver("error", {{"error", "invalid request"},
-                                   {"status", 400},
-                                   {"issues",
-                                    {{{"pointer", jobs[0]->samples_pointer},
-                                      {"message", "a batch of " + std::to_string(std::min(recipe.batch_size, total)) +
-                                                      " samples of this recipe is over this server's memory limit "
-                                                      "for a request now; ask for fewer samples"}}}}});
+        jobs[0]->deliver(ErrorEvent{
+            {400,
+             "invalid request",
+             {{jobs[0]->samples_pointer, "a batch of " + std::to_string(std::min(recipe.batch_size, total)) +
+                                             " samples of this recipe is over this server's memory limit for a "
+                                             "request now; ask for fewer samples"}}}});
         return;
     }
     run_one(std::move(generator), jobs);
@@ -100,16 +98,15 @@ void JobRunner::run_one(std::unique_ptr<Generator> generator, std::vector<std::s
                     const int64_t begin = std::max(first[i], p.samples_done);
                     const int64_t end = std::min(first[i] + jobs[i]->samples, p.samples_done + rows);
                     if (begin >= end) continue;  // none of its rows in this batch
-                    const std::vector<std::string> own(texts.begin() + (begin - p.samples_done),
-                                                       texts.begin() + (end - p.samples_done));
-                    jobs[i]->deliver("step", {{"batch", p.batch},
-                                              {"batches", p.batches},
-                                              {"step", p.step},
-                                              {"steps", p.steps},
-                                              // t as the schedule means it: 0.45, not 0.44999999999999996
-                                              {"t", std::round(p.t * 1e9) / 1e9},
-                                              {"first", begin - first[i]},
-                                              {"texts", own}});
+                    StepEvent step;
+                    step.batch = p.batch;
+                    step.batches = p.batches;
+                    step.step = p.step;
+                    step.steps = p.steps;
+                    step.t = std::round(p.t * 1e9) / 1e9;  // as the schedule means it: 0.45, not 0.44999999999999996
+                    step.first = begin - first[i];
+                    step.texts.assign(texts.begin() + (begin - p.samples_done), texts.begin() + (end - p.samples_done));
+                    jobs[i]->deliver(std::move(step));
                 }
                 return true;
             },
@@ -118,7 +115,7 @@ void JobRunner::run_one(std::unique_ptr<Generator> generator, std::vector<std::s
                 const size_t i = job_of(s.index);
                 json sample = sample_json(s);
                 sample["index"] = s.index - first[i];
-                jobs[i]->deliver("sample", std::move(sample));
+                jobs[i]->deliver(SampleEvent{std::move(sample)});
             },
             RunOverrides{total, seed});
         finished = true;
@@ -132,11 +129,11 @@ void JobRunner::run_one(std::unique_ptr<Generator> generator, std::vector<std::s
     scheduler_.run_ended(jobs.size());
     for (size_t i = 0; i < jobs.size(); ++i) {
         if (!finished) {
-            jobs[i]->deliver("error", {{"error", error}});
+            jobs[i]->deliver(ErrorEvent{{500, error, {}}});
             continue;
         }
         jobs[i]->deliver(
-            "done", {{"run", {{"seed", seed}, {"samples", total}, {"requests", jobs.size()}, {"first", first[i]}}}});
+            DoneEvent{{{"seed", seed}, {"samples", total}, {"requests", jobs.size()}, {"first", first[i]}}});
     }
 }
 

@@ -7,10 +7,10 @@
 
 namespace rudder::serve {
 
-void Job::deliver(std::string name, nlohmann::json data) {
+void Job::deliver(Event event) {
     {
         std::lock_guard<std::mutex> lock(mutex_);
-        events_.push_back({std::move(name), std::move(data)});
+        events_.push_back(std::move(event));
     }
     arrived_.notify_one();
 }

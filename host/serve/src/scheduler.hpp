@@ -22,6 +22,7 @@
 #include <rudder/serve/server_options.hpp>
 
 #include "generator_cache.hpp"
+#include "job_events.hpp"
 #include "metrics.hpp"
 
 namespace rudder::serve {
@@ -30,10 +31,7 @@ using Clock = std::chrono::steady_clock;
 
 // A request's generation once admitted: what it asks for, and the events its run delivers to the request's thread.
 struct Job {
-    struct Event {
-        std::string name;  // "step" (streamed requests only), "sample", then "done" or "error"
-        nlohmann::json data;
-    };
+    using Event = JobEvent;        // steps (streamed requests only), samples, then done or an error
     std::string key;               // requests with the same key can share a generator and a run
     JsonDocument recipe;           // the request's recipe, overrides applied, keys in the client's order
     nlohmann::ordered_json order;  // unused, always null (GenerateRequest::order)
@@ -53,7 +51,7 @@ struct Job {
     std::atomic<bool> abandoned{false};
 
     // From the run's thread.
-    void deliver(std::string name, nlohmann::json data);
+    void deliver(Event event);
     // From the request's thread: the next event, or none if `deadline` passes first.
     std::optional<Event> next(Clock::time_point deadline);
 

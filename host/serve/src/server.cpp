@@ -25,6 +25,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <rudder/base/memory.hpp>
@@ -206,19 +207,15 @@ struct Server::State {
                 metrics.failed("timeout");
                 throw RequestError{504, timeout_message(), {}};
             }
-            if (event->name == "sample") {
-                samples.push_back(std::move(event->data));
-            } else if (event->name == "done") {
-                run = event->data["run"];
+            if (auto* sample = std::get_if<SampleEvent>(&*event)) {
+                samples.push_back(std::move(sample->sample));
+            } else if (auto* done = std::get_if<DoneEvent>(&*event)) {
+                run = std::move(done->run);
                 return samples;
-            } else if (event->name == "error") {
+            } else if (auto* failed = std::get_if<ErrorEvent>(&*event)) {
                 // A run's failure is the server's answer (500) unless the runner says it is the request's.
-                const int status = event->data.value("status", 500);
-                metrics.failed(failure_cause(status));
-                RequestError error{status, event->data.value("error", std::string("the run failed")), {}};
-                for (const auto& issue : event->data.value("issues", json::array()))
-                    error.issues.push_back({issue.value("pointer", ""), issue.value("message", "")});
-                throw error;
+                metrics.failed(failure_cause(failed->error.status));
+                throw std::move(failed->error);
             }
         }
     }
@@ -335,26 +332,25 @@ struct Server::State {
                         data(openai_error(RequestError{504, timeout_message(), {}}, &request));
                         break;
                     }
-                    if (event->name == "step") {
-                        open = send(": step " + std::to_string(event->data.value("step", 0)) + "/" +
-                                    std::to_string(event->data.value("steps", 0)) + "\n\n");
-                    } else if (event->name == "sample") {
-                        const Choice c = choice_of(request, event->data);
+                    if (const auto* step = std::get_if<StepEvent>(&*event)) {
+                        open =
+                            send(": step " + std::to_string(step->step) + "/" + std::to_string(step->steps) + "\n\n");
+                    } else if (const auto* sample = std::get_if<SampleEvent>(&*event)) {
+                        const Choice c = choice_of(request, sample->sample);
                         completion_tokens += c.completion_tokens;
-                        const int64_t index = event->data.value("index", 0);
+                        const int64_t index = sample->sample.value("index", 0);
                         open = data(chunk_json(request, id, created, index, c.text, "", true)) &&
                                data(chunk_json(request, id, created, index, "", c.finish_reason, false));
-                    } else if (event->name == "done") {
+                    } else if (std::holds_alternative<DoneEvent>(*event)) {
                         metrics.latency.Observe(seconds_since(arrived));
                         if (request.include_usage) data(usage_chunk_json(request, id, created, completion_tokens));
                         send("data: [DONE]\n\n");
                         break;
-                    } else if (event->name == "error") {
-                        metrics.failed(failure_cause(event->data.value("status", 500)));
-                        json body = openai_error(RequestError{event->data.value("status", 500),
-                                                              event->data.value("error", std::string("the run failed")),
-                                                              {}},
-                                                 &request);
+                    } else if (const auto* failed = std::get_if<ErrorEvent>(&*event)) {
+                        metrics.failed(failure_cause(failed->error.status));
+                        // The message alone, without the issues, as this chunk has always been written.
+                        json body =
+                            openai_error(RequestError{failed->error.status, failed->error.message, {}}, &request);
                         redact.scrub(body);
                         data(body);
                         break;
@@ -380,37 +376,45 @@ struct Server::State {
         res.set_chunked_content_provider(
             "text/event-stream",
             [this, place, job, arrived](size_t, httplib::DataSink& sink) {
-                const auto send = [&](const std::string& event, json data) {
-                    if (event == "error") {
-                        redact.scrub(data);
-                        data.erase("status");
-                    }
-                    const std::string text = "event: " + event + "\ndata: " + dump_json(data) + "\n\n";
+                const auto send = [&](const char* event, const json& data) {
+                    const std::string text = "event: " + std::string(event) + "\ndata: " + dump_json(data) + "\n\n";
                     return sink.write(text.data(), text.size());
+                };
+                // An error event: error_json's {"error", "issues"?}, free of server paths (its status is not sent).
+                const auto send_error = [&](const RequestError& e) {
+                    json data = error_json(e);
+                    redact.scrub(data);
+                    return send(ErrorEvent::name, data);
                 };
                 for (;;) {
                     std::optional<Job::Event> event = job->next(job->deadline);
                     if (!event) {
                         job->abandoned = true;
                         metrics.failed("timeout");
-                        send("error", {{"error", timeout_message()}});
+                        send_error(RequestError{504, timeout_message(), {}});
                         break;
                     }
-                    if (event->name == "done") {
+                    if (const auto* done = std::get_if<DoneEvent>(&*event)) {
                         // Observed before "done" is written, so a client that has read the stream finds the run
                         // in the metrics.
                         const double seconds = seconds_since(arrived);
                         metrics.latency.Observe(seconds);
-                        send("done", {{"seconds", seconds}, {"run", event->data["run"]}});
+                        send(DoneEvent::name, {{"seconds", seconds}, {"run", done->run}});
                         break;
                     }
-                    if (event->name == "error") metrics.failed(failure_cause(event->data.value("status", 500)));
-                    if (!send(event->name, std::move(event->data))) {
+                    if (const auto* failed = std::get_if<ErrorEvent>(&*event)) {
+                        metrics.failed(failure_cause(failed->error.status));
+                        if (!send_error(failed->error)) job->abandoned = true;
+                        break;
+                    }
+                    const auto* step = std::get_if<StepEvent>(&*event);
+                    const bool sent = step ? send(StepEvent::name, step_json(*step))
+                                           : send(SampleEvent::name, std::get<SampleEvent>(*event).sample);
+                    if (!sent) {
                         job->abandoned = true;
-                        if (event->name != "error") metrics.failed("disconnected");
+                        metrics.failed("disconnected");
                         break;
                     }
-                    if (event->name == "error") break;
                 }
                 sink.done();
                 return true;
