@@ -187,7 +187,7 @@ TEST(Recipe, ConfidenceSettingsAndTruncationAreChecked) {
     EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "analytic", "order": "margin"}})"),
                           "/sampler/order", "confidence sampler only, not 'analytic'"));
     EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"block_length": 4}})"), "/sampler/block_length",
-                          "confidence, first_hitting, llada and dream samplers only (name it)"));
+                          "first_hitting, confidence, llada and dream samplers only (name it)"));
     EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "confidence", "order": "greedy"}})"),
                           "/sampler/order", "probability"));
     EXPECT_TRUE(has_issue(issues_of(R"({"model": "m", "sampler": {"name": "ddim", "top_k": 3}})"), "/sampler/top_k",
