@@ -8,7 +8,8 @@
     particles in both families);
   - each public-checkpoint fixture family (random weights written by tests/nets/*_fixture.py with python3-torch:
     MDLM, SEDD, BD3-LM, UDLM, DUO, LLaDA, Dream) with the samplers each takes, under hard constraints;
-each as OUT/<case>.jsonl, and the recipes it ran as OUT/recipes/<case>.json.
+each as OUT/<case>.jsonl, and the recipes it ran as OUT/recipes/<case>.json. `run BUILD OUT REGEX` runs only the
+cases whose name the regular expression finds (e.g. 'authors' for the authors' samplers).
 `compare A B` compares two such folders file by file (cmp) and exits 1 on any difference or missing file.
 
 Used by issue 45 (one room per diffusion process): run it on the tree before and after, then compare.
@@ -17,6 +18,7 @@ import filecmp
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -92,6 +94,30 @@ def fixture_cases(fixtures):
         cases[f"{name}_recommended"] = dict(base, model=str(llm / name), max_length=20, sampler={"steps": 8})
         cases[f"{name}_analytic_guided"] = dict(base, model=str(llm / name), max_length=20,
                                                 sampler={"name": "analytic", "steps": 10, "prompt_guidance": 0.5})
+    # The authors' samplers and Fast-dLLM's settings on them (issue 60 split the absorbing room by sampler).
+    authors = {
+        "llada": [{"name": "llada", "steps": 8, "block_length": 4},
+                  {"name": "llada", "steps": 8, "remasking": "random", "temperature": 0.7},
+                  {"name": "llada", "threshold": 0.5, "block_length": 4},
+                  {"name": "llada", "factor": 1.0, "block_length": 4, "kv_cache": "prefix"},
+                  {"name": "llada", "steps": 8, "block_length": 4, "kv_cache": "dual"},
+                  {"name": "llada", "steps": 8, "prompt_guidance": 0.5}],
+        "dream": [{"name": "dream", "steps": 8, "alg": alg, "temperature": 0.5, "top_p": 0.9}
+                  for alg in ("origin", "maskgit_plus", "topk_margin", "entropy")] +
+                 [{"name": "dream", "steps": 8, "alg": "topk_margin", "alg_temp": 0.5, "temperature": 0.5},
+                  {"name": "dream", "steps": 16, "block_length": 4},
+                  {"name": "dream", "threshold": 0.5, "block_length": 4, "kv_cache": "dual"}],
+    }
+    for name, samplers in authors.items():
+        for k, sampler in enumerate(samplers):
+            cases[f"{name}_authors_{k}"] = dict(base, model=str(llm / name), max_length=20, sampler=sampler)
+    for k, sampler in enumerate(({"name": "mdlm", "steps": 16}, {"name": "mdlm", "steps": 16, "noise_removal": False,
+                                                                  "top_k": 20})):
+        cases[f"mdlm_authors_{k}"] = dict(base, model=str(dit / "mdlm"), sampler=sampler)
+    for k, sampler in enumerate(({"name": "sedd", "steps": 16}, {"name": "sedd", "steps": 16,
+                                                                  "predictor": "analytic", "temperature": 0.8})):
+        cases[f"sedd_authors_{k}"] = dict(base, model=str(dit / "sedd"), sampler=sampler)
+    cases["bd3lm_authors"] = dict(base, model=str(dit / "bd3lm"), sampler={"name": "bd3lm", "top_p": 0.9})
     return cases
 
 
@@ -113,7 +139,7 @@ def make_fixtures(out):
     (dit / "udlm" / "vocab.txt").write_text("".join(t + "\n" for t in vocab))
 
 
-def run(build, out):
+def run(build, out, only=None):
     rudder = pathlib.Path(build).resolve() / "bin" / "rudder"
     out = pathlib.Path(out).resolve()
     if out.exists():
@@ -123,8 +149,11 @@ def run(build, out):
     make_fixtures(fixtures)
     cases = {}
     for recipe in sorted((ROOT / "examples" / "recipes").glob("*.json")):
-        cases["example_" + recipe.stem] = recipe
+        if not only or re.search(only, "example_" + recipe.stem):
+            cases["example_" + recipe.stem] = recipe
     for name, recipe in {**bundled_cases(), **fixture_cases(fixtures)}.items():
+        if only and not re.search(only, name):
+            continue
         path = out / "recipes" / f"{name}.json"
         path.write_text(json.dumps(recipe, indent=1) + "\n")
         cases[name] = path
@@ -155,8 +184,8 @@ def compare(a, b):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "run":
-        run(sys.argv[2], sys.argv[3])
+    if len(sys.argv) in (4, 5) and sys.argv[1] == "run":
+        run(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) == 5 else None)
     elif len(sys.argv) == 4 and sys.argv[1] == "compare":
         sys.exit(compare(sys.argv[2], sys.argv[3]))
     else:
