@@ -23,11 +23,9 @@ namespace rudder::bench {
 // seconds at B = 8 and measure nothing more).
 class SyntheticDenoiser final : public Denoiser {
 public:
-    SyntheticDenoiser(int64_t vocab_size, uint64_t seed) : vocab_size_(vocab_size), seed_(seed) {}
+    SyntheticDenoiser(int64_t vocab_size, uint64_t seed)
+        : Denoiser({Family::discrete, vocab_size}), vocab_size_(vocab_size), seed_(seed) {}
 
-    Family family() const override { return Family::discrete; }
-    int64_t vocab_size() const override { return vocab_size_; }
-    int64_t embed_dim() const override { return 0; }
     void to(const at::Device& device) override {
         if (!device.is_cpu()) throw std::invalid_argument("the synthetic denoiser runs on the CPU only");
     }

@@ -98,7 +98,7 @@ TEST(ContinuousNet, OutputsHaveTheirShapesAndAreNormalisedWithAndWithoutConditio
         EXPECT_EQ(den.family(), Family::continuous);
         EXPECT_EQ(den.vocab_size(), V);
         EXPECT_EQ(den.embed_dim(), 16);
-        EXPECT_EQ(den.conditional(), conditional);
+        EXPECT_EQ(den.traits().conditional, conditional);
         ASSERT_TRUE(den.embedding().defined());
         EXPECT_EQ(den.embedding().sizes(), (at::IntArrayRef{V, 16}));
         std::vector<std::string> conditions;
@@ -123,7 +123,7 @@ TEST(DiscreteNet, SubsMakesTheMaskImpossibleAndCommittedTokensCertain) {
         EXPECT_EQ(den.family(), Family::discrete);
         EXPECT_EQ(den.embed_dim(), 0);
         EXPECT_FALSE(den.embedding().defined());
-        EXPECT_EQ(den.conditional(), conditional);
+        EXPECT_EQ(den.traits().conditional, conditional);
         at::Tensor tokens = sentence_tokens().slice(0, 0, 4).clone();
         auto gen = make_gen(3);
         const at::Tensor masked = at::rand(tokens.sizes(), gen).lt(0.5);
@@ -405,7 +405,7 @@ TEST(Weights, SavedParametersLoadBackToIdenticalOutputs) {
                                                       family == "continuous" ? Family::continuous : Family::discrete);
         TransformerDenoiser original(net, tokenizer());
         ASSERT_EQ(loaded->family(), original.family());
-        EXPECT_TRUE(loaded->conditional());
+        EXPECT_TRUE(loaded->traits().conditional);
         const std::vector<std::string> conditions = {meaning_representations()[3], ""};
         at::Tensor x;
         if (family == "continuous") {

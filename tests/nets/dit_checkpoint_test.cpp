@@ -171,8 +171,8 @@ TEST_F(DitCheckpoint, UniformNoiseCheckpointsMatchTheReferenceForwardAndPosterio
         const double probs_diff =
             max_difference(net->clean_log_probs(tokens, sigma), reference(name + ".clean_log_probs"));
         rudder::DitCheckpointDenoiser denoiser(net);
-        ASSERT_NE(denoiser.uniform_noise(), nullptr);
-        EXPECT_FALSE(denoiser.uniform_noise()->geometric());
+        ASSERT_TRUE(denoiser.traits().uniform_noise.has_value());
+        EXPECT_FALSE(denoiser.traits().uniform_noise->geometric());
         double posterior_diff = 0;
         for (int64_t b = 0; b < tokens.size(0); ++b) {
             const at::Tensor row = tokens.narrow(0, b, 1);
@@ -439,7 +439,7 @@ TEST_F(DitCheckpoint, DenoiserGivesTheCleanLogProbsAtTheScheduleNoiseLevel) {
     rudder::DitCheckpointDenoiser denoiser(net);
     EXPECT_EQ(denoiser.family(), rudder::Family::discrete);
     EXPECT_EQ(denoiser.vocab_size(), 300);
-    EXPECT_EQ(denoiser.max_length(), 16);
+    EXPECT_EQ(denoiser.traits().max_length, 16);
     const at::Tensor tokens = reference("sedd.tokens");
     const double t = 0.6;
     const double sigma = -std::log1p(-(1 - 1e-3) * t);  // SEDD's log-linear total noise
@@ -797,7 +797,7 @@ TEST_F(DitCheckpoint, WithItsTokenizerADuoCheckpointIsAUniformNoiseModelThatARec
     rudder::plugins::Registry registry({fs::path(RUDDER_TEST_PLUGIN_DIR)});
     const fs::path dir = copy_with_tokenizer("duo", "duo_with_tokenizer");
     const rudder::Model model = rudder::load_model(dir, std::nullopt);
-    ASSERT_NE(model.denoiser->uniform_noise(), nullptr);
+    ASSERT_TRUE(model.denoiser->traits().uniform_noise.has_value());
     EXPECT_EQ(model.tokenizer->vocab_size(), 300);
     EXPECT_EQ(model.tokenizer->token(299), "[PAD]");
     const int64_t end = model.tokenizer->pad_id();
@@ -830,7 +830,7 @@ TEST_F(DitCheckpoint, WithBertsWordPieceTokenizerAUdlmCheckpointIsAUniformNoiseM
         for (const auto& token : vocab) out << token << "\n";
     }
     const rudder::Model model = rudder::load_model(dir, std::nullopt);
-    ASSERT_NE(model.denoiser->uniform_noise(), nullptr);
+    ASSERT_TRUE(model.denoiser->traits().uniform_noise.has_value());
     EXPECT_EQ(model.tokenizer->type(), "wordpiece");
     EXPECT_EQ(model.tokenizer->vocab_size(), 300);
     EXPECT_EQ(model.tokenizer->pad_id(), 0);
@@ -909,7 +909,7 @@ TEST_F(DitCheckpoint, ABd3lmCheckpointIsSampledBlockByBlock) {
     rudder::plugins::Registry registry({fs::path(RUDDER_TEST_PLUGIN_DIR)});
     const fs::path dir = copy_with_tokenizer("bd3lm", "bd3lm_with_tokenizer");
     const rudder::Model model = rudder::load_model(dir, std::nullopt);
-    EXPECT_EQ(model.denoiser->decoding_block(), 4);
+    EXPECT_EQ(model.denoiser->traits().decoding_block, 4);
     EXPECT_EQ(model.recommended_sampler, json({{"name", "first_hitting"}, {"block_length", 4}, {"top_p", 0.9}}));
     const std::string recipe = R"({"model": ")" + dir.string() + R"(", "samples": 4, "seed": 6,
         "controllers": [{"plugin": "span", "params": {"prefix": "the cat"}}]})";

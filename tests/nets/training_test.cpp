@@ -247,8 +247,8 @@ TEST(Training, ScoreEntropyUniformLearnsEightSentencesAndTauLeapingReproducesThe
     EXPECT_LT(curve.last, 0.5 * curve.first);
 
     TransformerDenoiser den(net, tokenizer());
-    ASSERT_NE(den.uniform_noise(), nullptr);
-    const UniformSampler sampler(*den.uniform_noise(), UniformSampler::Kind::analytic, kSampleSteps);
+    ASSERT_TRUE(den.traits().uniform_noise.has_value());
+    const UniformSampler sampler(*den.traits().uniform_noise, UniformSampler::Kind::analytic, kSampleSteps);
     auto gen = make_gen(73);
     at::Tensor tokens = sampler.init(kSamples, kLength, tokenizer()->vocab_size(), gen, at::kCPU);
     for (int64_t i = 0; i < sampler.steps(); ++i) {

@@ -60,7 +60,7 @@ TEST(CorpusDenoiser, DiscretePosteriorMatchesBruteForce) {
     EXPECT_EQ(denoiser.family(), Family::discrete);
     EXPECT_EQ(denoiser.embed_dim(), 0);
     EXPECT_FALSE(denoiser.embedding().defined());
-    EXPECT_FALSE(denoiser.conditional());
+    EXPECT_FALSE(denoiser.traits().conditional);
     EXPECT_EQ(denoiser.corpus_size(), 4);
 
     const std::vector<std::vector<int64_t>> states = {

@@ -642,10 +642,7 @@ TEST(GenerationStats, DiscreteStepsWhereNothingUnmasksCallNoNetwork) {
 // A discrete denoiser written in the test: only its distributions are its own.
 class TestDenoiser : public rudder::Denoiser {
 public:
-    explicit TestDenoiser(int64_t vocab) : vocab_(vocab) {}
-    rudder::Family family() const override { return rudder::Family::discrete; }
-    int64_t vocab_size() const override { return vocab_; }
-    int64_t embed_dim() const override { return 0; }
+    explicit TestDenoiser(int64_t vocab) : Denoiser({rudder::Family::discrete, vocab}), vocab_(vocab) {}
     void to(const at::Device&) override {}
 
 protected:

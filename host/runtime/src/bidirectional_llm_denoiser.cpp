@@ -12,14 +12,24 @@
 namespace rudder {
 namespace fs = std::filesystem;
 
-BidirectionalLlmDenoiser::BidirectionalLlmDenoiser(std::shared_ptr<nn::BidirectionalLlm> network, int64_t vocab)
-    : network_(std::move(network)), vocab_(vocab) {
-    if (!network_) throw std::invalid_argument("BidirectionalLlmDenoiser: a network is required");
+namespace {
+
+DenoiserTraits llm_traits(const nn::BidirectionalLlm* network, int64_t vocab) {
+    if (!network) throw std::invalid_argument("BidirectionalLlmDenoiser: a network is required");
+    DenoiserTraits traits;
+    traits.family = Family::discrete;
+    traits.vocab_size = vocab;
+    traits.max_length = network->config().max_length;
+    traits.windows = true;
+    return traits;
 }
 
-BidirectionalLlmDenoiser::~BidirectionalLlmDenoiser() = default;
+}  // namespace
 
-int64_t BidirectionalLlmDenoiser::max_length() const { return network_->config().max_length; }
+BidirectionalLlmDenoiser::BidirectionalLlmDenoiser(std::shared_ptr<nn::BidirectionalLlm> network, int64_t vocab)
+    : Denoiser(llm_traits(network.get(), vocab)), network_(std::move(network)), vocab_(vocab) {}
+
+BidirectionalLlmDenoiser::~BidirectionalLlmDenoiser() = default;
 
 void BidirectionalLlmDenoiser::to(const at::Device& device) { network_->to(device); }
 
@@ -51,27 +61,38 @@ DenoiserOutput BidirectionalLlmDenoiser::denoise(const at::Tensor& x, double t,
 }
 
 namespace {
-struct LlmCache final : DenoiserCache {
-    nn::KeyValueCache kv;
+
+// One run's caches: every layer's keys and values at the last refresh.
+class LlmWindowDecoder final : public WindowDecoder {
+public:
+    LlmWindowDecoder(std::shared_ptr<const nn::BidirectionalLlm> network, int64_t vocab)
+        : network_(std::move(network)), vocab_(vocab) {}
+
+    DenoiserOutput refresh(const at::Tensor& x) override {
+        c10::InferenceMode inference;
+        DenoiserOutput out;
+        out.logits = network_->clean_log_probs(x, vocab_, &out.outside, &kv_);
+        return out;
+    }
+
+    DenoiserOutput window(const at::Tensor& x, int64_t begin, int64_t end) override {
+        c10::InferenceMode inference;
+        DenoiserOutput out;
+        out.logits =
+            network_->clean_log_probs_window(x.narrow(1, begin, end - begin), begin, kv_, vocab_, &out.outside);
+        return out;
+    }
+
+private:
+    std::shared_ptr<const nn::BidirectionalLlm> network_;
+    int64_t vocab_;
+    nn::KeyValueCache kv_;
 };
+
 }  // namespace
 
-std::unique_ptr<DenoiserCache> BidirectionalLlmDenoiser::window_cache() const { return std::make_unique<LlmCache>(); }
-
-DenoiserOutput BidirectionalLlmDenoiser::denoise_refresh(const at::Tensor& x, DenoiserCache& cache) {
-    c10::InferenceMode inference;
-    DenoiserOutput out;
-    out.logits = network_->clean_log_probs(x, vocab_, &out.outside, &dynamic_cast<LlmCache&>(cache).kv);
-    return out;
-}
-
-DenoiserOutput BidirectionalLlmDenoiser::denoise_window(const at::Tensor& x, int64_t begin, int64_t end,
-                                                        const DenoiserCache& cache) {
-    c10::InferenceMode inference;
-    DenoiserOutput out;
-    out.logits = network_->clean_log_probs_window(x.narrow(1, begin, end - begin), begin,
-                                                  dynamic_cast<const LlmCache&>(cache).kv, vocab_, &out.outside);
-    return out;
+std::unique_ptr<WindowDecoder> BidirectionalLlmDenoiser::window_decoder() {
+    return std::make_unique<LlmWindowDecoder>(network_, vocab_);
 }
 
 namespace {

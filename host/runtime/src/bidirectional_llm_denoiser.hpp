@@ -23,15 +23,12 @@ enum class BidirectionalLlmFlavor;
 
 // Discrete family. denoise() gives the clean-token log-probabilities over the tokenizer's `vocab` ids
 // (nn::BidirectionalLlm::clean_log_probs); neither network reads the time. Unconditional: a condition is an error.
+// Traits: discrete, `vocab` tokens, the network's positions, and windows (Fast-dLLM's caches).
 class BidirectionalLlmDenoiser final : public Denoiser {
 public:
     BidirectionalLlmDenoiser(std::shared_ptr<nn::BidirectionalLlm> network, int64_t vocab);
     ~BidirectionalLlmDenoiser() override;
 
-    Family family() const override { return Family::discrete; }
-    int64_t vocab_size() const override { return vocab_; }
-    int64_t embed_dim() const override { return 0; }
-    int64_t max_length() const override;
     void to(const at::Device& device) override;
     bool quantize_int8() override;
     // Per sample: a layer's activations (residual, q/k/v, attention output, the two MLP projections and their
@@ -39,10 +36,8 @@ public:
     uint64_t working_bytes(int64_t batch, int64_t length) const override;
     DenoiserOutput denoise(const at::Tensor& x, double t, const std::vector<std::string>& conditions,
                            const Evidence& evidence = {}) override;
-    // Fast-dLLM's key/value caches (nn::BidirectionalLlm::forward_window).
-    std::unique_ptr<DenoiserCache> window_cache() const override;
-    DenoiserOutput denoise_refresh(const at::Tensor& x, DenoiserCache& cache) override;
-    DenoiserOutput denoise_window(const at::Tensor& x, int64_t begin, int64_t end, const DenoiserCache& cache) override;
+    // Fast-dLLM's key/value caches (nn::BidirectionalLlm::forward_window), over this network.
+    std::unique_ptr<WindowDecoder> window_decoder() override;
 
     const nn::BidirectionalLlm& network() const { return *network_; }
 

@@ -119,7 +119,7 @@ at::Tensor ContinuousProcess::run(int64_t samples, ReverseRun& run) const {
     Denoiser& denoiser = *run.model.denoiser;
     at::Tensor x = sampler.init({batch, L, E.size(1)}, run.gen, E);
     const at::Tensor every_row = at::arange(batch * L, at::TensorOptions().dtype(at::kLong).device(run.device));
-    const bool uses_evidence = denoiser.uses_evidence();
+    const bool uses_evidence = denoiser.traits().uses_evidence;
     // The previous step's clean estimate, for a self-conditioned network (CDCD); none before the first step.
     at::Tensor previous_x0;
     const auto denoise = [&](double t, const Combined& constraints) {

@@ -20,10 +20,21 @@ std::string shape_string(const at::Tensor& t) {
     return out.str();
 }
 
+DenoiserTraits corpus_traits(const CorpusDenoiser::Options& options) {
+    DenoiserTraits traits;
+    traits.family = options.family;
+    traits.vocab_size = options.vocab_size;
+    traits.embed_dim = options.family == Family::continuous ? options.embed_dim : 0;
+    traits.uses_evidence = true;
+    traits.uniform_noise = options.uniform_noise;
+    return traits;
+}
+
 }  // namespace
 
 CorpusDenoiser::CorpusDenoiser(std::vector<std::vector<int64_t>> sentences, Options options, GaussianSchedule schedule)
-    : sentences_(std::move(sentences)), options_(options), schedule_(std::move(schedule)), device_(at::kCPU) {
+    : Denoiser(corpus_traits(options)), sentences_(std::move(sentences)), options_(options),
+      schedule_(std::move(schedule)), device_(at::kCPU) {
     const int64_t V = options_.vocab_size;
     if (V < 1) throw std::invalid_argument("CorpusDenoiser: vocab_size must be >= 1, got " + std::to_string(V));
     if (sentences_.empty()) throw std::invalid_argument("CorpusDenoiser: the corpus is empty");
@@ -145,7 +156,7 @@ DenoiserOutput CorpusDenoiser::denoise(const at::Tensor& x, double t, const std:
         throw std::invalid_argument("CorpusDenoiser::denoise: " + std::to_string(conditions.size()) +
                                     " conditions for a batch of " + std::to_string(B));
     }
-    // The corpus posterior is unconditional: `conditions` are accepted and ignored (conditional() is false).
+    // The corpus posterior is unconditional: `conditions` are accepted and ignored (traits().conditional is false).
 
     const at::Tensor& O = incidence(L);  // [N, L * V]
     const int64_t N = O.size(0);

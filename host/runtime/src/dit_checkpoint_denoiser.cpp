@@ -20,23 +20,28 @@
 namespace rudder {
 namespace fs = std::filesystem;
 
-DitCheckpointDenoiser::DitCheckpointDenoiser(std::shared_ptr<nn::DitNetwork> network, bool block_cache)
-    : network_(std::move(network)), block_cache_(block_cache) {
-    if (!network_) throw std::invalid_argument("DitCheckpointDenoiser: a network is required");
-    if (network_->config().uniform()) uniform_ = UniformNoiseSchedule::log_linear(network_->config().schedule_eps);
+namespace {
+
+DenoiserTraits dit_traits(const nn::DitNetwork* network) {
+    if (!network) throw std::invalid_argument("DitCheckpointDenoiser: a network is required");
+    const nn::DitConfig& c = network->config();
+    DenoiserTraits traits;
+    traits.family = Family::discrete;
+    traits.vocab_size = c.vocab_size;
+    traits.max_length = c.max_length;
+    traits.reads_time = c.time_conditioning;
+    traits.gives_score_total = c.flavor == nn::DitFlavor::sedd;
+    if (c.uniform()) traits.uniform_noise = UniformNoiseSchedule::log_linear(c.schedule_eps);
+    traits.decoding_block = c.block_size;
+    return traits;
 }
 
+}  // namespace
+
+DitCheckpointDenoiser::DitCheckpointDenoiser(std::shared_ptr<nn::DitNetwork> network, bool block_cache)
+    : Denoiser(dit_traits(network.get())), network_(std::move(network)), block_cache_(block_cache) {}
+
 DitCheckpointDenoiser::~DitCheckpointDenoiser() = default;
-
-int64_t DitCheckpointDenoiser::vocab_size() const { return network_->config().vocab_size; }
-
-int64_t DitCheckpointDenoiser::max_length() const { return network_->config().max_length; }
-
-int64_t DitCheckpointDenoiser::decoding_block() const { return network_->config().block_size; }
-
-bool DitCheckpointDenoiser::reads_time() const { return network_->config().time_conditioning; }
-
-bool DitCheckpointDenoiser::gives_score_total() const { return network_->config().flavor == nn::DitFlavor::sedd; }
 
 bool DitCheckpointDenoiser::caches_blocks() const {
     return block_cache_ && network_->config().block_size > 0 && !network_->config().time_conditioning;
@@ -74,12 +79,13 @@ DenoiserOutput DitCheckpointDenoiser::denoise(const at::Tensor& x, double t, con
         return DenoiserOutput{log_probs, {}, {}, total};
     }
     at::Tensor log_probs = network_->clean_log_probs(x, sigma);
-    if (!uniform_) return DenoiserOutput{log_probs, {}, {}, {}};
+    const std::optional<UniformNoiseSchedule>& uniform = traits().uniform_noise;
+    if (!uniform) return DenoiserOutput{log_probs, {}, {}, {}};
     // UDLM and DUO: x_theta is the clean token given the other positions (it enters their posterior as that); the
     // loop's clean estimate is the posterior given all of x_t, the position's own noisy token included.
     const int64_t N = x.numel(), V = log_probs.size(-1);
     const at::Tensor sigma_bar =
-        at::full({N}, uniform_->sigma_bar(std::max(t, 1e-6)), at::TensorOptions().dtype(at::kDouble));
+        at::full({N}, uniform->sigma_bar(std::max(t, 1e-6)), at::TensorOptions().dtype(at::kDouble));
     log_probs = nn::uniform_posterior_from_rest(log_probs.reshape({N, V}), x.reshape({N}).to(log_probs.device()),
                                                 sigma_bar.to(log_probs.device()))
                     .clamp_min(nn::kImpossibleLogProb)

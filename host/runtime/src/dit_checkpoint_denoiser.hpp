@@ -22,8 +22,8 @@ namespace rudder {
 // Discrete family. denoise() gives the clean-token log-probabilities (nn::DitNetwork::clean_log_probs) at the noise
 // level sigma(t) of the checkpoint's log-linear schedule (MDLM-OWT, trained without time conditioning, ignores it).
 // Absorbing (MDLM, SEDD, BD3-LM): the mask token is the last id (GPT-2's 50,257 tokens, then the mask). Uniform (DUO):
-// the posterior given all of x_t from the network's x_theta (nn::uniform_posterior_from_rest), and uniform_noise() is
-// the log-linear schedule. Unconditional: a condition is an error.
+// the posterior given all of x_t from the network's x_theta (nn::uniform_posterior_from_rest), and
+// traits().uniform_noise is the log-linear schedule. Unconditional: a condition is an error.
 //
 // BD3-LM (without time conditioning, as every released checkpoint) is run with its key/value cache of finished
 // blocks: each row's current block is the one holding its first masked position; the blocks before it are finished
@@ -38,20 +38,15 @@ public:
     explicit DitCheckpointDenoiser(std::shared_ptr<nn::DitNetwork> network, bool block_cache = true);
     ~DitCheckpointDenoiser() override;
 
-    Family family() const override { return Family::discrete; }
-    int64_t vocab_size() const override;
-    int64_t embed_dim() const override { return 0; }
-    int64_t max_length() const override;
+    // Traits: discrete, the checkpoint's vocabulary and positions; reads_time for MDLM with time_conditioning, SEDD
+    // and DUO; gives_score_total for SEDD; uniform_noise for UDLM and DUO (the log-linear schedule); decoding_block
+    // BD3-LM's block_size.
     void to(const at::Device& device) override;
     // Per sample: a block's activations (residual, q/k/v, attention output, the 4H MLP layer and its activation),
     // the attention scores and their softmax, and the output with its log-softmax.
     uint64_t working_bytes(int64_t batch, int64_t length) const override;
     DenoiserOutput denoise(const at::Tensor& x, double t, const std::vector<std::string>& conditions,
                            const Evidence& evidence = {}) override;
-    const UniformNoiseSchedule* uniform_noise() const override { return uniform_ ? &*uniform_ : nullptr; }
-    int64_t decoding_block() const override;  // BD3-LM's block_size
-    bool reads_time() const override;         // MDLM with time_conditioning, SEDD, DUO
-    bool gives_score_total() const override;  // SEDD
 
     const nn::DitNetwork& network() const { return *network_; }
 
@@ -62,7 +57,6 @@ private:
     at::Tensor denoise_by_blocks(const at::Tensor& x);
 
     std::shared_ptr<nn::DitNetwork> network_;
-    std::optional<UniformNoiseSchedule> uniform_;  // UDLM and DUO
     bool block_cache_ = true;
     // BD3-LM's cache, per batch row: the tokens of its finished positions [B, capacity] (CPU) and how many are
     // cached, and their keys and values [B, heads, capacity, head_dim] per network block. One run at a time.

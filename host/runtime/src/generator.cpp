@@ -188,7 +188,7 @@ void Generator::set_up(plugins::Registry& registry, const std::vector<fs::path>&
 }
 
 void Generator::resolve_length(Issues& issues) {
-    const int64_t longest = model_.denoiser->max_length();
+    const int64_t longest = model_.denoiser->traits().max_length;
     if (recipe_.max_length == 0) {
         recipe_.max_length = longest > 0 ? longest : kDefaultMaxLength;
         if (recipe_.max_length_limit > 0 && recipe_.max_length > recipe_.max_length_limit)
@@ -312,7 +312,7 @@ uint64_t Generator::estimate_peak_bytes(int64_t batch) const {
         if (c.has(RUDDER_CAP_GRADIENT)) units += process_->gradient_units();
         if (c.has(RUDDER_CAP_HARD_CONSTRAINT) && !rows) units += 0.25;  // the forbidden bytes
         // A delta on a model that takes conditions may come from the re-entrant denoise (cfg): its [n, B, L, V].
-        if (c.has(RUDDER_CAP_LOGIT_DELTA) && model_.denoiser->conditional()) units += 5;
+        if (c.has(RUDDER_CAP_LOGIT_DELTA) && model_.denoiser->traits().conditional) units += 5;
     }
     if (whole_x0) units += 1;  // the log-softmax of the network's output that they read
     const double unit = static_cast<double>(batch) * static_cast<double>(recipe_.max_length) *

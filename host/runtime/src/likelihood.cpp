@@ -24,7 +24,7 @@ double LikelihoodReport::standard_error_per_token() const {
 
 std::string nelbo_kind(const Model& model) {
     if (model.family == Family::continuous) return "ddpm_vlb";
-    return model.denoiser && model.denoiser->uniform_noise() ? "sedd_uniform" : "mdlm_absorbing";
+    return model.denoiser && model.denoiser->traits().uniform_noise ? "sedd_uniform" : "mdlm_absorbing";
 }
 
 namespace {
@@ -152,7 +152,7 @@ LikelihoodReport nelbo(const Model& model, const std::vector<std::string>& texts
         throw std::invalid_argument("the likelihood bound pads each text to the network's positions, and '" +
                                     model.name + "' was trained on " + model.training_layout +
                                     "; it is not computed for it");
-    const UniformNoiseSchedule* uniform = model.denoiser->uniform_noise();
+    const std::optional<UniformNoiseSchedule>& uniform = model.denoiser->traits().uniform_noise;
     LikelihoodReport report;
     report.draws = options.draws;
 
@@ -162,7 +162,7 @@ LikelihoodReport nelbo(const Model& model, const std::vector<std::string>& texts
         encoded.push_back(tokenizer.encode(text));
         longest = std::max<int64_t>(longest, static_cast<int64_t>(encoded.back().size()) + 1);
     }
-    const int64_t network_length = model.denoiser->max_length();
+    const int64_t network_length = model.denoiser->traits().max_length;
     report.length = options.length > 0 ? options.length : network_length > 0 ? network_length : longest;
     if (network_length > 0 && report.length > network_length)
         throw std::invalid_argument("likelihood: length " + std::to_string(report.length) +

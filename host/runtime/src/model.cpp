@@ -22,14 +22,6 @@ namespace rudder {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-// A denoiser without key/value caches gives no cache (window_cache), so the loop never calls these.
-DenoiserOutput Denoiser::denoise_refresh(const at::Tensor&, DenoiserCache&) {
-    throw std::logic_error("Denoiser::denoise_refresh: this denoiser keeps no key/value cache");
-}
-DenoiserOutput Denoiser::denoise_window(const at::Tensor&, int64_t, int64_t, const DenoiserCache&) {
-    throw std::logic_error("Denoiser::denoise_window: this denoiser keeps no key/value cache");
-}
-
 namespace {
 
 // Reads a model's sentences file: one sentence per line, tokenized with the model's tokenizer.

@@ -21,7 +21,7 @@ const std::string* ModelServices::token_text(int64_t id) {
 }
 
 at::Tensor ModelServices::denoise(const plugins::StepInputs& step, const std::vector<std::string>& conditions) {
-    if (!model_.denoiser->conditional())
+    if (!model_.denoiser->traits().conditional)
         throw std::logic_error("model '" + model_.name + "' was not trained with a condition");
     if (conditions.empty()) throw std::invalid_argument("denoise needs at least one condition");
     const at::Tensor& state = model_.family == Family::continuous ? step.latent : step.tokens;

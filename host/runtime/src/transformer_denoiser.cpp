@@ -28,15 +28,28 @@ std::string shape_string(at::IntArrayRef sizes) {
     return out.str();
 }
 
+DenoiserTraits transformer_traits(const nn::DenoiserNet* network, const Tokenizer* tokenizer) {
+    if (!network || !tokenizer) throw std::invalid_argument("TransformerDenoiser: network and tokenizer are required");
+    const auto* continuous = dynamic_cast<const nn::ContinuousDenoiserNet*>(network);
+    const auto* discrete = dynamic_cast<const nn::DiscreteDenoiserNet*>(network);
+    DenoiserTraits traits;
+    traits.family = network->family();
+    traits.vocab_size = network->denoiser_config().vocab_size;
+    traits.embed_dim = continuous ? continuous->embed_dim() : 0;
+    traits.max_length = network->denoiser_config().max_length;
+    traits.conditional = network->conditional();
+    if (discrete && discrete->uniform()) traits.uniform_noise = discrete->uniform_schedule();
+    return traits;
+}
+
 }  // namespace
 
 // -------------------------------------------------------------------------------------------------------------
 
 TransformerDenoiser::TransformerDenoiser(std::shared_ptr<nn::DenoiserNet> network,
                                          std::shared_ptr<const Tokenizer> tokenizer)
-    : network_(std::move(network)), tokenizer_(std::move(tokenizer)), device_(at::kCPU) {
-    if (!network_ || !tokenizer_)
-        throw std::invalid_argument("TransformerDenoiser: network and tokenizer are required");
+    : Denoiser(transformer_traits(network.get(), tokenizer.get())), network_(std::move(network)),
+      tokenizer_(std::move(tokenizer)), device_(at::kCPU) {
     if (tokenizer_->vocab_size() != network_->denoiser_config().vocab_size) {
         throw std::invalid_argument("TransformerDenoiser: the tokenizer has " +
                                     std::to_string(tokenizer_->vocab_size()) + " tokens, the network " +
@@ -54,21 +67,7 @@ TransformerDenoiser::TransformerDenoiser(std::shared_ptr<nn::DenoiserNet> networ
 
 TransformerDenoiser::~TransformerDenoiser() = default;
 
-Family TransformerDenoiser::family() const { return network_->family(); }
-
-const UniformNoiseSchedule* TransformerDenoiser::uniform_noise() const {
-    return discrete_ && discrete_->uniform() ? &discrete_->uniform_schedule() : nullptr;
-}
-
-int64_t TransformerDenoiser::vocab_size() const { return network_->denoiser_config().vocab_size; }
-
-int64_t TransformerDenoiser::embed_dim() const { return continuous_ ? continuous_->embed_dim() : 0; }
-
-int64_t TransformerDenoiser::max_length() const { return network_->denoiser_config().max_length; }
-
 at::Tensor TransformerDenoiser::embedding() const { return diffused_embedding_; }
-
-bool TransformerDenoiser::conditional() const { return network_->conditional(); }
 
 void TransformerDenoiser::to(const at::Device& device) {
     network_->to(device);
@@ -78,7 +77,7 @@ void TransformerDenoiser::to(const at::Device& device) {
 
 uint64_t TransformerDenoiser::working_bytes(int64_t batch, int64_t length) const {
     const nn::DenoiserConfig& c = network_->denoiser_config();
-    const double T = static_cast<double>(length + (conditional() ? c.max_condition_length : 0));
+    const double T = static_cast<double>(length + (traits().conditional ? c.max_condition_length : 0));
     const auto dim = static_cast<double>(c.dim), ff = static_cast<double>(c.ff_dim),
                heads = static_cast<double>(c.heads);
     // Per sample, in floats: a layer's inputs, q/k/v, attention output and residuals (6 dim), the feed-forward's

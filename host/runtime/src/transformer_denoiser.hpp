@@ -38,15 +38,12 @@ public:
     TransformerDenoiser(std::shared_ptr<nn::DenoiserNet> network, std::shared_ptr<const Tokenizer> tokenizer);
     ~TransformerDenoiser() override;
 
-    Family family() const override;
-    int64_t vocab_size() const override;
-    int64_t embed_dim() const override;
-    int64_t max_length() const override;  // the network's learned positions
+    // Traits: the network's family, vocabulary, embedding width (continuous), learned positions and condition, and
+    // the uniform graph's schedule for a score-entropy network on it.
+    //
     // Continuous: the embedding table the diffusion runs on [V, D] (detached; a CDCD network's normalised rows).
     // Discrete: undefined.
     at::Tensor embedding() const override;
-    bool conditional() const override;
-    const UniformNoiseSchedule* uniform_noise() const override;  // a score-entropy network on the uniform graph
     void to(const at::Device& device) override;
     // One trunk layer's live activations (the condition tokens attend with the text's) and the output logits.
     uint64_t working_bytes(int64_t batch, int64_t length) const override;

@@ -61,10 +61,10 @@ at::Tensor UniformProcess::run(int64_t batch, ReverseRun& run) const {
     const int64_t L = run.recipe.max_length, V = run.model.tokenizer->vocab_size();
     const int64_t mask_id = run.model.tokenizer->mask_id();
     Denoiser& denoiser = *run.model.denoiser;
-    const UniformSampler sampler(*denoiser.uniform_noise(),
+    const UniformSampler sampler(*denoiser.traits().uniform_noise,
                                  s_.name == "euler" ? UniformSampler::Kind::euler : UniformSampler::Kind::analytic,
                                  s_.steps);
-    const bool every_row = denoiser.uses_evidence();
+    const bool every_row = denoiser.traits().uses_evidence;
     const at::Tensor all_rows = at::arange(batch * L, at::TensorOptions().dtype(at::kLong).device(run.device));
     at::Tensor tokens = sampler.init(batch, L, V, run.gen, run.device);
     at::Tensor logits, logp;
@@ -169,7 +169,7 @@ ProcessRoom uniform_room() {
                                     "every token may change at every step, so the network runs at every "
                                     "step; 'cache' is for absorbing models")};
     room.runs = [](const Model& model) {
-        return model.family == Family::discrete && model.denoiser->uniform_noise() != nullptr;
+        return model.family == Family::discrete && model.denoiser->traits().uniform_noise.has_value();
     };
     room.read = [](SamplerObject& o) { read_uniform_settings(o); };
     room.make = [](const Model& model, const Recipe& recipe, SamplerObject& sampler,

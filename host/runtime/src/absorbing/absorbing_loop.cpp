@@ -18,10 +18,11 @@ AbsorbingLoop::AbsorbingLoop(const AbsorbingSampler& sampler, ReverseRun& run, i
       L_(run.recipe.max_length), V_(run.model.tokenizer->vocab_size()), mask_id_(run.model.tokenizer->mask_id()),
       tokens_(at::full({batch_, L_}, mask_id_, at::TensorOptions().dtype(at::kLong).device(run.device))),
       unmasking_(sampler.start(*this)),
-      kv_(sampler.key_value_cache() != KeyValueCache::none ? run.model.denoiser->window_cache() : nullptr),
+      kv_(sampler.key_value_cache() != KeyValueCache::none ? run.model.denoiser->window_decoder() : nullptr),
       kv_prefix_(sampler.key_value_cache() == KeyValueCache::prefix),
-      always_fresh_(!s_.cache || run.composer.needs_fresh_logits() || run.model.denoiser->reads_time()),
-      every_row_(run.model.denoiser->uses_evidence()), swarm_(samples, particles_, run.recipe.guidance.resample_scale) {
+      always_fresh_(!s_.cache || run.composer.needs_fresh_logits() || run.model.denoiser->traits().reads_time),
+      every_row_(run.model.denoiser->traits().uses_evidence),
+      swarm_(samples, particles_, run.recipe.guidance.resample_scale) {
     const auto flags = tokens_.options().dtype(at::kBool);
     if (s_.prompt_guidance > 0) prompt_ = at::zeros({batch_, L_}, flags);
     // Remasking never touches a position a controller fixed: a hard constraint stays met.
@@ -153,14 +154,14 @@ void AbsorbingLoop::call_denoiser(double t, const Combined& constraints) {
     const auto [begin, end] = *block;
     if (begin != cached_block_) {
         cached_block_ = begin;
-        set(denoiser.denoise_refresh(tokens_, *kv_));
+        set(kv_->refresh(tokens_));
         // Windows are written into these: tensors of the loop's own, not the denoiser's inference-mode ones.
         logits_ = logits_.clone();
         outside_ = outside_.clone();
         return;
     }
     const int64_t stop = kv_prefix_ ? L_ : end;
-    const DenoiserOutput window = denoiser.denoise_window(tokens_, begin, stop, *kv_);
+    const DenoiserOutput window = kv_->window(tokens_, begin, stop);
     logits_.view({batch_, L_, V_}).narrow(1, begin, stop - begin).copy_(window.logits);
     outside_.view({batch_, L_, -1}).narrow(1, begin, stop - begin).copy_(window.outside);
 }

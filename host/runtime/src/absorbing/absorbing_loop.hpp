@@ -97,9 +97,9 @@ private:
     const int64_t particles_, batch_, L_, V_, mask_id_;
     at::Tensor tokens_;
     std::unique_ptr<Unmasking> unmasking_;
-    // Fast-dLLM's key/value cache: the run's cache, the block it was refreshed for (-1: none yet), and whether a
-    // window runs to the end of the sequence (prefix) or to the block's end (dual).
-    std::unique_ptr<DenoiserCache> kv_;
+    // Fast-dLLM's key/value cache: the run's decoder (which holds the cache), the block it was refreshed for (-1: none
+    // yet), and whether a window runs to the end of the sequence (prefix) or to the block's end (dual).
+    std::unique_ptr<WindowDecoder> kv_;
     const bool kv_prefix_;
     int64_t cached_block_ = -1;
     int64_t step_ = 0;  // the step being taken

@@ -157,7 +157,7 @@ private:
 // The checks every sampler shares, around its own.
 void check(const AbsorbingSampler& sampler, const Model& model, const Recipe& recipe,
            std::vector<RecipeIssue>& issues) {
-    if (const int64_t block = model.denoiser->decoding_block(); block > 0) {
+    if (const int64_t block = model.denoiser->traits().decoding_block; block > 0) {
         sampler.check_model_blocks(model, block, issues);
         // Its training never shows it a masked block before the one it predicts, which is what the unconditional
         // pass would be.

@@ -95,7 +95,7 @@ public:
     using AbsorbingSampler::AbsorbingSampler;
     void fit(const Recipe& recipe) override { common_.steps = recipe.max_length; }
     void check(const Model& model, const Recipe& /*recipe*/, std::vector<RecipeIssue>& issues) const override {
-        if (model.denoiser->decoding_block() <= 0)
+        if (model.denoiser->traits().decoding_block <= 0)
             issues.push_back({"/sampler/name",
                               "the bd3lm sampler decodes a block-diffusion model (a BD3-LM checkpoint) block by "
                               "block; model '" +
@@ -104,7 +104,7 @@ public:
     // Its blocks are the model's; its checkpoints are not time-conditioned, and its sampler passes the network a
     // noise level of its own (-log(1 - t) at first-hitting times from NumPy's generator), which Rudder does not.
     void check_model_blocks(const Model& model, int64_t /*block*/, std::vector<RecipeIssue>& issues) const override {
-        if (model.denoiser->reads_time())
+        if (model.denoiser->traits().reads_time)
             issues.push_back({"/sampler/name",
                               "the bd3lm sampler runs BD3-LM's checkpoints without time conditioning (as "
                               "published); model '" +
@@ -112,7 +112,7 @@ public:
     }
     std::unique_ptr<Unmasking> start(const AbsorbingLoop& loop) const override {
         return std::make_unique<Bd3lmUnmasking>(
-            Bd3lmSampler(loop.length(), loop.reverse().model.denoiser->decoding_block(), common_.top_p,
+            Bd3lmSampler(loop.length(), loop.reverse().model.denoiser->traits().decoding_block, common_.top_p,
                          common_.temperature),
             loop.batch());
     }

@@ -82,7 +82,7 @@ inline void describe_fast_dllm(const FastDllmSettings& s, nlohmann::json& out) {
 inline void check_kv_cache(const FastDllmSettings& s, const CommonSettings& common, const Model& model,
                            std::vector<RecipeIssue>& issues) {
     if (s.kv_cache == KeyValueCache::none) return;
-    if (!model.denoiser->window_cache())
+    if (!model.denoiser->traits().windows)
         issues.push_back({"/sampler/kv_cache", "model '" + model.name +
                                                    "' keeps no key/value cache of the kind Fast-dLLM's are (LLaDA's "
                                                    "and Dream's checkpoints do)"});

@@ -117,7 +117,7 @@ public:
                                   "the tokens and the mask, as the authors' code draws), so temperature 0 has no "
                                   "arg-max to take; give a temperature above 0, or the confidence sampler to decode "
                                   "by arg-max"});
-        if (is_sedd() && !model.denoiser->gives_score_total())
+        if (is_sedd() && !model.denoiser->traits().gives_score_total)
             issues.push_back({"/sampler/name", "the sedd sampler reads SEDD's score, which model '" + model.name +
                                                    "' does not give (a SEDD checkpoint does)"});
     }

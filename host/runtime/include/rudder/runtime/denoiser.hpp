@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <rudder/nn/schedule.hpp>
@@ -39,38 +40,64 @@ struct DenoiserOutput {
     at::Tensor log_score_total;
 };
 
-// What a run keeps between calls of a denoiser with Fast-dLLM's key/value caches (Denoiser::window_cache).
-class DenoiserCache {
+// What a denoiser is and can do, fixed when it is made (Denoiser's constructor takes it; a loader fills it once the
+// weights are read) and the same for its whole life: the loop, the samplers' checks and the memory estimate read it
+// instead of asking the denoiser feature by feature. Every field is set by the denoiser's own class; the defaults
+// are what a plain network has (discrete, any length, unconditional, reading neither evidence nor the time).
+struct DenoiserTraits {
+    Family family = Family::discrete;
+    int64_t vocab_size = 0;  // the rows of denoise()'s `logits`: the tokenizer's vocabulary
+    int64_t embed_dim = 0;   // continuous family: the width D of x and of embedding(); 0 for the discrete family
+    // The most positions denoise() accepts (a network's learned positions); 0 = any.
+    int64_t max_length = 0;
+    // Whether denoise() uses `conditions` (models trained with a condition, e.g. an E2E meaning representation).
+    bool conditional = false;
+    // Whether denoise() conditions on Evidence; if not, the loop never calls it again just for new evidence.
+    bool uses_evidence = false;
+    // Whether denoise()'s output depends on t (a time-conditioned network); if not, the discrete loop reuses an
+    // output while no token changed, as MDLM's cache does (and, as there, not for a network that reads t).
+    bool reads_time = false;
+    // Whether denoise() gives DenoiserOutput::log_score_total (SEDD's checkpoints), which the sedd sampler reads.
+    bool gives_score_total = false;
+    // Discrete family: the noise schedule when the model diffuses with uniform noise (SEDD's uniform graph: every
+    // position always holds a token, and any token may change at any step); empty for absorbing (masking) noise.
+    std::optional<UniformNoiseSchedule> uniform_noise = std::nullopt;
+    // Discrete family: > 0 when the network predicts a block of this many positions from the finished blocks before
+    // it (BD3-LM's block diffusion, block-causal attention), so positions must be decoded block by block, left to
+    // right; 0 when any order is fine.
+    int64_t decoding_block = 0;
+    // Whether window_decoder() gives a WindowDecoder (Fast-dLLM's key/value caches): a recipe's check asks this,
+    // without making one.
+    bool windows = false;
+};
+
+// Fast-dLLM's approximate key/value caches (Wu et al. 2025; discrete networks that read neither the time nor
+// conditions, LLaDA's) for one run: the object owns the cache, so a denoiser shared by concurrent runs holds no run's
+// state. Made by Denoiser::window_decoder(); it must not outlive the denoiser.
+class WindowDecoder {
 public:
-    virtual ~DenoiserCache() = default;
+    virtual ~WindowDecoder() = default;
+    // denoise(x) at any t without conditions or evidence, keeping every layer's keys and values in the cache.
+    virtual DenoiserOutput refresh(const at::Tensor& x) = 0;
+    // The output of positions [begin, end) of `x` only ([B, end - begin, V], `outside` likewise), their queries
+    // reading the cached keys and values of the other positions: the rest of the sequence is taken as it was at the
+    // last refresh(), which must have come first.
+    virtual DenoiserOutput window(const at::Tensor& x, int64_t begin, int64_t end) = 0;
 };
 
 class Denoiser {
 public:
     virtual ~Denoiser() = default;
-    virtual Family family() const = 0;
-    virtual int64_t vocab_size() const = 0;
-    virtual int64_t embed_dim() const = 0;  // 0 for the discrete family
-    // The most positions denoise() accepts (a network's learned positions); 0 = any.
-    virtual int64_t max_length() const { return 0; }
+
+    // What it is and can do (DenoiserTraits), fixed at construction.
+    const DenoiserTraits& traits() const { return traits_; }
+    // The three read everywhere, as traits() has them.
+    Family family() const { return traits_.family; }
+    int64_t vocab_size() const { return traits_.vocab_size; }
+    int64_t embed_dim() const { return traits_.embed_dim; }
+
     // Continuous family: the token embedding table [V, D] on the device. Undefined for discrete.
     virtual at::Tensor embedding() const { return {}; }
-    // Whether denoise() uses `conditions` (models trained with a condition, e.g. an E2E meaning representation).
-    virtual bool conditional() const { return false; }
-    // Whether denoise() conditions on Evidence; if not, the loop never calls it again just for new evidence.
-    virtual bool uses_evidence() const { return false; }
-    // Whether denoise()'s output depends on t (a time-conditioned network); if not, the discrete loop reuses an
-    // output while no token changed, as MDLM's cache does (and, as there, not for a network that reads t).
-    virtual bool reads_time() const { return false; }
-    // Whether denoise() gives DenoiserOutput::log_score_total (SEDD's checkpoints), which the sedd sampler reads.
-    virtual bool gives_score_total() const { return false; }
-    // Discrete family: the noise schedule when the model diffuses with uniform noise (SEDD's uniform graph: every
-    // position always holds a token, and any token may change at any step); nullptr for absorbing (masking) noise.
-    virtual const UniformNoiseSchedule* uniform_noise() const { return nullptr; }
-    // Discrete family: > 0 when the network predicts a block of this many positions from the finished blocks before
-    // it (BD3-LM's block diffusion, block-causal attention), so positions must be decoded block by block, left to
-    // right; 0 when any order is fine.
-    virtual int64_t decoding_block() const { return 0; }
     // Moves every tensor the denoiser owns to `device`.
     virtual void to(const at::Device& device) = 0;
     // Replaces the network's weight matrices by int8 with a float32 scale per row, computing in float32 over them
@@ -88,15 +115,15 @@ public:
     // t: diffusion time in (0, 1] shared by the batch. `conditions`: empty, or one text per batch row.
     virtual DenoiserOutput denoise(const at::Tensor& x, double t, const std::vector<std::string>& conditions,
                                    const Evidence& evidence = {}) = 0;
+    // A WindowDecoder for one run, with its own empty cache; nullptr (the default) when the denoiser has none.
+    // Gives one exactly when traits().windows is set.
+    virtual std::unique_ptr<WindowDecoder> window_decoder() { return nullptr; }
 
-    // Fast-dLLM's approximate key/value caches (Wu et al. 2025; discrete networks that read neither the time nor
-    // conditions, LLaDA's): a cache for one run (nullptr: the denoiser has none). denoise_refresh is denoise() keeping
-    // every layer's keys and values there; denoise_window gives the output of positions [begin, end) of `x` only
-    // ([B, end - begin, V], `outside` likewise), their queries reading the cached keys and values of the other
-    // positions: the rest of the sequence is taken as it was at the refresh.
-    virtual std::unique_ptr<DenoiserCache> window_cache() const { return nullptr; }
-    virtual DenoiserOutput denoise_refresh(const at::Tensor& x, DenoiserCache& cache);
-    virtual DenoiserOutput denoise_window(const at::Tensor& x, int64_t begin, int64_t end, const DenoiserCache& cache);
+protected:
+    explicit Denoiser(DenoiserTraits traits) : traits_(std::move(traits)) {}
+
+private:
+    DenoiserTraits traits_;
 };
 
 // Exact denoiser for a finite corpus of sentences: the posterior over the corpus in closed form, for either
@@ -123,17 +150,11 @@ public:
     };
     // `sentences`: token ids without padding; each is padded with pad_id to the length the loop asks for.
     // Sentences longer than that length are left out of that call's posterior. `schedule` is used by the
-    // continuous family to get alpha_bar(t).
+    // continuous family to get alpha_bar(t). Its traits: the options' family, vocabulary, embedding width
+    // (continuous) and uniform noise; uses_evidence.
     CorpusDenoiser(std::vector<std::vector<int64_t>> sentences, Options options, GaussianSchedule schedule);
 
-    Family family() const override { return options_.family; }
-    int64_t vocab_size() const override { return options_.vocab_size; }
-    int64_t embed_dim() const override { return options_.family == Family::continuous ? options_.embed_dim : 0; }
     at::Tensor embedding() const override { return embedding_; }
-    bool uses_evidence() const override { return true; }
-    const UniformNoiseSchedule* uniform_noise() const override {
-        return options_.uniform_noise ? &*options_.uniform_noise : nullptr;
-    }
     void to(const at::Device& device) override;
     // One-hot float64 tensors over [B, L, V] and the posterior over the corpus per sample.
     uint64_t working_bytes(int64_t batch, int64_t length) const override;
