@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include <rudder/runtime/generator.hpp>
+#include <rudder/runtime/run_types.hpp>
 #include <rudder/runtime/model.hpp>
 #include <rudder/runtime/recipe.hpp>
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include <rudder/runtime/generator.hpp>
+#include <rudder/runtime/run_types.hpp>
 #include <rudder/runtime/model.hpp>
 
 namespace rudder {

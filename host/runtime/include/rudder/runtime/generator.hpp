@@ -17,6 +17,7 @@
 
 #include <rudder/runtime/model.hpp>
 #include <rudder/runtime/recipe.hpp>
+#include <rudder/runtime/run_types.hpp>
 
 namespace rudder {
 
@@ -60,30 +61,6 @@ using SampleCallback = std::function<void(const SampleResult&)>;
 struct RunOverrides {
     std::optional<int64_t> samples;
     std::optional<uint64_t> seed;
-};
-
-class Cancelled : public std::runtime_error {
-public:
-    Cancelled() : std::runtime_error("generation cancelled") {}
-};
-
-// A run that cannot go on because what it would sample is not a distribution: the model's output is NaN (its
-// weights are not finite), or the controlled distribution is. The message says which, and where.
-class GenerationFault : public std::runtime_error {
-public:
-    using std::runtime_error::runtime_error;
-};
-
-struct GenerationStats {
-    int64_t denoiser_calls = 0;      // network evaluations (the discrete cache skips some)
-    int64_t steps = 0;               // reverse steps taken
-    int64_t remasked = 0;            // committed tokens masked again (the analytic sampler's "remask")
-    int64_t rows_drawn = 0;          // discrete: positions a token was drawn at, over all steps and sequences
-    int64_t redrawn = 0;             // rows drawn again because a COMMIT controller (ABI 1.3) refused their first draw
-    int64_t resamplings = 0;         // continuous: steps at which particles were resampled (guidance.particles)
-    int64_t denoised_sequences = 0;  // sequences the network evaluated, for the loop and for controllers (cfg): each
-                                     // call's batch size, summed (per sample: / samples)
-    int threads = 0;                 // the most compute threads the run used (rudder/nn/compute_threads.hpp)
 };
 
 // Keeps memory that tensors free inside the process instead of returning it to the OS. Every reverse step
