@@ -271,10 +271,9 @@ TEST(GenerationErrors, RecipeProblemsFoundWhenLoadingNameTheirPointer) {
     } catch (const rudder::RecipeError& e) {
         std::map<std::string, std::string> by_pointer;
         for (const auto& i : e.issues()) by_pointer[i.pointer] = i.message;
-        EXPECT_NE(
-            by_pointer["/sampler/name"].find(
-                "'euler', 'analytic', 'first_hitting', 'confidence', 'llada', 'dream', 'mdlm', 'sedd' or 'bd3lm'"),
-            std::string::npos)
+        EXPECT_NE(by_pointer["/sampler/name"].find("'euler', 'analytic', 'first_hitting', 'confidence', 'llada', "
+                                                   "'dream', 'mdlm', 'sedd', 'bd3lm' or 'maskgit'"),
+                  std::string::npos)
             << by_pointer["/sampler/name"];
         EXPECT_NE(by_pointer["/controllers/0/plugin"].find("did you mean 'length'"), std::string::npos)
             << by_pointer["/controllers/0/plugin"];

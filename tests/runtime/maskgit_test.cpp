@@ -43,7 +43,7 @@ TEST(Maskgit, HardConstraintsHoldAndSamplesAreCorpusSentences) {
     ASSERT_EQ(samples.size(), 16u);
     for (const auto& s : samples) {
         EXPECT_EQ(s.n_tokens, 7) << s.text;
-        for (const auto& c : s.controls) EXPECT_EQ(c.verdict.satisfied, 1) << c.name << ": " << s.text;
+        for (const auto& c : s.controls) EXPECT_EQ(c.verdict.satisfied, 1) << c.label << ": " << s.text;
     }
 }
 

@@ -18,11 +18,12 @@ AbsorbingSamplerRow dream_sampler();          // dream_sampler.cpp
 AbsorbingSamplerRow mdlm_sampler();           // grid_samplers.cpp
 AbsorbingSamplerRow sedd_sampler();           // grid_samplers.cpp
 AbsorbingSamplerRow bd3lm_sampler();          // bd3lm_sampler.cpp
+AbsorbingSamplerRow maskgit_sampler();        // maskgit_sampler.cpp
 
 const std::vector<AbsorbingSamplerRow>& absorbing_samplers() {
     static const std::vector<AbsorbingSamplerRow> table = {
         euler_sampler(), analytic_sampler(), first_hitting_sampler(), confidence_sampler(), llada_sampler(),
-        dream_sampler(), mdlm_sampler(),     sedd_sampler(),          bd3lm_sampler()};
+        dream_sampler(), mdlm_sampler(),     sedd_sampler(),          bd3lm_sampler(),      maskgit_sampler()};
     return table;
 }
 
