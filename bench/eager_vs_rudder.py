@@ -8,6 +8,10 @@ and prints seconds per sample of each and their ratio. Both tools time generatio
 
     python3 bench/eager_vs_rudder.py [--rounds 2] [--batches 1,16,64] [--threads 1,2] [--cases unconditional_discrete,...]
 
+With `--rudder A --rudder B` (two builds' bin/rudder, e.g. the tree before a change and after), each round runs the
+eager loop and both, in an order that rotates from round to round, and prints each against the eager loop and B
+against A: a change's effect on the step, measured side by side.
+
 Run from the repository root after `make` (make bench-eager). Needs Debian's python3-torch (/usr/bin/python3).
 """
 import argparse
@@ -73,9 +77,12 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rudder", action="append", help="a rudder binary (repeatable; default build/bin/rudder)")
     args = ap.parse_args()
-    if not os.access(RUDDER, os.X_OK):
-        sys.exit(f"{RUDDER} is missing: build Rudder first (make)")
+    rudders = args.rudder or [RUDDER]
+    for binary in rudders:
+        if not os.access(binary, os.X_OK):
+            sys.exit(f"{binary} is missing: build Rudder first (make)")
     if subprocess.run([SYSTEM_PYTHON, "-c", "import torch"], capture_output=True).returncode != 0:
         sys.exit(f"{SYSTEM_PYTHON} cannot import torch: install Debian's python3-torch (apt-get install python3-torch)")
     cases = args.cases.split(",")
@@ -97,25 +104,30 @@ def main():
                     json.dump(dict(base, sampler=rudder_sampler) if rudder_sampler else base, open(rudder_recipe, "w"))
                     eager_cmd = [SYSTEM_PYTHON, EAGER, "--recipe", eager_recipe, "--threads", str(threads),
                                  "-o", os.path.join(work, "eager.jsonl")]
-                    rudder_cmd = [RUDDER, "generate", rudder_recipe, "--threads", str(threads),
-                                  "-o", os.path.join(work, "rudder.jsonl")]
-                    times = {"eager": [], "rudder": []}
+                    tools = {"eager": (eager_cmd, r"eager: \d+ samples in ([0-9.]+) s")}
+                    for k, binary in enumerate(rudders):
+                        tools[f"rudder{k}"] = ([binary, "generate", rudder_recipe, "--threads", str(threads),
+                                                "-o", os.path.join(work, "rudder.jsonl")], r"\d+ samples in ([0-9.]+) s")
+                    names = list(tools)
+                    times = {name: [] for name in names}
                     for r in range(args.rounds):
-                        order = ["eager", "rudder"] if r % 2 == 0 else ["rudder", "eager"]
-                        for tool in order:
-                            if tool == "eager":
-                                times[tool].append(seconds(eager_cmd, r"eager: \d+ samples in ([0-9.]+) s", env))
-                            else:
-                                times[tool].append(seconds(rudder_cmd, r"\d+ samples in ([0-9.]+) s", env))
-                    eager_s = min(times["eager"]) / samples
-                    rudder_s = min(times["rudder"]) / samples
-                    rows.append((case, batch, threads, eager_s, rudder_s))
-                    print(f"| {case} | {batch} | {threads} | {eager_s * 1000:.1f} | {rudder_s * 1000:.1f} | "
-                          f"{eager_s / rudder_s:.2f}x |", flush=True)
+                        for name in names[r % len(names):] + names[:r % len(names)]:
+                            times[name].append(seconds(*tools[name], env))
+                    per_sample = {name: min(times[name]) / samples for name in names}
+                    rows.append((case, batch, threads, per_sample))
+                    eager_s = per_sample["eager"]
+                    cells = [f"{per_sample[f'rudder{k}'] * 1000:.1f} ({eager_s / per_sample[f'rudder{k}']:.2f}x)"
+                             for k in range(len(rudders))]
+                    last = (f" | {per_sample['rudder0'] / per_sample[f'rudder{len(rudders) - 1}']:.3f}"
+                            if len(rudders) > 1 else "")
+                    print(f"| {case} | {batch} | {threads} | {eager_s * 1000:.1f} | " + " | ".join(cells) + last + " |",
+                          flush=True)
     return rows
 
 
 if __name__ == "__main__":
-    print("| case | batch | threads | eager ms/sample | Rudder ms/sample | eager / Rudder |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    n = max(1, sys.argv.count("--rudder"))
+    rudder_cells = " | ".join(f"Rudder {chr(65 + k)} ms/sample (eager / it)" for k in range(n))
+    print("| case | batch | threads | eager ms/sample | " + rudder_cells + (" | A / B |" if n > 1 else " |"))
+    print("| --- " * (4 + n + (1 if n > 1 else 0)) + "|")
     main()

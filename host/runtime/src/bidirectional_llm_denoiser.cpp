@@ -6,6 +6,7 @@
 
 #include <stdexcept>
 
+#include <rudder/nn/model_files.hpp>
 #include <rudder/nn/bidirectional_llm.hpp>
 #include <rudder/text/bpe_tokenizer.hpp>
 

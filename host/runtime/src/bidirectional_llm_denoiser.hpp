@@ -12,7 +12,7 @@
 #include <vector>
 
 #include <rudder/runtime/denoiser.hpp>
-#include <rudder/runtime/model.hpp>
+#include <rudder/runtime/loaded_model.hpp>
 
 namespace rudder {
 

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <stdexcept>
 
+#include <rudder/nn/model_files.hpp>
 #include <rudder/nn/denoiser_net.hpp>
 #include <rudder/nn/dit_checkpoint.hpp>
 #include <rudder/nn/score_entropy.hpp>

@@ -15,7 +15,7 @@
 
 #include <rudder/nn/dit_checkpoint.hpp>
 #include <rudder/runtime/denoiser.hpp>
-#include <rudder/runtime/model.hpp>
+#include <rudder/runtime/loaded_model.hpp>
 
 namespace rudder {
 

@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include <rudder/runtime/model.hpp>
+#include <rudder/runtime/loaded_model.hpp>
 
 namespace rudder {
 

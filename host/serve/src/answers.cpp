@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <rudder/text/utf8.hpp>
+
 namespace rudder::serve {
 namespace {
 
@@ -32,12 +34,7 @@ std::string dump_json(const json& value) { return value.dump(-1, ' ', false, jso
 std::string quoted(const std::string& text) {
     constexpr size_t kShown = 60;
     std::string cut = text;
-    if (cut.size() > kShown) {
-        size_t end = kShown;
-        // Back to the start of a UTF-8 sequence, so a character is never cut in two.
-        while (end > 0 && (static_cast<unsigned char>(cut[end]) & 0xC0) == 0x80) --end;
-        cut = cut.substr(0, end) + "...";
-    }
+    if (cut.size() > kShown) cut = cut.substr(0, utf8::character_start(cut, kShown)) + "...";
     // Through JSON and back: invalid UTF-8 replaced, the text otherwise as it was.
     const std::string encoded = dump_json(cut);
     return json::parse(encoded).get<std::string>();

@@ -3,9 +3,9 @@
 
 #include <string>
 
-#include <rudder/serve/server.hpp>
-
 namespace rudder::serve {
+
+class Server;  // (rudder/serve/server.hpp; declared only, so that this header sits below the server it reaches into)
 
 struct ServerInternals {
     // HttpServer::exchange on the server's routes: the requests in `input` as one connection would carry them, and

@@ -12,26 +12,10 @@
 #include <rudder/nn/model_files.hpp>
 #include <rudder/nn/schedule.hpp>
 #include <rudder/runtime/denoiser.hpp>
+#include <rudder/runtime/loaded_model.hpp>
 #include <rudder/text/tokenizer.hpp>
 
 namespace rudder {
-
-struct Model {
-    std::string name;  // folder name
-    std::filesystem::path dir;
-    Family family = Family::discrete;
-    std::shared_ptr<const Tokenizer> tokenizer;
-    std::shared_ptr<Denoiser> denoiser;
-    GaussianSchedule schedule = GaussianSchedule::make("sqrt", 1);  // continuous family
-    MaskSchedule mask_schedule;                                     // discrete family
-    // config.json's "sampler" entry for this family: the sampler settings this model samples best with (a recipe
-    // "sampler" object without "steps"); empty when it has none. Recipes that name no sampler take it.
-    nlohmann::json recommended_sampler = nlohmann::json::object();
-    // How the training sequences were laid out when that was not as Rudder lays out texts (content, then padding),
-    // e.g. the public checkpoints' packed documents; empty for Rudder's own models. The likelihood bound, which
-    // scores padded texts, is refused for such a model, saying this.
-    std::string training_layout;
-};
 
 // Whether a recipe's sampler name belongs to the family: ddpm, ddim (continuous); euler, analytic, first_hitting,
 // confidence (discrete).
