@@ -79,9 +79,7 @@ void AbsorbingLoop::commit_draws(int64_t i, const at::Tensor& positions, const a
         const at::Tensor again_rows = rows.index_select(0, which);
         at::Tensor again = scores.index_select(0, again_rows);
         Composer::forbid(again, forbidden_bits);
-        return fault_if_empty(i, positions.index_select(0, again_rows), [&] {
-            return arg_max ? DiscreteSampler::arg_max(again) : DiscreteSampler::draw(again, run_.gen);
-        });
+        return draw_rows(i, again, positions.index_select(0, again_rows), arg_max);
     };
     commit_rows(i, positions.index_select(0, rows), tokens.index_select(0, rows), redraw);
 }
@@ -101,6 +99,17 @@ std::optional<AbsorbingLoop::DrawRows> AbsorbingLoop::rows_to_draw(const at::Ten
 
 void AbsorbingLoop::temper(at::Tensor& scores) const {
     if (s_.temperature != 0.0 && s_.temperature != 1.0) scores.div_(s_.temperature);
+}
+
+void AbsorbingLoop::truncate(at::Tensor& scores) const {
+    if (s_.truncates()) DiscreteSampler::truncate(scores, s_.top_k, s_.top_p);
+}
+
+at::Tensor AbsorbingLoop::draw_rows(int64_t i, const at::Tensor& scores, const at::Tensor& positions,
+                                    bool arg_max) const {
+    return fault_if_empty(i, positions, [&] {
+        return arg_max ? DiscreteSampler::arg_max(scores) : DiscreteSampler::draw(scores, run_.gen);
+    });
 }
 
 at::Tensor AbsorbingLoop::every_network_row(const at::Tensor& scores, const at::Tensor& positions,

@@ -54,6 +54,11 @@ public:
                                          const at::Tensor& row_logits) const;
     // The scores at the temperature (unchanged at 0, the arg-max, and at 1), in place.
     void temper(at::Tensor& scores) const;
+    // The scores truncated to the recipe's top_k and top_p, in place (nothing when neither truncates).
+    void truncate(at::Tensor& scores) const;
+    // A token per row of `scores` at `positions`: the arg-max with `arg_max`, else a draw; a row with nothing to
+    // draw is the run's fault at step i (fault_if_empty).
+    at::Tensor draw_rows(int64_t i, const at::Tensor& scores, const at::Tensor& positions, bool arg_max) const;
     // The log-probabilities over every row the network has (full_rows) of `scores` [n, V] at `positions`, rows
     // `drawn_at_row` of the combination. A row a hard constraint restricts (tokens forbidden, or one fixed) draws
     // only among the tokens it leaves: the network's rows outside the vocabulary (the mask's, the padding's) would

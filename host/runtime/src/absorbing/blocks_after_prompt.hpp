@@ -92,15 +92,27 @@ inline void check_kv_cache(const FastDllmSettings& s, const CommonSettings& comm
                           "masked) would need a cache of its own"});
 }
 
-// Which rows of `kept_at` (bool [B * L], over the step's drawn `positions`) hold a token: a draw of the mask or of a
-// row past the tokenizer is no token, and the position stays masked, as in the authors' code. int64 [m].
-inline at::Tensor rows_with_tokens(const at::Tensor& kept_at, const at::Tensor& positions, const at::Tensor& tokens,
-                                   const AbsorbingLoop& loop) {
-    return kept_at.index_select(0, positions)
-        .logical_and_(tokens.lt(loop.vocab_size()))
-        .logical_and_(tokens.ne(loop.mask_id()))
-        .nonzero()
-        .squeeze(1);
+// Commits the rows of `kept_at` (bool [B * L], over the step's drawn `positions`) whose draw in `tokens` is a token
+// (a draw of the mask or of a row past the tokenizer leaves the position masked, as in the authors' code), through
+// the COMMIT controllers; a row they refuse is given a token by `draw_within` from its controlled `scores`, as
+// log-probabilities within the vocabulary, and what they still allow.
+template <class DrawWithin>
+void commit_kept(int64_t i, const at::Tensor& kept_at, const at::Tensor& positions, const at::Tensor& tokens,
+                 const at::Tensor& scores, AbsorbingLoop& loop, const DrawWithin& draw_within) {
+    const at::Tensor kept = kept_at.index_select(0, positions)
+                                .logical_and_(tokens.lt(loop.vocab_size()))
+                                .logical_and_(tokens.ne(loop.mask_id()))
+                                .nonzero()
+                                .squeeze(1);
+    if (kept.size(0) == 0) return;
+    const Redraw redraw = [&](const at::Tensor& which, const at::Tensor& forbidden_bits) {
+        const at::Tensor again_rows = kept.index_select(0, which);
+        at::Tensor again = scores.index_select(0, again_rows);
+        Composer::forbid(again, forbidden_bits);
+        const at::Tensor within = at::log_softmax(again, 1);
+        return loop.fault_if_empty(i, positions.index_select(0, again_rows), [&] { return draw_within(within); });
+    };
+    loop.commit_rows(i, positions.index_select(0, kept), tokens.index_select(0, kept), redraw);
 }
 
 // The step's `confidence` (float [n], at the drawn `positions`) laid over the batch: -inf where nothing was drawn.

@@ -90,18 +90,8 @@ void DreamUnmasking::draw(int64_t i, at::Tensor unmask, const Combined& combined
         if (threshold) count = grid_.threshold_commits(d, c);
         kept_at = grid_.keep(d, c, count, loop.gen()).view({-1});
     }
-    const at::Tensor kept = rows_with_tokens(kept_at, positions, tokens, loop);
-    if (kept.size(0) == 0) return;
-    const Redraw redraw = [&](const at::Tensor& which, const at::Tensor& forbidden_bits) {
-        const at::Tensor again_rows = kept.index_select(0, which);
-        at::Tensor again = scores.index_select(0, again_rows);
-        Composer::forbid(again, forbidden_bits);
-        // Within the vocabulary: a refused row is given a token.
-        const at::Tensor within = at::log_softmax(again, 1);
-        return loop.fault_if_empty(i, positions.index_select(0, again_rows),
-                                   [&] { return grid_.draw(grid_.shaped(within), loop.gen()); });
-    };
-    loop.commit_rows(i, positions.index_select(0, kept), tokens.index_select(0, kept), redraw);
+    commit_kept(i, kept_at, positions, tokens, scores, loop,
+                [&](const at::Tensor& within) { return grid_.draw(grid_.shaped(within), loop.gen()); });
 }
 
 class Dream final : public AbsorbingSampler {

@@ -44,11 +44,10 @@ public:
         if (!rows) return;
         const at::Tensor& positions = rows->positions;
         at::Tensor& scores = rows->scores;
-        const CommonSettings& s = loop.settings();
         loop.temper(scores);
-        if (s.truncates()) DiscreteSampler::truncate(scores, s.top_k, s.top_p);
+        loop.truncate(scores);
         const at::Tensor tokens = [&] {
-            if (arg_max) return loop.fault_if_empty(i, positions, [&] { return DiscreteSampler::arg_max(scores); });
+            if (arg_max) return loop.draw_rows(i, scores, positions, true);
             loop.fault_if_any_empty(i, positions, scores);
             const at::Tensor rows_u = u.index_select(0, positions.cpu());
             return draw_tokens(loop.every_network_row(scores, positions, rows->drawn_at_row, combined), positions,

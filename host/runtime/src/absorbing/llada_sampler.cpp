@@ -66,18 +66,8 @@ void LladaUnmasking::draw(int64_t i, at::Tensor unmask, const Combined& combined
     const at::Tensor d = drawn.view({loop.batch(), loop.length()});
     const at::Tensor c = confidence_over_batch(confidence, positions, loop);
     if (parallel) count = grid_.parallel_count(d, c);
-    const at::Tensor kept = rows_with_tokens(keep_highest(d, c, count).view({-1}), positions, tokens, loop);
-    if (kept.size(0) == 0) return;
-    const Redraw redraw = [&](const at::Tensor& which, const at::Tensor& forbidden_bits) {
-        const at::Tensor again_rows = kept.index_select(0, which);
-        at::Tensor again = scores.index_select(0, again_rows);
-        Composer::forbid(again, forbidden_bits);
-        // Within the vocabulary: a refused row is given a token.
-        const at::Tensor within = at::log_softmax(again, 1);
-        return loop.fault_if_empty(i, positions.index_select(0, again_rows),
-                                   [&] { return grid_.draw(within, loop.gen()); });
-    };
-    loop.commit_rows(i, positions.index_select(0, kept), tokens.index_select(0, kept), redraw);
+    commit_kept(i, keep_highest(d, c, count).view({-1}), positions, tokens, scores, loop,
+                [&](const at::Tensor& within) { return grid_.draw(within, loop.gen()); });
 }
 
 class Llada final : public AbsorbingSampler {

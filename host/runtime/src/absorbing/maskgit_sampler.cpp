@@ -66,16 +66,10 @@ void MaskgitUnmasking::draw(int64_t i, at::Tensor unmask, const Combined& combin
     if (!rows) return;
     const at::Tensor& positions = rows->positions;
     at::Tensor& scores = rows->scores;
-    const CommonSettings& s = loop.settings();
     loop.temper(scores);
-    if (s.truncates()) DiscreteSampler::truncate(scores, s.top_k, s.top_p);
-    const bool greedy = s.temperature == 0.0;
-    const auto draw_rows = [&](const at::Tensor& rows_scores, const at::Tensor& at_positions) {
-        return loop.fault_if_empty(i, at_positions, [&] {
-            return greedy ? DiscreteSampler::arg_max(rows_scores) : DiscreteSampler::draw(rows_scores, loop.gen());
-        });
-    };
-    const at::Tensor tokens = draw_rows(scores, positions);
+    loop.truncate(scores);
+    const bool greedy = loop.settings().temperature == 0.0;
+    const at::Tensor tokens = loop.draw_rows(i, scores, positions, greedy);
     loop.reverse().stats.rows_drawn += positions.size(0);
     // The choice's score: the draw's log-probability, and Gumbel noise annealed to none at the last step.
     at::Tensor score = at::log_softmax(scores, 1).gather(1, tokens.unsqueeze(1)).squeeze(1).to(at::kFloat);
@@ -96,7 +90,7 @@ void MaskgitUnmasking::draw(int64_t i, at::Tensor unmask, const Combined& combin
         const at::Tensor at_rows = kept_rows.index_select(0, which);
         at::Tensor again = scores.index_select(0, at_rows);
         Composer::forbid(again, forbidden_bits);
-        return draw_rows(again, positions.index_select(0, at_rows));
+        return loop.draw_rows(i, again, positions.index_select(0, at_rows), greedy);
     };
     loop.commit_rows(i, positions.index_select(0, kept_rows), tokens.index_select(0, kept_rows), redraw);
 }

@@ -60,13 +60,8 @@ void ScheduleUnmasking::draw(int64_t i, at::Tensor unmask, const Combined& combi
     loop.temper(scores);
     // A row a COMMIT controller refuses is drawn again from its scores before truncation, within what it allows.
     const at::Tensor untruncated = loop.reverse().composer.commits() && s.truncates() ? scores.clone() : scores;
-    if (s.truncates()) DiscreteSampler::truncate(scores, s.top_k, s.top_p);
-    const auto draw_rows = [&](const at::Tensor& rows_scores, const at::Tensor& at_positions) {
-        return loop.fault_if_empty(i, at_positions, [&] {
-            return greedy ? DiscreteSampler::arg_max(rows_scores) : DiscreteSampler::draw(rows_scores, loop.gen());
-        });
-    };
-    at::Tensor drawn = draw_rows(scores, positions);
+    loop.truncate(scores);
+    at::Tensor drawn = loop.draw_rows(i, scores, positions, greedy);
     at::Tensor committed = positions, kept;
     if (grid_.kind() == DiscreteSampler::Kind::confidence) {
         // Of the tokens drawn, the ones the model is most confident in are kept; the rest stay masked.
@@ -79,8 +74,8 @@ void ScheduleUnmasking::draw(int64_t i, at::Tensor unmask, const Combined& combi
         const at::Tensor at_rows = kept.defined() ? kept.index_select(0, which) : which;
         at::Tensor again = untruncated.index_select(0, at_rows);
         Composer::forbid(again, forbidden_bits);
-        if (s.truncates()) DiscreteSampler::truncate(again, s.top_k, s.top_p);
-        return draw_rows(again, positions.index_select(0, at_rows));
+        loop.truncate(again);
+        return loop.draw_rows(i, again, positions.index_select(0, at_rows), greedy);
     };
     loop.commit_rows(i, committed, drawn, redraw);
 }
